@@ -1,0 +1,181 @@
+// Package finding is wolf's result model: the findings an investigator
+// concludes with, the histograms behind them, and the report that carries
+// both. Its JSON form is the contract in DESIGN.md that scripts, the HTML
+// report and the tests read, so fields are only ever added, never renamed.
+package finding
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+)
+
+// Severity ranks findings. The zero value is Info so that a finding built
+// without thinking about severity never shouts.
+type Severity int
+
+const (
+	Info Severity = iota
+	Warning
+	Critical
+)
+
+func (s Severity) String() string {
+	switch s {
+	case Critical:
+		return "critical"
+	case Warning:
+		return "warning"
+	default:
+		return "info"
+	}
+}
+
+// MarshalJSON writes the severity as its name ("critical", …).
+func (s Severity) MarshalJSON() ([]byte, error) { return json.Marshal(s.String()) }
+
+// UnmarshalJSON accepts the names written by MarshalJSON.
+func (s *Severity) UnmarshalJSON(b []byte) error {
+	var name string
+	if err := json.Unmarshal(b, &name); err != nil {
+		return fmt.Errorf("severity: %w", err)
+	}
+	v, err := ParseSeverity(name)
+	if err != nil {
+		return err
+	}
+	*s = v
+	return nil
+}
+
+// ParseSeverity turns "critical", "warning" or "info" into a Severity.
+func ParseSeverity(name string) (Severity, error) {
+	switch name {
+	case "critical":
+		return Critical, nil
+	case "warning":
+		return Warning, nil
+	case "info":
+		return Info, nil
+	}
+	return Info, fmt.Errorf("unknown severity %q (want critical, warning or info)", name)
+}
+
+// Subject roles, as DESIGN.md lists them.
+const (
+	RoleOffender = "offender" // the task everyone else is waiting for
+	RoleVictim   = "victim"   // a task hung behind the offender
+	RoleOwner    = "owner"    // the owner of a contended lock
+	RoleWaiter   = "waiter"   // a task waiting for a lock
+	RoleHolder   = "holder"   // a task holding a lock for long
+	RoleCgroup   = "cgroup"
+	RoleCPU      = "cpu"
+	RoleTask     = "task"
+)
+
+// Subject is a task, cgroup or CPU a finding is about.
+type Subject struct {
+	Role   string   `json:"role"`
+	PID    int      `json:"pid,omitempty"` // thread-group id (what ps calls PID)
+	TID    int      `json:"tid,omitempty"` // thread id
+	Comm   string   `json:"comm,omitempty"`
+	Cgroup string   `json:"cgroup,omitempty"`
+	CPU    *int     `json:"cpu,omitempty"`
+	State  string   `json:"state,omitempty"` // e.g. "D" for uninterruptible sleep
+	Detail string   `json:"detail,omitempty"`
+	Stack  []string `json:"stack,omitempty"` // innermost frame first, "func+0x1f [module]"
+}
+
+// Finding is one conclusion: a verdict a person can act on, the evidence
+// that supports it, the mechanism behind it and what to do about it.
+type Finding struct {
+	ID           string         `json:"id"`           // stable, "investigator.kind", e.g. "hung.lock-owner"
+	Investigator string         `json:"investigator"` // "hung", "audit", …
+	Severity     Severity       `json:"severity"`
+	Title        string         `json:"title"`   // one line
+	Summary      string         `json:"summary"` // a sentence or two
+	Mechanism    string         `json:"mechanism,omitempty"`
+	Subjects     []Subject      `json:"subjects,omitempty"`
+	Evidence     map[string]any `json:"evidence,omitempty"` // keys carry units: blocked_s, max_us
+	Remediation  []string       `json:"remediation,omitempty"`
+	References   []string       `json:"references,omitempty"`
+}
+
+// Bucket is one cumulative histogram bucket: Count observations were <= LE.
+type Bucket struct {
+	LE    float64 `json:"le"`
+	Count uint64  `json:"count"`
+}
+
+// Histogram is a distribution aggregated in the kernel.
+type Histogram struct {
+	Name    string            `json:"name"`
+	Unit    string            `json:"unit"`
+	Labels  map[string]string `json:"labels,omitempty"`
+	Count   uint64            `json:"count"`
+	Sum     float64           `json:"sum"`
+	Max     float64           `json:"max"`
+	Buckets []Bucket          `json:"buckets"`
+}
+
+// Overhead is what wolf itself cost while it looked.
+type Overhead struct {
+	CPUSeconds float64 `json:"cpu_s"`
+	BPFRunNs   uint64  `json:"bpf_run_ns"`
+	Events     uint64  `json:"events"`
+	Dropped    uint64  `json:"dropped"`
+}
+
+// Add accumulates another investigator's overhead into o.
+func (o *Overhead) Add(p Overhead) {
+	o.CPUSeconds += p.CPUSeconds
+	o.BPFRunNs += p.BPFRunNs
+	o.Events += p.Events
+	o.Dropped += p.Dropped
+}
+
+// Report is the whole result of one wolf command.
+type Report struct {
+	WolfVersion  string          `json:"wolf_version"`
+	Command      string          `json:"command"`
+	Kernel       string          `json:"kernel"`
+	Host         string          `json:"host"`
+	StartedAt    time.Time       `json:"started_at"`
+	DurationS    float64         `json:"duration_s"`
+	Findings     []Finding       `json:"findings"`
+	Histograms   []Histogram     `json:"histograms"`
+	Capabilities map[string]bool `json:"capabilities"`
+	Overhead     Overhead        `json:"overhead"`
+	// Errors lists investigators that failed; the rest of the report
+	// still stands.
+	Errors []string `json:"errors,omitempty"`
+}
+
+// Sort orders findings by severity (critical first), then investigator and
+// title, so that the same situation always prints the same way.
+func Sort(fs []Finding) {
+	sort.SliceStable(fs, func(i, j int) bool {
+		if fs[i].Severity != fs[j].Severity {
+			return fs[i].Severity > fs[j].Severity
+		}
+		if fs[i].Investigator != fs[j].Investigator {
+			return fs[i].Investigator < fs[j].Investigator
+		}
+		return fs[i].Title < fs[j].Title
+	})
+}
+
+// Worst returns the highest severity among fs, and false when fs is empty.
+func Worst(fs []Finding) (Severity, bool) {
+	if len(fs) == 0 {
+		return Info, false
+	}
+	w := Info
+	for _, f := range fs {
+		if f.Severity > w {
+			w = f.Severity
+		}
+	}
+	return w, true
+}

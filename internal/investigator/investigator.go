@@ -1,0 +1,44 @@
+// Package investigator defines what every wolf investigator is, so that
+// `wolf doctor`, `wolf watch` and the per-investigator commands can drive
+// them the same way.
+package investigator
+
+import (
+	"context"
+	"time"
+
+	"github.com/wolf-investigator/wolf/internal/finding"
+)
+
+// Options are the settings every investigator understands. Investigator
+// specific settings (thresholds, filters) live on the investigator value.
+type Options struct {
+	Duration time.Duration // how long to watch; live investigators stop then
+	PID      int           // 0: the whole host; else only this process
+	// Progress, when set, is called now and then with the fraction of
+	// Duration done. It must not block.
+	Progress func(done float64)
+}
+
+// Result is what one investigator run produced.
+type Result struct {
+	Findings     []finding.Finding
+	Histograms   []finding.Histogram
+	Capabilities map[string]bool
+	Overhead     finding.Overhead
+}
+
+// Investigator watches the live kernel for Options.Duration and concludes.
+// Run must detach everything it attached before it returns, whether ctx was
+// cancelled or not.
+type Investigator interface {
+	Name() string
+	Summary() string
+	Run(ctx context.Context, opts Options) (*Result, error)
+}
+
+// Auditor is an investigator's static check: settings and configuration
+// read from /proc and /sys, no BPF, fast. `wolf doctor` runs every one.
+type Auditor interface {
+	Audit(ctx context.Context) []finding.Finding
+}
