@@ -5,6 +5,7 @@ package investigator
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
@@ -42,3 +43,25 @@ type Investigator interface {
 type Auditor interface {
 	Audit(ctx context.Context) []finding.Finding
 }
+
+// Requirement is one kernel feature an investigator uses, named as the
+// features package names its probes ("tracepoint:sched/sched_switch").
+type Requirement struct {
+	Feature  string
+	Why      string // what the investigator uses it for
+	Optional bool   // the investigator degrades without it instead of failing
+}
+
+// Requirer is implemented by investigators that declare their needs, for
+// `wolf check`.
+type Requirer interface {
+	Requirements() []Requirement
+}
+
+// ErrUnsupported is wrapped by investigators whose kernel lacks something
+// they cannot do without; the CLI turns it into exit code 3.
+var ErrUnsupported = errors.New("not supported by this kernel")
+
+// ErrPrivilege is wrapped when wolf lacks the privilege an investigator
+// needs; the CLI turns it into exit code 3.
+var ErrPrivilege = errors.New("missing privilege")

@@ -6,6 +6,8 @@ package testutil
 import (
 	"os"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // RequireEnv is the variable that turns capability skips into failures.
@@ -28,4 +30,28 @@ func Require(t testing.TB, ok bool, reason string) {
 func RequireRoot(t testing.TB) {
 	t.Helper()
 	Require(t, os.Geteuid() == 0, "needs root (loads BPF programs, mounts filesystems)")
+}
+
+// exclusiveLock is shared by every test binary on the machine.
+const exclusiveLock = "/tmp/wolf-tests.lock"
+
+// Exclusive serialises tests that change or assert on machine-wide state
+// (labs that hang tasks, "a healthy host has no finding", "nothing stays
+// attached"): `go test ./...` runs packages in parallel, and one package's
+// lab would otherwise be another package's unexpected finding. It blocks
+// until no other such test runs, and releases at the end of t.
+func Exclusive(t testing.TB) {
+	t.Helper()
+	f, err := os.OpenFile(exclusiveLock, os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		t.Fatalf("open %s: %v", exclusiveLock, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		f.Close()
+		t.Fatalf("lock %s: %v", exclusiveLock, err)
+	}
+	t.Cleanup(func() {
+		_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
+		f.Close()
+	})
 }

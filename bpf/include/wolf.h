@@ -1,0 +1,69 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Pieces every wolf BPF program shares: task-state and lock constants that
+ * vmlinux.h (types only, no macros) cannot carry, and CO-RE readers that
+ * work on kernels before and after the fields they read were renamed.
+ */
+#ifndef WOLF_H
+#define WOLF_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_tracing.h>
+
+/* include/linux/sched.h: task states. */
+#define WOLF_TASK_RUNNING 0x00000000
+#define WOLF_TASK_INTERRUPTIBLE 0x00000001
+#define WOLF_TASK_UNINTERRUPTIBLE 0x00000002
+#define WOLF_TASK_WAKEKILL 0x00000100
+#define WOLF_TASK_NOLOAD 0x00000400
+
+/* include/linux/sched.h: task flags. */
+#define WOLF_PF_EXITING 0x00000004
+#define WOLF_PF_POSTCOREDUMP 0x00000008
+#define WOLF_PF_WQ_WORKER 0x00000020
+#define WOLF_PF_DUMPCORE 0x00000200
+#define WOLF_PF_KTHREAD 0x00200000
+
+/* include/trace/events/lock.h: contention_begin flags. */
+#define WOLF_LCB_F_SPIN (1U << 0)
+#define WOLF_LCB_F_READ (1U << 1)
+#define WOLF_LCB_F_WRITE (1U << 2)
+#define WOLF_LCB_F_RT (1U << 3)
+#define WOLF_LCB_F_PERCPU (1U << 4)
+#define WOLF_LCB_F_MUTEX (1U << 5)
+
+/* kernel/locking/mutex.h and rwsem.c: flag bits in the owner words. */
+#define WOLF_MUTEX_FLAGS 0x07UL
+#define WOLF_RWSEM_READER_OWNED (1UL << 0)
+#define WOLF_RWSEM_OWNER_FLAGS 0x07UL
+#define WOLF_RWSEM_WRITER_LOCKED (1UL << 0)
+#define WOLF_RWSEM_READER_SHIFT 8
+
+/* include/linux/hung_task.h (6.16+): task->blocker = lock | type. */
+#define WOLF_BLOCKER_TYPE_MASK 0x03UL
+#define WOLF_BLOCKER_MUTEX 0x00UL
+#define WOLF_BLOCKER_SEM 0x01UL
+#define WOLF_BLOCKER_RWSEM_READER 0x02UL
+#define WOLF_BLOCKER_RWSEM_WRITER 0x03UL
+
+/* Before 5.14 the state field was called "state" and was a long. */
+struct task_struct___pre514 {
+	long state;
+} __attribute__((preserve_access_index));
+
+static __always_inline unsigned int wolf_task_state(struct task_struct *t)
+{
+	if (bpf_core_field_exists(t->__state))
+		return BPF_CORE_READ(t, __state);
+	return (unsigned int)BPF_CORE_READ((struct task_struct___pre514 *)t, state);
+}
+
+/* A task is in D state the way khungtaskd and `ps` mean it. */
+static __always_inline bool wolf_task_is_d(unsigned int state)
+{
+	return (state & WOLF_TASK_UNINTERRUPTIBLE) && !(state & WOLF_TASK_NOLOAD);
+}
+
+#endif /* WOLF_H */

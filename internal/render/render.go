@@ -1,0 +1,270 @@
+// Package render prints reports: text that reads well in 80 columns (with
+// colour only when writing to a terminal) and the JSON contract.
+package render
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	"github.com/wolf-investigator/wolf/internal/finding"
+)
+
+// Format is an output format name.
+type Format string
+
+const (
+	FormatText Format = "text"
+	FormatJSON Format = "json"
+)
+
+// ParseFormat validates a --format value.
+func ParseFormat(s string) (Format, error) {
+	switch Format(s) {
+	case FormatText, FormatJSON:
+		return Format(s), nil
+	}
+	return "", fmt.Errorf("unknown format %q (want text or json)", s)
+}
+
+// JSON writes the report as indented JSON, the contract in DESIGN.md.
+func JSON(w io.Writer, r *finding.Report) error {
+	if r.Findings == nil {
+		r.Findings = []finding.Finding{}
+	}
+	if r.Histograms == nil {
+		r.Histograms = []finding.Histogram{}
+	}
+	if r.Capabilities == nil {
+		r.Capabilities = map[string]bool{}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(r); err != nil {
+		return fmt.Errorf("render json: %w", err)
+	}
+	return nil
+}
+
+// TextOptions tune the text renderer.
+type TextOptions struct {
+	Color bool // ANSI colours; only for terminals
+	Width int  // wrap width; 80 when zero
+	// StackDepth limits frames printed per subject (offenders get twice
+	// as many); 0 means 4.
+	StackDepth int
+}
+
+type textWriter struct {
+	w     io.Writer
+	o     TextOptions
+	err   error
+	color bool
+}
+
+func (t *textWriter) printf(format string, args ...any) {
+	if t.err != nil {
+		return
+	}
+	_, t.err = fmt.Fprintf(t.w, format, args...)
+}
+
+func (t *textWriter) paint(code, s string) string {
+	if !t.color {
+		return s
+	}
+	return "\x1b[" + code + "m" + s + "\x1b[0m"
+}
+
+// Text writes the report for a person: a header, the findings ranked by
+// severity, a verdict line, and what wolf itself cost.
+func Text(w io.Writer, r *finding.Report, o TextOptions) error {
+	if o.Width <= 0 {
+		o.Width = 80
+	}
+	if o.StackDepth <= 0 {
+		o.StackDepth = 4
+	}
+	t := &textWriter{w: w, o: o, color: o.Color}
+	t.printf("%s\n\n", t.paint("1", fmt.Sprintf("wolf %s · %s · %s · kernel %s · %.1f s", r.WolfVersion, r.Command, r.Host, r.Kernel, r.DurationS)))
+	fs := append([]finding.Finding(nil), r.Findings...)
+	finding.Sort(fs)
+	for _, f := range fs {
+		t.finding(&f)
+	}
+	for _, e := range r.Errors {
+		t.printf("%s %s\n", t.paint("31", "ERROR"), e)
+	}
+	if len(r.Errors) > 0 {
+		t.printf("\n")
+	}
+	t.printf("%s\n", t.paint("1", Verdict(r)))
+	ov := r.Overhead
+	t.printf("wolf's own cost: %.2f s CPU, %.1f ms in BPF programs, %d events, %d dropped\n",
+		ov.CPUSeconds, float64(ov.BPFRunNs)/1e6, ov.Events, ov.Dropped)
+	return t.err
+}
+
+// Verdict is the one line that sums the report up.
+func Verdict(r *finding.Report) string {
+	counts := map[finding.Severity]int{}
+	for _, f := range r.Findings {
+		counts[f.Severity]++
+	}
+	if len(r.Errors) > 0 && counts[finding.Critical]+counts[finding.Warning] == 0 {
+		return fmt.Sprintf("Incomplete: %d investigator(s) failed; no problem found by the rest.", len(r.Errors))
+	}
+	if counts[finding.Critical]+counts[finding.Warning] == 0 {
+		v := fmt.Sprintf("Healthy: nothing wrong found in %.0f s.", r.DurationS)
+		if n := counts[finding.Info]; n > 0 {
+			v += fmt.Sprintf(" (%d note%s above.)", n, map[bool]string{true: "", false: "s"}[n == 1])
+		}
+		return v
+	}
+	return fmt.Sprintf("Unhealthy: %d critical, %d warning, %d info.", counts[finding.Critical], counts[finding.Warning], counts[finding.Info])
+}
+
+func (t *textWriter) finding(f *finding.Finding) {
+	label := strings.ToUpper(f.Severity.String())
+	code := map[finding.Severity]string{finding.Critical: "1;31", finding.Warning: "1;33", finding.Info: "36"}[f.Severity]
+	const indent = "          "
+	title := wrap(f.Title, t.o.Width-len(indent))
+	for i, line := range title {
+		if i == 0 {
+			t.printf("%s%s%s\n", t.paint(code, label), strings.Repeat(" ", len(indent)-len(label)), line)
+		} else {
+			t.printf("%s%s\n", indent, line)
+		}
+	}
+	t.printf("%s%s\n", indent, t.paint("2", "["+f.ID+"]"))
+	t.para(indent, "", f.Summary)
+	t.para(indent, "Why: ", f.Mechanism)
+	if len(f.Evidence) > 0 {
+		t.para(indent, "Evidence: ", evidenceLine(f.Evidence))
+	}
+	for _, s := range f.Subjects {
+		t.subject(indent, &s)
+	}
+	if len(f.Remediation) > 0 {
+		t.printf("%s%s\n", indent, t.paint("1", "Do:"))
+		for _, r := range f.Remediation {
+			for i, line := range wrap(r, t.o.Width-len(indent)-2) {
+				if i == 0 {
+					t.printf("%s- %s\n", indent, line)
+				} else {
+					t.printf("%s  %s\n", indent, line)
+				}
+			}
+		}
+	}
+	t.printf("\n")
+}
+
+func (t *textWriter) para(indent, prefix, text string) {
+	if text == "" {
+		return
+	}
+	for i, line := range wrap(prefix+text, t.o.Width-len(indent)) {
+		_ = i
+		t.printf("%s%s\n", indent, line)
+	}
+}
+
+func (t *textWriter) subject(indent string, s *finding.Subject) {
+	who := s.Comm
+	switch {
+	case s.PID != 0 && s.TID != 0 && s.TID != s.PID:
+		who = fmt.Sprintf("%s (pid %d, tid %d)", s.Comm, s.PID, s.TID)
+	case s.PID != 0:
+		who = fmt.Sprintf("%s (pid %d)", s.Comm, s.PID)
+	case s.Cgroup != "":
+		who = s.Cgroup
+	case s.CPU != nil:
+		who = fmt.Sprintf("cpu %d", *s.CPU)
+	}
+	if s.State != "" {
+		who += " " + s.State
+	}
+	line := fmt.Sprintf("%-9s %s", s.Role, who)
+	if s.Detail != "" {
+		line += ": " + s.Detail
+	}
+	for i, l := range wrap(line, t.o.Width-len(indent)) {
+		if i == 0 {
+			t.printf("%s%s\n", indent, l)
+		} else {
+			t.printf("%s          %s\n", indent, l)
+		}
+	}
+	depth := t.o.StackDepth
+	if s.Role == finding.RoleOffender {
+		depth *= 2
+	}
+	for i, fr := range s.Stack {
+		if i == depth {
+			t.printf("%s          %s\n", indent, t.paint("2", fmt.Sprintf("… %d more frames (--format json has them all)", len(s.Stack)-depth)))
+			break
+		}
+		t.printf("%s          %s\n", indent, t.paint("2", fr))
+	}
+}
+
+func evidenceLine(ev map[string]any) string {
+	keys := make([]string, 0, len(ev))
+	for k := range ev {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var parts []string
+	for _, k := range keys {
+		var v string
+		switch x := ev[k].(type) {
+		case []string:
+			v = "[" + strings.Join(x, "; ") + "]"
+		case float64:
+			v = fmt.Sprintf("%g", x)
+		default:
+			v = fmt.Sprint(x)
+		}
+		parts = append(parts, k+"="+v)
+	}
+	return strings.Join(parts, " ")
+}
+
+// wrap breaks s into lines of at most width runes, at spaces when it can.
+func wrap(s string, width int) []string {
+	if width < 20 {
+		width = 20
+	}
+	var lines []string
+	for _, para := range strings.Split(s, "\n") {
+		words := strings.Fields(para)
+		var cur []rune
+		for _, w := range words {
+			rw := []rune(w)
+			for len(rw) > width { // a token longer than a line: cut it
+				if len(cur) > 0 {
+					lines = append(lines, string(cur))
+					cur = nil
+				}
+				lines = append(lines, string(rw[:width]))
+				rw = rw[width:]
+			}
+			switch {
+			case len(cur) == 0:
+				cur = rw
+			case len(cur)+1+len(rw) <= width:
+				cur = append(append(cur, ' '), rw...)
+			default:
+				lines = append(lines, string(cur))
+				cur = rw
+			}
+		}
+		if len(cur) > 0 {
+			lines = append(lines, string(cur))
+		}
+	}
+	return lines
+}

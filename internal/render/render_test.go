@@ -1,0 +1,102 @@
+package render
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/wolf-investigator/wolf/internal/finding"
+)
+
+func sample() *finding.Report {
+	return &finding.Report{
+		WolfVersion: "test", Command: "hung", Host: "h", Kernel: "6.18", DurationS: 10,
+		Findings: []finding.Finding{
+			{ID: "hung.lock-owner", Investigator: "hung", Severity: finding.Critical,
+				Title:    "2 tasks hung 41 s on rw-semaphore ffff888100000000 in fuse_file_write_iter; owner sh (pid 6744) is itself waiting for FUSE daemon fz (pid 6601)",
+				Summary:  "sh (pid 6750), sh (pid 6751) wait.",
+				Subjects: []finding.Subject{{Role: "offender", PID: 6744, TID: 6744, Comm: "sh", State: "S", Stack: []string{"a+0x1", "b+0x2"}}},
+				Evidence: map[string]any{"blocked_s": 41.0, "chain": []string{"x", "y"}}},
+			{ID: "audit.x", Investigator: "audit", Severity: finding.Info, Title: "note"},
+		},
+	}
+}
+
+func TestTextFitsEightyColumnsWithoutColourOnPipes(t *testing.T) {
+	var b bytes.Buffer
+	if err := Text(&b, sample(), TextOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, line := range strings.Split(out, "\n") {
+		if n := utf8.RuneCountInString(line); n > 80 {
+			t.Errorf("line of %d columns: %q", n, line)
+		}
+	}
+	if strings.Contains(out, "\x1b[") {
+		t.Error("colour escape in plain output")
+	}
+	if !strings.Contains(out, "CRITICAL") || !strings.Contains(out, "Unhealthy: 1 critical, 0 warning, 1 info.") {
+		t.Errorf("missing severity or verdict:\n%s", out)
+	}
+	if strings.Index(out, "CRITICAL") > strings.Index(out, "INFO") {
+		t.Error("findings not ranked by severity")
+	}
+	b.Reset()
+	_ = Text(&b, sample(), TextOptions{Color: true})
+	if !strings.Contains(b.String(), "\x1b[1;31m") {
+		t.Error("no colour when asked for")
+	}
+}
+
+func TestVerdictHealthy(t *testing.T) {
+	r := &finding.Report{DurationS: 10}
+	if v := Verdict(r); !strings.HasPrefix(v, "Healthy") {
+		t.Errorf("verdict %q", v)
+	}
+	r.Findings = []finding.Finding{{Severity: finding.Info}}
+	if v := Verdict(r); !strings.HasPrefix(v, "Healthy") || !strings.Contains(v, "1 note") {
+		t.Errorf("verdict %q", v)
+	}
+	r.Errors = []string{"hung: boom"}
+	r.Findings = nil
+	if v := Verdict(r); !strings.HasPrefix(v, "Incomplete") {
+		t.Errorf("verdict %q", v)
+	}
+}
+
+func TestJSONHasEmptyArraysNotNull(t *testing.T) {
+	var b bytes.Buffer
+	if err := JSON(&b, &finding.Report{}); err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b.Bytes(), &m); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m["findings"].([]any); !ok {
+		t.Errorf("findings = %#v, want []", m["findings"])
+	}
+	if _, ok := m["histograms"].([]any); !ok {
+		t.Errorf("histograms = %#v, want []", m["histograms"])
+	}
+}
+
+func TestParseFormat(t *testing.T) {
+	if _, err := ParseFormat("xml"); err == nil {
+		t.Error("xml accepted")
+	}
+	if f, err := ParseFormat("json"); err != nil || f != FormatJSON {
+		t.Error("json refused")
+	}
+}
+
+func TestWrapCutsLongTokens(t *testing.T) {
+	for _, l := range wrap(strings.Repeat("x", 100)+" y", 30) {
+		if len(l) > 30 {
+			t.Errorf("line %q too long", l)
+		}
+	}
+}
