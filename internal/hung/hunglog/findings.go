@@ -1,0 +1,387 @@
+package hunglog
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/hung/waitsite"
+)
+
+// Finding ids. "log-" marks conclusions drawn from a saved log, as opposed
+// to the live investigator's, so scripts can tell how much to trust them
+// (a log cannot be asked a second question).
+const (
+	IDLockOwner = "hung.log-lock-owner"
+	IDCoredump  = "hung.log-coredump"
+	IDKworker   = "hung.log-kworker"
+	IDIO        = "hung.log-io"
+	IDRCU       = "hung.log-rcu"
+	IDFuse      = "hung.log-fuse"
+	IDGroup     = "hung.log-group"
+	IDLimits    = "hung.log-limits" // info: the log was bigger than the caps
+)
+
+const seedHungURL = "https://blog.cloudflare.com/searching-for-the-cause-of-hung-tasks-in-the-linux-kernel/"
+
+// buildFindings turns groups into findings: one per group, except that the
+// two halves of an RCU-tasks/do_exit deadlock become one.
+func buildFindings(a *Analysis, p *parser) []finding.Finding {
+	var out []finding.Finding
+	used := map[int]bool{}
+	if f, groups, ok := rcuTasksDeadlock(a, p); ok {
+		out = append(out, f)
+		for _, i := range groups {
+			used[i] = true
+		}
+	}
+	// owned maps an owner's pid to the groups it blocks, so that a hung
+	// owner's own finding can say whom it blocks.
+	owned := map[int][]*Group{}
+	for i := range a.Groups {
+		if o := a.Groups[i].Owner; o != nil && len(owned[o.PID]) < 4 {
+			owned[o.PID] = append(owned[o.PID], &a.Groups[i])
+		}
+	}
+	for i := range a.Groups {
+		if !used[i] {
+			out = append(out, groupFinding(a, &a.Groups[i], owned))
+		}
+	}
+	if f, ok := limitsFinding(a); ok {
+		out = append(out, f)
+	}
+	return out
+}
+
+// limitsFinding says when the log was bigger than what wolf keeps, so that
+// nobody reads a partial analysis as a complete one.
+func limitsFinding(a *Analysis) (finding.Finding, bool) {
+	if a.ReportsDropped == 0 && !a.MemoryCapHit {
+		return finding.Finding{}, false
+	}
+	var parts []string
+	if a.ReportsDropped > 0 {
+		parts = append(parts, fmt.Sprintf("%d hung tasks beyond the first %d were counted but not analysed", a.ReportsDropped, MaxReports))
+	}
+	if a.MemoryCapHit {
+		parts = append(parts, fmt.Sprintf("stacks beyond %d MiB of kept text were dropped", MaxStoredBytes>>20))
+	}
+	return finding.Finding{
+		ID:           IDLimits,
+		Investigator: "hung",
+		Severity:     finding.Info,
+		Title:        "The log exceeds what wolf analyses; the findings cover part of it",
+		Summary:      strings.Join(parts, "; ") + ".",
+		Evidence: map[string]any{"reports_dropped": a.ReportsDropped, "memory_cap_hit": a.MemoryCapHit,
+			"reports_kept": len(a.Reports), "lines": a.Lines},
+		Remediation: []string{"Split the log by time (one boot, one incident) and analyse the pieces."},
+	}, true
+}
+
+func groupFinding(a *Analysis, g *Group, owned map[int][]*Group) finding.Finding {
+	id := findingID(g)
+	sev := finding.Warning
+	if g.Site.Kind.IsLock() && (len(g.Victims) >= 2 || g.Owner != nil) {
+		sev = finding.Critical
+	}
+	f := finding.Finding{
+		ID:           id,
+		Investigator: "hung",
+		Severity:     sev,
+		Title:        title(id, g),
+		Summary:      summary(id, g, a, owned),
+		Mechanism:    mechanism(id, g),
+		Subjects:     subjects(g),
+		Evidence:     evidence(g, a),
+		Remediation:  remediation(id, g),
+		References:   []string{seedHungURL},
+	}
+	return f
+}
+
+func findingID(g *Group) string {
+	k := g.Site.Kind
+	switch {
+	case k == waitsite.Coredump:
+		return IDCoredump
+	case k.IsLock() && g.Owner != nil:
+		return IDLockOwner
+	case k.IsLock():
+		return IDGroup
+	case k == waitsite.RCU:
+		return IDRCU
+	case allKworkers(g):
+		return IDKworker
+	case k == waitsite.IO || k == waitsite.PageLock || k == waitsite.Writeback:
+		return IDIO
+	case k == waitsite.Fuse:
+		return IDFuse
+	}
+	return IDGroup
+}
+
+func allKworkers(g *Group) bool {
+	for _, v := range g.Victims {
+		if v.Workqueue == "" {
+			return false
+		}
+	}
+	return len(g.Victims) > 0
+}
+
+// who names the victims for a title: the task itself when alone.
+func who(g *Group) string {
+	if len(g.Victims) == 1 {
+		v := g.Victims[0]
+		s := fmt.Sprintf("%s (pid %d) hung", v.Comm, v.PID)
+		if v.BlockedS > 0 {
+			s += fmt.Sprintf(" %d s", v.BlockedS)
+		}
+		return s
+	}
+	noun := "tasks"
+	if allKworkers(g) {
+		noun = "kworkers"
+	}
+	return fmt.Sprintf("%d %s hung", len(g.Victims), noun)
+}
+
+// callers lists the distinct functions the victims wait in, the detail
+// that let the seed's engineers see three stacks were one problem.
+func callers(g *Group, max int) string {
+	seen := map[string]bool{}
+	var names []string
+	for _, v := range g.Victims {
+		f := v.Site.Func
+		if f == "" || seen[f] {
+			continue
+		}
+		seen[f] = true
+		names = append(names, f)
+	}
+	if len(names) > max {
+		names = append(names[:max], fmt.Sprintf("+%d more", len(names)-max))
+	}
+	return strings.Join(names, ", ")
+}
+
+// lockName names the lock a group waits on as precisely as the log allows.
+func lockName(g *Group) string {
+	switch {
+	case g.Site.Object != "":
+		return g.Site.Object
+	case g.LockName != "":
+		return g.LockName
+	}
+	noun := map[waitsite.Kind]string{
+		waitsite.Mutex: "a mutex", waitsite.RwsemRead: "an rw-semaphore", waitsite.RwsemWrite: "an rw-semaphore",
+		waitsite.RTMutex: "an rt-mutex", waitsite.Semaphore: "a semaphore",
+	}[g.Site.Kind]
+	if noun == "" {
+		noun = "a lock"
+	}
+	if g.Site.Func != "" && !strings.HasPrefix(g.Key, "owned:") {
+		noun += " in " + g.Site.Func
+	}
+	return noun
+}
+
+// waitPhrase is the site's description without its " in FUNC" tail, for
+// titles that list the callers separately.
+func waitPhrase(s waitsite.Site) string {
+	if s.Func != "" {
+		return strings.TrimSuffix(s.Describe, " in "+s.Func)
+	}
+	return s.Describe
+}
+
+func title(id string, g *Group) string {
+	single := len(g.Victims) == 1
+	// Plural titles list the callers, the detail that showed the seed's
+	// engineers that three different stacks were one problem; a single
+	// victim's title names its caller in the phrase itself.
+	list, in := "", ""
+	if c := callers(g, 3); !single && c != "" {
+		list = " (" + c + ")"
+	} else if single && g.Site.Func != "" {
+		in = " in " + g.Site.Func
+	}
+	switch id {
+	case IDLockOwner:
+		o := g.Owner
+		t := fmt.Sprintf("%s behind %s held by %s (pid %d)", who(g), lockName(g), o.Comm, o.PID)
+		switch {
+		case o.PID > 0 && victimPID(g, o.PID):
+			t += ": the task waits for a lock it holds itself"
+		case o.Site != nil && o.Site.Func != "":
+			t += "; the owner itself " + o.Site.Describe
+		}
+		return t
+	case IDGroup:
+		if g.Site.Kind.IsLock() {
+			name := lockName(g)
+			if strings.Contains(name, " in ") {
+				in = ""
+			}
+			return fmt.Sprintf("%s behind %s%s%s", who(g), name, in, list)
+		}
+	case IDCoredump:
+		if single {
+			return who(g) + ": blocked by its process's core dump, not by the application"
+		}
+		return fmt.Sprintf("%s while their process dumps core (%s)", who(g), comms(g, 3))
+	case IDKworker:
+		v := g.Victims[0]
+		sub := subsystem(v.Workqueue, v.WorkFunc)
+		t := fmt.Sprintf("%s in workqueue %s (%s)", who(g), v.Workqueue, v.WorkFunc)
+		if sub.name != "" {
+			t += ": " + sub.name + " is slow"
+			if dev := wqDevice(v.Workqueue); dev != "" {
+				t += " on " + dev
+			}
+		}
+		return t
+	case IDIO:
+		return fmt.Sprintf("%s waiting for I/O%s%s", who(g), in, list)
+	case IDFuse:
+		return fmt.Sprintf("%s waiting for a FUSE daemon%s%s", who(g), in, list)
+	}
+	if single {
+		return fmt.Sprintf("%s: %s", who(g), g.Site.Describe)
+	}
+	return fmt.Sprintf("%s: %s%s", who(g), groupPhrase(g), list)
+}
+
+// groupPhrase is what every victim of a group waits for, without the
+// callers: their common site phrase, or the lock when they differ (readers
+// and writers behind one owner).
+func groupPhrase(g *Group) string {
+	p := waitPhrase(g.Victims[0].Site)
+	for _, v := range g.Victims[1:] {
+		if waitPhrase(v.Site) != p {
+			if g.Site.Kind.IsLock() {
+				return "waits for " + lockName(g)
+			}
+			return waitPhrase(g.Site)
+		}
+	}
+	return p
+}
+
+func victimPID(g *Group, pid int) bool {
+	for _, v := range g.Victims {
+		if v.PID == pid {
+			return true
+		}
+	}
+	return false
+}
+
+func comms(g *Group, max int) string {
+	seen := map[string]bool{}
+	var names []string
+	for _, v := range g.Victims {
+		if !seen[v.Comm] {
+			seen[v.Comm] = true
+			names = append(names, v.Comm)
+		}
+	}
+	if len(names) > max {
+		names = append(names[:max], fmt.Sprintf("+%d more", len(names)-max))
+	}
+	return strings.Join(names, ", ")
+}
+
+func maxBlocked(g *Group) int {
+	m := 0
+	for _, v := range g.Victims {
+		if v.BlockedS > m {
+			m = v.BlockedS
+		}
+	}
+	return m
+}
+
+func summary(id string, g *Group, a *Analysis, owned map[int][]*Group) string {
+	var b strings.Builder
+	n := len(g.Victims)
+	if n == 1 {
+		v := g.Victims[0]
+		fmt.Fprintf(&b, "%s (pid %d) has been in uninterruptible sleep (D)", v.Comm, v.PID)
+	} else {
+		fmt.Fprintf(&b, "%d tasks have been in uninterruptible sleep (D)", n)
+	}
+	switch m := maxBlocked(g); {
+	case m > 0 && n == 1:
+		fmt.Fprintf(&b, " for more than %d s", m)
+	case m > 0:
+		fmt.Fprintf(&b, " for up to %d s", m)
+	default:
+		b.WriteString(" (seen in a sysrq dump)")
+	}
+	if n == 1 {
+		fmt.Fprintf(&b, "; it %s.", g.Site.Describe)
+	} else {
+		fmt.Fprintf(&b, "; each %s", groupPhrase(g))
+		if c := callers(g, 6); c != "" {
+			b.WriteString(", in " + c)
+		}
+		b.WriteString(".")
+	}
+	switch o := g.Owner; {
+	case o != nil:
+		fmt.Fprintf(&b, " %s names %s (pid %d) as the holder", capitalize(o.Source), o.Comm, o.PID)
+		if o.Site != nil && (o.Site.Func != "" || o.Site.Kind != waitsite.Other) {
+			fmt.Fprintf(&b, "; the owner itself %s", o.Site.Describe)
+		}
+		b.WriteString(".")
+	case len(g.Holders) > 0:
+		fmt.Fprintf(&b, " Lockdep lists %d other tasks holding it; the log cannot say which one blocks the rest.", len(g.Holders))
+	case g.Site.Kind.IsLock():
+		b.WriteString(" The log names the victims only, not who holds the lock: run `wolf hung` while it happens to decode the owner.")
+	}
+	for _, v := range g.Victims {
+		if v.Blocker != nil && v.Blocker.NotFound {
+			fmt.Fprintf(&b, " The kernel could not find the owner of the %s %s waits on: readers of rw-semaphores are not tracked, and an owner may have just released it.", v.Blocker.Lock, v.Comm)
+			break
+		}
+	}
+	if id == IDKworker {
+		v := g.Victims[0]
+		if sub := subsystem(v.Workqueue, v.WorkFunc); sub.name != "" {
+			fmt.Fprintf(&b, " The kworker was running %s from workqueue %s: %s.", v.WorkFunc, v.Workqueue, sub.hint)
+		}
+	}
+	for _, v := range g.Victims {
+		for _, other := range owned[v.PID] {
+			if other != g {
+				fmt.Fprintf(&b, " %s (pid %d) holds %s, which %d other hung task(s) wait for.", v.Comm, v.PID, lockName(other), len(other.Victims))
+			}
+		}
+	}
+	if a.Suppressed {
+		b.WriteString(" The kernel suppressed later hung-task reports (kernel.hung_task_warnings), so the count is a lower bound.")
+	}
+	return b.String()
+}
+
+func capitalize(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// pidList formats pids for remediation commands.
+func pidList(g *Group, max int) string {
+	var ps []string
+	for i, v := range g.Victims {
+		if i == max {
+			break
+		}
+		ps = append(ps, strconv.Itoa(v.PID))
+	}
+	return strings.Join(ps, " ")
+}
