@@ -1,0 +1,531 @@
+package hung
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/hung/waitsite"
+)
+
+// Proc is a process found outside the BPF records (a FUSE daemon).
+type Proc struct {
+	PID  int
+	Comm string
+}
+
+// Snapshot is everything the analysis needs, gathered by Run (or built by
+// tests): the blocked tasks, the owners followed, khungtaskd's reports.
+type Snapshot struct {
+	Victims   []*Task       // tasks in D at the last scan, blocked >= Threshold
+	Recovered []*Task       // blocked >= Threshold earlier in the window, running again by its end
+	Owners    map[int]*Task // lock owners fetched by tid, any state
+	Hangs     []hangReport  // khungtaskd reports during the window
+	// FuseDaemons lists processes holding /dev/fuse open; called only when a
+	// chain ends at a FUSE request.
+	FuseDaemons func() []Proc
+	// Comm looks up a task's name when no record has it (may return "").
+	Comm        func(tid int) string
+	Threshold   time.Duration
+	HungTimeout time.Duration // kernel.hung_task_timeout_secs; 0 if off or unknown
+}
+
+// group is the victims that wait on one thing.
+type group struct {
+	key     string
+	kind    string // lock, coredump, kworker, fuse, rcu, io, site
+	lock    *Lock
+	site    waitsite.Site
+	victims []*Task
+}
+
+const maxHops = 4
+
+// Conclude turns a snapshot into findings: one per thing the victims wait
+// on, the offender named when it can be known, plus tasks that recovered.
+func Conclude(s *Snapshot) []finding.Finding {
+	var out []finding.Finding
+	for _, g := range groupVictims(s.Victims) {
+		out = append(out, s.groupFinding(g))
+	}
+	if f, ok := s.recoveredFinding(); ok {
+		out = append(out, f)
+	}
+	if f, ok := s.unmatchedHangs(); ok {
+		out = append(out, f)
+	}
+	finding.Sort(out)
+	return out
+}
+
+func groupVictims(victims []*Task) []*group {
+	byKey := map[string]*group{}
+	var order []*group
+	for _, t := range victims {
+		g := &group{site: waitsite.Classify(t.Stack)}
+		switch {
+		case t.Lock != nil:
+			g.kind, g.key, g.lock = "lock", fmt.Sprintf("lock:%x", t.Lock.Addr), t.Lock
+		case t.Flags&pfPostCoredump != 0 || g.site.Kind == waitsite.Coredump:
+			g.kind, g.key = "coredump", fmt.Sprintf("coredump:%d", t.TGID)
+		case t.Flags&pfWQWorker != 0 && t.WQFunc != "":
+			g.kind, g.key = "kworker", "kworker:"+t.WQFunc+":"+g.site.Key()
+		case g.site.Kind == waitsite.Fuse:
+			g.kind, g.key = "fuse", "fuse"
+		case g.site.Kind == waitsite.RCU:
+			g.kind, g.key = "rcu", "rcu:"+g.site.Key()
+		case g.site.Kind == waitsite.IO || g.site.Kind == waitsite.PageLock || g.site.Kind == waitsite.Writeback:
+			g.kind, g.key = "io", "io:"+g.site.Key()
+		default:
+			g.kind, g.key = "site", "site:"+g.site.Key()
+		}
+		if have, ok := byKey[g.key]; ok {
+			have.victims = append(have.victims, t)
+			continue
+		}
+		g.victims = []*Task{t}
+		byKey[g.key] = g
+		order = append(order, g)
+	}
+	for _, g := range order {
+		sort.Slice(g.victims, func(i, j int) bool { return g.victims[i].Blocked > g.victims[j].Blocked })
+	}
+	return order
+}
+
+// hop is one link of a wait chain: a task and what it is doing.
+type hop struct {
+	task  *Task  // nil for a process known only by pid (a FUSE daemon)
+	proc  Proc   // set when task is nil
+	what  string // "holds rw-semaphore ffff…", "FUSE daemon"
+	doing string // "sleeping (S) in request_wait_answer: waits for a FUSE daemon's reply"
+}
+
+func (h hop) label() string {
+	if h.task != nil {
+		return h.task.Label()
+	}
+	return taskLabel(h.proc.Comm, h.proc.PID, h.proc.PID)
+}
+
+// chain follows owners: the lock's owner, what it waits on, that thing's
+// owner, up to maxHops. It reports a cycle (a deadlock) when it meets a
+// task twice.
+func (s *Snapshot) chain(start *Lock) (hops []hop, deadlock bool) {
+	seen := map[int]bool{}
+	lock := start
+	for i := 0; i < maxHops && lock != nil && lock.Owner != OwnerNone; i++ {
+		tid := lock.OwnerTID
+		if seen[tid] {
+			return hops, true
+		}
+		seen[tid] = true
+		o := s.Owners[tid]
+		if o == nil {
+			// The owner exited or was not fetched: say what the lock word said.
+			o = &Task{TID: tid, TGID: lock.OwnerTGID, Comm: lock.OwnerComm, State: ^uint32(0)}
+		}
+		h := hop{task: o, what: "holds " + lock.Describe()}
+		if lock.Owner == OwnerReaders {
+			h.what = fmt.Sprintf("last reader of %s (%d readers hold it)", lock.Describe(), lock.Readers)
+		}
+		h.doing = describeTaskWait(o)
+		hops = append(hops, h)
+		if o.Lock != nil && o.Lock.Owner != OwnerNone {
+			lock = o.Lock
+			continue
+		}
+		if site := waitsite.Classify(o.Stack); site.Kind == waitsite.Fuse && s.FuseDaemons != nil {
+			for _, d := range s.FuseDaemons() {
+				hops = append(hops, hop{proc: d, what: "FUSE daemon", doing: "has not answered the request"})
+			}
+		}
+		break
+	}
+	return hops, false
+}
+
+func describeTaskWait(t *Task) string {
+	if t.State == ^uint32(0) {
+		return "state unknown (it did not show up in the task walk; it may have exited)"
+	}
+	st := t.StateLetter()
+	if st == "R" {
+		return "running (R): it holds the lock while on CPU or runnable"
+	}
+	site := waitsite.Classify(t.Stack)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s", stateWord(st))
+	if t.Lock != nil {
+		fmt.Fprintf(&b, ", waiting for %s", t.Lock.Describe())
+	}
+	if site.Func != "" || site.Describe != "" {
+		if site.Describe != "" {
+			fmt.Fprintf(&b, ": %s", site.Describe)
+		} else {
+			fmt.Fprintf(&b, " in %s", site.Func)
+		}
+	}
+	return b.String()
+}
+
+func stateWord(letter string) string {
+	switch letter {
+	case "D":
+		return "blocked (D)"
+	case "S":
+		return "sleeping (S)"
+	case "T", "t":
+		return "stopped (" + letter + ")"
+	}
+	return "in state " + letter
+}
+
+func (s *Snapshot) groupFinding(g *group) finding.Finding {
+	maxB, minB := g.victims[0].Blocked, g.victims[len(g.victims)-1].Blocked
+	n := len(g.victims)
+	f := finding.Finding{
+		Investigator: "hung",
+		Severity:     finding.Warning,
+		Evidence: map[string]any{
+			"victims":       n,
+			"blocked_s":     round1(maxB.Seconds()),
+			"blocked_min_s": round1(minB.Seconds()),
+			"since_exact":   g.victims[0].BlockedExact,
+			"wait_site":     g.site.Func,
+		},
+		References: []string{"https://blog.cloudflare.com/searching-for-the-cause-of-hung-tasks-in-the-linux-kernel/"},
+	}
+	if s.HungTimeout > 0 {
+		f.Evidence["hung_task_timeout_s"] = s.HungTimeout.Seconds()
+		if maxB >= s.HungTimeout {
+			f.Severity = finding.Critical
+		}
+	}
+	if k := s.khungtaskdReported(g.victims); k > 0 {
+		f.Evidence["khungtaskd_reports"] = k
+	}
+	tasks := plural(n, "task", "tasks")
+	var victimSubjects []finding.Subject
+	for _, v := range g.victims {
+		victimSubjects = append(victimSubjects, subject(finding.RoleVictim, v, fmt.Sprintf("%s for %s in %s", v.StateLetter(), dur(v.Blocked), waitsite.Classify(v.Stack).Func)))
+	}
+
+	switch g.kind {
+	case "lock":
+		s.lockFinding(&f, g, tasks, maxB)
+	case "coredump":
+		f.ID = "hung.coredump"
+		v := g.victims[0]
+		dumper := "another thread"
+		if v.DumperTID != 0 {
+			dumper = fmt.Sprintf("thread %d", v.DumperTID)
+			if c := s.comm(v.DumperTID); c != "" {
+				dumper = taskLabel(c, v.TGID, v.DumperTID)
+			}
+			f.Subjects = append(f.Subjects, finding.Subject{Role: finding.RoleOffender, PID: v.TGID, TID: v.DumperTID, Comm: s.comm(v.DumperTID), Detail: "writing the core dump"})
+			f.Evidence["dumper_tid"] = v.DumperTID
+		}
+		f.Title = fmt.Sprintf("Blocked by coredump: %s of %s blocked %s while %s writes the core dump", plural(n, "thread", "threads"), taskLabel(v.Comm, v.TGID, v.TGID), dur(maxB), dumper)
+		f.Summary = "The process crashed and the kernel is dumping its memory; its threads sleep in D until the dump is written. The application is the victim here, not the cause of the hang."
+		f.Mechanism = "On a fatal signal with core dumps enabled, every thread of the process parks in coredump_task_exit (PF_POSTCOREDUMP) while one thread writes the memory image to core_pattern. The bigger the process, the longer the dump and the likelier a hung-task report."
+		f.Remediation = []string{
+			"Check kernel.core_pattern and where the dump goes (a pipe to systemd-coredump, or a file on a slow disk).",
+			"Limit dump size for huge processes (ulimit -c, systemd-coredump ProcessSizeMax=) or disable dumps where they are not read.",
+			"Find why the process crashed (its own logs, the signal in the coredump).",
+		}
+	case "kworker":
+		v := g.victims[0]
+		f.ID = "hung.kworker"
+		wq := v.WQName
+		if wq == "" {
+			wq = "unknown workqueue"
+		}
+		f.Title = fmt.Sprintf("%s hung %s running %s (workqueue %s)", joinLabels(g.victims, 2), dur(maxB), v.WQFunc, wq)
+		f.Summary = fmt.Sprintf("Kernel worker threads are blocked in %s while running the work item %s from workqueue %s: the subsystem behind that function is slowed down or stuck.", g.site.Func, v.WQFunc, wq)
+		f.Mechanism = "A kworker executes deferred work for a subsystem; the work function's name says which. When it blocks, every later item on that workqueue waits too."
+		f.Evidence["work_func"] = v.WQFunc
+		f.Evidence["workqueue"] = wq
+		f.Remediation = []string{
+			fmt.Sprintf("Look at the subsystem that owns %s (for xfs_log_worker: the filesystem and the device under it; check its latency and errors).", v.WQFunc),
+			"For dm-crypt devices, consider the no_read_workqueue/no_write_workqueue options (the seed's XFS case).",
+		}
+	case "fuse":
+		f.ID = "hung.fuse"
+		f.Severity = finding.Critical
+		f.Title = fmt.Sprintf("%s hung %s waiting for a FUSE daemon's reply", tasks, dur(maxB))
+		f.Summary = "The tasks sent requests to a FUSE filesystem and its user-space daemon has not answered."
+		f.Mechanism = "A FUSE request parks the caller in request_wait_answer until the daemon writes the reply to /dev/fuse; a stuck or slow daemon stalls every caller, and the locks they hold."
+		s.addFuseDaemons(&f)
+		f.Remediation = fuseRemedies()
+	case "rcu":
+		f.ID = "hung.rcu"
+		f.Title = fmt.Sprintf("%s hung %s waiting for an RCU grace period (%s)", tasks, dur(maxB), g.site.Func)
+		f.Summary = "The tasks wait for an RCU grace period that does not end. With synchronize_rcu_tasks, a task that never voluntarily switches (or one stuck in late do_exit) holds it back."
+		f.Mechanism = "RCU-tasks waits until every task has voluntarily context-switched, and for exiting tasks through an SRCU section; detaching BPF trampolines (fentry/fexit) waits for it. Kernels before the 2024 fix \"rcu-tasks: Maintain lists to eliminate RCU-tasks/do_exit() deadlocks\" could deadlock against zap_pid_ns_processes."
+		f.Remediation = []string{
+			"Find the task holding the grace period back: echo t > /proc/sysrq-trigger and look for tasks in do_exit/zap_pid_ns_processes.",
+			"If BPF fentry/fexit programs are being detached, upgrade to a kernel with the RCU-tasks do_exit fix (6.9+) or use tracepoints.",
+		}
+	case "io":
+		f.ID = "hung.io"
+		f.Title = fmt.Sprintf("%s blocked %s in I/O wait: %s", tasks, dur(maxB), g.site.Describe)
+		f.Summary = "The tasks wait for block I/O or page I/O to complete: the storage under them is slow, stuck or saturated."
+		f.Mechanism = "io_schedule puts a task in D until the device completes its request; a slow or failing device, or a saturated queue, shows up as tasks hung in I/O wait."
+		f.Remediation = []string{
+			"Check the devices: iostat -x 1 (await, %util), /proc/pressure/io, and the kernel log for I/O errors or resets.",
+		}
+	default:
+		f.ID = "hung.wait-site"
+		what := g.site.Describe
+		if what == "" {
+			what = "in " + g.site.Func
+		}
+		f.Title = fmt.Sprintf("%s blocked %s %s", tasks, dur(maxB), what)
+		f.Summary = fmt.Sprintf("The tasks sleep uninterruptibly in %s; wolf could not identify a lock or owner for this wait.", g.site.Func)
+		f.Mechanism = "D-state sleeps end only when the event the task waits for happens; the first meaningful frame of its kernel stack names what that is."
+		f.Remediation = []string{
+			fmt.Sprintf("Read the full stacks below and the code around %s to see what wakes it.", g.site.Func),
+		}
+	}
+	f.Subjects = append(f.Subjects, victimSubjects...)
+	return f
+}
+
+func (s *Snapshot) lockFinding(f *finding.Finding, g *group, tasks string, maxB time.Duration) {
+	l := g.lock
+	f.Evidence["lock_addr"] = fmt.Sprintf("0x%x", l.Addr)
+	f.Evidence["lock_type"] = l.Kind.Noun()
+	if m := l.Kind.Mode(); m != "" {
+		f.Evidence["lock_mode"] = m
+	}
+	f.Evidence["lock_source"] = l.Source.String()
+	where := ""
+	if l.Name == "" && g.site.Func != "" {
+		where = " in " + g.site.Func
+	}
+	lockText := l.Describe() + where
+	f.Mechanism = fmt.Sprintf("The victims sleep uninterruptibly until the %s is released, and only its owner can release it. Whatever the owner waits for, every victim waits for too.", l.Kind.Noun())
+
+	hops, deadlock := s.chain(l)
+	if len(hops) == 0 {
+		f.ID = "hung.lock"
+		f.Severity = max(f.Severity, finding.Warning)
+		why := "its owner could not be decoded"
+		if l.Owner == OwnerNone && l.Kind == LockSemaphore {
+			why = "semaphores record no owner on this kernel"
+		}
+		f.Title = fmt.Sprintf("%s hung %s on %s; %s", tasks, dur(maxB), lockText, why)
+		f.Summary = fmt.Sprintf("%s wait for %s (%s).", joinLabels(g.victims, 3), l.Describe(), l.Source)
+		f.Remediation = []string{"Look for the holder among tasks running or sleeping with this lock in their stacks: echo w > /proc/sysrq-trigger, or `wolf locks`."}
+		return
+	}
+	f.ID = "hung.lock-owner"
+	f.Severity = finding.Critical
+	off := hops[0]
+	f.Subjects = append(f.Subjects, subjectFromHop(finding.RoleOffender, off))
+	var chainText []string
+	for i, h := range hops {
+		chainText = append(chainText, fmt.Sprintf("%s %s, %s", h.label(), h.what, h.doing))
+		if i > 0 {
+			f.Subjects = append(f.Subjects, subjectFromHop(finding.RoleOwner, h))
+		}
+	}
+	f.Evidence["chain"] = chainText
+	if off.task != nil {
+		f.Evidence["owner_state"] = off.task.StateLetter()
+		f.Evidence["owner_pid"] = off.task.TGID
+		f.Evidence["owner_tid"] = off.task.TID
+	}
+	readers := ""
+	if l.Owner == OwnerReaders {
+		readers = " (reader-owned: the named task is only the latest reader)"
+	}
+	title := fmt.Sprintf("%s hung %s on %s; owner %s%s", tasks, dur(maxB), lockText, off.label(), readers)
+	last := hops[len(hops)-1]
+	switch {
+	case deadlock:
+		f.ID = "hung.deadlock"
+		title += " — a deadlock: the chain of owners leads back to a waiter"
+	case len(hops) > 1 && last.task == nil:
+		title += fmt.Sprintf(" is itself waiting for %s %s", last.what, last.label())
+	case len(hops) > 1:
+		title += fmt.Sprintf(" is itself waiting for %s, who is %s", last.label(), last.doing)
+	default:
+		title += " is " + off.doing
+	}
+	f.Title = title
+	f.Summary = fmt.Sprintf("%s wait for %s. Its owner %s is %s.", joinLabels(g.victims, 3), l.Describe(), off.label(), off.doing)
+	f.Remediation = []string{
+		fmt.Sprintf("Look at what the owner is doing: cat /proc/%d/task/%d/stack (the stack is below).", ownerPID(off), ownerTID(off)),
+	}
+	if last.task == nil && last.what == "FUSE daemon" {
+		f.Remediation = append(fuseRemedies(), f.Remediation...)
+	}
+	if deadlock {
+		f.Remediation = append([]string{"A lock-order deadlock does not resolve by itself: the tasks in the chain must be killed (if killable) or the host rebooted; report the stacks upstream."}, f.Remediation...)
+	}
+}
+
+func fuseRemedies() []string {
+	return []string{
+		"Make the FUSE daemon answer (restart or debug it); its pending requests are in /sys/fs/fuse/connections/*/waiting.",
+		"To unblock the host now: echo 1 > /sys/fs/fuse/connections/<N>/abort fails the pending requests (the mount then returns ENOTCONN); umount -l detaches it.",
+	}
+}
+
+func (s *Snapshot) addFuseDaemons(f *finding.Finding) {
+	if s.FuseDaemons == nil {
+		return
+	}
+	for _, d := range s.FuseDaemons() {
+		f.Subjects = append(f.Subjects, finding.Subject{Role: finding.RoleOffender, PID: d.PID, TID: d.PID, Comm: d.Comm, Detail: "FUSE daemon (holds /dev/fuse open)"})
+	}
+}
+
+func (s *Snapshot) recoveredFinding() (finding.Finding, bool) {
+	if len(s.Recovered) == 0 {
+		return finding.Finding{}, false
+	}
+	longest := s.Recovered[0]
+	for _, t := range s.Recovered {
+		if t.Blocked > longest.Blocked {
+			longest = t
+		}
+	}
+	f := finding.Finding{
+		ID:           "hung.recovered",
+		Investigator: "hung",
+		Severity:     finding.Info,
+		Title:        fmt.Sprintf("%s blocked over %s during the window, then ran again (longest %s: %s)", plural(len(s.Recovered), "task was", "tasks were"), dur(s.Threshold), dur(longest.Blocked), longest.Label()),
+		Summary:      "Long uninterruptible sleeps that ended by themselves: a slow resource rather than a hang, worth watching if it repeats.",
+		Evidence:     map[string]any{"tasks": len(s.Recovered), "blocked_s": round1(longest.Blocked.Seconds())},
+	}
+	for _, t := range s.Recovered {
+		f.Subjects = append(f.Subjects, subject(finding.RoleTask, t, fmt.Sprintf("was D for %s in %s", dur(t.Blocked), waitsite.Classify(t.Stack).Func)))
+	}
+	return f, true
+}
+
+func (s *Snapshot) khungtaskdReported(victims []*Task) int {
+	n := 0
+	for _, h := range s.Hangs {
+		for _, v := range victims {
+			if v.TID == h.TID {
+				n++
+				break
+			}
+		}
+	}
+	return n
+}
+
+// unmatchedHangs covers khungtaskd reports about tasks wolf no longer sees
+// blocked: they happened in the window and belong in the report.
+func (s *Snapshot) unmatchedHangs() (finding.Finding, bool) {
+	known := map[int]bool{}
+	for _, v := range s.Victims {
+		known[v.TID] = true
+	}
+	var left []hangReport
+	for _, h := range s.Hangs {
+		if !known[h.TID] {
+			left = append(left, h)
+		}
+	}
+	if len(left) == 0 {
+		return finding.Finding{}, false
+	}
+	f := finding.Finding{
+		ID:           "hung.khungtaskd",
+		Investigator: "hung",
+		Severity:     finding.Warning,
+		Title:        fmt.Sprintf("khungtaskd reported %s during the window", plural(len(left), "hung task", "hung tasks")),
+		Summary:      "The kernel's hung-task detector reported these tasks (sched_process_hang); they were no longer blocked, or below wolf's threshold, when wolf looked. The kernel log has their stacks: `wolf analyze` reads it.",
+		Evidence:     map[string]any{"reports": len(left)},
+		Remediation:  []string{"dmesg > kernel.log && wolf analyze kernel.log"},
+	}
+	for _, h := range left {
+		f.Subjects = append(f.Subjects, finding.Subject{Role: finding.RoleVictim, PID: h.TGID, TID: h.TID, Comm: h.Comm, Detail: "reported by khungtaskd"})
+	}
+	return f, true
+}
+
+func (s *Snapshot) comm(tid int) string {
+	if t, ok := s.Owners[tid]; ok {
+		return t.Comm
+	}
+	for _, v := range s.Victims {
+		if v.TID == tid {
+			return v.Comm
+		}
+	}
+	if s.Comm != nil {
+		return s.Comm(tid)
+	}
+	return ""
+}
+
+func subject(role string, t *Task, detail string) finding.Subject {
+	return finding.Subject{Role: role, PID: t.TGID, TID: t.TID, Comm: t.Comm, State: t.StateLetter(), Detail: detail, Stack: t.Stack}
+}
+
+func subjectFromHop(role string, h hop) finding.Subject {
+	if h.task == nil {
+		return finding.Subject{Role: role, PID: h.proc.PID, TID: h.proc.PID, Comm: h.proc.Comm, Detail: h.what + ", " + h.doing}
+	}
+	st := h.task.StateLetter()
+	if h.task.State == ^uint32(0) {
+		st = ""
+	}
+	return finding.Subject{Role: role, PID: h.task.TGID, TID: h.task.TID, Comm: h.task.Comm, State: st, Detail: h.what + ", " + h.doing, Stack: h.task.Stack}
+}
+
+func ownerPID(h hop) int {
+	if h.task != nil {
+		return h.task.TGID
+	}
+	return h.proc.PID
+}
+
+func ownerTID(h hop) int {
+	if h.task != nil {
+		return h.task.TID
+	}
+	return h.proc.PID
+}
+
+func joinLabels(ts []*Task, limit int) string {
+	var parts []string
+	for i, t := range ts {
+		if i == limit {
+			parts = append(parts, fmt.Sprintf("and %d more", len(ts)-limit))
+			break
+		}
+		parts = append(parts, t.Label())
+	}
+	return strings.Join(parts, ", ")
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
+
+// dur prints a duration the way a person reads it: 41 s, 1.5 s, 350 ms.
+func dur(d time.Duration) string {
+	switch {
+	case d >= 10*time.Second:
+		return fmt.Sprintf("%.0f s", d.Seconds())
+	case d >= time.Second:
+		return fmt.Sprintf("%.1f s", d.Seconds())
+	default:
+		return fmt.Sprintf("%d ms", d.Milliseconds())
+	}
+}
+
+func round1(v float64) float64 { return float64(int64(v*10+0.5)) / 10 }

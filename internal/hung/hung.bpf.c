@@ -1,0 +1,468 @@
+//go:build ignore
+
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * wolf hung: which tasks sleep in D state, for how long, on what, and who
+ * holds it.
+ *
+ * Three sources, because the SRE usually arrives after the hang began:
+ *  - iter/task walks every task on demand and emits the blocked ones with
+ *    their kernel stack, the lock they wait on and that lock's owner,
+ *    decoded here (mutex and rw-semaphore owner words, CO-RE);
+ *  - raw_tp/sched_switch notes when a task goes to sleep in D, exactly;
+ *  - raw_tp/contention_begin/end note which sleeping lock a task waits on,
+ *    on kernels whose task_struct has no blocker field.
+ * khungtaskd's own reports (sched_process_hang) cross a ring buffer.
+ * Everything else stays in bounded maps; every loss is counted.
+ */
+#include "wolf.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+#define MAX_STACK 32
+#define COMM_LEN 16
+#define WQ_NAME_LEN 32
+
+/* Set by user space before load. */
+const volatile bool emit_all_d = true; /* false: only wanted tids */
+
+enum lock_source {
+	LOCK_NONE = 0,
+	LOCK_BLOCKER = 1,    /* task->blocker (6.16+) */
+	LOCK_CONTENTION = 2, /* lock:contention_begin seen while wolf ran */
+	LOCK_BLOCKER_MUTEX = 3, /* task->blocker_mutex (6.14, 6.15) */
+};
+
+enum lock_kind {
+	KIND_UNKNOWN = 0,
+	KIND_MUTEX = 1,
+	KIND_RWSEM_READ = 2,  /* the victim wants it for reading */
+	KIND_RWSEM_WRITE = 3, /* the victim wants it for writing */
+	KIND_SEM = 4,
+	KIND_RTMUTEX = 5,
+	KIND_PERCPU_RWSEM = 6,
+};
+
+enum owner_kind {
+	OWNER_NONE = 0,
+	OWNER_TASK = 1,          /* mutex or writer-owned rwsem: exact */
+	OWNER_READERS = 2,       /* reader-owned rwsem; task is the last reader */
+	OWNER_LAST_HOLDER = 3,   /* semaphore's last holder (6.17+) */
+};
+
+struct task_rec {
+	__u32 tid;
+	__u32 tgid;
+	__u32 state;
+	__u32 flags;
+	__u32 stack_bytes; /* <0 from bpf_get_task_stack is stored as 0 */
+	__u32 wanted;      /* emitted because user space asked for this tid */
+	__u64 now_sched;   /* the reading task's sched clock, ~now */
+	__u64 last_arrival;  /* when this task last got a CPU (sched clock) */
+	__u64 last_slice_ns; /* how long it then ran before leaving */
+	__u64 since_ktime;   /* exact D-sleep start seen by sched_switch, or 0 */
+	__u64 now_ktime;
+	__u64 nr_switches;   /* nvcsw + nivcsw */
+	__u64 lock_addr;
+	__u32 lock_source;
+	__u32 lock_kind;
+	__u64 lock_since_ktime; /* from contention_begin, or 0 */
+	__u64 owner_word;   /* raw mutex/rwsem owner word */
+	__u64 count_word;   /* rwsem count word */
+	__u32 owner_kind;
+	__u32 owner_tid;
+	__u32 owner_tgid;
+	__u32 dumper_tid;   /* coredump: the thread writing the core */
+	char owner_comm[COMM_LEN];
+	__u64 wq_func;      /* kworker: the work function it runs */
+	char wq_name[WQ_NAME_LEN];
+	char comm[COMM_LEN];
+	__u64 stack[MAX_STACK];
+};
+
+struct d_sleep {
+	__u64 since_ktime;
+	__u64 nr_switches;
+};
+
+struct lock_wait {
+	__u64 lock_addr;
+	__u64 since_ktime;
+	__u32 flags;
+	__u32 _pad;
+};
+
+struct hang_event {
+	__u32 tid;
+	__u32 tgid;
+	__u64 ktime;
+	char comm[COMM_LEN];
+};
+
+enum stat_index {
+	STAT_D_SLEEPS = 0,    /* sched_switch into D */
+	STAT_CONTENTIONS = 1, /* sleeping-lock contentions noted */
+	STAT_HANG_EVENTS = 2,
+	STAT_HANG_DROPS = 3,  /* ring buffer full */
+	STAT_MAP_FULL = 4,    /* a bounded map refused an update */
+	STAT_WQ_STARTS = 5,
+	STAT_RECORDS = 6,     /* records written by the iterator */
+	STAT_MAX = 7,
+};
+
+/* Entries age out (LRU) so the maps stay bounded on busy hosts. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct d_sleep);
+} d_sleeps SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct lock_wait);
+} lock_waits SEC(".maps");
+
+/* Fallback for kernels without task->worker_private. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u64);
+} wq_funcs SEC(".maps");
+
+/* Tids user space wants a record for whatever their state: lock owners. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, __u32);
+	__type(value, __u8);
+} wanted SEC(".maps");
+
+/* Keeps struct hang_event in BTF so bpf2go can generate its Go twin. */
+const struct hang_event *unused_hang_event __attribute__((unused));
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 * 1024);
+} hangs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, STAT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} stats SEC(".maps");
+
+/* The record is too big for the 512-byte BPF stack. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct task_rec);
+} scratch SEC(".maps");
+
+static __always_inline void stat_inc(__u32 idx)
+{
+	__u64 *v = bpf_map_lookup_elem(&stats, &idx);
+	if (v)
+		(*v)++;
+}
+
+static __always_inline __u64 task_switches(struct task_struct *t)
+{
+	return BPF_CORE_READ(t, nvcsw) + BPF_CORE_READ(t, nivcsw);
+}
+
+SEC("raw_tp/sched_switch")
+int BPF_PROG(on_sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	if (preempt)
+		return 0;
+	unsigned int state = wolf_task_state(prev);
+	if (!wolf_task_is_d(state))
+		return 0;
+	/*
+	 * Stamp the sleep with the switch count: if the task has not
+	 * switched since, the stamp still describes its current sleep, so
+	 * nothing needs deleting when it wakes (no map op on switch-in).
+	 */
+	__u32 tid = BPF_CORE_READ(prev, pid);
+	struct d_sleep s = {
+		.since_ktime = bpf_ktime_get_ns(),
+		.nr_switches = task_switches(prev),
+	};
+	if (bpf_map_update_elem(&d_sleeps, &tid, &s, BPF_ANY))
+		stat_inc(STAT_MAP_FULL);
+	stat_inc(STAT_D_SLEEPS);
+	return 0;
+}
+
+SEC("raw_tp/contention_begin")
+int BPF_PROG(on_contention_begin, void *lock, unsigned int flags)
+{
+	/* Spinners never sleep in D; and a map update here must stay rare. */
+	if (flags & WOLF_LCB_F_SPIN)
+		return 0;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct lock_wait w = {
+		.lock_addr = (__u64)lock,
+		.since_ktime = bpf_ktime_get_ns(),
+		.flags = flags,
+	};
+	if (bpf_map_update_elem(&lock_waits, &tid, &w, BPF_ANY))
+		stat_inc(STAT_MAP_FULL);
+	stat_inc(STAT_CONTENTIONS);
+	return 0;
+}
+
+SEC("raw_tp/contention_end")
+int BPF_PROG(on_contention_end, void *lock, int ret)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct lock_wait *w = bpf_map_lookup_elem(&lock_waits, &tid);
+	if (w && w->lock_addr == (__u64)lock)
+		bpf_map_delete_elem(&lock_waits, &tid);
+	return 0;
+}
+
+SEC("raw_tp/sched_process_hang")
+int BPF_PROG(on_process_hang, struct task_struct *t)
+{
+	struct hang_event *e = bpf_ringbuf_reserve(&hangs, sizeof(*e), 0);
+	stat_inc(STAT_HANG_EVENTS);
+	if (!e) {
+		stat_inc(STAT_HANG_DROPS);
+		return 0;
+	}
+	e->tid = BPF_CORE_READ(t, pid);
+	e->tgid = BPF_CORE_READ(t, tgid);
+	e->ktime = bpf_ktime_get_ns();
+	BPF_CORE_READ_STR_INTO(&e->comm, t, comm);
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+SEC("raw_tp/workqueue_execute_start")
+int BPF_PROG(on_wq_start, struct work_struct *work)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	__u64 fn = (__u64)BPF_CORE_READ(work, func);
+	if (bpf_map_update_elem(&wq_funcs, &tid, &fn, BPF_ANY))
+		stat_inc(STAT_MAP_FULL);
+	stat_inc(STAT_WQ_STARTS);
+	return 0;
+}
+
+/* 6.14 and 6.15 named only mutexes, in a field of their own. */
+struct task_struct___615 {
+	struct mutex *blocker_mutex;
+} __attribute__((preserve_access_index));
+
+/* Before 6.17 semaphores had no last_holder. */
+struct semaphore___617 {
+	unsigned long last_holder;
+} __attribute__((preserve_access_index));
+
+/* Which lock is t sleeping on, and as what? */
+static __always_inline void find_lock(struct task_struct *t, struct task_rec *r)
+{
+	if (bpf_core_field_exists(t->blocker)) {
+		unsigned long b = BPF_CORE_READ(t, blocker);
+		if (b) {
+			r->lock_addr = b & ~WOLF_BLOCKER_TYPE_MASK;
+			r->lock_source = LOCK_BLOCKER;
+			switch (b & WOLF_BLOCKER_TYPE_MASK) {
+			case WOLF_BLOCKER_MUTEX:
+				r->lock_kind = KIND_MUTEX;
+				break;
+			case WOLF_BLOCKER_SEM:
+				r->lock_kind = KIND_SEM;
+				break;
+			case WOLF_BLOCKER_RWSEM_READER:
+				r->lock_kind = KIND_RWSEM_READ;
+				break;
+			default:
+				r->lock_kind = KIND_RWSEM_WRITE;
+			}
+		}
+	} else if (bpf_core_field_exists(((struct task_struct___615 *)t)->blocker_mutex)) {
+		struct mutex *m = BPF_CORE_READ((struct task_struct___615 *)t, blocker_mutex);
+		if (m) {
+			r->lock_addr = (__u64)m;
+			r->lock_source = LOCK_BLOCKER_MUTEX;
+			r->lock_kind = KIND_MUTEX;
+		}
+	}
+
+	__u32 tid = r->tid;
+	struct lock_wait *w = bpf_map_lookup_elem(&lock_waits, &tid);
+	if (!w)
+		return;
+	if (r->lock_source == LOCK_NONE) {
+		r->lock_addr = w->lock_addr;
+		r->lock_source = LOCK_CONTENTION;
+		if (w->flags & WOLF_LCB_F_MUTEX)
+			r->lock_kind = KIND_MUTEX;
+		else if (w->flags & WOLF_LCB_F_RT)
+			r->lock_kind = KIND_RTMUTEX;
+		else if (w->flags & WOLF_LCB_F_PERCPU)
+			r->lock_kind = KIND_PERCPU_RWSEM;
+		else if (w->flags & WOLF_LCB_F_READ)
+			r->lock_kind = KIND_RWSEM_READ;
+		else if (w->flags & WOLF_LCB_F_WRITE)
+			r->lock_kind = KIND_RWSEM_WRITE;
+		else
+			r->lock_kind = KIND_SEM;
+	}
+	if (w->lock_addr == r->lock_addr)
+		r->lock_since_ktime = w->since_ktime;
+}
+
+static __always_inline void fill_owner(struct task_rec *r, struct task_struct *owner)
+{
+	if (!owner)
+		return;
+	r->owner_tid = BPF_CORE_READ(owner, pid);
+	r->owner_tgid = BPF_CORE_READ(owner, tgid);
+	BPF_CORE_READ_STR_INTO(&r->owner_comm, owner, comm);
+}
+
+/* Decode the owner the way the rtnl_mutex bpftrace script does, for any lock. */
+static __always_inline void find_owner(struct task_rec *r)
+{
+	if (!r->lock_addr)
+		return;
+	switch (r->lock_kind) {
+	case KIND_MUTEX: {
+		struct mutex *m = (struct mutex *)r->lock_addr;
+		r->owner_word = BPF_CORE_READ(m, owner.counter);
+		struct task_struct *o = (struct task_struct *)(r->owner_word & ~WOLF_MUTEX_FLAGS);
+		if (o) {
+			r->owner_kind = OWNER_TASK;
+			fill_owner(r, o);
+		}
+		break;
+	}
+	case KIND_RWSEM_READ:
+	case KIND_RWSEM_WRITE: {
+		struct rw_semaphore *s = (struct rw_semaphore *)r->lock_addr;
+		r->owner_word = BPF_CORE_READ(s, owner.counter);
+		r->count_word = BPF_CORE_READ(s, count.counter);
+		struct task_struct *o = (struct task_struct *)(r->owner_word & ~WOLF_RWSEM_OWNER_FLAGS);
+		if (r->count_word & WOLF_RWSEM_WRITER_LOCKED) {
+			r->owner_kind = OWNER_TASK;
+			fill_owner(r, o);
+		} else if (r->owner_word & WOLF_RWSEM_READER_OWNED) {
+			/* Readers do not register; this is only the latest one. */
+			r->owner_kind = OWNER_READERS;
+			fill_owner(r, o);
+		}
+		break;
+	}
+	case KIND_SEM: {
+		struct semaphore___617 *s = (struct semaphore___617 *)r->lock_addr;
+		if (bpf_core_field_exists(s->last_holder)) {
+			unsigned long h = BPF_CORE_READ(s, last_holder);
+			if (h) {
+				r->owner_kind = OWNER_LAST_HOLDER;
+				fill_owner(r, (struct task_struct *)h);
+			}
+		}
+		break;
+	}
+	default:
+		break;
+	}
+}
+
+static __always_inline void find_worker(struct task_struct *t, struct task_rec *r)
+{
+	if (!(r->flags & WOLF_PF_WQ_WORKER))
+		return;
+	if (bpf_core_field_exists(t->worker_private)) {
+		struct worker *w = BPF_CORE_READ(t, worker_private);
+		if (w) {
+			r->wq_func = (__u64)BPF_CORE_READ(w, current_func);
+			BPF_CORE_READ_STR_INTO(&r->wq_name, w, current_pwq, wq, name);
+		}
+	}
+	if (!r->wq_func) {
+		__u32 tid = r->tid;
+		__u64 *fn = bpf_map_lookup_elem(&wq_funcs, &tid);
+		if (fn)
+			r->wq_func = *fn;
+	}
+}
+
+static __always_inline void find_dumper(struct task_struct *t, struct task_rec *r)
+{
+	if (!(r->flags & (WOLF_PF_POSTCOREDUMP | WOLF_PF_EXITING)))
+		return;
+	if (!bpf_core_field_exists(t->signal->core_state))
+		return;
+	struct task_struct *d = BPF_CORE_READ(t, signal, core_state, dumper.task);
+	if (d)
+		r->dumper_tid = BPF_CORE_READ(d, pid);
+}
+
+SEC("iter/task")
+int dump_tasks(struct bpf_iter__task *ctx)
+{
+	struct task_struct *t = ctx->task;
+	if (!t)
+		return 0;
+
+	__u32 tid = t->pid;
+	unsigned int state = wolf_task_state(t);
+	bool want = bpf_map_lookup_elem(&wanted, &tid) != NULL;
+	if (!want && !(emit_all_d && wolf_task_is_d(state)))
+		return 0;
+
+	__u32 zero = 0;
+	struct task_rec *r = bpf_map_lookup_elem(&scratch, &zero);
+	if (!r)
+		return 0;
+	__builtin_memset(r, 0, sizeof(*r));
+
+	r->tid = tid;
+	r->tgid = t->tgid;
+	r->state = state;
+	r->flags = t->flags;
+	r->wanted = want;
+	BPF_CORE_READ_STR_INTO(&r->comm, t, comm);
+	r->nr_switches = task_switches(t);
+
+	/*
+	 * When did it go to sleep? Exactly, if sched_switch saw it and it
+	 * has not switched since; otherwise from the scheduler's own clock:
+	 * it last got a CPU at last_arrival and ran for the last slice.
+	 */
+	struct d_sleep *s = bpf_map_lookup_elem(&d_sleeps, &tid);
+	if (s && s->nr_switches == r->nr_switches)
+		r->since_ktime = s->since_ktime;
+	r->now_ktime = bpf_ktime_get_ns();
+	if (bpf_core_field_exists(t->sched_info.last_arrival)) {
+		struct task_struct *cur = bpf_get_current_task_btf();
+		r->last_arrival = BPF_CORE_READ(t, sched_info.last_arrival);
+		r->last_slice_ns = BPF_CORE_READ(t, se.sum_exec_runtime) -
+				   BPF_CORE_READ(t, se.prev_sum_exec_runtime);
+		r->now_sched = BPF_CORE_READ(cur, sched_info.last_arrival) +
+			       (BPF_CORE_READ(cur, se.sum_exec_runtime) -
+				BPF_CORE_READ(cur, se.prev_sum_exec_runtime));
+	}
+
+	find_lock(t, r);
+	find_owner(r);
+	find_worker(t, r);
+	find_dumper(t, r);
+
+	long n = bpf_get_task_stack(t, r->stack, sizeof(r->stack), 0);
+	r->stack_bytes = n > 0 ? n : 0;
+
+	bpf_seq_write(ctx->meta->seq, r, sizeof(*r));
+	stat_inc(STAT_RECORDS);
+	return 0;
+}

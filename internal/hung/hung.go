@@ -1,0 +1,231 @@
+// Package hung is wolf's hung-task investigator: it finds tasks sleeping in
+// D state before khungtaskd would, groups them by what they wait on, names
+// the owner of the lock they wait for and follows that owner's own wait.
+// The BPF side is hung.bpf.c; Conclude turns what it saw into findings;
+// the hunglog subpackage does the same for a saved kernel log.
+package hung
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/wolf-investigator/wolf/internal/investigator"
+	"github.com/wolf-investigator/wolf/internal/kallsyms"
+	"github.com/wolf-investigator/wolf/internal/procfs"
+	"github.com/wolf-investigator/wolf/internal/sysctl"
+)
+
+// DefaultThreshold is how long a task must have been in D to count: well
+// under khungtaskd's 120 s default, above ordinary I/O waits.
+const DefaultThreshold = 5 * time.Second
+
+// Investigator finds hung tasks. The zero value is not ready; use New.
+type Investigator struct {
+	Threshold time.Duration // report tasks blocked at least this long
+	Interval  time.Duration // how often to walk the task list
+	Proc      procfs.Reader
+}
+
+// New returns an investigator with the defaults.
+func New() *Investigator {
+	return &Investigator{Threshold: DefaultThreshold, Interval: time.Second}
+}
+
+// Name implements investigator.Investigator.
+func (*Investigator) Name() string { return "hung" }
+
+// Summary implements investigator.Investigator.
+func (*Investigator) Summary() string {
+	return "tasks blocked in D state, what they wait on, and who holds it"
+}
+
+// tracked is one task seen blocked during the window.
+type tracked struct {
+	last       *Task
+	maxBlocked time.Duration
+	lastScan   int
+}
+
+// Run watches for opts.Duration, walking the task list every Interval, and
+// concludes from the last walk: tasks still blocked are victims; tasks
+// that were blocked long but ran again are reported as recovered.
+func (h *Investigator) Run(ctx context.Context, opts investigator.Options) (*investigator.Result, error) {
+	if opts.Duration <= 0 {
+		return nil, fmt.Errorf("hung: duration must be positive, got %v", opts.Duration)
+	}
+	if h.Threshold <= 0 {
+		h.Threshold = DefaultThreshold
+	}
+	if h.Interval <= 0 {
+		h.Interval = time.Second
+	}
+	cpuStart := cpuTime()
+	syms, err := kallsyms.Load(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("hung: %w", err)
+	}
+	// Run statistics cost two clock reads per program run; they are on
+	// only while wolf holds this handle and the kernel restores the
+	// previous state when it is closed (or wolf dies).
+	if st, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME)); err == nil {
+		defer st.Close()
+	}
+	p, err := openProbe()
+	if err != nil {
+		return nil, err
+	}
+	defer p.close()
+
+	seen := map[int]*tracked{}
+	var owners map[int]*Task
+	scanNo := 0
+	deadline := time.Now().Add(opts.Duration)
+	tick := time.NewTicker(h.Interval)
+	defer tick.Stop()
+	for {
+		scanNo++
+		owners, err = h.walk(ctx, p, syms, seen, scanNo)
+		if err != nil {
+			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+				break
+			}
+			return nil, err
+		}
+		left := time.Until(deadline)
+		if opts.Progress != nil {
+			opts.Progress(1 - max(left, 0).Seconds()/opts.Duration.Seconds())
+		}
+		if left <= 0 {
+			break
+		}
+		wait := time.NewTimer(min(left, h.Interval))
+		select {
+		case <-ctx.Done():
+			wait.Stop()
+		case <-wait.C:
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+
+	snap := &Snapshot{
+		Owners:      owners,
+		Hangs:       p.hangReports(),
+		Threshold:   h.Threshold,
+		HungTimeout: hungTimeout(),
+		FuseDaemons: func() []Proc { return fuseDaemons(context.Background(), h.Proc) },
+		Comm: func(tid int) string {
+			c, _ := h.Proc.Comm(context.Background(), tid, tid)
+			return c
+		},
+	}
+	for _, tr := range seen {
+		switch {
+		case tr.lastScan == scanNo && tr.last.Blocked >= h.Threshold && matchPID(tr.last, opts.PID):
+			snap.Victims = append(snap.Victims, tr.last)
+		case tr.lastScan != scanNo && tr.maxBlocked >= h.Threshold && matchPID(tr.last, opts.PID):
+			t := *tr.last
+			t.Blocked = tr.maxBlocked
+			snap.Recovered = append(snap.Recovered, &t)
+		}
+	}
+	res := &investigator.Result{
+		Findings:     Conclude(snap),
+		Capabilities: map[string]bool{},
+	}
+	for _, tp := range tracepoints {
+		res.Capabilities["tracepoint:"+tp.name] = p.attached[tp.name]
+	}
+	st, err := p.stats()
+	if err == nil {
+		res.Overhead.Events = st["d_sleeps"] + st["contentions"] + st["hang_events"] + st["wq_starts"]
+		res.Overhead.Dropped = st["hang_drops"] + st["map_full"]
+	}
+	run, _, missed := p.progStats()
+	res.Overhead.BPFRunNs = uint64(run.Nanoseconds())
+	res.Overhead.Dropped += missed
+	res.Overhead.CPUSeconds = (cpuTime() - cpuStart).Seconds()
+	return res, nil
+}
+
+// walk runs the task iterator, then again for the owners of the locks the
+// blocked tasks wait on (and their owners, up to maxHops), and records
+// what it saw in seen.
+func (h *Investigator) walk(ctx context.Context, p *probe, syms Symbolizer, seen map[int]*tracked, scanNo int) (map[int]*Task, error) {
+	recs, err := p.scan(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	owners := map[int]*Task{}
+	var want []uint32
+	addOwner := func(t *Task) {
+		if t.Lock != nil && t.Lock.Owner != OwnerNone {
+			if _, ok := owners[t.Lock.OwnerTID]; !ok {
+				owners[t.Lock.OwnerTID] = nil
+				want = append(want, uint32(t.Lock.OwnerTID))
+			}
+		}
+	}
+	blocked := map[int]*Task{}
+	for i := range recs {
+		t := decode(&recs[i], syms)
+		blocked[t.TID] = t
+		tr := seen[t.TID]
+		if tr == nil {
+			tr = &tracked{}
+			seen[t.TID] = tr
+		}
+		tr.last, tr.lastScan = t, scanNo
+		tr.maxBlocked = max(tr.maxBlocked, t.Blocked)
+		if t.Blocked >= h.Threshold {
+			addOwner(t)
+		}
+	}
+	for hop := 0; hop < maxHops && len(want) > 0; hop++ {
+		recs, err := p.scan(ctx, want)
+		if err != nil {
+			return nil, err
+		}
+		want = nil
+		for i := range recs {
+			if recs[i].Wanted == 0 {
+				continue
+			}
+			t := decode(&recs[i], syms)
+			owners[t.TID] = t
+			addOwner(t)
+		}
+	}
+	for tid, t := range owners {
+		if t == nil {
+			delete(owners, tid) // exited between walks
+		}
+	}
+	return owners, nil
+}
+
+func matchPID(t *Task, pid int) bool { return pid == 0 || t.TGID == pid || t.TID == pid }
+
+// hungTimeout is khungtaskd's threshold, 0 when it is off or unreadable.
+func hungTimeout() time.Duration {
+	v, err := sysctl.ReadInt("kernel.hung_task_timeout_secs")
+	if err != nil || v <= 0 {
+		return 0
+	}
+	return time.Duration(v) * time.Second
+}
+
+// cpuTime is the CPU this process has used, user plus system, all threads.
+func cpuTime() time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

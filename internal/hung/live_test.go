@@ -1,0 +1,265 @@
+package hung
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/investigator"
+	"github.com/wolf-investigator/wolf/internal/lab"
+	"github.com/wolf-investigator/wolf/internal/lab/fusestall"
+	"github.com/wolf-investigator/wolf/internal/sysctl"
+	"github.com/wolf-investigator/wolf/internal/testutil"
+)
+
+func requireLive(t *testing.T) {
+	t.Helper()
+	testutil.RequireRoot(t)
+	_, err := os.Stat("/dev/fuse")
+	testutil.Require(t, err == nil, "needs /dev/fuse for the FUSE lab")
+	testutil.Exclusive(t)
+}
+
+func startLab(t *testing.T, l lab.Lab, victims int) *fusestall.Instance {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	inst, err := l.Start(ctx, lab.Options{Victims: victims, Logf: t.Logf})
+	if err != nil {
+		t.Fatalf("start lab %s: %v", l.Name(), err)
+	}
+	t.Cleanup(func() {
+		if err := inst.Close(); err != nil {
+			t.Errorf("close lab: %v", err)
+		}
+	})
+	return inst.(*fusestall.Instance)
+}
+
+func runHung(t *testing.T, d, threshold time.Duration, during func()) *investigator.Result {
+	t.Helper()
+	h := New()
+	h.Threshold = threshold
+	h.Interval = 250 * time.Millisecond
+	type out struct {
+		res *investigator.Result
+		err error
+	}
+	done := make(chan out, 1)
+	go func() {
+		res, err := h.Run(context.Background(), investigator.Options{Duration: d})
+		done <- out{res, err}
+	}()
+	if during != nil {
+		during()
+	}
+	o := <-done
+	if o.err != nil {
+		t.Fatalf("hung.Run: %v", o.err)
+	}
+	return o.res
+}
+
+func findByID(fs []finding.Finding, id string) *finding.Finding {
+	for i := range fs {
+		if fs[i].ID == id {
+			return &fs[i]
+		}
+	}
+	return nil
+}
+
+func pidsWithRole(f *finding.Finding, role string) []int {
+	var out []int
+	for _, s := range f.Subjects {
+		if s.Role == role {
+			out = append(out, s.PID)
+		}
+	}
+	sort.Ints(out)
+	return out
+}
+
+func sorted(v []int) []int {
+	out := append([]int(nil), v...)
+	sort.Ints(out)
+	return out
+}
+
+func dump(t *testing.T, fs []finding.Finding) {
+	for _, f := range fs {
+		t.Logf("%s %s: %s", f.Severity, f.ID, f.Title)
+		for _, s := range f.Subjects {
+			t.Logf("   %s %s pid %d tid %d %s", s.Role, s.Comm, s.PID, s.TID, s.Detail)
+		}
+	}
+}
+
+// The SRE arrives after the hang: victims blocked before wolf started, and
+// more block while it watches. wolf must name the offender, every victim,
+// and the FUSE daemon the offender waits for.
+func TestLiveRWSemOwnerBeforeAndAfterStart(t *testing.T) {
+	requireLive(t)
+	inst := startLab(t, fusestall.NewRWSem(), 2)
+	before := inst.Tasks()
+	time.Sleep(1200 * time.Millisecond) // the first victims are past the threshold
+	var late []int
+	res := runHung(t, 4*time.Second, time.Second, func() {
+		time.Sleep(500 * time.Millisecond)
+		pids, err := inst.AddVictims(2)
+		if err != nil {
+			t.Errorf("AddVictims: %v", err)
+		}
+		late = pids
+	})
+	dump(t, res.Findings)
+	f := findByID(res.Findings, "hung.lock-owner")
+	if f == nil {
+		t.Fatalf("no hung.lock-owner finding")
+	}
+	if got := pidsWithRole(f, finding.RoleOffender); len(got) != 1 || got[0] != before.Offender {
+		t.Errorf("offender %v, want %d", got, before.Offender)
+	}
+	want := sorted(append(append([]int(nil), before.Victims...), late...))
+	if got := pidsWithRole(f, finding.RoleVictim); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("victims %v, want %v", got, want)
+	}
+	if got := pidsWithRole(f, finding.RoleOwner); len(got) != 1 || got[0] != os.Getpid() {
+		t.Errorf("FUSE daemon in chain %v, want this process %d", got, os.Getpid())
+	}
+	if f.Evidence["lock_type"] != "rw-semaphore" || f.Evidence["lock_mode"] != "write" {
+		t.Errorf("evidence %v", f.Evidence)
+	}
+	// Victims that blocked while wolf watched are timed exactly.
+	for _, s := range f.Subjects {
+		if s.Role == finding.RoleVictim && len(s.Stack) == 0 {
+			t.Errorf("victim %d has no stack", s.PID)
+		}
+	}
+	if !strings.Contains(f.Title, "FUSE daemon") {
+		t.Errorf("title does not follow the chain to the daemon: %s", f.Title)
+	}
+}
+
+func TestLiveMutexOwner(t *testing.T) {
+	requireLive(t)
+	inst := startLab(t, fusestall.NewMutex(), 2)
+	tasks := inst.Tasks()
+	time.Sleep(1200 * time.Millisecond)
+	res := runHung(t, 2*time.Second, time.Second, nil)
+	dump(t, res.Findings)
+	f := findByID(res.Findings, "hung.lock-owner")
+	if f == nil {
+		t.Fatalf("no hung.lock-owner finding")
+	}
+	if got := pidsWithRole(f, finding.RoleOffender); len(got) != 1 || got[0] != tasks.Offender {
+		t.Errorf("offender %v, want %d", got, tasks.Offender)
+	}
+	if got := pidsWithRole(f, finding.RoleVictim); fmt.Sprint(got) != fmt.Sprint(sorted(tasks.Victims)) {
+		t.Errorf("victims %v, want %v", got, tasks.Victims)
+	}
+	if f.Evidence["lock_type"] != "mutex" {
+		t.Errorf("evidence %v", f.Evidence)
+	}
+}
+
+// With no lab, this host has no hung task (other tests that hang tasks
+// hold testutil.Exclusive).
+func TestLiveHealthyHostHasNoFinding(t *testing.T) {
+	requireLive(t)
+	res := runHung(t, 2*time.Second, DefaultThreshold, nil)
+	for _, f := range res.Findings {
+		if f.Severity >= finding.Warning {
+			t.Errorf("healthy host gave %s: %s", f.ID, f.Title)
+		}
+	}
+	if !res.Capabilities["tracepoint:sched_switch"] {
+		t.Errorf("capabilities %v", res.Capabilities)
+	}
+	if res.Overhead.Events == 0 {
+		t.Errorf("no events counted: %+v", res.Overhead)
+	}
+}
+
+var likelyOwned = regexp.MustCompile(`INFO: task (.+):(\d+) .*blocked on an? (\S+).* likely owned by task (.+):(\d+)`)
+
+// With khungtaskd's timeout lowered, the kernel itself names the owner
+// ("likely owned by task"); wolf must agree, and see khungtaskd's report.
+func TestLiveAgreesWithKernelLikelyOwner(t *testing.T) {
+	requireLive(t)
+	if _, err := sysctl.Read("kernel.hung_task_timeout_secs"); err != nil {
+		testutil.Require(t, false, "kernel has no hung-task detector")
+	}
+	// A raw non-blocking fd: os.File would park reads in the poller
+	// and never return at the end of the log.
+	kmsg, err := unix.Open("/dev/kmsg", unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatalf("open /dev/kmsg: %v", err)
+	}
+	defer unix.Close(kmsg)
+	if _, err := unix.Seek(kmsg, 0, 2); err != nil { // only messages from now on
+		t.Fatalf("seek /dev/kmsg: %v", err)
+	}
+	for name, value := range map[string]string{"kernel.hung_task_warnings": "-1", "kernel.hung_task_timeout_secs": "2"} {
+		restore, err := sysctl.Set(name, value)
+		if err != nil {
+			t.Fatalf("set %s: %v", name, err)
+		}
+		t.Cleanup(func() {
+			if err := restore(); err != nil {
+				t.Errorf("restore %s: %v", name, err)
+			}
+		})
+	}
+	inst := startLab(t, fusestall.NewRWSem(), 1)
+	tasks := inst.Tasks()
+	res := runHung(t, 5*time.Second, time.Second, nil)
+	dump(t, res.Findings)
+
+	// Read what the kernel said meanwhile.
+	var kernelOwner, kernelVictim int
+	buf := make([]byte, 8192)
+	for i := 0; i < 10000; i++ { // each read returns one record
+		n, err := unix.Read(kmsg, buf)
+		if err == unix.EPIPE {
+			continue // records were overwritten; go on with the next
+		}
+		if err != nil || n <= 0 {
+			break // EAGAIN: the end of the log
+		}
+		line := string(buf[:n])
+		if i := strings.IndexByte(line, ';'); i >= 0 {
+			line = strings.TrimSpace(line[i+1:])
+		}
+		if m := likelyOwned.FindStringSubmatch(line); m != nil && kernelOwner == 0 {
+			kernelVictim, _ = strconv.Atoi(m[2])
+			kernelOwner, _ = strconv.Atoi(m[5])
+			t.Logf("kernel: %s", line)
+		}
+	}
+	if kernelOwner == 0 {
+		t.Fatalf("the kernel printed no \"likely owned by task\" line within the window")
+	}
+	f := findByID(res.Findings, "hung.lock-owner")
+	if f == nil {
+		t.Fatal("no hung.lock-owner finding")
+	}
+	if got := pidsWithRole(f, finding.RoleOffender); len(got) != 1 || got[0] != kernelOwner || kernelOwner != tasks.Offender {
+		t.Errorf("wolf's offender %v, kernel's %d, lab's %d", got, kernelOwner, tasks.Offender)
+	}
+	if kernelVictim != tasks.Victims[0] {
+		t.Errorf("kernel reported victim %d, lab's is %d", kernelVictim, tasks.Victims[0])
+	}
+	if f.Evidence["khungtaskd_reports"] == nil {
+		t.Errorf("khungtaskd's report (sched_process_hang) not seen: %v", f.Evidence)
+	}
+}

@@ -1,0 +1,241 @@
+package hung
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+	"github.com/cilium/ebpf/rlimit"
+
+	"github.com/wolf-investigator/wolf/internal/investigator"
+)
+
+// probe owns everything hung attaches to the kernel. close detaches it all;
+// and because every link is held only through file descriptors of this
+// process (nothing is pinned), a kill -9 of wolf detaches it all too.
+type probe struct {
+	objs     hungObjects
+	links    []link.Link
+	iter     *link.Iter
+	hangs    *ringbuf.Reader
+	attached map[string]bool // tracepoint name -> attached
+	warnings []string        // optional tracepoints that could not attach
+
+	mu        sync.Mutex
+	hangSeen  []hangReport
+	readerErr error
+	done      chan struct{}
+}
+
+// hangReport is one sched_process_hang event: khungtaskd reported a task.
+type hangReport struct {
+	TID, TGID int
+	Comm      string
+	At        time.Time
+}
+
+// optional tracepoints: the investigation still works without them, with
+// less precision; required ones fail the run.
+var tracepoints = []struct {
+	name     string
+	prog     func(*hungObjects) *ebpf.Program
+	required bool
+}{
+	{"sched_switch", func(o *hungObjects) *ebpf.Program { return o.OnSchedSwitch }, true},
+	{"contention_begin", func(o *hungObjects) *ebpf.Program { return o.OnContentionBegin }, false},
+	{"contention_end", func(o *hungObjects) *ebpf.Program { return o.OnContentionEnd }, false},
+	{"sched_process_hang", func(o *hungObjects) *ebpf.Program { return o.OnProcessHang }, false},
+	{"workqueue_execute_start", func(o *hungObjects) *ebpf.Program { return o.OnWqStart }, false},
+}
+
+func openProbe() (*probe, error) {
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("hung: loading BPF programs needs root: %w", investigator.ErrPrivilege)
+	}
+	// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK.
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("hung: raise memlock limit: %w", err)
+	}
+	p := &probe{attached: map[string]bool{}, done: make(chan struct{})}
+	if err := loadHungObjects(&p.objs, nil); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("hung: the kernel's BPF verifier rejected the program (%v): %w", ve, investigator.ErrUnsupported)
+		}
+		return nil, fmt.Errorf("hung: load BPF objects: %w", err)
+	}
+	for _, tp := range tracepoints {
+		l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: tp.name, Program: tp.prog(&p.objs)})
+		if err != nil {
+			if tp.required {
+				p.close()
+				return nil, fmt.Errorf("hung: attach raw tracepoint %s (%v): %w", tp.name, err, investigator.ErrUnsupported)
+			}
+			p.warnings = append(p.warnings, fmt.Sprintf("tracepoint %s unavailable (%v): less precise", tp.name, err))
+			continue
+		}
+		p.links = append(p.links, l)
+		p.attached[tp.name] = true
+	}
+	it, err := link.AttachIter(link.IterOptions{Program: p.objs.DumpTasks})
+	if err != nil {
+		p.close()
+		return nil, fmt.Errorf("hung: create task iterator (needs Linux 5.8+ with BTF: %v): %w", err, investigator.ErrUnsupported)
+	}
+	p.iter = it
+	rd, err := ringbuf.NewReader(p.objs.Hangs)
+	if err != nil {
+		p.close()
+		return nil, fmt.Errorf("hung: open ring buffer: %w", err)
+	}
+	p.hangs = rd
+	go p.readHangs()
+	return p, nil
+}
+
+func (p *probe) readHangs() {
+	defer close(p.done)
+	for {
+		rec, err := p.hangs.Read()
+		if err != nil {
+			if !errors.Is(err, ringbuf.ErrClosed) {
+				p.mu.Lock()
+				p.readerErr = err
+				p.mu.Unlock()
+			}
+			return
+		}
+		var e hungHangEvent
+		if err := binary.Read(bytes.NewReader(rec.RawSample), binary.NativeEndian, &e); err != nil {
+			continue
+		}
+		p.mu.Lock()
+		p.hangSeen = append(p.hangSeen, hangReport{TID: int(e.Tid), TGID: int(e.Tgid), Comm: cString(e.Comm[:]), At: time.Now()})
+		p.mu.Unlock()
+	}
+}
+
+// hangReports returns khungtaskd's reports seen so far.
+func (p *probe) hangReports() []hangReport {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]hangReport(nil), p.hangSeen...)
+}
+
+// scan walks every task once. It returns the tasks in D state and, in any
+// state, the tasks whose tids are in want (lock owners being followed).
+func (p *probe) scan(ctx context.Context, want []uint32) ([]hungTaskRec, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	one := uint8(1)
+	for _, tid := range want {
+		// The map is bounded (256); a full map only loses a chain hop.
+		_ = p.objs.Wanted.Update(tid, one, ebpf.UpdateAny)
+	}
+	defer func() {
+		for _, tid := range want {
+			_ = p.objs.Wanted.Delete(tid)
+		}
+	}()
+	rc, err := p.iter.Open()
+	if err != nil {
+		return nil, fmt.Errorf("hung: run task iterator: %w", err)
+	}
+	defer rc.Close()
+	return readRecords(rc)
+}
+
+const recSize = int(unsafe.Sizeof(hungTaskRec{}))
+
+func readRecords(r io.Reader) ([]hungTaskRec, error) {
+	buf := make([]byte, recSize)
+	var out []hungTaskRec
+	for {
+		if _, err := io.ReadFull(r, buf); err != nil {
+			if errors.Is(err, io.EOF) {
+				return out, nil
+			}
+			return out, fmt.Errorf("hung: read task records: %w", err)
+		}
+		var rec hungTaskRec
+		if err := binary.Read(bytes.NewReader(buf), binary.NativeEndian, &rec); err != nil {
+			return out, fmt.Errorf("hung: decode task record: %w", err)
+		}
+		out = append(out, rec)
+	}
+}
+
+// stats sums the per-CPU counters.
+func (p *probe) stats() (map[string]uint64, error) {
+	names := []string{"d_sleeps", "contentions", "hang_events", "hang_drops", "map_full", "wq_starts", "records"}
+	out := map[string]uint64{}
+	for i, n := range names {
+		var vals []uint64
+		if err := p.objs.Stats.Lookup(uint32(i), &vals); err != nil {
+			return nil, fmt.Errorf("hung: read stats: %w", err)
+		}
+		var sum uint64
+		for _, v := range vals {
+			sum += v
+		}
+		out[n] = sum
+	}
+	return out, nil
+}
+
+// progStats sums the kernel's run statistics over wolf's programs: run
+// time and count need kernel.bpf_stats_enabled (wolf turns it on while it
+// runs, see enableStats); recursion misses are runs the kernel skipped.
+func (p *probe) progStats() (run time.Duration, count, missed uint64) {
+	for _, prog := range []*ebpf.Program{p.objs.OnSchedSwitch, p.objs.OnContentionBegin, p.objs.OnContentionEnd, p.objs.OnProcessHang, p.objs.OnWqStart, p.objs.DumpTasks} {
+		if prog == nil {
+			continue
+		}
+		if st, err := prog.Stats(); err == nil {
+			run += st.Runtime
+			count += st.RunCount
+			missed += st.RecursionMisses
+		}
+	}
+	return run, count, missed
+}
+
+func (p *probe) close() {
+	for _, l := range p.links {
+		_ = l.Close()
+	}
+	p.links = nil
+	if p.iter != nil {
+		_ = p.iter.Close()
+		p.iter = nil
+	}
+	if p.hangs != nil {
+		_ = p.hangs.Close()
+		<-p.done
+		p.hangs = nil
+	}
+	_ = p.objs.Close()
+}
+
+func cString(b []int8) string {
+	n := 0
+	for n < len(b) && b[n] != 0 {
+		n++
+	}
+	s := make([]byte, n)
+	for i := 0; i < n; i++ {
+		s[i] = byte(b[i])
+	}
+	return string(s)
+}

@@ -1,0 +1,255 @@
+package hung
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Symbolizer turns kernel addresses into "func+0x1f [module]"; the
+// kallsyms package provides the real one, tests a fake.
+type Symbolizer interface {
+	Symbolize(addr uint64) string
+}
+
+// LockKind is how a task wants the lock it sleeps on.
+type LockKind uint32
+
+// Values match enum lock_kind in hung.bpf.c.
+const (
+	LockUnknown LockKind = iota
+	LockMutex
+	LockRWSemRead
+	LockRWSemWrite
+	LockSemaphore
+	LockRTMutex
+	LockPercpuRWSem
+)
+
+// Noun names the lock type the way the kernel's own messages do.
+func (k LockKind) Noun() string {
+	switch k {
+	case LockMutex:
+		return "mutex"
+	case LockRWSemRead, LockRWSemWrite:
+		return "rw-semaphore"
+	case LockSemaphore:
+		return "semaphore"
+	case LockRTMutex:
+		return "rt-mutex"
+	case LockPercpuRWSem:
+		return "percpu rw-semaphore"
+	}
+	return "lock"
+}
+
+// Mode says "read" or "write" for reader/writer locks, "" otherwise.
+func (k LockKind) Mode() string {
+	switch k {
+	case LockRWSemRead:
+		return "read"
+	case LockRWSemWrite:
+		return "write"
+	}
+	return ""
+}
+
+// LockSource says how wolf learnt which lock a task waits on.
+type LockSource uint32
+
+// Values match enum lock_source in hung.bpf.c.
+const (
+	SourceNone LockSource = iota
+	SourceBlocker
+	SourceContention
+	SourceBlockerMutex
+)
+
+func (s LockSource) String() string {
+	switch s {
+	case SourceBlocker:
+		return "task->blocker"
+	case SourceContention:
+		return "lock:contention_begin"
+	case SourceBlockerMutex:
+		return "task->blocker_mutex"
+	}
+	return "none"
+}
+
+// OwnerKind says how much the owner field can be trusted.
+type OwnerKind uint32
+
+// Values match enum owner_kind in hung.bpf.c.
+const (
+	OwnerNone       OwnerKind = iota
+	OwnerTask                 // mutex owner or writer of an rw-semaphore: exact
+	OwnerReaders              // reader-owned rw-semaphore; the task is only the latest reader
+	OwnerLastHolder           // a semaphore's last holder (6.17+)
+)
+
+// Lock is what a blocked task waits for, decoded in the kernel.
+type Lock struct {
+	Addr      uint64
+	Name      string // kernel symbol for global locks, e.g. "rtnl_mutex"
+	Kind      LockKind
+	Source    LockSource
+	Owner     OwnerKind
+	OwnerTID  int
+	OwnerTGID int
+	OwnerComm string
+	Readers   int // reader-owned rw-semaphore: readers holding it now
+}
+
+// Describe names the lock: "rtnl_mutex" or "rw-semaphore ffff8881…".
+func (l *Lock) Describe() string {
+	if l.Name != "" {
+		return l.Name
+	}
+	return fmt.Sprintf("%s %x", l.Kind.Noun(), l.Addr)
+}
+
+// Task is one task record from the kernel, decoded.
+type Task struct {
+	TID, TGID    int
+	Comm         string
+	State        uint32
+	Flags        uint32
+	Stack        []string // innermost first
+	Blocked      time.Duration
+	BlockedExact bool // from sched_switch rather than estimated
+	Lock         *Lock
+	WQFunc       string // kworkers: the work function
+	WQName       string // kworkers: the workqueue
+	DumperTID    int    // coredump: the thread writing the core
+	Wanted       bool   // emitted as a lock owner, whatever its state
+}
+
+// Task flag bits, from include/linux/sched.h.
+const (
+	pfExiting      = 0x00000004
+	pfPostCoredump = 0x00000008
+	pfWQWorker     = 0x00000020
+	pfKthread      = 0x00200000
+)
+
+// StateLetter is the letter ps shows for the task's state.
+func (t *Task) StateLetter() string { return stateLetter(t.State) }
+
+func stateLetter(s uint32) string {
+	switch {
+	case s == 0:
+		return "R"
+	case s&0x2 != 0 && s&0x400 != 0:
+		return "I"
+	case s&0x2 != 0:
+		return "D"
+	case s&0x1 != 0:
+		return "S"
+	case s&0x4 != 0:
+		return "T"
+	case s&0x8 != 0:
+		return "t"
+	}
+	return "?"
+}
+
+// Killable reports TASK_KILLABLE sleeps (D, but a fatal signal ends them);
+// khungtaskd skips these.
+func (t *Task) Killable() bool { return t.State&0x100 != 0 }
+
+// Kthread reports kernel threads.
+func (t *Task) Kthread() bool { return t.Flags&pfKthread != 0 }
+
+// Label is "comm (pid N)" or "comm (pid N, tid M)" for threads.
+func (t *Task) Label() string { return taskLabel(t.Comm, t.TGID, t.TID) }
+
+func taskLabel(comm string, tgid, tid int) string {
+	if tgid == tid || tgid == 0 {
+		return fmt.Sprintf("%s (pid %d)", comm, tid)
+	}
+	return fmt.Sprintf("%s (pid %d, tid %d)", comm, tgid, tid)
+}
+
+// decode turns a raw record into a Task. The blocked duration is exact
+// when sched_switch saw the task go to sleep, else computed from the
+// scheduler clock (error: at most the tick that last updated it).
+func decode(r *hungTaskRec, sym Symbolizer) *Task {
+	t := &Task{
+		TID:    int(r.Tid),
+		TGID:   int(r.Tgid),
+		Comm:   cString(r.Comm[:]),
+		State:  r.State,
+		Flags:  r.Flags,
+		Wanted: r.Wanted != 0,
+	}
+	n := int(r.StackBytes / 8)
+	if n > len(r.Stack) {
+		n = len(r.Stack)
+	}
+	for _, a := range r.Stack[:n] {
+		if a == 0 {
+			break
+		}
+		t.Stack = append(t.Stack, sym.Symbolize(a))
+	}
+	switch {
+	case r.SinceKtime != 0 && r.NowKtime >= r.SinceKtime:
+		t.Blocked = time.Duration(r.NowKtime - r.SinceKtime)
+		t.BlockedExact = true
+	case r.LastArrival != 0 && r.NowSched > r.LastArrival+r.LastSliceNs:
+		t.Blocked = time.Duration(r.NowSched - r.LastArrival - r.LastSliceNs)
+	}
+	if r.LockAddr != 0 {
+		l := &Lock{
+			Addr:      r.LockAddr,
+			Kind:      LockKind(r.LockKind),
+			Source:    LockSource(r.LockSource),
+			Owner:     OwnerKind(r.OwnerKind),
+			OwnerTID:  int(r.OwnerTid),
+			OwnerTGID: int(r.OwnerTgid),
+			OwnerComm: cString(r.OwnerComm[:]),
+			Name:      globalName(sym, r.LockAddr),
+		}
+		if l.Owner == OwnerReaders {
+			l.Readers = int(r.CountWord >> 8)
+		}
+		if l.OwnerTID == 0 {
+			l.Owner = OwnerNone
+		}
+		t.Lock = l
+	}
+	if r.WqFunc != 0 {
+		t.WQFunc = funcOf(sym.Symbolize(r.WqFunc))
+		t.WQName = cString(r.WqName[:])
+	}
+	t.DumperTID = int(r.DumperTid)
+	return t
+}
+
+// globalName names a lock that is a kernel global (rtnl_mutex), and
+// returns "" for locks inside heap objects, whose address no symbol covers.
+func globalName(sym Symbolizer, addr uint64) string {
+	s := sym.Symbolize(addr)
+	name, off, ok := strings.Cut(s, "+0x")
+	if !ok || strings.Contains(off, " ") {
+		return "" // unknown, or inside a module: not a global we can name safely
+	}
+	v, err := strconv.ParseUint(off, 16, 64)
+	if err != nil || v >= 0x100 {
+		return ""
+	}
+	if v == 0 {
+		return name
+	}
+	return s
+}
+
+// funcOf strips the offset and module from "func+0x1f [mod]".
+func funcOf(frame string) string {
+	if i := strings.IndexAny(frame, "+ "); i > 0 {
+		return frame[:i]
+	}
+	return frame
+}
