@@ -355,10 +355,9 @@ func TestThisMachine(t *testing.T) {
 		t.Errorf("/sys/fs/bpf changed: %v -> %v", pinnedBefore, pinnedAfter)
 	}
 
-	// The package-level cache answers the same, and fast the second time.
+	// The package-level cache answers the same the second time.
 	first := Probe(context.Background(), "ringbuf")
-	start = time.Now()
-	if again := Probe(context.Background(), "ringbuf"); again != first || time.Since(start) > 10*time.Millisecond {
-		t.Errorf("cached Probe(ringbuf) = %+v after %v, first %+v", again, time.Since(start), first)
+	if again := Probe(context.Background(), "ringbuf"); again != first {
+		t.Errorf("cached Probe(ringbuf) = %+v, first %+v", again, first)
 	}
 }

@@ -240,9 +240,6 @@ func TestRealKernel(t *testing.T) {
 	}
 	took := time.Since(start)
 	t.Logf("loaded %d symbols from %s in %v (data symbols: %v %s)", tab.Len(), tab.Source(), took, tab.HasDataSymbols(), tab.DataSymbolsNote())
-	if took > time.Second {
-		t.Errorf("Load took %v, want well under 1s", took)
-	}
 	sched, ok := tab.Lookup("schedule")
 	if !ok {
 		t.Fatal("schedule not found")
@@ -291,5 +288,17 @@ func BenchmarkSymbolize(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		_, _, _ = tab.Find(0xffffffff81000000 + uint64(i%250000)*64 + 7)
+	}
+}
+
+// BenchmarkLoad measures loading this machine's /proc/kallsyms.
+func BenchmarkLoad(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root for real addresses")
+	}
+	for b.Loop() {
+		if _, err := Load(context.Background()); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -130,7 +130,7 @@ func (t *textWriter) finding(f *finding.Finding) {
 	label := strings.ToUpper(f.Severity.String())
 	code := map[finding.Severity]string{finding.Critical: "1;31", finding.Warning: "1;33", finding.Info: "36"}[f.Severity]
 	const indent = "          "
-	title := wrap(f.Title, t.o.Width-len(indent))
+	title := Wrap(f.Title, t.o.Width-len(indent))
 	for i, line := range title {
 		if i == 0 {
 			t.printf("%s%s%s\n", t.paint(code, label), strings.Repeat(" ", len(indent)-len(label)), line)
@@ -150,7 +150,7 @@ func (t *textWriter) finding(f *finding.Finding) {
 	if len(f.Remediation) > 0 {
 		t.printf("%s%s\n", indent, t.paint("1", "Do:"))
 		for _, r := range f.Remediation {
-			for i, line := range wrap(r, t.o.Width-len(indent)-2) {
+			for i, line := range Wrap(r, t.o.Width-len(indent)-2) {
 				if i == 0 {
 					t.printf("%s- %s\n", indent, line)
 				} else {
@@ -166,7 +166,7 @@ func (t *textWriter) para(indent, prefix, text string) {
 	if text == "" {
 		return
 	}
-	for i, line := range wrap(prefix+text, t.o.Width-len(indent)) {
+	for i, line := range Wrap(prefix+text, t.o.Width-len(indent)) {
 		_ = i
 		t.printf("%s%s\n", indent, line)
 	}
@@ -187,13 +187,13 @@ func (t *textWriter) subject(indent string, s *finding.Subject) {
 	if s.State != "" {
 		who += " " + s.State
 	}
-	line := fmt.Sprintf("%-9s %s", s.Role, who)
+	line := who
 	if s.Detail != "" {
 		line += ": " + s.Detail
 	}
-	for i, l := range wrap(line, t.o.Width-len(indent)) {
+	for i, l := range Wrap(line, t.o.Width-len(indent)-10) {
 		if i == 0 {
-			t.printf("%s%s\n", indent, l)
+			t.printf("%s%-9s %s\n", indent, s.Role, l)
 		} else {
 			t.printf("%s          %s\n", indent, l)
 		}
@@ -204,7 +204,7 @@ func (t *textWriter) subject(indent string, s *finding.Subject) {
 	}
 	for i, fr := range s.Stack {
 		if i == depth {
-			t.printf("%s          %s\n", indent, t.paint("2", fmt.Sprintf("… %d more frames (--format json has them all)", len(s.Stack)-depth)))
+			t.printf("%s          %s\n", indent, t.paint("2", fmt.Sprintf("… %s (--format json has them all)", plural(len(s.Stack)-depth, "more frame", "more frames"))))
 			break
 		}
 		t.printf("%s          %s\n", indent, t.paint("2", fr))
@@ -222,7 +222,7 @@ func evidenceLine(ev map[string]any) string {
 		var v string
 		switch x := ev[k].(type) {
 		case []string:
-			v = "[" + strings.Join(x, "; ") + "]"
+			continue // lists (a chain of owners) are told by the subjects
 		case float64:
 			v = fmt.Sprintf("%g", x)
 		default:
@@ -233,8 +233,8 @@ func evidenceLine(ev map[string]any) string {
 	return strings.Join(parts, " ")
 }
 
-// wrap breaks s into lines of at most width runes, at spaces when it can.
-func wrap(s string, width int) []string {
+// Wrap breaks s into lines of at most width runes, at spaces when it can.
+func Wrap(s string, width int) []string {
 	if width < 20 {
 		width = 20
 	}
@@ -267,4 +267,11 @@ func wrap(s string, width int) []string {
 		}
 	}
 	return lines
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }

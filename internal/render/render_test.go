@@ -94,7 +94,7 @@ func TestParseFormat(t *testing.T) {
 }
 
 func TestWrapCutsLongTokens(t *testing.T) {
-	for _, l := range wrap(strings.Repeat("x", 100)+" y", 30) {
+	for _, l := range Wrap(strings.Repeat("x", 100)+" y", 30) {
 		if len(l) > 30 {
 			t.Errorf("line %q too long", l)
 		}

@@ -460,7 +460,7 @@ func (in *Instance) Describe() string {
 	case released:
 		b.WriteString("released: parked requests answered, tasks drain")
 	default:
-		b.WriteString("Release() answers the parked request; Close() aborts the connection")
+		b.WriteString("it stays so until the lab ends; then the connection is aborted and everything removed")
 	}
 	return b.String()
 }
