@@ -1,0 +1,370 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/kconfig"
+	"github.com/wolf-investigator/wolf/internal/lab"
+	"github.com/wolf-investigator/wolf/internal/lab/fusestall"
+	"github.com/wolf-investigator/wolf/internal/testutil"
+)
+
+// wolfBin is the wolf binary built once for the tests that run it as a
+// separate process (signals, privilege, exit codes as a shell sees them).
+var wolfBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "wolf-cli-test-")
+	if err != nil {
+		panic(err)
+	}
+	wolfBin = filepath.Join(dir, "wolf")
+	build := exec.Command("go", "build", "-o", wolfBin, ".")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		panic("build wolf: " + err.Error())
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func runWolf(t *testing.T, timeout time.Duration, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, wolfBin, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("wolf %v did not finish within %v", args, timeout)
+	}
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("run wolf %v: %v", args, err)
+	}
+	return result{code, out.String(), errb.String()}
+}
+
+func TestBadUsageExitsTwoWithOneLine(t *testing.T) {
+	for _, args := range [][]string{
+		{"nosuchcommand"},
+		{"hung", "--format", "xml"},
+		{"hung", "--duration", "-1s"},
+		{"hung", "--duration", "ten"},
+		{"hung", "--threshold", "0s"},
+		{"hung", "--pid", "-4"},
+		{"hung", "--pid", "2147483000"},
+		{"hung", "--bogus"},
+		{"doctor", "--duration", "48h"},
+		{"doctor", "extra-arg"},
+		{"analyze"},
+		{"analyze", "/nonexistent/kernel.log"},
+		{"analyze", "/"},
+		{"lab", "run", "nosuchlab"},
+		{"lab", "run"},
+		{"lab"},
+		{"check", "--format", "yaml"},
+	} {
+		r := runWolf(t, 10*time.Second, args...)
+		if r.code != exitUsage {
+			t.Errorf("wolf %v: exit %d, want %d (stderr %q)", args, r.code, exitUsage, r.stderr)
+		}
+		if lines := strings.Count(strings.TrimSpace(r.stderr), "\n") + 1; lines != 1 || !strings.HasPrefix(r.stderr, "wolf: ") {
+			t.Errorf("wolf %v: want one 'wolf: …' line on stderr, got %q", args, r.stderr)
+		}
+	}
+}
+
+func TestHelpOnEveryCommand(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"doctor", "--help"}, {"hung", "--help"}, {"analyze", "--help"}, {"check", "--help"}, {"lab", "--help"}, {"lab", "list", "--help"}, {"lab", "run", "--help"}} {
+		r := runWolf(t, 10*time.Second, args...)
+		if r.code != 0 || !strings.Contains(r.stdout, "Usage:") {
+			t.Errorf("wolf %v: exit %d, stdout %q", args, r.code, r.stdout)
+		}
+	}
+}
+
+// Not root: one clear line and exit 3, before anything is attempted.
+func TestNotRootExitsThree(t *testing.T) {
+	testutil.RequireRoot(t) // to drop to nobody we must start as root
+	setpriv, err := exec.LookPath("setpriv")
+	testutil.Require(t, err == nil, "needs setpriv (util-linux) to drop privileges")
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "wolf")
+	data, err := os.ReadFile(wolfBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"hung", "--duration", "1s"}, {"doctor", "--duration", "1s"}, {"lab", "run", "fuse-rwsem"}} {
+		cmd := exec.Command(setpriv, append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", bin}, args...)...)
+		var errb bytes.Buffer
+		cmd.Stderr = &errb
+		err := cmd.Run()
+		ee, ok := err.(*exec.ExitError)
+		if !ok || ee.ExitCode() != exitPrivilege {
+			t.Errorf("wolf %v as nobody: %v, want exit %d (stderr %q)", args, err, exitPrivilege, errb.String())
+			continue
+		}
+		if s := errb.String(); strings.Count(s, "\n") != 1 || !strings.Contains(s, "needs root") {
+			t.Errorf("wolf %v as nobody: stderr %q", args, s)
+		}
+	}
+	// analyze needs no privilege.
+	cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", bin, "analyze", "-")
+	cmd.Stdin = strings.NewReader("nothing to see\n")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("analyze as nobody: %v: %s", err, out)
+	}
+}
+
+// wolfPrograms lists loaded BPF programs that are wolf's (by name).
+func wolfPrograms(t *testing.T) []string {
+	t.Helper()
+	// The kernel keeps 15 characters of a name; cilium/ebpf may report the
+	// full one from BTF. Match either.
+	ours := []string{"on_sched_switch", "on_contention_begin", "on_contention_end", "on_process_hang", "on_wq_start", "dump_tasks"}
+	isOurs := func(name string) bool {
+		for _, o := range ours {
+			if name == o || (len(name) == 15 && strings.HasPrefix(o, name)) {
+				return true
+			}
+		}
+		return false
+	}
+	var found []string
+	id := ebpf.ProgramID(0)
+	for {
+		next, err := ebpf.ProgramGetNextID(id)
+		if err != nil {
+			break
+		}
+		id = next
+		p, err := ebpf.NewProgramFromID(id)
+		if err != nil {
+			continue
+		}
+		if info, err := p.Info(); err == nil && isOurs(info.Name) {
+			found = append(found, info.Name)
+		}
+		p.Close()
+	}
+	sort.Strings(found)
+	return found
+}
+
+func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Ctrl-C detaches everything and still prints a report; kill -9 leaves
+// nothing attached either, because nothing is pinned.
+func TestSignalsLeaveNothingAttached(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.Exclusive(t)
+	if got := wolfPrograms(t); len(got) != 0 {
+		t.Fatalf("wolf programs already loaded before the test: %v", got)
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGKILL} {
+		cmd := exec.Command(wolfBin, "hung", "--duration", "60s", "--format", "json")
+		var out bytes.Buffer
+		cmd.Stdout = &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill() }) // if the test fails midway
+		waitFor(t, "wolf's programs to load", 10*time.Second, func() bool { return len(wolfPrograms(t)) >= 5 })
+		started := time.Now()
+		if err := cmd.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+		err := cmd.Wait()
+		if sig != syscall.SIGKILL {
+			if err != nil {
+				t.Errorf("%v: wolf exited with %v, want 0", sig, err)
+			}
+			if time.Since(started) > 3*time.Second {
+				t.Errorf("%v: wolf took %v to stop", sig, time.Since(started))
+			}
+			var rep finding.Report
+			if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+				t.Errorf("%v: no JSON report after the signal: %v: %q", sig, err, out.String())
+			}
+		}
+		waitFor(t, "the kernel to drop wolf's programs after "+sig.String(), 5*time.Second, func() bool { return len(wolfPrograms(t)) == 0 })
+	}
+}
+
+func TestDoctorHealthyHostFinishesInTime(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.Exclusive(t)
+	start := time.Now()
+	r := runWolf(t, 20*time.Second, "doctor", "--duration", "3s", "--format", "json")
+	took := time.Since(start)
+	if r.code != 0 {
+		t.Fatalf("doctor exit %d: %s", r.code, r.stderr)
+	}
+	if took > 5*time.Second {
+		t.Errorf("doctor --duration 3s took %v (want within duration + 2 s)", took)
+	}
+	var rep finding.Report
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("doctor JSON: %v", err)
+	}
+	for _, f := range rep.Findings {
+		if f.Investigator == "hung" {
+			t.Errorf("healthy host gave a hung finding: %s", f.Title)
+		}
+	}
+	if len(rep.Errors) > 0 {
+		t.Errorf("errors: %v", rep.Errors)
+	}
+	text := runWolf(t, 20*time.Second, "doctor", "--duration", "1s")
+	if !strings.Contains(text.stdout, "Healthy") {
+		t.Errorf("no healthy verdict in text output:\n%s", text.stdout)
+	}
+}
+
+// The issue's acceptance test, through the CLI: a lab is running and
+// `wolf hung --format json` names its offender and victims.
+func TestHungCLINamesLabOffender(t *testing.T) {
+	testutil.RequireRoot(t)
+	_, err := os.Stat("/dev/fuse")
+	testutil.Require(t, err == nil, "needs /dev/fuse")
+	testutil.Exclusive(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	inst, err := fusestall.NewRWSem().Start(ctx, lab.Options{Victims: 2, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Close()
+	tasks := inst.Tasks()
+	out := filepath.Join(t.TempDir(), "report.json")
+	r := runWolf(t, 30*time.Second, "hung", "--duration", "3s", "--threshold", "1s", "--format", "json", "--output", out)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep finding.Report
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatal(err)
+	}
+	var f *finding.Finding
+	for i := range rep.Findings {
+		if rep.Findings[i].ID == "hung.lock-owner" {
+			f = &rep.Findings[i]
+		}
+	}
+	if f == nil {
+		t.Fatalf("no hung.lock-owner finding in %s", data)
+	}
+	var offenders, victims []int
+	for _, s := range f.Subjects {
+		switch s.Role {
+		case "offender":
+			offenders = append(offenders, s.PID)
+		case "victim":
+			victims = append(victims, s.PID)
+		}
+	}
+	sort.Ints(victims)
+	want := append([]int(nil), tasks.Victims...)
+	sort.Ints(want)
+	if len(offenders) != 1 || offenders[0] != tasks.Offender {
+		t.Errorf("offenders %v, want %d", offenders, tasks.Offender)
+	}
+	if len(victims) != len(want) || victims[0] != want[0] || victims[1] != want[1] {
+		t.Errorf("victims %v, want %v", victims, want)
+	}
+	if rep.Overhead.Events == 0 || rep.Kernel == "" || rep.WolfVersion == "" {
+		t.Errorf("report header or overhead empty: %+v", rep)
+	}
+}
+
+func TestAnalyzeCLI(t *testing.T) {
+	r := runWolf(t, 10*time.Second, "analyze", "--format", "json", "../../internal/hung/hunglog/testdata/rtnl.log")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	var rep finding.Report
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Findings) == 0 || !strings.Contains(rep.Findings[0].Title, "rtnl_mutex") {
+		t.Errorf("findings %+v", rep.Findings)
+	}
+}
+
+func TestCheckSaysWhyNot(t *testing.T) {
+	testutil.RequireRoot(t)
+	r := runWolf(t, 60*time.Second, "check", "--format", "json")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	var rep checkReport
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Investigators) == 0 || rep.Investigators[0].Name != "hung" || !rep.Investigators[0].Ready {
+		t.Errorf("investigators %+v", rep.Investigators)
+	}
+	byName := map[string]string{}
+	avail := map[string]bool{}
+	for _, s := range rep.Features {
+		byName[s.Name], avail[s.Name] = s.Detail, s.Available
+	}
+	for _, must := range []string{"btf", "task_iter", "ringbuf", "perf_event"} {
+		if !avail[must] {
+			t.Errorf("%s not available: %s", must, byName[must])
+		}
+	}
+	// On a kernel built without kprobes (this project's CI kernel), check
+	// must say so, and why.
+	if cfg, err := kconfig.Load(); err == nil && !cfg.Enabled("CONFIG_KPROBES") {
+		if avail["kprobes"] || !strings.Contains(byName["kprobes"], "CONFIG_KPROBES") {
+			t.Errorf("kprobes: available=%v detail %q", avail["kprobes"], byName["kprobes"])
+		}
+	}
+	text := runWolf(t, 60*time.Second, "check")
+	if !strings.Contains(text.stdout, "hung: ready") {
+		t.Errorf("text check:\n%s", text.stdout)
+	}
+}

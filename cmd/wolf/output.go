@@ -1,0 +1,125 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/render"
+)
+
+// outputFlags are --format and --output, shared by every command that
+// prints a report.
+type outputFlags struct {
+	format string
+	output string
+}
+
+func (o *outputFlags) register(c *cobra.Command) {
+	c.Flags().StringVar(&o.format, "format", "text", "output format: text or json")
+	c.Flags().StringVarP(&o.output, "output", "o", "", "write the report to `FILE` instead of standard output")
+}
+
+// validate checks the flags before any work starts, so bad usage fails in
+// milliseconds, not after a 10 s investigation.
+func (o *outputFlags) validate() (render.Format, error) {
+	f, err := render.ParseFormat(o.format)
+	if err != nil {
+		return "", usageErr("--format: %v", err)
+	}
+	if o.output != "" {
+		if st, err := os.Stat(o.output); err == nil && st.IsDir() {
+			return "", usageErr("--output %s: is a directory", o.output)
+		}
+	}
+	return f, nil
+}
+
+// write renders the report to stdout or the --output file.
+func (o *outputFlags) write(stdout io.Writer, r *finding.Report) error {
+	f, err := o.validate()
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	switch f {
+	case render.FormatJSON:
+		err = render.JSON(&buf, r)
+	default:
+		err = render.Text(&buf, r, render.TextOptions{Color: o.output == "" && isTerminal(os.Stdout)})
+	}
+	if err != nil {
+		return wrapFailure(err)
+	}
+	if o.output == "" {
+		_, err = stdout.Write(buf.Bytes())
+		return wrapFailure(err)
+	}
+	if err := os.WriteFile(o.output, buf.Bytes(), 0o644); err != nil {
+		return &exitError{code: exitFailed, err: fmt.Errorf("write report: %w", err)}
+	}
+	return nil
+}
+
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// newReport fills the header of a report.
+func newReport(command string, started time.Time) *finding.Report {
+	host, _ := os.Hostname()
+	var uts unix.Utsname
+	kernel := ""
+	if unix.Uname(&uts) == nil {
+		kernel = strings.TrimRight(string(uts.Release[:]), "\x00")
+	}
+	return &finding.Report{
+		WolfVersion:  version,
+		Command:      command,
+		Kernel:       kernel,
+		Host:         host,
+		StartedAt:    started.UTC().Truncate(time.Millisecond),
+		Findings:     []finding.Finding{},
+		Histograms:   []finding.Histogram{},
+		Capabilities: map[string]bool{},
+	}
+}
+
+// durationFlag validates --duration: positive and at most a day, so that a
+// typo (10h for 10s) is caught rather than waited out.
+func checkDuration(d time.Duration) error {
+	if d <= 0 {
+		return usageErr("--duration must be positive, got %v", d)
+	}
+	if d > 24*time.Hour {
+		return usageErr("--duration %v is longer than a day; use `wolf watch` for long runs", d)
+	}
+	return nil
+}
+
+func checkPID(pid int) error {
+	if pid < 0 {
+		return usageErr("--pid must be a process id, got %d", pid)
+	}
+	if pid > 0 {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
+			return usageErr("--pid %d: no such process", pid)
+		}
+	}
+	return nil
+}
+
+func requireRoot(what string) error {
+	if os.Geteuid() != 0 {
+		return privilegeErr("%s needs root: it loads BPF programs into the kernel (run it with sudo)", what)
+	}
+	return nil
+}
