@@ -279,12 +279,13 @@ func (s *Snapshot) groupFinding(g *group) finding.Finding {
 		}
 	default:
 		f.ID = "hung.wait-site"
-		what := g.site.Describe
-		if what == "" {
-			what = "in " + g.site.Func
+		f.Title = fmt.Sprintf("%s blocked %s in %s", tasks, dur(maxB), g.site.Func)
+		f.Summary = fmt.Sprintf("The tasks sleep uninterruptibly in %s (%s); wolf could not identify a lock or owner for this wait.", g.site.Func, g.site.Describe)
+		if l := s.lockAt(g.site.Func); l != nil {
+			f.Summary += fmt.Sprintf(" Other tasks blocked at the same place wait on %s owned by %s: these very likely do too. This kernel records which lock a task waits on only for waits that began while wolf watched (no task->blocker before 6.14).", l.Describe(), taskLabel(l.OwnerComm, l.OwnerTGID, l.OwnerTID))
+			f.Evidence["likely_lock_addr"] = fmt.Sprintf("0x%x", l.Addr)
+			f.Evidence["likely_owner_pid"] = l.OwnerTGID
 		}
-		f.Title = fmt.Sprintf("%s blocked %s %s", tasks, dur(maxB), what)
-		f.Summary = fmt.Sprintf("The tasks sleep uninterruptibly in %s; wolf could not identify a lock or owner for this wait.", g.site.Func)
 		f.Mechanism = "D-state sleeps end only when the event the task waits for happens; the first meaningful frame of its kernel stack names what that is."
 		f.Remediation = []string{
 			fmt.Sprintf("Read the full stacks below and the code around %s to see what wakes it.", g.site.Func),
@@ -292,6 +293,16 @@ func (s *Snapshot) groupFinding(g *group) finding.Finding {
 	}
 	f.Subjects = append(f.Subjects, victimSubjects...)
 	return f
+}
+
+// lockAt finds a victim of a known, owned lock whose wait site is fn.
+func (s *Snapshot) lockAt(fn string) *Lock {
+	for _, v := range s.Victims {
+		if v.Lock != nil && v.Lock.Owner != OwnerNone && waitsite.Classify(v.Stack).Func == fn {
+			return v.Lock
+		}
+	}
+	return nil
 }
 
 func (s *Snapshot) lockFinding(f *finding.Finding, g *group, tasks string, maxB time.Duration) {

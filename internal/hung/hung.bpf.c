@@ -23,8 +23,12 @@ char LICENSE[] SEC("license") = "GPL";
 #define COMM_LEN 16
 #define WQ_NAME_LEN 32
 
-/* Set by user space before load. */
-const volatile bool emit_all_d = true; /* false: only wanted tids */
+/*
+ * Set by user space before load. false makes this kernel behave like one
+ * without task->blocker (before 6.14): tests use it to exercise the
+ * contention-tracepoint path that older kernels depend on.
+ */
+const volatile bool use_blocker = true;
 
 enum lock_source {
 	LOCK_NONE = 0,
@@ -269,7 +273,9 @@ struct semaphore___617 {
 /* Which lock is t sleeping on, and as what? */
 static __always_inline void find_lock(struct task_struct *t, struct task_rec *r)
 {
-	if (bpf_core_field_exists(t->blocker)) {
+	if (!use_blocker) {
+		/* fall through to the contention tracepoint */
+	} else if (bpf_core_field_exists(t->blocker)) {
 		unsigned long b = BPF_CORE_READ(t, blocker);
 		if (b) {
 			r->lock_addr = b & ~WOLF_BLOCKER_TYPE_MASK;
@@ -418,7 +424,7 @@ int dump_tasks(struct bpf_iter__task *ctx)
 	__u32 tid = t->pid;
 	unsigned int state = wolf_task_state(t);
 	bool want = bpf_map_lookup_elem(&wanted, &tid) != NULL;
-	if (!want && !(emit_all_d && wolf_task_is_d(state)))
+	if (!want && !wolf_task_is_d(state))
 		return 0;
 
 	__u32 zero = 0;

@@ -29,6 +29,10 @@ type Investigator struct {
 	Threshold time.Duration // report tasks blocked at least this long
 	Interval  time.Duration // how often to walk the task list
 	Proc      procfs.Reader
+
+	// ignoreBlocker makes the BPF side ignore task->blocker, as on
+	// kernels before 6.14, so tests can exercise that path here.
+	ignoreBlocker bool
 }
 
 // New returns an investigator with the defaults.
@@ -75,7 +79,7 @@ func (h *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 	if st, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME)); err == nil {
 		defer st.Close()
 	}
-	p, err := openProbe()
+	p, err := openProbe(!h.ignoreBlocker)
 	if err != nil {
 		return nil, err
 	}

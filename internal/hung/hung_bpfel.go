@@ -83,8 +83,8 @@ const (
 	hungProgOnProcessHang     = "on_process_hang"
 	hungProgOnSchedSwitch     = "on_sched_switch"
 	hungProgOnWqStart         = "on_wq_start"
-	hungVarEmitAllD           = "emit_all_d"
 	hungVarUnusedHangEvent    = "unused_hang_event"
+	hungVarUseBlocker         = "use_blocker"
 )
 
 // loadHung returns the embedded CollectionSpec for hung.
@@ -154,8 +154,8 @@ type hungMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type hungVariableSpecs struct {
-	EmitAllD        *ebpf.VariableSpec `ebpf:"emit_all_d"`
 	UnusedHangEvent *ebpf.VariableSpec `ebpf:"unused_hang_event"`
+	UseBlocker      *ebpf.VariableSpec `ebpf:"use_blocker"`
 }
 
 // hungObjects contains all objects after they have been loaded into the kernel.
@@ -203,8 +203,8 @@ func (m *hungMaps) Close() error {
 //
 // It can be passed to loadHungObjects or ebpf.CollectionSpec.LoadAndAssign.
 type hungVariables struct {
-	EmitAllD        *ebpf.Variable `ebpf:"emit_all_d"`
 	UnusedHangEvent *ebpf.Variable `ebpf:"unused_hang_event"`
+	UseBlocker      *ebpf.Variable `ebpf:"use_blocker"`
 }
 
 // hungPrograms contains all programs after they have been loaded into the kernel.

@@ -263,3 +263,58 @@ func TestLiveAgreesWithKernelLikelyOwner(t *testing.T) {
 		t.Errorf("khungtaskd's report (sched_process_hang) not seen: %v", f.Evidence)
 	}
 }
+
+// Kernels before 6.14 have no task->blocker: a lock is known only from
+// lock:contention_begin, i.e. for waits that began while wolf watched.
+// Victims that blocked earlier are still reported, by their wait site.
+func TestLiveWithoutBlockerField(t *testing.T) {
+	requireLive(t)
+	inst := startLab(t, fusestall.NewRWSem(), 1)
+	early := inst.Tasks().Victims
+	time.Sleep(1200 * time.Millisecond)
+	h := New()
+	h.Threshold = time.Second
+	h.Interval = 250 * time.Millisecond
+	h.ignoreBlocker = true
+	var late []int
+	done := make(chan struct{})
+	var res *investigator.Result
+	var runErr error
+	go func() {
+		defer close(done)
+		res, runErr = h.Run(context.Background(), investigator.Options{Duration: 3 * time.Second})
+	}()
+	time.Sleep(500 * time.Millisecond)
+	late, err := inst.AddVictims(1)
+	if err != nil {
+		t.Fatalf("AddVictims: %v", err)
+	}
+	<-done
+	if runErr != nil {
+		t.Fatal(runErr)
+	}
+	dump(t, res.Findings)
+	f := findByID(res.Findings, "hung.lock-owner")
+	if f == nil {
+		t.Fatal("no hung.lock-owner finding for the victim that blocked while wolf watched")
+	}
+	if got := pidsWithRole(f, finding.RoleVictim); len(got) != 1 || got[0] != late[0] {
+		t.Errorf("lock victims %v, want the late one %v", got, late)
+	}
+	if got := pidsWithRole(f, finding.RoleOffender); len(got) != 1 || got[0] != inst.Tasks().Offender {
+		t.Errorf("offender %v, want %d", got, inst.Tasks().Offender)
+	}
+	if f.Evidence["lock_source"] != "lock:contention_begin" {
+		t.Errorf("lock source %v", f.Evidence["lock_source"])
+	}
+	w := findByID(res.Findings, "hung.wait-site")
+	if w == nil {
+		t.Fatal("the victim that blocked before wolf started is not reported")
+	}
+	if got := pidsWithRole(w, finding.RoleVictim); len(got) != 1 || got[0] != early[0] {
+		t.Errorf("wait-site victims %v, want %v", got, early)
+	}
+	if w.Evidence["likely_owner_pid"] != inst.Tasks().Offender {
+		t.Errorf("wait-site finding does not point at the likely owner: %v", w.Evidence)
+	}
+}

@@ -58,7 +58,7 @@ var tracepoints = []struct {
 	{"workqueue_execute_start", func(o *hungObjects) *ebpf.Program { return o.OnWqStart }, false},
 }
 
-func openProbe() (*probe, error) {
+func openProbe(useBlocker bool) (*probe, error) {
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("hung: loading BPF programs needs root: %w", investigator.ErrPrivilege)
 	}
@@ -67,7 +67,14 @@ func openProbe() (*probe, error) {
 		return nil, fmt.Errorf("hung: raise memlock limit: %w", err)
 	}
 	p := &probe{attached: map[string]bool{}, done: make(chan struct{})}
-	if err := loadHungObjects(&p.objs, nil); err != nil {
+	spec, err := loadHung()
+	if err != nil {
+		return nil, fmt.Errorf("hung: read BPF object: %w", err)
+	}
+	if err := spec.Variables["use_blocker"].Set(useBlocker); err != nil {
+		return nil, fmt.Errorf("hung: configure BPF object: %w", err)
+	}
+	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
 			return nil, fmt.Errorf("hung: the kernel's BPF verifier rejected the program (%v): %w", ve, investigator.ErrUnsupported)
