@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 
 	"github.com/wolf-investigator/wolf/internal/lab"
 	"github.com/wolf-investigator/wolf/internal/lab/fusestall"
+	"github.com/wolf-investigator/wolf/internal/render"
 )
 
 // labs lists every reproducer wolf ships.
@@ -29,17 +31,37 @@ on failure and on Ctrl-C. Run a lab in one terminal and wolf in another.`,
 			return usageErr("lab needs a subcommand: list or run NAME")
 		},
 	}
-	c.AddCommand(&cobra.Command{
+	var listFormat string
+	list := &cobra.Command{
 		Use:   "list",
 		Short: "List the labs",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			f, err := render.ParseFormat(listFormat)
+			if err != nil {
+				return usageErr("--format: %v", err)
+			}
+			type entry struct {
+				Name    string `json:"name"`
+				Summary string `json:"summary"`
+			}
+			var entries []entry
 			for _, l := range labs().List() {
-				fmt.Fprintf(cmd.OutOrStdout(), "%-12s %s\n", l.Name(), l.Summary())
+				entries = append(entries, entry{l.Name(), l.Summary()})
+			}
+			if f == render.FormatJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return wrapFailure(enc.Encode(entries))
+			}
+			for _, e := range entries {
+				fmt.Fprintf(cmd.OutOrStdout(), "%-12s %s\n", e.Name, e.Summary)
 			}
 			return nil
 		},
-	})
+	}
+	list.Flags().StringVar(&listFormat, "format", "text", "output format: text or json")
+	c.AddCommand(list)
 	var (
 		duration time.Duration
 		victims  int

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -367,4 +368,82 @@ func TestCheckSaysWhyNot(t *testing.T) {
 	if !strings.Contains(text.stdout, "hung: ready") {
 		t.Errorf("text check:\n%s", text.stdout)
 	}
+}
+
+// A lab cleans up on Ctrl-C: its mount, its children, its directory.
+func TestLabRunCleansUpOnSIGINT(t *testing.T) {
+	testutil.RequireRoot(t)
+	_, err := os.Stat("/dev/fuse")
+	testutil.Require(t, err == nil, "needs /dev/fuse")
+	testutil.Exclusive(t)
+	cmd := exec.Command(wolfBin, "lab", "run", "fuse-rwsem", "--duration", "60s")
+	var out syncBuffer
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	waitFor(t, "the lab to be in place", 15*time.Second, func() bool { return strings.Contains(out.String(), "offender pid") })
+	var mount string
+	for _, f := range strings.Fields(out.String()) {
+		if strings.HasPrefix(f, "/tmp/wolf-fusestall-") {
+			mount = strings.TrimRight(f, ",)")
+			break
+		}
+	}
+	if mount == "" {
+		t.Fatalf("no mount point in the lab's description: %s", out.String())
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("lab exited with %v after SIGINT, want 0", err)
+	}
+	if !strings.Contains(out.String(), "interrupted; cleaning up") {
+		t.Errorf("output: %s", out.String())
+	}
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(mi), mount) {
+		t.Errorf("mount %s left behind", mount)
+	}
+	if _, err := os.Stat(mount); !os.IsNotExist(err) {
+		t.Errorf("directory %s left behind: %v", mount, err)
+	}
+}
+
+func TestLabList(t *testing.T) {
+	r := runWolf(t, 10*time.Second, "lab", "list", "--format", "json")
+	var labs []struct{ Name, Summary string }
+	if err := json.Unmarshal([]byte(r.stdout), &labs); err != nil || r.code != 0 {
+		t.Fatalf("exit %d, %v: %s", r.code, err, r.stdout)
+	}
+	names := map[string]bool{}
+	for _, l := range labs {
+		names[l.Name] = l.Summary != ""
+	}
+	if !names["fuse-rwsem"] || !names["fuse-mutex"] {
+		t.Errorf("labs %+v", labs)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer process and a reader test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

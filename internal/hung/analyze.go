@@ -313,6 +313,12 @@ func (s *Snapshot) lockFinding(f *finding.Finding, g *group, tasks string, maxB 
 		f.Evidence["lock_mode"] = m
 	}
 	f.Evidence["lock_source"] = l.Source.String()
+	// Without CONFIG_KALLSYMS_ALL no data symbol names a global lock, but
+	// the waiters' frames can (rtnl_lock -> rtnl_mutex).
+	if l.Name == "" && g.site.Global && g.site.Object != "" {
+		l.Name = g.site.Object
+		f.Evidence["lock_name_from"] = "waiters' stacks (" + g.site.LockFunc + ")"
+	}
 	where := ""
 	if l.Name == "" && g.site.Func != "" {
 		where = " in " + g.site.Func

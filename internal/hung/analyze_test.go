@@ -197,3 +197,19 @@ type notFound struct{}
 func (notFound) Error() string { return "not found" }
 
 var errNotFound = notFound{}
+
+// Without data symbols (no CONFIG_KALLSYMS_ALL, as on this project's CI
+// kernel) the rtnl lock is still named, from the waiters' frames.
+func TestConcludeNamesRtnlFromStacks(t *testing.T) {
+	st := []string{"rtnl_lock+0x15", "rtnetlink_rcv_msg+0x13b", "netlink_rcv_skb+0x58", "netlink_unicast+0x1a3"}
+	lock := &Lock{Addr: 0xffffffff8a2b3c40, Kind: LockMutex, Source: SourceBlocker, Owner: OwnerTask, OwnerTID: 38, OwnerTGID: 38, OwnerComm: "calico-node"}
+	s := &Snapshot{
+		Victims:   []*Task{{TID: 7, TGID: 7, Comm: "ip", State: 2, Blocked: 30 * time.Second, Lock: lock, Stack: st}},
+		Owners:    map[int]*Task{38: {TID: 38, TGID: 38, Comm: "calico-node", State: 2, Stack: []string{"napi_disable+0x4e", "peer_remove_after_dead+0x2f", "wg_set_device+0x3a1"}}},
+		Threshold: 5 * time.Second,
+	}
+	fs := Conclude(s)
+	if len(fs) != 1 || !strings.Contains(fs[0].Title, "on rtnl_mutex; owner calico-node (pid 38)") {
+		t.Fatalf("got %+v", fs)
+	}
+}
