@@ -101,6 +101,9 @@ func Text(w io.Writer, r *finding.Report, o TextOptions) error {
 		t.printf("\n")
 	}
 	t.printf("%s\n", t.paint("1", Verdict(r)))
+	if r.Command == "analyze" {
+		return t.err // offline: wolf attached nothing, so there is no cost to tell
+	}
 	ov := r.Overhead
 	t.printf("wolf's own cost: %.2f s CPU, %.1f ms in BPF programs, %d events, %d dropped\n",
 		ov.CPUSeconds, float64(ov.BPFRunNs)/1e6, ov.Events, ov.Dropped)
@@ -118,6 +121,9 @@ func Verdict(r *finding.Report) string {
 	}
 	if counts[finding.Critical]+counts[finding.Warning] == 0 {
 		v := fmt.Sprintf("Healthy: nothing wrong found in %.0f s.", r.DurationS)
+		if r.Command == "analyze" {
+			v = "Nothing wrong found in the log."
+		}
 		if n := counts[finding.Info]; n > 0 {
 			v += fmt.Sprintf(" (%d note%s above.)", n, map[bool]string{true: "", false: "s"}[n == 1])
 		}
@@ -202,9 +208,13 @@ func (t *textWriter) subject(indent string, s *finding.Subject) {
 	if s.Role == finding.RoleOffender {
 		depth *= 2
 	}
-	for i, fr := range s.Stack {
+	stack := s.Stack
+	for len(stack) > 1 && schedulerFrame(stack[0]) {
+		stack = stack[1:] // how a task sleeps is noise; where it sleeps is not
+	}
+	for i, fr := range stack {
 		if i == depth {
-			t.printf("%s          %s\n", indent, t.paint("2", fmt.Sprintf("… %s (--format json has them all)", plural(len(s.Stack)-depth, "more frame", "more frames"))))
+			t.printf("%s          %s\n", indent, t.paint("2", fmt.Sprintf("… %s (--format json has them all)", plural(len(stack)-depth, "more frame", "more frames"))))
 			break
 		}
 		t.printf("%s          %s\n", indent, t.paint("2", fr))
@@ -274,4 +284,29 @@ func plural(n int, one, many string) string {
 		return "1 " + one
 	}
 	return fmt.Sprintf("%d %s", n, many)
+}
+
+// schedulerFrame reports frames every sleeping task has (the scheduler,
+// the generic sleep and lock slow paths, unreliable "?" frames).
+func schedulerFrame(frame string) bool {
+	if strings.HasPrefix(frame, "? ") {
+		return true
+	}
+	name := strings.TrimSpace(frame)
+	if i := strings.IndexAny(name, "+ ("); i > 0 {
+		name = name[:i]
+	}
+	if i := strings.IndexByte(name, '.'); i > 0 {
+		name = name[:i] // __mutex_lock.constprop.0
+	}
+	switch name {
+	case "__schedule", "schedule", "schedule_timeout", "schedule_preempt_disabled", "io_schedule",
+		"io_schedule_timeout", "schedule_hrtimeout_range", "schedule_hrtimeout_range_clock",
+		"preempt_schedule", "preempt_schedule_common", "__switch_to", "__switch_to_asm",
+		"__mutex_lock", "__mutex_lock_slowpath", "mutex_lock", "rwsem_down_write_slowpath", "rwsem_down_read_slowpath",
+		"down_write", "down_read", "__down_common", "__down", "rt_mutex_slowlock_block",
+		"wait_for_completion", "__wait_for_common", "wait_for_common":
+		return true
+	}
+	return false
 }

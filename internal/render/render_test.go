@@ -100,3 +100,16 @@ func TestWrapCutsLongTokens(t *testing.T) {
 		}
 	}
 }
+
+func TestTextHidesSchedulerFrames(t *testing.T) {
+	r := sample()
+	r.Findings[0].Subjects[0].Stack = []string{"__schedule+0x3fc/0x1450", "schedule+0x5e/0xd0", "? finish_task_switch.isra.0+0x8f", "__mutex_lock.constprop.0+0x3a5/0x6c0", "rtnl_lock+0x15/0x20", "rtnetlink_rcv_msg+0x13b/0x3c0"}
+	var b bytes.Buffer
+	if err := Text(&b, r, TextOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if strings.Contains(out, "__schedule") || strings.Contains(out, "__mutex_lock") || !strings.Contains(out, "rtnl_lock+0x15/0x20") {
+		t.Errorf("stack not trimmed to where the task waits:\n%s", out)
+	}
+}
