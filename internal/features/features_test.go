@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/wolf-investigator/wolf/internal/kconfig"
+	"github.com/wolf-investigator/wolf/internal/procfs"
 	"github.com/wolf-investigator/wolf/internal/testutil"
 	"github.com/wolf-investigator/wolf/internal/tracefs"
 )
@@ -172,7 +173,7 @@ func TestParsePSI(t *testing.T) {
 	}
 }
 
-func TestParseCgroupMounts(t *testing.T) {
+func TestCgroupMountsOf(t *testing.T) {
 	known := map[string]bool{"cpu": true, "cpuacct": true, "memory": true}
 	in := `31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
 32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct
@@ -180,10 +181,11 @@ func TestParseCgroupMounts(t *testing.T) {
 40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,xattr,name=systemd
 41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw,nsdelegate
 `
-	got, err := parseCgroupMounts(strings.NewReader(in), known)
+	mounts, err := procfs.ParseMountinfo(strings.NewReader(in))
 	if err != nil {
 		t.Fatal(err)
 	}
+	got := cgroupMountsOf(mounts, known)
 	want := []cgroupMount{
 		{1, "/sys/fs/cgroup/cpu,cpuacct", []string{"cpu", "cpuacct"}},
 		{1, "/sys/fs/cgroup/memory", []string{"memory"}},
@@ -191,7 +193,7 @@ func TestParseCgroupMounts(t *testing.T) {
 		{2, "/sys/fs/cgroup/unified", nil},
 	}
 	if !reflect.DeepEqual(got, want) {
-		t.Errorf("parseCgroupMounts =\n%+v\nwant\n%+v", got, want)
+		t.Errorf("cgroupMountsOf =\n%+v\nwant\n%+v", got, want)
 	}
 }
 

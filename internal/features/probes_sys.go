@@ -1,11 +1,9 @@
 package features
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -19,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/wolf-investigator/wolf/internal/kconfig"
+	"github.com/wolf-investigator/wolf/internal/procfs"
 	"github.com/wolf-investigator/wolf/internal/sysctl"
 	"github.com/wolf-investigator/wolf/internal/tracefs"
 )
@@ -154,28 +153,18 @@ type cgroupMount struct {
 	controllers []string // v1: the controllers (and name=) bound to it
 }
 
-// parseCgroupMounts lists the cgroup filesystems in a mountinfo. For v1,
-// the controllers are the super options that are known controllers (from
+// cgroupMountsOf picks the cgroup filesystems out of mounts. For v1, the
+// controllers are the super options that are known controllers (from
 // /proc/cgroups) or name= entries.
-func parseCgroupMounts(r io.Reader, known map[string]bool) ([]cgroupMount, error) {
+func cgroupMountsOf(mounts []procfs.Mount, known map[string]bool) []cgroupMount {
 	var out []cgroupMount
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		if !ok {
-			continue
-		}
-		f, pf := strings.Fields(pre), strings.Fields(post)
-		if len(f) < 5 || len(pf) < 3 {
-			continue
-		}
-		switch pf[0] {
+	for _, mnt := range mounts {
+		switch mnt.FSType {
 		case "cgroup2":
-			out = append(out, cgroupMount{version: 2, point: f[4]})
+			out = append(out, cgroupMount{version: 2, point: mnt.Point})
 		case "cgroup":
-			m := cgroupMount{version: 1, point: f[4]}
-			for _, opt := range strings.Split(pf[2], ",") {
+			m := cgroupMount{version: 1, point: mnt.Point}
+			for _, opt := range mnt.SuperOptions {
 				if known[opt] || strings.HasPrefix(opt, "name=") {
 					m.controllers = append(m.controllers, opt)
 				}
@@ -183,7 +172,7 @@ func parseCgroupMounts(r io.Reader, known map[string]bool) ([]cgroupMount, error
 			out = append(out, m)
 		}
 	}
-	return out, sc.Err()
+	return out
 }
 
 // knownControllers reads the controller names from /proc/cgroups.
@@ -201,17 +190,16 @@ func knownControllers() map[string]bool {
 	return known
 }
 
-func cgroupMounts() ([]cgroupMount, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+func cgroupMounts(ctx context.Context) ([]cgroupMount, error) {
+	mounts, err := procfs.Reader{}.Mounts(ctx, 0)
 	if err != nil {
 		return nil, fmt.Errorf("reading mounts: %s", plain(err))
 	}
-	defer f.Close()
-	return parseCgroupMounts(f, knownControllers())
+	return cgroupMountsOf(mounts, knownControllers()), nil
 }
 
 func probeCgroupV1(ctx context.Context) (string, error) {
-	mounts, err := cgroupMounts()
+	mounts, err := cgroupMounts(ctx)
 	if err != nil {
 		return "", err
 	}
@@ -229,7 +217,7 @@ func probeCgroupV1(ctx context.Context) (string, error) {
 }
 
 func probeCgroupV2(ctx context.Context) (string, error) {
-	mounts, err := cgroupMounts()
+	mounts, err := cgroupMounts(ctx)
 	if err != nil {
 		return "", err
 	}

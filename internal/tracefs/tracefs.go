@@ -13,16 +13,17 @@
 package tracefs
 
 import (
-	"bufio"
+	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/wolf-investigator/wolf/internal/procfs"
 )
 
 const (
@@ -30,7 +31,6 @@ const (
 	DefaultPath = "/sys/kernel/tracing"
 	// DebugfsPath is the older location, automounted inside debugfs.
 	DebugfsPath = "/sys/kernel/debug/tracing"
-	mountinfo   = "/proc/self/mountinfo"
 )
 
 // ensureMu keeps two goroutines of wolf from mounting tracefs twice.
@@ -42,7 +42,7 @@ var ensureMu sync.Mutex
 func Ensure() (string, error) {
 	ensureMu.Lock()
 	defer ensureMu.Unlock()
-	if p, err := find(mountinfo); err != nil {
+	if p, err := find(); err != nil {
 		return "", err
 	} else if p != "" {
 		return p, nil
@@ -56,21 +56,18 @@ func Ensure() (string, error) {
 // Find returns the path of a mounted tracefs without mounting one; ok is
 // false when none is mounted.
 func Find() (path string, ok bool) {
-	p, err := find(mountinfo)
+	p, err := find()
 	return p, err == nil && p != ""
 }
 
-func find(mountinfoPath string) (string, error) {
-	f, err := os.Open(mountinfoPath)
+// find returns the preferred mounted tracefs of this process's mount
+// namespace, or "" when none is mounted.
+func find() (string, error) {
+	mounts, err := procfs.Reader{}.Mounts(context.Background(), 0)
 	if err != nil {
 		return "", fmt.Errorf("tracefs: %w", err)
 	}
-	defer f.Close()
-	points, err := parseMountinfo(f)
-	if err != nil {
-		return "", fmt.Errorf("tracefs: %s: %w", mountinfoPath, err)
-	}
-	return choose(points), nil
+	return choose(tracefsPoints(mounts)), nil
 }
 
 // choose picks the preferred tracefs mount point.
@@ -88,56 +85,15 @@ func choose(points []string) string {
 	return ""
 }
 
-// parseMountinfo returns the mount points of every tracefs in a
-// /proc/PID/mountinfo.
-func parseMountinfo(r io.Reader) ([]string, error) {
+// tracefsPoints returns the mount points of every tracefs among mounts.
+func tracefsPoints(mounts []procfs.Mount) []string {
 	var points []string
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		// id parent major:minor root mountpoint options [optional...] - fstype source superopts
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		if !ok {
-			continue
-		}
-		fields, postFields := strings.Fields(pre), strings.Fields(post)
-		if len(fields) < 5 || len(postFields) < 1 {
-			continue
-		}
-		if postFields[0] == "tracefs" {
-			points = append(points, unescape(fields[4]))
+	for _, m := range mounts {
+		if m.FSType == "tracefs" {
+			points = append(points, m.Point)
 		}
 	}
-	return points, sc.Err()
-}
-
-// unescape undoes mountinfo's octal escapes (\040 for a space).
-func unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) && isOctal(s[i+1:i+4]) {
-			b.WriteByte((s[i+1]-'0')<<6 | (s[i+2]-'0')<<3 | (s[i+3] - '0'))
-			i += 3
-			continue
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-func isOctal(s string) bool {
-	if len(s) != 3 {
-		return false
-	}
-	for i := 0; i < 3; i++ {
-		if s[i] < '0' || s[i] > '7' {
-			return false
-		}
-	}
-	return true
+	return points
 }
 
 // mountAt mounts a tracefs instance at dir.

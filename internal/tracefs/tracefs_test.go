@@ -7,11 +7,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/wolf-investigator/wolf/internal/procfs"
 	"github.com/wolf-investigator/wolf/internal/testutil"
 	"golang.org/x/sys/unix"
 )
 
-func TestParseMountinfo(t *testing.T) {
+func TestTracefsPoints(t *testing.T) {
 	tests := []struct {
 		name string
 		in   string
@@ -31,14 +32,14 @@ func TestParseMountinfo(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := parseMountinfo(strings.NewReader(tt.in))
+			mounts, err := procfs.ParseMountinfo(strings.NewReader(tt.in))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("parseMountinfo = %q, want %q", got, tt.want)
+			if got := tracefsPoints(mounts); !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("tracefsPoints = %q, want %q", got, tt.want)
 			}
-			if p := choose(got); p != tt.pick {
+			if p := choose(tracefsPoints(mounts)); p != tt.pick {
 				t.Errorf("choose = %q, want %q", p, tt.pick)
 			}
 		})

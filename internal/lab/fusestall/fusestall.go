@@ -207,7 +207,7 @@ func (in *Instance) mount(ctx context.Context) error {
 		return fmt.Errorf("fusestall: mount %s: %w", dir, err)
 	}
 	in.mounted = true
-	in.dev = mountDev(dir)
+	in.dev = mountDev(ctx, dir)
 	// The kernel queued INIT at mount time; reading before the mount would
 	// fail (the device is not yet bound to a connection).
 	in.serving = true

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/wolf-investigator/wolf/internal/lab"
+	"github.com/wolf-investigator/wolf/internal/procfs"
 	"github.com/wolf-investigator/wolf/internal/testutil"
 	"golang.org/x/sys/unix"
 )
@@ -188,8 +189,7 @@ func ourChildren() []string {
 func mountinfoLine(dir string) string {
 	b, _ := os.ReadFile("/proc/self/mountinfo")
 	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) >= 5 && unescapeMountinfo(f[4]) == dir {
+		if m, _ := procfs.ParseMountinfo(strings.NewReader(line)); len(m) == 1 && m[0].Point == dir {
 			return line
 		}
 	}

@@ -5,7 +5,6 @@ package fusestall
 // stuck on purpose.
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/wolf-investigator/wolf/internal/procfs"
 )
 
 // waitTimeout bounds every wait in this package.
@@ -84,38 +85,12 @@ var errTimeout = errors.New("timed out")
 
 // mountDev returns the "major:minor" of the mount at dir from
 // /proc/self/mountinfo, or "" if dir is not a mount point.
-func mountDev(dir string) string {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// 36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw
-		f := strings.Fields(sc.Text())
-		if len(f) >= 5 && unescapeMountinfo(f[4]) == dir {
-			return f[2]
+func mountDev(ctx context.Context, dir string) string {
+	mounts, _ := procfs.Reader{}.Mounts(ctx, 0) // on error, what was read before it
+	for _, m := range mounts {
+		if m.Point == dir {
+			return m.Dev
 		}
 	}
 	return ""
-}
-
-// unescapeMountinfo undoes the octal escapes (\040 for space...) of mountinfo.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
