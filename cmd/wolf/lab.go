@@ -9,13 +9,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/wolf-investigator/wolf/internal/lab"
+	"github.com/wolf-investigator/wolf/internal/lab/coredump"
 	"github.com/wolf-investigator/wolf/internal/lab/fusestall"
 	"github.com/wolf-investigator/wolf/internal/render"
 )
 
 // labs lists every reproducer wolf ships.
 func labs() *lab.Registry {
-	return lab.NewRegistry(fusestall.NewRWSem(), fusestall.NewMutex())
+	return lab.NewRegistry(fusestall.NewRWSem(), fusestall.NewMutex(), coredump.New())
 }
 
 func newLabCmd() *cobra.Command {

@@ -12,6 +12,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/wolf-investigator/wolf/internal/lab/coredump"
 )
 
 // Exit codes, as DESIGN.md fixes them.
@@ -43,6 +45,9 @@ func privilegeErr(format string, args ...any) error {
 }
 
 func main() {
+	// The coredump lab re-executes this binary as the process that
+	// crashes; in that role it never returns.
+	coredump.MaybeRunCrasher()
 	os.Exit(run(os.Args[1:]))
 }
 

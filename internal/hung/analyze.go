@@ -30,6 +30,7 @@ type Snapshot struct {
 	Comm        func(tid int) string
 	Threshold   time.Duration
 	HungTimeout time.Duration // kernel.hung_task_timeout_secs; 0 if off or unknown
+	CorePattern string        // kernel.core_pattern, for coredump findings
 }
 
 // group is the victims that wait on one thing.
@@ -222,17 +223,28 @@ func (s *Snapshot) groupFinding(g *group) finding.Finding {
 		dumper := "another thread"
 		if v.DumperTID != 0 {
 			dumper = fmt.Sprintf("thread %d", v.DumperTID)
-			if c := s.comm(v.DumperTID); c != "" {
-				dumper = taskLabel(c, v.TGID, v.DumperTID)
+			sub := finding.Subject{Role: finding.RoleOffender, PID: v.TGID, TID: v.DumperTID, Comm: s.comm(v.DumperTID), Detail: "writing the core dump"}
+			if d := s.Owners[v.DumperTID]; d != nil {
+				dumper = d.Label()
+				sub.State, sub.Stack = d.StateLetter(), d.Stack
+				sub.Detail = "writing the core dump, " + describeTaskWait(d)
+			} else if sub.Comm != "" {
+				dumper = taskLabel(sub.Comm, v.TGID, v.DumperTID)
 			}
-			f.Subjects = append(f.Subjects, finding.Subject{Role: finding.RoleOffender, PID: v.TGID, TID: v.DumperTID, Comm: s.comm(v.DumperTID), Detail: "writing the core dump"})
+			f.Subjects = append(f.Subjects, sub)
 			f.Evidence["dumper_tid"] = v.DumperTID
 		}
+		if s.CorePattern != "" {
+			f.Evidence["core_pattern"] = s.CorePattern
+		}
 		f.Title = fmt.Sprintf("Blocked by coredump: %s of %s blocked %s while %s writes the core dump", plural(n, "thread", "threads"), taskLabel(v.Comm, v.TGID, v.TGID), dur(maxB), dumper)
-		f.Summary = "The process crashed and the kernel is dumping its memory; its threads sleep in D until the dump is written. The application is the victim here, not the cause of the hang."
-		f.Mechanism = "On a fatal signal with core dumps enabled, every thread of the process parks in coredump_task_exit (PF_POSTCOREDUMP) while one thread writes the memory image to core_pattern. The bigger the process, the longer the dump and the likelier a hung-task report."
+		f.Summary = "The process crashed and the kernel is dumping its memory; its other threads wait until the dump is written. The application is the victim here, not the cause of the hang."
+		if strings.HasPrefix(s.CorePattern, "|") {
+			f.Summary += fmt.Sprintf(" The dump goes to a pipe (%s): if that handler reads slowly or not at all, the dump, and the threads, wait for it.", s.CorePattern)
+		}
+		f.Mechanism = "On a fatal signal with core dumps enabled, every other thread of the process parks in coredump_task_exit (PF_POSTCOREDUMP) while one thread writes the memory image to core_pattern; the bigger the process and the slower the target, the longer they wait. Since Linux 6.12 they park in TASK_IDLE (state I), so khungtaskd no longer reports them."
 		f.Remediation = []string{
-			"Check kernel.core_pattern and where the dump goes (a pipe to systemd-coredump, or a file on a slow disk).",
+			"Check kernel.core_pattern and where the dump goes (a pipe to systemd-coredump or another handler, or a file on a slow disk); a pipe handler that does not read stalls the dump.",
 			"Limit dump size for huge processes (ulimit -c, systemd-coredump ProcessSizeMax=) or disable dumps where they are not read.",
 			"Find why the process crashed (its own logs, the signal in the coredump).",
 		}

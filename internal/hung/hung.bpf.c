@@ -180,13 +180,27 @@ static __always_inline __u64 task_switches(struct task_struct *t)
 	return BPF_CORE_READ(t, nvcsw) + BPF_CORE_READ(t, nivcsw);
 }
 
+/*
+ * Blocked the way wolf reports: D state; or, since 6.12, the TASK_IDLE
+ * sleep of threads parked while their process dumps core (PF_POSTCOREDUMP),
+ * which the kernel's own detector no longer sees.
+ */
+static __always_inline bool is_blocked(unsigned int state, unsigned int flags)
+{
+	if (wolf_task_is_d(state))
+		return true;
+	return (state & WOLF_TASK_UNINTERRUPTIBLE) && (flags & WOLF_PF_POSTCOREDUMP);
+}
+
 SEC("raw_tp/sched_switch")
 int BPF_PROG(on_sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
 	if (preempt)
 		return 0;
 	unsigned int state = wolf_task_state(prev);
-	if (!wolf_task_is_d(state))
+	if (!(state & WOLF_TASK_UNINTERRUPTIBLE))
+		return 0;
+	if (!is_blocked(state, BPF_CORE_READ(prev, flags)))
 		return 0;
 	/*
 	 * Stamp the sleep with the switch count: if the task has not
@@ -424,7 +438,7 @@ int dump_tasks(struct bpf_iter__task *ctx)
 	__u32 tid = t->pid;
 	unsigned int state = wolf_task_state(t);
 	bool want = bpf_map_lookup_elem(&wanted, &tid) != NULL;
-	if (!want && !wolf_task_is_d(state))
+	if (!want && !is_blocked(state, t->flags))
 		return 0;
 
 	__u32 zero = 0;

@@ -123,6 +123,7 @@ func (h *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 		Hangs:       p.hangReports(),
 		Threshold:   h.Threshold,
 		HungTimeout: hungTimeout(),
+		CorePattern: corePattern(),
 		FuseDaemons: func() []Proc { return fuseDaemons(context.Background(), h.Proc) },
 		Comm: func(tid int) string {
 			c, _ := h.Proc.Comm(context.Background(), tid, tid)
@@ -168,12 +169,20 @@ func (h *Investigator) walk(ctx context.Context, p *probe, syms Symbolizer, seen
 	}
 	owners := map[int]*Task{}
 	var want []uint32
+	follow := func(tid int) {
+		if _, ok := owners[tid]; !ok && tid != 0 {
+			owners[tid] = nil
+			want = append(want, uint32(tid))
+		}
+	}
+	// The tasks a blocked task waits for: its lock's owner, or the thread
+	// writing its process's core dump.
 	addOwner := func(t *Task) {
 		if t.Lock != nil && t.Lock.Owner != OwnerNone {
-			if _, ok := owners[t.Lock.OwnerTID]; !ok {
-				owners[t.Lock.OwnerTID] = nil
-				want = append(want, uint32(t.Lock.OwnerTID))
-			}
+			follow(t.Lock.OwnerTID)
+		}
+		if t.DumperTID != 0 && t.DumperTID != t.TID {
+			follow(t.DumperTID)
 		}
 	}
 	blocked := map[int]*Task{}
@@ -215,6 +224,12 @@ func (h *Investigator) walk(ctx context.Context, p *probe, syms Symbolizer, seen
 }
 
 func matchPID(t *Task, pid int) bool { return pid == 0 || t.TGID == pid || t.TID == pid }
+
+// corePattern is where core dumps go, "" when unreadable.
+func corePattern() string {
+	v, _ := sysctl.Read("kernel.core_pattern")
+	return v
+}
 
 // hungTimeout is khungtaskd's threshold, 0 when it is off or unreadable.
 func hungTimeout() time.Duration {

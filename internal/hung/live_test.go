@@ -16,10 +16,16 @@ import (
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/lab"
+	"github.com/wolf-investigator/wolf/internal/lab/coredump"
 	"github.com/wolf-investigator/wolf/internal/lab/fusestall"
 	"github.com/wolf-investigator/wolf/internal/sysctl"
 	"github.com/wolf-investigator/wolf/internal/testutil"
 )
+
+func TestMain(m *testing.M) {
+	coredump.MaybeRunCrasher() // the coredump lab re-executes this binary
+	os.Exit(m.Run())
+}
 
 func requireLive(t *testing.T) {
 	t.Helper()
@@ -316,5 +322,56 @@ func TestLiveWithoutBlockerField(t *testing.T) {
 	}
 	if w.Evidence["likely_owner_pid"] != inst.Tasks().Offender {
 		t.Errorf("wait-site finding does not point at the likely owner: %v", w.Evidence)
+	}
+}
+
+// A process crashes and its core dump stalls on a pipe handler that does
+// not read: its threads park (in state I since 6.12, invisible to
+// khungtaskd) and wolf names the dumping thread.
+func TestLiveCoredump(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.Exclusive(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	li, err := coredump.New().Start(ctx, lab.Options{Logf: t.Logf})
+	if err != nil {
+		t.Fatalf("start coredump lab: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := li.Close(); err != nil {
+			t.Errorf("close lab: %v", err)
+		}
+	})
+	inst := li.(*coredump.Instance)
+	tasks := inst.Tasks()
+	time.Sleep(1200 * time.Millisecond)
+	res := runHung(t, 2*time.Second, time.Second, nil)
+	dump(t, res.Findings)
+	f := findByID(res.Findings, "hung.coredump")
+	if f == nil {
+		t.Fatal("no hung.coredump finding")
+	}
+	var offender finding.Subject
+	var victims []int
+	for _, s := range f.Subjects {
+		switch s.Role {
+		case finding.RoleOffender:
+			offender = s
+		case finding.RoleVictim:
+			victims = append(victims, s.TID)
+			if s.PID != inst.Process() {
+				t.Errorf("victim %d in process %d, want %d", s.TID, s.PID, inst.Process())
+			}
+		}
+	}
+	if offender.TID != tasks.Offender || len(offender.Stack) == 0 {
+		t.Errorf("offender %+v, want the dumping thread %d with its stack", offender, tasks.Offender)
+	}
+	sort.Ints(victims)
+	if fmt.Sprint(victims) != fmt.Sprint(sorted(tasks.Victims)) {
+		t.Errorf("victims %v, want %v", victims, sorted(tasks.Victims))
+	}
+	if !strings.HasPrefix(f.Title, "Blocked by coredump") {
+		t.Errorf("title %q", f.Title)
 	}
 }
