@@ -1,0 +1,1004 @@
+package bpflpm
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/wolf-investigator/wolf/lpm/realtable"
+)
+
+// The benchmark (`wolf bench lpm`): wolf's structure and the kernel's
+// BPF_MAP_TYPE_LPM_TRIE side by side, in one run, by the kernel
+// selftest's method. See bench.bpf.c for the BPF side.
+
+// BenchOps are the operations Bench knows, in the order it runs them.
+var BenchOps = []string{"load", "lookup", "update", "delete", "free"}
+
+// DefaultBenchEntries are the dense table sizes of the kernel's benchmark
+// runs in the seed.
+var DefaultBenchEntries = []int{1, 100, 10_000, 100_000, 1_000_000}
+
+// BenchOptions configure Bench. Zero values take the defaults.
+type BenchOptions struct {
+	Entries []int    // dense /32 table sizes
+	Ops     []string // subset of BenchOps
+	Real    bool     // also the real IPv4 table
+	IPv6    bool     // also the real IPv6 table
+	Repeat  int      // BPF_PROG_TEST_RUN runs per lookup measurement (100)
+	Loops   int      // operations per run, inside bpf_loop (10000, the selftest's NR_LOOPS)
+	Trials  int      // measurements of each lookup; the median is kept (3)
+	// UserOps is how many update and delete calls each user-space
+	// measurement makes (100 × Repeat).
+	UserOps int
+	// Probes is how many addresses from announced space the real-table
+	// lookups cycle through (1 Mi).
+	Probes             int
+	DirBits4, DirBits6 int                           // 0: the package default
+	RealPrefixes       []netip.Prefix                // nil: realtable.Load
+	Log                func(format string, a ...any) // progress; may be nil
+}
+
+// BenchResult is one measurement.
+type BenchResult struct {
+	Set     string `json:"set"`  // dense-v4, real-v4 or real-v6
+	Impl    string `json:"impl"` // kernel-trie or wolf
+	Op      string `json:"op"`
+	Via     string `json:"via"` // bpf (in a BPF program), syscall, user (wolf's Go API), close
+	Entries int    `json:"entries"`
+	// NsPerOp is the cost of one operation with the harness subtracted
+	// (bpf rows); for free, the time to free the whole structure.
+	NsPerOp float64 `json:"ns_per_op"`
+	Mops    float64 `json:"mops"` // million operations per second: 1000 / NsPerOp
+	// Bytes is the memory the kernel holds for the structure: for the
+	// trie, the slab it grew by while filling (from 64 K entries; its
+	// memlock accounting below that); for wolf, its maps' memlock
+	// (both directory generations and all spare capacity). BytesUsed is
+	// the trie's own accounting (entries × node size, what bpftool shows)
+	// and the live part of wolf's maps.
+	Bytes     uint64 `json:"bytes"`
+	BytesUsed uint64 `json:"bytes_used"`
+	// RawNsPerOp includes the harness.
+	RawNsPerOp float64 `json:"raw_ns_per_op,omitempty"`
+	Ops        uint64  `json:"ops"`
+	// Speedup, on wolf rows: the kernel trie's ns_per_op over wolf's for
+	// the same set, size and operation (bpf against bpf, user space
+	// against user space).
+	Speedup float64 `json:"speedup,omitempty"`
+}
+
+// BenchHarness is the bare loop's cost, measured in the same run.
+type BenchHarness struct {
+	Set     string  `json:"set"`
+	Entries int     `json:"entries"`
+	Keys    string  `json:"keys"` // random, sequential or probes
+	NsPerOp float64 `json:"ns_per_op"`
+}
+
+// BenchReport is everything Bench measured.
+type BenchReport struct {
+	Results []BenchResult `json:"results"`
+	// Mismatches counts probes for which wolf's answer differed from the
+	// kernel trie's, over Compared probes.
+	Mismatches uint64         `json:"mismatches"`
+	Compared   uint64         `json:"probes_compared"`
+	Harness    []BenchHarness `json:"harness"`
+	Repeat     int            `json:"repeat"`
+	Loops      int            `json:"loops"`
+	Trials     int            `json:"trials"`
+	Method     string         `json:"method"`
+	Notes      []string       `json:"notes,omitempty"`
+}
+
+const benchMethod = "XDP program run by BPF_PROG_TEST_RUN; bpf_loop does `loops` operations per run timed with bpf_ktime_get_ns " +
+	"(tools/testing/selftests/bpf/benchs/bench_lpm_trie_map.c); dense sets hold every /32 in [0,N) and look up prandom % N; " +
+	"real sets look up addresses drawn from announced space; the bare loop is measured in the same run and subtracted; " +
+	"free is the bpf_map_free_deferred work item, timed by workqueue tracepoints"
+
+func (o *BenchOptions) normalize() error {
+	if o.Entries == nil {
+		o.Entries = DefaultBenchEntries
+	}
+	for _, n := range o.Entries {
+		if n < 1 || n > 1<<26 {
+			return fmt.Errorf("entries must be 1..%d, got %d", 1<<26, n)
+		}
+	}
+	if o.Ops == nil {
+		o.Ops = BenchOps
+	}
+	for _, op := range o.Ops {
+		if !slices.Contains(BenchOps, op) {
+			return fmt.Errorf("unknown op %q (want %s)", op, strings.Join(BenchOps, ", "))
+		}
+	}
+	if o.Repeat == 0 {
+		o.Repeat = 100
+	}
+	if o.Loops == 0 {
+		o.Loops = 10_000
+	}
+	if o.Trials == 0 {
+		o.Trials = 3
+	}
+	if o.UserOps == 0 {
+		o.UserOps = 100 * o.Repeat
+	}
+	if o.Probes == 0 {
+		o.Probes = 1 << 20
+	}
+	if o.Repeat < 1 || o.Loops < 1 || o.Loops > 1<<23 || o.Trials < 1 || o.UserOps < 1 || o.Probes < 1 {
+		return errors.New("repeat, loops, trials, user ops and probes must be positive (loops at most 8 Mi, bpf_loop's limit)")
+	}
+	if o.Log == nil {
+		o.Log = func(string, ...any) {}
+	}
+	return nil
+}
+
+func (o *BenchOptions) has(op string) bool { return slices.Contains(o.Ops, op) }
+
+// Bench runs the benchmark. It needs root. Everything it loads is closed
+// before it returns, also when ctx is cancelled.
+func Bench(ctx context.Context, o BenchOptions) (*BenchReport, error) {
+	if err := o.normalize(); err != nil {
+		return nil, err
+	}
+	rep := &BenchReport{Results: []BenchResult{}, Harness: []BenchHarness{}, Repeat: o.Repeat, Loops: o.Loops, Trials: o.Trials, Method: benchMethod}
+	var ft *freeTracer
+	if o.has("free") {
+		var err error
+		if ft, err = newFreeTracer(); err != nil {
+			rep.Notes = append(rep.Notes, "free not measured: "+err.Error())
+		} else {
+			defer ft.close()
+		}
+	}
+	for _, n := range o.Entries {
+		if err := ctx.Err(); err != nil {
+			return rep, err
+		}
+		if err := benchDense(ctx, &o, rep, ft, n); err != nil {
+			return rep, fmt.Errorf("dense %d: %w", n, err)
+		}
+	}
+	if o.Real || o.IPv6 {
+		ps := o.RealPrefixes
+		if ps == nil {
+			var err error
+			if ps, err = realtable.Load(); err != nil {
+				return rep, err
+			}
+		}
+		v4, v6 := realtable.Split(ps)
+		if o.Real {
+			if err := benchReal(ctx, &o, rep, ft, IPv4, v4); err != nil {
+				return rep, fmt.Errorf("real IPv4: %w", err)
+			}
+		}
+		if o.IPv6 {
+			if err := benchReal(ctx, &o, rep, ft, IPv6, v6); err != nil {
+				return rep, fmt.Errorf("real IPv6: %w", err)
+			}
+		}
+	}
+	rep.speedups()
+	return rep, nil
+}
+
+func (rep *BenchReport) speedups() {
+	for i := range rep.Results {
+		w := &rep.Results[i]
+		if w.Impl != "wolf" || w.NsPerOp <= 0 {
+			continue
+		}
+		via := w.Via
+		if via == "user" {
+			via = "syscall"
+		}
+		for _, k := range rep.Results {
+			if k.Impl == "kernel-trie" && k.Set == w.Set && k.Entries == w.Entries && k.Op == w.Op && k.Via == via {
+				w.Speedup = k.NsPerOp / w.NsPerOp
+			}
+		}
+	}
+}
+
+// benchColl is bench.bpf.c loaded with two wolf tables and two tries.
+type benchColl struct {
+	objs struct {
+		benchPrograms
+		benchMaps
+	}
+	w4, w6 *Table
+	closed bool
+}
+
+// openBench loads bench.bpf.c around tables w4 and w6 (one of them a
+// placeholder), with tries and probe arrays of the given sizes.
+func openBench(w4, w6 *Table, trie4, trie6, probes4, probes6 int) (*benchColl, error) {
+	spec, err := loadBench()
+	if err != nil {
+		return nil, err
+	}
+	var opts ebpf.CollectionOptions
+	if err := w4.Bind(spec, "w4", &opts); err != nil {
+		return nil, err
+	}
+	if err := w6.Bind(spec, "w6", &opts); err != nil {
+		return nil, err
+	}
+	spec.Maps["trie4"].MaxEntries = uint32(trie4)
+	spec.Maps["trie6"].MaxEntries = uint32(trie6)
+	spec.Maps["probes4"].MaxEntries = uint32((probes4 + chunkWords - 1) / chunkWords)
+	spec.Maps["probes6"].MaxEntries = uint32(max(probes6, 1))
+	c := &benchColl{w4: w4, w6: w6}
+	if err := spec.LoadAndAssign(&c.objs, &opts); err != nil {
+		return nil, fmt.Errorf("load bench.bpf.c: %w", err)
+	}
+	return c, nil
+}
+
+// closeProgs releases everything but the tries, so that freeing them can
+// be timed alone.
+func (c *benchColl) closeProgs() {
+	c.objs.RunBench.Close()
+	for _, m := range []*ebpf.Map{c.objs.Ctl, c.objs.Out, c.objs.Probes4, c.objs.Probes6, c.objs.W4Root, c.objs.W4Dir, c.objs.W4Nodes, c.objs.W4Leaves, c.objs.W6Root, c.objs.W6Dir, c.objs.W6Nodes, c.objs.W6Leaves} {
+		m.Close()
+	}
+}
+
+func (c *benchColl) close() {
+	if c.closed {
+		return
+	}
+	c.closed = true
+	c.closeProgs()
+	c.objs.Trie4.Close()
+	c.objs.Trie6.Close()
+}
+
+type benchOp = benchBenchOp
+
+const (
+	opBaseRand4   = benchBenchOpBENCH_BASE_RAND4
+	opTrieRand4   = benchBenchOpBENCH_TRIE_RAND4
+	opWolfRand4   = benchBenchOpBENCH_WOLF_RAND4
+	opTrieUpdate4 = benchBenchOpBENCH_TRIE_UPDATE4
+	opBaseSeq4    = benchBenchOpBENCH_BASE_SEQ4
+	opTrieDelete4 = benchBenchOpBENCH_TRIE_DELETE4
+	opCmpSeq4     = benchBenchOpBENCH_CMP_SEQ4
+	opBaseProbe4  = benchBenchOpBENCH_BASE_PROBE4
+	opTrieProbe4  = benchBenchOpBENCH_TRIE_PROBE4
+	opWolfProbe4  = benchBenchOpBENCH_WOLF_PROBE4
+	opCmpProbe4   = benchBenchOpBENCH_CMP_PROBE4
+	opBaseProbe6  = benchBenchOpBENCH_BASE_PROBE6
+	opTrieProbe6  = benchBenchOpBENCH_TRIE_PROBE6
+	opWolfProbe6  = benchBenchOpBENCH_WOLF_PROBE6
+	opCmpProbe6   = benchBenchOpBENCH_CMP_PROBE6
+)
+
+// exec runs op `runs` times, `loops` iterations each, over n keys or
+// probes, starting at cursor, and returns what the runs did.
+func (c *benchColl) exec(ctx context.Context, op benchOp, n, loops, runs int, cursor uint64) (benchBenchOut, error) {
+	var out benchBenchOut
+	if err := c.objs.Out.Put(uint32(0), benchBenchOut{Cursor: cursor}); err != nil {
+		return out, err
+	}
+	if err := c.objs.Ctl.Put(uint32(0), benchBenchCtl{Op: op, N: uint32(n), Loops: uint32(loops)}); err != nil {
+		return out, err
+	}
+	pkt := make([]byte, 64) // XDP test runs want at least an Ethernet header
+	for range runs {
+		if err := ctx.Err(); err != nil {
+			return out, err
+		}
+		ret, err := c.objs.RunBench.Run(&ebpf.RunOptions{Data: pkt})
+		if err != nil {
+			return out, fmt.Errorf("BPF_PROG_TEST_RUN: %w", err)
+		}
+		if ret != 2 { // XDP_PASS
+			return out, fmt.Errorf("bench program returned %d", ret)
+		}
+	}
+	if err := c.objs.Out.Lookup(uint32(0), &out); err != nil {
+		return out, err
+	}
+	if out.Err != 0 {
+		return out, fmt.Errorf("map operation failed in BPF: errno %d", -out.Err)
+	}
+	return out, nil
+}
+
+func nsPer(out benchBenchOut) float64 {
+	if out.Ops == 0 {
+		return 0
+	}
+	return float64(out.Ns) / float64(out.Ops)
+}
+
+// compare looks every key in [0, n) (or every probe) up in both tables,
+// in runs of 64 Ki, and adds disagreements to the report.
+func (c *benchColl) compare(ctx context.Context, rep *BenchReport, op benchOp, n int, what string) error {
+	const chunk = 1 << 16
+	out, err := c.exec(ctx, op, n, chunk, (n+chunk-1)/chunk, 0)
+	if err != nil {
+		return err
+	}
+	if out.Ops != uint64(n) {
+		return fmt.Errorf("compare %s: %d of %d keys compared", what, out.Ops, n)
+	}
+	rep.Compared += out.Ops
+	rep.Mismatches += out.Mismatches
+	if out.Mismatches > 0 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("%s: %d mismatches, the last at key/probe %d", what, out.Mismatches, out.LastMismatch-1))
+	}
+	return nil
+}
+
+// lookups measures base, trie and wolf Trials times, interleaved, and
+// keeps the medians.
+func (c *benchColl) lookups(ctx context.Context, o *BenchOptions, base, trie, wolf benchOp, n int, probes bool) (b, k, w float64, err error) {
+	var bs, ks, ws []float64
+	loops := o.Loops
+	if probes {
+		loops = min(loops, n) // a run reads each probe at most once
+	}
+	for range o.Trials {
+		for _, x := range []struct {
+			op  benchOp
+			out *[]float64
+		}{{base, &bs}, {trie, &ks}, {wolf, &ws}} {
+			r, err := c.exec(ctx, x.op, n, loops, o.Repeat, 0)
+			if err != nil {
+				return 0, 0, 0, err
+			}
+			*x.out = append(*x.out, nsPer(r))
+		}
+	}
+	return median(bs), median(ks), median(ws), nil
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func result(set, impl, op, via string, entries int, ns float64, ops uint64) BenchResult {
+	r := BenchResult{Set: set, Impl: impl, Op: op, Via: via, Entries: entries, NsPerOp: ns, Ops: ops}
+	if ns > 0 {
+		r.Mops = 1000 / ns
+	}
+	return r
+}
+
+// mem is a structure's memory: what the kernel holds for it, and what
+// the live structure uses of that.
+type mem struct{ bytes, used uint64 }
+
+func (r BenchResult) with(m mem) BenchResult {
+	r.Bytes, r.BytesUsed = m.bytes, m.used
+	return r
+}
+
+func lookupRows(set string, entries int, base, trie, wolf float64, ops uint64, km, wm mem) []BenchResult {
+	k := result(set, "kernel-trie", "lookup", "bpf", entries, max(trie-base, 0.01), ops).with(km)
+	k.RawNsPerOp = trie
+	w := result(set, "wolf", "lookup", "bpf", entries, max(wolf-base, 0.01), ops).with(wm)
+	w.RawNsPerOp = wolf
+	return []BenchResult{k, w}
+}
+
+// wolfMem is what the kernel holds for a table's maps, by its own
+// accounting, and the live part of it.
+func wolfMem(t *Table) mem {
+	var m mem
+	for _, mp := range t.Maps() {
+		m.bytes += memlock(mp)
+	}
+	m.used = t.Stats().BytesUsed
+	return m
+}
+
+// fillTrie fills the kernel trie by batch update and measures its memory.
+// The trie's own accounting (memlock: entries × node size) leaves out its
+// intermediate nodes and the allocator's rounding, so what it holds is
+// measured as the growth of unreclaimable slab while it fills: exact
+// enough from ~64 K entries on, lost in the noise below that.
+func fillTrie(trie *ebpf.Map, keys any, vs []uint32) (time.Duration, mem, error) {
+	// Let frees of structures closed before (a kworker can take a
+	// third of a second for a big trie) finish first.
+	s0 := slab()
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+		s1 := slab()
+		if d := s1 - s0; d < 256<<10 && d > -256<<10 {
+			break
+		}
+		s0 = s1
+	}
+	d, err := timeIt(func() error { _, err := trie.BatchUpdate(keys, vs, nil); return err })
+	if err != nil {
+		return 0, mem{}, fmt.Errorf("fill the kernel trie: %w", err)
+	}
+	m := mem{used: memlock(trie)}
+	m.bytes = m.used
+	if grown := slab() - s0; len(vs) >= 1<<16 && grown > int64(m.used) {
+		m.bytes = uint64(grown)
+	}
+	return d, m, nil
+}
+
+// slab is the kernel's unreclaimable slab memory, where LPM trie nodes
+// live.
+func slab() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "SUnreclaim:"); ok {
+			f := strings.Fields(v)
+			if len(f) > 0 {
+				n, _ := strconv.ParseInt(f[0], 10, 64)
+				return n * 1024
+			}
+		}
+	}
+	return 0
+}
+
+func trieKey4(a uint32, l int) benchTrieKey4 {
+	k := benchTrieKey4{Prefixlen: uint32(l)}
+	binary.BigEndian.PutUint32(k.Data[:], a)
+	return k
+}
+
+func denseAddr(i int) netip.Addr {
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], uint32(i))
+	return netip.AddrFrom4(b)
+}
+
+// memlock is the kernel's own account of a map's memory (fdinfo), what
+// bpftool prints as memlock.
+func memlock(m *ebpf.Map) uint64 {
+	f, err := os.Open(fmt.Sprintf("/proc/self/fdinfo/%d", m.FD()))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "memlock:"); ok {
+			n, _ := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+func timeIt(f func() error) (time.Duration, error) {
+	t0 := time.Now()
+	err := f()
+	return time.Since(t0), err
+}
+
+// benchDense runs every operation on the dense set of n /32s.
+func benchDense(ctx context.Context, o *BenchOptions, rep *BenchReport, ft *freeTracer, n int) error {
+	const set = "dense-v4"
+	o.Log("dense IPv4, %d entries", n)
+	w4, err := New(Options{Family: IPv4, MaxPrefixes: n, DirBits: o.DirBits4})
+	if err != nil {
+		return err
+	}
+	defer w4.Close()
+	w6, err := New(Options{Family: IPv6, MaxPrefixes: 1})
+	if err != nil {
+		return err
+	}
+	defer w6.Close()
+	c, err := openBench(w4, w6, n+1024, 1, 1, 1)
+	if err != nil {
+		return err
+	}
+	defer c.close()
+
+	ps := make([]netip.Prefix, n)
+	vs := make([]uint32, n)
+	keys := make([]benchTrieKey4, n)
+	for i := range n {
+		ps[i] = netip.PrefixFrom(denseAddr(i), 32)
+		vs[i] = uint32(i)
+		keys[i] = trieKey4(uint32(i), 32)
+	}
+	trie := c.objs.Trie4
+	dk, km, err := fillTrie(trie, keys, vs)
+	if err != nil {
+		return err
+	}
+	dw, err := timeIt(func() error { return w4.Load(ps, vs) })
+	if err != nil {
+		return fmt.Errorf("load wolf: %w", err)
+	}
+	wm := wolfMem(w4)
+	if o.has("load") {
+		rep.Results = append(rep.Results,
+			result(set, "kernel-trie", "load", "syscall", n, float64(dk.Nanoseconds())/float64(n), uint64(n)).with(km),
+			result(set, "wolf", "load", "user", n, float64(dw.Nanoseconds())/float64(n), uint64(n)).with(wm))
+	}
+	// Every key the random lookups can draw, and some that miss.
+	cmpN := n + n/8 + 16
+	if err := c.compare(ctx, rep, opCmpSeq4, cmpN, fmt.Sprintf("dense %d after load", n)); err != nil {
+		return err
+	}
+
+	baseRand := -1.0
+	if o.has("lookup") {
+		b, k, w, err := c.lookups(ctx, o, opBaseRand4, opTrieRand4, opWolfRand4, n, false)
+		if err != nil {
+			return err
+		}
+		baseRand = b
+		rep.Harness = append(rep.Harness, BenchHarness{Set: set, Entries: n, Keys: "random", NsPerOp: b})
+		rep.Results = append(rep.Results, lookupRows(set, n, b, k, w, uint64(o.Loops*o.Repeat), km, wm)...)
+	}
+
+	// In-BPF updates and deletes of the kernel trie, as the selftest does
+	// them (wolf's structure is written by user space, not by BPF).
+	bpfRuns := max(1, o.Repeat/10)
+	if o.has("update") {
+		if baseRand < 0 {
+			r, err := c.exec(ctx, opBaseRand4, n, o.Loops, bpfRuns, 0)
+			if err != nil {
+				return err
+			}
+			baseRand = nsPer(r)
+		}
+		r, err := c.exec(ctx, opTrieUpdate4, n, o.Loops, bpfRuns, 0)
+		if err != nil {
+			return err
+		}
+		k := result(set, "kernel-trie", "update", "bpf", n, max(nsPer(r)-baseRand, 0.01), r.Ops)
+		k.RawNsPerOp = nsPer(r)
+		rep.Results = append(rep.Results, k)
+	}
+	if o.has("delete") {
+		// Delete [0, m) sequentially, refill, repeat; only the deletes
+		// are timed. The harness is the same loop without the delete.
+		m := min(n, o.UserOps)
+		var del, base benchBenchOut
+		for del.Ops < uint64(o.UserOps) {
+			r, err := c.exec(ctx, opTrieDelete4, m, o.Loops, (m+o.Loops-1)/o.Loops, 0)
+			if err != nil {
+				return err
+			}
+			del.Ops += r.Ops
+			del.Ns += r.Ns
+			if _, err := trie.BatchUpdate(keys[:m], vs[:m], nil); err != nil {
+				return fmt.Errorf("refill the kernel trie: %w", err)
+			}
+			r, err = c.exec(ctx, opBaseSeq4, m, o.Loops, (m+o.Loops-1)/o.Loops, 0)
+			if err != nil {
+				return err
+			}
+			base.Ops += r.Ops
+			base.Ns += r.Ns
+		}
+		rep.Harness = append(rep.Harness, BenchHarness{Set: set, Entries: n, Keys: "sequential", NsPerOp: nsPer(base)})
+		k := result(set, "kernel-trie", "delete", "bpf", n, max(nsPer(del)-nsPer(base), 0.01), del.Ops)
+		k.RawNsPerOp = nsPer(del)
+		rep.Results = append(rep.Results, k)
+	}
+
+	// The same updates and deletes from user space: the kernel trie by
+	// syscall, wolf by its Go API.
+	rng := rand.New(rand.NewPCG(uint64(n), 1))
+	if o.has("update") {
+		idx := make([]int, o.UserOps)
+		for i := range idx {
+			idx[i] = rng.IntN(n)
+		}
+		dk, err := timeIt(func() error {
+			for _, i := range idx {
+				v := uint32(i + n)
+				if err := trie.Update(&keys[i], &v, ebpf.UpdateAny); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("update the kernel trie: %w", err)
+		}
+		dw, err := timeIt(func() error {
+			for _, i := range idx {
+				if err := w4.Update(ps[i:i+1], []uint32{uint32(i + n)}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("update wolf: %w", err)
+		}
+		for _, i := range idx {
+			vs[i] = uint32(i + n)
+		}
+		rep.Results = append(rep.Results,
+			result(set, "kernel-trie", "update", "syscall", n, float64(dk.Nanoseconds())/float64(len(idx)), uint64(len(idx))),
+			result(set, "wolf", "update", "user", n, float64(dw.Nanoseconds())/float64(len(idx)), uint64(len(idx))))
+		if err := c.compare(ctx, rep, opCmpSeq4, cmpN, fmt.Sprintf("dense %d after updates", n)); err != nil {
+			return err
+		}
+	}
+	if o.has("delete") {
+		var tk, tw time.Duration
+		ops := 0
+		for ops < o.UserOps {
+			idx := rng.Perm(n)[:min(n, o.UserOps-ops)]
+			d, err := timeIt(func() error {
+				for _, i := range idx {
+					if err := trie.Delete(&keys[i]); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				return fmt.Errorf("delete from the kernel trie: %w", err)
+			}
+			tk += d
+			if d, err = timeIt(func() error {
+				for _, i := range idx {
+					if _, err := w4.Delete(ps[i : i+1]); err != nil {
+						return err
+					}
+				}
+				return nil
+			}); err != nil {
+				return fmt.Errorf("delete from wolf: %w", err)
+			}
+			tw += d
+			ops += len(idx)
+			if err := c.compare(ctx, rep, opCmpSeq4, cmpN, fmt.Sprintf("dense %d after deletes", n)); err != nil {
+				return err
+			}
+			// Put them back for the next round and for free.
+			rk := make([]benchTrieKey4, len(idx))
+			rp := make([]netip.Prefix, len(idx))
+			rv := make([]uint32, len(idx))
+			for j, i := range idx {
+				rk[j], rp[j], rv[j] = keys[i], ps[i], vs[i]
+			}
+			if _, err := trie.BatchUpdate(rk, rv, nil); err != nil {
+				return err
+			}
+			if err := w4.Update(rp, rv); err != nil {
+				return err
+			}
+		}
+		rep.Results = append(rep.Results,
+			result(set, "kernel-trie", "delete", "syscall", n, float64(tk.Nanoseconds())/float64(ops), uint64(ops)),
+			result(set, "wolf", "delete", "user", n, float64(tw.Nanoseconds())/float64(ops), uint64(ops)))
+	}
+	if o.has("free") && ft != nil {
+		wm.used = w4.Stats().BytesUsed
+		c.closeProgs()
+		c.objs.Trie6.Close()
+		w6.Close()
+		dk, err := ft.measure(ctx, func() error { return trie.Close() }, 1)
+		if err != nil {
+			return err
+		}
+		c.closed = true
+		dw, err := ft.measure(ctx, w4.Close, wolfMaps)
+		if err != nil {
+			return err
+		}
+		rep.Results = append(rep.Results,
+			result(set, "kernel-trie", "free", "close", n, float64(dk.Nanoseconds()), 1).with(km),
+			result(set, "wolf", "free", "close", n, float64(dw.Nanoseconds()), 1).with(wm))
+	}
+	return nil
+}
+
+// probesFrom draws addresses from announced space: a random prefix of the
+// table, then random host bits inside it.
+func probesFrom(rng *rand.Rand, ps []netip.Prefix, n int) []netip.Addr {
+	out := make([]netip.Addr, n)
+	for i := range out {
+		p := ps[rng.IntN(len(ps))]
+		k := keyOf(p.Addr())
+		r := key{hi: rng.Uint64(), lo: rng.Uint64()}
+		l := uint(p.Bits())
+		m := key{hi: ^uint64(0), lo: ^uint64(0)}.masked(l)
+		k = key{hi: k.hi&m.hi | r.hi&^m.hi, lo: k.lo&m.lo | r.lo&^m.lo}
+		if p.Addr().Is4() {
+			k.hi &^= 1<<32 - 1
+			k.lo = 0
+		}
+		out[i] = k.addr(p.Addr().Is4())
+	}
+	return out
+}
+
+// edges are the first and the last address of every prefix: where an
+// off-by-one in a structure shows.
+func edges(ps []netip.Prefix) []netip.Addr {
+	out := make([]netip.Addr, 0, 2*len(ps))
+	for _, p := range ps {
+		k := keyOf(p.Addr())
+		m := key{hi: ^uint64(0), lo: ^uint64(0)}.masked(uint(p.Bits()))
+		last := key{hi: k.hi | ^m.hi, lo: k.lo | ^m.lo}
+		if p.Addr().Is4() {
+			last.hi &^= 1<<32 - 1
+			last.lo = 0
+		}
+		out = append(out, p.Addr(), last.addr(p.Addr().Is4()))
+	}
+	return out
+}
+
+func (c *benchColl) setProbes(fam Family, addrs []netip.Addr) error {
+	if fam == IPv4 {
+		chunks := make([]benchWolfLpmChunk, (len(addrs)+chunkWords-1)/chunkWords)
+		for i, a := range addrs {
+			b := a.As4()
+			// The BPF side reads the word in host order and hands it
+			// to the lookups as a network-order address.
+			chunks[i/chunkWords].V[i%chunkWords] = binary.NativeEndian.Uint32(b[:])
+		}
+		keys := make([]uint32, len(chunks))
+		for i := range keys {
+			keys[i] = uint32(i)
+		}
+		_, err := c.objs.Probes4.BatchUpdate(keys, chunks, nil)
+		return err
+	}
+	vals := make([]benchAddr6, len(addrs))
+	keys := make([]uint32, len(addrs))
+	for i, a := range addrs {
+		vals[i].A = a.As16()
+		keys[i] = uint32(i)
+	}
+	_, err := c.objs.Probes6.BatchUpdate(keys, vals, nil)
+	return err
+}
+
+// benchReal runs the real routing table of one family.
+func benchReal(ctx context.Context, o *BenchOptions, rep *BenchReport, ft *freeTracer, fam Family, all []netip.Prefix) error {
+	set := "real-v4"
+	if fam == IPv6 {
+		set = "real-v6"
+	}
+	seen := map[netip.Prefix]bool{}
+	var ps []netip.Prefix
+	for _, p := range all {
+		p = p.Masked()
+		if !seen[p] {
+			seen[p] = true
+			ps = append(ps, p)
+		}
+	}
+	n := len(ps)
+	if n == 0 {
+		return errors.New("no prefixes")
+	}
+	o.Log("real %v table, %d prefixes", fam, n)
+	vs := make([]uint32, n)
+	for i := range vs {
+		vs[i] = uint32(i)
+	}
+	rng := rand.New(rand.NewPCG(uint64(n), 2))
+	probes := probesFrom(rng, ps, o.Probes)
+	edge := edges(ps)
+	slots := max(len(probes), len(edge))
+
+	var w4, w6 *Table
+	var err error
+	if fam == IPv4 {
+		w4, err = New(Options{Family: IPv4, MaxPrefixes: n, DirBits: o.DirBits4})
+		if err == nil {
+			w6, err = New(Options{Family: IPv6, MaxPrefixes: 1})
+		}
+	} else {
+		w6, err = New(Options{Family: IPv6, MaxPrefixes: n, DirBits: o.DirBits6})
+		if err == nil {
+			w4, err = New(Options{Family: IPv4, MaxPrefixes: 1})
+		}
+	}
+	for _, t := range []*Table{w4, w6} {
+		if t != nil {
+			defer t.Close()
+		}
+	}
+	if err != nil {
+		return err
+	}
+	w := w4
+	trieMax4, trieMax6, p4, p6 := n+1024, 1, slots, 1
+	base, trieOp, wolfOp, cmpOp := opBaseProbe4, opTrieProbe4, opWolfProbe4, opCmpProbe4
+	if fam == IPv6 {
+		w = w6
+		trieMax4, trieMax6, p4, p6 = 1, n+1024, 1, slots
+		base, trieOp, wolfOp, cmpOp = opBaseProbe6, opTrieProbe6, opWolfProbe6, opCmpProbe6
+	}
+	c, err := openBench(w4, w6, trieMax4, trieMax6, p4, p6)
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	trie := c.objs.Trie4
+	var keys any
+	var key = func(i int) any { return nil }
+	if fam == IPv4 {
+		k4 := make([]benchTrieKey4, n)
+		for i, p := range ps {
+			b := p.Addr().As4()
+			k4[i] = trieKey4(binary.BigEndian.Uint32(b[:]), p.Bits())
+		}
+		keys, key = k4, func(i int) any { return &k4[i] }
+	} else {
+		trie = c.objs.Trie6
+		k6 := make([]benchTrieKey6, n)
+		for i, p := range ps {
+			k6[i] = benchTrieKey6{Prefixlen: uint32(p.Bits()), Data: p.Addr().As16()}
+		}
+		keys, key = k6, func(i int) any { return &k6[i] }
+	}
+	dk, km, err := fillTrie(trie, keys, vs)
+	if err != nil {
+		return err
+	}
+	dw, err := timeIt(func() error { return w.Load(ps, vs) })
+	if err != nil {
+		return fmt.Errorf("load wolf: %w", err)
+	}
+	wm := wolfMem(w)
+	if o.has("load") {
+		rep.Results = append(rep.Results,
+			result(set, "kernel-trie", "load", "syscall", n, float64(dk.Nanoseconds())/float64(n), uint64(n)).with(km),
+			result(set, "wolf", "load", "user", n, float64(dw.Nanoseconds())/float64(n), uint64(n)).with(wm))
+	}
+	check := func(what string) error {
+		if err := c.setProbes(fam, edge); err != nil {
+			return err
+		}
+		if err := c.compare(ctx, rep, cmpOp, len(edge), set+" prefix edges "+what); err != nil {
+			return err
+		}
+		if err := c.setProbes(fam, probes); err != nil {
+			return err
+		}
+		return c.compare(ctx, rep, cmpOp, len(probes), set+" probes "+what)
+	}
+	if err := check("after load"); err != nil {
+		return err
+	}
+	if o.has("lookup") {
+		b, k, wl, err := c.lookups(ctx, o, base, trieOp, wolfOp, len(probes), true)
+		if err != nil {
+			return err
+		}
+		rep.Harness = append(rep.Harness, BenchHarness{Set: set, Entries: n, Keys: "probes", NsPerOp: b})
+		rep.Results = append(rep.Results, lookupRows(set, n, b, k, wl, uint64(min(o.Loops, len(probes))*o.Repeat), km, wm)...)
+	}
+	if o.has("update") {
+		idx := make([]int, o.UserOps)
+		for i := range idx {
+			idx[i] = rng.IntN(n)
+		}
+		dk, err := timeIt(func() error {
+			for _, i := range idx {
+				v := uint32(i + n)
+				if err := trie.Update(key(i), &v, ebpf.UpdateAny); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("update the kernel trie: %w", err)
+		}
+		dw, err := timeIt(func() error {
+			for _, i := range idx {
+				if err := w.Update(ps[i:i+1], []uint32{uint32(i + n)}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("update wolf: %w", err)
+		}
+		for _, i := range idx {
+			vs[i] = uint32(i + n)
+		}
+		rep.Results = append(rep.Results,
+			result(set, "kernel-trie", "update", "syscall", n, float64(dk.Nanoseconds())/float64(len(idx)), uint64(len(idx))),
+			result(set, "wolf", "update", "user", n, float64(dw.Nanoseconds())/float64(len(idx)), uint64(len(idx))))
+	}
+	if o.has("delete") {
+		idx := rng.Perm(n)[:min(n, o.UserOps)]
+		dk, err := timeIt(func() error {
+			for _, i := range idx {
+				if err := trie.Delete(key(i)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("delete from the kernel trie: %w", err)
+		}
+		dw, err := timeIt(func() error {
+			for _, i := range idx {
+				if _, err := w.Delete(ps[i : i+1]); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("delete from wolf: %w", err)
+		}
+		rep.Results = append(rep.Results,
+			result(set, "kernel-trie", "delete", "syscall", n, float64(dk.Nanoseconds())/float64(len(idx)), uint64(len(idx))),
+			result(set, "wolf", "delete", "user", n, float64(dw.Nanoseconds())/float64(len(idx)), uint64(len(idx))))
+		if err := check("after updates and deletes"); err != nil {
+			return err
+		}
+		// Put them back, so that free frees the whole table.
+		rp := make([]netip.Prefix, len(idx))
+		rv := make([]uint32, len(idx))
+		for j, i := range idx {
+			if err := trie.Update(key(i), &vs[i], ebpf.UpdateAny); err != nil {
+				return err
+			}
+			rp[j], rv[j] = ps[i], vs[i]
+		}
+		if err := w.Update(rp, rv); err != nil {
+			return err
+		}
+	} else if o.has("update") {
+		if err := check("after updates"); err != nil {
+			return err
+		}
+	}
+	if o.has("free") && ft != nil {
+		wm.used = w.Stats().BytesUsed
+		c.closeProgs()
+		other, otherTrie := w6, c.objs.Trie6
+		if fam == IPv6 {
+			other, otherTrie = w4, c.objs.Trie4
+		}
+		otherTrie.Close()
+		other.Close()
+		dk, err := ft.measure(ctx, trie.Close, 1)
+		if err != nil {
+			return err
+		}
+		c.closed = true
+		dw, err := ft.measure(ctx, w.Close, wolfMaps)
+		if err != nil {
+			return err
+		}
+		rep.Results = append(rep.Results,
+			result(set, "kernel-trie", "free", "close", n, float64(dk.Nanoseconds()), 1).with(km),
+			result(set, "wolf", "free", "close", n, float64(dw.Nanoseconds()), 1).with(wm))
+	}
+	return nil
+}

@@ -1,0 +1,407 @@
+package bpflpm
+
+import (
+	"errors"
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+)
+
+// ref is the naive longest-prefix match the structure is held to: try
+// every length, longest first.
+type ref struct {
+	v4 bool
+	m  map[netip.Prefix]uint32
+}
+
+func newRef(v4 bool) *ref { return &ref{v4: v4, m: map[netip.Prefix]uint32{}} }
+
+func (r *ref) lookup(a netip.Addr) uint32 {
+	for l := a.BitLen(); l >= 0; l-- {
+		p, _ := a.Prefix(l)
+		if v, ok := r.m[p]; ok {
+			return v
+		}
+	}
+	return Miss
+}
+
+// genPrefixes draws n prefixes that nest and collide the way routing
+// tables do: lengths cluster around a few values, addresses around a few
+// bases, and some prefixes are shorter than the directory.
+func genPrefixes(rng *rand.Rand, v4 bool, n int) ([]netip.Prefix, []uint32) {
+	width := 128
+	if !v4 {
+		width = 128
+	} else {
+		width = 32
+	}
+	bases := make([]key, 1+rng.IntN(8))
+	for i := range bases {
+		bases[i] = key{hi: rng.Uint64(), lo: rng.Uint64()}
+		if v4 {
+			bases[i] = key{hi: bases[i].hi &^ (1<<32 - 1)}
+		}
+	}
+	ps := make([]netip.Prefix, 0, n)
+	vs := make([]uint32, 0, n)
+	for range n {
+		var l int
+		switch rng.IntN(6) {
+		case 0:
+			l = rng.IntN(width + 1)
+		case 1:
+			l = rng.IntN(17)
+		case 2:
+			l = width - rng.IntN(4)
+		default:
+			l = width/2 + rng.IntN(width/2+1)
+		}
+		b := bases[rng.IntN(len(bases))]
+		// Flip a few random bits below 24 so neighbours share paths.
+		k := b
+		for range rng.IntN(4) {
+			bit := uint(rng.IntN(width))
+			if bit < 64 {
+				k.hi ^= 1 << (63 - bit)
+			} else {
+				k.lo ^= 1 << (127 - bit)
+			}
+		}
+		if rng.IntN(4) == 0 {
+			k = key{hi: rng.Uint64(), lo: rng.Uint64()}
+			if v4 {
+				k.lo, k.hi = 0, k.hi&^(1<<32-1)
+			}
+		}
+		p, err := k.addr(v4).Prefix(l)
+		if err != nil {
+			panic(err)
+		}
+		ps = append(ps, p)
+		vs = append(vs, uint32(rng.IntN(1000)))
+	}
+	return ps, vs
+}
+
+// probesFor returns addresses at, just inside and just outside every
+// prefix, plus random ones.
+func probesFor(rng *rand.Rand, v4 bool, ps []netip.Prefix, random int) []netip.Addr {
+	var out []netip.Addr
+	width := uint(128)
+	if v4 {
+		width = 32
+	}
+	for _, p := range ps {
+		k := keyOf(p.Addr())
+		l := uint(p.Bits())
+		out = append(out, p.Addr())
+		// last address of the prefix and the one after it
+		last := k
+		for b := l; b < width; b++ {
+			if b < 64 {
+				last.hi |= 1 << (63 - b)
+			} else {
+				last.lo |= 1 << (127 - b)
+			}
+		}
+		out = append(out, last.addr(v4))
+		if n := last.addr(v4).Next(); n.IsValid() {
+			out = append(out, n)
+		}
+		if pr := p.Addr().Prev(); pr.IsValid() {
+			out = append(out, pr)
+		}
+	}
+	for range random {
+		k := key{hi: rng.Uint64(), lo: rng.Uint64()}
+		if v4 {
+			k = key{hi: k.hi &^ (1<<32 - 1)}
+		}
+		out = append(out, k.addr(v4))
+	}
+	return out
+}
+
+func checkAgainst(t *testing.T, tb *Table, r *ref, probes []netip.Addr, what string) {
+	t.Helper()
+	bad := 0
+	for _, a := range probes {
+		got, _ := tb.Lookup(a)
+		if want := r.lookup(a); got != want {
+			if bad < 5 {
+				t.Errorf("%s: lookup %v = %d, want %d", what, a, got, want)
+			}
+			bad++
+		}
+	}
+	if bad > 0 {
+		t.Fatalf("%s: %d of %d probes wrong", what, bad, len(probes))
+	}
+}
+
+// TestHeapProperty builds random tables in Go memory and holds the Go
+// rendition of the BPF lookup to the naive reference after bulk loads,
+// updates and deletes. The same memory image is what the BPF side reads;
+// TestBPFProperty checks that the C lookup agrees.
+func TestHeapProperty(t *testing.T) {
+	for _, v4 := range []bool{true, false} {
+		for _, dirBits := range []int{0, 8, 16, 20} {
+			for seed := range uint64(6) {
+				rng := rand.New(rand.NewPCG(seed, uint64(dirBits)))
+				fam := IPv6
+				if v4 {
+					fam = IPv4
+				}
+				tb, err := newHeapTable(Options{Family: fam, MaxPrefixes: 3000, DirBits: dirBits, Nodes: 120000, Leaves: 240000})
+				if err != nil {
+					t.Fatal(err)
+				}
+				r := newRef(v4)
+				ps, vs := genPrefixes(rng, v4, 1+rng.IntN(1500))
+				if err := tb.Load(ps, vs); err != nil {
+					t.Fatal(err)
+				}
+				for i, p := range ps {
+					r.m[p.Masked()] = vs[i]
+				}
+				probes := probesFor(rng, v4, ps, 2000)
+				checkAgainst(t, tb, r, probes, "load")
+				if tb.Len() != len(r.m) {
+					t.Fatalf("Len %d, want %d", tb.Len(), len(r.m))
+				}
+				for round := range 6 {
+					ups, uvs := genPrefixes(rng, v4, 1+rng.IntN(60))
+					// also re-value some existing prefixes
+					for range rng.IntN(20) {
+						i := rng.IntN(len(ps))
+						ups = append(ups, ps[i])
+						uvs = append(uvs, uint32(rng.IntN(1000)))
+					}
+					if err := tb.Update(ups, uvs); err != nil {
+						t.Fatal(err)
+					}
+					for i, p := range ups {
+						r.m[p.Masked()] = uvs[i]
+					}
+					var dels []netip.Prefix
+					for range rng.IntN(80) {
+						dels = append(dels, ps[rng.IntN(len(ps))].Masked())
+					}
+					want := 0
+					seen := map[netip.Prefix]bool{}
+					for _, p := range dels {
+						if _, ok := r.m[p]; ok && !seen[p] {
+							want++
+						}
+						seen[p] = true
+						delete(r.m, p)
+					}
+					n, err := tb.Delete(dels)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if n != want {
+						t.Fatalf("Delete removed %d, want %d", n, want)
+					}
+					ps = append(ps, ups...)
+					probes = append(probes, probesFor(rng, v4, ups, 100)...)
+					checkAgainst(t, tb, r, probes, "update round "+string(rune('0'+round)))
+				}
+				// Delete everything: the structure must shrink to nothing.
+				all := make([]netip.Prefix, 0, len(r.m))
+				for p := range r.m {
+					all = append(all, p)
+				}
+				if _, err := tb.Delete(all); err != nil {
+					t.Fatal(err)
+				}
+				clear(r.m)
+				checkAgainst(t, tb, r, probes[:200], "emptied")
+				if err := tb.Sync(); err != nil {
+					t.Fatal(err)
+				}
+				if st := tb.Stats(); st.Nodes != 0 || st.Leaves != 0 || st.Prefixes != 0 {
+					t.Fatalf("empty table still holds %+v", st)
+				}
+			}
+		}
+	}
+}
+
+// TestHeapChurn makes many single updates and deletes in a table sized
+// for the prefixes it holds: retired blocks must come back (after grace
+// periods) and free space must not fragment into uselessness.
+func TestHeapChurn(t *testing.T) {
+	for _, v4 := range []bool{true, false} {
+		rng := rand.New(rand.NewPCG(3, 4))
+		fam := IPv6
+		if v4 {
+			fam = IPv4
+		}
+		pool, vals := genPrefixes(rng, v4, 3000)
+		// Room for a few times what the prefixes need, so that reuse
+		// must happen.
+		opts := Options{Family: fam, MaxPrefixes: 1500, Nodes: 4000, Leaves: 16000}
+		if !v4 {
+			opts.Nodes, opts.Leaves = 14000, 60000
+		}
+		tb, err := newHeapTable(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := newRef(v4)
+		if err := tb.Load(pool[:1000], vals[:1000]); err != nil {
+			t.Fatal(err)
+		}
+		for i, p := range pool[:1000] {
+			r.m[p.Masked()] = vals[i]
+		}
+		for i := range 20000 {
+			p := pool[rng.IntN(len(pool))].Masked()
+			if rng.IntN(2) == 0 && len(r.m) < 1500 {
+				v := uint32(rng.IntN(1000))
+				if err := tb.Update([]netip.Prefix{p}, []uint32{v}); err != nil {
+					t.Fatalf("op %d: update with %d prefixes live (%+v): %v", i, len(r.m), tb.Stats(), err)
+				}
+				r.m[p] = v
+			} else {
+				if _, err := tb.Delete([]netip.Prefix{p}); err != nil {
+					t.Fatalf("op %d: delete: %v", i, err)
+				}
+				delete(r.m, p)
+			}
+		}
+		checkAgainst(t, tb, r, probesFor(rng, v4, pool, 2000), "after churn")
+		st := tb.Stats()
+		if st.GracePeriods == 0 {
+			t.Errorf("%v: 20000 changes and no grace period: retired space is never reused", fam)
+		}
+		t.Logf("%v: %+v", fam, st)
+	}
+}
+
+// FuzzBuilder drives a table through loads, updates and deletes decoded
+// from the input and holds every lookup to the reference.
+func FuzzBuilder(f *testing.F) {
+	f.Add([]byte{0x00, 0x18, 10, 1, 2, 3, 0x01, 0x20, 10, 1, 2, 3, 0x02, 0x18, 10, 1, 2, 3})
+	f.Add([]byte{0x80, 0x00, 0, 0, 0, 0, 0x81, 0x7f, 0x20, 0x01, 0x0d, 0xb8})
+	f.Add([]byte{0x00, 0x01, 0x80, 0, 0, 0, 0x00, 0x21, 0xff, 0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		v4 := len(data) == 0 || data[0]&0x80 == 0
+		fam, width := IPv6, 128
+		if v4 {
+			fam, width = IPv4, 32
+		}
+		tb, err := newHeapTable(Options{Family: fam, MaxPrefixes: 64, DirBits: 8 + len(data)%9, Nodes: 4096, Leaves: 16384})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := newRef(v4)
+		var seen []netip.Prefix
+		// Each op: flags byte (low 2 bits: update, delete, load), length
+		// byte, then up to 4 address bytes (the rest of the address is
+		// repeated from them).
+		for len(data) >= 6 {
+			op, l := data[0]&3, int(data[1])%(width+1)
+			var a [16]byte
+			for i := range a {
+				a[i] = data[2+i%4]
+			}
+			data = data[6:]
+			addr := netip.AddrFrom16(a)
+			if v4 {
+				addr = netip.AddrFrom4([4]byte(a[:4]))
+			}
+			p, _ := addr.Prefix(l)
+			v := uint32(l)*7 + uint32(a[0])
+			switch op {
+			case 0, 3:
+				if err := tb.Update([]netip.Prefix{p}, []uint32{v}); err != nil {
+					t.Fatal(err)
+				}
+				r.m[p] = v
+				seen = append(seen, p)
+			case 1:
+				if _, err := tb.Delete([]netip.Prefix{p}); err != nil {
+					t.Fatal(err)
+				}
+				delete(r.m, p)
+			case 2:
+				ps := make([]netip.Prefix, 0, len(r.m))
+				vs := make([]uint32, 0, len(r.m))
+				for q, w := range r.m {
+					ps = append(ps, q)
+					vs = append(vs, w+1)
+					r.m[q] = w + 1
+				}
+				if err := tb.Load(ps, vs); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		checkAgainst(t, tb, r, probesFor(rand.New(rand.NewPCG(1, 1)), v4, seen, 64), "fuzz")
+	})
+}
+
+// TestHeapFull runs a table out of space: the failing update must leave
+// every slot as it was before or after it (never half-written), and the
+// next commit with room must publish the rest.
+func TestHeapFull(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	tb, err := newHeapTable(Options{Family: IPv4, DirBits: 12, Nodes: 600, Leaves: 6000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRef(true)
+	var all []netip.Prefix
+	full := false
+	for i := 0; i < 5000 && !full; i++ {
+		ps, vs := genPrefixes(rng, true, 1+rng.IntN(30))
+		before := newRef(true)
+		for p, v := range r.m {
+			before.m[p] = v
+		}
+		for j, p := range ps {
+			r.m[p.Masked()] = vs[j]
+		}
+		all = append(all, ps...)
+		err := tb.Update(ps, vs)
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, ErrFull) {
+			t.Fatal(err)
+		}
+		full = true
+		for _, a := range probesFor(rng, true, all, 500) {
+			got, _ := tb.Lookup(a)
+			if got != before.lookup(a) && got != r.lookup(a) {
+				t.Fatalf("after ErrFull, %v = %d: neither before (%d) nor after (%d) the update", a, got, before.lookup(a), r.lookup(a))
+			}
+		}
+	}
+	if !full {
+		t.Fatal("the table never filled up")
+	}
+	// Make room, then everything must be published.
+	var dels []netip.Prefix
+	for p := range r.m {
+		if rng.IntN(2) == 0 {
+			dels = append(dels, p)
+		}
+	}
+	for _, p := range dels {
+		delete(r.m, p)
+	}
+	// The deletes themselves need room (they copy), so they may be
+	// published over a few rounds as space comes back.
+	_, err = tb.Delete(dels)
+	for i := 0; errors.Is(err, ErrFull) && i < 100; i++ {
+		err = tb.Sync()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAgainst(t, tb, r, probesFor(rng, true, all, 2000), "after making room")
+}

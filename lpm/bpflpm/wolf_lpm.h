@@ -1,0 +1,227 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * wolf_lpm.h: longest-prefix match for BPF programs, over a structure that
+ * user space (Go package github.com/wolf-investigator/wolf/lpm/bpflpm)
+ * builds in four BPF array maps. Include it after vmlinux.h (or
+ * <linux/bpf.h>), declare a table, bind it from Go, look up:
+ *
+ *	WOLF_LPM_TABLE(routes4);
+ *	...
+ *	__u32 nh = wolf_lpm_lookup4(routes4, iph->daddr);
+ *	if (nh == WOLF_LPM_MISS)
+ *		return XDP_PASS;
+ *
+ * and in Go: table.Bind(spec, "routes4", &opts) before loading.
+ *
+ * The structure is a Poptrie (Asai and Ohara, SIGCOMM 2015): a directory
+ * indexed by the first s address bits (s = 8..24, chosen by user space
+ * for each table it loads),
+ * then nodes of 64 slots, each resolving 6 more bits. A node holds two
+ * 64-bit maps instead of 64 pointers: which slots descend into a child,
+ * and which slots start a new run of equal leaves. The children of a node
+ * are consecutive records, as are its leaves, so one base index plus the
+ * population count of the bits below the slot finds either; runs of equal
+ * leaves are stored once. A lookup is one directory read and, per 6 bits
+ * that routes need, one 24-byte record read, then one leaf read: three
+ * dependent reads for a /32 below a 20-bit directory, two for a /24 below
+ * an 18-bit one, where the kernel's LPM_TRIE walks one node per bit that
+ * distinguishes its keys.
+ *
+ * Only bpf_map_lookup_elem on arrays is used, which the verifier inlines
+ * into a bounds check and an address computation. BPF has no population
+ * count instruction, so it is the usual SWAR bit trick. Loops are bounded
+ * by WOLF_LPM_LEVELS4/6.
+ *
+ * Consistency: the root map's one word holds the active directory
+ * generation (bit 0), s (bits 8..12) and where generations start in the
+ * directory map (bits 16..20). It is read once per lookup, and
+ * everything reachable from it is immutable while any lookup may read it:
+ * user space writes changes into free blocks, publishes them with one
+ * atomic store (a directory entry, a leaf, or the root word) and reuses
+ * what it replaced only after an RCU grace period. So a lookup returns
+ * what the table held before an update or after it, never a mix.
+ * Non-sleepable programs (XDP, TC, tracing, ...) are covered as they are;
+ * a sleepable program must call the lookup between bpf_rcu_read_lock()
+ * and bpf_rcu_read_unlock().
+ */
+#ifndef WOLF_LPM_H
+#define WOLF_LPM_H
+
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+/* What a lookup returns when no prefix matches. Values are below it. */
+#define WOLF_LPM_MISS 0x3fffffffU
+/*
+ * A directory entry is a value, or with WOLF_LPM_NODE the index of the
+ * slot's root record, or with WOLF_LPM_LEAVES the leaf block of a root
+ * without children (no record to read: most routing-table lookups).
+ */
+#define WOLF_LPM_NODE 0x80000000U
+#define WOLF_LPM_LEAVES 0x40000000U
+/* Nodes a lookup may visit below a directory of at least 8 bits. */
+#define WOLF_LPM_LEVELS4 4
+#define WOLF_LPM_LEVELS6 20
+/* Leaves and directory entries per array element: a 64-byte cache line,
+ * and no per-element rounding to 8 bytes as a __u32 value would get. */
+#define WOLF_LPM_CHUNK 16
+
+/*
+ * A node's record. Its leaf block, at base0 in the leaves map (an even
+ * __u32 index), starts with a copy of leafvec and then holds one leaf per
+ * run. Lookups through a record use the record's leafvec (records are
+ * dense and stay in cache); a directory entry that points straight at a
+ * root's leaf block (WOLF_LPM_LEAVES) uses the block's.
+ */
+struct wolf_lpm_node {
+	__u64 vector;  /* slot i descends into a child */
+	__u64 leafvec; /* slot i starts a run of equal leaves */
+	__u32 base0;   /* this node's leaf block */
+	__u32 base1;   /* this node's first child record */
+};
+
+struct wolf_lpm_chunk {
+	__u32 v[WOLF_LPM_CHUNK];
+};
+
+/*
+ * Declares the four maps of a table. max_entries are placeholders: the Go
+ * side sizes them (Table.Bind) and supplies its own maps. BPF_F_MMAPABLE
+ * lets user space write the structure without a syscall per entry.
+ */
+#define WOLF_LPM_TABLE(name)                                                   \
+	struct {                                                               \
+		__uint(type, BPF_MAP_TYPE_ARRAY);                              \
+		__uint(map_flags, BPF_F_MMAPABLE);                             \
+		__uint(max_entries, 1);                                        \
+		__type(key, __u32);                                            \
+		__type(value, __u32);                                          \
+	} name##_root SEC(".maps");                                            \
+	struct {                                                               \
+		__uint(type, BPF_MAP_TYPE_ARRAY);                              \
+		__uint(map_flags, BPF_F_MMAPABLE);                             \
+		__uint(max_entries, 1);                                        \
+		__type(key, __u32);                                            \
+		__type(value, struct wolf_lpm_chunk);                          \
+	} name##_dir SEC(".maps");                                             \
+	struct {                                                               \
+		__uint(type, BPF_MAP_TYPE_ARRAY);                              \
+		__uint(map_flags, BPF_F_MMAPABLE);                             \
+		__uint(max_entries, 1);                                        \
+		__type(key, __u32);                                            \
+		__type(value, struct wolf_lpm_node);                           \
+	} name##_nodes SEC(".maps");                                           \
+	struct {                                                               \
+		__uint(type, BPF_MAP_TYPE_ARRAY);                              \
+		__uint(map_flags, BPF_F_MMAPABLE);                             \
+		__uint(max_entries, 1);                                        \
+		__type(key, __u32);                                            \
+		__type(value, struct wolf_lpm_chunk);                          \
+	} name##_leaves SEC(".maps")
+
+static __always_inline __u64 wolf_lpm__popcount(__u64 x)
+{
+	x = x - ((x >> 1) & 0x5555555555555555ULL);
+	x = (x & 0x3333333333333333ULL) + ((x >> 2) & 0x3333333333333333ULL);
+	x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0fULL;
+	return (x * 0x0101010101010101ULL) >> 56;
+}
+
+/* The i-th __u32 of an array of chunks, or WOLF_LPM_MISS past its end. */
+static __always_inline __u32 wolf_lpm__word(void *map, __u32 i)
+{
+	__u32 k = i / WOLF_LPM_CHUNK;
+	struct wolf_lpm_chunk *c = bpf_map_lookup_elem(map, &k);
+
+	return c ? c->v[i & (WOLF_LPM_CHUNK - 1)] : WOLF_LPM_MISS;
+}
+
+/* The leaf for the slots in mask, from the leaf block at b and its leafvec. */
+static __always_inline __u32 wolf_lpm__leaf(void *leaves, __u32 b, __u64 mask)
+{
+	__u32 k = b / WOLF_LPM_CHUNK;
+	struct wolf_lpm_chunk *c = bpf_map_lookup_elem(leaves, &k);
+	__u64 leafvec;
+
+	if (!c)
+		return WOLF_LPM_MISS;
+	/* b is even, so leafvec is 8-byte aligned inside one chunk. */
+	leafvec = *(__u64 *)&c->v[b & (WOLF_LPM_CHUNK - 2)];
+	return wolf_lpm__word(leaves, b + 1 + (__u32)wolf_lpm__popcount(leafvec & mask));
+}
+
+/*
+ * The address is a 128-bit number, most significant bit first, in two
+ * host-order halves; an IPv4 address sits in the top 32 bits of hi.
+ * Always inlined, so that each call site sees constant map pointers (the
+ * verifier inlines lookups only then) and a constant level bound.
+ */
+static __always_inline __u32 wolf_lpm__lookup(void *root, void *dir, void *nodes, void *leaves,
+					      __u64 hi, __u64 lo, const int levels)
+{
+	struct wolf_lpm_node *n;
+	__u32 zero = 0, *r, w, s, e, idx;
+	__u64 v, mask;
+	int l;
+
+	r = bpf_map_lookup_elem(root, &zero);
+	if (!r)
+		return WOLF_LPM_MISS;
+	/* One read: generation, directory width and layout from one store. */
+	w = *(volatile __u32 *)r;
+	s = (w >> 8) & 31;
+	if (s < 8 || s > 24)
+		return WOLF_LPM_MISS; /* not loaded yet */
+	e = wolf_lpm__word(dir, ((w & 1) << ((w >> 16) & 31)) | (__u32)(hi >> (64 - s)));
+	if (!(e & (WOLF_LPM_NODE | WOLF_LPM_LEAVES)))
+		return e;
+	hi = hi << s | lo >> (64 - s);
+	lo <<= s;
+	if (e & WOLF_LPM_LEAVES) {
+		v = hi >> 58;
+		return wolf_lpm__leaf(leaves, e & ~WOLF_LPM_LEAVES, (2ULL << v) - 1);
+	}
+	idx = e & ~WOLF_LPM_NODE;
+	for (l = 0; l < levels; l++) {
+		n = bpf_map_lookup_elem(nodes, &idx);
+		if (!n)
+			return WOLF_LPM_MISS;
+		v = hi >> 58;
+		/* Slots 0..v; for v = 63 the shift wraps to 0 and mask is ~0. */
+		mask = (2ULL << v) - 1;
+		if ((n->vector >> v) & 1) {
+			idx = n->base1 + (__u32)wolf_lpm__popcount(n->vector & mask) - 1;
+			hi = hi << 6 | lo >> 58;
+			lo <<= 6;
+			continue;
+		}
+		return wolf_lpm__word(leaves, n->base0 + 1 + (__u32)wolf_lpm__popcount(n->leafvec & mask));
+	}
+	return WOLF_LPM_MISS;
+}
+
+#define wolf_lpm__maps(name) &name##_root, &name##_dir, &name##_nodes, &name##_leaves
+
+/* Look up an IPv4 address in network byte order (iph->daddr). */
+#define wolf_lpm_lookup4(name, be32_addr)                                      \
+	wolf_lpm__lookup(wolf_lpm__maps(name), (__u64)bpf_ntohl(be32_addr) << 32, 0, \
+			 WOLF_LPM_LEVELS4)
+
+/* Look up an IPv6 address given as 16 bytes in network order. */
+static __always_inline void wolf_lpm__key6(const void *addr, __u64 *hi, __u64 *lo)
+{
+	__u64 w[2];
+
+	__builtin_memcpy(w, addr, sizeof(w));
+	*hi = bpf_be64_to_cpu(w[0]);
+	*lo = bpf_be64_to_cpu(w[1]);
+}
+
+#define wolf_lpm_lookup6(name, addr16)                                         \
+	({                                                                     \
+		__u64 __hi, __lo;                                              \
+		wolf_lpm__key6((addr16), &__hi, &__lo);                        \
+		wolf_lpm__lookup(wolf_lpm__maps(name), __hi, __lo, WOLF_LPM_LEVELS6); \
+	})
+
+#endif /* WOLF_LPM_H */
