@@ -606,40 +606,17 @@ func benchDense(ctx context.Context, o *BenchOptions, rep *BenchReport, ft *free
 	// The same updates and deletes from user space: the kernel trie by
 	// syscall, wolf by its Go API.
 	rng := rand.New(rand.NewPCG(uint64(n), 1))
+	key := func(i int) any { return &keys[i] }
 	if o.has("update") {
 		idx := make([]int, o.UserOps)
 		for i := range idx {
 			idx[i] = rng.IntN(n)
 		}
-		dk, err := timeIt(func() error {
-			for _, i := range idx {
-				v := uint32(i + n)
-				if err := trie.Update(&keys[i], &v, ebpf.UpdateAny); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+		dk, dw, err := userOps("update", trie, key, w4, ps, vs, n, idx)
 		if err != nil {
-			return fmt.Errorf("update the kernel trie: %w", err)
+			return err
 		}
-		dw, err := timeIt(func() error {
-			for _, i := range idx {
-				if err := w4.Update(ps[i:i+1], []uint32{uint32(i + n)}); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("update wolf: %w", err)
-		}
-		for _, i := range idx {
-			vs[i] = uint32(i + n)
-		}
-		rep.Results = append(rep.Results,
-			result(set, "kernel-trie", "update", "syscall", n, float64(dk.Nanoseconds())/float64(len(idx)), uint64(len(idx))),
-			result(set, "wolf", "update", "user", n, float64(dw.Nanoseconds())/float64(len(idx)), uint64(len(idx))))
+		userRows(rep, set, "update", n, dk, dw, len(idx))
 		if err := c.compare(ctx, rep, opCmpSeq4, cmpN, fmt.Sprintf("dense %d after updates", n)); err != nil {
 			return err
 		}
@@ -649,29 +626,12 @@ func benchDense(ctx context.Context, o *BenchOptions, rep *BenchReport, ft *free
 		ops := 0
 		for ops < o.UserOps {
 			idx := rng.Perm(n)[:min(n, o.UserOps-ops)]
-			d, err := timeIt(func() error {
-				for _, i := range idx {
-					if err := trie.Delete(&keys[i]); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
+			dk, dw, err := userOps("delete", trie, key, w4, ps, vs, n, idx)
 			if err != nil {
-				return fmt.Errorf("delete from the kernel trie: %w", err)
+				return err
 			}
-			tk += d
-			if d, err = timeIt(func() error {
-				for _, i := range idx {
-					if _, err := w4.Delete(ps[i : i+1]); err != nil {
-						return err
-					}
-				}
-				return nil
-			}); err != nil {
-				return fmt.Errorf("delete from wolf: %w", err)
-			}
-			tw += d
+			tk += dk
+			tw += dw
 			ops += len(idx)
 			if err := c.compare(ctx, rep, opCmpSeq4, cmpN, fmt.Sprintf("dense %d after deletes", n)); err != nil {
 				return err
@@ -690,9 +650,7 @@ func benchDense(ctx context.Context, o *BenchOptions, rep *BenchReport, ft *free
 				return err
 			}
 		}
-		rep.Results = append(rep.Results,
-			result(set, "kernel-trie", "delete", "syscall", n, float64(tk.Nanoseconds())/float64(ops), uint64(ops)),
-			result(set, "wolf", "delete", "user", n, float64(tw.Nanoseconds())/float64(ops), uint64(ops)))
+		userRows(rep, set, "delete", n, tk, tw, ops)
 	}
 	if o.has("free") && ft != nil {
 		wm.used = w4.Stats().BytesUsed
@@ -713,6 +671,71 @@ func benchDense(ctx context.Context, o *BenchOptions, rep *BenchReport, ft *free
 			result(set, "wolf", "free", "close", n, float64(dw.Nanoseconds()), 1).with(wm))
 	}
 	return nil
+}
+
+// userOps times op ("update" or "delete") of the entries idx from user
+// space: the kernel trie by syscall, key(i) being its key for ps[i], and
+// wolf's table w by its Go API. An update sets entry i to i+n, in vs too.
+func userOps(op string, trie *ebpf.Map, key func(int) any, w *Table, ps []netip.Prefix, vs []uint32, n int, idx []int) (dk, dw time.Duration, err error) {
+	switch op {
+	case "update":
+		if dk, err = timeIt(func() error {
+			for _, i := range idx {
+				v := uint32(i + n)
+				if err := trie.Update(key(i), &v, ebpf.UpdateAny); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			return 0, 0, fmt.Errorf("update the kernel trie: %w", err)
+		}
+		if dw, err = timeIt(func() error {
+			for _, i := range idx {
+				if err := w.Update(ps[i:i+1], []uint32{uint32(i + n)}); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			return 0, 0, fmt.Errorf("update wolf: %w", err)
+		}
+		for _, i := range idx {
+			vs[i] = uint32(i + n)
+		}
+	case "delete":
+		if dk, err = timeIt(func() error {
+			for _, i := range idx {
+				if err := trie.Delete(key(i)); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			return 0, 0, fmt.Errorf("delete from the kernel trie: %w", err)
+		}
+		if dw, err = timeIt(func() error {
+			for _, i := range idx {
+				if _, err := w.Delete(ps[i : i+1]); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			return 0, 0, fmt.Errorf("delete from wolf: %w", err)
+		}
+	default:
+		panic("userOps: unknown op " + op)
+	}
+	return dk, dw, nil
+}
+
+// userRows appends the rows of ops user-space operations op that took dk
+// in the kernel trie and dw in wolf.
+func userRows(rep *BenchReport, set, op string, n int, dk, dw time.Duration, ops int) {
+	rep.Results = append(rep.Results,
+		result(set, "kernel-trie", op, "syscall", n, float64(dk.Nanoseconds())/float64(ops), uint64(ops)),
+		result(set, "wolf", op, "user", n, float64(dw.Nanoseconds())/float64(ops), uint64(ops)))
 }
 
 // probesFrom draws addresses from announced space: a random prefix of the
@@ -901,63 +924,19 @@ func benchReal(ctx context.Context, o *BenchOptions, rep *BenchReport, ft *freeT
 		for i := range idx {
 			idx[i] = rng.IntN(n)
 		}
-		dk, err := timeIt(func() error {
-			for _, i := range idx {
-				v := uint32(i + n)
-				if err := trie.Update(key(i), &v, ebpf.UpdateAny); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+		dk, dw, err := userOps("update", trie, key, w, ps, vs, n, idx)
 		if err != nil {
-			return fmt.Errorf("update the kernel trie: %w", err)
+			return err
 		}
-		dw, err := timeIt(func() error {
-			for _, i := range idx {
-				if err := w.Update(ps[i:i+1], []uint32{uint32(i + n)}); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("update wolf: %w", err)
-		}
-		for _, i := range idx {
-			vs[i] = uint32(i + n)
-		}
-		rep.Results = append(rep.Results,
-			result(set, "kernel-trie", "update", "syscall", n, float64(dk.Nanoseconds())/float64(len(idx)), uint64(len(idx))),
-			result(set, "wolf", "update", "user", n, float64(dw.Nanoseconds())/float64(len(idx)), uint64(len(idx))))
+		userRows(rep, set, "update", n, dk, dw, len(idx))
 	}
 	if o.has("delete") {
 		idx := rng.Perm(n)[:min(n, o.UserOps)]
-		dk, err := timeIt(func() error {
-			for _, i := range idx {
-				if err := trie.Delete(key(i)); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+		dk, dw, err := userOps("delete", trie, key, w, ps, vs, n, idx)
 		if err != nil {
-			return fmt.Errorf("delete from the kernel trie: %w", err)
+			return err
 		}
-		dw, err := timeIt(func() error {
-			for _, i := range idx {
-				if _, err := w.Delete(ps[i : i+1]); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("delete from wolf: %w", err)
-		}
-		rep.Results = append(rep.Results,
-			result(set, "kernel-trie", "delete", "syscall", n, float64(dk.Nanoseconds())/float64(len(idx)), uint64(len(idx))),
-			result(set, "wolf", "delete", "user", n, float64(dw.Nanoseconds())/float64(len(idx)), uint64(len(idx))))
+		userRows(rep, set, "delete", n, dk, dw, len(idx))
 		if err := check("after updates and deletes"); err != nil {
 			return err
 		}
