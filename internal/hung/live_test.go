@@ -8,11 +8,13 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/wolf-investigator/wolf/internal/features"
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/lab"
@@ -33,6 +35,15 @@ func requireLive(t *testing.T) {
 	_, err := os.Stat("/dev/fuse")
 	testutil.Require(t, err == nil, "needs /dev/fuse for the FUSE lab")
 	testutil.Exclusive(t)
+}
+
+// requireBlocker gates tests that need task->blocker (6.16+) to know the
+// lock of a task that blocked before wolf started; TestLiveWithoutBlockerField
+// covers older kernels.
+func requireBlocker(t *testing.T) {
+	t.Helper()
+	st := features.Probe(context.Background(), "task_blocker")
+	testutil.Require(t, st.Available, "needs task->blocker (Linux 6.16+): "+st.Detail)
 }
 
 func startLab(t *testing.T, l lab.Lab, victims int) *fusestall.Instance {
@@ -56,16 +67,32 @@ func runHung(t *testing.T, d, threshold time.Duration, during func()) *investiga
 	h := New()
 	h.Threshold = threshold
 	h.Interval = 250 * time.Millisecond
+	return runWith(t, h, d, during)
+}
+
+// runWith runs h for d; during, if set, runs once every program is attached.
+func runWith(t *testing.T, h *Investigator, d time.Duration, during func()) *investigator.Result {
+	t.Helper()
 	type out struct {
 		res *investigator.Result
 		err error
 	}
 	done := make(chan out, 1)
+	attached := make(chan struct{})
+	var once sync.Once
 	go func() {
-		res, err := h.Run(context.Background(), investigator.Options{Duration: d})
+		// Progress is first called after the first walk, once every
+		// program is attached.
+		progress := func(float64) { once.Do(func() { close(attached) }) }
+		res, err := h.Run(context.Background(), investigator.Options{Duration: d, Progress: progress})
 		done <- out{res, err}
 	}()
 	if during != nil {
+		select {
+		case <-attached:
+		case o := <-done:
+			t.Fatalf("hung.Run ended before attaching: %v", o.err)
+		}
 		during()
 	}
 	o := <-done
@@ -115,12 +142,12 @@ func dump(t *testing.T, fs []finding.Finding) {
 // and the FUSE daemon the offender waits for.
 func TestLiveRWSemOwnerBeforeAndAfterStart(t *testing.T) {
 	requireLive(t)
+	requireBlocker(t)
 	inst := startLab(t, fusestall.NewRWSem(), 2)
 	before := inst.Tasks()
 	time.Sleep(1200 * time.Millisecond) // the first victims are past the threshold
 	var late []int
 	res := runHung(t, 4*time.Second, time.Second, func() {
-		time.Sleep(500 * time.Millisecond)
 		pids, err := inst.AddVictims(2)
 		if err != nil {
 			t.Errorf("AddVictims: %v", err)
@@ -158,6 +185,7 @@ func TestLiveRWSemOwnerBeforeAndAfterStart(t *testing.T) {
 
 func TestLiveMutexOwner(t *testing.T) {
 	requireLive(t)
+	requireBlocker(t)
 	inst := startLab(t, fusestall.NewMutex(), 2)
 	tasks := inst.Tasks()
 	time.Sleep(1200 * time.Millisecond)
@@ -202,6 +230,7 @@ var likelyOwned = regexp.MustCompile(`INFO: task (.+):(\d+) .*blocked on an? (\S
 // ("likely owned by task"); wolf must agree, and see khungtaskd's report.
 func TestLiveAgreesWithKernelLikelyOwner(t *testing.T) {
 	requireLive(t)
+	requireBlocker(t) // the kernel prints "likely owned by" only from task->blocker
 	if _, err := sysctl.Read("kernel.hung_task_timeout_secs"); err != nil {
 		testutil.Require(t, false, "kernel has no hung-task detector")
 	}
@@ -283,21 +312,15 @@ func TestLiveWithoutBlockerField(t *testing.T) {
 	h.Interval = 250 * time.Millisecond
 	h.ignoreBlocker = true
 	var late []int
-	done := make(chan struct{})
-	var res *investigator.Result
-	var runErr error
-	go func() {
-		defer close(done)
-		res, runErr = h.Run(context.Background(), investigator.Options{Duration: 3 * time.Second})
-	}()
-	time.Sleep(500 * time.Millisecond)
-	late, err := inst.AddVictims(1)
-	if err != nil {
-		t.Fatalf("AddVictims: %v", err)
-	}
-	<-done
-	if runErr != nil {
-		t.Fatal(runErr)
+	res := runWith(t, h, 3*time.Second, func() {
+		pids, err := inst.AddVictims(1)
+		if err != nil {
+			t.Errorf("AddVictims: %v", err)
+		}
+		late = pids
+	})
+	if len(late) != 1 {
+		t.Fatalf("late victims %v", late)
 	}
 	dump(t, res.Findings)
 	f := findByID(res.Findings, "hung.lock-owner")

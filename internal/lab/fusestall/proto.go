@@ -178,7 +178,10 @@ func appendAttrOut(b []byte, a attr) []byte {
 	return appendAttr(b, a)
 }
 
-const fopenKeepCache = 1 << 1 // FOPEN_KEEP_CACHE
+const (
+	fopenKeepCache = 1 << 1 // FOPEN_KEEP_CACHE
+	fopenNoFlush   = 1 << 5 // FOPEN_NOFLUSH
+)
 
 func appendOpenOut(b []byte, fh uint64) []byte {
 	b = ne.AppendUint64(b, fh)
@@ -191,7 +194,10 @@ func appendOpenOut(b []byte, fh uint64) []byte {
 	// partially written, not uptodate folio locked until the reply). The
 	// victims would then wait in __folio_lock at open(2), never reaching
 	// the i_rwsem.
-	b = ne.AppendUint32(b, fopenKeepCache)
+	// FOPEN_NOFLUSH: before 6.x's rework, fuse_flush took inode_lock, so a
+	// victim's shell, closing the fd it dup2'ed before writing, blocked in
+	// fuse_flush (seen on Debian's 6.1) instead of in the write path.
+	b = ne.AppendUint32(b, fopenKeepCache|fopenNoFlush)
 	b = ne.AppendUint32(b, 0)
 	return b
 }
