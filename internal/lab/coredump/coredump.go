@@ -143,9 +143,9 @@ type Instance struct {
 	restore   func() error // puts core_pattern back; nil when nothing to restore
 	lock      *os.File     // held LOCK_EX while the stall lasts; nil once released
 	crasher   *child
-	dumper    int    // tid that dumps
-	handler   int    // pid of the handler, in the initial pid namespace (where the kernel starts it)
-	handlerSt uint64 // its start time, against pid reuse
+	dumper    int           // tid that dumps
+	handler   int           // pid of the handler, in the initial pid namespace (where the kernel starts it)
+	handlerSt time.Duration // its start time (since boot), against pid reuse
 	victims   []int
 	victimSt  byte // the state the victims were seen in, 'I' or 'D'
 	parkedAt  time.Time
@@ -403,7 +403,7 @@ func (in *Instance) crash(ctx context.Context) error {
 
 	report := filepath.Join(in.dir, "report")
 	var pid, tid, handler int
-	err = waitFor(ctx, waitTimeout, "the core_pattern handler to take the dump", func() (bool, error) {
+	err = lab.WaitFor(ctx, waitTimeout, "the core_pattern handler to take the dump", func() (bool, error) {
 		select {
 		case <-c.done:
 			return false, fmt.Errorf("crasher pid %d exited (%v) and no handler reported: no dump through the pipe (kernel.core_pipe_limit %s? see dmesg) %s",
@@ -452,7 +452,7 @@ func (in *Instance) waitParked(ctx context.Context) error {
 	c := in.crasher
 	var victims []int
 	var state byte
-	err := waitFor(ctx, waitTimeout, fmt.Sprintf("the threads of pid %d to park with PF_POSTCOREDUMP", c.pid), func() (bool, error) {
+	err := lab.WaitFor(ctx, waitTimeout, fmt.Sprintf("the threads of pid %d to park with PF_POSTCOREDUMP", c.pid), func() (bool, error) {
 		all := tids(c.pid)
 		if !slices.Contains(all, in.dumper) {
 			return false, fmt.Errorf("dumping thread %d is not a thread of pid %d (threads %v)", in.dumper, c.pid, all)
@@ -655,7 +655,7 @@ func (in *Instance) waitHandler() error {
 	if pid == 0 || start == 0 {
 		return nil
 	}
-	err := waitFor(context.Background(), waitTimeout, fmt.Sprintf("handler pid %d to exit", pid), func() (bool, error) {
+	err := lab.WaitFor(context.Background(), waitTimeout, fmt.Sprintf("handler pid %d to exit", pid), func() (bool, error) {
 		return !alive(pid, start), nil
 	})
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/wolf-investigator/wolf/internal/lab"
+	"github.com/wolf-investigator/wolf/internal/procfs"
 	"github.com/wolf-investigator/wolf/internal/sysctl"
 	"github.com/wolf-investigator/wolf/internal/testutil"
 	"golang.org/x/sys/unix"
@@ -79,18 +80,18 @@ func TestRegistry(t *testing.T) {
 func TestParseStat(t *testing.T) {
 	// A comm with spaces and a parenthesis; flags 0x400448, starttime 123.
 	line := "4242 (a) b (c) I 1 2 3 0 -1 4195400 0 0 0 0 0 0 0 0 20 0 8 0 123 0 0"
-	st, err := parseStat(line)
+	st, err := procfs.ParseStat([]byte(line))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.State != 'I' || st.Flags != 0x400448 || st.StartTime != 123 {
+	if st.State != 'I' || st.Flags != 0x400448 || st.StartTime != 123*time.Second/procfs.UserHZ {
 		t.Errorf("parseStat = %+v", st)
 	}
 	if st.Flags&pfPostCoredump == 0 {
 		t.Error("PF_POSTCOREDUMP not seen in 0x400448")
 	}
 	for _, bad := range []string{"", "1 (x) S 1", "1 (x) SS 1 2 3 0 -1 1 0 0 0 0 0 0 0 0 20 0 8 0 1"} {
-		if _, err := parseStat(bad); err == nil {
+		if _, err := procfs.ParseStat([]byte(bad)); err == nil {
 			t.Errorf("parseStat(%q) succeeded", bad)
 		}
 	}
@@ -152,7 +153,7 @@ func TestHandlerScript(t *testing.T) {
 
 	// Ours: reports, then reads nothing while the lock is held.
 	cmd, w, done := run("5", "5", "7")
-	err = waitFor(context.Background(), 5*time.Second, "the report", func() (bool, error) {
+	err = lab.WaitFor(context.Background(), 5*time.Second, "the report", func() (bool, error) {
 		b, _ := os.ReadFile(report)
 		return strings.HasSuffix(string(b), "\n"), nil
 	})
@@ -524,7 +525,7 @@ func TestKill9(t *testing.T) {
 		t.Fatal("helper did not start the lab")
 	}
 	var crasher, handler int
-	var handlerSt uint64
+	var handlerSt time.Duration
 	if _, err := fmt.Sscanf(line, "READY %d %d %d", &crasher, &handler, &handlerSt); err != nil {
 		t.Fatalf("helper said %q", line)
 	}
@@ -539,9 +540,9 @@ func TestKill9(t *testing.T) {
 	for _, p := range []struct {
 		what  string
 		pid   int
-		start uint64
+		start time.Duration
 	}{{"crasher", crasher, crasherSt}, {"handler", handler, handlerSt}} {
-		err := waitFor(context.Background(), waitTimeout, fmt.Sprintf("%s pid %d to go", p.what, p.pid), func() (bool, error) {
+		err := lab.WaitFor(context.Background(), waitTimeout, fmt.Sprintf("%s pid %d to go", p.what, p.pid), func() (bool, error) {
 			return !alive(p.pid, p.start), nil
 		})
 		if err != nil {

@@ -6,13 +6,12 @@ package coredump
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/wolf-investigator/wolf/internal/lab"
+	"github.com/wolf-investigator/wolf/internal/procfs"
 )
 
 // Task flags (include/linux/sched.h), as /proc/PID/stat field 9 shows them.
@@ -25,127 +24,73 @@ const (
 // waitTimeout bounds every wait in this package.
 const waitTimeout = 10 * time.Second
 
-var errTimeout = errors.New("timed out")
+var errTimeout = lab.ErrTimeout
 
-// taskStat is what we use of /proc/PID/task/TID/stat.
-type taskStat struct {
-	State     byte   // field 3: 'R', 'S', 'D', 'I', 'Z', ...
-	Flags     uint64 // field 9: task->flags
-	StartTime uint64 // field 22: clock ticks after boot, to tell a reused pid
-}
-
-// parseStat parses a stat line. comm (field 2) may hold spaces and
-// parentheses, so fields are counted from the last ')'.
-func parseStat(s string) (taskStat, error) {
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return taskStat{}, fmt.Errorf("stat %q: no ')'", s)
-	}
-	f := strings.Fields(s[i+1:])
-	// f[0] is field 3 (state), so field n is f[n-3].
-	if len(f) < 22-3+1 || len(f[0]) != 1 {
-		return taskStat{}, fmt.Errorf("stat %q: too few fields", s)
-	}
-	flags, err := strconv.ParseUint(f[9-3], 10, 64)
-	if err != nil {
-		return taskStat{}, fmt.Errorf("stat flags %q: %w", f[9-3], err)
-	}
-	start, err := strconv.ParseUint(f[22-3], 10, 64)
-	if err != nil {
-		return taskStat{}, fmt.Errorf("stat starttime %q: %w", f[22-3], err)
-	}
-	return taskStat{State: f[0][0], Flags: flags, StartTime: start}, nil
-}
-
-func taskPath(pid, tid int, file string) string {
-	return "/proc/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(tid) + "/" + file
-}
-
-func readFile(path string) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(b))
-}
+// proc reads /proc with a short timeout per read, so that a stuck task
+// never hangs the lab.
+var proc = procfs.Reader{Timeout: time.Second}
 
 // readTaskStat reads thread tid of process pid; ok is false if it is gone.
-func readTaskStat(pid, tid int) (st taskStat, ok bool) {
-	st, err := parseStat(readFile(taskPath(pid, tid, "stat")))
+func readTaskStat(pid, tid int) (st procfs.Stat, ok bool) {
+	st, err := proc.Stat(context.Background(), pid, tid)
 	return st, err == nil
 }
 
 // tids lists the threads of pid, sorted; nil if the process is gone.
 func tids(pid int) []int {
-	ents, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	ids, _ := proc.Threads(context.Background(), pid)
+	return ids
+}
+
+// wchan is the wait channel of a thread, "0" when it runs, "" when unreadable.
+func wchan(pid, tid int) string {
+	w, err := proc.Wchan(context.Background(), pid, tid)
 	if err != nil {
-		return nil
+		return ""
 	}
-	var out []int
-	for _, e := range ents {
-		if tid, err := strconv.Atoi(e.Name()); err == nil {
-			out = append(out, tid)
-		}
+	if w == "" {
+		return "0"
 	}
-	slices.Sort(out)
-	return out
+	return w
 }
 
-func wchan(pid, tid int) string { return readFile(taskPath(pid, tid, "wchan")) }
+func comm(pid, tid int) string {
+	c, _ := proc.Comm(context.Background(), pid, tid)
+	return c
+}
 
-func comm(pid, tid int) string { return readFile(taskPath(pid, tid, "comm")) }
-
-// stackFuncs returns the function names of /proc/PID/task/TID/stack
-// ("[<0>] do_exit+0x86f/0xab0" lines), innermost first. The kernel leaves
-// out __sched functions (schedule, ...), so the innermost frame is the
-// function that went to sleep.
+// stackFuncs returns the function names of /proc/PID/task/TID/stack,
+// innermost first. The kernel leaves out __sched functions (schedule, ...),
+// so the innermost frame is the function that went to sleep.
 func stackFuncs(pid, tid int) []string {
+	frames, _ := proc.Stack(context.Background(), pid, tid)
+	return funcNames(frames)
+}
+
+// funcNames strips offsets and module names from procfs stack frames
+// ("do_exit+0x86f" -> "do_exit").
+func funcNames(frames []string) []string {
 	var out []string
-	for _, line := range strings.Split(readFile(taskPath(pid, tid, "stack")), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		fn, _, _ := strings.Cut(f[1], "+")
-		out = append(out, fn)
+	for _, f := range frames {
+		f, _, _ = strings.Cut(f, " ")
+		f, _, _ = strings.Cut(f, "+")
+		out = append(out, f)
 	}
 	return out
 }
 
-// processStart returns the start time of process pid, or ok false if there
-// is no such process.
-func processStart(pid int) (uint64, bool) {
-	st, err := parseStat(readFile("/proc/" + strconv.Itoa(pid) + "/stat"))
+// processStart returns the start time (since boot) of process pid, or ok
+// false if there is no such process.
+func processStart(pid int) (time.Duration, bool) {
+	st, err := proc.Stat(context.Background(), pid, 0)
 	return st.StartTime, err == nil
 }
 
 // alive says whether pid is still the process that started at start (and not
 // a zombie).
-func alive(pid int, start uint64) bool {
-	st, err := parseStat(readFile("/proc/" + strconv.Itoa(pid) + "/stat"))
+func alive(pid int, start time.Duration) bool {
+	st, err := proc.Stat(context.Background(), pid, 0)
 	return err == nil && st.StartTime == start && st.State != 'Z' && st.State != 'X'
-}
-
-// waitFor polls cond every few milliseconds until it holds, ctx ends, or
-// timeout passes. cond may return an error to give up at once.
-func waitFor(ctx context.Context, timeout time.Duration, what string, cond func() (bool, error)) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("waiting for %s: %w", what, err)
-		}
-		ok, err := cond()
-		if err != nil {
-			return fmt.Errorf("waiting for %s: %w", what, err)
-		}
-		if ok {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("waiting for %s: %w after %s", what, errTimeout, timeout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func joinInts(v []int) string {

@@ -262,7 +262,7 @@ func (in *Instance) startOffender(ctx context.Context) error {
 	in.mu.Unlock()
 	// Then for it to fall asleep in request_wait_answer (S: fuse waits
 	// interruptibly first).
-	err = waitFor(ctx, "the offender to sleep", func() (bool, error) {
+	err = lab.WaitFor(ctx, waitTimeout, "the offender to sleep", func() (bool, error) {
 		st := taskState(c.pid)
 		if st == 0 || st == 'Z' {
 			return false, fmt.Errorf("offender pid %d exited", c.pid)
@@ -341,7 +341,7 @@ func (in *Instance) addVictims(ctx context.Context, n int) ([]int, error) {
 		in.victims = append(in.victims, c)
 		in.mu.Unlock()
 		frames := in.victimFrames()
-		err = waitFor(ctx, fmt.Sprintf("victim pid %d to block in D in %s", c.pid, strings.Join(frames, " or ")), func() (bool, error) {
+		err = lab.WaitFor(ctx, waitTimeout, fmt.Sprintf("victim pid %d to block in D in %s", c.pid, strings.Join(frames, " or ")), func() (bool, error) {
 			select {
 			case <-c.done:
 				return false, fmt.Errorf("victim exited: %v %s", c.err, strings.TrimSpace(c.stderr.String()))

@@ -375,7 +375,7 @@ func TestKill9(t *testing.T) {
 			cmd.Wait()
 
 			for _, pid := range pids {
-				err := waitFor(context.Background(), fmt.Sprintf("pid %d to die", pid), func() (bool, error) {
+				err := lab.WaitFor(context.Background(), waitTimeout, fmt.Sprintf("pid %d to die", pid), func() (bool, error) {
 					st := taskState(pid)
 					return st == 0 || st == 'Z', nil
 				})
