@@ -93,7 +93,7 @@ func newReport(command string, started time.Time) *finding.Report {
 	}
 }
 
-// durationFlag validates --duration: positive and at most a day, so that a
+// checkDuration validates --duration: positive and at most a day, so that a
 // typo (10h for 10s) is caught rather than waited out.
 func checkDuration(d time.Duration) error {
 	if d <= 0 {
