@@ -66,4 +66,46 @@ static __always_inline bool wolf_task_is_d(unsigned int state)
 	return (state & WOLF_TASK_UNINTERRUPTIBLE) && !(state & WOLF_TASK_NOLOAD);
 }
 
+/*
+ * Log2 histograms: a value's slot is its bit length (0 for 0), so slot i
+ * holds [2^(i-1), 2^i - 1]. Go's internal/hist turns the slots into
+ * cumulative buckets with upper bound 2^i - 1. 65 slots cover every u64.
+ */
+#define WOLF_HIST_SLOTS 65
+
+static __always_inline __u32 wolf_log2_slot(__u64 v)
+{
+	__u32 r = 0, shift;
+
+	/* Branch-free binary search, bounded for the verifier. */
+	shift = (v > 0xFFFFFFFFULL) << 5; v >>= shift; r |= shift;
+	shift = (v > 0xFFFF) << 4; v >>= shift; r |= shift;
+	shift = (v > 0xFF) << 3; v >>= shift; r |= shift;
+	shift = (v > 0xF) << 2; v >>= shift; r |= shift;
+	shift = (v > 0x3) << 1; v >>= shift; r |= shift;
+	r |= (v >> 1);
+	/* r = floor(log2(v)) for v > 0; the slot is the bit length. */
+	return v ? r + 1 : 0;
+}
+
+/* A log2 histogram kept in a map value; sum and max ride along. */
+struct wolf_hist {
+	__u64 slots[WOLF_HIST_SLOTS];
+	__u64 count;
+	__u64 sum;
+	__u64 max;
+};
+
+static __always_inline void wolf_hist_add(struct wolf_hist *h, __u64 v)
+{
+	__u32 s = wolf_log2_slot(v);
+
+	if (s < WOLF_HIST_SLOTS)
+		__sync_fetch_and_add(&h->slots[s], 1);
+	__sync_fetch_and_add(&h->count, 1);
+	__sync_fetch_and_add(&h->sum, v);
+	if (v > h->max)
+		h->max = v; /* racy by design: a lost max is within one event */
+}
+
 #endif /* WOLF_H */

@@ -11,11 +11,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
-
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/kallsyms"
+	"github.com/wolf-investigator/wolf/internal/overhead"
 	"github.com/wolf-investigator/wolf/internal/procfs"
 	"github.com/wolf-investigator/wolf/internal/sysctl"
 )
@@ -68,16 +66,11 @@ func (h *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 	if h.Interval <= 0 {
 		h.Interval = time.Second
 	}
-	cpuStart := cpuTime()
+	meter := overhead.Start()
+	defer meter.Close()
 	syms, err := kallsyms.Load(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("hung: %w", err)
-	}
-	// Run statistics cost two clock reads per program run; they are on
-	// only while wolf holds this handle and the kernel restores the
-	// previous state when it is closed (or wolf dies).
-	if st, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME)); err == nil {
-		defer st.Close()
 	}
 	p, err := openProbe(!h.ignoreBlocker)
 	if err != nil {
@@ -147,15 +140,12 @@ func (h *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 	for _, tp := range tracepoints {
 		res.Capabilities["tracepoint:"+tp.name] = p.attached[tp.name]
 	}
-	st, err := p.stats()
-	if err == nil {
-		res.Overhead.Events = st["d_sleeps"] + st["contentions"] + st["hang_events"] + st["wq_starts"]
-		res.Overhead.Dropped = st["hang_drops"] + st["map_full"]
+	var events, dropped uint64
+	if st, err := p.stats(); err == nil {
+		events = st["d_sleeps"] + st["contentions"] + st["hang_events"] + st["wq_starts"]
+		dropped = st["hang_drops"] + st["map_full"]
 	}
-	run, _, missed := p.progStats()
-	res.Overhead.BPFRunNs = uint64(run.Nanoseconds())
-	res.Overhead.Dropped += missed
-	res.Overhead.CPUSeconds = (cpuTime() - cpuStart).Seconds()
+	res.Overhead = meter.Finish(events, dropped, p.programs()...)
 	return res, nil
 }
 
@@ -238,13 +228,4 @@ func hungTimeout() time.Duration {
 		return 0
 	}
 	return time.Duration(v) * time.Second
-}
-
-// cpuTime is the CPU this process has used, user plus system, all threads.
-func cpuTime() time.Duration {
-	var ru unix.Rusage
-	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

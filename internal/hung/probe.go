@@ -201,21 +201,9 @@ func (p *probe) stats() (map[string]uint64, error) {
 	return out, nil
 }
 
-// progStats sums the kernel's run statistics over wolf's programs: run
-// time and count need kernel.bpf_stats_enabled (wolf turns it on while it
-// runs, see enableStats); recursion misses are runs the kernel skipped.
-func (p *probe) progStats() (run time.Duration, count, missed uint64) {
-	for _, prog := range []*ebpf.Program{p.objs.OnSchedSwitch, p.objs.OnContentionBegin, p.objs.OnContentionEnd, p.objs.OnProcessHang, p.objs.OnWqStart, p.objs.DumpTasks} {
-		if prog == nil {
-			continue
-		}
-		if st, err := prog.Stats(); err == nil {
-			run += st.Runtime
-			count += st.RunCount
-			missed += st.RecursionMisses
-		}
-	}
-	return run, count, missed
+// programs lists wolf's hung programs, for the overhead meter.
+func (p *probe) programs() []*ebpf.Program {
+	return []*ebpf.Program{p.objs.OnSchedSwitch, p.objs.OnContentionBegin, p.objs.OnContentionEnd, p.objs.OnProcessHang, p.objs.OnWqStart, p.objs.DumpTasks}
 }
 
 func (p *probe) close() {
