@@ -70,17 +70,18 @@ func CheckFunc(ctx context.Context, t FuncTarget) error {
 			return nil
 		}
 		fe := features.Probe(ctx, "fentry")
-		why := fmt.Sprintf("kprobes: %s", kp.Detail)
+		// The first reason of each probe is the decisive one.
+		why := fmt.Sprintf("kprobes: %s", firstReason(kp.Detail))
 		if fe.Available {
-			why += "; fentry works here but wolf times kernel functions with kprobes only"
+			why += "; fentry works here, but wolf times kernel functions with kprobes only"
 		} else {
-			why += fmt.Sprintf("; fentry: %s", fe.Detail)
+			why += fmt.Sprintf("; fentry: %s", firstReason(fe.Detail))
 		}
 		hint := ""
 		if t.Symbol == "net_rx_action" {
-			hint = " (wolf softirq's NET_RX run time, from irq:softirq_entry/exit, is net_rx_action's latency)"
+			hint = "; NET_RX run time from irq:softirq_entry/exit (plain wolf softirq) is net_rx_action's latency"
 		}
-		return fmt.Errorf("timing kernel function %s needs kprobes or fentry, and this kernel allows neither: %s%s: %w", t.Symbol, oneLine(why), hint, investigator.ErrUnsupported)
+		return fmt.Errorf("timing kernel function %s needs kprobes or fentry, and this kernel allows neither (%s)%s: %w", t.Symbol, why, hint, investigator.ErrUnsupported)
 	}
 	f, err := elf.Open(t.Binary)
 	if err != nil {
@@ -117,6 +118,12 @@ func unwrapPath(err error) error {
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// firstReason is a probe's detail up to its first "; ", on one line.
+func firstReason(detail string) string {
+	r, _, _ := strings.Cut(oneLine(detail), "; ")
+	return r
+}
 
 // funcObjects are the function-latency programs and their maps.
 type funcObjects struct {

@@ -1,0 +1,154 @@
+package softirq
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/wolf-investigator/wolf/internal/costbench"
+	"github.com/wolf-investigator/wolf/internal/overhead"
+	"github.com/wolf-investigator/wolf/internal/testutil"
+)
+
+// loopbackWorkload streams 64 KiB writes over one loopback TCP connection
+// for d and returns bytes per second: every segment is a NET_RX run, so it
+// is the workload wolf softirq costs the most.
+func loopbackWorkload(d time.Duration) costbench.Workload {
+	return func(ctx context.Context) (float64, error) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		defer ln.Close()
+		var (
+			wg       sync.WaitGroup
+			received int64
+			rerr     error
+		)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := ln.Accept()
+			if err != nil {
+				rerr = err
+				return
+			}
+			defer c.Close()
+			received, rerr = io.Copy(io.Discard, c)
+		}()
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			return 0, err
+		}
+		buf := make([]byte, 64<<10)
+		start := time.Now()
+		for time.Since(start) < d && ctx.Err() == nil {
+			if _, err := c.Write(buf); err != nil {
+				c.Close()
+				return 0, err
+			}
+		}
+		c.Close()
+		wg.Wait()
+		took := time.Since(start)
+		if rerr != nil && !errors.Is(rerr, net.ErrClosed) {
+			return 0, rerr
+		}
+		return float64(received) / took.Seconds(), nil
+	}
+}
+
+// BenchmarkLoopbackCost is the cost check: loopback TCP throughput
+// with and without everything wolf softirq attaches (tracepoints and
+// 997 Hz stack sampling), interleaved in one run, and the BPF cost per
+// event. It runs once whatever b.N is:
+//
+//	go test -run '^$' -bench LoopbackCost -benchtime 1x ./internal/softirq/
+func BenchmarkLoopbackCost(b *testing.B) {
+	testutil.RequireRoot(b)
+	testutil.Exclusive(b)
+	meter := overhead.Start() // BPF run statistics on for the whole run
+	defer meter.Close()
+	var (
+		mu     sync.Mutex
+		perRun []progCost
+		events uint64
+	)
+	attach := func(ctx context.Context) (func() error, error) {
+		p, err := openProbe(probeConfig{Threshold: DefaultThreshold, SampleHz: DefaultSampleHz})
+		if err != nil {
+			return nil, err
+		}
+		return func() error {
+			p.detach()
+			mu.Lock()
+			perRun = append(perRun, programCosts(p)...)
+			if c, err := readCounters(p.objs.CPUStates); err == nil {
+				events += c.Entries + c.Exits + c.Raises + c.NapiPolls + c.Drops + c.Samples + c.SamplesIdle
+			}
+			mu.Unlock()
+			p.close()
+			return nil
+		}, nil
+	}
+	for i := 0; i < b.N; i++ {
+		res, err := costbench.Compare(context.Background(), 5, loopbackWorkload(time.Second), attach)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if i > 0 {
+			continue
+		}
+		byName := map[string]*progCost{}
+		var order []string
+		var total progCost
+		for _, c := range perRun {
+			a := byName[c.name]
+			if a == nil {
+				a = &progCost{name: c.name}
+				byName[c.name] = a
+				order = append(order, c.name)
+			}
+			a.run += c.run
+			a.count += c.count
+			total.run += c.run
+			total.count += c.count
+		}
+		for _, n := range order {
+			a := byName[n]
+			b.Logf("%-18s %10d runs %8.1f ns/run", n, a.count, float64(a.run.Nanoseconds())/max(float64(a.count), 1))
+		}
+		b.Logf("throughput without %.0f MB/s, with %.0f MB/s (medians of %d rounds); slowdown %.2f%%, baseline noise %.2f%%",
+			costbench.Median(res.Baseline)/1e6, costbench.Median(res.With)/1e6, res.Rounds, res.SlowdownPct, res.NoisePct)
+		b.ReportMetric(res.SlowdownPct, "slowdown_%")
+		b.ReportMetric(res.NoisePct, "noise_%")
+		b.ReportMetric(float64(total.run.Nanoseconds())/max(float64(total.count), 1), "bpf_ns/event")
+		b.ReportMetric(float64(events)/float64(res.Rounds), "events/round")
+	}
+}
+
+type progCost struct {
+	name  string
+	run   time.Duration
+	count uint64
+}
+
+func programCosts(p *probe) []progCost {
+	var out []progCost
+	for _, prog := range p.objs.programs() {
+		if prog == nil {
+			continue
+		}
+		info, err := prog.Info()
+		if err != nil {
+			continue
+		}
+		run, count, _ := overhead.Programs(prog)
+		out = append(out, progCost{name: info.Name, run: run, count: count})
+	}
+	return out
+}
