@@ -81,6 +81,7 @@ a verdict, the evidence, the mechanism and what to do.
 
   wolf doctor           run every investigator and the audit (start here)
   wolf hung             tasks stuck in D state and who holds what they wait for
+  wolf softirq          softirq stalls per CPU (NET_RX: TCP collapse, budget)
   wolf analyze FILE     hung-task reports in a saved kernel log
   wolf check            what this kernel lets wolf do
   wolf lab list|run     reproduce a pathology here, safely
@@ -95,6 +96,7 @@ Exit codes: 0 done (findings or not), 1 wolf failed, 2 bad usage,
 		return usageErr("%v (see %s --help)", err, c.CommandPath())
 	})
 	root.AddCommand(newDoctorCmd(), newHungCmd(), newAnalyzeCmd(), newCheckCmd(), newLabCmd(), newBenchCmd())
+	root.AddCommand(newSoftirqCmd())
 	return root
 }
 

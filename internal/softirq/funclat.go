@@ -58,11 +58,36 @@ func ParseFuncTarget(s string) (FuncTarget, error) {
 // symbol): bad usage, not a kernel limitation.
 var ErrBadTarget = errors.New("bad function target")
 
+// CheckTarget checks, without privileges, that a user-space target's
+// binary exists and has the symbol (else the error wraps ErrBadTarget).
+// Kernel targets are checked by CheckFunc.
+func CheckTarget(t FuncTarget) error {
+	if t.Kernel() {
+		return nil
+	}
+	f, err := elf.Open(t.Binary)
+	if err != nil {
+		return fmt.Errorf("%s: %w: %w", t.Binary, unwrapPath(err), ErrBadTarget)
+	}
+	defer f.Close()
+	if f.Section(".gopclntab") != nil || f.Section(".go.buildinfo") != nil {
+		return fmt.Errorf("%s is a Go program: uretprobes corrupt Go stacks (the runtime moves them), so wolf does not time Go functions: %w", t.Binary, ErrBadTarget)
+	}
+	for _, load := range []func() ([]elf.Symbol, error){f.Symbols, f.DynamicSymbols} {
+		syms, _ := load()
+		for _, s := range syms {
+			if s.Name == t.Symbol && elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Value != 0 {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("%s: no function %s in its symbol tables: %w", t.Binary, t.Symbol, ErrBadTarget)
+}
+
 // CheckFunc says whether the target can be timed here. For a kernel
 // function it needs kprobes (fentry is not used by wolf); without them the
 // error wraps investigator.ErrUnsupported and says why in one line. For a
-// user-space function it checks the binary and the symbol (ErrBadTarget)
-// and that uprobes exist.
+// user-space function it runs CheckTarget and checks that uprobes exist.
 func CheckFunc(ctx context.Context, t FuncTarget) error {
 	if t.Kernel() {
 		kp := features.Probe(ctx, "kprobes")
@@ -83,25 +108,8 @@ func CheckFunc(ctx context.Context, t FuncTarget) error {
 		}
 		return fmt.Errorf("timing kernel function %s needs kprobes or fentry, and this kernel allows neither (%s)%s: %w", t.Symbol, why, hint, investigator.ErrUnsupported)
 	}
-	f, err := elf.Open(t.Binary)
-	if err != nil {
-		return fmt.Errorf("%s: %w: %w", t.Binary, unwrapPath(err), ErrBadTarget)
-	}
-	defer f.Close()
-	if f.Section(".gopclntab") != nil || f.Section(".go.buildinfo") != nil {
-		return fmt.Errorf("%s is a Go program: uretprobes corrupt Go stacks (the runtime moves them), so wolf does not time Go functions: %w", t.Binary, ErrBadTarget)
-	}
-	found := false
-	for _, load := range []func() ([]elf.Symbol, error){f.Symbols, f.DynamicSymbols} {
-		syms, _ := load()
-		for _, s := range syms {
-			if s.Name == t.Symbol && elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Value != 0 {
-				found = true
-			}
-		}
-	}
-	if !found {
-		return fmt.Errorf("%s: no function %s in its symbol tables: %w", t.Binary, t.Symbol, ErrBadTarget)
+	if err := CheckTarget(t); err != nil {
+		return err
 	}
 	if st := features.Probe(ctx, "uprobes"); !st.Available {
 		return fmt.Errorf("timing %s needs uprobes: %s: %w", t, oneLine(st.Detail), investigator.ErrUnsupported)

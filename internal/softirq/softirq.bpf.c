@@ -116,10 +116,14 @@ struct {
 	__uint(max_entries, 256 * 1024);
 } stalls SEC(".maps");
 
-/* Kernel stacks sampled in NET_RX, by stack id. */
+/*
+ * Kernel stacks sampled in NET_RX, by stack id. A stack whose hash bucket
+ * holds another stack is lost (counted in stack_errors): the map is sized
+ * so that a few hundred distinct stacks rarely collide.
+ */
 struct {
 	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
-	__uint(max_entries, 4096);
+	__uint(max_entries, 16384);
 	__uint(key_size, sizeof(__u32));
 	__uint(value_size, MAX_STACK * sizeof(__u64));
 } stacks SEC(".maps");
