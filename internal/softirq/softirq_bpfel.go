@@ -18,14 +18,14 @@ type softirqCpuState struct {
 	EntryNs       uint64
 	Vec           uint32
 	Npending      uint32
-	RaiseNs       [10]uint64
 	RxWork        uint64
 	RxPolls       uint32
 	RxFull        uint32
-	Pending       [64]int32
 	Entries       uint64
 	Exits         uint64
 	Raises        uint64
+	NapiPolls     uint64
+	RaiseNs       [10]uint64
 	UnpairedExits uint64
 	Stalls        uint64
 	StallDrops    uint64
@@ -34,10 +34,10 @@ type softirqCpuState struct {
 	StackErrors   uint64
 	PendingFull   uint64
 	MapFull       uint64
-	NapiPolls     uint64
 	Drops         uint64
 	FuncCalls     uint64
 	FuncLost      uint64
+	Pending       [64]int32
 }
 
 type softirqFuncCall struct {
