@@ -375,6 +375,9 @@ func stallFinding(s *Snapshot, vec int, h hist.Log2, stalls []Stall) finding.Fin
 		ev["netns_pid"] = s.Netns[0].PID
 		ev["netns_comm"] = s.Netns[0].Comm
 	}
+	if len(s.NAPI) > 0 {
+		ev["napi_devices"] = napiSummary(s.NAPI)
+	}
 	if n := sumDrops(s.Drops[1]); n > 0 {
 		ev["drops_in_net_rx"] = n
 		ev["drop_reasons_in_net_rx"] = topReasons(s.Drops[1], 5)
