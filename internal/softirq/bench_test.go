@@ -3,6 +3,7 @@ package softirq
 import (
 	"context"
 	"errors"
+	"flag"
 	"io"
 	"net"
 	"sync"
@@ -13,6 +14,8 @@ import (
 	"github.com/wolf-investigator/wolf/internal/overhead"
 	"github.com/wolf-investigator/wolf/internal/testutil"
 )
+
+var costRounds = flag.Int("cost-rounds", 5, "BenchmarkLoopbackCost: pairs of 1 s rounds, with and without wolf")
 
 // loopbackWorkload streams 64 KiB writes over one loopback TCP connection
 // for d and returns bytes per second: every segment is a NET_RX run, so it
@@ -67,7 +70,7 @@ func loopbackWorkload(d time.Duration) costbench.Workload {
 // 997 Hz stack sampling), interleaved in one run, and the BPF cost per
 // event. It runs once whatever b.N is:
 //
-//	go test -run '^$' -bench LoopbackCost -benchtime 1x ./internal/softirq/
+//	go test -run '^$' -bench LoopbackCost -benchtime 1x ./internal/softirq/ [-args -cost-rounds 10]
 func BenchmarkLoopbackCost(b *testing.B) {
 	testutil.RequireRoot(b)
 	testutil.Exclusive(b)
@@ -96,7 +99,7 @@ func BenchmarkLoopbackCost(b *testing.B) {
 		}, nil
 	}
 	for i := 0; i < b.N; i++ {
-		res, err := costbench.Compare(context.Background(), 5, loopbackWorkload(time.Second), attach)
+		res, err := costbench.Compare(context.Background(), *costRounds, loopbackWorkload(time.Second), attach)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -14,7 +14,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/cilium/ebpf/btf"
@@ -94,18 +93,6 @@ func (inv *Investigator) Run(ctx context.Context, opts investigator.Options) (*i
 		}
 		defer fp.close()
 	}
-	// Symbols load while the window runs.
-	var (
-		syms    *kallsyms.Table
-		symsErr error
-		symsWG  sync.WaitGroup
-	)
-	symsWG.Add(1)
-	go func() {
-		defer symsWG.Done()
-		syms, symsErr = kallsyms.Load(context.Background())
-	}()
-
 	start := time.Now()
 	if inv.started != nil {
 		inv.started()
@@ -152,7 +139,10 @@ func (inv *Investigator) Run(ctx context.Context, opts investigator.Options) (*i
 		if err != nil {
 			return nil, err
 		}
-		names := dropReasonNames()
+		var names map[uint32]string
+		if len(drops[0])+len(drops[1]) > 0 {
+			names = dropReasonNames() // parsing BTF costs: only when needed
+		}
 		for i := range drops {
 			snap.Drops[i] = map[string]int{}
 			for r, n := range drops[i] {
@@ -160,7 +150,7 @@ func (inv *Investigator) Run(ctx context.Context, opts investigator.Options) (*i
 			}
 		}
 	}
-	symsWG.Wait()
+	var symsErr error
 	if snap.SampleHz > 0 {
 		rx, err := p.readStacks(p.objs.RxStackCounts)
 		if err != nil {
@@ -169,6 +159,14 @@ func (inv *Investigator) Run(ctx context.Context, opts investigator.Options) (*i
 		st, err := p.readStacks(p.objs.StallStackCounts)
 		if err != nil {
 			return nil, err
+		}
+		var syms *kallsyms.Table
+		if len(rx)+len(st) > 0 {
+			// Only NET_RX samples need symbols: an idle host skips the
+			// parse. Not ctx: after Ctrl-C the report is still wanted.
+			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			syms, symsErr = kallsyms.Load(sctx)
+			cancel()
 		}
 		snap.RxStacks, snap.StallStacks = symbolize(syms, rx), symbolize(syms, st)
 	}
@@ -213,7 +211,7 @@ func (inv *Investigator) Run(ctx context.Context, opts investigator.Options) (*i
 			res.Capabilities["uprobes"] = true
 		}
 	}
-	if symsErr != nil && snap.SampleHz > 0 {
+	if symsErr != nil {
 		res.Capabilities["kallsyms"] = false
 	}
 	events := cnt.Entries + cnt.Exits + cnt.Raises + cnt.NapiPolls + cnt.Drops + cnt.Samples + cnt.SamplesIdle + 2*cnt.FuncCalls
