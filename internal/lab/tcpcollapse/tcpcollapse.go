@@ -124,7 +124,7 @@ func (l *Lab) Start(ctx context.Context, opt lab.Options) (lab.Instance, error) 
 	setup := make(chan error, 1)
 	warm := make(chan error, 1)
 	in.wg.Add(1)
-	go in.sender(setup, warm)
+	onOtherThread(func() { in.sender(setup, warm) })
 	if err := <-setup; err != nil {
 		in.Close()
 		return nil, err
@@ -173,11 +173,10 @@ func (l *Lab) Start(ctx context.Context, opt lab.Options) (lab.Instance, error) 
 // ever runs in the lab's namespace.
 func (in *Instance) sender(setup, warm chan<- error) {
 	defer in.wg.Done()
-	if err := lockOtherThread(); err != nil {
-		setup <- err
+	if unix.Gettid() == os.Getpid() {
+		setup <- errors.New("tcp-collapse: the sender landed on the main thread")
 		return
 	}
-	// Never unlocked: the thread exits with this goroutine.
 	if err := in.enterNetns(); err != nil {
 		setup <- err
 		return
@@ -223,19 +222,28 @@ func (in *Instance) sender(setup, warm chan<- error) {
 	}
 }
 
-// lockOtherThread locks the goroutine to a thread that is not the
-// process's main thread: /proc/PID/net follows the main thread, and the
-// runtime cannot end the main thread when the goroutine exits.
-func lockOtherThread() error {
-	for i := 0; i < 100; i++ {
+// onOtherThread runs fn on a goroutine locked, for good, to a thread
+// other than the process's main one: /proc/PID/net follows the main
+// thread, and the runtime cannot end the main thread when a goroutine
+// locked to it exits. fn's thread is ended when fn returns.
+func onOtherThread(fn func()) {
+	go func() {
 		runtime.LockOSThread()
 		if unix.Gettid() != os.Getpid() {
-			return nil
+			fn()
+			return // still locked: the runtime ends the thread
 		}
+		// This goroutine holds the main thread, so a goroutine started
+		// now cannot run on it.
+		locked := make(chan struct{})
+		go func() {
+			runtime.LockOSThread()
+			close(locked)
+			fn()
+		}()
+		<-locked
 		runtime.UnlockOSThread()
-		time.Sleep(time.Millisecond) // be rescheduled, likely elsewhere
-	}
-	return errors.New("tcp-collapse: could not get a thread other than the main one")
+	}()
 }
 
 // write writes all of b, retrying on the send timeout until stopped.
