@@ -84,6 +84,10 @@ type Snapshot struct {
 	SampleHz              int // 0: stacks were not sampled
 	Settings              Settings
 	RaiseTraced           bool // softirq_raise attached: waits are known
+	// StealPct is the share of CPU time the hypervisor took during the
+	// window (/proc/stat steal), -1 when unknown. On a VM, a softirq run
+	// includes any time its vCPU did not run at all.
+	StealPct float64
 }
 
 // Merged is the vector's histogram over every CPU.
@@ -239,6 +243,14 @@ func (a attribution) selfSummary(n int) string {
 }
 
 func stallFinding(s *Snapshot, vec int, h hist.Log2, stalls []Stall) finding.Finding {
+	f := stallFindingOf(s, vec, h, stalls)
+	if s.StealPct >= 5 {
+		f.Summary += fmt.Sprintf(" The hypervisor took %.0f%% of CPU time (steal) in the window: part of a long run may be time its vCPU did not run at all.", s.StealPct)
+	}
+	return f
+}
+
+func stallFindingOf(s *Snapshot, vec int, h hist.Log2, stalls []Stall) finding.Finding {
 	name := Vectors[vec]
 	sort.Slice(stalls, func(i, j int) bool { return stalls[i].Duration > stalls[j].Duration })
 	maxD := time.Duration(h.Max)
@@ -317,12 +329,16 @@ func stallFinding(s *Snapshot, vec int, h hist.Log2, stalls []Stall) finding.Fin
 		ev["packets_in_stalls"] = packets
 	}
 
+	if s.StealPct >= 0 {
+		ev["steal_pct"] = round2(s.StealPct)
+	}
 	f := finding.Finding{
 		ID:           "softirq.stall",
 		Investigator: "softirq",
 		Severity:     finding.Warning,
 		References:   []string{seedRef},
 	}
+
 	if maxD >= CriticalStall {
 		f.Severity = finding.Critical
 	}

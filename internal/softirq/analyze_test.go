@@ -30,7 +30,7 @@ func many(n int, d time.Duration) []time.Duration {
 
 // idleSnapshot is a quiet 2-CPU host: short runs, short waits.
 func idleSnapshot() *Snapshot {
-	s := &Snapshot{Window: 10 * time.Second, Threshold: DefaultThreshold, SampleHz: DefaultSampleHz, Settings: UnknownSettings(), RaiseTraced: true}
+	s := &Snapshot{Window: 10 * time.Second, Threshold: DefaultThreshold, SampleHz: DefaultSampleHz, Settings: UnknownSettings(), RaiseTraced: true, StealPct: 0.5}
 	s.Settings.TCPRmem = [3]int64{4096, 131072, 33554432}
 	s.Settings.NetdevBudget, s.Settings.NetdevBudgetUsecs, s.Settings.MaxBacklog = 300, 8000, 1000
 	for vec := 0; vec < NrVectors; vec++ {
@@ -385,5 +385,39 @@ func TestFuncFinding(t *testing.T) {
 	f, _ = FuncFinding(FuncResult{Target: FuncTarget{Symbol: "x"}}, time.Second)
 	if !strings.Contains(f.Title, "not called") {
 		t.Errorf("title %q", f.Title)
+	}
+}
+
+func TestStealNoted(t *testing.T) {
+	s := collapseSnapshot()
+	f := byID(Conclude(s), "softirq.stall")
+	if f.Evidence["steal_pct"] != 0.5 || strings.Contains(f.Summary, "hypervisor") {
+		t.Errorf("low steal: %v / %q", f.Evidence["steal_pct"], f.Summary)
+	}
+	s.StealPct = 12
+	f = byID(Conclude(s), "softirq.stall")
+	if !strings.Contains(f.Summary, "hypervisor took 12%") {
+		t.Errorf("summary %q", f.Summary)
+	}
+	s.StealPct = -1
+	if _, ok := byID(Conclude(s), "softirq.stall").Evidence["steal_pct"]; ok {
+		t.Error("unknown steal reported")
+	}
+}
+
+func TestParseCPUTimes(t *testing.T) {
+	a, err := ParseCPUTimes([]byte("cpu  100 0 50 800 10 0 5 35 7 0\ncpu0 1 2 3\n"))
+	if err != nil || a.Total != 1000 || a.Steal != 35 {
+		t.Fatalf("%+v %v", a, err)
+	}
+	b := CPUTimes{Total: 2000, Steal: 135}
+	if p := StealPct(a, b); p != 10 {
+		t.Errorf("steal %v%%", p)
+	}
+	if p := StealPct(b, a); p != -1 {
+		t.Errorf("backwards: %v", p)
+	}
+	if _, err := ParseCPUTimes([]byte("intr 1 2\n")); err == nil {
+		t.Error("no cpu line accepted")
 	}
 }

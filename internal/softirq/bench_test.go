@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -11,6 +12,9 @@ import (
 	"time"
 
 	"github.com/wolf-investigator/wolf/internal/costbench"
+	"github.com/wolf-investigator/wolf/internal/investigator"
+	"github.com/wolf-investigator/wolf/internal/lab"
+	"github.com/wolf-investigator/wolf/internal/lab/tcpcollapse"
 	"github.com/wolf-investigator/wolf/internal/overhead"
 	"github.com/wolf-investigator/wolf/internal/testutil"
 )
@@ -154,4 +158,49 @@ func programCosts(p *probe) []progCost {
 		out = append(out, progCost{name: info.Name, run: run, count: count})
 	}
 	return out
+}
+
+// BenchmarkCollapseByRmem checks the seed's remediation on the lab: the
+// same slow reader of tiny segments with net.ipv4.tcp_rmem's maximum at
+// 32 MiB (the seed's) and at 4 MiB (its fix), reporting NET_RX's longest
+// run and how many runs reached the 5 ms threshold. Once, whatever b.N:
+//
+//	go test -run '^$' -bench CollapseByRmem -benchtime 1x ./internal/softirq/
+func BenchmarkCollapseByRmem(b *testing.B) {
+	testutil.RequireRoot(b)
+	testutil.Exclusive(b)
+	for _, mib := range []int{32, 4} {
+		l := tcpcollapse.New()
+		l.RmemMax = mib << 20
+		l.Unread = min(l.Unread, l.RmemMax/8)
+		ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+		inst, err := l.Start(ctx, lab.Options{})
+		cancel()
+		if err != nil {
+			b.Fatal(err)
+		}
+		inv := New()
+		inv.SampleHz = 0
+		res, err := inv.Run(context.Background(), investigator.Options{Duration: 5 * time.Second})
+		inst.Close()
+		if err != nil {
+			b.Fatal(err)
+		}
+		var maxUS float64
+		var runs uint64
+		for _, h := range res.Histograms {
+			if h.Name == "softirq_runtime_us" && h.Labels["vector"] == "NET_RX" {
+				maxUS, runs = h.Max, h.Count
+			}
+		}
+		stalls, steal := 0, -1.0
+		for _, f := range res.Findings {
+			if f.ID == "softirq.stall" && f.Evidence["vector"] == "NET_RX" {
+				stalls, _ = f.Evidence["stalls"].(int)
+				steal, _ = f.Evidence["steal_pct"].(float64)
+			}
+		}
+		b.Logf("tcp_rmem max %2d MiB: NET_RX max %.1f ms over %d runs; %d runs >= 5 ms in 5 s (hypervisor steal %.1f%%)", mib, maxUS/1000, runs, stalls, steal)
+		b.ReportMetric(maxUS, fmt.Sprintf("max_us@%dMiB", mib))
+	}
 }

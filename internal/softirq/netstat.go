@@ -281,3 +281,49 @@ func readSoftnet() ([]Softnet, error) {
 	}
 	return ParseSoftnet(b)
 }
+
+// CPUTimes are the host's total and steal times from /proc/stat's "cpu"
+// line, in USER_HZ ticks.
+type CPUTimes struct {
+	Total, Steal uint64
+}
+
+// ParseCPUTimes reads the aggregate "cpu" line of /proc/stat.
+func ParseCPUTimes(b []byte) (CPUTimes, error) {
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return CPUTimes{}, fmt.Errorf("/proc/stat: first line %q is not the cpu total", line)
+	}
+	var t CPUTimes
+	for i, s := range f[1:] {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return CPUTimes{}, fmt.Errorf("/proc/stat: %w", err)
+		}
+		// guest and guest_nice (9th and 10th) are already in user and nice.
+		if i < 8 {
+			t.Total += v
+		}
+		if i == 7 {
+			t.Steal = v
+		}
+	}
+	return t, nil
+}
+
+// StealPct is the steal share between two readings, or -1.
+func StealPct(before, after CPUTimes) float64 {
+	if after.Total <= before.Total || after.Steal < before.Steal {
+		return -1
+	}
+	return 100 * float64(after.Steal-before.Steal) / float64(after.Total-before.Total)
+}
+
+func readCPUTimes() (CPUTimes, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return CPUTimes{}, err
+	}
+	return ParseCPUTimes(b)
+}

@@ -80,6 +80,7 @@ func (inv *Investigator) Run(ctx context.Context, opts investigator.Options) (*i
 	scanner := defaultScanner()
 	netnsBefore, netnsErr := scanner.scan(ctx)
 	softnetBefore, softnetErr := readSoftnet()
+	cpuBefore, cpuErr := readCPUTimes()
 
 	p, err := openProbe(probeConfig{Threshold: inv.Threshold, SampleHz: inv.SampleHz})
 	if err != nil {
@@ -110,6 +111,12 @@ func (inv *Investigator) Run(ctx context.Context, opts investigator.Options) (*i
 		Threshold:   inv.Threshold,
 		Settings:    ReadSettings(sysctl.ReadInt, sysctl.Read),
 		RaiseTraced: p.attached["irq/softirq_raise"],
+		StealPct:    -1,
+	}
+	if cpuErr == nil {
+		if after, err := readCPUTimes(); err == nil {
+			snap.StealPct = StealPct(cpuBefore, after)
+		}
 	}
 	if p.attached["perf_event"] {
 		snap.SampleHz = inv.SampleHz
