@@ -244,10 +244,54 @@ func (a attribution) selfSummary(n int) string {
 
 func stallFinding(s *Snapshot, vec int, h hist.Log2, stalls []Stall) finding.Finding {
 	f := stallFindingOf(s, vec, h, stalls)
-	if s.StealPct >= 5 {
+	cov, known := sampleCoverage(s, stalls)
+	if known {
+		f.Evidence["cpu_sample_coverage_pct"] = round2(100 * cov)
+	}
+	switch {
+	case known && cov < 0.25 && s.StealPct >= 1:
+		// The stall is real for whatever waited on that CPU, but nothing
+		// in the softirq was slow: its vCPU was not running.
+		f.Severity = finding.Info
+		f.Evidence["cause"] = causeHypervisor
+		f.Title = fmt.Sprintf("%s softirq runs of up to %s on CPU %v were mostly time the vCPU did not run (hypervisor steal %.1f%% in the window)", Vectors[vec], fmtDur(maxStall(stalls)), f.Evidence["worst_cpu"], s.StealPct)
+		f.Summary += fmt.Sprintf(" Only %.0f%% of the timer samples expected during those runs landed: the CPU was not executing them.", 100*cov)
+		f.Mechanism = "The sampling timer fires only while a CPU runs; a virtual CPU descheduled by the hypervisor in the middle of a softirq takes no samples, yet the softirq's clock keeps running, so the run looks long from inside the guest. Packets and tasks on that CPU did wait."
+		f.Remediation = []string{"Look at the host, not the guest: CPU overcommit or noisy neighbours (steal time: mpstat -P ALL 1, column %steal); dedicated or pinned vCPUs remove it."}
+	case known && cov < 0.25:
+		f.Summary += fmt.Sprintf(" Only %.0f%% of the timer samples expected during those runs landed: interrupts were off for most of them, or the CPU was not running.", 100*cov)
+	case s.StealPct >= 5:
 		f.Summary += fmt.Sprintf(" The hypervisor took %.0f%% of CPU time (steal) in the window: part of a long run may be time its vCPU did not run at all.", s.StealPct)
 	}
 	return f
+}
+
+const causeHypervisor = "hypervisor"
+
+// sampleCoverage is the share of the perf samples expected during the
+// stalls (duration × rate) that landed; known is false without sampling or
+// when too few were expected to tell.
+func sampleCoverage(s *Snapshot, stalls []Stall) (cov float64, known bool) {
+	if s.SampleHz <= 0 {
+		return 0, false
+	}
+	var got, want float64
+	for _, st := range stalls {
+		got += float64(st.CPUSamples)
+		want += st.Duration.Seconds() * float64(s.SampleHz)
+	}
+	if want < 4 {
+		return 0, false
+	}
+	return min(got/want, 1), true
+}
+
+func maxStall(stalls []Stall) time.Duration {
+	var m time.Duration
+	for _, st := range stalls {
+		m = max(m, st.Duration)
+	}
+	return m
 }
 
 func stallFindingOf(s *Snapshot, vec int, h hist.Log2, stalls []Stall) finding.Finding {

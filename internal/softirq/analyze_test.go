@@ -48,9 +48,9 @@ func collapseSnapshot() *Snapshot {
 	at := time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
 	s.Run[vecNetRX][0] = histOf(append(many(100000, time.Microsecond), 21*time.Millisecond, 18*time.Millisecond, 9*time.Millisecond)...)
 	s.Stalls = []Stall{
-		{CPU: 0, Vector: "NET_RX", Duration: 18 * time.Millisecond, At: at, Packets: 1, Polls: 1, PID: 42, TGID: 40, Comm: "sender"},
-		{CPU: 0, Vector: "NET_RX", Duration: 21 * time.Millisecond, At: at.Add(time.Second), Packets: 2, Polls: 1, PID: 42, TGID: 40, Comm: "sender"},
-		{CPU: 1, Vector: "NET_RX", Duration: 9 * time.Millisecond, At: at.Add(2 * time.Second), Packets: 1, Polls: 1, PID: 43, TGID: 40, Comm: "sender"},
+		{CPU: 0, Vector: "NET_RX", Duration: 18 * time.Millisecond, At: at, Packets: 1, Polls: 1, PID: 42, TGID: 40, Comm: "sender", CPUSamples: 18},
+		{CPU: 0, Vector: "NET_RX", Duration: 21 * time.Millisecond, At: at.Add(time.Second), Packets: 2, Polls: 1, PID: 42, TGID: 40, Comm: "sender", CPUSamples: 20},
+		{CPU: 1, Vector: "NET_RX", Duration: 9 * time.Millisecond, At: at.Add(2 * time.Second), Packets: 1, Polls: 1, PID: 43, TGID: 40, Comm: "sender", CPUSamples: 9},
 	}
 	collapse := []string{"skb_copy_bits+0x6d", "tcp_collapse+0x4b7", "tcp_try_rmem_schedule+0x305", "tcp_data_queue+0x4a7", "net_rx_action+0x13b"}
 	free := []string{"sock_rfree+0x1", "__kfree_skb+0x10", "tcp_collapse_one+0x20", "tcp_collapse+0x100", "tcp_try_rmem_schedule+0x305", "net_rx_action+0x13b"}
@@ -419,5 +419,28 @@ func TestParseCPUTimes(t *testing.T) {
 	}
 	if _, err := ParseCPUTimes([]byte("intr 1 2\n")); err == nil {
 		t.Error("no cpu line accepted")
+	}
+}
+
+// A stall during which the CPU took almost no timer samples was not the
+// softirq's work: with steal, it is the hypervisor, told as a note.
+func TestStallOffCPU(t *testing.T) {
+	s := idleSnapshot()
+	s.Run[1][0] = histOf(append(many(500, 20*time.Microsecond), 13*time.Millisecond)...)
+	s.Stalls = []Stall{{CPU: 0, Vector: "TIMER", Duration: 13 * time.Millisecond, CPUSamples: 1, Comm: "swapper/0"}}
+	s.StealPct = 4.3
+	f := byID(Conclude(s), "softirq.stall")
+	if f == nil || f.Severity != finding.Info || f.Evidence["cause"] != causeHypervisor || !strings.Contains(f.Title, "vCPU did not run (hypervisor steal 4.3%") {
+		t.Fatalf("finding %+v", f)
+	}
+	s.StealPct = 0
+	f = byID(Conclude(s), "softirq.stall")
+	if f.Severity != finding.Warning || !strings.Contains(f.Summary, "interrupts were off") {
+		t.Fatalf("finding %+v", f)
+	}
+	// The collapse stalls were sampled throughout: no such note.
+	c := byID(Conclude(collapseSnapshot()), "softirq.stall")
+	if c.Evidence["cpu_sample_coverage_pct"].(float64) < 90 || strings.Contains(c.Summary, "expected") {
+		t.Errorf("collapse: %v %q", c.Evidence["cpu_sample_coverage_pct"], c.Summary)
 	}
 }

@@ -184,7 +184,11 @@ type Stall struct {
 	PID       int    `json:"pid"` // the task the softirq ran on top of
 	TGID      int    `json:"tgid"`
 	Comm      string `json:"comm"`
-	Samples   int    `json:"samples"` // stacks sampled during the run
+	Samples   int    `json:"samples"` // NET_RX stacks kept from the run
+	// CPUSamples are the perf samples that landed during the run, any
+	// vector: far fewer than duration × rate means the CPU was not
+	// running (a preempted vCPU) or had interrupts disabled.
+	CPUSamples int `json:"cpu_samples"`
 }
 
 func (p *probe) readStalls() {
@@ -205,17 +209,18 @@ func (p *probe) readStalls() {
 			continue
 		}
 		s := Stall{
-			CPU:       int(e.Cpu),
-			Vector:    vectorName(e.Vec),
-			Duration:  time.Duration(e.DurationNs),
-			At:        p.clock.wall(e.StartNs),
-			Packets:   e.RxWork,
-			Polls:     e.RxPolls,
-			FullPolls: e.RxFull,
-			PID:       int(e.Pid),
-			TGID:      int(e.Tgid),
-			Comm:      cString(e.Comm[:]),
-			Samples:   int(e.Samples),
+			CPU:        int(e.Cpu),
+			Vector:     vectorName(e.Vec),
+			Duration:   time.Duration(e.DurationNs),
+			At:         p.clock.wall(e.StartNs),
+			Packets:    e.RxWork,
+			Polls:      e.RxPolls,
+			FullPolls:  e.RxFull,
+			PID:        int(e.Pid),
+			TGID:       int(e.Tgid),
+			Comm:       cString(e.Comm[:]),
+			Samples:    int(e.Samples),
+			CPUSamples: int(e.CpuSamples),
 		}
 		p.mu.Lock()
 		if len(p.stalls) < maxStalls {

@@ -59,8 +59,10 @@ struct cpu_state {
 	__u64 exits;
 	__u64 raises;
 	__u64 napi_polls;
-	/* raises */
+	/* raises, samples */
 	__u64 raise_ns[NR_VEC];  /* first raise not yet run, per vector */
+	__u32 run_samples;       /* perf samples in the current run, any vector */
+	__u32 _pad0;
 	/* rare: stalls, samples, drops, function latency */
 	__u64 unpaired_exits;    /* exit without an entry: wolf attached mid-run */
 	__u64 stalls;
@@ -108,8 +110,10 @@ struct stall {
 	__u32 vec;
 	__u32 pid;          /* the task it ran on top of (or ksoftirqd) */
 	__u32 tgid;
-	__u32 samples;      /* stacks sampled during the run */
-	__u32 _pad;
+	__u32 samples;      /* NET_RX stacks kept from the run */
+	__u32 cpu_samples;  /* perf samples that landed during the run: few
+			     * means the CPU was not running (hypervisor) or
+			     * had interrupts off */
 	char comm[COMM_LEN];
 };
 
@@ -253,6 +257,7 @@ int BPF_PROG(on_softirq_entry, unsigned int vec)
 	s->rx_polls = 0;
 	s->rx_full = 0;
 	s->npending = 0;
+	s->run_samples = 0;
 	/* Index before vec is spilled as a map key: the verifier forgets its
 	 * bounds across the spill. */
 	__u64 *raised = &s->raise_ns[vec];
@@ -326,7 +331,7 @@ int BPF_PROG(on_softirq_exit, unsigned int vec)
 	e->pid = (__u32)id;
 	e->tgid = id >> 32;
 	e->samples = s->npending;
-	e->_pad = 0;
+	e->cpu_samples = s->run_samples;
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 	bpf_ringbuf_submit(e, 0);
 	s->npending = 0;
@@ -340,6 +345,8 @@ int on_sample(struct bpf_perf_event_data *ctx)
 
 	if (!s)
 		return 0;
+	if (s->entry_ns)
+		s->run_samples++;
 	if (!s->entry_ns || s->vec != VEC_NET_RX) {
 		s->samples_idle++;
 		return 0;

@@ -26,6 +26,8 @@ type softirqCpuState struct {
 	Raises        uint64
 	NapiPolls     uint64
 	RaiseNs       [10]uint64
+	RunSamples    uint32
+	Pad0          uint32
 	UnpairedExits uint64
 	Stalls        uint64
 	StallDrops    uint64
@@ -70,7 +72,7 @@ type softirqStall struct {
 	Pid        uint32
 	Tgid       uint32
 	Samples    uint32
-	Pad        uint32
+	CpuSamples uint32
 	Comm       [16]int8
 }
 
