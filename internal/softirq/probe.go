@@ -74,15 +74,17 @@ func (o *mainObjects) programs() []*ebpf.Program {
 	return []*ebpf.Program{o.OnSoftirqRaise, o.OnSoftirqEntry, o.OnSoftirqExit, o.OnNapiPoll, o.OnKfreeSkb, o.OnSample}
 }
 
-// tracepoints wolf softirq attaches; the optional ones only add detail.
+// tracepoints wolf softirq attaches, in attach order: exit before entry,
+// because an exit without its entry is skipped, while an entry without its
+// exit would be paired with the next one. The optional ones only add detail.
 var tracepoints = []struct {
 	group, name string
 	prog        func(*mainObjects) *ebpf.Program
 	required    bool
 	what        string
 }{
-	{"irq", "softirq_entry", func(o *mainObjects) *ebpf.Program { return o.OnSoftirqEntry }, true, ""},
 	{"irq", "softirq_exit", func(o *mainObjects) *ebpf.Program { return o.OnSoftirqExit }, true, ""},
+	{"irq", "softirq_entry", func(o *mainObjects) *ebpf.Program { return o.OnSoftirqEntry }, true, ""},
 	{"irq", "softirq_raise", func(o *mainObjects) *ebpf.Program { return o.OnSoftirqRaise }, false, "no raise-to-entry wait histograms"},
 	{"napi", "napi_poll", func(o *mainObjects) *ebpf.Program { return o.OnNapiPoll }, false, "no NAPI work and budget per device"},
 	{"skb", "kfree_skb", func(o *mainObjects) *ebpf.Program { return o.OnKfreeSkb }, false, "no packet drop reasons (the reason argument needs Linux 5.17+)"},
@@ -142,11 +144,7 @@ func openProbe(cfg probeConfig) (*probe, error) {
 	}
 	p.rd = rd
 	go p.readStalls()
-	// Exit before entry: an entry seen without its exit would be matched
-	// with the next exit; an exit without its entry is simply skipped.
-	order := []int{1, 0, 2, 3, 4}
-	for _, i := range order {
-		tp := tracepoints[i]
+	for _, tp := range tracepoints {
 		l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: tp.name, Program: tp.prog(&p.objs)})
 		if err != nil {
 			if tp.required {
@@ -246,7 +244,6 @@ type counters struct {
 	Samples, SamplesIdle, StackErrors      uint64
 	PendingFull, MapFull, NapiPolls, Drops uint64
 	FuncCalls, FuncLost                    uint64
-	perCPUEntries                          []uint64
 }
 
 func readCounters(m *ebpf.Map) (counters, error) {
@@ -271,7 +268,6 @@ func readCounters(m *ebpf.Map) (counters, error) {
 		c.Drops += v.Drops
 		c.FuncCalls += v.FuncCalls
 		c.FuncLost += v.FuncLost
-		c.perCPUEntries = append(c.perCPUEntries, v.Entries)
 	}
 	return c, nil
 }
