@@ -14,13 +14,14 @@ import (
 
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/hung"
+	"github.com/wolf-investigator/wolf/internal/locks"
 	"github.com/wolf-investigator/wolf/internal/investigator"
 )
 
 // investigators lists every live investigator wolf has; doctor runs them
 // all. New investigators are added here.
 func investigators() []investigator.Investigator {
-	return []investigator.Investigator{hung.New()}
+	return []investigator.Investigator{hung.New(), locks.New()}
 }
 
 func newDoctorCmd() *cobra.Command {

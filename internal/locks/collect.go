@@ -238,13 +238,15 @@ func fromBPF(h *locksWolfHist) hist.Log2 {
 	return hist.FromSlots(h.Slots[:], h.Count, h.Sum, h.Max)
 }
 
+// statNames name enum lock_stat's counters, in order.
+var statNames = []string{"begin", "end", "pending_full", "nested", "unmatched_end", "waits_full",
+	"tasks_full", "owners_full", "queue_full", "stack_err", "mm_events", "mm_holds_full",
+	"mm_stats_full", "mm_unmatched", "hold_drops", "samples", "samples_under_lock", "profile_full"}
+
 // stats reads the per-CPU counters, summed, by name.
 func (p *probe) stats() map[string]uint64 {
-	names := []string{"begin", "end", "pending_full", "nested", "unmatched_end", "waits_full",
-		"tasks_full", "owners_full", "queue_full", "stack_err", "mm_events", "mm_holds_full",
-		"mm_stats_full", "mm_unmatched", "hold_drops", "samples", "samples_under_lock", "profile_full"}
 	out := map[string]uint64{}
-	for i, n := range names {
+	for i, n := range statNames {
 		var per []uint64
 		if err := p.maps.Stats.Lookup(uint32(i), &per); err != nil {
 			continue
