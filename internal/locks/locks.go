@@ -37,7 +37,8 @@ type Investigator struct {
 	Folded        string // write stacks sampled under mmap_lock here
 	Proc          procfs.Reader
 
-	rawOnly bool // tests: no BTF tracepoints, as on old kernels
+	rawOnly bool      // tests: no BTF tracepoints, as on old kernels
+	last    *Snapshot // tests: what the last Run concluded from
 }
 
 // New returns an investigator with the defaults.
@@ -200,6 +201,7 @@ loop:
 	if opts.PID > 0 {
 		snap.keepPID(opts.PID, tgid)
 	}
+	l.last = snap
 	findings, hists := Conclude(snap)
 	res := &investigator.Result{
 		Findings:     findings,

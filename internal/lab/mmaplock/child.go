@@ -24,6 +24,10 @@ const (
 	sizeEnv  = "WOLF_LAB_MMAPLOCK_MB"
 	// childComm names the child's threads in ps and in wolf's reports.
 	childComm = "wolf-mmaplock"
+	// goLine on stdin starts the threads' work (once).
+	goLine = "go"
+	// stopLine ends the threads' work; the process stays until stdin closes.
+	stopLine = "stop"
 	// maxLife bounds the child even if the lab forgets it: it exits by
 	// itself after this long.
 	maxLife = 10 * time.Minute
@@ -91,6 +95,7 @@ func runChild() error {
 		{"reader", other, 0, func(stop *atomic.Bool) { mincore(stop, small) }},
 	}
 	var stop atomic.Bool
+	gate := make(chan struct{})
 	tids := make(chan string, len(roles))
 	for _, r := range roles {
 		go func() {
@@ -104,6 +109,7 @@ func runChild() error {
 			}
 			setComm(childComm)
 			tids <- fmt.Sprintf("%s=%d", r.name, tid)
+			<-gate
 			r.body(&stop)
 		}()
 	}
@@ -113,11 +119,24 @@ func runChild() error {
 	}
 	fmt.Printf("ready %d %s\n", os.Getpid(), strings.Join(got, " "))
 
-	// Run until told to stop, stdin closes (the lab is gone) or maxLife.
+	// Work starts on "go"; the child runs until stdin closes (the lab
+	// is gone) or maxLife.
 	done := make(chan struct{})
 	go func() {
-		_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
-		close(done)
+		in := bufio.NewReader(os.Stdin)
+		for {
+			l, err := in.ReadString('\n')
+			if err != nil {
+				close(done)
+				return
+			}
+			switch strings.TrimSpace(l) {
+			case goLine:
+				close(gate)
+			case stopLine:
+				stop.Store(true)
+			}
+		}
 	}()
 	select {
 	case <-done:

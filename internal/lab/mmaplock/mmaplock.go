@@ -46,13 +46,21 @@ const DefaultMB = 512
 
 const startTimeout = 30 * time.Second
 
-type mmapLab struct{ mb int }
+type mmapLab struct {
+	mb     int
+	paused bool
+}
 
 // New returns the lab.
 func New() lab.Lab { return mmapLab{mb: DefaultMB} }
 
 // NewSized returns the lab with a region of mb MiB (tests use less).
 func NewSized(mb int) lab.Lab { return mmapLab{mb: mb} }
+
+// NewPaused returns a lab whose threads wait for Instance.Go before they
+// touch the lock, so that tools attached in between see every wait from
+// its beginning (comparisons with perf need the same window).
+func NewPaused(mb int) lab.Lab { return mmapLab{mb: mb, paused: true} }
 
 func (mmapLab) Name() string { return "mmap-lock" }
 
@@ -125,6 +133,11 @@ func (m mmapLab) Start(ctx context.Context, opt lab.Options) (_ lab.Instance, er
 	case <-time.After(startTimeout):
 		return nil, fmt.Errorf("mmap-lock: waiting for the child: %w after %s", lab.ErrTimeout, startTimeout)
 	}
+	if !m.paused {
+		if err := in.Go(); err != nil {
+			return nil, err
+		}
+	}
 	if opt.Logf != nil {
 		opt.Logf("mmap-lock: child pid %d up: holder %v, writer %v, readers %v", in.pid, in.roles["holder"], in.roles["writer"], in.roles["reader"])
 	}
@@ -147,6 +160,24 @@ func (in *Instance) parseReady(l string) error {
 	}
 	if len(in.roles["holder"]) != 1 {
 		return errors.New("child named no holder thread")
+	}
+	return nil
+}
+
+// Go lets the child's threads start working (NewPaused labs).
+func (in *Instance) Go() error {
+	if _, err := io.WriteString(in.stdin, goLine+"\n"); err != nil {
+		return fmt.Errorf("mmap-lock: start the child's threads: %w", err)
+	}
+	return nil
+}
+
+// Quiesce makes the child's threads finish their current call and stop
+// touching the lock, while the process lives on; comparisons use it to end
+// a window with no wait in flight.
+func (in *Instance) Quiesce() error {
+	if _, err := io.WriteString(in.stdin, stopLine+"\n"); err != nil {
+		return fmt.Errorf("mmap-lock: stop the child's threads: %w", err)
 	}
 	return nil
 }
@@ -176,8 +207,10 @@ func (in *Instance) Describe() string {
 	return b.String()
 }
 
-// Close implements lab.Instance: the child stops when its stdin closes;
-// it is killed if it has not after a second.
+// Close implements lab.Instance: the child exits when its stdin closes (it
+// is killed if it has not after two seconds). Close returns once it is
+// gone, so every one of its waits has ended: a killed waiter still takes
+// the lock on its way out.
 func (in *Instance) Close() error {
 	in.mu.Lock()
 	if in.closed {
