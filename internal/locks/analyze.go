@@ -405,6 +405,9 @@ func (s *Snapshot) contentionFinding(a *lockAgg) finding.Finding {
 		if q.Readers+q.Writers > 0 {
 			f.Evidence["waiting_at_end"] = q.Readers + q.Writers
 		}
+		if series := queueSeries(q.Samples, 60); len(series) > 0 {
+			f.Evidence["queue_over_time"] = series
+		}
 	}
 	if a.readerOwned > 0 {
 		f.Evidence["reader_owned_waits"] = a.readerOwned
@@ -415,6 +418,35 @@ func (s *Snapshot) contentionFinding(a *lockAgg) finding.Finding {
 	}
 	f.Remediation = s.remediation(a)
 	return f
+}
+
+// QueuePoint is one sample of a lock's wait queue, for the report: when
+// (ms into the window) and how many readers and writers waited.
+type QueuePoint struct {
+	TMs     int64 `json:"t_ms"`
+	Readers int64 `json:"readers"`
+	Writers int64 `json:"writers"`
+}
+
+// queueSeries keeps at most n samples, evenly spread, always the deepest.
+func queueSeries(samples []QueueSample, n int) []QueuePoint {
+	if len(samples) == 0 {
+		return nil
+	}
+	deepest := 0
+	for i, q := range samples {
+		if q.Readers+q.Writers > samples[deepest].Readers+samples[deepest].Writers {
+			deepest = i
+		}
+	}
+	step := max(1, (len(samples)+n-1)/n)
+	var out []QueuePoint
+	for i, q := range samples {
+		if i%step == 0 || i == deepest {
+			out = append(out, QueuePoint{TMs: q.At.Milliseconds(), Readers: q.Readers, Writers: q.Writers})
+		}
+	}
+	return out
 }
 
 func (s *Snapshot) remediation(a *lockAgg) []string {

@@ -148,8 +148,9 @@ func TestWriterStarvation(t *testing.T) {
 		Waits: []Wait{{Lock: 7, Type: RwsemRead, MMTGID: 10, Count: 30, TotalNs: 3e9, MaxNs: 1.2e9,
 			ReaderOwned: 30, BehindWriter: 25}, {Lock: 7, Type: RwsemWrite, MMTGID: 10, Count: 2, TotalNs: 1e9, MaxNs: 8e8}},
 		Owners: []Owner{{Lock: 7, TID: 11, TGID: 10, Comm: "uprobe-reg", Kind: OwnerReaders, Count: 30, TotalNs: 3e9}},
-		Queues: []Queue{{Lock: 7, MaxReaders: 12, MaxWriters: 1}},
-		Comm:   func(int) string { return "app" },
+		Queues: []Queue{{Lock: 7, MaxReaders: 12, MaxWriters: 1, Samples: []QueueSample{
+			{At: 100 * time.Millisecond, Readers: 3, Writers: 1}, {At: 200 * time.Millisecond, Readers: 12, Writers: 1}}}},
+		Comm: func(int) string { return "app" },
 	}
 	fs, _ := Conclude(s)
 	var st *finding.Finding
@@ -166,6 +167,9 @@ func TestWriterStarvation(t *testing.T) {
 	}
 	if !strings.HasPrefix(st.Title, "mmap_lock of app (pid 10): 25 reader waits") {
 		t.Errorf("title %q", st.Title)
+	}
+	if q, ok := fs[0].Evidence["queue_over_time"].([]QueuePoint); !ok || len(q) != 2 || q[1] != (QueuePoint{200, 12, 1}) {
+		t.Errorf("queue_over_time %v", fs[0].Evidence["queue_over_time"])
 	}
 	if c := fs[0]; !strings.Contains(c.Title, "held by readers") {
 		t.Errorf("contention title %q should say the lock is reader-owned", c.Title)

@@ -40,7 +40,7 @@ const volatile __u32 type_mask = 0xffffffff; /* enum lock_type bits */
 const volatile __u64 hold_threshold_ns = 20 * 1000 * 1000;
 const volatile bool owner_stacks = true;     /* needs bpf_task_from_pid */
 const volatile bool mmap_has_memcg_path = false; /* 5.14..6.13 tracepoint args */
-const volatile __u64 owner_stack_every_ns = 100 * 1000 * 1000;
+const volatile __u64 owner_stack_every_ns = 10 * 1000 * 1000;
 
 /* Lock types as wolf reports them, decoded from the LCB_F_* flags. */
 enum lock_type {
@@ -361,7 +361,12 @@ static __always_inline struct wolf_hist *hist_for(void *map, const void *key)
 	return lookup_or_init(map, key, z);
 }
 
-/* The owner's stack, at most once per owner change or interval per lock. */
+/*
+ * The owner's stack: walking another task's stack costs microseconds, so
+ * it is taken at most once per owner_stack_every_ns per lock. Within the
+ * interval the same owner reuses its stack; a different owner (a lock
+ * passed around under churn) goes without one.
+ */
 static __always_inline __s32 owner_stack(__u64 lock, struct task_struct *o, __u32 tid,
 					 const bool can_walk)
 {
@@ -369,8 +374,8 @@ static __always_inline __s32 owner_stack(__u64 lock, struct task_struct *o, __u3
 	struct owner_seen *seen = bpf_map_lookup_elem(&owner_last, &lock);
 	__s32 id = -1;
 
-	if (seen && seen->tid == tid && now - seen->at_ns < owner_stack_every_ns)
-		return seen->stack_id;
+	if (seen && now - seen->at_ns < owner_stack_every_ns)
+		return seen->tid == tid ? seen->stack_id : -1;
 	if (can_walk && owner_stacks) {
 		__u32 zero = 0;
 		struct frames *f = bpf_map_lookup_elem(&scratch, &zero);
