@@ -168,4 +168,20 @@ static __always_inline void wolf_hist_add(struct wolf_hist *h, __u64 v)
 		h->max = v; /* racy by design: a lost max is within one event */
 }
 
+/*
+ * The same, for histograms only one thread ever updates (keyed by tid) or
+ * kept per CPU: plain adds, no locked instructions.
+ */
+static __always_inline void wolf_hist_add_local(struct wolf_hist *h, __u64 v)
+{
+	__u32 s = wolf_log2_slot(v);
+
+	if (s < WOLF_HIST_SLOTS)
+		h->slots[s] += 1;
+	h->count += 1;
+	h->sum += v;
+	if (v > h->max)
+		h->max = v;
+}
+
 #endif /* WOLF_H */

@@ -36,6 +36,9 @@ type Snapshot struct {
 	// unknown. Comm names a process by pid, for mmap_lock owners.
 	Symbol func(addr uint64) string
 	Comm   func(pid int) string
+	// TGID finds a thread's process, for waits still going at the end
+	// (nil or 0: unknown).
+	TGID func(tid int) int
 }
 
 // DefaultTop is how many contended locks a report names.
@@ -553,7 +556,13 @@ func (s *Snapshot) mmapFindings() ([]finding.Finding, []finding.Histogram) {
 		}
 		holdH[k].Merge(&m.Hold)
 		waitH[k].Merge(&m.Wait)
-		comms[m.TGID] = m.Comm
+		// The comm was taken at the thread's first hold, which may have
+		// been during exec (still the parent's name): prefer today's.
+		if c := s.comm(m.TGID); c != "" {
+			comms[m.TGID] = c
+		} else if comms[m.TGID] == "" {
+			comms[m.TGID] = m.Comm
+		}
 	}
 	hks := slices.Collect(maps.Keys(holdH))
 	slices.SortFunc(hks, func(x, y hk) int {
@@ -577,6 +586,22 @@ func (s *Snapshot) mmapFindings() ([]finding.Finding, []finding.Histogram) {
 		}
 	}
 	return out, hists
+}
+
+func (s *Snapshot) comm(pid int) string {
+	if s.Comm == nil {
+		return ""
+	}
+	return s.Comm(pid)
+}
+
+func (s *Snapshot) tgidOf(tid int) int {
+	if s.TGID != nil {
+		if g := s.TGID(tid); g > 0 {
+			return g
+		}
+	}
+	return tid
 }
 
 func longest(hs []Hold) Hold {

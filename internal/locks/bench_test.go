@@ -3,6 +3,7 @@ package locks
 import (
 	"context"
 	"fmt"
+	"os"
 	"runtime"
 	"sync"
 	"testing"
@@ -60,12 +61,62 @@ func mmapChurn(threads int, d time.Duration) costbench.Workload {
 	}
 }
 
+// fileAppend is lock contention of the everyday kind: threads append to
+// one file, so each write takes the inode's i_rwsem for writing and they
+// queue on it. It returns writes per second.
+func fileAppend(b *testing.B, threads int, d time.Duration) costbench.Workload {
+	path := b.TempDir() + "/append"
+	return func(ctx context.Context) (float64, error) {
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			return 0, err
+		}
+		defer f.Close()
+		buf := make([]byte, 512)
+		var wg sync.WaitGroup
+		counts := make([]int, threads)
+		stop := time.Now().Add(d)
+		start := time.Now()
+		for i := range threads {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+				for time.Now().Before(stop) {
+					if _, err := unix.Write(int(f.Fd()), buf); err != nil {
+						return
+					}
+					counts[i]++
+				}
+			}()
+		}
+		wg.Wait()
+		total := 0
+		for _, c := range counts {
+			total += c
+		}
+		return float64(total) / time.Since(start).Seconds(), nil
+	}
+}
+
+// BenchmarkOverheadFileAppend: i_rwsem contention, wolf locks attached or not.
+//
+//	go test -run '^$' -bench Overhead -benchtime 1x ./internal/locks
+func BenchmarkOverheadFileAppend(b *testing.B) {
+	benchOverhead(b, fileAppend(b, 4, 2*time.Second))
+}
+
 // BenchmarkOverheadMmapChurn measures what `wolf locks` costs the
 // workload: rounds with and without it attached, interleaved, plus the
 // BPF run time per event from the kernel's statistics.
 //
 //	go test -run '^$' -bench OverheadMmapChurn -benchtime 1x ./internal/locks
 func BenchmarkOverheadMmapChurn(b *testing.B) {
+	benchOverhead(b, mmapChurn(4, 2*time.Second))
+}
+
+func benchOverhead(b *testing.B, work costbench.Workload) {
 	testutil.RequireRoot(b)
 	testutil.Exclusive(b)
 	for range b.N {
@@ -98,14 +149,14 @@ func BenchmarkOverheadMmapChurn(b *testing.B) {
 			}
 			return func() error { cancel(); return <-done }, nil
 		}
-		r, err := costbench.Compare(context.Background(), 5, mmapChurn(4, 2*time.Second), attach)
+		r, err := costbench.Compare(context.Background(), 5, work, attach)
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.ReportMetric(r.SlowdownPct, "slowdown_%")
 		b.ReportMetric(r.NoisePct, "noise_%")
-		b.ReportMetric(costbench.Median(r.Baseline), "calls/s_without")
-		b.ReportMetric(costbench.Median(r.With), "calls/s_with")
+		b.ReportMetric(costbench.Median(r.Baseline), "ops/s_without")
+		b.ReportMetric(costbench.Median(r.With), "ops/s_with")
 		if progs.runs > 0 {
 			b.ReportMetric(float64(overhead.PerEvent(time.Duration(progs.runNs), progs.runs)), "bpf_ns/event")
 		}

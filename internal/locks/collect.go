@@ -217,13 +217,13 @@ func (p *probe) collectOngoing(sc *stackCache, s *Snapshot) error {
 		} else {
 			waiterAt[k] = len(s.Waiters)
 			s.Waiters = append(s.Waiters, Waiter{
-				Lock: pe.Lock, TID: int(tid), TGID: int(pe.Tgid), Comm: cString(pe.Comm[:]),
+				Lock: pe.Lock, TID: int(tid), TGID: int(pe.Tgid), Comm: s.comm(int(tid)),
 				Count: 1, TotalNs: d, MaxNs: d, Ongoing: true,
 			})
 		}
 		if OwnerKind(pe.OwnerKind) != OwnerNone {
 			s.Owners = append(s.Owners, Owner{
-				Lock: pe.Lock, TID: int(pe.OwnerTid), TGID: int(pe.OwnerTgid), Comm: cString(pe.OwnerComm[:]),
+				Lock: pe.Lock, TID: int(pe.OwnerTid), TGID: s.tgidOf(int(pe.OwnerTid)), Comm: s.comm(int(pe.OwnerTid)),
 				Kind: OwnerKind(pe.OwnerKind), Stack: sc.get(pe.OwnerStackId), Count: 1, TotalNs: d, MaxNs: d,
 			})
 		}
@@ -241,7 +241,7 @@ func fromBPF(h *locksWolfHist) hist.Log2 {
 // statNames name enum lock_stat's counters, in order.
 var statNames = []string{"begin", "end", "pending_full", "nested", "unmatched_end", "waits_full",
 	"tasks_full", "owners_full", "queue_full", "stack_err", "mm_events", "mm_holds_full",
-	"mm_stats_full", "mm_unmatched", "hold_drops", "samples", "samples_under_lock", "profile_full"}
+	"mm_stats_full", "mm_unmatched", "hold_drops", "samples", "samples_under_lock", "profile_full", "stale"}
 
 // stats reads the per-CPU counters, summed, by name.
 func (p *probe) stats() map[string]uint64 {

@@ -41,6 +41,18 @@ const volatile __u64 hold_threshold_ns = 20 * 1000 * 1000;
 const volatile bool owner_stacks = true;     /* needs bpf_task_from_pid */
 const volatile bool mmap_has_memcg_path = false; /* 5.14..6.13 tracepoint args */
 const volatile __u64 owner_stack_every_ns = 10 * 1000 * 1000;
+/*
+ * A stack walk costs a microsecond or two; under heavy contention the same
+ * thread waits on the same lock from the same place thousands of times a
+ * second, so its stack is walked at most once per this interval per lock.
+ */
+const volatile __u64 stack_every_ns = 10 * 1000 * 1000;
+/*
+ * No spin wait lasts this long: a pending spin wait older than this lost
+ * its end (the program was busy on this CPU: a recursion miss) and is
+ * dropped rather than charged to a later, unrelated end.
+ */
+const volatile __u64 max_spin_ns = 1000 * 1000 * 1000;
 
 /* Lock types as wolf reports them, decoded from the LCB_F_* flags. */
 enum lock_type {
@@ -84,6 +96,7 @@ enum lock_stat {
 	STAT_SAMPLES,
 	STAT_SAMPLES_UNDER_LOCK,
 	STAT_PROFILE_FULL,
+	STAT_STALE,          /* pending wait whose end was lost */
 	STAT_MAX,
 };
 
@@ -119,16 +132,24 @@ struct pending {
 	__u32 owner_kind;
 	__s32 owner_stack_id;
 	__u32 mm_tgid;     /* the lock is this process's mmap_lock */
-	__u32 owner_tgid;
 	__u32 behind_writer; /* a reader queued behind a waiting writer */
-	char owner_comm[COMM_LEN];
+	__u64 owner;         /* task_struct *, read only when an owner is new */
 	__u32 tgid;          /* the waiter, for waits still going at the end */
-	__u32 pad;
-	char comm[COMM_LEN];
+	__u32 stack_tid;     /* the stack cache below is this thread's */
+	/* The last stack taken, reused for the same lock within stack_every_ns. */
+	__u64 stack_lock;
+	__u64 stack_ns;
+	__s32 stack_cached;
+	__u32 flags; /* LCB_F_* of the begin */
 };
 
+/*
+ * Per-thread state is written in place (an update or delete per event
+ * costs a bucket lock and a copy); LRU so that threads that exit give
+ * their entries back. start_ns == 0 means no wait in progress.
+ */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, __u32); /* tid */
 	__type(value, struct pending);
@@ -490,6 +511,25 @@ static __always_inline bool queued_type(__u32 type)
 	return is_rwsem(type) || type == TYPE_MUTEX || type == TYPE_SEMAPHORE;
 }
 
+/* The waiter's stack id, from the cache in c when it is fresh enough. */
+static __always_inline __s32 waiter_stack(void *ctx, struct pending *c, __u64 lock, __u32 tid, __u64 now)
+{
+	__s32 id;
+
+	if (c && c->stack_tid == tid && c->stack_lock == lock && now - c->stack_ns < stack_every_ns)
+		return c->stack_cached;
+	id = bpf_get_stackid(ctx, &stacks, 0);
+	if (id < 0)
+		count(STAT_STACK_ERR);
+	if (c) {
+		c->stack_tid = tid;
+		c->stack_lock = lock;
+		c->stack_ns = now;
+		c->stack_cached = id;
+	}
+	return id;
+}
+
 static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const bool can_walk)
 {
 	__u32 type = lock_type(flags);
@@ -505,16 +545,17 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 		if (!p)
 			return;
 		if (p->start_ns) {
-			/* A spin wait in an interrupt on top of another. */
-			count(STAT_NESTED);
-			return;
+			if (now - p->start_ns < max_spin_ns) {
+				/* A spin wait in an interrupt on top of another. */
+				count(STAT_NESTED);
+				return;
+			}
+			count(STAT_STALE);
 		}
 		p->start_ns = now;
 		p->lock = lock;
 		p->type = type;
-		p->stack_id = bpf_get_stackid(ctx, &stacks, 0);
-		if (p->stack_id < 0)
-			count(STAT_STACK_ERR);
+		p->stack_id = waiter_stack(ctx, p, lock, (__u32)bpf_get_current_pid_tgid(), now);
 		return;
 	}
 
@@ -523,19 +564,26 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 
 	/*
 	 * A mutex reports begin twice, spinning then sleeping, with one end:
-	 * keep the first start.
+	 * keep the first start. Any other begin replaces a pending wait,
+	 * whose end was then lost.
 	 */
-	if (old && old->lock == lock)
+	if (old && old->start_ns && old->lock == lock && (old->flags & WOLF_LCB_F_SPIN) &&
+	    (flags & WOLF_LCB_F_MUTEX))
 		return;
+	if (old && old->start_ns)
+		count(STAT_STALE);
 
-	struct pending p = {.start_ns = now, .lock = lock, .type = type, .owner_stack_id = -1};
+	struct pending p = {.start_ns = now, .lock = lock, .type = type, .owner_stack_id = -1, .flags = flags};
 	struct task_struct *o = 0;
 
-	p.stack_id = bpf_get_stackid(ctx, &stacks, 0);
-	if (p.stack_id < 0)
-		count(STAT_STACK_ERR);
+	p.stack_id = waiter_stack(ctx, old, lock, tid, now);
+	if (old) {
+		p.stack_tid = old->stack_tid;
+		p.stack_lock = old->stack_lock;
+		p.stack_ns = old->stack_ns;
+		p.stack_cached = old->stack_cached;
+	}
 	p.tgid = bpf_get_current_pid_tgid() >> 32;
-	bpf_get_current_comm(&p.comm, sizeof(p.comm));
 	p.mm_tgid = own_mmap_lock(lock);
 	if (type == TYPE_MUTEX) {
 		o = wolf_mutex_owner((void *)lock);
@@ -554,18 +602,21 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 	}
 	if (o && p.owner_kind != OWNER_NONE) {
 		p.owner_tid = BPF_CORE_READ(o, pid);
-		p.owner_tgid = BPF_CORE_READ(o, tgid);
-		BPF_CORE_READ_STR_INTO(&p.owner_comm, o, comm);
+		p.owner = (__u64)o;
 		if (p.owner_kind == OWNER_TASK)
 			p.owner_stack_id = owner_stack(lock, o, p.owner_tid, can_walk);
 	}
-	if (bpf_map_update_elem(&pending_task, &tid, &p, BPF_ANY)) {
+	if (old) {
+		*old = p;
+	} else if (bpf_map_update_elem(&pending_task, &tid, &p, BPF_ANY)) {
 		count(STAT_PENDING_FULL);
 		return;
 	}
 	if (queued_type(type))
 		queue_enter(lock, type, now);
 }
+
+static __always_inline void account_mm_wait(struct pending *p, __u64 d, __u64 pid_tgid);
 
 static __always_inline void account(struct pending *p, __u64 now, __u64 pid_tgid)
 {
@@ -600,6 +651,8 @@ static __always_inline void account(struct pending *p, __u64 now, __u64 pid_tgid
 
 	if (spin_type(p->type))
 		return; /* per-task and owner detail for sleeping locks only */
+	if (p->mm_tgid)
+		account_mm_wait(p, d, pid_tgid);
 
 	struct task_key tk = {.lock = p->lock, .tid = tid};
 	struct task_val *tv = bpf_map_lookup_elem(&waiters, &tk);
@@ -624,9 +677,16 @@ static __always_inline void account(struct pending *p, __u64 now, __u64 pid_tgid
 			       .owner_stack_id = p->owner_stack_id, .owner_kind = p->owner_kind};
 	struct owner_val *ov = bpf_map_lookup_elem(&owners, &ok);
 	if (!ov) {
-		struct owner_val oz = {.owner_tgid = p->owner_tgid};
+		/*
+		 * Name and process of a new owner, read now rather than at
+		 * every begin. The owner may have exited meanwhile: the reads
+		 * are probe reads of memory that stays valid for an RCU grace
+		 * period, and a wrong name is the worst that can happen.
+		 */
+		struct task_struct *o = (struct task_struct *)p->owner;
+		struct owner_val oz = {.owner_tgid = BPF_CORE_READ(o, tgid)};
 
-		__builtin_memcpy(oz.owner_comm, p->owner_comm, COMM_LEN);
+		BPF_CORE_READ_STR_INTO(&oz.owner_comm, o, comm);
 		ov = lookup_or_init(&owners, &ok, &oz);
 	}
 	if (ov) {
@@ -650,12 +710,15 @@ static __always_inline void on_end(__u64 lock)
 	count(STAT_END);
 	p = bpf_map_lookup_elem(&pending_cpu, &zero);
 	if (p && p->start_ns && p->lock == lock) {
-		account(p, now, pid_tgid);
+		if (now - p->start_ns < max_spin_ns)
+			account(p, now, pid_tgid);
+		else
+			count(STAT_STALE);
 		p->start_ns = 0;
 		return;
 	}
 	p = bpf_map_lookup_elem(&pending_task, &tid);
-	if (!p || p->lock != lock) {
+	if (!p || !p->start_ns || p->lock != lock) {
 		if (!target_tgid && !target_lock)
 			count(STAT_UNMATCHED_END);
 		return;
@@ -663,7 +726,7 @@ static __always_inline void on_end(__u64 lock)
 	account(p, now, pid_tgid);
 	if (queued_type(p->type))
 		queue_leave(lock, p->type, now);
-	bpf_map_delete_elem(&pending_task, &tid);
+	p->start_ns = 0;
 }
 
 /* BTF tracepoints: typed arguments, and kfuncs for the owner's stack. */
@@ -698,21 +761,15 @@ int BPF_PROG(raw_contention_end, void *lock, int ret)
 
 /* ---- mmap_lock: holds, waits, and what the holder does meanwhile ---- */
 
-struct mm_wait {
-	__u64 start_ns;
-	__u64 mm;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u32); /* tid */
-	__type(value, struct mm_wait);
-} mm_waiting SEC(".maps");
-
-struct mm_hold {
-	__u64 start_ns;
-	__u64 mm;
+/*
+ * One thread's mmap_lock hold; hold_start_ns == 0 means it holds none.
+ * Waits are not timed here: an uncontended acquire waits for nothing, and
+ * contended ones reach contention_end, which files them under the
+ * thread (account_mm_wait), so mmap_lock_start_locking is left alone.
+ */
+struct mm_thread {
+	__u64 hold_start_ns;
+	__u64 hold_mm;
 	__u64 runtime_ns; /* the holder's CPU time at acquire */
 	__u64 csw;        /* its context switches at acquire */
 	__u32 write;
@@ -720,11 +777,25 @@ struct mm_hold {
 };
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, __u32); /* tid */
-	__type(value, struct mm_hold);
-} mm_holding SEC(".maps");
+	__type(value, struct mm_thread);
+} mm_threads SEC(".maps");
+
+static __always_inline struct mm_thread *mm_thread_of(__u32 tid)
+{
+	struct mm_thread *t = bpf_map_lookup_elem(&mm_threads, &tid);
+	struct mm_thread z = {};
+
+	if (t)
+		return t;
+	bpf_map_update_elem(&mm_threads, &tid, &z, BPF_NOEXIST);
+	t = bpf_map_lookup_elem(&mm_threads, &tid);
+	if (!t)
+		count(STAT_MM_HOLDS_FULL);
+	return t;
+}
 
 struct mm_key {
 	__u32 tgid;    /* the holder's process */
@@ -831,23 +902,20 @@ static __always_inline struct mm_val *mm_stats_for(struct mm_key *k)
 	return v;
 }
 
+/* A contended wait for the thread's own mmap_lock, into its histogram. */
+static __always_inline void account_mm_wait(struct pending *p, __u64 d, __u64 pid_tgid)
+{
+	struct mm_key k = {.tgid = pid_tgid >> 32, .tid = (__u32)pid_tgid, .mm_tgid = p->mm_tgid,
+			   .write = p->type == TYPE_RWSEM_WRITE};
+	struct mm_val *v = mm_stats_for(&k);
+
+	if (v)
+		wolf_hist_add_local(&v->wait, d); /* keyed by tid */
+}
+
 static __always_inline bool mm_wanted(__u64 pid_tgid)
 {
 	return !target_tgid || (pid_tgid >> 32) == target_tgid;
-}
-
-SEC("raw_tp/mmap_lock_start_locking")
-int on_mm_start(__u64 *ctx)
-{
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	__u32 tid = (__u32)pid_tgid;
-	struct mm_wait w = {.start_ns = bpf_ktime_get_ns(), .mm = ctx[0]};
-
-	count(STAT_MM_EVENTS);
-	if (!mm_wanted(pid_tgid))
-		return 0;
-	bpf_map_update_elem(&mm_waiting, &tid, &w, BPF_ANY);
-	return 0;
 }
 
 SEC("raw_tp/mmap_lock_acquire_returned")
@@ -858,43 +926,27 @@ int on_mm_acquired(__u64 *ctx)
 	__u32 tid = (__u32)pid_tgid;
 	struct mm_struct *mm = (struct mm_struct *)ctx[0];
 	bool write = mm_arg_write(ctx);
-	struct mm_wait *w;
+	struct mm_thread *t;
 
 	count(STAT_MM_EVENTS);
-	if (!mm_wanted(pid_tgid))
+	if (!mm_wanted(pid_tgid) || !mm_arg_success(ctx))
 		return 0;
-	w = bpf_map_lookup_elem(&mm_waiting, &tid);
-	if (!mm_arg_success(ctx)) {
-		if (w)
-			bpf_map_delete_elem(&mm_waiting, &tid);
+	t = mm_thread_of(tid);
+	if (!t)
 		return 0;
-	}
-	__u32 mm_tgid = mm_owner_tgid(mm);
-	struct mm_key k = {.tgid = pid_tgid >> 32, .tid = tid, .mm_tgid = mm_tgid, .write = write};
-	if (w) {
-		struct mm_val *v = mm_stats_for(&k);
-
-		if (v && w->mm == (__u64)mm)
-			wolf_hist_add(&v->wait, now - w->start_ns);
-		bpf_map_delete_elem(&mm_waiting, &tid);
-	}
-
-	struct mm_hold *held = bpf_map_lookup_elem(&mm_holding, &tid);
-	if (held && held->mm == (__u64)mm) {
+	if (t->hold_start_ns && t->hold_mm == (__u64)mm) {
 		/* mmap_write_downgrade: the hold goes on, now for reading. */
 		return 0;
 	}
+	__u32 mm_tgid = mm_owner_tgid(mm);
 	struct task_struct *cur = (struct task_struct *)bpf_get_current_task();
-	struct mm_hold h = {
-		.start_ns = now,
-		.mm = (__u64)mm,
-		.runtime_ns = BPF_CORE_READ(cur, se.sum_exec_runtime),
-		.csw = BPF_CORE_READ(cur, nvcsw) + BPF_CORE_READ(cur, nivcsw),
-		.write = write,
-		.mm_tgid = mm_tgid,
-	};
-	if (bpf_map_update_elem(&mm_holding, &tid, &h, BPF_ANY))
-		count(STAT_MM_HOLDS_FULL);
+
+	t->hold_start_ns = now;
+	t->hold_mm = (__u64)mm;
+	t->runtime_ns = BPF_CORE_READ(cur, se.sum_exec_runtime);
+	t->csw = BPF_CORE_READ(cur, nvcsw) + BPF_CORE_READ(cur, nivcsw);
+	t->write = write;
+	t->mm_tgid = mm_tgid;
 	return 0;
 }
 
@@ -904,35 +956,35 @@ int on_mm_released(__u64 *ctx)
 	__u64 now = bpf_ktime_get_ns();
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)pid_tgid;
-	struct mm_hold *h;
+	struct mm_thread *t;
 
 	count(STAT_MM_EVENTS);
 	if (!mm_wanted(pid_tgid))
 		return 0;
-	h = bpf_map_lookup_elem(&mm_holding, &tid);
-	if (!h || h->mm != ctx[0]) {
+	t = bpf_map_lookup_elem(&mm_threads, &tid);
+	if (!t || !t->hold_start_ns || t->hold_mm != ctx[0]) {
 		count(STAT_MM_UNMATCHED);
 		return 0;
 	}
-	__u64 d = now - h->start_ns;
-	struct mm_key k = {.tgid = pid_tgid >> 32, .tid = tid, .mm_tgid = h->mm_tgid, .write = h->write};
+	__u64 d = now - t->hold_start_ns;
+	struct mm_key k = {.tgid = pid_tgid >> 32, .tid = tid, .mm_tgid = t->mm_tgid, .write = t->write};
 	struct mm_val *v = mm_stats_for(&k);
 	if (v)
-		wolf_hist_add(&v->hold, d);
+		wolf_hist_add_local(&v->hold, d); /* keyed by tid */
 	if (d >= hold_threshold_ns) {
 		struct task_struct *cur = (struct task_struct *)bpf_get_current_task();
 		struct hold_event *e = bpf_ringbuf_reserve(&holds, sizeof(*e), 0);
 
 		if (e) {
-			e->start_ns = h->start_ns;
+			e->start_ns = t->hold_start_ns;
 			e->hold_ns = d;
-			e->runtime_ns = BPF_CORE_READ(cur, se.sum_exec_runtime) - h->runtime_ns;
-			e->csw = BPF_CORE_READ(cur, nvcsw) + BPF_CORE_READ(cur, nivcsw) - h->csw;
-			e->mm = h->mm;
+			e->runtime_ns = BPF_CORE_READ(cur, se.sum_exec_runtime) - t->runtime_ns;
+			e->csw = BPF_CORE_READ(cur, nvcsw) + BPF_CORE_READ(cur, nivcsw) - t->csw;
+			e->mm = t->hold_mm;
 			e->tid = tid;
 			e->tgid = pid_tgid >> 32;
-			e->mm_tgid = h->mm_tgid;
-			e->write = h->write;
+			e->mm_tgid = t->mm_tgid;
+			e->write = t->write;
 			e->stack_id = bpf_get_stackid(ctx, &stacks, 0);
 			e->ustack_id = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
 			bpf_get_current_comm(&e->comm, sizeof(e->comm));
@@ -941,7 +993,7 @@ int on_mm_released(__u64 *ctx)
 			count(STAT_HOLD_DROPS);
 		}
 	}
-	bpf_map_delete_elem(&mm_holding, &tid);
+	t->hold_start_ns = 0;
 	return 0;
 }
 
@@ -966,13 +1018,13 @@ int on_sample(struct bpf_perf_event_data *ctx)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)pid_tgid;
-	struct mm_hold *h;
+	struct mm_thread *h;
 
 	count(STAT_SAMPLES);
 	if (!tid)
 		return 0; /* idle */
-	h = bpf_map_lookup_elem(&mm_holding, &tid);
-	if (!h)
+	h = bpf_map_lookup_elem(&mm_threads, &tid);
+	if (!h || !h->hold_start_ns)
 		return 0;
 	count(STAT_SAMPLES_UNDER_LOCK);
 	struct prof_key k = {.tgid = pid_tgid >> 32, .tid = tid, .write = h->write};

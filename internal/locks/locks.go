@@ -58,7 +58,7 @@ func (*Investigator) Summary() string {
 func (*Investigator) Requirements() []investigator.Requirement {
 	return []investigator.Requirement{
 		{Feature: "btf", Why: "CO-RE: decode mutex and rw-semaphore owners on any kernel layout"},
-		{Feature: "tracepoint:lock/contention_begin", Why: "every lock wait as it begins (needs CONFIG_LOCK_EVENTS-era kernels, 5.19+)"},
+		{Feature: "tracepoint:lock/contention_begin", Why: "every lock wait as it begins (Linux 5.19+)"},
 		{Feature: "tracepoint:lock/contention_end", Why: "every lock wait as it ends"},
 		{Feature: "tp_btf", Why: "typed tracepoints, so the owner's stack can be taken (bpf_task_from_pid)", Optional: true},
 		{Feature: "tracepoint:mmap_lock/mmap_lock_acquire_returned", Why: "mmap_lock holds and waits per thread", Optional: true},
@@ -191,6 +191,13 @@ loop:
 			c, _ := l.Proc.Comm(context.Background(), pid, pid)
 			return c
 		},
+		TGID: func(tid int) int {
+			st, err := l.Proc.Status(context.Background(), tid, tid)
+			if err != nil {
+				return 0
+			}
+			return st.Tgid
+		},
 	}
 	if err := p.collect(syms, snap); err != nil {
 		return nil, fmt.Errorf("locks: read maps: %w", err)
@@ -220,7 +227,7 @@ loop:
 	st := p.stats()
 	events := st["begin"] + st["end"] + st["mm_events"] + st["samples"]
 	dropped := st["pending_full"] + st["nested"] + st["waits_full"] + st["tasks_full"] + st["owners_full"] +
-		st["queue_full"] + st["mm_holds_full"] + st["mm_stats_full"] + st["hold_drops"] + st["profile_full"] + snap.HoldsLost
+		st["queue_full"] + st["mm_holds_full"] + st["mm_stats_full"] + st["hold_drops"] + st["profile_full"] + st["stale"] + snap.HoldsLost
 	res.Overhead = meter.Finish(events, dropped, p.programs()...)
 	return res, nil
 }

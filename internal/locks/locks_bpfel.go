@@ -62,18 +62,9 @@ const (
 	locksLockStatSTAT_SAMPLES            locksLockStat = 15
 	locksLockStatSTAT_SAMPLES_UNDER_LOCK locksLockStat = 16
 	locksLockStatSTAT_PROFILE_FULL       locksLockStat = 17
-	locksLockStatSTAT_MAX                locksLockStat = 18
+	locksLockStatSTAT_STALE              locksLockStat = 18
+	locksLockStatSTAT_MAX                locksLockStat = 19
 )
-
-type locksMmHold struct {
-	_         structs.HostLayout
-	StartNs   uint64
-	Mm        uint64
-	RuntimeNs uint64
-	Csw       uint64
-	Write     uint32
-	MmTgid    uint32
-}
 
 type locksMmKey struct {
 	_      structs.HostLayout
@@ -83,17 +74,21 @@ type locksMmKey struct {
 	Write  uint32
 }
 
+type locksMmThread struct {
+	_           structs.HostLayout
+	HoldStartNs uint64
+	HoldMm      uint64
+	RuntimeNs   uint64
+	Csw         uint64
+	Write       uint32
+	MmTgid      uint32
+}
+
 type locksMmVal struct {
 	_    structs.HostLayout
 	Hold locksWolfHist
 	Wait locksWolfHist
 	Comm [16]int8
-}
-
-type locksMmWait struct {
-	_       structs.HostLayout
-	StartNs uint64
-	Mm      uint64
 }
 
 type locksOwnerKey struct {
@@ -132,12 +127,15 @@ type locksPending struct {
 	OwnerKind    uint32
 	OwnerStackId int32
 	MmTgid       uint32
-	OwnerTgid    uint32
 	BehindWriter uint32
-	OwnerComm    [16]int8
+	_            [4]byte
+	Owner        uint64
 	Tgid         uint32
-	Pad          uint32
-	Comm         [16]int8
+	StackTid     uint32
+	StackLock    uint64
+	StackNs      uint64
+	StackCached  int32
+	Flags        uint32
 }
 
 type locksProfKey struct {
@@ -210,9 +208,8 @@ type locksWolfHist struct {
 const (
 	locksMapHolds               = "holds"
 	locksMapLockHist            = "lock_hist"
-	locksMapMmHolding           = "mm_holding"
 	locksMapMmStats             = "mm_stats"
-	locksMapMmWaiting           = "mm_waiting"
+	locksMapMmThreads           = "mm_threads"
 	locksMapOwnerFrames         = "owner_frames"
 	locksMapOwnerLast           = "owner_last"
 	locksMapOwners              = "owners"
@@ -231,14 +228,15 @@ const (
 	locksProgBtfContentionEnd   = "btf_contention_end"
 	locksProgOnMmAcquired       = "on_mm_acquired"
 	locksProgOnMmReleased       = "on_mm_released"
-	locksProgOnMmStart          = "on_mm_start"
 	locksProgOnSample           = "on_sample"
 	locksProgRawContentionBegin = "raw_contention_begin"
 	locksProgRawContentionEnd   = "raw_contention_end"
 	locksVarHoldThresholdNs     = "hold_threshold_ns"
+	locksVarMaxSpinNs           = "max_spin_ns"
 	locksVarMmapHasMemcgPath    = "mmap_has_memcg_path"
 	locksVarOwnerStackEveryNs   = "owner_stack_every_ns"
 	locksVarOwnerStacks         = "owner_stacks"
+	locksVarStackEveryNs        = "stack_every_ns"
 	locksVarTargetLock          = "target_lock"
 	locksVarTargetTgid          = "target_tgid"
 	locksVarTypeMask            = "type_mask"
@@ -292,7 +290,6 @@ type locksProgramSpecs struct {
 	BtfContentionEnd   *ebpf.ProgramSpec `ebpf:"btf_contention_end"`
 	OnMmAcquired       *ebpf.ProgramSpec `ebpf:"on_mm_acquired"`
 	OnMmReleased       *ebpf.ProgramSpec `ebpf:"on_mm_released"`
-	OnMmStart          *ebpf.ProgramSpec `ebpf:"on_mm_start"`
 	OnSample           *ebpf.ProgramSpec `ebpf:"on_sample"`
 	RawContentionBegin *ebpf.ProgramSpec `ebpf:"raw_contention_begin"`
 	RawContentionEnd   *ebpf.ProgramSpec `ebpf:"raw_contention_end"`
@@ -304,9 +301,8 @@ type locksProgramSpecs struct {
 type locksMapSpecs struct {
 	Holds       *ebpf.MapSpec `ebpf:"holds"`
 	LockHist    *ebpf.MapSpec `ebpf:"lock_hist"`
-	MmHolding   *ebpf.MapSpec `ebpf:"mm_holding"`
 	MmStats     *ebpf.MapSpec `ebpf:"mm_stats"`
-	MmWaiting   *ebpf.MapSpec `ebpf:"mm_waiting"`
+	MmThreads   *ebpf.MapSpec `ebpf:"mm_threads"`
 	OwnerFrames *ebpf.MapSpec `ebpf:"owner_frames"`
 	OwnerLast   *ebpf.MapSpec `ebpf:"owner_last"`
 	Owners      *ebpf.MapSpec `ebpf:"owners"`
@@ -328,9 +324,11 @@ type locksMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type locksVariableSpecs struct {
 	HoldThresholdNs   *ebpf.VariableSpec `ebpf:"hold_threshold_ns"`
+	MaxSpinNs         *ebpf.VariableSpec `ebpf:"max_spin_ns"`
 	MmapHasMemcgPath  *ebpf.VariableSpec `ebpf:"mmap_has_memcg_path"`
 	OwnerStackEveryNs *ebpf.VariableSpec `ebpf:"owner_stack_every_ns"`
 	OwnerStacks       *ebpf.VariableSpec `ebpf:"owner_stacks"`
+	StackEveryNs      *ebpf.VariableSpec `ebpf:"stack_every_ns"`
 	TargetLock        *ebpf.VariableSpec `ebpf:"target_lock"`
 	TargetTgid        *ebpf.VariableSpec `ebpf:"target_tgid"`
 	TypeMask          *ebpf.VariableSpec `ebpf:"type_mask"`
@@ -360,9 +358,8 @@ func (o *locksObjects) Close() error {
 type locksMaps struct {
 	Holds       *ebpf.Map `ebpf:"holds"`
 	LockHist    *ebpf.Map `ebpf:"lock_hist"`
-	MmHolding   *ebpf.Map `ebpf:"mm_holding"`
 	MmStats     *ebpf.Map `ebpf:"mm_stats"`
-	MmWaiting   *ebpf.Map `ebpf:"mm_waiting"`
+	MmThreads   *ebpf.Map `ebpf:"mm_threads"`
 	OwnerFrames *ebpf.Map `ebpf:"owner_frames"`
 	OwnerLast   *ebpf.Map `ebpf:"owner_last"`
 	Owners      *ebpf.Map `ebpf:"owners"`
@@ -383,9 +380,8 @@ func (m *locksMaps) Close() error {
 	return _LocksClose(
 		m.Holds,
 		m.LockHist,
-		m.MmHolding,
 		m.MmStats,
-		m.MmWaiting,
+		m.MmThreads,
 		m.OwnerFrames,
 		m.OwnerLast,
 		m.Owners,
@@ -408,9 +404,11 @@ func (m *locksMaps) Close() error {
 // It can be passed to loadLocksObjects or ebpf.CollectionSpec.LoadAndAssign.
 type locksVariables struct {
 	HoldThresholdNs   *ebpf.Variable `ebpf:"hold_threshold_ns"`
+	MaxSpinNs         *ebpf.Variable `ebpf:"max_spin_ns"`
 	MmapHasMemcgPath  *ebpf.Variable `ebpf:"mmap_has_memcg_path"`
 	OwnerStackEveryNs *ebpf.Variable `ebpf:"owner_stack_every_ns"`
 	OwnerStacks       *ebpf.Variable `ebpf:"owner_stacks"`
+	StackEveryNs      *ebpf.Variable `ebpf:"stack_every_ns"`
 	TargetLock        *ebpf.Variable `ebpf:"target_lock"`
 	TargetTgid        *ebpf.Variable `ebpf:"target_tgid"`
 	TypeMask          *ebpf.Variable `ebpf:"type_mask"`
@@ -426,7 +424,6 @@ type locksPrograms struct {
 	BtfContentionEnd   *ebpf.Program `ebpf:"btf_contention_end"`
 	OnMmAcquired       *ebpf.Program `ebpf:"on_mm_acquired"`
 	OnMmReleased       *ebpf.Program `ebpf:"on_mm_released"`
-	OnMmStart          *ebpf.Program `ebpf:"on_mm_start"`
 	OnSample           *ebpf.Program `ebpf:"on_sample"`
 	RawContentionBegin *ebpf.Program `ebpf:"raw_contention_begin"`
 	RawContentionEnd   *ebpf.Program `ebpf:"raw_contention_end"`
@@ -438,7 +435,6 @@ func (p *locksPrograms) Close() error {
 		p.BtfContentionEnd,
 		p.OnMmAcquired,
 		p.OnMmReleased,
-		p.OnMmStart,
 		p.OnSample,
 		p.RawContentionBegin,
 		p.RawContentionEnd,

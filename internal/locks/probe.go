@@ -30,7 +30,6 @@ type config struct {
 
 // commonProgs are loaded on every kernel.
 type commonProgs struct {
-	OnMmStart    *ebpf.Program `ebpf:"on_mm_start"`
 	OnMmAcquired *ebpf.Program `ebpf:"on_mm_acquired"`
 	OnMmReleased *ebpf.Program `ebpf:"on_mm_released"`
 	OnSample     *ebpf.Program `ebpf:"on_sample"`
@@ -107,7 +106,6 @@ func openProbe(cfg config) (*probe, error) {
 	}{
 		{"contention_begin", p.begin, p.btf, true},
 		{"contention_end", p.end, p.btf, true},
-		{"mmap_lock_start_locking", p.common.OnMmStart, false, false},
 		{"mmap_lock_acquire_returned", p.common.OnMmAcquired, false, false},
 		{"mmap_lock_released", p.common.OnMmReleased, false, false},
 	}
@@ -252,7 +250,7 @@ func (p *probe) holdEvents() ([]locksHoldEvent, uint64) {
 }
 
 func (p *probe) programs() []*ebpf.Program {
-	return []*ebpf.Program{p.begin, p.end, p.common.OnMmStart, p.common.OnMmAcquired, p.common.OnMmReleased, p.common.OnSample}
+	return []*ebpf.Program{p.begin, p.end, p.common.OnMmAcquired, p.common.OnMmReleased, p.common.OnSample}
 }
 
 // close detaches first (no new events), then drains and closes.
