@@ -367,6 +367,9 @@ func (s *Snapshot) contentionFinding(a *lockAgg) finding.Finding {
 		if i >= 3 {
 			break
 		}
+		if o.Comm == "" {
+			o.Comm = "(exited)" // a former reader whose task is gone
+		}
 		detail := fmt.Sprintf("held it while others waited %s (%d waits)", human(o.TotalNs), o.Count)
 		if o.Kind == OwnerReaders {
 			detail = fmt.Sprintf("latest reader holding it while others waited %s (%d waits); other readers may hold it too", human(o.TotalNs), o.Count)
