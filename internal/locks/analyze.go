@@ -378,6 +378,28 @@ func (s *Snapshot) contentionFinding(a *lockAgg) finding.Finding {
 			Role: finding.RoleOwner, PID: o.TGID, TID: o.TID, Comm: o.Comm, Detail: detail, Stack: o.Stack,
 		})
 	}
+	if a.mmTGID != 0 {
+		// An mmap_lock's readers are known when wolf saw them hold it.
+		var readers []Hold
+		for _, h := range s.Holds {
+			if h.MMTGID == a.mmTGID && !h.Write {
+				readers = append(readers, h)
+			}
+		}
+		slices.SortFunc(readers, func(x, y Hold) int { return cmp.Compare(y.HoldNs, x.HoldNs) })
+		for i, h := range readers {
+			if i >= 3 {
+				break
+			}
+			f.Subjects = append(f.Subjects, finding.Subject{
+				Role: finding.RoleHolder, PID: h.TGID, TID: h.TID, Comm: h.Comm,
+				Detail: fmt.Sprintf("held it for reading %s (on CPU %s of that)", human(h.HoldNs), human(h.RuntimeNs)),
+			})
+		}
+		if len(readers) > 0 {
+			f.Evidence["long_read_holds"] = len(readers)
+		}
+	}
 	if len(a.owners) > 0 {
 		f.Evidence["owners"] = len(a.owners)
 		f.Evidence["owner_wait_ns_total"] = ownerTotal
@@ -588,6 +610,25 @@ func (s *Snapshot) mmapFindings() ([]finding.Finding, []finding.Histogram) {
 			hists = append(hists, waitH[k].Report("mmap_lock_wait_us", "us", maps.Clone(labels), 1000))
 		}
 	}
+	// And per thread, for the threads with the longest holds.
+	threads := slices.Clone(s.MM)
+	slices.SortFunc(threads, func(x, y MMStat) int {
+		if c := cmp.Compare(y.Hold.Max, x.Hold.Max); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.TID, y.TID)
+	})
+	for i, m := range threads {
+		if i >= top || m.Hold.Count == 0 {
+			break
+		}
+		mode := "read"
+		if m.Write {
+			mode = "write"
+		}
+		labels := map[string]string{"pid": strconv.Itoa(m.TGID), "tid": strconv.Itoa(m.TID), "comm": comms[m.TGID], "mode": mode}
+		hists = append(hists, m.Hold.Report("mmap_lock_thread_hold_us", "us", labels, 1000))
+	}
 	return out, hists
 }
 
@@ -605,6 +646,19 @@ func (s *Snapshot) tgidOf(tid int) int {
 		}
 	}
 	return tid
+}
+
+// maxHoldRecords bounds the holds listed in one finding.
+const maxHoldRecords = 50
+
+// HoldRecord is one long mmap_lock hold as the JSON report lists it.
+type HoldRecord struct {
+	TID        int     `json:"tid"`
+	Write      bool    `json:"write"`
+	HoldMs     float64 `json:"hold_ms"`
+	RuntimeMs  float64 `json:"runtime_ms"`
+	CSW        uint64  `json:"context_switches"`
+	ReleasedIn string  `json:"released_in,omitempty"`
 }
 
 func longest(hs []Hold) Hold {
@@ -667,6 +721,21 @@ func (s *Snapshot) holdFinding(tgid, mmTGID int, holds []Hold) finding.Finding {
 	if h.HoldNs > 0 {
 		f.Evidence["on_cpu_pct"] = 100 * float64(h.RuntimeNs) / float64(h.HoldNs)
 	}
+	// Every hold over the threshold, longest first (JSON; capped).
+	sorted := slices.Clone(holds)
+	slices.SortFunc(sorted, func(x, y Hold) int { return cmp.Compare(y.HoldNs, x.HoldNs) })
+	var list []HoldRecord
+	for i, x := range sorted {
+		if i >= maxHoldRecords {
+			break
+		}
+		top := ""
+		if fr := waiterFrames(x.Stack); len(fr) > 1 {
+			top = fr[1] // under __mmap_lock_do_trace_released: the releasing function
+		}
+		list = append(list, HoldRecord{TID: x.TID, Write: x.Write, HoldMs: ms(x.HoldNs), RuntimeMs: ms(x.RuntimeNs), CSW: x.CSW, ReleasedIn: top})
+	}
+	f.Evidence["holds"] = list
 	holder := finding.Subject{
 		Role: finding.RoleHolder, PID: tgid, TID: h.TID, Comm: h.Comm,
 		Detail: "stack at release", Stack: waiterFrames(h.Stack),

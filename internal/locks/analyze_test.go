@@ -213,8 +213,13 @@ func TestHoldFinding(t *testing.T) {
 	if f.Subjects[0].Stack[0] != "__mmap_lock_do_trace_released+0x4b" {
 		t.Errorf("holder stack %v keeps the tracing frames", f.Subjects[0].Stack)
 	}
-	if len(hs) != 1 || hs[0].Name != "mmap_lock_hold_us" || hs[0].Labels["mode"] != "read" || hs[0].Labels["pid"] != "5" {
+	if len(hs) != 2 || hs[0].Name != "mmap_lock_hold_us" || hs[0].Labels["mode"] != "read" || hs[0].Labels["pid"] != "5" ||
+		hs[1].Name != "mmap_lock_thread_hold_us" || hs[1].Labels["tid"] != "6" {
 		t.Errorf("histograms %+v", hs)
+	}
+	recs, ok := f.Evidence["holds"].([]HoldRecord)
+	if !ok || len(recs) != 2 || recs[0].TID != 6 || recs[0].HoldMs != 2300 || recs[0].ReleasedIn != "do_user_addr_fault+0x1a0" {
+		t.Errorf("holds %+v", f.Evidence["holds"])
 	}
 }
 
