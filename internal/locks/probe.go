@@ -192,9 +192,24 @@ func (p *probe) load(cfg config) error {
 		return fmt.Errorf("locks: load BPF objects: %w", err)
 	}
 	if btfErr != nil {
-		p.warnings = append(p.warnings, fmt.Sprintf("BTF tracepoints unavailable, owners' stacks not captured: %v", btfErr))
+		why := btfErr.Error()
+		if !kernelHasFunc("bpf_task_from_pid") {
+			why = "the kernel has no bpf_task_from_pid kfunc (Linux 6.2+)"
+		}
+		p.warnings = append(p.warnings, "owners' stacks not captured: "+why)
 	}
 	return nil
+}
+
+// kernelHasFunc says whether the kernel's BTF has a function by that name
+// (kfuncs such as bpf_task_from_pid, 6.2+).
+func kernelHasFunc(name string) bool {
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		return false
+	}
+	var fn *btf.Func
+	return spec.TypeByName(name, &fn) == nil
 }
 
 // mmapHasMemcgPath says whether this kernel's mmap_lock tracepoints carry
