@@ -103,6 +103,9 @@ func runInvestigators(ctx context.Context, command string, invs []investigator.I
 			rep.Capabilities[k] = v
 		}
 		rep.Overhead.Add(o.res.Overhead)
+		for _, n := range o.res.Notes {
+			rep.Notes = append(rep.Notes, o.name+": "+n)
+		}
 	}
 	finding.Sort(rep.Findings)
 	rep.DurationS = float64(time.Since(started).Milliseconds()) / 1000

@@ -219,6 +219,9 @@ loop:
 		res.Capabilities["locks:"+name] = ok
 	}
 	res.Capabilities["locks:owner_stacks"] = p.btf
+	p.mu.Lock()
+	res.Notes = append(res.Notes, p.warnings...)
+	p.mu.Unlock()
 	if l.Folded != "" {
 		if err := writeFoldedFile(l.Folded, snap); err != nil {
 			return nil, fmt.Errorf("locks: %w", err)

@@ -100,7 +100,16 @@ func Text(w io.Writer, r *finding.Report, o TextOptions) error {
 	for _, e := range r.Errors {
 		t.printf("%s %s\n", t.paint("31", "ERROR"), e)
 	}
-	if len(r.Errors) > 0 {
+	for _, n := range r.Notes {
+		for i, l := range Wrap(n, t.o.Width-6) {
+			lead := "Note: "
+			if i > 0 {
+				lead = "      "
+			}
+			t.printf("%s%s\n", lead, l)
+		}
+	}
+	if len(r.Errors)+len(r.Notes) > 0 {
 		t.printf("\n")
 	}
 	t.printf("%s\n", t.paint("1", Verdict(r)))
