@@ -168,7 +168,8 @@ func wolfPrograms(t *testing.T) []string {
 	// full one from BTF. Match either.
 	ours := []string{"on_sched_switch", "on_contention_begin", "on_contention_end", "on_process_hang", "on_wq_start", "dump_tasks",
 		"btf_contention_begin", "btf_contention_end", "raw_contention_begin", "raw_contention_end",
-		"on_mm_acquired", "on_mm_released", "on_sample"}
+		"on_mm_acquired", "on_mm_released", "on_sample", "on_memcg_reclaim_begin", "on_memcg_reclaim_end",
+		"on_direct_reclaim_begin", "on_direct_reclaim_end", "on_shrink_inactive"}
 	isOurs := func(name string) bool {
 		for _, o := range ours {
 			if name == o || (len(name) == 15 && strings.HasPrefix(o, name)) {

@@ -659,6 +659,10 @@ type HoldRecord struct {
 	RuntimeMs  float64 `json:"runtime_ms"`
 	CSW        uint64  `json:"context_switches"`
 	ReleasedIn string  `json:"released_in,omitempty"`
+	// Reclaim under the lock, when there was any.
+	ReclaimCalls   uint64 `json:"reclaim_calls,omitempty"`
+	PagesScanned   uint64 `json:"pages_scanned,omitempty"`
+	PagesReclaimed uint64 `json:"pages_reclaimed,omitempty"`
 }
 
 func longest(hs []Hold) Hold {
@@ -721,6 +725,21 @@ func (s *Snapshot) holdFinding(tgid, mmTGID int, holds []Hold) finding.Finding {
 	if h.HoldNs > 0 {
 		f.Evidence["on_cpu_pct"] = 100 * float64(h.RuntimeNs) / float64(h.HoldNs)
 	}
+	if h.ReclaimCalls > 0 {
+		// Seed 003: the cgroup's reclaim ran under the process's mmap_lock.
+		f.Evidence["reclaim_calls"] = h.ReclaimCalls
+		f.Evidence["reclaim_ms"] = ms(h.ReclaimNs)
+		f.Evidence["pages_scanned"] = h.PagesScanned
+		f.Evidence["pages_reclaimed"] = h.PagesReclaimed
+		f.Evidence["pages_activated"] = h.PagesActivated
+		f.Evidence["pages_ref_keep"] = h.PagesRefKeep
+		if h.PagesScanned > 0 {
+			f.Evidence["efficiency_pct"] = 100 * float64(h.PagesReclaimed) / float64(h.PagesScanned)
+		}
+		f.Summary += fmt.Sprintf(" It reclaimed memory %d times under the lock (%s): %d pages scanned, %d reclaimed.",
+			h.ReclaimCalls, human(h.ReclaimNs), h.PagesScanned, h.PagesReclaimed)
+		f.Remediation = append(f.Remediation, "Memory reclaim ran while the mmap_lock was held (the memory cgroup is at its limit): raise the cgroup's limit or shrink its page cache; kernels since about 6.1 drop the lock before reclaiming in the fault path, and MGLRU changes which pages are scanned.")
+	}
 	// Every hold over the threshold, longest first (JSON; capped).
 	sorted := slices.Clone(holds)
 	slices.SortFunc(sorted, func(x, y Hold) int { return cmp.Compare(y.HoldNs, x.HoldNs) })
@@ -733,7 +752,8 @@ func (s *Snapshot) holdFinding(tgid, mmTGID int, holds []Hold) finding.Finding {
 		if fr := waiterFrames(x.Stack); len(fr) > 1 {
 			top = fr[1] // under __mmap_lock_do_trace_released: the releasing function
 		}
-		list = append(list, HoldRecord{TID: x.TID, Write: x.Write, HoldMs: ms(x.HoldNs), RuntimeMs: ms(x.RuntimeNs), CSW: x.CSW, ReleasedIn: top})
+		list = append(list, HoldRecord{TID: x.TID, Write: x.Write, HoldMs: ms(x.HoldNs), RuntimeMs: ms(x.RuntimeNs), CSW: x.CSW, ReleasedIn: top,
+			ReclaimCalls: x.ReclaimCalls, PagesScanned: x.PagesScanned, PagesReclaimed: x.PagesReclaimed})
 	}
 	f.Evidence["holds"] = list
 	holder := finding.Subject{

@@ -184,7 +184,8 @@ func TestHoldFinding(t *testing.T) {
 		HoldThreshold: 20 * time.Millisecond,
 		Holds: []Hold{
 			{TGID: 5, TID: 6, MMTGID: 5, Comm: "r_memory", HoldNs: 2.3e9, RuntimeNs: 37e6, CSW: 2569,
-				Stack: tpStack("__mmap_lock_do_trace_released+0x4b", "do_user_addr_fault+0x1a0")},
+				Stack:        tpStack("__mmap_lock_do_trace_released+0x4b", "do_user_addr_fault+0x1a0"),
+				ReclaimCalls: 13, ReclaimNs: 2.2e9, PagesScanned: 1093267, PagesReclaimed: 32, PagesActivated: 564142, PagesRefKeep: 529093},
 			{TGID: 5, TID: 7, MMTGID: 5, Comm: "r_memory", HoldNs: 30e6, RuntimeNs: 29e6, Write: true},
 		},
 		Profile: []ProfileStack{
@@ -206,6 +207,10 @@ func TestHoldFinding(t *testing.T) {
 	if f.Evidence["holds_over_threshold"] != 2 || f.Evidence["samples_under_lock"] != uint64(40) ||
 		f.Evidence["top_function_under_lock"] != "shrink_folio_list" || f.Evidence["context_switches"] != uint64(2569) {
 		t.Errorf("evidence %v", f.Evidence)
+	}
+	if f.Evidence["pages_scanned"] != uint64(1093267) || f.Evidence["reclaim_calls"] != uint64(13) ||
+		f.Evidence["efficiency_pct"].(float64) > 0.01 || !strings.Contains(f.Summary, "reclaimed memory 13 times under the lock") {
+		t.Errorf("reclaim under the lock: %v / %s", f.Evidence, f.Summary)
 	}
 	if pct := f.Evidence["on_cpu_pct"].(float64); pct < 1.5 || pct > 1.7 {
 		t.Errorf("on_cpu_pct %v", pct)

@@ -169,6 +169,8 @@ func (p *probe) collect(syms Symbolizer, s *Snapshot) error {
 			TGID: int(e.Tgid), TID: int(e.Tid), MMTGID: int(e.MmTgid), Comm: cString(e.Comm[:]),
 			Write: e.Write != 0, Start: time.Duration(e.StartNs), HoldNs: e.HoldNs,
 			RuntimeNs: e.RuntimeNs, CSW: e.Csw, Stack: sc.get(e.StackId),
+			ReclaimNs: e.ReclaimNs, ReclaimCalls: e.ReclaimCalls, PagesScanned: e.PagesScanned,
+			PagesReclaimed: e.PagesReclaimed, PagesActivated: e.PagesActivated, PagesRefKeep: e.PagesRefKeep,
 		}
 		s.Holds = append(s.Holds, h)
 	}

@@ -774,6 +774,14 @@ struct mm_thread {
 	__u64 csw;        /* its context switches at acquire */
 	__u32 write;
 	__u32 mm_tgid;
+	/* Memory reclaim done while holding it (seed 003's per-hold table). */
+	__u64 reclaim_start_ns;
+	__u64 reclaim_ns;
+	__u64 reclaim_calls;
+	__u64 pages_scanned;
+	__u64 pages_reclaimed;
+	__u64 pages_activated; /* nr_activate[0] + [1]: scanned, then kept active */
+	__u64 pages_ref_keep;  /* referenced, kept on the inactive list */
 };
 
 struct {
@@ -838,6 +846,12 @@ struct hold_event {
 	__s32 stack_id;   /* kernel stack at release */
 	__s32 ustack_id;  /* user stack at release */
 	char comm[COMM_LEN];
+	__u64 reclaim_ns;
+	__u64 reclaim_calls;
+	__u64 pages_scanned;
+	__u64 pages_reclaimed;
+	__u64 pages_activated;
+	__u64 pages_ref_keep;
 };
 
 struct {
@@ -947,6 +961,13 @@ int on_mm_acquired(__u64 *ctx)
 	t->csw = BPF_CORE_READ(cur, nvcsw) + BPF_CORE_READ(cur, nivcsw);
 	t->write = write;
 	t->mm_tgid = mm_tgid;
+	t->reclaim_start_ns = 0;
+	t->reclaim_ns = 0;
+	t->reclaim_calls = 0;
+	t->pages_scanned = 0;
+	t->pages_reclaimed = 0;
+	t->pages_activated = 0;
+	t->pages_ref_keep = 0;
 	return 0;
 }
 
@@ -988,12 +1009,94 @@ int on_mm_released(__u64 *ctx)
 			e->stack_id = bpf_get_stackid(ctx, &stacks, 0);
 			e->ustack_id = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
 			bpf_get_current_comm(&e->comm, sizeof(e->comm));
+			e->reclaim_ns = t->reclaim_ns;
+			e->reclaim_calls = t->reclaim_calls;
+			e->pages_scanned = t->pages_scanned;
+			e->pages_reclaimed = t->pages_reclaimed;
+			e->pages_activated = t->pages_activated;
+			e->pages_ref_keep = t->pages_ref_keep;
 			bpf_ringbuf_submit(e, 0);
 		} else {
 			count(STAT_HOLD_DROPS);
 		}
 	}
 	t->hold_start_ns = 0;
+	return 0;
+}
+
+/*
+ * ---- memory reclaim under mmap_lock ----
+ * Only threads holding an mmap_lock are counted; reclaim is rare, so a
+ * lookup per reclaim event costs nothing worth measuring.
+ */
+static __always_inline struct mm_thread *holding(void)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct mm_thread *t = bpf_map_lookup_elem(&mm_threads, &tid);
+
+	return t && t->hold_start_ns ? t : 0;
+}
+
+static __always_inline void reclaim_begin(void)
+{
+	struct mm_thread *t = holding();
+
+	if (t) {
+		t->reclaim_start_ns = bpf_ktime_get_ns();
+		t->reclaim_calls += 1;
+	}
+}
+
+static __always_inline void reclaim_end(void)
+{
+	struct mm_thread *t = holding();
+
+	if (t && t->reclaim_start_ns) {
+		t->reclaim_ns += bpf_ktime_get_ns() - t->reclaim_start_ns;
+		t->reclaim_start_ns = 0;
+	}
+}
+
+SEC("raw_tp/mm_vmscan_memcg_reclaim_begin")
+int on_memcg_reclaim_begin(void *ctx)
+{
+	reclaim_begin();
+	return 0;
+}
+
+SEC("raw_tp/mm_vmscan_memcg_reclaim_end")
+int on_memcg_reclaim_end(void *ctx)
+{
+	reclaim_end();
+	return 0;
+}
+
+SEC("raw_tp/mm_vmscan_direct_reclaim_begin")
+int on_direct_reclaim_begin(void *ctx)
+{
+	reclaim_begin();
+	return 0;
+}
+
+SEC("raw_tp/mm_vmscan_direct_reclaim_end")
+int on_direct_reclaim_end(void *ctx)
+{
+	reclaim_end();
+	return 0;
+}
+
+SEC("raw_tp/mm_vmscan_lru_shrink_inactive")
+int BPF_PROG(on_shrink_inactive, int nid, unsigned long nr_scanned, unsigned long nr_reclaimed,
+	     struct reclaim_stat *stat)
+{
+	struct mm_thread *t = holding();
+
+	if (t) {
+		t->pages_scanned += nr_scanned;
+		t->pages_reclaimed += nr_reclaimed;
+		t->pages_activated += BPF_CORE_READ(stat, nr_activate[0]) + BPF_CORE_READ(stat, nr_activate[1]);
+		t->pages_ref_keep += BPF_CORE_READ(stat, nr_ref_keep);
+	}
 	return 0;
 }
 

@@ -19,19 +19,25 @@ type locksFrames struct {
 }
 
 type locksHoldEvent struct {
-	_         structs.HostLayout
-	StartNs   uint64
-	HoldNs    uint64
-	RuntimeNs uint64
-	Csw       uint64
-	Mm        uint64
-	Tid       uint32
-	Tgid      uint32
-	MmTgid    uint32
-	Write     uint32
-	StackId   int32
-	UstackId  int32
-	Comm      [16]int8
+	_              structs.HostLayout
+	StartNs        uint64
+	HoldNs         uint64
+	RuntimeNs      uint64
+	Csw            uint64
+	Mm             uint64
+	Tid            uint32
+	Tgid           uint32
+	MmTgid         uint32
+	Write          uint32
+	StackId        int32
+	UstackId       int32
+	Comm           [16]int8
+	ReclaimNs      uint64
+	ReclaimCalls   uint64
+	PagesScanned   uint64
+	PagesReclaimed uint64
+	PagesActivated uint64
+	PagesRefKeep   uint64
 }
 
 type locksLockKey struct {
@@ -75,13 +81,20 @@ type locksMmKey struct {
 }
 
 type locksMmThread struct {
-	_           structs.HostLayout
-	HoldStartNs uint64
-	HoldMm      uint64
-	RuntimeNs   uint64
-	Csw         uint64
-	Write       uint32
-	MmTgid      uint32
+	_              structs.HostLayout
+	HoldStartNs    uint64
+	HoldMm         uint64
+	RuntimeNs      uint64
+	Csw            uint64
+	Write          uint32
+	MmTgid         uint32
+	ReclaimStartNs uint64
+	ReclaimNs      uint64
+	ReclaimCalls   uint64
+	PagesScanned   uint64
+	PagesReclaimed uint64
+	PagesActivated uint64
+	PagesRefKeep   uint64
 }
 
 type locksMmVal struct {
@@ -206,42 +219,47 @@ type locksWolfHist struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	locksMapHolds               = "holds"
-	locksMapLockHist            = "lock_hist"
-	locksMapMmStats             = "mm_stats"
-	locksMapMmThreads           = "mm_threads"
-	locksMapOwnerFrames         = "owner_frames"
-	locksMapOwnerLast           = "owner_last"
-	locksMapOwners              = "owners"
-	locksMapPendingCpu          = "pending_cpu"
-	locksMapPendingTask         = "pending_task"
-	locksMapQueues              = "queues"
-	locksMapScratch             = "scratch"
-	locksMapStacks              = "stacks"
-	locksMapStats               = "stats"
-	locksMapUnderLock           = "under_lock"
-	locksMapWaiters             = "waiters"
-	locksMapWaits               = "waits"
-	locksMapZeroHist            = "zero_hist"
-	locksMapZeroMm              = "zero_mm"
-	locksProgBtfContentionBegin = "btf_contention_begin"
-	locksProgBtfContentionEnd   = "btf_contention_end"
-	locksProgOnMmAcquired       = "on_mm_acquired"
-	locksProgOnMmReleased       = "on_mm_released"
-	locksProgOnSample           = "on_sample"
-	locksProgRawContentionBegin = "raw_contention_begin"
-	locksProgRawContentionEnd   = "raw_contention_end"
-	locksVarHoldThresholdNs     = "hold_threshold_ns"
-	locksVarMaxSpinNs           = "max_spin_ns"
-	locksVarMmapHasMemcgPath    = "mmap_has_memcg_path"
-	locksVarOwnerStackEveryNs   = "owner_stack_every_ns"
-	locksVarOwnerStacks         = "owner_stacks"
-	locksVarStackEveryNs        = "stack_every_ns"
-	locksVarTargetLock          = "target_lock"
-	locksVarTargetTgid          = "target_tgid"
-	locksVarTypeMask            = "type_mask"
-	locksVarUnusedHoldEvent     = "unused_hold_event"
-	locksVarUnusedLockStat      = "unused_lock_stat"
+	locksMapHolds                 = "holds"
+	locksMapLockHist              = "lock_hist"
+	locksMapMmStats               = "mm_stats"
+	locksMapMmThreads             = "mm_threads"
+	locksMapOwnerFrames           = "owner_frames"
+	locksMapOwnerLast             = "owner_last"
+	locksMapOwners                = "owners"
+	locksMapPendingCpu            = "pending_cpu"
+	locksMapPendingTask           = "pending_task"
+	locksMapQueues                = "queues"
+	locksMapScratch               = "scratch"
+	locksMapStacks                = "stacks"
+	locksMapStats                 = "stats"
+	locksMapUnderLock             = "under_lock"
+	locksMapWaiters               = "waiters"
+	locksMapWaits                 = "waits"
+	locksMapZeroHist              = "zero_hist"
+	locksMapZeroMm                = "zero_mm"
+	locksProgBtfContentionBegin   = "btf_contention_begin"
+	locksProgBtfContentionEnd     = "btf_contention_end"
+	locksProgOnDirectReclaimBegin = "on_direct_reclaim_begin"
+	locksProgOnDirectReclaimEnd   = "on_direct_reclaim_end"
+	locksProgOnMemcgReclaimBegin  = "on_memcg_reclaim_begin"
+	locksProgOnMemcgReclaimEnd    = "on_memcg_reclaim_end"
+	locksProgOnMmAcquired         = "on_mm_acquired"
+	locksProgOnMmReleased         = "on_mm_released"
+	locksProgOnSample             = "on_sample"
+	locksProgOnShrinkInactive     = "on_shrink_inactive"
+	locksProgRawContentionBegin   = "raw_contention_begin"
+	locksProgRawContentionEnd     = "raw_contention_end"
+	locksVarHoldThresholdNs       = "hold_threshold_ns"
+	locksVarMaxSpinNs             = "max_spin_ns"
+	locksVarMmapHasMemcgPath      = "mmap_has_memcg_path"
+	locksVarOwnerStackEveryNs     = "owner_stack_every_ns"
+	locksVarOwnerStacks           = "owner_stacks"
+	locksVarStackEveryNs          = "stack_every_ns"
+	locksVarTargetLock            = "target_lock"
+	locksVarTargetTgid            = "target_tgid"
+	locksVarTypeMask              = "type_mask"
+	locksVarUnusedHoldEvent       = "unused_hold_event"
+	locksVarUnusedLockStat        = "unused_lock_stat"
 )
 
 // loadLocks returns the embedded CollectionSpec for locks.
@@ -286,13 +304,18 @@ type locksSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type locksProgramSpecs struct {
-	BtfContentionBegin *ebpf.ProgramSpec `ebpf:"btf_contention_begin"`
-	BtfContentionEnd   *ebpf.ProgramSpec `ebpf:"btf_contention_end"`
-	OnMmAcquired       *ebpf.ProgramSpec `ebpf:"on_mm_acquired"`
-	OnMmReleased       *ebpf.ProgramSpec `ebpf:"on_mm_released"`
-	OnSample           *ebpf.ProgramSpec `ebpf:"on_sample"`
-	RawContentionBegin *ebpf.ProgramSpec `ebpf:"raw_contention_begin"`
-	RawContentionEnd   *ebpf.ProgramSpec `ebpf:"raw_contention_end"`
+	BtfContentionBegin   *ebpf.ProgramSpec `ebpf:"btf_contention_begin"`
+	BtfContentionEnd     *ebpf.ProgramSpec `ebpf:"btf_contention_end"`
+	OnDirectReclaimBegin *ebpf.ProgramSpec `ebpf:"on_direct_reclaim_begin"`
+	OnDirectReclaimEnd   *ebpf.ProgramSpec `ebpf:"on_direct_reclaim_end"`
+	OnMemcgReclaimBegin  *ebpf.ProgramSpec `ebpf:"on_memcg_reclaim_begin"`
+	OnMemcgReclaimEnd    *ebpf.ProgramSpec `ebpf:"on_memcg_reclaim_end"`
+	OnMmAcquired         *ebpf.ProgramSpec `ebpf:"on_mm_acquired"`
+	OnMmReleased         *ebpf.ProgramSpec `ebpf:"on_mm_released"`
+	OnSample             *ebpf.ProgramSpec `ebpf:"on_sample"`
+	OnShrinkInactive     *ebpf.ProgramSpec `ebpf:"on_shrink_inactive"`
+	RawContentionBegin   *ebpf.ProgramSpec `ebpf:"raw_contention_begin"`
+	RawContentionEnd     *ebpf.ProgramSpec `ebpf:"raw_contention_end"`
 }
 
 // locksMapSpecs contains maps before they are loaded into the kernel.
@@ -420,22 +443,32 @@ type locksVariables struct {
 //
 // It can be passed to loadLocksObjects or ebpf.CollectionSpec.LoadAndAssign.
 type locksPrograms struct {
-	BtfContentionBegin *ebpf.Program `ebpf:"btf_contention_begin"`
-	BtfContentionEnd   *ebpf.Program `ebpf:"btf_contention_end"`
-	OnMmAcquired       *ebpf.Program `ebpf:"on_mm_acquired"`
-	OnMmReleased       *ebpf.Program `ebpf:"on_mm_released"`
-	OnSample           *ebpf.Program `ebpf:"on_sample"`
-	RawContentionBegin *ebpf.Program `ebpf:"raw_contention_begin"`
-	RawContentionEnd   *ebpf.Program `ebpf:"raw_contention_end"`
+	BtfContentionBegin   *ebpf.Program `ebpf:"btf_contention_begin"`
+	BtfContentionEnd     *ebpf.Program `ebpf:"btf_contention_end"`
+	OnDirectReclaimBegin *ebpf.Program `ebpf:"on_direct_reclaim_begin"`
+	OnDirectReclaimEnd   *ebpf.Program `ebpf:"on_direct_reclaim_end"`
+	OnMemcgReclaimBegin  *ebpf.Program `ebpf:"on_memcg_reclaim_begin"`
+	OnMemcgReclaimEnd    *ebpf.Program `ebpf:"on_memcg_reclaim_end"`
+	OnMmAcquired         *ebpf.Program `ebpf:"on_mm_acquired"`
+	OnMmReleased         *ebpf.Program `ebpf:"on_mm_released"`
+	OnSample             *ebpf.Program `ebpf:"on_sample"`
+	OnShrinkInactive     *ebpf.Program `ebpf:"on_shrink_inactive"`
+	RawContentionBegin   *ebpf.Program `ebpf:"raw_contention_begin"`
+	RawContentionEnd     *ebpf.Program `ebpf:"raw_contention_end"`
 }
 
 func (p *locksPrograms) Close() error {
 	return _LocksClose(
 		p.BtfContentionBegin,
 		p.BtfContentionEnd,
+		p.OnDirectReclaimBegin,
+		p.OnDirectReclaimEnd,
+		p.OnMemcgReclaimBegin,
+		p.OnMemcgReclaimEnd,
 		p.OnMmAcquired,
 		p.OnMmReleased,
 		p.OnSample,
+		p.OnShrinkInactive,
 		p.RawContentionBegin,
 		p.RawContentionEnd,
 	)

@@ -228,6 +228,13 @@ type Hold struct {
 	CSW       uint64 // its context switches while holding it
 	Stack     []string
 	UStack    []uint64
+	// Memory reclaim the holder did while holding it.
+	ReclaimNs      uint64
+	ReclaimCalls   uint64
+	PagesScanned   uint64
+	PagesReclaimed uint64
+	PagesActivated uint64
+	PagesRefKeep   uint64
 }
 
 // ProfileStack is one kernel stack sampled while its thread held its

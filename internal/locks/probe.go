@@ -33,6 +33,12 @@ type commonProgs struct {
 	OnMmAcquired *ebpf.Program `ebpf:"on_mm_acquired"`
 	OnMmReleased *ebpf.Program `ebpf:"on_mm_released"`
 	OnSample     *ebpf.Program `ebpf:"on_sample"`
+	// Reclaim done while holding an mmap_lock.
+	OnMemcgReclaimBegin  *ebpf.Program `ebpf:"on_memcg_reclaim_begin"`
+	OnMemcgReclaimEnd    *ebpf.Program `ebpf:"on_memcg_reclaim_end"`
+	OnDirectReclaimBegin *ebpf.Program `ebpf:"on_direct_reclaim_begin"`
+	OnDirectReclaimEnd   *ebpf.Program `ebpf:"on_direct_reclaim_end"`
+	OnShrinkInactive     *ebpf.Program `ebpf:"on_shrink_inactive"`
 }
 
 // The contention programs come in two builds: BTF tracepoints (owner
@@ -108,6 +114,11 @@ func openProbe(cfg config) (*probe, error) {
 		{"contention_end", p.end, p.btf, true},
 		{"mmap_lock_acquire_returned", p.common.OnMmAcquired, false, false},
 		{"mmap_lock_released", p.common.OnMmReleased, false, false},
+		{"mm_vmscan_memcg_reclaim_begin", p.common.OnMemcgReclaimBegin, false, false},
+		{"mm_vmscan_memcg_reclaim_end", p.common.OnMemcgReclaimEnd, false, false},
+		{"mm_vmscan_direct_reclaim_begin", p.common.OnDirectReclaimBegin, false, false},
+		{"mm_vmscan_direct_reclaim_end", p.common.OnDirectReclaimEnd, false, false},
+		{"mm_vmscan_lru_shrink_inactive", p.common.OnShrinkInactive, false, false},
 	}
 	for _, s := range steps {
 		if err := attach(s.name, s.prog, s.typed, s.required); err != nil {
@@ -265,7 +276,9 @@ func (p *probe) holdEvents() ([]locksHoldEvent, uint64) {
 }
 
 func (p *probe) programs() []*ebpf.Program {
-	return []*ebpf.Program{p.begin, p.end, p.common.OnMmAcquired, p.common.OnMmReleased, p.common.OnSample}
+	c := &p.common
+	return []*ebpf.Program{p.begin, p.end, c.OnMmAcquired, c.OnMmReleased, c.OnSample,
+		c.OnMemcgReclaimBegin, c.OnMemcgReclaimEnd, c.OnDirectReclaimBegin, c.OnDirectReclaimEnd, c.OnShrinkInactive}
 }
 
 // close detaches first (no new events), then drains and closes.
