@@ -66,6 +66,27 @@ type lockAgg struct {
 	hist          hist.Log2
 	topWaitStack  []string
 	topWaitSiteFn string
+	lru           bool // a memory cgroup's or node's lruvec lock, taken by reclaim
+}
+
+// lruFuncs take a lruvec's lru_lock: reclaim (classic and MGLRU) and the
+// folio batches that move pages between LRU lists.
+var lruFuncs = []string{"evict_folios", "shrink_inactive_list", "shrink_active_list", "isolate_lru_folios",
+	"folio_lruvec_lock", "move_folios_to_lru", "folio_batch_move_lru", "lru_add_drain", "lru_gen_", "scan_folios",
+	"isolate_folios", "folio_isolate_lru", "shrink_lruvec", "try_to_shrink_lruvec"}
+
+// lruFrame is the first frame of a spinning waiter's stack that takes an
+// LRU lock, "" if none does.
+func lruFrame(stack []string) string {
+	for _, fr := range stack {
+		fn := waitsite.FuncName(fr)
+		for _, l := range lruFuncs {
+			if fn == l || (strings.HasSuffix(l, "_") && strings.HasPrefix(fn, l)) || strings.HasPrefix(fn, l+".") {
+				return fn
+			}
+		}
+	}
+	return ""
 }
 
 // Conclude aggregates the snapshot per lock and turns the worst into
@@ -252,6 +273,12 @@ func (s *Snapshot) nameLock(a *lockAgg) (name, from string) {
 	}
 	fn, object, global := siteFunc(a.topWaitStack, a.mainType)
 	a.topWaitSiteFn = fn
+	if a.mainType.Spins() {
+		if lru := lruFrame(a.topWaitStack); lru != "" {
+			a.lru = true
+			return "lru_lock in " + lru, "waiters' stacks (LRU reclaim functions)"
+		}
+	}
 	if object != "" && global {
 		return object, "waiters' stacks"
 	}
@@ -352,7 +379,9 @@ func (s *Snapshot) contentionFinding(a *lockAgg) finding.Finding {
 	f.Summary = fmt.Sprintf("%d contentions on %s (%s) in %s; the longest wait was %s (tid %d), p99 %s.",
 		a.count, a.name, a.mainType.Noun(), s.Window.Round(time.Millisecond), human(a.maxNs), a.maxTID,
 		human(a.hist.Quantile(0.99)))
-	if a.mainType.Spins() {
+	if a.lru {
+		f.Mechanism = "Each memory cgroup and NUMA node has one lruvec whose lru_lock guards its page lists; every thread reclaiming that cgroup takes it to isolate and put back batches of pages, so many concurrent reclaimers spin on it instead of reclaiming."
+	} else if a.mainType.Spins() {
 		f.Mechanism = "Waiters spin on the CPU with preemption off until the holder releases the lock, so every waiting nanosecond is CPU time lost. Long holds or many CPUs taking the same lock make it a scalability wall."
 	} else {
 		f.Mechanism = fmt.Sprintf("Tasks that find the %s held sleep until its owner releases it, so whatever the owner does while holding it (I/O, reclaim, waiting for another lock) is added to every waiter's latency.", a.mainType.Noun())
@@ -488,6 +517,8 @@ func (s *Snapshot) remediation(a *lockAgg) []string {
 		r = append(r, "mmap_lock: find the writers (mmap, munmap, mprotect, madvise, uprobe registration) and the long readers (page faults falling back from per-VMA locks, /proc/PID/maps or cmdline readers, mincore); wolf locks --pid PID shows the holds.")
 	case a.name == "rtnl_mutex":
 		r = append(r, "rtnl_mutex serialises all network configuration: look for a daemon reconfiguring links or routes in a loop (ip monitor, the owner's stack).")
+	case a.lru:
+		r = append(r, "lru_lock contention comes from many threads reclaiming the same memory cgroup at once (seed 003's MGLRU epilogue: evict_folios takes the lock per batch): give the cgroup memory headroom or fewer threads; wolf reclaim shows its reclaim; check MGLRU (/sys/kernel/mm/lru_gen/enabled) and the kernel version.")
 	case a.mainType.Spins():
 		r = append(r, "Spinlock contention is a scalability limit: fewer CPUs taking the same lock (RPS/RFS, per-CPU data, sharding) or a kernel with the lock split.")
 	}

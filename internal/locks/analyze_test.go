@@ -92,7 +92,8 @@ func TestLockNames(t *testing.T) {
 		{"own mmap_lock", Wait{Lock: 1, Type: RwsemRead, MMTGID: 42, Stack: rw}, nil, "mmap_lock of clickhouse (pid 42)"},
 		{"global by symbol", Wait{Lock: 2, Type: Mutex, Stack: rw}, func(uint64) string { return "cgroup_mutex+0x0" }, "cgroup_mutex"},
 		{"heap address is not a symbol", Wait{Lock: 3, Type: RwsemWrite, Stack: rw}, func(uint64) string { return "" }, "i_rwsem in fuse_file_write_iter"},
-		{"spinlock by caller", Wait{Lock: 4, Type: Spinlock, Stack: spin}, nil, "spinlock in evict_folios"},
+		{"lru_lock by reclaim frames", Wait{Lock: 4, Type: Spinlock, Stack: spin}, nil, "lru_lock in evict_folios"},
+		{"spinlock by caller", Wait{Lock: 5, Type: Spinlock, Stack: tpStack("queued_spin_lock_slowpath+0x1", "_raw_spin_lock+0x29", "get_signal+0x1b5")}, nil, "spinlock in get_signal"},
 		{"nothing known", Wait{Lock: 0xabc, Type: Semaphore}, nil, "semaphore abc"},
 	}
 	for _, c := range cases {
