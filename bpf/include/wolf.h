@@ -67,6 +67,66 @@ static __always_inline bool wolf_task_is_d(unsigned int state)
 }
 
 /*
+ * Lock owners. Since 4.10 (mutex) and 5.3 (rwsem) the owner is an
+ * atomic_long_t whose low bits are flags; before, a plain task pointer.
+ * Both layouts are read through CO-RE flavours so one object runs on both.
+ */
+struct mutex___ptr_owner {
+	struct task_struct *owner;
+} __attribute__((preserve_access_index));
+
+struct rw_semaphore___ptr_owner {
+	struct task_struct *owner;
+} __attribute__((preserve_access_index));
+
+static __always_inline struct task_struct *wolf_mutex_owner(void *lock)
+{
+	struct mutex *m = lock;
+
+	if (bpf_core_field_exists(m->owner.counter))
+		return (struct task_struct *)(BPF_CORE_READ(m, owner.counter) & ~WOLF_MUTEX_FLAGS);
+	return BPF_CORE_READ((struct mutex___ptr_owner *)lock, owner);
+}
+
+/* What an rw-semaphore's owner and count words say about its holders. */
+struct wolf_rwsem_state {
+	struct task_struct *task; /* the writer, or the latest reader */
+	bool writer;              /* write-locked: task is exact */
+	bool readers;             /* reader-owned: task is only the latest reader */
+	__u32 nr_readers;         /* readers holding it (current layout only) */
+};
+
+static __always_inline struct wolf_rwsem_state wolf_rwsem_owner(void *lock)
+{
+	struct wolf_rwsem_state st = {};
+	struct rw_semaphore *s = lock;
+	unsigned long owner;
+
+	if (bpf_core_field_exists(s->owner.counter)) {
+		long count = BPF_CORE_READ(s, count.counter);
+
+		owner = BPF_CORE_READ(s, owner.counter);
+		st.task = (struct task_struct *)(owner & ~WOLF_RWSEM_OWNER_FLAGS);
+		if (count & WOLF_RWSEM_WRITER_LOCKED) {
+			st.writer = true;
+		} else if (owner & WOLF_RWSEM_READER_OWNED) {
+			st.readers = true;
+			st.nr_readers = (unsigned long)count >> WOLF_RWSEM_READER_SHIFT;
+		} else {
+			st.task = 0;
+		}
+		return st;
+	}
+	owner = (unsigned long)BPF_CORE_READ((struct rw_semaphore___ptr_owner *)lock, owner);
+	st.task = (struct task_struct *)(owner & ~WOLF_RWSEM_OWNER_FLAGS);
+	if (owner & WOLF_RWSEM_READER_OWNED)
+		st.readers = true;
+	else if (st.task)
+		st.writer = true;
+	return st;
+}
+
+/*
  * Log2 histograms: a value's slot is its bit length (0 for 0), so slot i
  * holds [2^(i-1), 2^i - 1]. Go's internal/hist turns the slots into
  * cumulative buckets with upper bound 2^i - 1. 65 slots cover every u64.
@@ -106,6 +166,22 @@ static __always_inline void wolf_hist_add(struct wolf_hist *h, __u64 v)
 	__sync_fetch_and_add(&h->sum, v);
 	if (v > h->max)
 		h->max = v; /* racy by design: a lost max is within one event */
+}
+
+/*
+ * The same, for histograms only one thread ever updates (keyed by tid) or
+ * kept per CPU: plain adds, no locked instructions.
+ */
+static __always_inline void wolf_hist_add_local(struct wolf_hist *h, __u64 v)
+{
+	__u32 s = wolf_log2_slot(v);
+
+	if (s < WOLF_HIST_SLOTS)
+		h->slots[s] += 1;
+	h->count += 1;
+	h->sum += v;
+	if (v > h->max)
+		h->max = v;
 }
 
 #endif /* WOLF_H */

@@ -15,13 +15,14 @@ import (
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/hung"
 	"github.com/wolf-investigator/wolf/internal/investigator"
+	"github.com/wolf-investigator/wolf/internal/locks"
 	"github.com/wolf-investigator/wolf/internal/softirq"
 )
 
 // investigators lists every live investigator wolf has; doctor runs them
 // all. New investigators are added here.
 func investigators() []investigator.Investigator {
-	return []investigator.Investigator{hung.New(), softirq.New()}
+	return []investigator.Investigator{hung.New(), locks.New(), softirq.New()}
 }
 
 func newDoctorCmd() *cobra.Command {
@@ -103,6 +104,9 @@ func runInvestigators(ctx context.Context, command string, invs []investigator.I
 			rep.Capabilities[k] = v
 		}
 		rep.Overhead.Add(o.res.Overhead)
+		for _, n := range o.res.Notes {
+			rep.Notes = append(rep.Notes, o.name+": "+n)
+		}
 	}
 	finding.Sort(rep.Findings)
 	rep.DurationS = float64(time.Since(started).Milliseconds()) / 1000

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/wolf-investigator/wolf/internal/lab/coredump"
+	"github.com/wolf-investigator/wolf/internal/lab/mmaplock"
 )
 
 // Exit codes, as DESIGN.md fixes them.
@@ -48,6 +49,7 @@ func main() {
 	// The coredump lab re-executes this binary as the process that
 	// crashes; in that role it never returns.
 	coredump.MaybeRunCrasher()
+	mmaplock.MaybeRunChild()
 	os.Exit(run(os.Args[1:]))
 }
 
@@ -81,6 +83,7 @@ a verdict, the evidence, the mechanism and what to do.
 
   wolf doctor           run every investigator and the audit (start here)
   wolf hung             tasks stuck in D state and who holds what they wait for
+  wolf locks            contended kernel locks, their owners, mmap_lock holds
   wolf softirq          softirq stalls per CPU (NET_RX: TCP collapse, budget)
   wolf analyze FILE     hung-task reports in a saved kernel log
   wolf check            what this kernel lets wolf do
@@ -95,7 +98,7 @@ Exit codes: 0 done (findings or not), 1 wolf failed, 2 bad usage,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageErr("%v (see %s --help)", err, c.CommandPath())
 	})
-	root.AddCommand(newDoctorCmd(), newHungCmd(), newAnalyzeCmd(), newCheckCmd(), newLabCmd(), newBenchCmd())
+	root.AddCommand(newDoctorCmd(), newHungCmd(), newLocksCmd(), newAnalyzeCmd(), newCheckCmd(), newLabCmd(), newBenchCmd())
 	root.AddCommand(newSoftirqCmd())
 	return root
 }

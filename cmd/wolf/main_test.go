@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,6 +21,7 @@ import (
 	"github.com/wolf-investigator/wolf/internal/kconfig"
 	"github.com/wolf-investigator/wolf/internal/lab"
 	"github.com/wolf-investigator/wolf/internal/lab/fusestall"
+	"github.com/wolf-investigator/wolf/internal/lab/mmaplock"
 	"github.com/wolf-investigator/wolf/internal/lab/tcpcollapse"
 	"github.com/wolf-investigator/wolf/internal/testutil"
 )
@@ -30,6 +31,7 @@ import (
 var wolfBin string
 
 func TestMain(m *testing.M) {
+	mmaplock.MaybeRunChild() // the mmap-lock lab re-executes this binary
 	dir, err := os.MkdirTemp("", "wolf-cli-test-")
 	if err != nil {
 		panic(err)
@@ -80,6 +82,14 @@ func TestBadUsageExitsTwoWithOneLine(t *testing.T) {
 		{"hung", "--pid", "-4"},
 		{"hung", "--pid", "2147483000"},
 		{"hung", "--bogus"},
+		{"locks", "--type", "bogus"},
+		{"locks", "--top", "0"},
+		{"locks", "--hold-threshold", "0s"},
+		{"locks", "--profile-hz", "-1"},
+		{"locks", "--lock", "0xzz"},
+		{"locks", "--folded", "/nonexistent/dir/out.folded"},
+		{"locks", "--pid", "-1"},
+		{"locks", "--duration", "0s"},
 		{"doctor", "--duration", "48h"},
 		{"doctor", "extra-arg"},
 		{"analyze"},
@@ -115,7 +125,7 @@ func TestBadUsageExitsTwoWithOneLine(t *testing.T) {
 }
 
 func TestHelpOnEveryCommand(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"doctor", "--help"}, {"hung", "--help"}, {"analyze", "--help"}, {"check", "--help"}, {"lab", "--help"}, {"lab", "list", "--help"}, {"lab", "run", "--help"}, {"bench", "--help"}, {"bench", "lpm", "--help"}, {"softirq", "--help"}} {
+	for _, args := range [][]string{{"--help"}, {"doctor", "--help"}, {"hung", "--help"}, {"locks", "--help"}, {"analyze", "--help"}, {"check", "--help"}, {"lab", "--help"}, {"lab", "list", "--help"}, {"lab", "run", "--help"}, {"bench", "--help"}, {"bench", "lpm", "--help"}, {"softirq", "--help"}} {
 		r := runWolf(t, 10*time.Second, args...)
 		if r.code != 0 || !strings.Contains(r.stdout, "Usage:") {
 			t.Errorf("wolf %v: exit %d, stdout %q", args, r.code, r.stdout)
@@ -140,7 +150,7 @@ func TestNotRootExitsThree(t *testing.T) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, args := range [][]string{{"hung", "--duration", "1s"}, {"doctor", "--duration", "1s"}, {"lab", "run", "fuse-rwsem"}, {"bench", "lpm", "--entries", "100"}, {"softirq", "--duration", "1s"}} {
+	for _, args := range [][]string{{"hung", "--duration", "1s"}, {"locks", "--duration", "1s"}, {"doctor", "--duration", "1s"}, {"lab", "run", "fuse-rwsem"}, {"bench", "lpm", "--entries", "100"}, {"softirq", "--duration", "1s"}} {
 		cmd := exec.Command(setpriv, append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", bin}, args...)...)
 		var errb bytes.Buffer
 		cmd.Stderr = &errb
@@ -168,7 +178,10 @@ func wolfPrograms(t *testing.T) []string {
 	// The kernel keeps 15 characters of a name; cilium/ebpf may report the
 	// full one from BTF. Match either.
 	ours := []string{"on_sched_switch", "on_contention_begin", "on_contention_end", "on_process_hang", "on_wq_start", "dump_tasks",
-		"on_softirq_raise", "on_softirq_entry", "on_softirq_exit", "on_napi_poll", "on_kfree_skb", "on_sample", "func_entry", "func_return"}
+		"btf_contention_begin", "btf_contention_end", "raw_contention_begin", "raw_contention_end",
+		"on_mm_acquired", "on_mm_released", "on_sample", "on_memcg_reclaim_begin", "on_memcg_reclaim_end",
+		"on_direct_reclaim_begin", "on_direct_reclaim_end", "on_shrink_inactive",
+		"on_softirq_raise", "on_softirq_entry", "on_softirq_exit", "on_napi_poll", "on_kfree_skb", "func_entry", "func_return"}
 	isOurs := func(name string) bool {
 		for _, o := range ours {
 			if name == o || (len(name) == 15 && strings.HasPrefix(o, name)) {
@@ -217,50 +230,48 @@ func TestSignalsLeaveNothingAttached(t *testing.T) {
 	// A test that just ended may have closed its programs while the
 	// kernel still frees them (after an RCU grace period).
 	waitFor(t, "programs of earlier tests to be freed", 5*time.Second, func() bool { return len(wolfPrograms(t)) == 0 })
-	for _, tc := range []struct {
-		args  []string
-		progs int // how many programs the command loads
+	for _, c := range []struct {
+		sig  syscall.Signal
+		args []string
 	}{
-		{[]string{"hung"}, 5},
-		{[]string{"softirq"}, 6},
+		{syscall.SIGINT, []string{"hung"}},
+		{syscall.SIGTERM, []string{"hung"}},
+		{syscall.SIGKILL, []string{"hung"}},
+		{syscall.SIGINT, []string{"locks"}},
+		{syscall.SIGKILL, []string{"locks"}},
+		{syscall.SIGINT, []string{"doctor"}},
+		{syscall.SIGINT, []string{"softirq"}},
+		{syscall.SIGTERM, []string{"softirq"}},
+		{syscall.SIGKILL, []string{"softirq"}},
 	} {
-		for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGKILL} {
-			signalLeavesNothing(t, tc.args, tc.progs, sig)
+		sig := c.sig
+		cmd := exec.Command(wolfBin, append(c.args, "--duration", "60s", "--format", "json")...)
+		var out bytes.Buffer
+		cmd.Stdout = &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
 		}
-	}
-}
-
-// signalLeavesNothing starts wolf ARGS, waits for its programs, sends sig
-// and checks that it stops quickly, still reports (unless killed), and
-// leaves no program loaded.
-func signalLeavesNothing(t *testing.T, args []string, progs int, sig syscall.Signal) {
-	t.Helper()
-	cmd := exec.Command(wolfBin, append(args, "--duration", "60s", "--format", "json")...)
-	var out bytes.Buffer
-	cmd.Stdout = &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill() }) // if the test fails midway
-	waitFor(t, "wolf's programs to load", 10*time.Second, func() bool { return len(wolfPrograms(t)) >= progs })
-	started := time.Now()
-	if err := cmd.Process.Signal(sig); err != nil {
-		t.Fatal(err)
-	}
-	err := cmd.Wait()
-	if sig != syscall.SIGKILL {
-		if err != nil {
-			t.Errorf("%v %v: wolf exited with %v, want 0", args, sig, err)
+		t.Cleanup(func() { _ = cmd.Process.Kill() }) // if the test fails midway
+		waitFor(t, "wolf's programs to load", 10*time.Second, func() bool { return len(wolfPrograms(t)) >= 5 })
+		started := time.Now()
+		if err := cmd.Process.Signal(sig); err != nil {
+			t.Fatal(err)
 		}
-		if time.Since(started) > 3*time.Second {
-			t.Errorf("%v %v: wolf took %v to stop", args, sig, time.Since(started))
+		err := cmd.Wait()
+		if sig != syscall.SIGKILL {
+			if err != nil {
+				t.Errorf("%v: wolf exited with %v, want 0", sig, err)
+			}
+			if time.Since(started) > 3*time.Second {
+				t.Errorf("%v: wolf took %v to stop", sig, time.Since(started))
+			}
+			var rep finding.Report
+			if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+				t.Errorf("%v: no JSON report after the signal: %v: %q", sig, err, out.String())
+			}
 		}
-		var rep finding.Report
-		if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
-			t.Errorf("%v %v: no JSON report after the signal: %v: %q", args, sig, err, out.String())
-		}
+		waitFor(t, "the kernel to drop wolf's programs after "+sig.String(), 5*time.Second, func() bool { return len(wolfPrograms(t)) == 0 })
 	}
-	waitFor(t, fmt.Sprintf("the kernel to drop wolf %v's programs after %v", args, sig), 5*time.Second, func() bool { return len(wolfPrograms(t)) == 0 })
 }
 
 func TestDoctorHealthyHostFinishesInTime(t *testing.T) {
@@ -282,6 +293,9 @@ func TestDoctorHealthyHostFinishesInTime(t *testing.T) {
 	for _, f := range rep.Findings {
 		if f.Investigator == "hung" {
 			t.Errorf("healthy host gave a hung finding: %s", f.Title)
+		}
+		if f.Investigator == "locks" && f.Severity == finding.Critical {
+			t.Errorf("healthy host gave a critical lock finding: %s", f.Title)
 		}
 		if f.Investigator == "softirq" && f.Severity >= finding.Warning {
 			t.Errorf("healthy host gave a softirq %s: %s", f.Severity, f.Title)
@@ -456,6 +470,47 @@ func TestLabRunCleansUpOnSIGINT(t *testing.T) {
 	}
 }
 
+// wolf locks through the CLI on the mmap-lock lab: JSON with the hold
+// finding and the lab's histograms, and a folded profile file.
+func TestLocksCLIOnMmapLockLab(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.Exclusive(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	in, err := mmaplock.NewSized(256).Start(ctx, lab.Options{Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	pid := in.(*mmaplock.Instance).PID()
+	dir := t.TempDir()
+	r := runWolf(t, 30*time.Second, "locks", "--duration", "3s", "--pid", strconv.Itoa(pid), "--format", "json",
+		"--output", dir+"/r.json", "--folded", dir+"/f.folded")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	var rep finding.Report
+	b, _ := os.ReadFile(dir + "/r.json")
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	var hold bool
+	for _, f := range rep.Findings {
+		if f.ID == "locks.mmap-hold" && f.Investigator == "locks" && len(f.Subjects) > 0 && f.Subjects[0].PID == pid {
+			hold = true
+		}
+	}
+	if !hold {
+		t.Errorf("no mmap-hold finding for pid %d: %s", pid, b)
+	}
+	if rep.Overhead.Events == 0 {
+		t.Errorf("no overhead: %+v", rep.Overhead)
+	}
+	if st, err := os.Stat(dir + "/f.folded"); err != nil || st.Size() == 0 {
+		t.Errorf("folded file: %v", err)
+	}
+}
+
 func TestLabList(t *testing.T) {
 	r := runWolf(t, 10*time.Second, "lab", "list", "--format", "json")
 	var labs []struct{ Name, Summary string }
@@ -466,7 +521,7 @@ func TestLabList(t *testing.T) {
 	for _, l := range labs {
 		names[l.Name] = l.Summary != ""
 	}
-	if !names["fuse-rwsem"] || !names["fuse-mutex"] || !names["tcp-collapse"] {
+	if !names["fuse-rwsem"] || !names["fuse-mutex"] || !names["mmap-lock"] || !names["tcp-collapse"] {
 		t.Errorf("labs %+v", labs)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -123,3 +124,23 @@ func requireRoot(what string) error {
 	}
 	return nil
 }
+
+// checkWritable rejects an output path that cannot be a file: a directory,
+// or one in a directory that does not exist. It creates nothing, so a
+// failed run leaves no empty file behind.
+func checkWritable(path string) error {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return fmt.Errorf("%s: is a directory", path)
+	}
+	dir := filepath.Dir(path)
+	st, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("%s: %s is not a directory", path, dir)
+	}
+	return nil
+}
+
+func joinComma(xs []string) string { return strings.Join(xs, ", ") }

@@ -150,6 +150,10 @@ type Report struct {
 	// Errors lists investigators that failed; the rest of the report
 	// still stands.
 	Errors []string `json:"errors,omitempty"`
+	// Notes say what an investigator could not do on this kernel or in
+	// this run (a tracepoint missing, owner stacks unavailable): the
+	// report is complete but less detailed.
+	Notes []string `json:"notes,omitempty"`
 }
 
 // Sort orders findings by severity (critical first), then investigator and

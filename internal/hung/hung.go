@@ -136,6 +136,7 @@ func (h *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 	res := &investigator.Result{
 		Findings:     Conclude(snap),
 		Capabilities: map[string]bool{},
+		Notes:        p.warnings,
 	}
 	for _, tp := range tracepoints {
 		res.Capabilities["tracepoint:"+tp.name] = p.attached[tp.name]

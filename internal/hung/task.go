@@ -2,9 +2,10 @@ package hung
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/wolf-investigator/wolf/internal/kallsyms"
 )
 
 // Symbolizer turns kernel addresses into "func+0x1f [module]"; the
@@ -231,19 +232,7 @@ func decode(r *hungTaskRec, sym Symbolizer) *Task {
 // globalName names a lock that is a kernel global (rtnl_mutex), and
 // returns "" for locks inside heap objects, whose address no symbol covers.
 func globalName(sym Symbolizer, addr uint64) string {
-	s := sym.Symbolize(addr)
-	name, off, ok := strings.Cut(s, "+0x")
-	if !ok || strings.Contains(off, " ") {
-		return "" // unknown, or inside a module: not a global we can name safely
-	}
-	v, err := strconv.ParseUint(off, 16, 64)
-	if err != nil || v >= 0x100 {
-		return ""
-	}
-	if v == 0 {
-		return name
-	}
-	return s
+	return kallsyms.GlobalName(sym.Symbolize(addr))
 }
 
 // funcOf strips the offset and module from "func+0x1f [mod]".

@@ -27,6 +27,9 @@ type Result struct {
 	Histograms   []finding.Histogram
 	Capabilities map[string]bool
 	Overhead     finding.Overhead
+	// Notes say what the investigator had to do without ("owners' stacks
+	// not captured: …"), for the report's notes.
+	Notes []string
 }
 
 // Investigator watches the live kernel for Options.Duration and concludes.

@@ -21,6 +21,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -487,4 +488,24 @@ func kernelRelease() string {
 		return ""
 	}
 	return unix.ByteSliceToString(u.Release[:])
+}
+
+// GlobalName names a kernel global from its symbolized address
+// ("rtnl_mutex+0x0" gives "rtnl_mutex", "some_struct+0x8" is kept whole),
+// and returns "" for addresses no symbol covers closely: heap objects,
+// addresses far past a symbol, and module data, which cannot be named
+// safely.
+func GlobalName(symbolized string) string {
+	name, off, ok := strings.Cut(symbolized, "+0x")
+	if !ok || strings.Contains(off, " ") {
+		return ""
+	}
+	v, err := strconv.ParseUint(off, 16, 64)
+	if err != nil || v >= 0x100 {
+		return ""
+	}
+	if v == 0 {
+		return name
+	}
+	return symbolized
 }

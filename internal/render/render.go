@@ -6,7 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
+	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
@@ -97,7 +100,16 @@ func Text(w io.Writer, r *finding.Report, o TextOptions) error {
 	for _, e := range r.Errors {
 		t.printf("%s %s\n", t.paint("31", "ERROR"), e)
 	}
-	if len(r.Errors) > 0 {
+	for _, n := range r.Notes {
+		for i, l := range Wrap(n, t.o.Width-6) {
+			lead := "Note: "
+			if i > 0 {
+				lead = "      "
+			}
+			t.printf("%s%s\n", lead, l)
+		}
+	}
+	if len(r.Errors)+len(r.Notes) > 0 {
 		t.printf("\n")
 	}
 	t.printf("%s\n", t.paint("1", Verdict(r)))
@@ -221,6 +233,15 @@ func (t *textWriter) subject(indent string, s *finding.Subject) {
 	}
 }
 
+// shortFloat prints a measurement with the precision a reader needs:
+// whole numbers from 1000 up, three significant digits below.
+func shortFloat(x float64) string {
+	if math.Abs(x) >= 1000 {
+		return strconv.FormatFloat(x, 'f', 0, 64)
+	}
+	return strconv.FormatFloat(x, 'g', 3, 64)
+}
+
 func evidenceLine(ev map[string]any) string {
 	keys := make([]string, 0, len(ev))
 	for k := range ev {
@@ -231,11 +252,15 @@ func evidenceLine(ev map[string]any) string {
 	for _, k := range keys {
 		var v string
 		switch x := ev[k].(type) {
-		case []string:
-			continue // lists (a chain of owners) are told by the subjects
 		case float64:
-			v = fmt.Sprintf("%g", x)
+			v = shortFloat(x)
 		default:
+			// Lists and records (a chain of owners, a queue over time) are
+			// told by the subjects or kept for --format json.
+			switch reflect.ValueOf(x).Kind() {
+			case reflect.Slice, reflect.Array, reflect.Map, reflect.Struct:
+				continue
+			}
 			v = fmt.Sprint(x)
 		}
 		parts = append(parts, k+"="+v)

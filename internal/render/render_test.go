@@ -113,3 +113,14 @@ func TestTextHidesSchedulerFrames(t *testing.T) {
 		t.Errorf("stack not trimmed to where the task waits:\n%s", out)
 	}
 }
+
+func TestTextNotes(t *testing.T) {
+	r := &finding.Report{Command: "locks", Notes: []string{"locks: owners' stacks not captured: the kernel has no bpf_task_from_pid kfunc (Linux 6.2+)"}}
+	var b strings.Builder
+	if err := Text(&b, r, TextOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "Note: locks: owners' stacks not captured") {
+		t.Errorf("no note in:\n%s", b.String())
+	}
+}

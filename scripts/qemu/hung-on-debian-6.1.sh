@@ -170,6 +170,7 @@ log "building wolf (static) from $REPO"
 (cd "$REPO" && CGO_ENABLED=0 go build -trimpath -o "$ROOT/bin/wolf" ./cmd/wolf) || die "go build ./cmd/wolf failed"
 if [[ $RUN_TESTS != 0 ]]; then
 	(cd "$REPO" && CGO_ENABLED=0 go test -c -trimpath -o "$ROOT/bin/hung.test" ./internal/hung) || die "go test -c ./internal/hung failed"
+	(cd "$REPO" && CGO_ENABLED=0 go test -c -trimpath -o "$ROOT/bin/locks.test" ./internal/locks) || die "go test -c ./internal/locks failed"
 fi
 cp /bin/busybox "$ROOT/bin/busybox"
 # The labs run /bin/sh: make it dash, as on a Debian host (busybox ash would do
@@ -305,6 +306,13 @@ if [ -x /bin/hung.test ]; then
 	cd /tmp && timeout 300 /bin/hung.test -test.v -test.timeout 280s >/tmp/tests.out 2>&1; rc=$?
 	emit tests $rc /tmp/tests.out
 fi
+# ---- internal/locks' live tests: on 6.1 the BTF-tracepoint build is
+# refused (no bpf_task_from_pid before 6.2) and the raw one must work.
+if [ -x /bin/locks.test ]; then
+	note "locks tests start uptime=$(up)s"
+	cd /tmp && timeout 200 /bin/locks.test -test.v -test.run Live -test.timeout 180s >/tmp/locks-tests.out 2>&1; rc=$?
+	emit locks-tests $rc /tmp/locks-tests.out
+fi
 
 dmesg >/tmp/dmesg.out 2>&1
 emit dmesg 0 /tmp/dmesg.out
@@ -436,6 +444,16 @@ if [[ $RUN_TESTS != 0 ]]; then
 		check "go test ./internal/hung" "$detail" bash -c "[[ '${trc:-x}' == 0 ]]"
 	else
 		result INFO "go test ./internal/hung" "$detail"
+	fi
+	lrc=$(section_rc locks-tests)
+	lf="$OUT/locks-tests.out"
+	fails=$(grep -E '^\s*--- FAIL' "$lf" 2>/dev/null | sed -E 's/^\s*--- FAIL: ([^ ]+).*/\1/' | xargs)
+	npass=$(grep -cE '^\s*--- PASS' "$lf" 2>/dev/null || true)
+	detail="rc=${lrc:-none}, $npass passed${fails:+, FAILED: $fails} (locks-tests.out)"
+	if [[ $RUN_TESTS == require ]]; then
+		check "go test -run Live ./internal/locks" "$detail" bash -c "[[ '${lrc:-x}' == 0 ]]"
+	else
+		result INFO "go test -run Live ./internal/locks" "$detail"
 	fi
 fi
 

@@ -1,0 +1,866 @@
+package locks
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/hist"
+	"github.com/wolf-investigator/wolf/internal/hung/waitsite"
+	"github.com/wolf-investigator/wolf/internal/kallsyms"
+)
+
+// Snapshot is everything wolf locks saw in one window; Conclude turns it
+// into findings without touching the kernel, so it is tested with
+// hand-made snapshots.
+type Snapshot struct {
+	Window        time.Duration
+	Waits         []Wait
+	Waiters       []Waiter
+	Owners        []Owner
+	Queues        []Queue
+	Hists         []LockHist
+	MM            []MMStat
+	Holds         []Hold
+	HoldsLost     uint64
+	Profile       []ProfileStack
+	HoldThreshold time.Duration
+	Top           int    // locks reported; 0 means DefaultTop
+	LockName      string // --lock given as a name no symbol resolves: keep only this lock
+	// Symbol names a kernel address ("rtnl_mutex+0x0"); nil or "" when
+	// unknown. Comm names a process by pid, for mmap_lock owners.
+	Symbol func(addr uint64) string
+	Comm   func(pid int) string
+	// TGID finds a thread's process, for waits still going at the end
+	// (nil or 0: unknown).
+	TGID func(tid int) int
+}
+
+// DefaultTop is how many contended locks a report names.
+const DefaultTop = 5
+
+// lockAgg is one lock's contention, all types and stacks together.
+type lockAgg struct {
+	addr          uint64
+	types         map[Type]uint64 // wait ns per type
+	mainType      Type
+	name          string
+	nameFrom      string
+	count         uint64
+	totalNs       uint64
+	maxNs         uint64
+	maxTID        int
+	readerOwned   uint64
+	behindWriter  uint64
+	mmTGID        int
+	ongoing       uint64
+	waits         []Wait
+	waiters       []Waiter
+	owners        []Owner
+	queue         *Queue
+	hist          hist.Log2
+	topWaitStack  []string
+	topWaitSiteFn string
+	lru           bool // a memory cgroup's or node's lruvec lock, taken by reclaim
+}
+
+// lruFuncs take a lruvec's lru_lock: reclaim (classic and MGLRU) and the
+// folio batches that move pages between LRU lists.
+var lruFuncs = []string{"evict_folios", "shrink_inactive_list", "shrink_active_list", "isolate_lru_folios",
+	"folio_lruvec_lock", "move_folios_to_lru", "folio_batch_move_lru", "lru_add_drain", "lru_gen_", "scan_folios",
+	"isolate_folios", "folio_isolate_lru", "shrink_lruvec", "try_to_shrink_lruvec"}
+
+// lruFrame is the first frame of a spinning waiter's stack that takes an
+// LRU lock, "" if none does.
+func lruFrame(stack []string) string {
+	for _, fr := range stack {
+		fn := waitsite.FuncName(fr)
+		for _, l := range lruFuncs {
+			if fn == l || (strings.HasSuffix(l, "_") && strings.HasPrefix(fn, l)) || strings.HasPrefix(fn, l+".") {
+				return fn
+			}
+		}
+	}
+	return ""
+}
+
+// Conclude aggregates the snapshot per lock and turns the worst into
+// findings, with histograms for the locks it names.
+func Conclude(s *Snapshot) ([]finding.Finding, []finding.Histogram) {
+	top := s.Top
+	if top <= 0 {
+		top = DefaultTop
+	}
+	aggs := s.aggregate()
+	var out []finding.Finding
+	var hists []finding.Histogram
+	n := 0
+	for _, a := range aggs {
+		if s.LockName != "" && a.name != s.LockName {
+			continue
+		}
+		if n >= top {
+			break
+		}
+		n++
+		hists = append(hists, a.hist.Report("lock_wait_us", "us",
+			map[string]string{"lock": a.name, "type": a.mainType.String()}, 1000))
+		// Everyday contention (a pipe's mutex, a runqueue lock) is not
+		// worth a line: below 1% of the window waited and nothing worse
+		// than info, the histogram is enough.
+		if s.severity(a) == finding.Info && a.totalNs*100 < uint64(s.Window) {
+			continue
+		}
+		out = append(out, s.contentionFinding(a))
+		if f, ok := s.starvationFinding(a); ok {
+			out = append(out, f)
+		}
+	}
+	fs, hs := s.mmapFindings()
+	out = append(out, fs...)
+	hists = append(hists, hs...)
+	return out, hists
+}
+
+// aggregate folds waits, waiters, owners, queues and histograms per lock
+// address and names each lock, worst (most time waited) first.
+func (s *Snapshot) aggregate() []*lockAgg {
+	byAddr := map[uint64]*lockAgg{}
+	get := func(addr uint64) *lockAgg {
+		a := byAddr[addr]
+		if a == nil {
+			a = &lockAgg{addr: addr, types: map[Type]uint64{}}
+			byAddr[addr] = a
+		}
+		return a
+	}
+	for _, w := range s.Waits {
+		a := get(w.Lock)
+		a.waits = append(a.waits, w)
+		a.types[w.Type] += w.TotalNs
+		a.count += w.Count
+		a.totalNs += w.TotalNs
+		if w.MaxNs > a.maxNs {
+			a.maxNs, a.maxTID = w.MaxNs, w.MaxTID
+		}
+		a.readerOwned += w.ReaderOwned
+		a.behindWriter += w.BehindWriter
+		a.ongoing += w.Ongoing
+		if w.MMTGID != 0 {
+			a.mmTGID = w.MMTGID
+		}
+	}
+	for _, w := range s.Waiters {
+		if a := byAddr[w.Lock]; a != nil {
+			a.waiters = append(a.waiters, w)
+		}
+	}
+	for _, o := range s.Owners {
+		if a := byAddr[o.Lock]; a != nil {
+			a.owners = append(a.owners, o)
+		}
+	}
+	for i := range s.Queues {
+		if a := byAddr[s.Queues[i].Lock]; a != nil {
+			a.queue = &s.Queues[i]
+		}
+	}
+	for _, h := range s.Hists {
+		if a := byAddr[h.Lock]; a != nil {
+			a.hist.Merge(&h.Hist)
+		}
+	}
+	aggs := slices.Collect(maps.Values(byAddr))
+	for _, a := range aggs {
+		var best uint64
+		for t, ns := range a.types {
+			if ns > best || (ns == best && t < a.mainType) {
+				a.mainType, best = t, ns
+			}
+		}
+		slices.SortFunc(a.waits, func(x, y Wait) int { return cmp.Compare(y.TotalNs, x.TotalNs) })
+		slices.SortFunc(a.waiters, func(x, y Waiter) int { return cmp.Compare(y.TotalNs, x.TotalNs) })
+		slices.SortFunc(a.owners, func(x, y Owner) int { return cmp.Compare(y.TotalNs, x.TotalNs) })
+		if len(a.waits) > 0 {
+			a.topWaitStack = waiterFrames(a.waits[0].Stack)
+		}
+		a.name, a.nameFrom = s.nameLock(a)
+	}
+	slices.SortFunc(aggs, func(x, y *lockAgg) int {
+		if c := cmp.Compare(y.totalNs, x.totalNs); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.addr, y.addr)
+	})
+	return aggs
+}
+
+// traceFrames are the tracepoint and BPF frames above the lock's slow path
+// in a stack taken at contention_begin.
+func traceFrame(fn string) bool {
+	for _, p := range []string{"bpf_trace_run", "__bpf_trace_", "__traceiter_", "trace_contention_", "bpf_prog_", "__probestub_"} {
+		if strings.HasPrefix(fn, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// waiterFrames drops the tracing frames from the top of a waiter's stack.
+func waiterFrames(stack []string) []string {
+	for i := len(stack) - 1; i >= 0; i-- {
+		if traceFrame(waitsite.FuncName(stack[i])) {
+			return stack[i+1:]
+		}
+	}
+	return stack
+}
+
+// spinPlumbing is the spinlock and rwlock machinery under a spinning
+// waiter's caller.
+func spinPlumbing(fn string) bool {
+	for _, p := range []string{"_raw_spin_", "_raw_read_", "_raw_write_", "queued_", "native_queued_",
+		"__pv_queued_", "pv_queued_", "do_raw_spin_", "do_raw_read_", "do_raw_write_", "__raw_spin_",
+		"rwsem_", "__down_", "down_", "__mutex_", "mutex_", "up_", "osq_lock", "rt_spin_", "_raw_"} {
+		if strings.HasPrefix(fn, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// siteFunc is the first frame of a waiter's stack outside the locking
+// machinery: where it asked for the lock.
+func siteFunc(frames []string, t Type) (fn, object string, global bool) {
+	if !t.Spins() {
+		site := waitsite.Classify(frames)
+		if site.Func != "" || site.Object != "" {
+			return site.Func, site.Object, site.Global
+		}
+	}
+	for _, f := range frames {
+		name := waitsite.FuncName(f)
+		if name != "" && !spinPlumbing(name) && !waitsite.Unreliable(f) {
+			return name, "", false
+		}
+	}
+	return "", "", false
+}
+
+// nameLock names a lock for people: a process's mmap_lock, a kernel
+// global by symbol or by its waiters' wrapper (rtnl_lock), otherwise by
+// type and the function its waiters called from.
+func (s *Snapshot) nameLock(a *lockAgg) (name, from string) {
+	if a.mmTGID != 0 {
+		comm := ""
+		if s.Comm != nil {
+			comm = s.Comm(a.mmTGID)
+		}
+		if comm == "" {
+			return fmt.Sprintf("mmap_lock of pid %d", a.mmTGID), "the waiters' own mm"
+		}
+		return fmt.Sprintf("mmap_lock of %s (pid %d)", comm, a.mmTGID), "the waiters' own mm"
+	}
+	if s.Symbol != nil {
+		if g := kallsyms.GlobalName(s.Symbol(a.addr)); g != "" {
+			return g, "kernel symbol"
+		}
+	}
+	fn, object, global := siteFunc(a.topWaitStack, a.mainType)
+	a.topWaitSiteFn = fn
+	if a.mainType.Spins() {
+		if lru := lruFrame(a.topWaitStack); lru != "" {
+			a.lru = true
+			return "lru_lock in " + lru, "waiters' stacks (LRU reclaim functions)"
+		}
+	}
+	if object != "" && global {
+		return object, "waiters' stacks"
+	}
+	noun := a.mainType.Noun()
+	if object != "" {
+		noun = object
+	}
+	if fn != "" {
+		return noun + " in " + fn, "waiters' stacks"
+	}
+	return fmt.Sprintf("%s %x", noun, a.addr), "address"
+}
+
+func ms(ns uint64) float64 { return float64(ns) / 1e6 }
+
+// human prints a duration the way an SRE reads it: 2.3 s, 41 ms, 350 µs.
+func human(ns uint64) string {
+	d := time.Duration(ns)
+	switch {
+	case d >= 10*time.Second:
+		return fmt.Sprintf("%.0f s", d.Seconds())
+	case d >= time.Second:
+		return fmt.Sprintf("%.1f s", d.Seconds())
+	case d >= 10*time.Millisecond:
+		return fmt.Sprintf("%.0f ms", float64(d)/1e6)
+	case d >= time.Millisecond:
+		return fmt.Sprintf("%.1f ms", float64(d)/1e6)
+	default:
+		return fmt.Sprintf("%.0f µs", float64(d)/1e3)
+	}
+}
+
+// severity grades contention: sleeping waits by how long tasks were stuck,
+// spinning waits by the CPU they burned.
+func (s *Snapshot) severity(a *lockAgg) finding.Severity {
+	window := uint64(max(s.Window, time.Second))
+	if a.mainType.Spins() {
+		// A single long spin is more often the hypervisor preempting the
+		// holder's vCPU than the kernel misbehaving; CPU burned is what
+		// matters.
+		switch {
+		case a.totalNs >= window/2:
+			return finding.Critical
+		case a.totalNs >= window/20:
+			return finding.Warning
+		}
+		return finding.Info
+	}
+	switch {
+	case a.maxNs >= uint64(time.Second) || a.totalNs >= window:
+		return finding.Critical
+	case a.maxNs >= uint64(100*time.Millisecond) || a.totalNs >= window/10:
+		return finding.Warning
+	}
+	return finding.Info
+}
+
+func (s *Snapshot) contentionFinding(a *lockAgg) finding.Finding {
+	waiters := len(a.waiters)
+	f := finding.Finding{
+		ID:           "locks.contention",
+		Investigator: "locks",
+		Severity:     s.severity(a),
+		Evidence: map[string]any{
+			"lock":           a.name,
+			"lock_addr":      fmt.Sprintf("0x%x", a.addr),
+			"lock_type":      a.mainType.String(),
+			"lock_name_from": a.nameFrom,
+			"contentions":    a.count,
+			"wait_ns_total":  a.totalNs,
+			"max_wait_ns":    a.maxNs,
+			"p99_wait_ns":    a.hist.Quantile(0.99),
+			"waiters":        waiters,
+		},
+	}
+	if a.mainType.Spins() {
+		delete(f.Evidence, "waiters") // spinning waiters are not tracked per task
+	}
+	who := ""
+	switch {
+	case a.mainType.Spins():
+		who = fmt.Sprintf(" spinning, in %d waits", a.count)
+	case waiters == 1:
+		who = " by 1 task"
+	default:
+		who = fmt.Sprintf(" by %d tasks", waiters)
+	}
+	f.Title = fmt.Sprintf("%s: %s waited%s", a.name, human(a.totalNs), who)
+	if len(a.owners) > 0 {
+		o := a.owners[0]
+		switch o.Kind {
+		case OwnerTask:
+			f.Title += fmt.Sprintf("; owner %s (pid %d)", o.Comm, o.TGID)
+		case OwnerReaders:
+			f.Title += "; held by readers"
+		}
+	}
+	f.Summary = fmt.Sprintf("%d contentions on %s (%s) in %s; the longest wait was %s (tid %d), p99 %s.",
+		a.count, a.name, a.mainType.Noun(), s.Window.Round(time.Millisecond), human(a.maxNs), a.maxTID,
+		human(a.hist.Quantile(0.99)))
+	if a.lru {
+		f.Mechanism = "Each memory cgroup and NUMA node has one lruvec whose lru_lock guards its page lists; every thread reclaiming that cgroup takes it to isolate and put back batches of pages, so many concurrent reclaimers spin on it instead of reclaiming."
+	} else if a.mainType.Spins() {
+		f.Mechanism = "Waiters spin on the CPU with preemption off until the holder releases the lock, so every waiting nanosecond is CPU time lost. Long holds or many CPUs taking the same lock make it a scalability wall."
+	} else {
+		f.Mechanism = fmt.Sprintf("Tasks that find the %s held sleep until its owner releases it, so whatever the owner does while holding it (I/O, reclaim, waiting for another lock) is added to every waiter's latency.", a.mainType.Noun())
+	}
+
+	// Owners, most waited-for first, with what they were doing.
+	var ownerTotal uint64
+	for _, o := range a.owners {
+		ownerTotal += o.TotalNs
+	}
+	for i, o := range a.owners {
+		if i >= 3 {
+			break
+		}
+		if o.Comm == "" {
+			o.Comm = "(exited)" // a former reader whose task is gone
+		}
+		detail := fmt.Sprintf("held it while others waited %s (%d waits)", human(o.TotalNs), o.Count)
+		if o.Kind == OwnerReaders {
+			detail = fmt.Sprintf("latest reader holding it while others waited %s (%d waits); other readers may hold it too", human(o.TotalNs), o.Count)
+		}
+		f.Subjects = append(f.Subjects, finding.Subject{
+			Role: finding.RoleOwner, PID: o.TGID, TID: o.TID, Comm: o.Comm, Detail: detail, Stack: o.Stack,
+		})
+	}
+	if a.mmTGID != 0 {
+		// An mmap_lock's readers are known when wolf saw them hold it.
+		var readers []Hold
+		for _, h := range s.Holds {
+			if h.MMTGID == a.mmTGID && !h.Write {
+				readers = append(readers, h)
+			}
+		}
+		slices.SortFunc(readers, func(x, y Hold) int { return cmp.Compare(y.HoldNs, x.HoldNs) })
+		for i, h := range readers {
+			if i >= 3 {
+				break
+			}
+			f.Subjects = append(f.Subjects, finding.Subject{
+				Role: finding.RoleHolder, PID: h.TGID, TID: h.TID, Comm: h.Comm,
+				Detail: fmt.Sprintf("held it for reading %s (on CPU %s of that)", human(h.HoldNs), human(h.RuntimeNs)),
+			})
+		}
+		if len(readers) > 0 {
+			f.Evidence["long_read_holds"] = len(readers)
+		}
+	}
+	if len(a.owners) > 0 {
+		f.Evidence["owners"] = len(a.owners)
+		f.Evidence["owner_wait_ns_total"] = ownerTotal
+	}
+	for i, w := range a.waiters {
+		if i >= 5 {
+			break
+		}
+		sub := finding.Subject{
+			Role: finding.RoleWaiter, PID: w.TGID, TID: w.TID, Comm: w.Comm,
+			Detail: fmt.Sprintf("waited %s in %d waits, longest %s", human(w.TotalNs), w.Count, human(w.MaxNs)),
+		}
+		if w.Ongoing {
+			sub.Detail += ", still waiting"
+		}
+		if i == 0 {
+			sub.Stack = a.topWaitStack
+		}
+		f.Subjects = append(f.Subjects, sub)
+	}
+	if q := a.queue; q != nil {
+		if a.mainType == RwsemRead || a.mainType == RwsemWrite {
+			f.Evidence["max_waiting_readers"] = q.MaxReaders
+			f.Evidence["max_waiting_writers"] = q.MaxWriters
+		} else {
+			f.Evidence["max_waiters"] = q.MaxReaders + q.MaxWriters
+		}
+		if q.BusyPeriods > 0 {
+			f.Evidence["queue_drain_ms_max"] = ms(q.BusyMaxNs)
+		}
+		if q.Readers+q.Writers > 0 {
+			f.Evidence["waiting_at_end"] = q.Readers + q.Writers
+		}
+		if series := queueSeries(q.Samples, 60); len(series) > 0 {
+			f.Evidence["queue_over_time"] = series
+		}
+	}
+	if a.readerOwned > 0 {
+		f.Evidence["reader_owned_waits"] = a.readerOwned
+	}
+	if a.ongoing > 0 {
+		f.Evidence["still_waiting"] = a.ongoing
+		f.Summary += fmt.Sprintf(" %d still waiting when wolf stopped.", a.ongoing)
+	}
+	f.Remediation = s.remediation(a)
+	return f
+}
+
+// QueuePoint is one sample of a lock's wait queue, for the report: when
+// (ms into the window) and how many readers and writers waited.
+type QueuePoint struct {
+	TMs     int64 `json:"t_ms"`
+	Readers int64 `json:"readers"`
+	Writers int64 `json:"writers"`
+}
+
+// queueSeries keeps at most n samples, evenly spread, always the deepest.
+func queueSeries(samples []QueueSample, n int) []QueuePoint {
+	if len(samples) == 0 {
+		return nil
+	}
+	deepest := 0
+	for i, q := range samples {
+		if q.Readers+q.Writers > samples[deepest].Readers+samples[deepest].Writers {
+			deepest = i
+		}
+	}
+	step := max(1, (len(samples)+n-1)/n)
+	var out []QueuePoint
+	for i, q := range samples {
+		if i%step == 0 || i == deepest {
+			out = append(out, QueuePoint{TMs: q.At.Milliseconds(), Readers: q.Readers, Writers: q.Writers})
+		}
+	}
+	return out
+}
+
+func (s *Snapshot) remediation(a *lockAgg) []string {
+	var r []string
+	if len(a.owners) > 0 && a.owners[0].Kind == OwnerTask {
+		o := a.owners[0]
+		r = append(r, fmt.Sprintf("Look at what the owner does while holding it: cat /proc/%d/task/%d/stack, or wolf hung --pid %d if it is stuck.", o.TGID, o.TID, o.TGID))
+	}
+	switch {
+	case strings.HasPrefix(a.name, "mmap_lock"):
+		r = append(r, "mmap_lock: find the writers (mmap, munmap, mprotect, madvise, uprobe registration) and the long readers (page faults falling back from per-VMA locks, /proc/PID/maps or cmdline readers, mincore); wolf locks --pid PID shows the holds.")
+	case a.name == "rtnl_mutex":
+		r = append(r, "rtnl_mutex serialises all network configuration: look for a daemon reconfiguring links or routes in a loop (ip monitor, the owner's stack).")
+	case a.lru:
+		r = append(r, "lru_lock contention comes from many threads reclaiming the same memory cgroup at once (seed 003's MGLRU epilogue: evict_folios takes the lock per batch): give the cgroup memory headroom or fewer threads; wolf reclaim shows its reclaim; check MGLRU (/sys/kernel/mm/lru_gen/enabled) and the kernel version.")
+	case a.mainType.Spins():
+		r = append(r, "Spinlock contention is a scalability limit: fewer CPUs taking the same lock (RPS/RFS, per-CPU data, sharding) or a kernel with the lock split.")
+	}
+	r = append(r, fmt.Sprintf("Narrow it down: wolf locks --lock 0x%x --duration 30s", a.addr))
+	return r
+}
+
+// starvationFinding reports the seed's rw-semaphore pattern: readers queued
+// behind a waiting writer while the lock is reader-owned, so one long
+// reader stalls every newcomer.
+func (s *Snapshot) starvationFinding(a *lockAgg) (finding.Finding, bool) {
+	if a.behindWriter == 0 || (a.mainType != RwsemRead && a.mainType != RwsemWrite) {
+		return finding.Finding{}, false
+	}
+	sev := finding.Warning
+	if a.maxNs >= uint64(time.Second) {
+		sev = finding.Critical
+	}
+	f := finding.Finding{
+		ID:           "locks.writer-starvation",
+		Investigator: "locks",
+		Severity:     sev,
+		Title:        fmt.Sprintf("%s: %d reader waits queued behind a waiting writer", a.name, a.behindWriter),
+		Summary: fmt.Sprintf("Readers of %s found a writer at the head of its wait queue %d times while readers held it; the longest wait was %s.",
+			a.name, a.behindWriter, human(a.maxNs)),
+		Mechanism: "An rw-semaphore admits no new reader once a writer waits at the head of its queue (to keep writers from starving), so a single long-running reader holds back the writer and, behind it, every reader that arrives later: reads that should run in parallel are serialised behind the slowest one.",
+		Evidence: map[string]any{
+			"lock":                a.name,
+			"lock_addr":           fmt.Sprintf("0x%x", a.addr),
+			"behind_writer_waits": a.behindWriter,
+			"reader_owned_waits":  a.readerOwned,
+			"max_wait_ns":         a.maxNs,
+		},
+		Remediation: []string{
+			"Find the long reader (owners below, or wolf locks --pid for mmap_lock holds) and what it does under the lock.",
+			"For mmap_lock: reduce writers (mmap/munmap churn from allocators: raise the allocator's trim threshold; uprobe registration), and readers that hold it long.",
+		},
+	}
+	if q := a.queue; q != nil {
+		f.Evidence["max_waiting_readers"] = q.MaxReaders
+		f.Evidence["max_waiting_writers"] = q.MaxWriters
+	}
+	for i, o := range a.owners {
+		if i >= 3 {
+			break
+		}
+		f.Subjects = append(f.Subjects, finding.Subject{Role: finding.RoleOwner, PID: o.TGID, TID: o.TID, Comm: o.Comm, Stack: o.Stack})
+	}
+	return f, true
+}
+
+// mmapFindings reports long mmap_lock holds per holder process, with the
+// stacks sampled under the lock, and the hold/wait histograms.
+func (s *Snapshot) mmapFindings() ([]finding.Finding, []finding.Histogram) {
+	var out []finding.Finding
+	var hists []finding.Histogram
+
+	type procKey struct{ tgid, mmTGID int }
+	byProc := map[procKey][]Hold{}
+	for _, h := range s.Holds {
+		k := procKey{h.TGID, h.MMTGID}
+		byProc[k] = append(byProc[k], h)
+	}
+	keys := slices.Collect(maps.Keys(byProc))
+	slices.SortFunc(keys, func(x, y procKey) int {
+		return cmp.Compare(longest(byProc[y]).HoldNs, longest(byProc[x]).HoldNs)
+	})
+	top := s.Top
+	if top <= 0 {
+		top = DefaultTop
+	}
+	for i, k := range keys {
+		if i >= top {
+			break
+		}
+		out = append(out, s.holdFinding(k.tgid, k.mmTGID, byProc[k]))
+	}
+
+	// Histograms: per process and mode, threads merged, the processes with
+	// the longest holds first.
+	type hk struct {
+		tgid  int
+		write bool
+	}
+	holdH, waitH := map[hk]*hist.Log2{}, map[hk]*hist.Log2{}
+	comms := map[int]string{}
+	for _, m := range s.MM {
+		k := hk{m.TGID, m.Write}
+		if holdH[k] == nil {
+			holdH[k], waitH[k] = &hist.Log2{}, &hist.Log2{}
+		}
+		holdH[k].Merge(&m.Hold)
+		waitH[k].Merge(&m.Wait)
+		// The comm was taken at the thread's first hold, which may have
+		// been during exec (still the parent's name): prefer today's.
+		if c := s.comm(m.TGID); c != "" {
+			comms[m.TGID] = c
+		} else if comms[m.TGID] == "" {
+			comms[m.TGID] = m.Comm
+		}
+	}
+	hks := slices.Collect(maps.Keys(holdH))
+	slices.SortFunc(hks, func(x, y hk) int {
+		if c := cmp.Compare(holdH[y].Max, holdH[x].Max); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.tgid, y.tgid)
+	})
+	for i, k := range hks {
+		if i >= 2*top {
+			break
+		}
+		mode := "read"
+		if k.write {
+			mode = "write"
+		}
+		labels := map[string]string{"pid": strconv.Itoa(k.tgid), "comm": comms[k.tgid], "mode": mode}
+		hists = append(hists, holdH[k].Report("mmap_lock_hold_us", "us", labels, 1000))
+		if waitH[k].Count > 0 {
+			hists = append(hists, waitH[k].Report("mmap_lock_wait_us", "us", maps.Clone(labels), 1000))
+		}
+	}
+	// And per thread, for the threads with the longest holds.
+	threads := slices.Clone(s.MM)
+	slices.SortFunc(threads, func(x, y MMStat) int {
+		if c := cmp.Compare(y.Hold.Max, x.Hold.Max); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.TID, y.TID)
+	})
+	for i, m := range threads {
+		if i >= top || m.Hold.Count == 0 {
+			break
+		}
+		mode := "read"
+		if m.Write {
+			mode = "write"
+		}
+		labels := map[string]string{"pid": strconv.Itoa(m.TGID), "tid": strconv.Itoa(m.TID), "comm": comms[m.TGID], "mode": mode}
+		hists = append(hists, m.Hold.Report("mmap_lock_thread_hold_us", "us", labels, 1000))
+	}
+	return out, hists
+}
+
+func (s *Snapshot) comm(pid int) string {
+	if s.Comm == nil {
+		return ""
+	}
+	return s.Comm(pid)
+}
+
+func (s *Snapshot) tgidOf(tid int) int {
+	if s.TGID != nil {
+		if g := s.TGID(tid); g > 0 {
+			return g
+		}
+	}
+	return tid
+}
+
+// maxHoldRecords bounds the holds listed in one finding.
+const maxHoldRecords = 50
+
+// HoldRecord is one long mmap_lock hold as the JSON report lists it.
+type HoldRecord struct {
+	TID        int     `json:"tid"`
+	Write      bool    `json:"write"`
+	HoldMs     float64 `json:"hold_ms"`
+	RuntimeMs  float64 `json:"runtime_ms"`
+	CSW        uint64  `json:"context_switches"`
+	ReleasedIn string  `json:"released_in,omitempty"`
+	// Reclaim under the lock, when there was any.
+	ReclaimCalls   uint64 `json:"reclaim_calls,omitempty"`
+	PagesScanned   uint64 `json:"pages_scanned,omitempty"`
+	PagesReclaimed uint64 `json:"pages_reclaimed,omitempty"`
+}
+
+func longest(hs []Hold) Hold {
+	var best Hold
+	for _, h := range hs {
+		if h.HoldNs > best.HoldNs {
+			best = h
+		}
+	}
+	return best
+}
+
+func (s *Snapshot) holdFinding(tgid, mmTGID int, holds []Hold) finding.Finding {
+	h := longest(holds)
+	mode := "reading"
+	if h.Write {
+		mode = "writing"
+	}
+	whose := "its own mmap_lock"
+	lockName := "mmap_lock"
+	if mmTGID != 0 && mmTGID != tgid {
+		comm := ""
+		if s.Comm != nil {
+			comm = s.Comm(mmTGID)
+		}
+		whose = fmt.Sprintf("the mmap_lock of %s (pid %d)", comm, mmTGID)
+		lockName = fmt.Sprintf("mmap_lock of %s (pid %d)", comm, mmTGID)
+	} else if mmTGID != 0 {
+		lockName = fmt.Sprintf("mmap_lock of %s (pid %d)", h.Comm, tgid)
+	}
+	sev := finding.Info
+	switch {
+	case h.HoldNs >= uint64(time.Second):
+		sev = finding.Critical
+	case h.HoldNs >= uint64(100*time.Millisecond):
+		sev = finding.Warning
+	}
+	var total uint64
+	for _, x := range holds {
+		total += x.HoldNs
+	}
+	f := finding.Finding{
+		ID:           "locks.mmap-hold",
+		Investigator: "locks",
+		Severity:     sev,
+		Title:        fmt.Sprintf("%s held %s for %s by %s (tid %d)", lockName, human(h.HoldNs), mode, h.Comm, h.TID),
+		Summary: fmt.Sprintf("%d holds of %s over %s by %s (pid %d); the longest, %s for %s, got %s of CPU and %d context switches while holding it.",
+			len(holds), whose, s.HoldThreshold, h.Comm, tgid, human(h.HoldNs), mode, human(h.RuntimeNs), h.CSW),
+		Mechanism: "While a thread holds a process's mmap_lock, writers (mmap, munmap, mprotect) wait, and once a writer waits, so do new readers: page faults that fall back from per-VMA locks, and anything reading /proc/PID/cmdline or maps (ps, top, perf). A hold that is mostly off-CPU means the holder is starved of CPU or blocked, not busy.",
+		Evidence: map[string]any{
+			"hold_ms_max":          ms(h.HoldNs),
+			"hold_ms_total":        ms(total),
+			"holds_over_threshold": len(holds),
+			"hold_threshold_ms":    float64(s.HoldThreshold) / 1e6,
+			"runtime_ms":           ms(h.RuntimeNs),
+			"context_switches":     h.CSW,
+			"write":                h.Write,
+		},
+	}
+	if h.HoldNs > 0 {
+		f.Evidence["on_cpu_pct"] = 100 * float64(h.RuntimeNs) / float64(h.HoldNs)
+	}
+	if h.ReclaimCalls > 0 {
+		// Seed 003: the cgroup's reclaim ran under the process's mmap_lock.
+		f.Evidence["reclaim_calls"] = h.ReclaimCalls
+		f.Evidence["reclaim_ms"] = ms(h.ReclaimNs)
+		f.Evidence["pages_scanned"] = h.PagesScanned
+		f.Evidence["pages_reclaimed"] = h.PagesReclaimed
+		f.Evidence["pages_activated"] = h.PagesActivated
+		f.Evidence["pages_ref_keep"] = h.PagesRefKeep
+		if h.PagesScanned > 0 {
+			f.Evidence["efficiency_pct"] = 100 * float64(h.PagesReclaimed) / float64(h.PagesScanned)
+		}
+		f.Summary += fmt.Sprintf(" It reclaimed memory %d times under the lock (%s): %d pages scanned, %d reclaimed.",
+			h.ReclaimCalls, human(h.ReclaimNs), h.PagesScanned, h.PagesReclaimed)
+		f.Remediation = append(f.Remediation, "Memory reclaim ran while the mmap_lock was held (the memory cgroup is at its limit): raise the cgroup's limit or shrink its page cache; kernels since about 6.1 drop the lock before reclaiming in the fault path, and MGLRU changes which pages are scanned.")
+	}
+	// Every hold over the threshold, longest first (JSON; capped).
+	sorted := slices.Clone(holds)
+	slices.SortFunc(sorted, func(x, y Hold) int { return cmp.Compare(y.HoldNs, x.HoldNs) })
+	var list []HoldRecord
+	for i, x := range sorted {
+		if i >= maxHoldRecords {
+			break
+		}
+		top := ""
+		if fr := waiterFrames(x.Stack); len(fr) > 1 {
+			top = fr[1] // under __mmap_lock_do_trace_released: the releasing function
+		}
+		list = append(list, HoldRecord{TID: x.TID, Write: x.Write, HoldMs: ms(x.HoldNs), RuntimeMs: ms(x.RuntimeNs), CSW: x.CSW, ReleasedIn: top,
+			ReclaimCalls: x.ReclaimCalls, PagesScanned: x.PagesScanned, PagesReclaimed: x.PagesReclaimed})
+	}
+	f.Evidence["holds"] = list
+	holder := finding.Subject{
+		Role: finding.RoleHolder, PID: tgid, TID: h.TID, Comm: h.Comm,
+		Detail: "stack at release", Stack: waiterFrames(h.Stack),
+	}
+	f.Subjects = append(f.Subjects, holder)
+	// What the holders of this process did under the lock.
+	var prof []ProfileStack
+	var samples uint64
+	for _, p := range s.Profile {
+		if p.TGID == tgid {
+			prof = append(prof, p)
+			samples += p.Count
+		}
+	}
+	if samples > 0 {
+		slices.SortFunc(prof, func(x, y ProfileStack) int { return cmp.Compare(y.Count, x.Count) })
+		f.Evidence["samples_under_lock"] = samples
+		f.Subjects = append(f.Subjects, finding.Subject{
+			Role: finding.RoleHolder, PID: tgid, TID: prof[0].TID, Comm: h.Comm,
+			Detail: fmt.Sprintf("most sampled stack under the lock: %d of %d samples", prof[0].Count, samples),
+			Stack:  prof[0].Stack,
+		})
+		if fn := hotFunction(prof); fn != "" {
+			f.Evidence["top_function_under_lock"] = fn
+		}
+	}
+	if h.RuntimeNs*2 < h.HoldNs {
+		f.Remediation = append(f.Remediation, "The holder was off CPU for most of the hold: it competes with many runnable threads (check the CPU quota and thread count) or sleeps under the lock (its stack says where).")
+	}
+	f.Remediation = append(f.Remediation,
+		fmt.Sprintf("Profile what runs under the lock: wolf locks --pid %d --folded FILE (flame graph input).", tgid),
+		"Avoid reading /proc/PID/cmdline, environ or maps of this process while it happens (ps, top, monitoring agents block on the lock).")
+	return f
+}
+
+// hotFunction is the function most samples under the lock pass through,
+// ignoring the sampling and interrupt frames on top.
+func hotFunction(prof []ProfileStack) string {
+	counts := map[string]uint64{}
+	for _, p := range prof {
+		seen := map[string]bool{}
+		for _, fr := range p.Stack {
+			fn := waitsite.FuncName(fr)
+			if fn == "" || seen[fn] || irqFrame(fn) {
+				continue
+			}
+			seen[fn] = true
+			counts[fn] += p.Count
+		}
+	}
+	// The deepest function present in most samples is too generic
+	// (entry_SYSCALL_64); the innermost one above half the samples is
+	// what the holder was doing.
+	var total uint64
+	for _, p := range prof {
+		total += p.Count
+	}
+	for _, p := range prof {
+		for _, fr := range p.Stack {
+			fn := waitsite.FuncName(fr)
+			if fn != "" && !irqFrame(fn) && counts[fn]*2 >= total {
+				return fn
+			}
+		}
+	}
+	return ""
+}
+
+func irqFrame(fn string) bool {
+	for _, p := range []string{"asm_sysvec_", "sysvec_", "__sysvec_", "hrtimer_", "__hrtimer_", "perf_", "__perf_",
+		"bpf_", "__bpf_", "tick_", "update_process_times", "irq_exit", "__irq_exit", "handle_softirqs", "__do_softirq"} {
+		if strings.HasPrefix(fn, p) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,165 @@
+package locks
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/wolf-investigator/wolf/internal/costbench"
+	"github.com/wolf-investigator/wolf/internal/investigator"
+	"github.com/wolf-investigator/wolf/internal/overhead"
+	"github.com/wolf-investigator/wolf/internal/testutil"
+)
+
+// mmapChurn is a contention-heavy workload: threads of this process map
+// and unmap a page in a loop, so every call takes the mmap_lock for
+// writing (three mmap_lock tracepoint hits) and they contend on it
+// (contention_begin/end). It returns calls per second.
+func mmapChurn(threads int, d time.Duration) costbench.Workload {
+	return func(ctx context.Context) (float64, error) {
+		var wg sync.WaitGroup
+		counts := make([]int, threads)
+		errs := make([]error, threads)
+		stop := time.Now().Add(d)
+		start := time.Now()
+		for i := range threads {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+				for n := 0; time.Now().Before(stop); n++ {
+					b, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+					if err != nil {
+						errs[i] = err
+						return
+					}
+					b[0] = 1 // a fault, under the per-VMA lock
+					if err := unix.Munmap(b); err != nil {
+						errs[i] = err
+						return
+					}
+					counts[i]++
+				}
+			}()
+		}
+		wg.Wait()
+		total := 0
+		for i, c := range counts {
+			if errs[i] != nil {
+				return 0, errs[i]
+			}
+			total += c
+		}
+		return float64(total) / time.Since(start).Seconds(), nil
+	}
+}
+
+// fileAppend is lock contention of the everyday kind: threads append to
+// one file, so each write takes the inode's i_rwsem for writing and they
+// queue on it. It returns writes per second.
+func fileAppend(b *testing.B, threads int, d time.Duration) costbench.Workload {
+	path := b.TempDir() + "/append"
+	return func(ctx context.Context) (float64, error) {
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			return 0, err
+		}
+		defer f.Close()
+		buf := make([]byte, 512)
+		var wg sync.WaitGroup
+		counts := make([]int, threads)
+		stop := time.Now().Add(d)
+		start := time.Now()
+		for i := range threads {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+				for time.Now().Before(stop) {
+					if _, err := unix.Write(int(f.Fd()), buf); err != nil {
+						return
+					}
+					counts[i]++
+				}
+			}()
+		}
+		wg.Wait()
+		total := 0
+		for _, c := range counts {
+			total += c
+		}
+		return float64(total) / time.Since(start).Seconds(), nil
+	}
+}
+
+// BenchmarkOverheadFileAppend: i_rwsem contention, wolf locks attached or not.
+//
+//	go test -run '^$' -bench Overhead -benchtime 1x ./internal/locks
+func BenchmarkOverheadFileAppend(b *testing.B) {
+	benchOverhead(b, fileAppend(b, 4, 2*time.Second))
+}
+
+// BenchmarkOverheadMmapChurn measures what `wolf locks` costs the
+// workload: rounds with and without it attached, interleaved, plus the
+// BPF run time per event from the kernel's statistics.
+//
+//	go test -run '^$' -bench OverheadMmapChurn -benchtime 1x ./internal/locks
+func BenchmarkOverheadMmapChurn(b *testing.B) {
+	benchOverhead(b, mmapChurn(4, 2*time.Second))
+}
+
+func benchOverhead(b *testing.B, work costbench.Workload) {
+	testutil.RequireRoot(b)
+	testutil.Exclusive(b)
+	for range b.N {
+		var progs struct {
+			sync.Mutex
+			runNs, runs uint64
+		}
+		attach := func(ctx context.Context) (func() error, error) {
+			l := New()
+			ctx, cancel := context.WithCancel(ctx)
+			attached := make(chan struct{})
+			var once sync.Once
+			done := make(chan error, 1)
+			go func() {
+				res, err := l.Run(ctx, investigator.Options{Duration: time.Hour,
+					Progress: func(float64) { once.Do(func() { close(attached) }) }})
+				if err == nil {
+					progs.Lock()
+					progs.runNs += res.Overhead.BPFRunNs
+					progs.runs += res.Overhead.Events
+					progs.Unlock()
+				}
+				done <- err
+			}()
+			select {
+			case <-attached:
+			case err := <-done:
+				cancel()
+				return nil, err
+			}
+			return func() error { cancel(); return <-done }, nil
+		}
+		r, err := costbench.Compare(context.Background(), 5, work, attach)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(r.SlowdownPct, "slowdown_%")
+		b.ReportMetric(r.NoisePct, "noise_%")
+		b.ReportMetric(costbench.Median(r.Baseline), "ops/s_without")
+		b.ReportMetric(costbench.Median(r.With), "ops/s_with")
+		if progs.runs > 0 {
+			b.ReportMetric(float64(overhead.PerEvent(time.Duration(progs.runNs), progs.runs)), "bpf_ns/event")
+		}
+		b.Log(fmt.Sprintf("without %v with %v", r.Baseline, r.With))
+	}
+}

@@ -1,0 +1,272 @@
+package locks
+
+import (
+	"fmt"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/wolf-investigator/wolf/internal/hist"
+)
+
+// Symbolizer turns kernel addresses into "func+0x1f [module]".
+type Symbolizer interface {
+	Symbolize(addr uint64) string
+}
+
+// stackCache symbolizes each stack id once.
+type stackCache struct {
+	p    *probe
+	syms Symbolizer
+	memo map[int32][]string
+}
+
+func (c *stackCache) get(id int32) []string {
+	if id == -1 {
+		return nil
+	}
+	if s, ok := c.memo[id]; ok {
+		return s
+	}
+	var f locksFrames
+	var err error
+	if uint32(id)&0x80000000 != 0 {
+		err = c.p.maps.OwnerFrames.Lookup(uint32(id), &f)
+	} else if id >= 0 {
+		err = c.p.maps.Stacks.Lookup(uint32(id), &f)
+	} else {
+		return nil
+	}
+	var out []string
+	if err == nil {
+		for _, ip := range f.Ip {
+			if ip == 0 {
+				break
+			}
+			out = append(out, c.syms.Symbolize(ip))
+		}
+	}
+	c.memo[id] = out
+	return out
+}
+
+// sampleQueues reads the waiting readers and writers of every lock with
+// waiters now, for the queue-depth time series.
+func (p *probe) sampleQueues(at time.Duration, into map[uint64][]QueueSample) {
+	var k uint64
+	var q locksQueue
+	it := p.maps.Queues.Iterate()
+	for it.Next(&k, &q) {
+		if q.Readers > 0 || q.Writers > 0 {
+			into[k] = append(into[k], QueueSample{At: at, Readers: q.Readers, Writers: q.Writers})
+		}
+	}
+}
+
+// collect reads every aggregation map into a snapshot.
+func (p *probe) collect(syms Symbolizer, s *Snapshot) error {
+	sc := &stackCache{p: p, syms: syms, memo: map[int32][]string{}}
+
+	var wk locksWaitKey
+	var wv locksWaitVal
+	it := p.maps.Waits.Iterate()
+	for it.Next(&wk, &wv) {
+		s.Waits = append(s.Waits, Wait{
+			Lock: wk.Lock, Type: Type(wk.Type), Stack: sc.get(wk.StackId), MMTGID: int(wk.MmTgid),
+			Count: wv.Count, TotalNs: wv.TotalNs, MaxNs: wv.MaxNs, MaxTID: int(wv.MaxTid),
+			ReaderOwned: uint64(wv.OwnerReaders), BehindWriter: wv.WriterHead,
+		})
+	}
+	if err := it.Err(); err != nil {
+		return err
+	}
+
+	var tk locksTaskKey
+	var tv locksTaskVal
+	it = p.maps.Waiters.Iterate()
+	for it.Next(&tk, &tv) {
+		s.Waiters = append(s.Waiters, Waiter{
+			Lock: tk.Lock, TID: int(tk.Tid), TGID: int(tv.Tgid), Comm: cString(tv.Comm[:]),
+			Count: tv.Count, TotalNs: tv.TotalNs, MaxNs: tv.MaxNs,
+		})
+	}
+	if err := it.Err(); err != nil {
+		return err
+	}
+
+	var ok locksOwnerKey
+	var ov locksOwnerVal
+	it = p.maps.Owners.Iterate()
+	for it.Next(&ok, &ov) {
+		s.Owners = append(s.Owners, Owner{
+			Lock: ok.Lock, TID: int(ok.OwnerTid), TGID: int(ov.OwnerTgid), Comm: cString(ov.OwnerComm[:]),
+			Kind: OwnerKind(ok.OwnerKind), Stack: sc.get(ok.OwnerStackId),
+			Count: ov.Count, TotalNs: ov.TotalNs, MaxNs: ov.MaxNs,
+		})
+	}
+	if err := it.Err(); err != nil {
+		return err
+	}
+
+	var lk uint64
+	var q locksQueue
+	it = p.maps.Queues.Iterate()
+	for it.Next(&lk, &q) {
+		if q.MaxReaders+q.MaxWriters == 0 {
+			continue
+		}
+		s.Queues = append(s.Queues, Queue{
+			Lock: lk, MaxReaders: q.MaxReaders, MaxWriters: q.MaxWriters, Readers: q.Readers, Writers: q.Writers,
+			BusyMaxNs: q.BusyMaxNs, BusyTotalNs: q.BusyTotalNs, BusyPeriods: q.BusyPeriods,
+		})
+	}
+	if err := it.Err(); err != nil {
+		return err
+	}
+
+	var hk locksLockKey
+	var hv locksWolfHist
+	it = p.maps.LockHist.Iterate()
+	for it.Next(&hk, &hv) {
+		s.Hists = append(s.Hists, LockHist{Lock: hk.Lock, Type: Type(hk.Type), Hist: fromBPF(&hv)})
+	}
+	if err := it.Err(); err != nil {
+		return err
+	}
+
+	var mk locksMmKey
+	var mv locksMmVal
+	it = p.maps.MmStats.Iterate()
+	for it.Next(&mk, &mv) {
+		s.MM = append(s.MM, MMStat{
+			TGID: int(mk.Tgid), TID: int(mk.Tid), MMTGID: int(mk.MmTgid), Write: mk.Write != 0,
+			Comm: cString(mv.Comm[:]), Hold: fromBPF(&mv.Hold), Wait: fromBPF(&mv.Wait),
+		})
+	}
+	if err := it.Err(); err != nil {
+		return err
+	}
+
+	var pk locksProfKey
+	var pc uint64
+	it = p.maps.UnderLock.Iterate()
+	for it.Next(&pk, &pc) {
+		s.Profile = append(s.Profile, ProfileStack{
+			TGID: int(pk.Tgid), TID: int(pk.Tid), Write: pk.Write != 0, Stack: sc.get(pk.StackId), Count: pc,
+		})
+	}
+	if err := it.Err(); err != nil {
+		return err
+	}
+
+	if err := p.collectOngoing(sc, s); err != nil {
+		return err
+	}
+
+	events, lost := p.holdEvents()
+	for _, e := range events {
+		h := Hold{
+			TGID: int(e.Tgid), TID: int(e.Tid), MMTGID: int(e.MmTgid), Comm: cString(e.Comm[:]),
+			Write: e.Write != 0, Start: time.Duration(e.StartNs), HoldNs: e.HoldNs,
+			RuntimeNs: e.RuntimeNs, CSW: e.Csw, Stack: sc.get(e.StackId),
+			ReclaimNs: e.ReclaimNs, ReclaimCalls: e.ReclaimCalls, PagesScanned: e.PagesScanned,
+			PagesReclaimed: e.PagesReclaimed, PagesActivated: e.PagesActivated, PagesRefKeep: e.PagesRefKeep,
+		}
+		s.Holds = append(s.Holds, h)
+	}
+	s.HoldsLost = lost
+	return nil
+}
+
+// collectOngoing adds the waits still going when wolf stopped: the worst
+// contention (a lock whose owner never lets go) never reaches
+// contention_end, so it would otherwise be invisible.
+func (p *probe) collectOngoing(sc *stackCache, s *Snapshot) error {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return fmt.Errorf("clock: %w", err)
+	}
+	now := uint64(ts.Nano())
+	waiterAt := map[[2]uint64]int{}
+	for i, w := range s.Waiters {
+		waiterAt[[2]uint64{w.Lock, uint64(w.TID)}] = i
+	}
+	var tid uint32
+	var pe locksPending
+	it := p.maps.PendingTask.Iterate()
+	for it.Next(&tid, &pe) {
+		if pe.StartNs == 0 || pe.StartNs > now {
+			continue
+		}
+		d := now - pe.StartNs
+		s.Waits = append(s.Waits, Wait{
+			Lock: pe.Lock, Type: Type(pe.Type), Stack: sc.get(pe.StackId), MMTGID: int(pe.MmTgid),
+			Count: 1, TotalNs: d, MaxNs: d, MaxTID: int(tid), Ongoing: 1,
+		})
+		if OwnerKind(pe.OwnerKind) == OwnerReaders {
+			s.Waits[len(s.Waits)-1].ReaderOwned = 1
+		}
+		if pe.BehindWriter != 0 {
+			s.Waits[len(s.Waits)-1].BehindWriter = 1
+		}
+		k := [2]uint64{pe.Lock, uint64(tid)}
+		if i, ok := waiterAt[k]; ok {
+			w := &s.Waiters[i]
+			w.Count++
+			w.TotalNs += d
+			w.MaxNs = max(w.MaxNs, d)
+			w.Ongoing = true
+		} else {
+			waiterAt[k] = len(s.Waiters)
+			s.Waiters = append(s.Waiters, Waiter{
+				Lock: pe.Lock, TID: int(tid), TGID: int(pe.Tgid), Comm: s.comm(int(tid)),
+				Count: 1, TotalNs: d, MaxNs: d, Ongoing: true,
+			})
+		}
+		if OwnerKind(pe.OwnerKind) != OwnerNone {
+			s.Owners = append(s.Owners, Owner{
+				Lock: pe.Lock, TID: int(pe.OwnerTid), TGID: s.tgidOf(int(pe.OwnerTid)), Comm: s.comm(int(pe.OwnerTid)),
+				Kind: OwnerKind(pe.OwnerKind), Stack: sc.get(pe.OwnerStackId), Count: 1, TotalNs: d, MaxNs: d,
+			})
+		}
+		var h hist.Log2
+		h.Add(d)
+		s.Hists = append(s.Hists, LockHist{Lock: pe.Lock, Type: Type(pe.Type), Hist: h})
+	}
+	return it.Err()
+}
+
+func fromBPF(h *locksWolfHist) hist.Log2 {
+	return hist.FromSlots(h.Slots[:], h.Count, h.Sum, h.Max)
+}
+
+// statNames name enum lock_stat's counters, in order.
+var statNames = []string{"begin", "end", "pending_full", "nested", "unmatched_end", "waits_full",
+	"tasks_full", "owners_full", "queue_full", "stack_err", "mm_events", "mm_holds_full",
+	"mm_stats_full", "mm_unmatched", "hold_drops", "samples", "samples_under_lock", "profile_full", "stale"}
+
+// stats reads the per-CPU counters, summed, by name.
+func (p *probe) stats() map[string]uint64 {
+	out := map[string]uint64{}
+	for i, n := range statNames {
+		var per []uint64
+		if err := p.maps.Stats.Lookup(uint32(i), &per); err != nil {
+			continue
+		}
+		for _, v := range per {
+			out[n] += v
+		}
+	}
+	return out
+}
+
+func cString(b []int8) string {
+	out := make([]byte, 0, len(b))
+	for _, c := range b {
+		if c == 0 {
+			break
+		}
+		out = append(out, byte(c))
+	}
+	return string(out)
+}

@@ -1,0 +1,239 @@
+package locks
+
+import (
+	"context"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/investigator"
+	"github.com/wolf-investigator/wolf/internal/lab"
+	"github.com/wolf-investigator/wolf/internal/lab/fusestall"
+	"github.com/wolf-investigator/wolf/internal/lab/mmaplock"
+	"github.com/wolf-investigator/wolf/internal/testutil"
+)
+
+func TestMain(m *testing.M) {
+	mmaplock.MaybeRunChild() // the mmap-lock lab re-executes this binary
+	os.Exit(m.Run())
+}
+
+// run runs l for d; during, if set, runs once every program is attached.
+func run(t *testing.T, l *Investigator, opts investigator.Options, during func()) *investigator.Result {
+	t.Helper()
+	type out struct {
+		res *investigator.Result
+		err error
+	}
+	done := make(chan out, 1)
+	attached := make(chan struct{})
+	var once sync.Once
+	go func() {
+		// Progress is first called on the first tick, after attaching.
+		opts.Progress = func(float64) { once.Do(func() { close(attached) }) }
+		res, err := l.Run(context.Background(), opts)
+		done <- out{res, err}
+	}()
+	if during != nil {
+		select {
+		case <-attached:
+		case o := <-done:
+			t.Fatalf("locks.Run ended before attaching: %v", o.err)
+		}
+		during()
+	}
+	o := <-done
+	if o.err != nil {
+		t.Fatalf("locks.Run: %v", o.err)
+	}
+	return o.res
+}
+
+func byID(fs []finding.Finding, id string) []finding.Finding {
+	var out []finding.Finding
+	for _, f := range fs {
+		if f.ID == id {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func subjects(f finding.Finding, role string) []finding.Subject {
+	var out []finding.Subject
+	for _, s := range f.Subjects {
+		if s.Role == role {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Contention that begins while wolf runs is caught with its owner: the FUSE
+// lab's offender holds a file's i_rwsem while its WRITE is parked; the
+// victims that arrive afterwards wait on it. wolf must name the rwsem by
+// its waiters' caller, the offender as owner (with its stack in the FUSE
+// request), and the victims as waiters.
+func testFuseOwner(t *testing.T, rawOnly bool) {
+	testutil.RequireRoot(t)
+	_, err := os.Stat("/dev/fuse")
+	testutil.Require(t, err == nil, "needs /dev/fuse for the FUSE lab")
+	testutil.Exclusive(t)
+
+	var inst *fusestall.Instance
+	l := New()
+	l.rawOnly = rawOnly
+	l.ProfileHz = 0
+	res := run(t, l, investigator.Options{Duration: 4 * time.Second}, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		in, err := fusestall.NewRWSem().Start(ctx, lab.Options{Victims: 2, Logf: t.Logf})
+		if err != nil {
+			t.Fatalf("start lab: %v", err)
+		}
+		inst = in.(*fusestall.Instance)
+		t.Cleanup(func() { _ = inst.Close() })
+	})
+	tasks := inst.Tasks()
+	var hit *finding.Finding
+	for _, f := range byID(res.Findings, "locks.contention") {
+		for _, o := range subjects(f, finding.RoleOwner) {
+			if o.PID == tasks.Offender {
+				hit = &f
+			}
+		}
+	}
+	if hit == nil {
+		t.Fatalf("no contention finding names offender %d as owner; findings: %+v", tasks.Offender, res.Findings)
+	}
+	t.Logf("%s: %s", hit.Severity, hit.Title)
+	if hit.Evidence["lock_type"] != "rwsem:W" {
+		t.Errorf("lock_type %v, want rwsem:W", hit.Evidence["lock_type"])
+	}
+	if name := hit.Evidence["lock"].(string); !strings.Contains(name, "fuse_file_write_iter") {
+		t.Errorf("lock named %q, want it named after the waiters' caller fuse_file_write_iter", name)
+	}
+	var waiters []int
+	for _, w := range subjects(*hit, finding.RoleWaiter) {
+		waiters = append(waiters, w.PID)
+	}
+	slices.Sort(waiters)
+	if want := slices.Sorted(slices.Values(tasks.Victims)); !slices.Equal(waiters, want) {
+		t.Errorf("waiters %v, want the victims %v", waiters, want)
+	}
+	owner := subjects(*hit, finding.RoleOwner)[0]
+	if owner.Comm != "sh" {
+		t.Errorf("owner comm %q, want sh", owner.Comm)
+	}
+	// Owner stacks need BTF tracepoints and the bpf_task_from_pid kfunc
+	// (6.2+); older kernels (the qemu 6.1 run) get the raw build.
+	canStack := !rawOnly && kernelHasFunc("bpf_task_from_pid")
+	stack := strings.Join(owner.Stack, " ")
+	switch {
+	case !canStack && len(owner.Stack) != 0:
+		t.Errorf("owner stack %v without BTF tracepoints and the kfunc", owner.Stack)
+	case canStack && !strings.Contains(stack, "fuse"):
+		t.Errorf("owner stack %v does not show it waiting in FUSE", owner.Stack)
+	}
+	if !strings.HasPrefix(hit.Title, hit.Evidence["lock"].(string)+": ") || !strings.Contains(hit.Title, "owner sh (pid ") {
+		t.Errorf("title %q", hit.Title)
+	}
+	if res.Capabilities["locks:owner_stacks"] != canStack {
+		t.Errorf("owner_stacks capability %v, want %v", res.Capabilities["locks:owner_stacks"], canStack)
+	}
+}
+
+func TestLiveFuseOwner(t *testing.T)               { testFuseOwner(t, false) }
+func TestLiveFuseOwnerRawTracepoints(t *testing.T) { testFuseOwner(t, true) }
+
+// The mmap-lock lab: a CPU-starved holder, a writer and readers in one
+// process. wolf must report the long holds with the holder, how little
+// CPU it got, what ran under the lock, the contention on that process's
+// mmap_lock, and readers queued behind the writer; --folded writes the
+// profile.
+func TestLiveMmapLock(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.Exclusive(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	in, err := mmaplock.NewSized(256).Start(ctx, lab.Options{Logf: t.Logf})
+	if err != nil {
+		t.Fatalf("start lab: %v", err)
+	}
+	defer in.Close()
+	inst := in.(*mmaplock.Instance)
+	folded := t.TempDir() + "/under.folded"
+
+	l := New()
+	l.Folded = folded
+	l.ProfileHz = 499
+	res := run(t, l, investigator.Options{Duration: 5 * time.Second, PID: inst.PID()}, nil)
+
+	holds := byID(res.Findings, "locks.mmap-hold")
+	if len(holds) == 0 {
+		t.Fatalf("no mmap-hold finding; findings: %+v", res.Findings)
+	}
+	h := holds[0]
+	t.Logf("%s: %s", h.Severity, h.Title)
+	holder := subjects(h, finding.RoleHolder)
+	if len(holder) == 0 || holder[0].TID != inst.Holder() || holder[0].PID != inst.PID() {
+		t.Fatalf("holder %+v, want tid %d of pid %d", holder, inst.Holder(), inst.PID())
+	}
+	if h.Severity < finding.Warning {
+		t.Errorf("severity %s for a %v ms hold", h.Severity, h.Evidence["hold_ms_max"])
+	}
+	// Starved: most of the hold off CPU.
+	if pct := h.Evidence["on_cpu_pct"].(float64); pct > 50 {
+		t.Errorf("holder on CPU %.0f%% of its hold; the lab starves it", pct)
+	}
+	if !strings.Contains(h.Title, "mmap_lock of wolf-mmaplock (pid ") {
+		t.Errorf("title %q does not name the process's mmap_lock", h.Title)
+	}
+
+	cont := byID(res.Findings, "locks.contention")
+	var mm *finding.Finding
+	for i := range cont {
+		if strings.HasPrefix(cont[i].Evidence["lock"].(string), "mmap_lock of wolf-mmaplock") {
+			mm = &cont[i]
+		}
+	}
+	if mm == nil {
+		t.Fatalf("no contention finding on the lab's mmap_lock: %+v", cont)
+	}
+	waiters := map[int]bool{}
+	for _, w := range subjects(*mm, finding.RoleWaiter) {
+		waiters[w.TID] = true
+	}
+	for _, v := range inst.Tasks().Victims {
+		if !waiters[v] {
+			t.Errorf("victim tid %d not among the waiters %v", v, waiters)
+		}
+	}
+	if len(byID(res.Findings, "locks.writer-starvation")) == 0 {
+		t.Errorf("no writer-starvation finding for readers queued behind the writer")
+	}
+
+	var sawHold bool
+	for _, hg := range res.Histograms {
+		if hg.Name == "mmap_lock_hold_us" && hg.Labels["pid"] != "" && hg.Count > 0 {
+			sawHold = true
+		}
+	}
+	if !sawHold {
+		t.Error("no mmap_lock_hold_us histogram")
+	}
+	b, err := os.ReadFile(folded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "[mmap_lock ") || !strings.Contains(string(b), "wolf-mmaplock (pid ") {
+		t.Errorf("folded profile lacks the lab's samples:\n%s", b)
+	}
+	if res.Overhead.BPFRunNs == 0 || res.Overhead.Events == 0 {
+		t.Errorf("overhead not measured: %+v", res.Overhead)
+	}
+}

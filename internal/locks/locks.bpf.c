@@ -1,0 +1,1150 @@
+//go:build ignore
+
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * wolf locks: who waits for which kernel lock, for how long, and who holds
+ * it; and how long each process's mmap_lock is held, with what the holder
+ * does meanwhile.
+ *
+ *  - lock:contention_begin/end: waits aggregated here per lock, type and
+ *    waiter stack (count, total, max, log2 histogram), per waiting task,
+ *    and per owner (mutex and writer-owned rw-semaphore owners decoded at
+ *    begin, their stacks captured); rw-semaphore wait queues modelled
+ *    (waiters now, most at once, readers queued behind a waiting writer,
+ *    how long until the queue drains).
+ *  - mmap_lock:*: hold and wait histograms per thread and mode; holds above
+ *    a threshold cross a ring buffer with the releasing stack, the holder's
+ *    CPU time and context switches during the hold.
+ *  - a perf_event program counts kernel stacks only while the sampled
+ *    thread holds its mmap_lock ("profile under lock").
+ *
+ * Spinning-lock contention keeps its pending state per CPU: the waiter
+ * spins with preemption off, and a hash update keyed by task there would
+ * take a bucket lock inside another lock's slow path.
+ */
+#include "wolf.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+#define COMM_LEN 16
+
+/* kfuncs (6.2+); only the BTF-tracepoint programs call them. */
+extern struct task_struct *bpf_task_from_pid(s32 pid) __ksym __weak;
+extern void bpf_task_release(struct task_struct *p) __ksym __weak;
+#define STACK_DEPTH 64
+
+/* Set by user space before load. */
+const volatile __u32 target_tgid = 0;       /* 0: every process */
+const volatile __u64 target_lock = 0;       /* 0: every lock */
+const volatile __u32 type_mask = 0xffffffff; /* enum lock_type bits */
+const volatile __u64 hold_threshold_ns = 20 * 1000 * 1000;
+const volatile bool owner_stacks = true;     /* needs bpf_task_from_pid */
+const volatile bool mmap_has_memcg_path = false; /* 5.14..6.13 tracepoint args */
+const volatile __u64 owner_stack_every_ns = 10 * 1000 * 1000;
+/*
+ * A stack walk costs a microsecond or two; under heavy contention the same
+ * thread waits on the same lock from the same place thousands of times a
+ * second, so its stack is walked at most once per this interval per lock.
+ */
+const volatile __u64 stack_every_ns = 10 * 1000 * 1000;
+/*
+ * No spin wait lasts this long: a pending spin wait older than this lost
+ * its end (the program was busy on this CPU: a recursion miss) and is
+ * dropped rather than charged to a later, unrelated end.
+ */
+const volatile __u64 max_spin_ns = 1000 * 1000 * 1000;
+
+/* Lock types as wolf reports them, decoded from the LCB_F_* flags. */
+enum lock_type {
+	TYPE_SPINLOCK = 0,
+	TYPE_RWLOCK_READ = 1,
+	TYPE_RWLOCK_WRITE = 2,
+	TYPE_MUTEX = 3,
+	TYPE_RWSEM_READ = 4,
+	TYPE_RWSEM_WRITE = 5,
+	TYPE_SEMAPHORE = 6,
+	TYPE_RTMUTEX = 7,
+	TYPE_PERCPU_RWSEM_READ = 8,
+	TYPE_PERCPU_RWSEM_WRITE = 9,
+	TYPE_RT_RWLOCK_READ = 10,
+	TYPE_RT_RWLOCK_WRITE = 11,
+};
+
+enum owner_kind {
+	OWNER_NONE = 0,
+	OWNER_TASK = 1,    /* mutex or writer-owned rw-semaphore: exact */
+	OWNER_READERS = 2, /* reader-owned rw-semaphore: task is the latest reader */
+};
+
+/* Counters in the stats array; user space names them. */
+enum lock_stat {
+	STAT_BEGIN = 0,
+	STAT_END,
+	STAT_PENDING_FULL,   /* no room to remember a wait */
+	STAT_NESTED,         /* spin contention while another was pending on this CPU */
+	STAT_UNMATCHED_END,  /* end without begin (began before wolf attached) */
+	STAT_WAITS_FULL,
+	STAT_TASKS_FULL,
+	STAT_OWNERS_FULL,
+	STAT_QUEUE_FULL,
+	STAT_STACK_ERR,
+	STAT_MM_EVENTS,
+	STAT_MM_HOLDS_FULL,
+	STAT_MM_STATS_FULL,
+	STAT_MM_UNMATCHED,   /* released without acquire (held before wolf attached) */
+	STAT_HOLD_DROPS,     /* ring buffer full */
+	STAT_SAMPLES,
+	STAT_SAMPLES_UNDER_LOCK,
+	STAT_PROFILE_FULL,
+	STAT_STALE,          /* pending wait whose end was lost */
+	STAT_MAX,
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, STAT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} stats SEC(".maps");
+
+static __always_inline void count(__u32 s)
+{
+	__u64 *v = bpf_map_lookup_elem(&stats, &s);
+
+	if (v)
+		*v += 1;
+}
+
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, 16384);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, STACK_DEPTH * sizeof(__u64));
+} stacks SEC(".maps");
+
+/* One wait in progress. */
+struct pending {
+	__u64 start_ns;
+	__u64 lock;
+	__u32 type;
+	__s32 stack_id;
+	__u32 owner_tid;
+	__u32 owner_kind;
+	__s32 owner_stack_id;
+	__u32 mm_tgid;     /* the lock is this process's mmap_lock */
+	__u32 behind_writer; /* a reader queued behind a waiting writer */
+	__u64 owner;         /* task_struct *, read only when an owner is new */
+	__u32 tgid;          /* the waiter, for waits still going at the end */
+	__u32 stack_tid;     /* the stack cache below is this thread's */
+	/* The last stack taken, reused for the same lock within stack_every_ns. */
+	__u64 stack_lock;
+	__u64 stack_ns;
+	__s32 stack_cached;
+	__u32 flags; /* LCB_F_* of the begin */
+};
+
+/*
+ * Per-thread state is written in place (an update or delete per event
+ * costs a bucket lock and a copy); LRU so that threads that exit give
+ * their entries back. start_ns == 0 means no wait in progress.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32); /* tid */
+	__type(value, struct pending);
+} pending_task SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct pending);
+} pending_cpu SEC(".maps");
+
+/* Waits per lock, type and waiter stack. */
+struct wait_key {
+	__u64 lock;
+	__u32 type;
+	__s32 stack_id;
+	__u32 mm_tgid;
+	__u32 pad;
+};
+
+struct wait_val {
+	__u64 count;
+	__u64 total_ns;
+	__u64 max_ns;
+	__u32 max_tid;
+	__u32 owner_readers; /* waits that found the lock reader-owned */
+	__u64 writer_head;   /* reader waits that found a writer at the queue's head */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, struct wait_key);
+	__type(value, struct wait_val);
+} waits SEC(".maps");
+
+/* Histogram per lock and type. */
+struct lock_key {
+	__u64 lock;
+	__u32 type;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 2048);
+	__type(key, struct lock_key);
+	__type(value, struct wolf_hist);
+} lock_hist SEC(".maps");
+
+/* Waits per lock and waiting task. */
+struct task_key {
+	__u64 lock;
+	__u32 tid;
+	__u32 pad;
+};
+
+struct task_val {
+	__u64 count;
+	__u64 total_ns;
+	__u64 max_ns;
+	__u32 tgid;
+	char comm[COMM_LEN];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct task_key);
+	__type(value, struct task_val);
+} waiters SEC(".maps");
+
+/* Waiting time attributed to the owner found at begin (perf lock -o). */
+struct owner_key {
+	__u64 lock;
+	__u32 owner_tid;
+	__s32 owner_stack_id;
+	__u32 owner_kind;
+	__u32 pad;
+};
+
+struct owner_val {
+	__u64 count;
+	__u64 total_ns;
+	__u64 max_ns;
+	__u32 owner_tgid;
+	char owner_comm[COMM_LEN];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, struct owner_key);
+	__type(value, struct owner_val);
+} owners SEC(".maps");
+
+/* Owner stacks are captured once per owner change or interval per lock. */
+struct owner_seen {
+	__u64 at_ns;
+	__u32 tid;
+	__s32 stack_id;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64); /* lock */
+	__type(value, struct owner_seen);
+} owner_last SEC(".maps");
+
+/* The wait queue of each sleeping lock, as seen from begin/end. */
+struct queue {
+	__s64 readers;    /* waiting now */
+	__s64 writers;
+	__u64 max_readers;
+	__u64 max_writers;
+	__u64 busy_since; /* first waiter of the current busy period */
+	__u64 busy_max_ns;
+	__u64 busy_total_ns;
+	__u64 busy_periods;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64); /* lock */
+	__type(value, struct queue);
+} queues SEC(".maps");
+
+static __always_inline __u32 lock_type(__u32 flags)
+{
+	if (flags & WOLF_LCB_F_PERCPU)
+		return (flags & WOLF_LCB_F_WRITE) ? TYPE_PERCPU_RWSEM_WRITE : TYPE_PERCPU_RWSEM_READ;
+	if (flags & WOLF_LCB_F_MUTEX)
+		return TYPE_MUTEX;
+	if (flags & WOLF_LCB_F_RT) {
+		if (flags & WOLF_LCB_F_READ)
+			return TYPE_RT_RWLOCK_READ;
+		if (flags & WOLF_LCB_F_WRITE)
+			return TYPE_RT_RWLOCK_WRITE;
+		return TYPE_RTMUTEX;
+	}
+	if (flags & WOLF_LCB_F_SPIN) {
+		if (flags & WOLF_LCB_F_READ)
+			return TYPE_RWLOCK_READ;
+		if (flags & WOLF_LCB_F_WRITE)
+			return TYPE_RWLOCK_WRITE;
+		return TYPE_SPINLOCK;
+	}
+	if (flags & WOLF_LCB_F_READ)
+		return TYPE_RWSEM_READ;
+	if (flags & WOLF_LCB_F_WRITE)
+		return TYPE_RWSEM_WRITE;
+	return TYPE_SEMAPHORE;
+}
+
+/* Pure spinning: the mutex's optimistic spin is not inside another lock. */
+static __always_inline bool spinning(__u32 flags)
+{
+	return (flags & WOLF_LCB_F_SPIN) && !(flags & WOLF_LCB_F_MUTEX);
+}
+
+static __always_inline bool is_rwsem(__u32 type)
+{
+	return type == TYPE_RWSEM_READ || type == TYPE_RWSEM_WRITE;
+}
+
+static __always_inline bool wanted(__u64 lock, __u32 type)
+{
+	if (target_lock && lock != target_lock)
+		return false;
+	if (!(type_mask & (1U << type)))
+		return false;
+	if (target_tgid && (bpf_get_current_pid_tgid() >> 32) != target_tgid)
+		return false;
+	return true;
+}
+
+/*
+ * Owner stacks come from bpf_get_task_stack (another task's stack), which
+ * fills a buffer rather than the stack map; they are kept here keyed by a
+ * hash of their frames, with the top bit set so they never collide with a
+ * stack map id.
+ */
+struct frames {
+	__u64 ip[STACK_DEPTH];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct frames);
+} owner_frames SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct frames);
+} scratch SEC(".maps");
+
+/* Always zero: a new histogram is too big for the BPF stack. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct wolf_hist);
+} zero_hist SEC(".maps");
+
+/* Look key up in map, inserting a zeroed value first if it is absent. */
+static __always_inline void *lookup_or_init(void *map, const void *key, const void *zero)
+{
+	void *v = bpf_map_lookup_elem(map, key);
+
+	if (v)
+		return v;
+	bpf_map_update_elem(map, key, zero, BPF_NOEXIST);
+	return bpf_map_lookup_elem(map, key);
+}
+
+static __always_inline struct wolf_hist *hist_for(void *map, const void *key)
+{
+	__u32 zero = 0;
+	struct wolf_hist *z = bpf_map_lookup_elem(&zero_hist, &zero);
+
+	if (!z)
+		return 0;
+	return lookup_or_init(map, key, z);
+}
+
+/*
+ * The owner's stack: walking another task's stack costs microseconds, so
+ * it is taken at most once per owner_stack_every_ns per lock. Within the
+ * interval the same owner reuses its stack; a different owner (a lock
+ * passed around under churn) goes without one.
+ */
+static __always_inline __s32 owner_stack(__u64 lock, struct task_struct *o, __u32 tid,
+					 const bool can_walk)
+{
+	__u64 now = bpf_ktime_get_ns();
+	struct owner_seen *seen = bpf_map_lookup_elem(&owner_last, &lock);
+	__s32 id = -1;
+
+	if (seen && now - seen->at_ns < owner_stack_every_ns)
+		return seen->tid == tid ? seen->stack_id : -1;
+	if (can_walk && owner_stacks) {
+		__u32 zero = 0;
+		struct frames *f = bpf_map_lookup_elem(&scratch, &zero);
+		struct task_struct *t = 0;
+
+		if (f)
+			t = bpf_task_from_pid(BPF_CORE_READ(o, pid));
+		if (t) {
+			long n = bpf_get_task_stack(t, f->ip, sizeof(f->ip), 0);
+
+			bpf_task_release(t);
+			if (n > 0) {
+				__u64 h = 14695981039346656037ULL; /* FNV-1a */
+				__u32 key;
+
+				for (int i = 0; i < STACK_DEPTH; i++) {
+					if (i * 8 >= n)
+						f->ip[i] = 0;
+					h ^= f->ip[i];
+					h *= 1099511628211ULL;
+				}
+				key = (__u32)(h ^ (h >> 32)) | 0x80000000U;
+				if (bpf_map_update_elem(&owner_frames, &key, f, BPF_ANY) == 0)
+					id = (__s32)key;
+				else
+					count(STAT_STACK_ERR);
+			}
+		}
+	}
+	struct owner_seen s = {.at_ns = now, .tid = tid, .stack_id = id};
+	bpf_map_update_elem(&owner_last, &lock, &s, BPF_ANY);
+	return id;
+}
+
+/* The tgid whose mmap_lock lock is, if it is the current task's own. */
+static __always_inline __u32 own_mmap_lock(__u64 lock)
+{
+	struct task_struct *cur = (struct task_struct *)bpf_get_current_task();
+	struct mm_struct *mm = BPF_CORE_READ(cur, mm);
+
+	if (mm && lock == (__u64)mm + bpf_core_field_offset(struct mm_struct, mmap_lock))
+		return BPF_CORE_READ(cur, tgid);
+	return 0;
+}
+
+static __always_inline void queue_enter(__u64 lock, __u32 type, __u64 now)
+{
+	struct queue z = {};
+	struct queue *q = lookup_or_init(&queues, &lock, &z);
+	__s64 before, n;
+
+	if (!q) {
+		count(STAT_QUEUE_FULL);
+		return;
+	}
+	before = q->readers + q->writers;
+	if (type == TYPE_RWSEM_READ) {
+		n = __sync_fetch_and_add(&q->readers, 1) + 1;
+		if (n > 0 && (__u64)n > q->max_readers)
+			q->max_readers = n;
+	} else {
+		n = __sync_fetch_and_add(&q->writers, 1) + 1;
+		if (n > 0 && (__u64)n > q->max_writers)
+			q->max_writers = n;
+	}
+	if (before <= 0)
+		q->busy_since = now;
+}
+
+static __always_inline void queue_leave(__u64 lock, __u32 type, __u64 now)
+{
+	struct queue *q = bpf_map_lookup_elem(&queues, &lock);
+
+	if (!q)
+		return;
+	if (type == TYPE_RWSEM_READ)
+		__sync_fetch_and_add(&q->readers, -1);
+	else
+		__sync_fetch_and_add(&q->writers, -1);
+	if (q->readers + q->writers <= 0 && q->busy_since) {
+		__u64 busy = now - q->busy_since;
+
+		q->busy_since = 0;
+		q->busy_total_ns += busy;
+		q->busy_periods += 1;
+		if (busy > q->busy_max_ns)
+			q->busy_max_ns = busy;
+	}
+}
+
+/* Does a writer wait at the head of this rw-semaphore's queue? */
+static __always_inline bool writer_at_head(__u64 lock)
+{
+	struct rw_semaphore *s = (struct rw_semaphore *)lock;
+	struct list_head *first = BPF_CORE_READ(s, wait_list.next);
+	__u64 head = lock + bpf_core_field_offset(struct rw_semaphore, wait_list);
+	struct rwsem_waiter *w;
+
+	if (!first || (__u64)first == head)
+		return false;
+	w = container_of(first, struct rwsem_waiter, list);
+	return BPF_CORE_READ(w, type) == RWSEM_WAITING_FOR_WRITE;
+}
+
+static __always_inline bool spin_type(__u32 type)
+{
+	return type == TYPE_SPINLOCK || type == TYPE_RWLOCK_READ || type == TYPE_RWLOCK_WRITE;
+}
+
+static __always_inline bool queued_type(__u32 type)
+{
+	return is_rwsem(type) || type == TYPE_MUTEX || type == TYPE_SEMAPHORE;
+}
+
+/* The waiter's stack id, from the cache in c when it is fresh enough. */
+static __always_inline __s32 waiter_stack(void *ctx, struct pending *c, __u64 lock, __u32 tid, __u64 now)
+{
+	__s32 id;
+
+	if (c && c->stack_tid == tid && c->stack_lock == lock && now - c->stack_ns < stack_every_ns)
+		return c->stack_cached;
+	id = bpf_get_stackid(ctx, &stacks, 0);
+	if (id < 0)
+		count(STAT_STACK_ERR);
+	if (c) {
+		c->stack_tid = tid;
+		c->stack_lock = lock;
+		c->stack_ns = now;
+		c->stack_cached = id;
+	}
+	return id;
+}
+
+static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const bool can_walk)
+{
+	__u32 type = lock_type(flags);
+	__u64 now = bpf_ktime_get_ns();
+	__u32 zero = 0;
+
+	count(STAT_BEGIN);
+	if (!wanted(lock, type))
+		return;
+	if (spinning(flags)) {
+		struct pending *p = bpf_map_lookup_elem(&pending_cpu, &zero);
+
+		if (!p)
+			return;
+		if (p->start_ns) {
+			if (now - p->start_ns < max_spin_ns) {
+				/* A spin wait in an interrupt on top of another. */
+				count(STAT_NESTED);
+				return;
+			}
+			count(STAT_STALE);
+		}
+		p->start_ns = now;
+		p->lock = lock;
+		p->type = type;
+		p->stack_id = waiter_stack(ctx, p, lock, (__u32)bpf_get_current_pid_tgid(), now);
+		return;
+	}
+
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct pending *old = bpf_map_lookup_elem(&pending_task, &tid);
+
+	/*
+	 * A mutex reports begin twice, spinning then sleeping, with one end:
+	 * keep the first start. Any other begin replaces a pending wait,
+	 * whose end was then lost.
+	 */
+	if (old && old->start_ns && old->lock == lock && (old->flags & WOLF_LCB_F_SPIN) &&
+	    (flags & WOLF_LCB_F_MUTEX))
+		return;
+	if (old && old->start_ns)
+		count(STAT_STALE);
+
+	struct pending p = {.start_ns = now, .lock = lock, .type = type, .owner_stack_id = -1, .flags = flags};
+	struct task_struct *o = 0;
+
+	p.stack_id = waiter_stack(ctx, old, lock, tid, now);
+	if (old) {
+		p.stack_tid = old->stack_tid;
+		p.stack_lock = old->stack_lock;
+		p.stack_ns = old->stack_ns;
+		p.stack_cached = old->stack_cached;
+	}
+	p.tgid = bpf_get_current_pid_tgid() >> 32;
+	p.mm_tgid = own_mmap_lock(lock);
+	if (type == TYPE_MUTEX) {
+		o = wolf_mutex_owner((void *)lock);
+		if (o)
+			p.owner_kind = OWNER_TASK;
+	} else if (is_rwsem(type)) {
+		struct wolf_rwsem_state st = wolf_rwsem_owner((void *)lock);
+
+		o = st.task;
+		if (st.writer)
+			p.owner_kind = OWNER_TASK;
+		else if (st.readers)
+			p.owner_kind = OWNER_READERS;
+		if (type == TYPE_RWSEM_READ && !st.writer && writer_at_head(lock))
+			p.behind_writer = 1;
+	}
+	if (o && p.owner_kind != OWNER_NONE) {
+		p.owner_tid = BPF_CORE_READ(o, pid);
+		p.owner = (__u64)o;
+		if (p.owner_kind == OWNER_TASK)
+			p.owner_stack_id = owner_stack(lock, o, p.owner_tid, can_walk);
+	}
+	if (old) {
+		*old = p;
+	} else if (bpf_map_update_elem(&pending_task, &tid, &p, BPF_ANY)) {
+		count(STAT_PENDING_FULL);
+		return;
+	}
+	if (queued_type(type))
+		queue_enter(lock, type, now);
+}
+
+static __always_inline void account_mm_wait(struct pending *p, __u64 d, __u64 pid_tgid);
+
+static __always_inline void account(struct pending *p, __u64 now, __u64 pid_tgid)
+{
+	__u64 d = now - p->start_ns;
+	__u32 tid = (__u32)pid_tgid;
+
+	struct wait_key wk = {.lock = p->lock, .type = p->type, .stack_id = p->stack_id,
+			      .mm_tgid = p->mm_tgid};
+	struct wait_val wz = {};
+	struct wait_val *wv = lookup_or_init(&waits, &wk, &wz);
+	if (wv) {
+		__sync_fetch_and_add(&wv->count, 1);
+		__sync_fetch_and_add(&wv->total_ns, d);
+		if (d > wv->max_ns) {
+			wv->max_ns = d;
+			wv->max_tid = tid;
+		}
+		if (p->owner_kind == OWNER_READERS)
+			__sync_fetch_and_add(&wv->owner_readers, 1);
+		if (p->behind_writer)
+			__sync_fetch_and_add(&wv->writer_head, 1);
+	} else {
+		count(STAT_WAITS_FULL);
+	}
+
+	struct lock_key lk = {.lock = p->lock, .type = p->type};
+	struct wolf_hist *h = hist_for(&lock_hist, &lk);
+	if (h)
+		wolf_hist_add(h, d);
+	else
+		count(STAT_WAITS_FULL);
+
+	if (spin_type(p->type))
+		return; /* per-task and owner detail for sleeping locks only */
+	if (p->mm_tgid)
+		account_mm_wait(p, d, pid_tgid);
+
+	struct task_key tk = {.lock = p->lock, .tid = tid};
+	struct task_val *tv = bpf_map_lookup_elem(&waiters, &tk);
+	if (!tv) {
+		struct task_val tz = {.tgid = pid_tgid >> 32};
+
+		bpf_get_current_comm(&tz.comm, sizeof(tz.comm));
+		tv = lookup_or_init(&waiters, &tk, &tz);
+	}
+	if (tv) {
+		__sync_fetch_and_add(&tv->count, 1);
+		__sync_fetch_and_add(&tv->total_ns, d);
+		if (d > tv->max_ns)
+			tv->max_ns = d;
+	} else {
+		count(STAT_TASKS_FULL);
+	}
+
+	if (p->owner_kind == OWNER_NONE)
+		return;
+	struct owner_key ok = {.lock = p->lock, .owner_tid = p->owner_tid,
+			       .owner_stack_id = p->owner_stack_id, .owner_kind = p->owner_kind};
+	struct owner_val *ov = bpf_map_lookup_elem(&owners, &ok);
+	if (!ov) {
+		/*
+		 * Name and process of a new owner, read now rather than at
+		 * every begin. The owner may have exited meanwhile: the reads
+		 * are probe reads of memory that stays valid for an RCU grace
+		 * period, and a wrong name is the worst that can happen.
+		 */
+		struct task_struct *o = (struct task_struct *)p->owner;
+		struct owner_val oz = {.owner_tgid = BPF_CORE_READ(o, tgid)};
+
+		BPF_CORE_READ_STR_INTO(&oz.owner_comm, o, comm);
+		ov = lookup_or_init(&owners, &ok, &oz);
+	}
+	if (ov) {
+		__sync_fetch_and_add(&ov->count, 1);
+		__sync_fetch_and_add(&ov->total_ns, d);
+		if (d > ov->max_ns)
+			ov->max_ns = d;
+	} else {
+		count(STAT_OWNERS_FULL);
+	}
+}
+
+static __always_inline void on_end(__u64 lock)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)pid_tgid;
+	__u32 zero = 0;
+	struct pending *p;
+
+	count(STAT_END);
+	p = bpf_map_lookup_elem(&pending_cpu, &zero);
+	if (p && p->start_ns && p->lock == lock) {
+		if (now - p->start_ns < max_spin_ns)
+			account(p, now, pid_tgid);
+		else
+			count(STAT_STALE);
+		p->start_ns = 0;
+		return;
+	}
+	p = bpf_map_lookup_elem(&pending_task, &tid);
+	if (!p || !p->start_ns || p->lock != lock) {
+		if (!target_tgid && !target_lock)
+			count(STAT_UNMATCHED_END);
+		return;
+	}
+	account(p, now, pid_tgid);
+	if (queued_type(p->type))
+		queue_leave(lock, p->type, now);
+	p->start_ns = 0;
+}
+
+/* BTF tracepoints: typed arguments, and kfuncs for the owner's stack. */
+SEC("tp_btf/contention_begin")
+int BPF_PROG(btf_contention_begin, void *lock, unsigned int flags)
+{
+	on_begin(ctx, (__u64)lock, flags, true);
+	return 0;
+}
+
+SEC("tp_btf/contention_end")
+int BPF_PROG(btf_contention_end, void *lock, int ret)
+{
+	on_end((__u64)lock);
+	return 0;
+}
+
+/* Raw tracepoints for kernels without BTF tracepoints: no owner stacks. */
+SEC("raw_tp/contention_begin")
+int BPF_PROG(raw_contention_begin, void *lock, unsigned int flags)
+{
+	on_begin(ctx, (__u64)lock, flags, false);
+	return 0;
+}
+
+SEC("raw_tp/contention_end")
+int BPF_PROG(raw_contention_end, void *lock, int ret)
+{
+	on_end((__u64)lock);
+	return 0;
+}
+
+/* ---- mmap_lock: holds, waits, and what the holder does meanwhile ---- */
+
+/*
+ * One thread's mmap_lock hold; hold_start_ns == 0 means it holds none.
+ * Waits are not timed here: an uncontended acquire waits for nothing, and
+ * contended ones reach contention_end, which files them under the
+ * thread (account_mm_wait), so mmap_lock_start_locking is left alone.
+ */
+struct mm_thread {
+	__u64 hold_start_ns;
+	__u64 hold_mm;
+	__u64 runtime_ns; /* the holder's CPU time at acquire */
+	__u64 csw;        /* its context switches at acquire */
+	__u32 write;
+	__u32 mm_tgid;
+	/* Memory reclaim done while holding it (seed 003's per-hold table). */
+	__u64 reclaim_start_ns;
+	__u64 reclaim_ns;
+	__u64 reclaim_calls;
+	__u64 pages_scanned;
+	__u64 pages_reclaimed;
+	__u64 pages_activated; /* nr_activate[0] + [1]: scanned, then kept active */
+	__u64 pages_ref_keep;  /* referenced, kept on the inactive list */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32); /* tid */
+	__type(value, struct mm_thread);
+} mm_threads SEC(".maps");
+
+static __always_inline struct mm_thread *mm_thread_of(__u32 tid)
+{
+	struct mm_thread *t = bpf_map_lookup_elem(&mm_threads, &tid);
+	struct mm_thread z = {};
+
+	if (t)
+		return t;
+	bpf_map_update_elem(&mm_threads, &tid, &z, BPF_NOEXIST);
+	t = bpf_map_lookup_elem(&mm_threads, &tid);
+	if (!t)
+		count(STAT_MM_HOLDS_FULL);
+	return t;
+}
+
+struct mm_key {
+	__u32 tgid;    /* the holder's process */
+	__u32 tid;
+	__u32 mm_tgid; /* whose mmap_lock (differs for /proc readers) */
+	__u32 write;
+};
+
+struct mm_val {
+	struct wolf_hist hold;
+	struct wolf_hist wait;
+	char comm[COMM_LEN];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 2048);
+	__type(key, struct mm_key);
+	__type(value, struct mm_val);
+} mm_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct mm_val);
+} zero_mm SEC(".maps");
+
+/* A hold above hold_threshold_ns, with what it cost. */
+struct hold_event {
+	__u64 start_ns;
+	__u64 hold_ns;
+	__u64 runtime_ns; /* CPU time the holder got during the hold */
+	__u64 csw;        /* context switches during the hold */
+	__u64 mm;
+	__u32 tid;
+	__u32 tgid;
+	__u32 mm_tgid;
+	__u32 write;
+	__s32 stack_id;   /* kernel stack at release */
+	__s32 ustack_id;  /* user stack at release */
+	char comm[COMM_LEN];
+	__u64 reclaim_ns;
+	__u64 reclaim_calls;
+	__u64 pages_scanned;
+	__u64 pages_reclaimed;
+	__u64 pages_activated;
+	__u64 pages_ref_keep;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} holds SEC(".maps");
+
+/*
+ * Before 6.14 the tracepoints also carried the memcg path, before write.
+ * Each read uses a constant offset (the verifier refuses a computed ctx
+ * pointer) and the barrier keeps clang from merging the two into one.
+ */
+#define WOLF_CTX_ARG(ctx, i)                              \
+	({                                                \
+		__u64 __v = ((__u64 *)(ctx))[i];          \
+		asm volatile("" : "+r"(__v));             \
+		__v;                                      \
+	})
+
+static __always_inline bool mm_arg_write(__u64 *ctx)
+{
+	if (mmap_has_memcg_path)
+		return WOLF_CTX_ARG(ctx, 2);
+	return WOLF_CTX_ARG(ctx, 1);
+}
+
+static __always_inline bool mm_arg_success(__u64 *ctx)
+{
+	if (mmap_has_memcg_path)
+		return WOLF_CTX_ARG(ctx, 3);
+	return WOLF_CTX_ARG(ctx, 2);
+}
+
+static __always_inline __u32 mm_owner_tgid(struct mm_struct *mm)
+{
+	struct task_struct *cur = (struct task_struct *)bpf_get_current_task();
+
+	if (BPF_CORE_READ(cur, mm) == mm)
+		return BPF_CORE_READ(cur, tgid);
+	if (bpf_core_field_exists(mm->owner))
+		return BPF_CORE_READ(mm, owner, tgid); /* CONFIG_MEMCG */
+	return 0;
+}
+
+static __always_inline struct mm_val *mm_stats_for(struct mm_key *k)
+{
+	__u32 zero = 0;
+	struct mm_val *z = bpf_map_lookup_elem(&zero_mm, &zero);
+	struct mm_val *v;
+
+	if (!z)
+		return 0;
+	v = bpf_map_lookup_elem(&mm_stats, k);
+	if (v)
+		return v;
+	bpf_map_update_elem(&mm_stats, k, z, BPF_NOEXIST);
+	v = bpf_map_lookup_elem(&mm_stats, k);
+	if (v)
+		bpf_get_current_comm(&v->comm, sizeof(v->comm));
+	else
+		count(STAT_MM_STATS_FULL);
+	return v;
+}
+
+/* A contended wait for the thread's own mmap_lock, into its histogram. */
+static __always_inline void account_mm_wait(struct pending *p, __u64 d, __u64 pid_tgid)
+{
+	struct mm_key k = {.tgid = pid_tgid >> 32, .tid = (__u32)pid_tgid, .mm_tgid = p->mm_tgid,
+			   .write = p->type == TYPE_RWSEM_WRITE};
+	struct mm_val *v = mm_stats_for(&k);
+
+	if (v)
+		wolf_hist_add_local(&v->wait, d); /* keyed by tid */
+}
+
+static __always_inline bool mm_wanted(__u64 pid_tgid)
+{
+	return !target_tgid || (pid_tgid >> 32) == target_tgid;
+}
+
+SEC("raw_tp/mmap_lock_acquire_returned")
+int on_mm_acquired(__u64 *ctx)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)pid_tgid;
+	struct mm_struct *mm = (struct mm_struct *)ctx[0];
+	bool write = mm_arg_write(ctx);
+	struct mm_thread *t;
+
+	count(STAT_MM_EVENTS);
+	if (!mm_wanted(pid_tgid) || !mm_arg_success(ctx))
+		return 0;
+	t = mm_thread_of(tid);
+	if (!t)
+		return 0;
+	if (t->hold_start_ns && t->hold_mm == (__u64)mm) {
+		/* mmap_write_downgrade: the hold goes on, now for reading. */
+		return 0;
+	}
+	__u32 mm_tgid = mm_owner_tgid(mm);
+	struct task_struct *cur = (struct task_struct *)bpf_get_current_task();
+
+	t->hold_start_ns = now;
+	t->hold_mm = (__u64)mm;
+	t->runtime_ns = BPF_CORE_READ(cur, se.sum_exec_runtime);
+	t->csw = BPF_CORE_READ(cur, nvcsw) + BPF_CORE_READ(cur, nivcsw);
+	t->write = write;
+	t->mm_tgid = mm_tgid;
+	t->reclaim_start_ns = 0;
+	t->reclaim_ns = 0;
+	t->reclaim_calls = 0;
+	t->pages_scanned = 0;
+	t->pages_reclaimed = 0;
+	t->pages_activated = 0;
+	t->pages_ref_keep = 0;
+	return 0;
+}
+
+SEC("raw_tp/mmap_lock_released")
+int on_mm_released(__u64 *ctx)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)pid_tgid;
+	struct mm_thread *t;
+
+	count(STAT_MM_EVENTS);
+	if (!mm_wanted(pid_tgid))
+		return 0;
+	t = bpf_map_lookup_elem(&mm_threads, &tid);
+	if (!t || !t->hold_start_ns || t->hold_mm != ctx[0]) {
+		count(STAT_MM_UNMATCHED);
+		return 0;
+	}
+	__u64 d = now - t->hold_start_ns;
+	struct mm_key k = {.tgid = pid_tgid >> 32, .tid = tid, .mm_tgid = t->mm_tgid, .write = t->write};
+	struct mm_val *v = mm_stats_for(&k);
+	if (v)
+		wolf_hist_add_local(&v->hold, d); /* keyed by tid */
+	if (d >= hold_threshold_ns) {
+		struct task_struct *cur = (struct task_struct *)bpf_get_current_task();
+		struct hold_event *e = bpf_ringbuf_reserve(&holds, sizeof(*e), 0);
+
+		if (e) {
+			e->start_ns = t->hold_start_ns;
+			e->hold_ns = d;
+			e->runtime_ns = BPF_CORE_READ(cur, se.sum_exec_runtime) - t->runtime_ns;
+			e->csw = BPF_CORE_READ(cur, nvcsw) + BPF_CORE_READ(cur, nivcsw) - t->csw;
+			e->mm = t->hold_mm;
+			e->tid = tid;
+			e->tgid = pid_tgid >> 32;
+			e->mm_tgid = t->mm_tgid;
+			e->write = t->write;
+			e->stack_id = bpf_get_stackid(ctx, &stacks, 0);
+			e->ustack_id = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
+			bpf_get_current_comm(&e->comm, sizeof(e->comm));
+			e->reclaim_ns = t->reclaim_ns;
+			e->reclaim_calls = t->reclaim_calls;
+			e->pages_scanned = t->pages_scanned;
+			e->pages_reclaimed = t->pages_reclaimed;
+			e->pages_activated = t->pages_activated;
+			e->pages_ref_keep = t->pages_ref_keep;
+			bpf_ringbuf_submit(e, 0);
+		} else {
+			count(STAT_HOLD_DROPS);
+		}
+	}
+	t->hold_start_ns = 0;
+	return 0;
+}
+
+/*
+ * ---- memory reclaim under mmap_lock ----
+ * Only threads holding an mmap_lock are counted; reclaim is rare, so a
+ * lookup per reclaim event costs nothing worth measuring.
+ */
+static __always_inline struct mm_thread *holding(void)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct mm_thread *t = bpf_map_lookup_elem(&mm_threads, &tid);
+
+	return t && t->hold_start_ns ? t : 0;
+}
+
+static __always_inline void reclaim_begin(void)
+{
+	struct mm_thread *t = holding();
+
+	if (t) {
+		t->reclaim_start_ns = bpf_ktime_get_ns();
+		t->reclaim_calls += 1;
+	}
+}
+
+static __always_inline void reclaim_end(void)
+{
+	struct mm_thread *t = holding();
+
+	if (t && t->reclaim_start_ns) {
+		t->reclaim_ns += bpf_ktime_get_ns() - t->reclaim_start_ns;
+		t->reclaim_start_ns = 0;
+	}
+}
+
+SEC("raw_tp/mm_vmscan_memcg_reclaim_begin")
+int on_memcg_reclaim_begin(void *ctx)
+{
+	reclaim_begin();
+	return 0;
+}
+
+SEC("raw_tp/mm_vmscan_memcg_reclaim_end")
+int on_memcg_reclaim_end(void *ctx)
+{
+	reclaim_end();
+	return 0;
+}
+
+SEC("raw_tp/mm_vmscan_direct_reclaim_begin")
+int on_direct_reclaim_begin(void *ctx)
+{
+	reclaim_begin();
+	return 0;
+}
+
+SEC("raw_tp/mm_vmscan_direct_reclaim_end")
+int on_direct_reclaim_end(void *ctx)
+{
+	reclaim_end();
+	return 0;
+}
+
+SEC("raw_tp/mm_vmscan_lru_shrink_inactive")
+int BPF_PROG(on_shrink_inactive, int nid, unsigned long nr_scanned, unsigned long nr_reclaimed,
+	     struct reclaim_stat *stat)
+{
+	struct mm_thread *t = holding();
+
+	if (t) {
+		t->pages_scanned += nr_scanned;
+		t->pages_reclaimed += nr_reclaimed;
+		t->pages_activated += BPF_CORE_READ(stat, nr_activate[0]) + BPF_CORE_READ(stat, nr_activate[1]);
+		t->pages_ref_keep += BPF_CORE_READ(stat, nr_ref_keep);
+	}
+	return 0;
+}
+
+/* ---- profile under lock ---- */
+
+struct prof_key {
+	__u32 tgid;
+	__u32 tid;
+	__s32 stack_id;
+	__u32 write;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct prof_key);
+	__type(value, __u64);
+} under_lock SEC(".maps");
+
+SEC("perf_event")
+int on_sample(struct bpf_perf_event_data *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)pid_tgid;
+	struct mm_thread *h;
+
+	count(STAT_SAMPLES);
+	if (!tid)
+		return 0; /* idle */
+	h = bpf_map_lookup_elem(&mm_threads, &tid);
+	if (!h || !h->hold_start_ns)
+		return 0;
+	count(STAT_SAMPLES_UNDER_LOCK);
+	struct prof_key k = {.tgid = pid_tgid >> 32, .tid = tid, .write = h->write};
+	k.stack_id = bpf_get_stackid(ctx, &stacks, 0);
+	if (k.stack_id < 0) {
+		count(STAT_STACK_ERR);
+		return 0;
+	}
+	__u64 one = 1;
+	__u64 *c = bpf_map_lookup_elem(&under_lock, &k);
+	if (c)
+		__sync_fetch_and_add(c, 1);
+	else if (bpf_map_update_elem(&under_lock, &k, &one, BPF_NOEXIST))
+		count(STAT_PROFILE_FULL);
+	return 0;
+}
+
+/* Keep types that only user space reads in the object's BTF, for bpf2go. */
+const struct hold_event *unused_hold_event __attribute__((unused));
+const enum lock_stat *unused_lock_stat __attribute__((unused));

@@ -1,0 +1,275 @@
+// Package locks is wolf's lock investigator: kernel lock contention with
+// owners (what `perf lock contention -o` shows, aggregated in the kernel),
+// rw-semaphore wait queues, and mmap_lock holds with what the holder does
+// under the lock. The BPF side is locks.bpf.c; Conclude turns a Snapshot
+// into findings.
+package locks
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/wolf-investigator/wolf/internal/investigator"
+	"github.com/wolf-investigator/wolf/internal/kallsyms"
+	"github.com/wolf-investigator/wolf/internal/overhead"
+	"github.com/wolf-investigator/wolf/internal/procfs"
+)
+
+// DefaultHoldThreshold is the mmap_lock hold worth reporting one by one.
+const DefaultHoldThreshold = 20 * time.Millisecond
+
+// DefaultProfileHz is perf's usual off-by-one-from-100 sampling rate, so
+// samples do not beat with timer-driven work.
+const DefaultProfileHz = 99
+
+// Investigator watches lock contention and mmap_lock holds.
+type Investigator struct {
+	HoldThreshold time.Duration
+	ProfileHz     int    // 0 turns the profile under lock off
+	Top           int    // locks and holders reported
+	Lock          string // "", a symbol, or a hex address
+	Types         string // --type list, "" for all
+	Folded        string // write stacks sampled under mmap_lock here
+	Proc          procfs.Reader
+
+	rawOnly bool      // tests: no BTF tracepoints, as on old kernels
+	last    *Snapshot // tests: what the last Run concluded from
+}
+
+// New returns an investigator with the defaults.
+func New() *Investigator {
+	return &Investigator{HoldThreshold: DefaultHoldThreshold, ProfileHz: DefaultProfileHz, Top: DefaultTop}
+}
+
+// Name implements investigator.Investigator.
+func (*Investigator) Name() string { return "locks" }
+
+// Summary implements investigator.Investigator.
+func (*Investigator) Summary() string {
+	return "kernel lock contention with owners, and mmap_lock holds"
+}
+
+// Requirements implements investigator.Requirer.
+func (*Investigator) Requirements() []investigator.Requirement {
+	return []investigator.Requirement{
+		{Feature: "btf", Why: "CO-RE: decode mutex and rw-semaphore owners on any kernel layout"},
+		{Feature: "tracepoint:lock/contention_begin", Why: "every lock wait as it begins (Linux 5.19+)"},
+		{Feature: "tracepoint:lock/contention_end", Why: "every lock wait as it ends"},
+		{Feature: "tp_btf", Why: "typed tracepoints, so the owner's stack can be taken (bpf_task_from_pid)", Optional: true},
+		{Feature: "tracepoint:mmap_lock/mmap_lock_acquire_returned", Why: "mmap_lock holds and waits per thread", Optional: true},
+		{Feature: "tracepoint:mmap_lock/mmap_lock_released", Why: "mmap_lock hold times and long holds", Optional: true},
+		{Feature: "perf_event", Why: "profile what runs while a thread holds its mmap_lock", Optional: true},
+		{Feature: "ringbuf", Why: "long mmap_lock holds to user space", Optional: true},
+	}
+}
+
+// resolveLock turns --lock into an address for the kernel filter, or a
+// name to keep in user space when no symbol resolves it (kernels without
+// CONFIG_KALLSYMS_ALL name no data).
+func resolveLock(spec string, syms *kallsyms.Table) (addr uint64, name string, err error) {
+	spec = strings.TrimSpace(spec)
+	if spec == "" {
+		return 0, "", nil
+	}
+	if strings.HasPrefix(spec, "0x") || strings.HasPrefix(spec, "ffff") {
+		v, err := strconv.ParseUint(strings.TrimPrefix(spec, "0x"), 16, 64)
+		if err != nil {
+			return 0, "", fmt.Errorf("--lock %q: not a hex address: %w", spec, err)
+		}
+		return v, "", nil
+	}
+	if syms != nil {
+		if a, ok := syms.Lookup(spec); ok && a != 0 {
+			return a, "", nil
+		}
+	}
+	return 0, spec, nil
+}
+
+// ParseLock validates a --lock value without a symbol table: a hex address
+// or a symbol-like name.
+func ParseLock(spec string) error {
+	_, name, err := resolveLock(spec, nil)
+	if err != nil {
+		return err
+	}
+	for _, r := range name {
+		if !(r == '_' || r == ' ' || r == '(' || r == ')' || r == '.' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
+			return fmt.Errorf("--lock %q: want a symbol (rtnl_mutex), a name wolf printed, or a hex address", spec)
+		}
+	}
+	return nil
+}
+
+// Run implements investigator.Investigator.
+func (l *Investigator) Run(ctx context.Context, opts investigator.Options) (*investigator.Result, error) {
+	if opts.Duration <= 0 {
+		return nil, fmt.Errorf("locks: duration must be positive, got %v", opts.Duration)
+	}
+	if l.HoldThreshold <= 0 {
+		l.HoldThreshold = DefaultHoldThreshold
+	}
+	mask, err := ParseTypes(l.Types)
+	if err != nil {
+		return nil, fmt.Errorf("locks: %w", err)
+	}
+	meter := overhead.Start()
+	defer meter.Close()
+	syms, err := kallsyms.Load(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("locks: %w", err)
+	}
+	addr, lockName, err := resolveLock(l.Lock, syms)
+	if err != nil {
+		return nil, fmt.Errorf("locks: %w", err)
+	}
+	tgid := 0
+	if opts.PID > 0 {
+		// A tid names its process: filter on the thread group.
+		tgid = opts.PID
+		if st, err := l.Proc.Status(ctx, opts.PID, opts.PID); err == nil && st.Tgid > 0 {
+			tgid = st.Tgid
+		}
+	}
+	p, err := openProbe(config{
+		TargetTGID:    uint32(tgid),
+		TargetLock:    addr,
+		TypeMask:      mask,
+		HoldThreshold: uint64(l.HoldThreshold),
+		ProfileHz:     l.ProfileHz,
+		rawOnly:       l.rawOnly,
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer p.close()
+
+	start := time.Now()
+	samples := map[uint64][]QueueSample{}
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.NewTimer(opts.Duration)
+	defer deadline.Stop()
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case <-deadline.C:
+			break loop
+		case <-tick.C:
+			el := time.Since(start)
+			p.sampleQueues(el, samples)
+			if opts.Progress != nil {
+				opts.Progress(min(1, el.Seconds()/opts.Duration.Seconds()))
+			}
+		}
+	}
+	// Stop new events before reading, so the maps are a consistent whole.
+	if p.sampler != nil {
+		p.sampler.Close()
+		p.sampler = nil
+	}
+	for _, lk := range p.links {
+		_ = lk.Close()
+	}
+	p.links = nil
+	window := time.Since(start)
+
+	snap := &Snapshot{
+		Window:        window,
+		HoldThreshold: l.HoldThreshold,
+		Top:           l.Top,
+		LockName:      lockName,
+		Symbol:        syms.Symbolize,
+		Comm: func(pid int) string {
+			c, _ := l.Proc.Comm(context.Background(), pid, pid)
+			return c
+		},
+		TGID: func(tid int) int {
+			st, err := l.Proc.Status(context.Background(), tid, tid)
+			if err != nil {
+				return 0
+			}
+			return st.Tgid
+		},
+	}
+	if err := p.collect(syms, snap); err != nil {
+		return nil, fmt.Errorf("locks: read maps: %w", err)
+	}
+	for i := range snap.Queues {
+		snap.Queues[i].Samples = samples[snap.Queues[i].Lock]
+	}
+	if opts.PID > 0 {
+		snap.keepPID(opts.PID, tgid)
+	}
+	l.last = snap
+	findings, hists := Conclude(snap)
+	res := &investigator.Result{
+		Findings:     findings,
+		Histograms:   hists,
+		Capabilities: map[string]bool{},
+	}
+	for name, ok := range p.attached {
+		res.Capabilities["locks:"+name] = ok
+	}
+	res.Capabilities["locks:owner_stacks"] = p.btf
+	p.mu.Lock()
+	res.Notes = append(res.Notes, p.warnings...)
+	p.mu.Unlock()
+	if l.Folded != "" {
+		if err := writeFoldedFile(l.Folded, snap); err != nil {
+			return nil, fmt.Errorf("locks: %w", err)
+		}
+	}
+	st := p.stats()
+	events := st["begin"] + st["end"] + st["mm_events"] + st["samples"]
+	dropped := st["pending_full"] + st["nested"] + st["waits_full"] + st["tasks_full"] + st["owners_full"] +
+		st["queue_full"] + st["mm_holds_full"] + st["mm_stats_full"] + st["hold_drops"] + st["profile_full"] + st["stale"] + snap.HoldsLost
+	res.Overhead = meter.Finish(events, dropped, p.programs()...)
+	return res, nil
+}
+
+// keepPID drops what is not about the process: waits by others and holds
+// by others. The BPF side already filtered on tgid; a tid narrows further.
+func (s *Snapshot) keepPID(pid, tgid int) {
+	if pid == tgid {
+		return
+	}
+	var ws []Waiter
+	for _, w := range s.Waiters {
+		if w.TID == pid {
+			ws = append(ws, w)
+		}
+	}
+	s.Waiters = ws
+	var hs []Hold
+	for _, h := range s.Holds {
+		if h.TID == pid {
+			hs = append(hs, h)
+		}
+	}
+	s.Holds = hs
+}
+
+func writeFoldedFile(path string, s *Snapshot) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("folded stacks: %w", err)
+	}
+	w := bufio.NewWriter(f)
+	if err := WriteFolded(w, s); err != nil {
+		f.Close()
+		return fmt.Errorf("folded stacks: %w", err)
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return fmt.Errorf("folded stacks: %w", err)
+	}
+	return f.Close()
+}
