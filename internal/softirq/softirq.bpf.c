@@ -21,7 +21,9 @@
  *    time one function, the seed's histogram-kernel.stp.
  *
  * The hot path (softirq entry/exit/raise) touches one per-CPU map value
- * and, on exit, one per-CPU histogram: no locks, no shared cache lines.
+ * and one per-CPU histogram: no locks, no shared cache lines, and no
+ * locked instructions (wolf_hist_add_local: softirq context does not nest
+ * on a CPU).
  * Every map is bounded and every loss is counted.
  */
 #include "wolf.h"
@@ -267,7 +269,7 @@ int BPF_PROG(on_softirq_entry, unsigned int vec)
 		*raised = 0;
 		struct wolf_hist *h = bpf_map_lookup_elem(&wait_hist, &vec);
 		if (h)
-			wolf_hist_add(h, wait);
+			wolf_hist_add_local(h, wait);
 	}
 	return 0;
 }
@@ -305,7 +307,7 @@ int BPF_PROG(on_softirq_exit, unsigned int vec)
 	s->entry_ns = 0;
 	struct wolf_hist *h = bpf_map_lookup_elem(&run_hist, &vec);
 	if (h)
-		wolf_hist_add(h, d);
+		wolf_hist_add_local(h, d);
 	if (d < threshold_ns) {
 		s->npending = 0;
 		return 0;
@@ -480,6 +482,7 @@ int func_return(struct pt_regs *ctx)
 	bpf_map_delete_elem(&func_calls, &id);
 	__u32 zero = 0;
 	struct wolf_hist *h = bpf_map_lookup_elem(&func_hist, &zero);
+	/* Atomic: uprobe programs can be preempted by another on this CPU. */
 	if (h)
 		wolf_hist_add(h, d);
 	if (s)

@@ -194,6 +194,13 @@ func (inv *Investigator) Run(ctx context.Context, opts investigator.Options) (*i
 		Findings:     Conclude(snap),
 		Histograms:   Histograms(snap, inv.PerCPU),
 		Capabilities: map[string]bool{},
+		Notes:        p.warnings,
+	}
+	if snap.NetnsNote != "" {
+		res.Notes = append(res.Notes, "no TcpExt counters: "+snap.NetnsNote)
+	}
+	if symsErr != nil {
+		res.Notes = append(res.Notes, fmt.Sprintf("stacks left unsymbolized: %v", symsErr))
 	}
 	for _, tp := range tracepoints {
 		res.Capabilities["tracepoint:"+tp.group+"/"+tp.name] = p.attached[tp.group+"/"+tp.name]
