@@ -101,6 +101,10 @@ func TestLiveCollapseLab(t *testing.T) {
 	if share, _ := ev["collapse_share_pct"].(float64); share < 50 {
 		t.Errorf("collapse share %v%%: the stall samples should be mostly in tcp_collapse", share)
 	}
+	// Loopback packets are polled by the per-CPU backlog NAPI instances.
+	if devs, _ := ev["napi_devices"].([]string); len(devs) == 0 || !strings.HasPrefix(devs[0], "backlog: ") || strings.HasPrefix(devs[0], "backlog: 0 polls") {
+		t.Errorf("napi_devices %v", ev["napi_devices"])
+	}
 	if len(f.Subjects) == 0 || f.Subjects[0].Role != finding.RoleCPU || len(f.Subjects[0].Stack) == 0 {
 		t.Errorf("subjects %+v", f.Subjects)
 	}
@@ -410,5 +414,35 @@ func TestBpftraceAgrees(t *testing.T) {
 	}
 	if d := (wolfSum - btSum) / btSum; d > 0.05 || d < -0.05 {
 		t.Errorf("run-time sums differ by %.1f%%", 100*d)
+	}
+}
+
+// Every NAPI poll the tracepoint saw is in the per-instance stats, flushed
+// to the map or still pending in a CPU's accumulator.
+func TestLiveNAPIAccounting(t *testing.T) {
+	requireLive(t)
+	p, err := openProbe(probeConfig{Threshold: DefaultThreshold})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	if _, err := loopbackWorkload(300 * time.Millisecond)(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	p.detach()
+	c, err := readCounters(p.objs.CPUStates)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := p.readNAPI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var polls uint64
+	for _, n := range ns {
+		polls += n.Polls
+	}
+	if c.NapiPolls < 100 || polls != c.NapiPolls || c.MapFull != 0 {
+		t.Errorf("napi_poll fired %d times, stats hold %d polls (%+v), map full %d", c.NapiPolls, polls, ns, c.MapFull)
 	}
 }

@@ -111,3 +111,18 @@ func TestNetnsScanner(t *testing.T) {
 		t.Errorf("deltas %+v", ds)
 	}
 }
+
+func TestAddNAPI(t *testing.T) {
+	flushed := softirqNapiStat{Polls: 10, Work: 100, Full: 1, MaxWork: 64, Budget: 64, Cpu: 0}
+	acc := softirqNapiStat{Polls: 5, Work: 20, MaxWork: 8, Budget: 64, Cpu: 1}
+	got := addNAPI(flushed, acc, true)
+	if got.Polls != 15 || got.Work != 120 || got.Full != 1 || got.MaxWork != 64 || got.Cpu != 1 {
+		t.Errorf("merged %+v", got)
+	}
+	if got := addNAPI(flushed, acc, false); got != flushed {
+		t.Errorf("not pending but merged: %+v", got)
+	}
+	if got := addNAPI(softirqNapiStat{}, acc, true); got != acc {
+		t.Errorf("pending only: %+v", got)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -333,21 +334,63 @@ type NAPIStat struct {
 	Budget  uint64 `json:"budget"`
 }
 
+// readNAPI reads the flushed per-instance stats and adds what each CPU
+// still accumulates (the BPF side flushes only when a CPU moves on to
+// another instance).
 func (p *probe) readNAPI() ([]NAPIStat, error) {
+	byKey := map[uint64]softirqNapiStat{}
 	var (
 		key uint64
 		v   softirqNapiStat
-		out []NAPIStat
 	)
 	it := p.objs.NapiStats.Iterate()
 	for it.Next(&key, &v) {
+		byKey[key] = v
+	}
+	if err := it.Err(); err != nil {
+		return nil, err
+	}
+	var cpus []softirqCpuState
+	if err := p.objs.CPUStates.Lookup(uint32(0), &cpus); err != nil {
+		return nil, fmt.Errorf("read pending NAPI stats: %w", err)
+	}
+	for _, c := range cpus {
+		byKey[c.NapiKey] = addNAPI(byKey[c.NapiKey], c.NapiAcc, c.NapiKey != 0)
+	}
+	keys := make([]uint64, 0, len(byKey))
+	for k := range byKey {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var out []NAPIStat
+	for _, k := range keys {
+		v := byKey[k]
+		if v.Polls == 0 {
+			continue
+		}
 		name := cString(v.Dev[:])
 		if name == "" {
 			name = "backlog"
 		}
 		out = append(out, NAPIStat{Device: name, Ifindex: int(v.Ifindex), CPU: int(v.Cpu), Polls: v.Polls, Work: v.Work, Full: v.Full, MaxWork: v.MaxWork, Budget: v.Budget})
 	}
-	return out, it.Err()
+	return out, nil
+}
+
+// addNAPI adds a CPU's pending accumulator to a flushed entry.
+func addNAPI(flushed, acc softirqNapiStat, pending bool) softirqNapiStat {
+	if !pending || acc.Polls == 0 {
+		return flushed
+	}
+	if flushed.Polls == 0 {
+		return acc
+	}
+	flushed.Polls += acc.Polls
+	flushed.Work += acc.Work
+	flushed.Full += acc.Full
+	flushed.MaxWork = max(flushed.MaxWork, acc.MaxWork)
+	flushed.Budget, flushed.Cpu = acc.Budget, acc.Cpu
+	return flushed
 }
 
 // readDrops returns drops by reason: [0] outside NET_RX, [1] inside.

@@ -42,6 +42,17 @@ char LICENSE[] SEC("license") = "GPL";
 const volatile __u64 threshold_ns = 5000000;
 const volatile __u32 func_tgid = 0; /* function latency: only this process (0: all) */
 
+struct napi_stat {
+	__u64 polls;
+	__u64 work;
+	__u64 full;       /* polls with work >= budget */
+	__u64 max_work;
+	__u64 budget;     /* last budget seen */
+	__u32 ifindex;
+	__u32 cpu;        /* last CPU that polled it */
+	char dev[IFNAMSIZ];
+};
+
 /*
  * Per-CPU state. A CPU runs one softirq handler at a time (handlers never
  * nest on a CPU), so one entry stamp per CPU suffices. What every entry
@@ -65,6 +76,14 @@ struct cpu_state {
 	__u64 raise_ns[NR_VEC];  /* first raise not yet run, per vector */
 	__u32 run_samples;       /* perf samples in the current run, any vector */
 	__u32 _pad0;
+	/*
+	 * NAPI polls add up here while the CPU keeps polling the same
+	 * instance (the usual case: a queue's interrupt stays on one CPU),
+	 * and go to napi_stats only when it changes; user space adds what is
+	 * still pending. One hash operation per change, not per poll.
+	 */
+	__u64 napi_key;          /* napi_struct accumulated in napi_acc, 0 none */
+	struct napi_stat napi_acc;
 	/* rare: stalls, samples, drops, function latency */
 	__u64 unpaired_exits;    /* exit without an entry: wolf attached mid-run */
 	__u64 stalls;
@@ -153,17 +172,6 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } stall_stack_counts SEC(".maps");
-
-struct napi_stat {
-	__u64 polls;
-	__u64 work;
-	__u64 full;       /* polls with work >= budget */
-	__u64 max_work;
-	__u64 budget;     /* last budget seen */
-	__u32 ifindex;
-	__u32 cpu;        /* last CPU that polled it */
-	char dev[IFNAMSIZ];
-};
 
 const struct napi_stat *unused_napi_stat __attribute__((unused));
 
@@ -371,6 +379,37 @@ int on_sample(struct bpf_perf_event_data *ctx)
 	return 0;
 }
 
+/* Moves the CPU's accumulated polls of one NAPI instance to napi_stats. */
+static __always_inline void napi_flush(struct cpu_state *s)
+{
+	struct napi_stat *acc = &s->napi_acc;
+	__u64 key = s->napi_key;
+
+	if (!key || !acc->polls)
+		return;
+	struct napi_stat *st = bpf_map_lookup_elem(&napi_stats, &key);
+	if (!st) {
+		/* NOEXIST: a racing insert of the same key is as good as ours. */
+		struct napi_stat fresh = *acc;
+
+		fresh.polls = fresh.work = fresh.full = fresh.max_work = 0;
+		bpf_map_update_elem(&napi_stats, &key, &fresh, BPF_NOEXIST);
+		st = bpf_map_lookup_elem(&napi_stats, &key);
+		if (!st) {
+			s->map_full++;
+			return;
+		}
+	}
+	/* Atomic: an instance can move to another CPU that flushes too. */
+	__sync_fetch_and_add(&st->polls, acc->polls);
+	__sync_fetch_and_add(&st->work, acc->work);
+	__sync_fetch_and_add(&st->full, acc->full);
+	if (acc->max_work > st->max_work)
+		st->max_work = acc->max_work;
+	st->budget = acc->budget;
+	st->cpu = acc->cpu;
+}
+
 SEC("raw_tp/napi_poll")
 int BPF_PROG(on_napi_poll, struct napi_struct *napi, int work, int budget)
 {
@@ -386,32 +425,27 @@ int BPF_PROG(on_napi_poll, struct napi_struct *napi, int work, int budget)
 		s->rx_polls++;
 		s->rx_full += full;
 	}
-	struct napi_stat *st = bpf_map_lookup_elem(&napi_stats, &key);
-	if (!st) {
-		struct napi_stat fresh = {};
+	struct napi_stat *acc = &s->napi_acc;
+	if (s->napi_key != key) {
+		napi_flush(s);
 		struct net_device *dev = BPF_CORE_READ(napi, dev);
 
+		s->napi_key = key;
+		__builtin_memset(acc, 0, sizeof(*acc));
 		if (dev) {
-			BPF_CORE_READ_STR_INTO(&fresh.dev, dev, name);
-			fresh.ifindex = BPF_CORE_READ(dev, ifindex);
+			BPF_CORE_READ_STR_INTO(&acc->dev, dev, name);
+			acc->ifindex = BPF_CORE_READ(dev, ifindex);
 		}
-		/* NOEXIST: a racing insert of the same key is as good as ours. */
-		bpf_map_update_elem(&napi_stats, &key, &fresh, BPF_NOEXIST);
-		st = bpf_map_lookup_elem(&napi_stats, &key);
-		if (!st) {
-			s->map_full++;
-			return 0;
-		}
+		acc->cpu = bpf_get_smp_processor_id();
 	}
-	st->polls++;
+	acc->polls++;
 	if (work > 0) {
-		st->work += work;
-		if ((__u64)work > st->max_work)
-			st->max_work = work;
+		acc->work += work;
+		if ((__u64)work > acc->max_work)
+			acc->max_work = work;
 	}
-	st->full += full;
-	st->budget = budget;
-	st->cpu = bpf_get_smp_processor_id();
+	acc->full += full;
+	acc->budget = budget;
 	return 0;
 }
 

@@ -28,6 +28,8 @@ type softirqCpuState struct {
 	RaiseNs       [10]uint64
 	RunSamples    uint32
 	Pad0          uint32
+	NapiKey       uint64
+	NapiAcc       softirqNapiStat
 	UnpairedExits uint64
 	Stalls        uint64
 	StallDrops    uint64
