@@ -229,7 +229,11 @@ func BenchmarkCollapseByRmem(b *testing.B) {
 				steal, _ = f.Evidence["steal_pct"].(float64)
 			}
 		}
-		b.Logf("tcp_rmem max %2d MiB: NET_RX max %.1f ms over %d runs; %d runs >= 5 ms in 5 s (hypervisor steal %.1f%%)", mib, maxUS/1000, runs, stalls, steal)
+		note := ""
+		if steal >= 0 {
+			note = fmt.Sprintf(" (hypervisor steal %.1f%%)", steal)
+		}
+		b.Logf("tcp_rmem max %2d MiB: NET_RX max %.1f ms over %d runs; %d runs >= 5 ms in 5 s%s", mib, maxUS/1000, runs, stalls, note)
 		b.ReportMetric(maxUS, fmt.Sprintf("max_us@%dMiB", mib))
 	}
 }
