@@ -11,6 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
+
 	"github.com/wolf-investigator/wolf/internal/costbench"
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/lab"
@@ -161,6 +165,14 @@ func BenchmarkLoopbackCost(b *testing.B) {
 			costbench.Median(effWithout)/1e6, costbench.Median(effWith)/1e6, cpuSlow)
 		b.ReportMetric(res.SlowdownPct, "slowdown_%")
 		b.ReportMetric(cpuSlow, "cpu_slowdown_%")
+		// What the kernel's run-time accounting alone costs per run: an
+		// empty program on the same tracepoint under the same load.
+		if empty, err := emptyProgramCost(loopback); err == nil {
+			b.Logf("an empty raw_tp program on softirq_entry measures %.1f ns/run under the same load", empty)
+			b.ReportMetric(empty, "empty_prog_ns/run")
+		} else {
+			b.Logf("empty program: %v", err)
+		}
 		b.ReportMetric(res.NoisePct, "noise_%")
 		b.ReportMetric(float64(total.run.Nanoseconds())/max(float64(total.count), 1), "bpf_ns/event")
 		b.ReportMetric(float64(events)/float64(res.Rounds), "events/round")
@@ -236,4 +248,30 @@ func BenchmarkCollapseByRmem(b *testing.B) {
 		b.Logf("tcp_rmem max %2d MiB: NET_RX max %.1f ms over %d runs; %d runs >= 5 ms in 5 s%s", mib, maxUS/1000, runs, stalls, note)
 		b.ReportMetric(maxUS, fmt.Sprintf("max_us@%dMiB", mib))
 	}
+}
+
+func emptyProgramCost(work costbench.Workload) (float64, error) {
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type:         ebpf.RawTracepoint,
+		License:      "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
+	})
+	if err != nil {
+		return 0, err
+	}
+	defer prog.Close()
+	l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "softirq_entry", Program: prog})
+	if err != nil {
+		return 0, err
+	}
+	_, werr := work(context.Background())
+	l.Close()
+	if werr != nil {
+		return 0, werr
+	}
+	run, n, _ := overhead.Programs(prog)
+	if n == 0 {
+		return 0, errors.New("the empty program never ran")
+	}
+	return float64(run.Nanoseconds()) / float64(n), nil
 }
