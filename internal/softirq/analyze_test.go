@@ -59,8 +59,8 @@ func collapseSnapshot() *Snapshot {
 	s.RxStacks = append(append([]Stack(nil), s.StallStacks...), Stack{Frames: other, Count: 500})
 	s.Netns = []NetnsDelta{{Inode: 4026532177, PID: 40, Comm: "sender", Delta: map[string]int64{"PruneCalled": 13, "TCPRcvCollapsed": 463709}}}
 	s.Softnet = []Softnet{{CPU: 0, Processed: 100000, TimeSqueeze: 11}, {CPU: 1, Processed: 100, TimeSqueeze: 3}}
-	// A timer raised during the 21 ms stall waited for it.
-	s.Wait[1][0] = histOf(20 * time.Millisecond)
+	// Timers raised during the stalls waited for them.
+	s.Wait[1][0] = histOf(20*time.Millisecond, 17*time.Millisecond, 8*time.Millisecond)
 	return s
 }
 
@@ -199,11 +199,28 @@ func TestConcludeHealthy(t *testing.T) {
 
 func TestConcludeWaitAlone(t *testing.T) {
 	s := idleSnapshot()
-	s.Wait[vecNetRX][1] = histOf(append(many(100, 10*time.Microsecond), 40*time.Millisecond)...)
+	s.Wait[vecNetRX][1] = histOf(append(many(100, 10*time.Microsecond), 40*time.Millisecond, 30*time.Millisecond, 9*time.Millisecond)...)
 	f := byID(Conclude(s), "softirq.wait")
-	if f == nil || f.Severity != finding.Warning || !strings.Contains(f.Title, "NET_RX softirq waited up to 40 ms") {
+	if f == nil || f.Severity != finding.Warning || !strings.Contains(f.Title, "NET_RX softirq waited up to 40 ms") || f.Evidence["long_waits"] != uint64(3) {
 		t.Fatalf("finding %+v", f)
 	}
+	// With steal, a vCPU that did not run explains it: a note.
+	s.StealPct = 3
+	if f := byID(Conclude(s), "softirq.wait"); f == nil || f.Severity != finding.Info || !strings.Contains(f.Summary, "hypervisor") {
+		t.Fatalf("finding %+v", f)
+	}
+	s.StealPct = 0
+	// Rare long waits among many short ones: a note, not a warning.
+	s.Wait[vecNetRX][1] = histOf(append(many(1000, 10*time.Microsecond), 40*time.Millisecond, 30*time.Millisecond, 9*time.Millisecond)...)
+	if f := byID(Conclude(s), "softirq.wait"); f == nil || f.Severity != finding.Info {
+		t.Fatalf("finding %+v", f)
+	}
+	// One or two are what any machine shows now and then.
+	s.Wait[vecNetRX][1] = histOf(append(many(100, 10*time.Microsecond), 40*time.Millisecond, 30*time.Millisecond)...)
+	if f := byID(Conclude(s), "softirq.wait"); f != nil {
+		t.Fatalf("two long waits reported: %+v", f)
+	}
+	s.Wait[vecNetRX][1] = histOf(append(many(100, 10*time.Microsecond), 40*time.Millisecond, 30*time.Millisecond, 9*time.Millisecond)...)
 	s.RaiseTraced = false
 	if f := byID(Conclude(s), "softirq.wait"); f != nil {
 		t.Errorf("wait finding without softirq_raise: %+v", f)
