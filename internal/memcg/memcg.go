@@ -156,6 +156,7 @@ type State struct {
 	// LimitHits counts how often usage hit the limit: v1 memory.failcnt,
 	// v2 memory.events "max".
 	LimitHits uint64
+	HighHits  uint64 // v2 memory.events "high": reclaim forced by memory.high (0 on v1)
 	OOMs      uint64 // v2 memory.events "oom"; v1: under_oom as 0/1
 	OOMKills  uint64 // v1 memory.oom_control oom_kill, v2 memory.events oom_kill
 	// Stat is memory.stat; on v1 the hierarchical total_* values replace
@@ -211,7 +212,7 @@ func (h Hierarchy) Read(path string) (State, error) {
 	s.UsageBytes, _ = readInt(filepath.Join(dir, "memory.current"))
 	s.MaxUsageBytes, _ = readInt(filepath.Join(dir, "memory.peak"))
 	if ev, err := readKV(filepath.Join(dir, "memory.events")); err == nil {
-		s.LimitHits, s.OOMs, s.OOMKills = ev["max"], ev["oom"], ev["oom_kill"]
+		s.LimitHits, s.HighHits, s.OOMs, s.OOMKills = ev["max"], ev["high"], ev["oom"], ev["oom_kill"]
 	}
 	if p, err := ReadPSI(filepath.Join(dir, "memory.pressure")); err == nil {
 		s.Pressure = &p
@@ -300,7 +301,7 @@ func (h Hierarchy) ReadCounters(path string) (State, error) {
 	if err != nil {
 		return s, fmt.Errorf("memcg: %w", err)
 	}
-	s.LimitHits, s.OOMs, s.OOMKills = ev["max"], ev["oom"], ev["oom_kill"]
+	s.LimitHits, s.HighHits, s.OOMs, s.OOMKills = ev["max"], ev["high"], ev["oom"], ev["oom_kill"]
 	if p, err := ReadPSI(filepath.Join(dir, "memory.pressure")); err == nil {
 		s.Pressure = &p
 	}

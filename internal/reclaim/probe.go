@@ -1,0 +1,283 @@
+package reclaim
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
+
+	"github.com/wolf-investigator/wolf/internal/hist"
+	"github.com/wolf-investigator/wolf/internal/investigator"
+)
+
+// probe owns everything reclaim attaches to the kernel. close detaches it
+// all; nothing is pinned, so a kill -9 of wolf detaches it all too.
+type probe struct {
+	objs     reclaimObjects
+	links    []link.Link
+	attached map[string]bool
+	warnings []string
+}
+
+// tracepoints wolf reclaim attaches to, by the name `wolf check` probes.
+// Required ones fail the run; without the others it sees less.
+var tracepoints = []struct {
+	name     string
+	prog     func(*reclaimObjects) *ebpf.Program
+	required bool
+	why      string
+}{
+	{"mm_vmscan_memcg_reclaim_begin", func(o *reclaimObjects) *ebpf.Program { return o.OnMemcgBegin }, true, "a task starts reclaiming in its cgroup, at the limit"},
+	{"mm_vmscan_memcg_reclaim_end", func(o *reclaimObjects) *ebpf.Program { return o.OnMemcgEnd }, true, "…and ends: the call's duration and what it freed"},
+	{"mm_vmscan_lru_shrink_inactive", func(o *reclaimObjects) *ebpf.Program { return o.OnShrinkInactive }, true, "pages scanned and reclaimed, and why the rest were kept"},
+	{"mm_vmscan_direct_reclaim_begin", func(o *reclaimObjects) *ebpf.Program { return o.OnDirectBegin }, false, "direct reclaim: the host short of memory"},
+	{"mm_vmscan_direct_reclaim_end", func(o *reclaimObjects) *ebpf.Program { return o.OnDirectEnd }, false, "…and its end"},
+	{"mm_vmscan_lru_shrink_active", func(o *reclaimObjects) *ebpf.Program { return o.OnShrinkActive }, false, "pages moved off the active lists"},
+	{"mm_vmscan_memcg_softlimit_reclaim_begin", func(o *reclaimObjects) *ebpf.Program { return o.OnSoftlimitBegin }, false, "cgroup v1 soft-limit reclaim"},
+	{"mm_vmscan_memcg_softlimit_reclaim_end", func(o *reclaimObjects) *ebpf.Program { return o.OnSoftlimitEnd }, false, "…and its end"},
+	{"mm_vmscan_node_reclaim_begin", func(o *reclaimObjects) *ebpf.Program { return o.OnNodeBegin }, false, "node reclaim (vm.zone_reclaim_mode)"},
+	{"mm_vmscan_node_reclaim_end", func(o *reclaimObjects) *ebpf.Program { return o.OnNodeEnd }, false, "…and its end"},
+	{"mm_vmscan_throttled", func(o *reclaimObjects) *ebpf.Program { return o.OnThrottled }, false, "reclaimers put to sleep, and why"},
+	{"mm_vmscan_kswapd_wake", func(o *reclaimObjects) *ebpf.Program { return o.OnKswapdWake }, false, "kswapd, the background reclaimer, wakes"},
+	{"mm_vmscan_kswapd_sleep", func(o *reclaimObjects) *ebpf.Program { return o.OnKswapdSleep }, false, "…and sleeps again"},
+	{"mm_vmscan_wakeup_kswapd", func(o *reclaimObjects) *ebpf.Program { return o.OnWakeupKswapd }, false, "allocations that ask kswapd to run"},
+}
+
+// perCPUBudget bounds the memory of the per-CPU cgroup map: its entries are
+// lowered on hosts with many CPUs so that it never takes more than this.
+const perCPUBudget = 16 << 20
+
+func openProbe(useMemcg bool) (*probe, error) {
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("reclaim: loading BPF programs needs root: %w", investigator.ErrPrivilege)
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("reclaim: raise memlock limit: %w", err)
+	}
+	spec, err := loadReclaim()
+	if err != nil {
+		return nil, fmt.Errorf("reclaim: read BPF object: %w", err)
+	}
+	if err := spec.Variables["use_memcg"].Set(useMemcg); err != nil {
+		return nil, fmt.Errorf("reclaim: configure BPF object: %w", err)
+	}
+	if n, err := ebpf.PossibleCPU(); err == nil && n > 0 {
+		ms := spec.Maps["cgroups"]
+		per := uint32(perCPUBudget / (int(unsafe.Sizeof(reclaimCgStats{})) * n))
+		ms.MaxEntries = max(min(ms.MaxEntries, per), 64)
+	}
+	p := &probe{attached: map[string]bool{}}
+	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("reclaim: the kernel's BPF verifier rejected the program (%v): %w", ve, investigator.ErrUnsupported)
+		}
+		return nil, fmt.Errorf("reclaim: load BPF objects: %w", err)
+	}
+	for _, tp := range tracepoints {
+		l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: tp.name, Program: tp.prog(&p.objs)})
+		if err != nil {
+			if tp.required {
+				p.close()
+				return nil, fmt.Errorf("reclaim: attach raw tracepoint vmscan/%s (%v): %w", tp.name, err, investigator.ErrUnsupported)
+			}
+			p.warnings = append(p.warnings, fmt.Sprintf("tracepoint vmscan/%s unavailable (%v): %s not seen", tp.name, err, tp.why))
+			continue
+		}
+		p.links = append(p.links, l)
+		p.attached[tp.name] = true
+	}
+	return p, nil
+}
+
+// detach stops every program; the maps stay readable.
+func (p *probe) detach() {
+	for _, l := range p.links {
+		_ = l.Close()
+	}
+	p.links = nil
+}
+
+func (p *probe) close() {
+	p.detach()
+	_ = p.objs.Close()
+}
+
+func (p *probe) programs() []*ebpf.Program {
+	o := &p.objs
+	return []*ebpf.Program{o.OnMemcgBegin, o.OnMemcgEnd, o.OnDirectBegin, o.OnDirectEnd, o.OnSoftlimitBegin, o.OnSoftlimitEnd,
+		o.OnNodeBegin, o.OnNodeEnd, o.OnShrinkInactive, o.OnShrinkActive, o.OnThrottled, o.OnKswapdWake, o.OnKswapdSleep, o.OnWakeupKswapd}
+}
+
+// Kinds of reclaim, as the BPF side numbers them.
+const (
+	kindMemcg = iota
+	kindDirect
+	kindSoftlimit
+	kindNode
+	numKinds
+	histScanned = 8
+)
+
+var kindNames = [numKinds]string{"memcg", "direct", "softlimit", "node"}
+
+// raw is what the maps held when the window closed.
+type raw struct {
+	cgroups  map[uint64]*reclaimCgStats
+	tasks    map[uint32]reclaimTaskStats
+	inflight map[uint32]reclaimInflight
+	hists    map[reclaimHistKey]hist.Log2
+	kswapd   hist.Log2
+	stats    [statMax]uint64
+	now      time.Duration // CLOCK_MONOTONIC (bpf_ktime_get_ns) when read
+}
+
+// Indices of the stats array (enum stat_index).
+const (
+	statEvents = iota
+	statCgFull
+	statTaskFull
+	statInflightFull
+	statHistFull
+	statKswapdWakes
+	statKswapdSleeps
+	statWakeupKswapd
+	statKswapdScanned
+	statKswapdReclaimed
+	statKswapdNs
+	statNestedBegin
+	statMax
+)
+
+// read collects every map. Per-CPU cgroup values are summed, their maxima
+// and longest calls taken across CPUs.
+func (p *probe) read() (*raw, error) {
+	r := &raw{
+		cgroups:  map[uint64]*reclaimCgStats{},
+		tasks:    map[uint32]reclaimTaskStats{},
+		inflight: map[uint32]reclaimInflight{},
+		hists:    map[reclaimHistKey]hist.Log2{},
+		now:      monotonic(),
+	}
+	var (
+		cgid uint64
+		per  []reclaimCgStats
+	)
+	it := p.objs.Cgroups.Iterate()
+	for it.Next(&cgid, &per) {
+		r.cgroups[cgid] = mergeCPUs(per)
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("reclaim: read cgroups map: %w", err)
+	}
+	var (
+		tid uint32
+		ts  reclaimTaskStats
+	)
+	it = p.objs.Tasks.Iterate()
+	for it.Next(&tid, &ts) {
+		r.tasks[tid] = ts
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("reclaim: read tasks map: %w", err)
+	}
+	var f reclaimInflight
+	it = p.objs.Inflights.Iterate()
+	for it.Next(&tid, &f) {
+		r.inflight[tid] = f
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("reclaim: read inflight map: %w", err)
+	}
+	var (
+		hk reclaimHistKey
+		hv reclaimWolfHist
+	)
+	it = p.objs.Hists.Iterate()
+	for it.Next(&hk, &hv) {
+		r.hists[hk] = hist.FromSlots(hv.Slots[:], hv.Count, hv.Sum, hv.Max)
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("reclaim: read histograms: %w", err)
+	}
+	if err := p.objs.KswapdHist.Lookup(uint32(0), &hv); err == nil {
+		r.kswapd = hist.FromSlots(hv.Slots[:], hv.Count, hv.Sum, hv.Max)
+	}
+	for i := range statMax {
+		var vals []uint64
+		if err := p.objs.Stats.Lookup(uint32(i), &vals); err != nil {
+			return nil, fmt.Errorf("reclaim: read stats: %w", err)
+		}
+		for _, v := range vals {
+			r.stats[i] += v
+		}
+	}
+	return r, nil
+}
+
+func mergeCPUs(per []reclaimCgStats) *reclaimCgStats {
+	var s reclaimCgStats
+	for i := range per {
+		c := &per[i]
+		for k := range numKinds {
+			s.Calls[k] += c.Calls[k]
+			s.Ns[k] += c.Ns[k]
+			s.CpuNs[k] += c.CpuNs[k]
+			s.MaxNs[k] = max(s.MaxNs[k], c.MaxNs[k])
+		}
+		s.Csw += c.Csw
+		s.EndReclaimed += c.EndReclaimed
+		s.UnmatchedEnds += c.UnmatchedEnds
+		s.UnmatchedLastNs = max(s.UnmatchedLastNs, c.UnmatchedLastNs)
+		s.Batches += c.Batches
+		s.Scanned += c.Scanned
+		s.Reclaimed += c.Reclaimed
+		s.RefKeep += c.RefKeep
+		s.ActivateAnon += c.ActivateAnon
+		s.ActivateFile += c.ActivateFile
+		s.Dirty += c.Dirty
+		s.Writeback += c.Writeback
+		s.Congested += c.Congested
+		s.Immediate += c.Immediate
+		s.UnmapFail += c.UnmapFail
+		s.FileScanned += c.FileScanned
+		s.ActiveTaken += c.ActiveTaken
+		s.ActiveKept += c.ActiveKept
+		s.Deactivated += c.Deactivated
+		s.ActiveReferenced += c.ActiveReferenced
+		for k := range s.Throttled {
+			s.Throttled[k] += c.Throttled[k]
+		}
+		s.ThrottledUs += c.ThrottledUs
+		if c.WorstNs > s.WorstNs {
+			s.WorstNs, s.WorstScanned, s.WorstReclaimed, s.WorstTid, s.WorstKind = c.WorstNs, c.WorstScanned, c.WorstReclaimed, c.WorstTid, c.WorstKind
+		}
+		s.MaxCallScanned = max(s.MaxCallScanned, c.MaxCallScanned)
+	}
+	return &s
+}
+
+// monotonic is bpf_ktime_get_ns's clock.
+func monotonic() time.Duration {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return time.Duration(ts.Nano())
+}
+
+func cString(b []int8) string {
+	n := 0
+	for n < len(b) && b[n] != 0 {
+		n++
+	}
+	s := make([]byte, n)
+	for i := range n {
+		s[i] = byte(b[i])
+	}
+	return string(s)
+}
