@@ -106,9 +106,12 @@ func runWorker(c workerConfig) {
 
 	time.Sleep(c.Phase1)
 	chunk := max(c.AnonBytes/int64(c.AnonThreads), pageSize)
+	var started sync.WaitGroup
 	for i := range c.AnonThreads {
-		go anonThread(int(chunk), uint64(i))
+		started.Add(1)
+		go anonThread(int(chunk), uint64(i), &started)
 	}
+	started.Wait() // every r_memory thread named and running
 	fmt.Printf("%s %d\n", phase2Line, c.AnonBytes>>20)
 	select {} // until stdin says otherwise
 }
@@ -185,9 +188,10 @@ var keep byte
 // anonThread maps chunk bytes of anonymous memory, writes to its pages in
 // random order (each first write is a page fault and a charge), unmaps it
 // and starts over.
-func anonThread(chunk int, seed uint64) {
+func anonThread(chunk int, seed uint64, started *sync.WaitGroup) {
 	runtime.LockOSThread()
 	setThreadName(anonComm)
+	started.Done()
 	rng := rand.New(rand.NewPCG(seed, uint64(time.Now().UnixNano())))
 	pages := chunk / pageSize
 	for {
