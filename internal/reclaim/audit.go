@@ -19,7 +19,7 @@ import (
 func (*Investigator) Requirements() []investigator.Requirement {
 	reqs := []investigator.Requirement{
 		{Feature: "btf", Why: "CO-RE: read the task's memory cgroup and reclaim statistics on any kernel layout"},
-		{Feature: "raw_tracepoint", Why: "attach to the vmscan tracepoints"},
+		{Feature: "tp_btf", Why: "attach to the vmscan tracepoints with typed arguments: direct reads, no helper call per field"},
 	}
 	for _, tp := range tracepoints {
 		reqs = append(reqs, investigator.Requirement{Feature: "tracepoint:vmscan/" + tp.name, Why: tp.why, Optional: !tp.required})

@@ -81,11 +81,11 @@ func openProbe(useMemcg bool) (*probe, error) {
 		return nil, fmt.Errorf("reclaim: load BPF objects: %w", err)
 	}
 	for _, tp := range tracepoints {
-		l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: tp.name, Program: tp.prog(&p.objs)})
+		l, err := link.AttachTracing(link.TracingOptions{Program: tp.prog(&p.objs), AttachType: ebpf.AttachTraceRawTp})
 		if err != nil {
 			if tp.required {
 				p.close()
-				return nil, fmt.Errorf("reclaim: attach raw tracepoint vmscan/%s (%v): %w", tp.name, err, investigator.ErrUnsupported)
+				return nil, fmt.Errorf("reclaim: attach BTF tracepoint vmscan/%s (%v): %w", tp.name, err, investigator.ErrUnsupported)
 			}
 			p.warnings = append(p.warnings, fmt.Sprintf("tracepoint vmscan/%s unavailable (%v): %s not seen", tp.name, err, tp.why))
 			continue
