@@ -34,18 +34,18 @@ var tracepoints = []struct {
 	why      string
 }{
 	{"mm_vmscan_memcg_reclaim_begin", func(o *reclaimObjects) *ebpf.Program { return o.OnMemcgBegin }, true, "a task starts reclaiming in its cgroup, at the limit"},
-	{"mm_vmscan_memcg_reclaim_end", func(o *reclaimObjects) *ebpf.Program { return o.OnMemcgEnd }, true, "…and ends: the call's duration and what it freed"},
+	{"mm_vmscan_memcg_reclaim_end", func(o *reclaimObjects) *ebpf.Program { return o.OnMemcgEnd }, true, "a memcg reclaim call ends: its duration, CPU time and what it freed"},
 	{"mm_vmscan_lru_shrink_inactive", func(o *reclaimObjects) *ebpf.Program { return o.OnShrinkInactive }, true, "pages scanned and reclaimed, and why the rest were kept"},
 	{"mm_vmscan_direct_reclaim_begin", func(o *reclaimObjects) *ebpf.Program { return o.OnDirectBegin }, false, "direct reclaim: the host short of memory"},
-	{"mm_vmscan_direct_reclaim_end", func(o *reclaimObjects) *ebpf.Program { return o.OnDirectEnd }, false, "…and its end"},
+	{"mm_vmscan_direct_reclaim_end", func(o *reclaimObjects) *ebpf.Program { return o.OnDirectEnd }, false, "a direct reclaim call ends"},
 	{"mm_vmscan_lru_shrink_active", func(o *reclaimObjects) *ebpf.Program { return o.OnShrinkActive }, false, "pages moved off the active lists"},
 	{"mm_vmscan_memcg_softlimit_reclaim_begin", func(o *reclaimObjects) *ebpf.Program { return o.OnSoftlimitBegin }, false, "cgroup v1 soft-limit reclaim"},
-	{"mm_vmscan_memcg_softlimit_reclaim_end", func(o *reclaimObjects) *ebpf.Program { return o.OnSoftlimitEnd }, false, "…and its end"},
+	{"mm_vmscan_memcg_softlimit_reclaim_end", func(o *reclaimObjects) *ebpf.Program { return o.OnSoftlimitEnd }, false, "a soft-limit reclaim call ends"},
 	{"mm_vmscan_node_reclaim_begin", func(o *reclaimObjects) *ebpf.Program { return o.OnNodeBegin }, false, "node reclaim (vm.zone_reclaim_mode)"},
-	{"mm_vmscan_node_reclaim_end", func(o *reclaimObjects) *ebpf.Program { return o.OnNodeEnd }, false, "…and its end"},
+	{"mm_vmscan_node_reclaim_end", func(o *reclaimObjects) *ebpf.Program { return o.OnNodeEnd }, false, "a node reclaim call ends"},
 	{"mm_vmscan_throttled", func(o *reclaimObjects) *ebpf.Program { return o.OnThrottled }, false, "reclaimers put to sleep, and why"},
 	{"mm_vmscan_kswapd_wake", func(o *reclaimObjects) *ebpf.Program { return o.OnKswapdWake }, false, "kswapd, the background reclaimer, wakes"},
-	{"mm_vmscan_kswapd_sleep", func(o *reclaimObjects) *ebpf.Program { return o.OnKswapdSleep }, false, "…and sleeps again"},
+	{"mm_vmscan_kswapd_sleep", func(o *reclaimObjects) *ebpf.Program { return o.OnKswapdSleep }, false, "kswapd goes back to sleep: how long it was awake"},
 	{"mm_vmscan_wakeup_kswapd", func(o *reclaimObjects) *ebpf.Program { return o.OnWakeupKswapd }, false, "allocations that ask kswapd to run"},
 }
 
