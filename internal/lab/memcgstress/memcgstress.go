@@ -14,8 +14,8 @@
 // removes the cgroup; the files are unlinked as soon as they are mapped, so
 // they vanish with the worker however it ends. A kill -9 of the lab kills
 // the worker too (Pdeathsig), but leaves the empty cgroup directory
-// (wolf-lab-memcg-PID); the next Start removes such directories whose PID is
-// gone.
+// (wolf-lab-memcg-PID) and the empty files directory (TMPDIR/wolf-memcg-
+// PID-*); the next Start removes such directories whose PID is gone.
 //
 // Safety on a shared machine: the worker can never use more than the
 // cgroup's limit; the files use about as much disk, only while it runs. The
@@ -247,21 +247,37 @@ func (l memcgLab) Start(ctx context.Context, opt lab.Options) (_ lab.Instance, e
 	return in, nil
 }
 
-// sweep removes cgroups that killed labs left behind: empty, named after a
-// pid that no longer runs.
+// sweep removes what killed labs left behind: their empty cgroups and
+// their (empty: the files are unlinked) files directories, both named after
+// a pid that no longer runs.
 func sweep(h memcg.Hierarchy, logf func(string, ...any)) {
+	dead := func(name, prefix string) bool {
+		rest, ok := strings.CutPrefix(name, prefix)
+		if !ok {
+			return false
+		}
+		pid, _, _ := strings.Cut(rest, "-")
+		n, err := strconv.Atoi(pid)
+		return err == nil && n != os.Getpid() && unix.Kill(n, 0) == unix.ESRCH
+	}
 	ents, _ := os.ReadDir(h.Mount)
 	for _, e := range ents {
-		pid, ok := strings.CutPrefix(e.Name(), cgroupPrefix)
-		if !ok || !e.IsDir() {
-			continue
+		if e.IsDir() && dead(e.Name(), cgroupPrefix) {
+			if err := os.Remove(filepath.Join(h.Mount, e.Name())); err == nil {
+				logf("memcgstress: removed cgroup %s, left by a lab that was killed", e.Name())
+			}
 		}
-		n, err := strconv.Atoi(pid)
-		if err != nil || n == os.Getpid() || unix.Kill(n, 0) == nil {
-			continue
-		}
-		if err := os.Remove(filepath.Join(h.Mount, e.Name())); err == nil {
-			logf("memcgstress: removed %s, left by a lab that was killed", e.Name())
+	}
+	for _, base := range []string{os.TempDir(), "/var/tmp"} {
+		ents, _ := os.ReadDir(base)
+		for _, e := range ents {
+			if e.IsDir() && dead(e.Name(), dirPrefix) {
+				// Remove, not RemoveAll: a directory with files in it is
+				// not what this lab leaves.
+				if err := os.Remove(filepath.Join(base, e.Name())); err == nil {
+					logf("memcgstress: removed %s, left by a lab that was killed", filepath.Join(base, e.Name()))
+				}
+			}
 		}
 	}
 }
@@ -312,7 +328,7 @@ func (in *Instance) makeDir() error {
 		if err := unix.Statfs(base, &fs); err != nil || fs.Type == tmpfsMagic {
 			continue
 		}
-		d, err := os.MkdirTemp(base, dirPrefix)
+		d, err := os.MkdirTemp(base, dirPrefix+strconv.Itoa(os.Getpid())+"-")
 		if err != nil {
 			return fmt.Errorf("memcgstress: files directory: %w", err)
 		}

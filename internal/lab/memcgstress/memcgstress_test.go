@@ -207,8 +207,8 @@ func kill9Helper() {
 }
 
 // TestKill9 checks what the package comment says a kill -9 of the lab
-// leaves: the worker dies, the files vanish, the empty cgroup stays until
-// the next Start sweeps it away.
+// leaves: the worker dies, the files vanish, the empty cgroup and files
+// directory stay until the next Start sweeps them away.
 func TestKill9(t *testing.T) {
 	h := gate(t)
 	self, err := os.Executable()
@@ -248,7 +248,6 @@ func TestKill9(t *testing.T) {
 	if ents, err := os.ReadDir(dir); err != nil || len(ents) != 0 {
 		t.Errorf("files directory %s after kill -9: %d entries, %v", dir, len(ents), err)
 	}
-	os.Remove(dir)
 	if _, err := os.Stat(h.Dir(cgPath)); err != nil {
 		t.Fatalf("cgroup %s gone already (%v): the package comment is out of date", cgPath, err)
 	}
@@ -261,5 +260,9 @@ func TestKill9(t *testing.T) {
 	if _, err := os.Stat(h.Dir(cgPath)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("cgroup %s not swept by the next Start: %v", cgPath, err)
 		os.Remove(h.Dir(cgPath))
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("directory %s not swept by the next Start: %v", dir, err)
+		os.Remove(dir)
 	}
 }
