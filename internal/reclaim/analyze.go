@@ -36,7 +36,6 @@ type Cgroup struct {
 	PSIFull float64       // (0 on v1)
 	Reclaim Reclaim       // by its tasks
 	Procs   []Proc        // its processes, busiest reclaimers first
-	Kswapd  bool          // the root cgroup's entry holds kswapd's scanning
 	Window  time.Duration // copied from the snapshot for the helpers
 }
 
@@ -309,7 +308,7 @@ func (s *Snapshot) cgroupFinding(c *Cgroup) (finding.Finding, bool) {
 			inFlight++
 		}
 	}
-	if c.Kswapd || (calls == 0 && inFlight == 0 && r.UnmatchedEnds == 0) {
+	if calls == 0 && inFlight == 0 && r.UnmatchedEnds == 0 {
 		return finding.Finding{}, false
 	}
 	total := r.memcgTime()

@@ -248,3 +248,28 @@ func TestFormatting(t *testing.T) {
 		t.Errorf("round = %v", got)
 	}
 }
+
+func TestScope(t *testing.T) {
+	for _, c := range []struct {
+		sc    scope
+		path  string
+		known bool
+		want  bool
+	}{
+		{scope{}, "", false, true},
+		{scope{}, "/a", true, true},
+		{scope{under: "/a"}, "/a", true, true},
+		{scope{under: "/a"}, "/a/b", true, true},
+		{scope{under: "/a"}, "/ab", true, false},
+		{scope{under: "/a"}, "", false, false},
+		{scope{under: "/"}, "/x/y", true, true},
+		{scope{exact: "/"}, "/x", true, false}, // --pid of a process in the root: the root only
+		{scope{exact: "/"}, "/", true, true},
+		{scope{under: "/a", exact: "/a/b"}, "/a/b", true, true},
+		{scope{under: "/a", exact: "/a/b"}, "/a/c", true, false},
+	} {
+		if got := c.sc.keeps(c.path, c.known); got != c.want {
+			t.Errorf("%+v.keeps(%q, %v) = %v, want %v", c.sc, c.path, c.known, got, c.want)
+		}
+	}
+}

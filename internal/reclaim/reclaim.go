@@ -82,7 +82,7 @@ func (iv *Investigator) Run(ctx context.Context, opts investigator.Options) (*in
 
 	h, herr := memcg.Find(ctx, iv.Proc)
 	useMemcg := herr == nil
-	onlyPath, err := iv.scope(ctx, h, herr, opts.PID)
+	sc, err := iv.scope(ctx, h, herr, opts.PID)
 	if err != nil {
 		return nil, err
 	}
@@ -142,7 +142,7 @@ func (iv *Investigator) Run(ctx context.Context, opts investigator.Options) (*in
 		Awake: time.Duration(raw.stats[statKswapdNs]), Scanned: raw.stats[statKswapdScanned], Reclaimed: raw.stats[statKswapdReclaimed],
 		AwakeHist: raw.kswapd,
 	}
-	iv.buildCgroups(ctx, snap, raw, h, useMemcg, idPaths, before, procs0, onlyPath, opts.PID)
+	iv.buildCgroups(ctx, snap, raw, h, useMemcg, idPaths, before, procs0, sc, opts.PID)
 
 	res := &investigator.Result{
 		Findings:     Conclude(snap),
@@ -157,29 +157,48 @@ func (iv *Investigator) Run(ctx context.Context, opts investigator.Options) (*in
 	return res, nil
 }
 
-// scope turns --pid and --cgroup into the one cgroup path (and its
-// descendants) to report; "" reports every cgroup.
-func (iv *Investigator) scope(ctx context.Context, h memcg.Hierarchy, herr error, pid int) (string, error) {
-	only := ""
+// scope is what --cgroup and --pid keep: a cgroup and its descendants,
+// and the one cgroup a process is charged to.
+type scope struct {
+	under string // --cgroup: this path and below; "" for all
+	exact string // --pid: only this path; "" for any
+}
+
+func (sc scope) keeps(path string, known bool) bool {
+	if sc.under == "" && sc.exact == "" {
+		return true
+	}
+	if !known {
+		return false
+	}
+	if sc.exact != "" && path != sc.exact {
+		return false
+	}
+	return sc.under == "" || sc.under == "/" || path == sc.under || strings.HasPrefix(path, sc.under+"/")
+}
+
+// scope turns --cgroup and --pid into what to report.
+func (iv *Investigator) scope(ctx context.Context, h memcg.Hierarchy, herr error, pid int) (scope, error) {
+	var sc scope
 	if iv.Cgroup != "" {
 		if herr != nil {
-			return "", fmt.Errorf("reclaim: --cgroup %s: %v: %w", iv.Cgroup, herr, investigator.ErrUnsupported)
+			return sc, fmt.Errorf("reclaim: --cgroup %s: %v: %w", iv.Cgroup, herr, investigator.ErrUnsupported)
 		}
-		only = filepath.Clean("/" + iv.Cgroup)
-		if _, err := os.Stat(h.Dir(only)); err != nil {
-			return "", fmt.Errorf("reclaim: no memory cgroup %s under %s: %w", only, h.Mount, err)
+		sc.under = filepath.Clean("/" + iv.Cgroup)
+		if _, err := os.Stat(h.Dir(sc.under)); err != nil {
+			return sc, fmt.Errorf("reclaim: no memory cgroup %s under %s: %w", sc.under, h.Mount, err)
 		}
 	}
 	if pid != 0 && herr == nil {
 		cgs, err := iv.Proc.Cgroup(ctx, pid, 0)
 		if err != nil {
-			return "", fmt.Errorf("reclaim: process %d: %w", pid, err)
+			return sc, fmt.Errorf("reclaim: process %d: %w", pid, err)
 		}
-		if p, ok := h.PathOf(cgs); ok && only == "" {
-			only = p
+		if p, ok := h.PathOf(cgs); ok {
+			sc.exact = p
 		}
 	}
-	return only, nil
+	return sc, nil
 }
 
 func (iv *Investigator) wait(ctx context.Context, opts investigator.Options, started time.Time) {
@@ -229,7 +248,7 @@ func (iv *Investigator) sampleProcs(ctx context.Context, pid int) map[int]procSa
 // buildCgroups fills snap.Cgroups from the maps: one entry per cgroup the
 // BPF side saw, with its state, its processes and their reclaim.
 func (iv *Investigator) buildCgroups(ctx context.Context, snap *Snapshot, raw *raw, h memcg.Hierarchy, useMemcg bool,
-	idPaths map[uint64]string, before map[string]memcg.State, procs0 map[int]procSample, only string, pid int) {
+	idPaths map[uint64]string, before map[string]memcg.State, procs0 map[int]procSample, sc scope, pid int) {
 	// Ids first seen during the window (new cgroups) need a second walk.
 	if useMemcg {
 		for id := range raw.cgroups {
@@ -287,7 +306,7 @@ func (iv *Investigator) buildCgroups(ctx context.Context, snap *Snapshot, raw *r
 		if !useMemcg {
 			path, known = "", false
 		}
-		if only != "" && (!known || (path != only && !strings.HasPrefix(path, strings.TrimSuffix(only, "/")+"/"))) {
+		if !sc.keeps(path, known) {
 			continue
 		}
 		c := &Cgroup{ID: id, Path: path, Window: snap.Window, Reclaim: reclaimOf(s, raw, id, inflight[id])}
