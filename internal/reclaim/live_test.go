@@ -2,6 +2,7 @@ package reclaim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -209,5 +210,25 @@ func TestLiveHealthyHost(t *testing.T) {
 func TestRunNeedsDuration(t *testing.T) {
 	if _, err := New().Run(context.Background(), investigator.Options{}); err == nil {
 		t.Error("Run with no duration succeeded")
+	}
+}
+
+// On kernels without some vmscan tracepoints (mm_vmscan_throttled is 5.16+)
+// wolf runs without them and says so; without a required one it refuses
+// with ErrUnsupported (exit 3).
+func TestLiveMissingTracepoints(t *testing.T) {
+	gate(t)
+	iv := New()
+	iv.absent = map[string]bool{"mm_vmscan_throttled": true, "mm_vmscan_node_reclaim_begin": true}
+	res := runWith(t, iv, 500*time.Millisecond, 0)
+	if res.Capabilities["tracepoint:vmscan/mm_vmscan_throttled"] || res.Capabilities["tracepoint:vmscan/mm_vmscan_node_reclaim_begin"] ||
+		!res.Capabilities["tracepoint:vmscan/mm_vmscan_node_reclaim_end"] || !res.Capabilities["tracepoint:vmscan/mm_vmscan_memcg_reclaim_begin"] {
+		t.Errorf("capabilities %v", res.Capabilities)
+	}
+	iv = New()
+	iv.absent = map[string]bool{"mm_vmscan_lru_shrink_inactive": true}
+	_, err := iv.Run(context.Background(), investigator.Options{Duration: 100 * time.Millisecond})
+	if !errors.Is(err, investigator.ErrUnsupported) || !strings.Contains(err.Error(), "mm_vmscan_lru_shrink_inactive") {
+		t.Errorf("without a required tracepoint: %v, want ErrUnsupported naming it", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
@@ -19,7 +20,8 @@ import (
 // probe owns everything reclaim attaches to the kernel. close detaches it
 // all; nothing is pinned, so a kill -9 of wolf detaches it all too.
 type probe struct {
-	objs     reclaimObjects
+	maps     reclaimMaps
+	progs    map[string]*ebpf.Program // by tracepoint name; absent tracepoints have none
 	links    []link.Link
 	attached map[string]bool
 	warnings []string
@@ -29,31 +31,33 @@ type probe struct {
 // Required ones fail the run; without the others it sees less.
 var tracepoints = []struct {
 	name     string
-	prog     func(*reclaimObjects) *ebpf.Program
+	prog     string // the BPF program's name
 	required bool
 	why      string
 }{
-	{"mm_vmscan_memcg_reclaim_begin", func(o *reclaimObjects) *ebpf.Program { return o.OnMemcgBegin }, true, "a task starts reclaiming in its cgroup, at the limit"},
-	{"mm_vmscan_memcg_reclaim_end", func(o *reclaimObjects) *ebpf.Program { return o.OnMemcgEnd }, true, "a memcg reclaim call ends: its duration, CPU time and what it freed"},
-	{"mm_vmscan_lru_shrink_inactive", func(o *reclaimObjects) *ebpf.Program { return o.OnShrinkInactive }, true, "pages scanned and reclaimed, and why the rest were kept"},
-	{"mm_vmscan_direct_reclaim_begin", func(o *reclaimObjects) *ebpf.Program { return o.OnDirectBegin }, false, "direct reclaim: the host short of memory"},
-	{"mm_vmscan_direct_reclaim_end", func(o *reclaimObjects) *ebpf.Program { return o.OnDirectEnd }, false, "a direct reclaim call ends"},
-	{"mm_vmscan_lru_shrink_active", func(o *reclaimObjects) *ebpf.Program { return o.OnShrinkActive }, false, "pages moved off the active lists"},
-	{"mm_vmscan_memcg_softlimit_reclaim_begin", func(o *reclaimObjects) *ebpf.Program { return o.OnSoftlimitBegin }, false, "cgroup v1 soft-limit reclaim"},
-	{"mm_vmscan_memcg_softlimit_reclaim_end", func(o *reclaimObjects) *ebpf.Program { return o.OnSoftlimitEnd }, false, "a soft-limit reclaim call ends"},
-	{"mm_vmscan_node_reclaim_begin", func(o *reclaimObjects) *ebpf.Program { return o.OnNodeBegin }, false, "node reclaim (vm.zone_reclaim_mode)"},
-	{"mm_vmscan_node_reclaim_end", func(o *reclaimObjects) *ebpf.Program { return o.OnNodeEnd }, false, "a node reclaim call ends"},
-	{"mm_vmscan_throttled", func(o *reclaimObjects) *ebpf.Program { return o.OnThrottled }, false, "reclaimers put to sleep, and why"},
-	{"mm_vmscan_kswapd_wake", func(o *reclaimObjects) *ebpf.Program { return o.OnKswapdWake }, false, "kswapd, the background reclaimer, wakes"},
-	{"mm_vmscan_kswapd_sleep", func(o *reclaimObjects) *ebpf.Program { return o.OnKswapdSleep }, false, "kswapd goes back to sleep: how long it was awake"},
-	{"mm_vmscan_wakeup_kswapd", func(o *reclaimObjects) *ebpf.Program { return o.OnWakeupKswapd }, false, "allocations that ask kswapd to run"},
+	{"mm_vmscan_memcg_reclaim_begin", "on_memcg_begin", true, "a task starts reclaiming in its cgroup, at the limit"},
+	{"mm_vmscan_memcg_reclaim_end", "on_memcg_end", true, "a memcg reclaim call ends: its duration, CPU time and what it freed"},
+	{"mm_vmscan_lru_shrink_inactive", "on_shrink_inactive", true, "pages scanned and reclaimed, and why the rest were kept"},
+	{"mm_vmscan_direct_reclaim_begin", "on_direct_begin", false, "direct reclaim: the host short of memory"},
+	{"mm_vmscan_direct_reclaim_end", "on_direct_end", false, "a direct reclaim call ends"},
+	{"mm_vmscan_lru_shrink_active", "on_shrink_active", false, "pages moved off the active lists"},
+	{"mm_vmscan_memcg_softlimit_reclaim_begin", "on_softlimit_begin", false, "cgroup v1 soft-limit reclaim"},
+	{"mm_vmscan_memcg_softlimit_reclaim_end", "on_softlimit_end", false, "a soft-limit reclaim call ends"},
+	{"mm_vmscan_node_reclaim_begin", "on_node_begin", false, "node reclaim (vm.zone_reclaim_mode)"},
+	{"mm_vmscan_node_reclaim_end", "on_node_end", false, "a node reclaim call ends"},
+	{"mm_vmscan_throttled", "on_throttled", false, "reclaimers put to sleep, and why"},
+	{"mm_vmscan_kswapd_wake", "on_kswapd_wake", false, "kswapd, the background reclaimer, wakes"},
+	{"mm_vmscan_kswapd_sleep", "on_kswapd_sleep", false, "kswapd goes back to sleep: how long it was awake"},
+	{"mm_vmscan_wakeup_kswapd", "on_wakeup_kswapd", false, "allocations that ask kswapd to run"},
 }
 
 // perCPUBudget bounds the memory of the per-CPU cgroup map: its entries are
 // lowered on hosts with many CPUs so that it never takes more than this.
 const perCPUBudget = 16 << 20
 
-func openProbe(useMemcg bool) (*probe, error) {
+// openProbe loads the programs and attaches them. absent names tracepoints
+// to treat as missing from the kernel, for tests of that path.
+func openProbe(useMemcg bool, absent map[string]bool) (*probe, error) {
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("reclaim: loading BPF programs needs root: %w", investigator.ErrPrivilege)
 	}
@@ -72,16 +76,48 @@ func openProbe(useMemcg bool) (*probe, error) {
 		per := uint32(perCPUBudget / (int(unsafe.Sizeof(reclaimCgStats{})) * n))
 		ms.MaxEntries = max(min(ms.MaxEntries, per), 64)
 	}
-	p := &probe{attached: map[string]bool{}}
-	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
+	// A tp_btf program whose tracepoint the kernel lacks does not load,
+	// and would take the whole collection down with it: leave out the
+	// optional ones this kernel does not have (mm_vmscan_throttled came in
+	// 5.16, after seed 003's 5.15).
+	kernel, err := btf.LoadKernelSpec()
+	if err != nil {
+		return nil, fmt.Errorf("reclaim: kernel BTF: %v: %w", err, investigator.ErrUnsupported)
+	}
+	p := &probe{progs: map[string]*ebpf.Program{}, attached: map[string]bool{}}
+	for _, tp := range tracepoints {
+		if _, err := kernel.AnyTypeByName("btf_trace_" + tp.name); err == nil && !absent[tp.name] {
+			continue
+		}
+		if tp.required {
+			return nil, fmt.Errorf("reclaim: this kernel has no tracepoint vmscan/%s (%s): %w", tp.name, tp.why, investigator.ErrUnsupported)
+		}
+		delete(spec.Programs, tp.prog)
+		p.warnings = append(p.warnings, fmt.Sprintf("this kernel has no tracepoint vmscan/%s: %s not seen", tp.name, tp.why))
+	}
+	coll, err := ebpf.NewCollection(spec)
+	if err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
 			return nil, fmt.Errorf("reclaim: the kernel's BPF verifier rejected the program (%v): %w", ve, investigator.ErrUnsupported)
 		}
 		return nil, fmt.Errorf("reclaim: load BPF objects: %w", err)
 	}
+	defer coll.Close() // whatever was not taken below
+	if err := coll.Assign(&p.maps); err != nil {
+		return nil, fmt.Errorf("reclaim: BPF maps: %w", err)
+	}
 	for _, tp := range tracepoints {
-		l, err := link.AttachTracing(link.TracingOptions{Program: tp.prog(&p.objs), AttachType: ebpf.AttachTraceRawTp})
+		if prog := coll.DetachProgram(tp.prog); prog != nil {
+			p.progs[tp.name] = prog
+		}
+	}
+	for _, tp := range tracepoints {
+		prog := p.progs[tp.name]
+		if prog == nil {
+			continue
+		}
+		l, err := link.AttachTracing(link.TracingOptions{Program: prog, AttachType: ebpf.AttachTraceRawTp})
 		if err != nil {
 			if tp.required {
 				p.close()
@@ -106,13 +142,18 @@ func (p *probe) detach() {
 
 func (p *probe) close() {
 	p.detach()
-	_ = p.objs.Close()
+	for _, prog := range p.progs {
+		_ = prog.Close()
+	}
+	_ = p.maps.Close()
 }
 
 func (p *probe) programs() []*ebpf.Program {
-	o := &p.objs
-	return []*ebpf.Program{o.OnMemcgBegin, o.OnMemcgEnd, o.OnDirectBegin, o.OnDirectEnd, o.OnSoftlimitBegin, o.OnSoftlimitEnd,
-		o.OnNodeBegin, o.OnNodeEnd, o.OnShrinkInactive, o.OnShrinkActive, o.OnThrottled, o.OnKswapdWake, o.OnKswapdSleep, o.OnWakeupKswapd}
+	out := make([]*ebpf.Program, 0, len(p.progs))
+	for _, prog := range p.progs {
+		out = append(out, prog)
+	}
+	return out
 }
 
 // Kinds of reclaim, as the BPF side numbers them.
@@ -169,7 +210,7 @@ func (p *probe) read() (*raw, error) {
 		cgid uint64
 		per  []reclaimCgStats
 	)
-	it := p.objs.Cgroups.Iterate()
+	it := p.maps.Cgroups.Iterate()
 	for it.Next(&cgid, &per) {
 		r.cgroups[cgid] = mergeCPUs(per)
 	}
@@ -180,7 +221,7 @@ func (p *probe) read() (*raw, error) {
 		tid uint32
 		ts  reclaimTaskStats
 	)
-	it = p.objs.Tasks.Iterate()
+	it = p.maps.Tasks.Iterate()
 	for it.Next(&tid, &ts) {
 		r.tasks[tid] = ts
 	}
@@ -188,7 +229,7 @@ func (p *probe) read() (*raw, error) {
 		return nil, fmt.Errorf("reclaim: read tasks map: %w", err)
 	}
 	var f reclaimInflight
-	it = p.objs.Inflights.Iterate()
+	it = p.maps.Inflights.Iterate()
 	for it.Next(&tid, &f) {
 		r.inflight[tid] = f
 	}
@@ -199,19 +240,19 @@ func (p *probe) read() (*raw, error) {
 		hk reclaimHistKey
 		hv reclaimWolfHist
 	)
-	it = p.objs.Hists.Iterate()
+	it = p.maps.Hists.Iterate()
 	for it.Next(&hk, &hv) {
 		r.hists[hk] = hist.FromSlots(hv.Slots[:], hv.Count, hv.Sum, hv.Max)
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("reclaim: read histograms: %w", err)
 	}
-	if err := p.objs.KswapdHist.Lookup(uint32(0), &hv); err == nil {
+	if err := p.maps.KswapdHist.Lookup(uint32(0), &hv); err == nil {
 		r.kswapd = hist.FromSlots(hv.Slots[:], hv.Count, hv.Sum, hv.Max)
 	}
 	for i := range statMax {
 		var vals []uint64
-		if err := p.objs.Stats.Lookup(uint32(i), &vals); err != nil {
+		if err := p.maps.Stats.Lookup(uint32(i), &vals); err != nil {
 			return nil, fmt.Errorf("reclaim: read stats: %w", err)
 		}
 		for _, v := range vals {

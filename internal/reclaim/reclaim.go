@@ -51,6 +51,8 @@ type Investigator struct {
 	// runs when the window has closed, just before the programs detach.
 	// Tests read independent counters there, over the same window.
 	attached, collecting func()
+	// absent makes tracepoints look missing from the kernel (tests).
+	absent map[string]bool
 }
 
 // New returns an investigator with the defaults.
@@ -102,7 +104,7 @@ func (iv *Investigator) Run(ctx context.Context, opts investigator.Options) (*in
 	psi0, psiErr := memcg.ReadPSI(memcg.SystemPressure)
 	oom0 := vmstatOOMKills()
 
-	p, err := openProbe(useMemcg)
+	p, err := openProbe(useMemcg, iv.absent)
 	if err != nil {
 		return nil, err
 	}
