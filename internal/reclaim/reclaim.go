@@ -37,6 +37,7 @@ const (
 	maxProcsPerCgroup = 64   // processes reported per cgroup
 	progressInterval  = 250 * time.Millisecond
 	statReaderTimeout = 500 * time.Millisecond
+	collectTimeout    = 5 * time.Second // bounds the reads after the window
 )
 
 // Investigator watches reclaim. The zero value is ready to use; New sets
@@ -144,7 +145,11 @@ func (iv *Investigator) Run(ctx context.Context, opts investigator.Options) (*in
 		Awake: time.Duration(raw.stats[statKswapdNs]), Scanned: raw.stats[statKswapdScanned], Reclaimed: raw.stats[statKswapdReclaimed],
 		AwakeHist: raw.kswapd,
 	}
-	iv.buildCgroups(ctx, snap, raw, h, useMemcg, idPaths, before, procs0, sc, opts.PID)
+	// The window is over, possibly because ctx was cancelled (Ctrl-C): the
+	// reads that complete the report get a context of their own.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), collectTimeout)
+	defer cancel()
+	iv.buildCgroups(cctx, snap, raw, h, useMemcg, idPaths, before, procs0, sc, opts.PID)
 
 	res := &investigator.Result{
 		Findings:     Conclude(snap),
