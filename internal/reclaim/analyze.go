@@ -19,10 +19,8 @@ type Snapshot struct {
 	Cgroups []*Cgroup // cgroups whose tasks reclaimed (or were scanned for)
 	Kswapd  Kswapd
 	System  System
-	// Holds, when another investigator supplies them, are lock holds
-	// (mmap_lock per seed 003) with the reclaim done while each was held.
-	// Conclude does not use them yet; see Hold.
-	Holds []Hold
+	// Reclaim done while holding an mmap_lock (seed 003's per-hold table)
+	// is the locks investigator's: it times the holds (locks.mmap-hold).
 }
 
 // Cgroup is one memory cgroup: its state at the end of the window, what
@@ -107,23 +105,6 @@ type System struct {
 	OOMKills         uint64 // /proc/vmstat oom_kill delta
 	SwapTotalBytes   uint64
 	MGLRU            MGLRU
-}
-
-// Hold is one hold of a lock (mmap_lock, in seed 003) and the reclaim its
-// holder did meanwhile: the seed's per-hold table. It is the seam for the
-// locks investigator, which knows hold times; the reclaim numbers come from
-// this package's per-task counters.
-type Hold struct {
-	Lock         string // "mmap_lock", …
-	Write        bool
-	TID, PID     int
-	Comm         string
-	Duration     time.Duration // acquire to release
-	Runtime      time.Duration // on CPU meanwhile
-	CtxSwitches  uint64
-	ReclaimCalls uint64
-	Scanned      uint64
-	Reclaimed    uint64
 }
 
 // Thresholds of the verdicts, in the seed's terms.
