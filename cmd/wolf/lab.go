@@ -18,7 +18,7 @@ import (
 
 // labs lists every reproducer wolf ships.
 func labs() *lab.Registry {
-	return lab.NewRegistry(fusestall.NewRWSem(), fusestall.NewMutex(), coredump.New(), mmaplock.New(), memcgstress.New())
+	return lab.NewRegistry(fusestall.NewRWSem(), fusestall.NewMutex(), coredump.New(), mmaplock.New(), memcgstress.New(), memcgstress.NewPopulate())
 }
 
 func newLabCmd() *cobra.Command {

@@ -66,6 +66,11 @@ type Config struct {
 	Phase1      time.Duration // how long the r_file threads run alone
 	Dir         string        // where the files are written; a disk, not tmpfs
 	MaxLife     time.Duration // the worker exits after this long whatever happens
+	// Populate makes the r_memory threads map with MAP_POPULATE: the
+	// kernel then faults their pages in under the process's mmap_lock, so
+	// their reclaim runs with it held, as faults did in seed 003's kernel
+	// (on 6.18 an ordinary fault holds only the VMA's lock).
+	Populate bool
 }
 
 // Defaults: 256 MiB limit, files 7/8 of it, anonymous memory 3/16, 32 + 32
@@ -93,10 +98,13 @@ const (
 	tmpfsMagic   = 0x01021994
 )
 
-type memcgLab struct{ cfg Config }
+type memcgLab struct {
+	cfg  Config
+	name string // "" for memcg-stress
+}
 
 // New returns the lab with the defaults.
-func New() lab.Lab { return memcgLab{Defaults} }
+func New() lab.Lab { return memcgLab{Defaults, ""} }
 
 // NewWithConfig returns the lab sized by c (zero fields: the defaults).
 func NewWithConfig(c Config) lab.Lab {
@@ -128,12 +136,29 @@ func NewWithConfig(c Config) lab.Lab {
 	if c.MaxLife > 0 {
 		d.MaxLife = c.MaxLife
 	}
-	return memcgLab{d}
+	d.Populate = c.Populate
+	return memcgLab{d, ""}
 }
 
-func (memcgLab) Name() string { return "memcg-stress" }
+// NewPopulate is the lab named mmap-lock-reclaim: memcg-stress whose
+// r_memory threads populate their mappings, reclaiming under mmap_lock.
+func NewPopulate() lab.Lab {
+	d := Defaults
+	d.Populate = true
+	return memcgLab{d, "mmap-lock-reclaim"}
+}
 
-func (memcgLab) Summary() string {
+func (l memcgLab) Name() string {
+	if l.name != "" {
+		return l.name
+	}
+	return "memcg-stress"
+}
+
+func (l memcgLab) Summary() string {
+	if l.cfg.Populate {
+		return "memcg-stress whose anonymous mappings are populated under the mmap_lock: the cgroup's reclaim runs with the lock held (seed 003)"
+	}
 	return "a memory cgroup at its limit whose threads read mmap'd files and fault anonymous memory: reclaim scans hot pages and frees few (seed 003)"
 }
 
@@ -351,6 +376,7 @@ func (in *Instance) startWorker(ctx context.Context) error {
 		Dir: in.dir, FileBytes: in.cfg.FileBytes, AnonBytes: in.cfg.AnonBytes,
 		FileThreads: in.cfg.FileThreads, AnonThreads: in.cfg.AnonThreads,
 		FileSize: in.cfg.FileSize, Phase1: in.cfg.Phase1, MaxLife: in.cfg.MaxLife,
+		Populate: in.cfg.Populate,
 	})
 	if err != nil {
 		return fmt.Errorf("memcgstress: %w", err)

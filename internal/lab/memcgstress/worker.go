@@ -52,6 +52,7 @@ type workerConfig struct {
 	FileSize    int           `json:"file_size"`
 	Phase1      time.Duration `json:"phase1"`
 	MaxLife     time.Duration `json:"max_life"`
+	Populate    bool          `json:"populate"`
 }
 
 func init() {
@@ -109,7 +110,7 @@ func runWorker(c workerConfig) {
 	var started sync.WaitGroup
 	for i := range c.AnonThreads {
 		started.Add(1)
-		go anonThread(int(chunk), uint64(i), &started)
+		go anonThread(int(chunk), uint64(i), c.Populate, &started)
 	}
 	started.Wait() // every r_memory thread named and running
 	fmt.Printf("%s %d\n", phase2Line, c.AnonBytes>>20)
@@ -187,15 +188,20 @@ var keep byte
 
 // anonThread maps chunk bytes of anonymous memory, writes to its pages in
 // random order (each first write is a page fault and a charge), unmaps it
-// and starts over.
-func anonThread(chunk int, seed uint64, started *sync.WaitGroup) {
+// and starts over. With populate the kernel faults every page in at mmap,
+// under the mmap_lock.
+func anonThread(chunk int, seed uint64, populate bool, started *sync.WaitGroup) {
 	runtime.LockOSThread()
 	setThreadName(anonComm)
 	started.Done()
 	rng := rand.New(rand.NewPCG(seed, uint64(time.Now().UnixNano())))
 	pages := chunk / pageSize
 	for {
-		m, err := unix.Mmap(-1, 0, chunk, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+		flags := unix.MAP_PRIVATE | unix.MAP_ANONYMOUS
+		if populate {
+			flags |= unix.MAP_POPULATE
+		}
+		m, err := unix.Mmap(-1, 0, chunk, unix.PROT_READ|unix.PROT_WRITE, flags)
 		if err != nil {
 			time.Sleep(10 * time.Millisecond)
 			continue
