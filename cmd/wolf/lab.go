@@ -11,6 +11,7 @@ import (
 	"github.com/wolf-investigator/wolf/internal/lab"
 	"github.com/wolf-investigator/wolf/internal/lab/coredump"
 	"github.com/wolf-investigator/wolf/internal/lab/fusestall"
+	"github.com/wolf-investigator/wolf/internal/lab/memcgstress"
 	"github.com/wolf-investigator/wolf/internal/lab/mmaplock"
 	"github.com/wolf-investigator/wolf/internal/lab/tcpcollapse"
 	"github.com/wolf-investigator/wolf/internal/render"
@@ -18,7 +19,7 @@ import (
 
 // labs lists every reproducer wolf ships.
 func labs() *lab.Registry {
-	return lab.NewRegistry(fusestall.NewRWSem(), fusestall.NewMutex(), coredump.New(), mmaplock.New(), tcpcollapse.New())
+	return lab.NewRegistry(fusestall.NewRWSem(), fusestall.NewMutex(), coredump.New(), mmaplock.New(), memcgstress.New(), memcgstress.NewPopulate(), tcpcollapse.New())
 }
 
 func newLabCmd() *cobra.Command {

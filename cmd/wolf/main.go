@@ -98,7 +98,7 @@ Exit codes: 0 done (findings or not), 1 wolf failed, 2 bad usage,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageErr("%v (see %s --help)", err, c.CommandPath())
 	})
-	root.AddCommand(newDoctorCmd(), newHungCmd(), newLocksCmd(), newAnalyzeCmd(), newCheckCmd(), newLabCmd(), newBenchCmd())
+	root.AddCommand(newDoctorCmd(), newHungCmd(), newLocksCmd(), newReclaimCmd(), newAnalyzeCmd(), newCheckCmd(), newLabCmd(), newBenchCmd())
 	root.AddCommand(newSoftirqCmd())
 	return root
 }

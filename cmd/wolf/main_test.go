@@ -21,8 +21,11 @@ import (
 	"github.com/wolf-investigator/wolf/internal/kconfig"
 	"github.com/wolf-investigator/wolf/internal/lab"
 	"github.com/wolf-investigator/wolf/internal/lab/fusestall"
+	"github.com/wolf-investigator/wolf/internal/lab/memcgstress"
 	"github.com/wolf-investigator/wolf/internal/lab/mmaplock"
 	"github.com/wolf-investigator/wolf/internal/lab/tcpcollapse"
+	"github.com/wolf-investigator/wolf/internal/memcg"
+	"github.com/wolf-investigator/wolf/internal/procfs"
 	"github.com/wolf-investigator/wolf/internal/testutil"
 )
 
@@ -103,6 +106,12 @@ func TestBadUsageExitsTwoWithOneLine(t *testing.T) {
 		{"bench", "lpm", "--entries", "zero"},
 		{"bench", "lpm", "--ops", "teleport"},
 		{"bench", "lpm", "--format", "csv"},
+		{"reclaim", "--format", "xml"},
+		{"reclaim", "--duration", "-1s"},
+		{"reclaim", "--pid", "-4"},
+		{"reclaim", "--pid", "2147483000"},
+		{"reclaim", "--cgroup", "/no/such/wolf/cgroup"},
+		{"reclaim", "extra-arg"},
 		{"softirq", "--format", "xml"},
 		{"softirq", "--duration", "-1s"},
 		{"softirq", "--threshold", "0s"},
@@ -125,7 +134,7 @@ func TestBadUsageExitsTwoWithOneLine(t *testing.T) {
 }
 
 func TestHelpOnEveryCommand(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"doctor", "--help"}, {"hung", "--help"}, {"locks", "--help"}, {"analyze", "--help"}, {"check", "--help"}, {"lab", "--help"}, {"lab", "list", "--help"}, {"lab", "run", "--help"}, {"bench", "--help"}, {"bench", "lpm", "--help"}, {"softirq", "--help"}} {
+	for _, args := range [][]string{{"--help"}, {"doctor", "--help"}, {"hung", "--help"}, {"locks", "--help"}, {"analyze", "--help"}, {"check", "--help"}, {"lab", "--help"}, {"lab", "list", "--help"}, {"lab", "run", "--help"}, {"bench", "--help"}, {"bench", "lpm", "--help"}, {"reclaim", "--help"}, {"softirq", "--help"}} {
 		r := runWolf(t, 10*time.Second, args...)
 		if r.code != 0 || !strings.Contains(r.stdout, "Usage:") {
 			t.Errorf("wolf %v: exit %d, stdout %q", args, r.code, r.stdout)
@@ -150,7 +159,7 @@ func TestNotRootExitsThree(t *testing.T) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, args := range [][]string{{"hung", "--duration", "1s"}, {"locks", "--duration", "1s"}, {"doctor", "--duration", "1s"}, {"lab", "run", "fuse-rwsem"}, {"bench", "lpm", "--entries", "100"}, {"softirq", "--duration", "1s"}} {
+	for _, args := range [][]string{{"hung", "--duration", "1s"}, {"locks", "--duration", "1s"}, {"doctor", "--duration", "1s"}, {"lab", "run", "fuse-rwsem"}, {"bench", "lpm", "--entries", "100"}, {"reclaim", "--duration", "1s"}, {"softirq", "--duration", "1s"}} {
 		cmd := exec.Command(setpriv, append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", bin}, args...)...)
 		var errb bytes.Buffer
 		cmd.Stderr = &errb
@@ -181,6 +190,11 @@ func wolfPrograms(t *testing.T) []string {
 		"btf_contention_begin", "btf_contention_end", "raw_contention_begin", "raw_contention_end",
 		"on_mm_acquired", "on_mm_released", "on_sample", "on_memcg_reclaim_begin", "on_memcg_reclaim_end",
 		"on_direct_reclaim_begin", "on_direct_reclaim_end", "on_shrink_inactive",
+		// reclaim
+		"on_memcg_begin", "on_memcg_end", "on_direct_begin", "on_direct_end", "on_softlimit_begin", "on_softlimit_end",
+		"on_node_begin", "on_node_end", "on_shrink_inactive", "on_shrink_active", "on_throttled", "on_kswapd_wake",
+		"on_kswapd_sleep", "on_wakeup_kswapd",
+		// softirq
 		"on_softirq_raise", "on_softirq_entry", "on_softirq_exit", "on_napi_poll", "on_kfree_skb", "func_entry", "func_return"}
 	isOurs := func(name string) bool {
 		for _, o := range ours {
@@ -231,47 +245,46 @@ func TestSignalsLeaveNothingAttached(t *testing.T) {
 	// kernel still frees them (after an RCU grace period).
 	waitFor(t, "programs of earlier tests to be freed", 5*time.Second, func() bool { return len(wolfPrograms(t)) == 0 })
 	for _, c := range []struct {
-		sig  syscall.Signal
-		args []string
-	}{
-		{syscall.SIGINT, []string{"hung"}},
-		{syscall.SIGTERM, []string{"hung"}},
-		{syscall.SIGKILL, []string{"hung"}},
-		{syscall.SIGINT, []string{"locks"}},
-		{syscall.SIGKILL, []string{"locks"}},
-		{syscall.SIGINT, []string{"doctor"}},
-		{syscall.SIGINT, []string{"softirq"}},
-		{syscall.SIGTERM, []string{"softirq"}},
-		{syscall.SIGKILL, []string{"softirq"}},
-	} {
-		sig := c.sig
-		cmd := exec.Command(wolfBin, append(c.args, "--duration", "60s", "--format", "json")...)
-		var out bytes.Buffer
-		cmd.Stdout = &out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
+		command string
+		progs   int // programs it loads, at least
+	}{{"hung", 5}, {"locks", 5}, {"reclaim", 14}, {"softirq", 6}} {
+		for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGKILL} {
+			signalLeavesNothing(t, c.command, c.progs, sig)
 		}
-		t.Cleanup(func() { _ = cmd.Process.Kill() }) // if the test fails midway
-		waitFor(t, "wolf's programs to load", 10*time.Second, func() bool { return len(wolfPrograms(t)) >= 5 })
-		started := time.Now()
-		if err := cmd.Process.Signal(sig); err != nil {
-			t.Fatal(err)
-		}
-		err := cmd.Wait()
-		if sig != syscall.SIGKILL {
-			if err != nil {
-				t.Errorf("%v: wolf exited with %v, want 0", sig, err)
-			}
-			if time.Since(started) > 3*time.Second {
-				t.Errorf("%v: wolf took %v to stop", sig, time.Since(started))
-			}
-			var rep finding.Report
-			if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
-				t.Errorf("%v: no JSON report after the signal: %v: %q", sig, err, out.String())
-			}
-		}
-		waitFor(t, "the kernel to drop wolf's programs after "+sig.String(), 5*time.Second, func() bool { return len(wolfPrograms(t)) == 0 })
 	}
+}
+
+// signalLeavesNothing runs wolf COMMAND, sends it sig once its programs
+// are loaded, and checks that it reports (unless killed) and that the
+// kernel drops every program.
+func signalLeavesNothing(t *testing.T, command string, progs int, sig syscall.Signal) {
+	t.Helper()
+	cmd := exec.Command(wolfBin, command, "--duration", "60s", "--format", "json")
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() }) // if the test fails midway
+	waitFor(t, "wolf "+command+"'s programs to load", 10*time.Second, func() bool { return len(wolfPrograms(t)) >= progs })
+	started := time.Now()
+	if err := cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	if sig != syscall.SIGKILL {
+		if err != nil {
+			t.Errorf("%s %v: wolf exited with %v, want 0", command, sig, err)
+		}
+		if time.Since(started) > 3*time.Second {
+			t.Errorf("%s %v: wolf took %v to stop", command, sig, time.Since(started))
+		}
+		var rep finding.Report
+		if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+			t.Errorf("%s %v: no JSON report after the signal: %v: %q", command, sig, err, out.String())
+		}
+	}
+	waitFor(t, "the kernel to drop wolf "+command+"'s programs after "+sig.String(), 5*time.Second, func() bool { return len(wolfPrograms(t)) == 0 })
 }
 
 func TestDoctorHealthyHostFinishesInTime(t *testing.T) {
@@ -296,6 +309,9 @@ func TestDoctorHealthyHostFinishesInTime(t *testing.T) {
 		}
 		if f.Investigator == "locks" && f.Severity == finding.Critical {
 			t.Errorf("healthy host gave a critical lock finding: %s", f.Title)
+		}
+		if f.Investigator == "reclaim" && f.Severity >= finding.Warning {
+			t.Errorf("healthy host gave a reclaim %s: %s", f.Severity, f.Title)
 		}
 		if f.Investigator == "softirq" && f.Severity >= finding.Warning {
 			t.Errorf("healthy host gave a softirq %s: %s", f.Severity, f.Title)
@@ -370,6 +386,57 @@ func TestHungCLINamesLabOffender(t *testing.T) {
 	}
 }
 
+// The reclaim issue's acceptance test, through the CLI: with the
+// memcg-stress lab running, `wolf reclaim --format json` names the lab's
+// cgroup and its worker.
+func TestReclaimCLINamesLabCgroup(t *testing.T) {
+	testutil.RequireRoot(t)
+	_, err := memcg.Find(context.Background(), procfs.Reader{})
+	testutil.Require(t, err == nil, "needs the memory cgroup controller")
+	testutil.Exclusive(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	inst, err := memcgstress.New().Start(ctx, lab.Options{Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Close()
+	in := inst.(*memcgstress.Instance)
+	r := runWolf(t, 30*time.Second, "reclaim", "--duration", "3s", "--format", "json", "--cgroup", in.Cgroup())
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	var rep finding.Report
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	var f *finding.Finding
+	for i := range rep.Findings {
+		if strings.HasPrefix(rep.Findings[i].ID, "reclaim.memcg-") && rep.Findings[i].Severity >= finding.Warning {
+			f = &rep.Findings[i]
+		}
+	}
+	if f == nil {
+		t.Fatalf("no reclaim.memcg-* warning in %s", r.stdout)
+	}
+	var cg, worker bool
+	for _, s := range f.Subjects {
+		cg = cg || (s.Role == finding.RoleCgroup && s.Cgroup == in.Cgroup())
+		worker = worker || (s.Role == finding.RoleTask && s.PID == in.PID())
+	}
+	if !cg || !worker {
+		t.Errorf("subjects %+v: want cgroup %s and worker %d", f.Subjects, in.Cgroup(), in.PID())
+	}
+	for _, k := range []string{"pages_scanned", "pages_reclaimed", "reclaim_s_total", "max_reclaim_ms", "efficiency_pct"} {
+		if _, ok := f.Evidence[k]; !ok {
+			t.Errorf("evidence lacks %s: %v", k, f.Evidence)
+		}
+	}
+	if rep.Overhead.Events == 0 {
+		t.Errorf("overhead %+v", rep.Overhead)
+	}
+}
+
 func TestAnalyzeCLI(t *testing.T) {
 	r := runWolf(t, 10*time.Second, "analyze", "--format", "json", "../../internal/hung/hunglog/testdata/rtnl.log")
 	if r.code != 0 {
@@ -420,7 +487,7 @@ func TestCheckSaysWhyNot(t *testing.T) {
 		}
 	}
 	text := runWolf(t, 60*time.Second, "check")
-	if !strings.Contains(text.stdout, "hung: ready") || !strings.Contains(text.stdout, "softirq: ready") {
+	if !strings.Contains(text.stdout, "hung: ready") || !strings.Contains(text.stdout, "reclaim: ready") || !strings.Contains(text.stdout, "softirq: ready") {
 		t.Errorf("text check:\n%s", text.stdout)
 	}
 }
@@ -521,7 +588,7 @@ func TestLabList(t *testing.T) {
 	for _, l := range labs {
 		names[l.Name] = l.Summary != ""
 	}
-	if !names["fuse-rwsem"] || !names["fuse-mutex"] || !names["mmap-lock"] || !names["tcp-collapse"] {
+	if !names["fuse-rwsem"] || !names["fuse-mutex"] || !names["mmap-lock"] || !names["memcg-stress"] || !names["tcp-collapse"] {
 		t.Errorf("labs %+v", labs)
 	}
 }

@@ -722,7 +722,11 @@ func (s *Snapshot) holdFinding(tgid, mmTGID int, holds []Hold) finding.Finding {
 		whose = fmt.Sprintf("the mmap_lock of %s (pid %d)", comm, mmTGID)
 		lockName = fmt.Sprintf("mmap_lock of %s (pid %d)", comm, mmTGID)
 	} else if mmTGID != 0 {
-		lockName = fmt.Sprintf("mmap_lock of %s (pid %d)", h.Comm, tgid)
+		proc := s.comm(tgid) // the process's name, not the holding thread's
+		if proc == "" {
+			proc = h.Comm
+		}
+		lockName = fmt.Sprintf("mmap_lock of %s (pid %d)", proc, tgid)
 	}
 	sev := finding.Info
 	switch {
