@@ -15,12 +15,13 @@ import (
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/hung"
 	"github.com/wolf-investigator/wolf/internal/investigator"
+	"github.com/wolf-investigator/wolf/internal/sched"
 )
 
 // investigators lists every live investigator wolf has; doctor runs them
 // all. New investigators are added here.
 func investigators() []investigator.Investigator {
-	return []investigator.Investigator{hung.New()}
+	return []investigator.Investigator{hung.New(), sched.New()}
 }
 
 func newDoctorCmd() *cobra.Command {

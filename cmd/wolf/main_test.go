@@ -78,6 +78,13 @@ func TestBadUsageExitsTwoWithOneLine(t *testing.T) {
 		{"hung", "--pid", "-4"},
 		{"hung", "--pid", "2147483000"},
 		{"hung", "--bogus"},
+		{"sched", "--format", "xml"},
+		{"sched", "--duration", "0s"},
+		{"sched", "--pid", "-1"},
+		{"sched", "--bounce-window", "0s"},
+		{"sched", "--bounce-window", "1h"},
+		{"sched", "--min-rate", "0"},
+		{"sched", "extra-arg"},
 		{"doctor", "--duration", "48h"},
 		{"doctor", "extra-arg"},
 		{"analyze"},
@@ -103,7 +110,7 @@ func TestBadUsageExitsTwoWithOneLine(t *testing.T) {
 }
 
 func TestHelpOnEveryCommand(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"doctor", "--help"}, {"hung", "--help"}, {"analyze", "--help"}, {"check", "--help"}, {"lab", "--help"}, {"lab", "list", "--help"}, {"lab", "run", "--help"}, {"bench", "--help"}, {"bench", "lpm", "--help"}} {
+	for _, args := range [][]string{{"--help"}, {"doctor", "--help"}, {"hung", "--help"}, {"sched", "--help"}, {"analyze", "--help"}, {"check", "--help"}, {"lab", "--help"}, {"lab", "list", "--help"}, {"lab", "run", "--help"}, {"bench", "--help"}, {"bench", "lpm", "--help"}} {
 		r := runWolf(t, 10*time.Second, args...)
 		if r.code != 0 || !strings.Contains(r.stdout, "Usage:") {
 			t.Errorf("wolf %v: exit %d, stdout %q", args, r.code, r.stdout)
@@ -128,7 +135,7 @@ func TestNotRootExitsThree(t *testing.T) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, args := range [][]string{{"hung", "--duration", "1s"}, {"doctor", "--duration", "1s"}, {"lab", "run", "fuse-rwsem"}, {"bench", "lpm", "--entries", "100"}} {
+	for _, args := range [][]string{{"hung", "--duration", "1s"}, {"sched", "--duration", "1s"}, {"doctor", "--duration", "1s"}, {"lab", "run", "fuse-rwsem"}, {"bench", "lpm", "--entries", "100"}} {
 		cmd := exec.Command(setpriv, append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", bin}, args...)...)
 		var errb bytes.Buffer
 		cmd.Stderr = &errb
@@ -155,7 +162,8 @@ func wolfPrograms(t *testing.T) []string {
 	t.Helper()
 	// The kernel keeps 15 characters of a name; cilium/ebpf may report the
 	// full one from BTF. Match either.
-	ours := []string{"on_sched_switch", "on_contention_begin", "on_contention_end", "on_process_hang", "on_wq_start", "dump_tasks"}
+	ours := []string{"on_sched_switch", "on_contention_begin", "on_contention_end", "on_process_hang", "on_wq_start", "dump_tasks",
+		"on_migrate", "on_switch", "on_wakeup", "on_wakeup_new", "on_exit", "on_setaffinity", "read_cpu"}
 	isOurs := func(name string) bool {
 		for _, o := range ours {
 			if name == o || (len(name) == 15 && strings.HasPrefix(o, name)) {
@@ -204,8 +212,15 @@ func TestSignalsLeaveNothingAttached(t *testing.T) {
 	// A test that just ended may have closed its programs while the
 	// kernel still frees them (after an RCU grace period).
 	waitFor(t, "programs of earlier tests to be freed", 5*time.Second, func() bool { return len(wolfPrograms(t)) == 0 })
-	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGKILL} {
-		cmd := exec.Command(wolfBin, "hung", "--duration", "60s", "--format", "json")
+	for _, run := range []struct {
+		sig     syscall.Signal
+		command string
+	}{
+		{syscall.SIGINT, "hung"}, {syscall.SIGTERM, "hung"}, {syscall.SIGKILL, "hung"},
+		{syscall.SIGINT, "sched"}, {syscall.SIGTERM, "sched"}, {syscall.SIGKILL, "sched"},
+	} {
+		sig := run.sig
+		cmd := exec.Command(wolfBin, run.command, "--duration", "60s", "--format", "json")
 		var out bytes.Buffer
 		cmd.Stdout = &out
 		if err := cmd.Start(); err != nil {
@@ -220,17 +235,17 @@ func TestSignalsLeaveNothingAttached(t *testing.T) {
 		err := cmd.Wait()
 		if sig != syscall.SIGKILL {
 			if err != nil {
-				t.Errorf("%v: wolf exited with %v, want 0", sig, err)
+				t.Errorf("%s %v: wolf exited with %v, want 0", run.command, sig, err)
 			}
 			if time.Since(started) > 3*time.Second {
-				t.Errorf("%v: wolf took %v to stop", sig, time.Since(started))
+				t.Errorf("%s %v: wolf took %v to stop", run.command, sig, time.Since(started))
 			}
 			var rep finding.Report
 			if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
-				t.Errorf("%v: no JSON report after the signal: %v: %q", sig, err, out.String())
+				t.Errorf("%s %v: no JSON report after the signal: %v: %q", run.command, sig, err, out.String())
 			}
 		}
-		waitFor(t, "the kernel to drop wolf's programs after "+sig.String(), 5*time.Second, func() bool { return len(wolfPrograms(t)) == 0 })
+		waitFor(t, "the kernel to drop wolf's programs after "+run.command+" got "+sig.String(), 5*time.Second, func() bool { return len(wolfPrograms(t)) == 0 })
 	}
 }
 
@@ -419,6 +434,54 @@ func TestLabRunCleansUpOnSIGINT(t *testing.T) {
 	}
 }
 
+// sched-bounce's shells (task, wakers, hogs and their keeper) die with the
+// lab even on kill -9: Pdeathsig, and hogs that check the lab is alive.
+func TestSchedLabKill9LeavesNothing(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.Exclusive(t)
+	cmd := exec.Command(wolfBin, "lab", "run", "sched-bounce", "--duration", "60s")
+	var out syncBuffer
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	waitFor(t, "the lab to be in place", 15*time.Second, func() bool { return strings.Contains(out.String(), "offender pid") })
+	if n := len(bounceProcesses(t)); n < 5 {
+		t.Fatalf("%d bounce-* processes while the lab runs, want at least 5: %s", n, out.String())
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	waitFor(t, "the lab's processes to end after kill -9", 5*time.Second, func() bool { return len(bounceProcesses(t)) == 0 })
+}
+
+// bounceProcesses lists live (not zombie) processes named bounce-*.
+func bounceProcesses(t *testing.T) []string {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		st, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		s := string(st)
+		open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || end < open || end+2 >= len(s) {
+			continue
+		}
+		if comm := s[open+1 : end]; strings.HasPrefix(comm, "bounce-") && s[end+2] != 'Z' {
+			out = append(out, e.Name()+":"+comm)
+		}
+	}
+	return out
+}
+
 func TestLabList(t *testing.T) {
 	r := runWolf(t, 10*time.Second, "lab", "list", "--format", "json")
 	var labs []struct{ Name, Summary string }
@@ -429,7 +492,7 @@ func TestLabList(t *testing.T) {
 	for _, l := range labs {
 		names[l.Name] = l.Summary != ""
 	}
-	if !names["fuse-rwsem"] || !names["fuse-mutex"] {
+	if !names["fuse-rwsem"] || !names["fuse-mutex"] || !names["sched-bounce"] || !names["sched-affinity"] || !names["sched-pinned"] {
 		t.Errorf("labs %+v", labs)
 	}
 }

@@ -28,7 +28,6 @@ func (*Investigator) Requirements() []investigator.Requirement {
 		{Feature: "tracepoint:sched/sched_process_exit", Why: "keep what was seen of tasks that exit during the window", Optional: true},
 		{Feature: "tracepoint:syscalls/sys_enter_sched_setaffinity", Why: "who changes a task's affinity (itself or another task)", Optional: true},
 		{Feature: "bpf_stats", Why: "wolf's own cost per event (kernel.bpf_stats_enabled)", Optional: true},
-		{Feature: "config:CONFIG_SCHED_MC", Why: "audit: without it the scheduler does not know which cores share a cache (seed 001)", Optional: true},
 	}
 }
 

@@ -195,9 +195,11 @@ func setAffinity(pid int, cpus ...int) error {
 // shell, which takes SIGCHLD even when told to ignore it) would be woken
 // at every step. The keeper reports their pids on fd 3. Close kills the
 // hogs and continues the keeper, which reaps them and exits. If the lab's
-// process dies instead, the keeper dies with it (Pdeathsig) and the hogs,
-// orphaned, notice within microseconds: every loop of theirs checks that
-// the lab's process still exists.
+// process dies instead, the keeper dies with it (Pdeathsig); the hogs, in
+// the keeper's process group, then get SIGHUP (the kernel's rule for an
+// orphaned group with a stopped member), and a running one also notices
+// within microseconds, since every loop of theirs checks that the lab's
+// process still exists.
 // The task and the wakers are the lab's direct children (Pdeathsig). Every
 // script uses only shell builtins (read, echo, kill, arithmetic), so the
 // only wake-ups are the ones the lab means; descriptors are ExtraFiles, 3
@@ -269,7 +271,10 @@ func (in *Instance) startRing() error {
 	keeper.Dir = "/"
 	keeper.Env = append(env, "D="+dir, fmt.Sprintf("LAB=%d", os.Getpid()))
 	keeper.ExtraFiles = []*os.File{reportW}
-	keeper.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// Its own process group: when it dies, the group (it and the hogs) is
+	// orphaned, and the kernel sends an orphaned group with stopped members
+	// SIGHUP and SIGCONT, which ends a hog even while it is stopped.
+	keeper.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if err := keeper.Start(); err != nil {
 		return fmt.Errorf("%s: start the hogs' keeper: %w", in.name, err)
 	}
