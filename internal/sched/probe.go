@@ -156,8 +156,11 @@ func (p *probe) attach() error {
 }
 
 // readTopology runs read_cpu on every online CPU, from a thread pinned to
-// each in turn. That thread is locked and never unlocked, so the Go runtime
-// discards it (with its changed affinity) when the goroutine ends.
+// each in turn, and then gives the thread its affinity back. (Letting the
+// runtime end the thread instead would be simpler, but a thread's exit
+// fires the parent-death signal of every child it forked: labs' children
+// in the same process would die.) If the affinity cannot be restored, the
+// thread stays locked and ends with its goroutine.
 func (p *probe) readTopology() (map[int]schedCpuTopo, error) {
 	cpus, err := perfsample.OnlineCPUs()
 	if err != nil {
@@ -169,7 +172,17 @@ func (p *probe) readTopology() (map[int]schedCpuTopo, error) {
 	}
 	ch := make(chan result, 1)
 	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with this goroutine
+		runtime.LockOSThread()
+		var orig unix.CPUSet
+		if err := unix.SchedGetaffinity(0, &orig); err != nil {
+			ch <- result{nil, fmt.Errorf("sched: read affinity: %w", err)}
+			return // still locked: the thread ends with the goroutine
+		}
+		defer func() {
+			if unix.SchedSetaffinity(0, &orig) == nil {
+				runtime.UnlockOSThread()
+			}
+		}()
 		out := map[int]schedCpuTopo{}
 		var firstErr error
 		for _, cpu := range cpus {
@@ -320,6 +333,15 @@ func (p *probe) stats() (map[string]uint64, error) {
 // programs lists the hot programs, for the overhead meter.
 func (p *probe) programs() []*ebpf.Program {
 	return []*ebpf.Program{p.objs.OnMigrate, p.objs.OnSwitch, p.objs.OnWakeup, p.objs.OnWakeupNew, p.objs.OnExit, p.objs.OnSetaffinity, p.objs.DumpTasks}
+}
+
+// programsByName names the programs as sched.bpf.c does.
+func (p *probe) programsByName() map[string]*ebpf.Program {
+	return map[string]*ebpf.Program{
+		"on_migrate": p.objs.OnMigrate, "on_switch": p.objs.OnSwitch, "on_wakeup": p.objs.OnWakeup,
+		"on_wakeup_new": p.objs.OnWakeupNew, "on_exit": p.objs.OnExit, "on_setaffinity": p.objs.OnSetaffinity,
+		"dump_tasks": p.objs.DumpTasks,
+	}
 }
 
 func (p *probe) close() {

@@ -296,18 +296,36 @@ static __always_inline __u32 task_cpu(struct task_struct *p)
 	return BPF_CORE_READ((struct task_struct___cpu *)p, cpu);
 }
 
-static __always_inline struct tstat *tstat_of(struct task_struct *p, __u64 now, bool create)
+/*
+ * The run queue's clock (sched_clock, ns), which the scheduler has just
+ * updated at each of the events that read it here (wake-up, switch): a few
+ * loads, where bpf_ktime_get_ns() costs ~80 ns on VMs whose TSC reads are
+ * slow. Only run-queue waits are timed with it; everything compared with
+ * user space's clock uses bpf_ktime_get_ns().
+ */
+static __always_inline __u64 rq_clock_of(struct task_struct *p)
+{
+	/* Direct (BTF) loads: no helper call. */
+	if (bpf_core_field_exists(struct cfs_rq, rq))
+		return p->se.cfs_rq->rq->clock;
+	return bpf_ktime_get_ns();
+}
+
+static __always_inline struct tstat *tstat_of(struct task_struct *p, bool create)
 {
 	struct tstat *st;
 
-	st = bpf_task_storage_get(&tstore, p, 0, create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
+	/* A plain lookup first: the creating variant takes a slower path. */
+	st = bpf_task_storage_get(&tstore, p, 0, 0);
+	if (!st && create)
+		st = bpf_task_storage_get(&tstore, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!st) {
 		if (create)
 			stat_inc(STAT_NO_STORAGE);
 		return 0;
 	}
 	if (!st->first_ts) {
-		st->first_ts = now;
+		st->first_ts = bpf_ktime_get_ns();
 		st->runtime0 = BPF_CORE_READ(p, se.sum_exec_runtime);
 	}
 	return st;
@@ -315,14 +333,13 @@ static __always_inline struct tstat *tstat_of(struct task_struct *p, __u64 now, 
 
 static __always_inline int enqueued(struct task_struct *p)
 {
-	__u64 now = bpf_ktime_get_ns();
 	struct tstat *st;
 
 	if (!wanted(p))
 		return 0;
-	st = tstat_of(p, now, true);
+	st = tstat_of(p, true);
 	if (st)
-		st->enq_ts = now;
+		st->enq_ts = rq_clock_of(p);
 	return 0;
 }
 
@@ -342,7 +359,8 @@ SEC("tp_btf/sched_switch")
 int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
 {
-	__u64 now = bpf_ktime_get_ns();
+	/* This CPU's run queue, through a task on it that is not the idle task. */
+	__u64 now = rq_clock_of(next->pid ? next : prev);
 	struct wolf_hist *h;
 	struct tstat *st;
 	__u32 zero = 0;
@@ -350,16 +368,16 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 
 	/* Preempted (or yielding): still runnable, its wait starts now. */
 	if ((preempt || prev_state == WOLF_TASK_RUNNING) && wanted(prev)) {
-		st = tstat_of(prev, now, true);
+		st = tstat_of(prev, true);
 		if (st)
 			st->enq_ts = now;
 	}
 	if (!wanted(next))
 		return 0;
-	st = tstat_of(next, now, false);
+	st = tstat_of(next, false);
 	if (!st || !st->enq_ts)
 		return 0;
-	d = now - st->enq_ts;
+	d = now > st->enq_ts ? now - st->enq_ts : 0;
 	st->enq_ts = 0;
 	hist_add_local(&st->runq, d);
 	h = bpf_map_lookup_elem(&cpu_runq, &zero);
@@ -474,7 +492,7 @@ int BPF_PROG(on_migrate, struct task_struct *p, int dest_cpu)
 	n = bpf_map_lookup_elem(&kinds, &kind);
 	if (n)
 		(*n)++;
-	st = tstat_of(p, now, true);
+	st = tstat_of(p, true);
 	if (!st)
 		return 0;
 	st->migrations++;

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
 	"golang.org/x/sys/unix"
 
@@ -40,8 +41,11 @@ type Investigator struct {
 	// the kernel's own counts over exactly that window.
 	attached func()
 	dumped   func()
-	// snapshot, when set, sees what Conclude is given.
+	// snapshot, when set, sees what Conclude is given; programs, the BPF
+	// programs by name before they are closed (the cost benchmark reads
+	// their run statistics).
 	snapshot func(*Snapshot)
+	programs func(map[string]*ebpf.Program)
 }
 
 // New returns an investigator with the defaults.
@@ -225,6 +229,9 @@ func (s *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 	}
 	dropped = st["no_storage"] + st["exited_full"] + st["cgroup_full"] + st["setaffinity_full"]
 	res.Overhead = meter.Finish(events, dropped, p.programs()...)
+	if s.programs != nil {
+		s.programs(p.programsByName())
+	}
 	return res, nil
 }
 

@@ -108,6 +108,7 @@ type Instance struct {
 	pid  int // the process of the task that bounces
 	task int // its thread
 
+	spawner  *spawner    // the thread every child is forked from
 	keeper   *exec.Cmd   // the shell that started the hogs
 	procs    []*exec.Cmd // the task and the wakers
 	children []int       // every pid: hogs A and B, task, wakers A and B
@@ -261,6 +262,7 @@ func (in *Instance) startRing() error {
 		return r, w, nil
 	}
 	env := []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"}
+	in.spawner = newSpawner()
 
 	// The hogs, through the keeper.
 	reportR, reportW, err := pipe()
@@ -275,7 +277,7 @@ func (in *Instance) startRing() error {
 	// orphaned, and the kernel sends an orphaned group with stopped members
 	// SIGHUP and SIGCONT, which ends a hog even while it is stopped.
 	keeper.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if err := keeper.Start(); err != nil {
+	if err := in.spawner.start(keeper); err != nil {
 		return fmt.Errorf("%s: start the hogs' keeper: %w", in.name, err)
 	}
 	in.keeper = keeper
@@ -299,10 +301,8 @@ func (in *Instance) startRing() error {
 		cmd.Dir = "/"
 		cmd.Env = append(append([]string{}, env...), extraEnv...)
 		cmd.ExtraFiles = files
-		// Pdeathsig fires when the thread that forked exits: Start must not
-		// run on a goroutine locked to a thread that ends.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
+		if err := in.spawner.start(cmd); err != nil {
 			return 0, fmt.Errorf("%s: start %s: %w", in.name, role, err)
 		}
 		in.procs = append(in.procs, cmd)
@@ -366,6 +366,42 @@ func (in *Instance) startRing() error {
 	in.wg.Add(1)
 	go in.pace(tokAw, tokBw)
 	return nil
+}
+
+// spawner forks the lab's children from one OS thread that stays alive
+// (locked to its goroutine) until the lab closes: Pdeathsig fires when the
+// thread that forked a child exits, and Go ends threads whenever a
+// goroutine locked to one returns without unlocking, something other code
+// in the process (tests, wolf's own topology reader) may do.
+type spawner struct {
+	reqs chan func()
+	done chan struct{}
+}
+
+func newSpawner() *spawner {
+	s := &spawner{reqs: make(chan func()), done: make(chan struct{})}
+	go func() {
+		runtime.LockOSThread()
+		for f := range s.reqs {
+			f()
+		}
+		runtime.UnlockOSThread()
+		close(s.done)
+	}()
+	return s
+}
+
+// start starts cmd from the spawner's thread.
+func (s *spawner) start(cmd *exec.Cmd) error {
+	errc := make(chan error, 1)
+	s.reqs <- func() { errc <- cmd.Start() }
+	return <-errc
+}
+
+// stop ends the spawner once the children are gone.
+func (s *spawner) stop() {
+	close(s.reqs)
+	<-s.done
 }
 
 // readPids reads one line of n pids from r, within a few seconds.
@@ -491,6 +527,9 @@ func (in *Instance) Close() error {
 				_ = in.keeper.Process.Kill()
 				<-waited
 			}
+		}
+		if in.spawner != nil {
+			in.spawner.stop()
 		}
 		done := make(chan struct{})
 		go func() { in.wg.Wait(); close(done) }()
