@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"regexp"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -45,14 +46,21 @@ type ProgramCost struct {
 
 // BenchReport is the benchmark's result.
 type BenchReport struct {
-	Workload  string            `json:"workload"`
-	Unit      string            `json:"unit"`
-	Cost      *costbench.Result `json:"cost"`
-	TargetPct float64           `json:"target_pct"`
-	Programs  []ProgramCost     `json:"programs"`
-	NsPerEvt  float64           `json:"ns_per_event"` // all programs together
-	EventsPS  float64           `json:"events_per_s"` // program runs per second of with-wolf workload
-	Notes     []string          `json:"notes,omitempty"`
+	Workload string            `json:"workload"`
+	Unit     string            `json:"unit"`
+	Cost     *costbench.Result `json:"cost"` // wall-clock throughput
+	// CPUCost compares messages per CPU-second of the workload's own
+	// processes: what the work cost in CPU, which other tenants of a
+	// shared machine disturb far less than its wall-clock time.
+	CPUCost *costbench.Result `json:"cpu_cost"`
+	// BPFCPUPct is the BPF programs' run time over the CPU time available
+	// during the with-wolf rounds (all CPUs): the direct part of the cost.
+	BPFCPUPct float64       `json:"bpf_cpu_pct"`
+	TargetPct float64       `json:"target_pct"`
+	Programs  []ProgramCost `json:"programs"`
+	NsPerEvt  float64       `json:"ns_per_event"` // all programs together
+	EventsPS  float64       `json:"events_per_s"` // program runs per second of with-wolf workload
+	Notes     []string      `json:"notes,omitempty"`
 }
 
 // messagingTotal is perf bench sched messaging's output line.
@@ -60,9 +68,15 @@ var messagingTotal = regexp.MustCompile(`Total time:\s+([0-9.]+)\s+\[sec\]`)
 
 // perfWorkload runs perf bench sched messaging once per round and returns
 // messages per second.
-func perfWorkload(perf string, groups, loops int) costbench.Workload {
+func perfWorkload(perf string, groups, loops int, cpu func(time.Duration)) costbench.Workload {
 	return func(ctx context.Context) (float64, error) {
-		out, err := exec.CommandContext(ctx, perf, "bench", "sched", "messaging", "-g", strconv.Itoa(groups), "-l", strconv.Itoa(loops)).CombinedOutput()
+		cmd := exec.CommandContext(ctx, perf, "bench", "sched", "messaging", "-g", strconv.Itoa(groups), "-l", strconv.Itoa(loops))
+		out, err := cmd.CombinedOutput()
+		if err == nil && cpu != nil {
+			// perf waits for its senders and receivers, so its rusage
+			// holds theirs.
+			cpu(cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime())
+		}
 		if err != nil {
 			return 0, fmt.Errorf("perf bench sched messaging: %v: %s", err, lastLine(out))
 		}
@@ -92,7 +106,7 @@ func perfWorks(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("perf not installed (Debian: apt-get install linux-perf): %w", err)
 	}
-	if _, err := perfWorkload(perf, 1, 1)(ctx); err != nil {
+	if _, err := perfWorkload(perf, 1, 1, nil)(ctx); err != nil {
 		return "", err
 	}
 	return perf, nil
@@ -103,9 +117,10 @@ func perfWorks(ctx context.Context) (string, error) {
 // sender writing loops 100-byte messages to every receiver of its group.
 // The threads block in read and write, so every message is a wake-up and
 // most are context switches, as in perf's version.
-func goWorkload(groups, loops int) costbench.Workload {
+func goWorkload(groups, loops int, cpu func(time.Duration)) costbench.Workload {
 	const fds, msgSize = 20, 100
 	return func(ctx context.Context) (float64, error) {
+		cpu0 := overhead.CPUTime()
 		type pipe struct{ r, w *os.File }
 		var pipes []pipe
 		defer func() {
@@ -172,6 +187,9 @@ func goWorkload(groups, loops int) costbench.Workload {
 		close(start)
 		wg.Wait()
 		secs := time.Since(t0).Seconds()
+		if cpu != nil {
+			cpu(overhead.CPUTime() - cpu0)
+		}
 		select {
 		case err := <-errs:
 			return 0, err
@@ -193,12 +211,26 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchReport, error) {
 		logf = func(string, ...any) {}
 	}
 	rep := &BenchReport{Unit: "messages/s", TargetPct: 3}
+	messages := float64(o.Groups * 20 * 20 * o.Loops)
+	var attachedNow bool
+	cpuRes := &costbench.Result{Rounds: o.Rounds}
+	cpu := func(d time.Duration) {
+		if d <= 0 {
+			return
+		}
+		v := messages / d.Seconds()
+		if attachedNow {
+			cpuRes.With = append(cpuRes.With, v)
+		} else {
+			cpuRes.Baseline = append(cpuRes.Baseline, v)
+		}
+	}
 	var work costbench.Workload
 	switch o.Workload {
 	case "", "perf":
 		perf, err := perfWorks(ctx)
 		if err == nil {
-			work = perfWorkload(perf, o.Groups, o.Loops)
+			work = perfWorkload(perf, o.Groups, o.Loops, cpu)
 			rep.Workload = fmt.Sprintf("perf bench sched messaging -g %d -l %d (%s)", o.Groups, o.Loops, perf)
 			break
 		}
@@ -208,7 +240,7 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchReport, error) {
 		rep.Notes = append(rep.Notes, "perf unavailable ("+err.Error()+"): Go messaging workload instead")
 		fallthrough
 	case "go":
-		work = goWorkload(o.Groups, o.Loops)
+		work = goWorkload(o.Groups, o.Loops, cpu)
 		rep.Workload = fmt.Sprintf("Go messaging: %d groups × 20 sender and 20 receiver threads over pipes, %d loops (perf bench sched messaging's pattern)", o.Groups, o.Loops)
 	default:
 		return nil, fmt.Errorf("sched bench: unknown workload %q (perf or go)", o.Workload)
@@ -216,6 +248,7 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchReport, error) {
 	if _, err := work(ctx); err != nil { // warm-up, and a check that it runs
 		return nil, err
 	}
+	cpuRes.Baseline = nil
 	progs := map[string]*ProgramCost{}
 	var withTime time.Duration
 	attach := func(ctx context.Context) (func() error, error) {
@@ -246,6 +279,7 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchReport, error) {
 		select {
 		case <-ready:
 			attachedAt = time.Now()
+			attachedNow = true
 		case err := <-done:
 			cancel()
 			if err == nil {
@@ -254,6 +288,7 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchReport, error) {
 			return nil, err
 		}
 		return func() error {
+			attachedNow = false
 			withTime += time.Since(attachedAt)
 			cancel()
 			return <-done
@@ -265,6 +300,12 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchReport, error) {
 		return nil, err
 	}
 	rep.Cost = res
+	if base, with := costbench.Median(cpuRes.Baseline), costbench.Median(cpuRes.With); base > 0 && with > 0 {
+		cpuRes.SlowdownPct = 100 * (1 - with/base)
+		lo, hi := slices.Min(cpuRes.Baseline), slices.Max(cpuRes.Baseline)
+		cpuRes.NoisePct = 100 * (hi - lo) / base
+		rep.CPUCost = cpuRes
+	}
 	var runs, ns uint64
 	for _, pc := range progs {
 		if pc.Runs > 0 {
@@ -280,6 +321,7 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchReport, error) {
 	}
 	if withTime > 0 {
 		rep.EventsPS = float64(runs) / withTime.Seconds()
+		rep.BPFCPUPct = 100 * float64(ns) / (float64(withTime.Nanoseconds()) * float64(runtime.NumCPU()))
 	}
 	if runs == 0 {
 		rep.Notes = append(rep.Notes, "BPF run statistics unavailable (kernel.bpf_stats_enabled could not be turned on): no ns per event")
