@@ -196,19 +196,21 @@ func setAffinity(pid int, cpus ...int) error {
 // shell, which takes SIGCHLD even when told to ignore it) would be woken
 // at every step. The keeper reports their pids on fd 3. Close kills the
 // hogs and continues the keeper, which reaps them and exits. If the lab's
-// process dies instead, the keeper dies with it (Pdeathsig); the hogs, in
-// the keeper's process group, then get SIGHUP (the kernel's rule for an
-// orphaned group with a stopped member), and a running one also notices
-// within microseconds, since every loop of theirs checks that the lab's
-// process still exists.
+// process dies instead, the keeper dies with it (Pdeathsig), and the hogs
+// with the keeper (Pdeathsig again, set by setpriv where util-linux has
+// it). Without setpriv: a running hog notices within microseconds, since
+// every loop of its checks that the lab's process still exists, and a
+// stopped one gets SIGHUP from the kernel's rule for an orphaned process
+// group with a stopped member, unless the task stops it after that
+// instant: then it stays stopped until someone kills it.
 // The task and the wakers are the lab's direct children (Pdeathsig). Every
 // script uses only shell builtins (read, echo, kill, arithmetic), so the
 // only wake-ups are the ones the lab means; descriptors are ExtraFiles, 3
 // and up (dash takes single digits only).
 const (
 	keeperScript = `hog='while kill -0 $LAB 2>/dev/null; do :; done'
-"$D/bounce-hog-A" -c "$hog" </dev/null & HA=$!
-"$D/bounce-hog-B" -c "$hog" </dev/null & HB=$!
+$PDEATH "$D/bounce-hog-A" -c "$hog" </dev/null & HA=$!
+$PDEATH "$D/bounce-hog-B" -c "$hog" </dev/null & HB=$!
 echo "$HA $HB" >&3
 exec 3>&-
 kill -STOP $$
@@ -247,7 +249,9 @@ func (in *Instance) startRing() error {
 	if err != nil {
 		return fmt.Errorf("%s: temp dir: %w", in.name, err)
 	}
-	defer os.RemoveAll(dir) // the processes keep their names once started
+	// Removed once every process has exec'd its symlink (they keep their
+	// names); on an error before that, removed anyway.
+	defer os.RemoveAll(dir)
 	for _, role := range []string{"bounce-hog-A", "bounce-hog-B", "bounce-task", "bounce-wake-A", "bounce-wake-B"} {
 		if err := os.Symlink(shell, filepath.Join(dir, role)); err != nil {
 			return fmt.Errorf("%s: %w", in.name, err)
@@ -272,6 +276,12 @@ func (in *Instance) startRing() error {
 	keeper := exec.Command(shell, "-c", keeperScript)
 	keeper.Dir = "/"
 	keeper.Env = append(env, "D="+dir, fmt.Sprintf("LAB=%d", os.Getpid()))
+	// With setpriv (util-linux), the hogs die with the keeper even while
+	// stopped: a hog stopped by the task in the instant the lab dies would
+	// otherwise stay stopped for good.
+	if sp, err := exec.LookPath("setpriv"); err == nil {
+		keeper.Env = append(keeper.Env, "PDEATH="+sp+" --pdeathsig KILL")
+	}
 	keeper.ExtraFiles = []*os.File{reportW}
 	// Its own process group: when it dies, the group (it and the hogs) is
 	// orphaned, and the kernel sends an orphaned group with stopped members
@@ -352,6 +362,21 @@ func (in *Instance) startRing() error {
 	}
 	if _, err := start("bounce-wake-B", wakerScript, []*os.File{tokBr, pokeBr, toTaskBw}, nil, in.cpuB); err != nil {
 		return err
+	}
+	roles := []string{"bounce-hog-A", "bounce-hog-B", "bounce-task", "bounce-wake-A", "bounce-wake-B"}
+	if err := lab.WaitFor(context.Background(), 5*time.Second, "the lab's processes to start", func() (bool, error) {
+		for i, pid := range in.children {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+			if err != nil {
+				return false, fmt.Errorf("%s (pid %d) is gone", roles[i], pid)
+			}
+			if strings.TrimSpace(string(b)) != roles[i] {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		return fmt.Errorf("%s: %w", in.name, err)
 	}
 	// The first poke goes to waker A; then the ring runs by itself, one
 	// step per pacing token.
