@@ -17,12 +17,13 @@ import (
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/locks"
 	"github.com/wolf-investigator/wolf/internal/reclaim"
+	"github.com/wolf-investigator/wolf/internal/sched"
 )
 
 // investigators lists every live investigator wolf has; doctor runs them
 // all. New investigators are added here.
 func investigators() []investigator.Investigator {
-	return []investigator.Investigator{hung.New(), locks.New(), reclaim.New()}
+	return []investigator.Investigator{hung.New(), locks.New(), reclaim.New(), sched.New()}
 }
 
 func newDoctorCmd() *cobra.Command {
