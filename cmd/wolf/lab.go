@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/wolf-investigator/wolf/internal/lab"
+	"github.com/wolf-investigator/wolf/internal/lab/bounce"
 	"github.com/wolf-investigator/wolf/internal/lab/coredump"
 	"github.com/wolf-investigator/wolf/internal/lab/fusestall"
 	"github.com/wolf-investigator/wolf/internal/lab/memcgstress"
@@ -19,7 +20,8 @@ import (
 
 // labs lists every reproducer wolf ships.
 func labs() *lab.Registry {
-	return lab.NewRegistry(fusestall.NewRWSem(), fusestall.NewMutex(), coredump.New(), mmaplock.New(), memcgstress.New(), memcgstress.NewPopulate(), tcpcollapse.New())
+	return lab.NewRegistry(fusestall.NewRWSem(), fusestall.NewMutex(), coredump.New(), mmaplock.New(),
+		memcgstress.New(), memcgstress.NewPopulate(), bounce.NewBounce(), bounce.NewAffinity(), bounce.NewPinned(), tcpcollapse.New())
 }
 
 func newLabCmd() *cobra.Command {

@@ -84,6 +84,8 @@ a verdict, the evidence, the mechanism and what to do.
   wolf doctor           run every investigator and the audit (start here)
   wolf hung             tasks stuck in D state and who holds what they wait for
   wolf locks            contended kernel locks, their owners, mmap_lock holds
+  wolf reclaim          memory reclaim per cgroup: stalls, efficiency, the memcg livelock
+  wolf sched            tasks bounced between CPUs, who moves them, run-queue latency
   wolf softirq          softirq stalls per CPU (NET_RX: TCP collapse, budget)
   wolf analyze FILE     hung-task reports in a saved kernel log
   wolf check            what this kernel lets wolf do
@@ -98,7 +100,7 @@ Exit codes: 0 done (findings or not), 1 wolf failed, 2 bad usage,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageErr("%v (see %s --help)", err, c.CommandPath())
 	})
-	root.AddCommand(newDoctorCmd(), newHungCmd(), newLocksCmd(), newReclaimCmd(), newAnalyzeCmd(), newCheckCmd(), newLabCmd(), newBenchCmd())
+	root.AddCommand(newDoctorCmd(), newHungCmd(), newLocksCmd(), newReclaimCmd(), newSchedCmd(), newAnalyzeCmd(), newCheckCmd(), newLabCmd(), newBenchCmd())
 	root.AddCommand(newSoftirqCmd())
 	return root
 }

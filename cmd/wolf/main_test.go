@@ -93,6 +93,13 @@ func TestBadUsageExitsTwoWithOneLine(t *testing.T) {
 		{"locks", "--folded", "/nonexistent/dir/out.folded"},
 		{"locks", "--pid", "-1"},
 		{"locks", "--duration", "0s"},
+		{"sched", "--format", "xml"},
+		{"sched", "--duration", "0s"},
+		{"sched", "--pid", "-1"},
+		{"sched", "--bounce-window", "0s"},
+		{"sched", "--bounce-window", "1h"},
+		{"sched", "--min-rate", "0"},
+		{"sched", "extra-arg"},
 		{"doctor", "--duration", "48h"},
 		{"doctor", "extra-arg"},
 		{"analyze"},
@@ -134,7 +141,7 @@ func TestBadUsageExitsTwoWithOneLine(t *testing.T) {
 }
 
 func TestHelpOnEveryCommand(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"doctor", "--help"}, {"hung", "--help"}, {"locks", "--help"}, {"analyze", "--help"}, {"check", "--help"}, {"lab", "--help"}, {"lab", "list", "--help"}, {"lab", "run", "--help"}, {"bench", "--help"}, {"bench", "lpm", "--help"}, {"reclaim", "--help"}, {"softirq", "--help"}} {
+	for _, args := range [][]string{{"--help"}, {"doctor", "--help"}, {"hung", "--help"}, {"locks", "--help"}, {"analyze", "--help"}, {"check", "--help"}, {"lab", "--help"}, {"lab", "list", "--help"}, {"lab", "run", "--help"}, {"bench", "--help"}, {"bench", "lpm", "--help"}, {"reclaim", "--help"}, {"sched", "--help"}, {"softirq", "--help"}} {
 		r := runWolf(t, 10*time.Second, args...)
 		if r.code != 0 || !strings.Contains(r.stdout, "Usage:") {
 			t.Errorf("wolf %v: exit %d, stdout %q", args, r.code, r.stdout)
@@ -159,7 +166,7 @@ func TestNotRootExitsThree(t *testing.T) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, args := range [][]string{{"hung", "--duration", "1s"}, {"locks", "--duration", "1s"}, {"doctor", "--duration", "1s"}, {"lab", "run", "fuse-rwsem"}, {"bench", "lpm", "--entries", "100"}, {"reclaim", "--duration", "1s"}, {"softirq", "--duration", "1s"}} {
+	for _, args := range [][]string{{"hung", "--duration", "1s"}, {"locks", "--duration", "1s"}, {"doctor", "--duration", "1s"}, {"lab", "run", "fuse-rwsem"}, {"bench", "lpm", "--entries", "100"}, {"reclaim", "--duration", "1s"}, {"sched", "--duration", "1s"}, {"softirq", "--duration", "1s"}} {
 		cmd := exec.Command(setpriv, append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", bin}, args...)...)
 		var errb bytes.Buffer
 		cmd.Stderr = &errb
@@ -194,6 +201,8 @@ func wolfPrograms(t *testing.T) []string {
 		"on_memcg_begin", "on_memcg_end", "on_direct_begin", "on_direct_end", "on_softlimit_begin", "on_softlimit_end",
 		"on_node_begin", "on_node_end", "on_shrink_inactive", "on_shrink_active", "on_throttled", "on_kswapd_wake",
 		"on_kswapd_sleep", "on_wakeup_kswapd",
+		// sched
+		"on_migrate", "on_switch", "on_wakeup", "on_wakeup_new", "on_exit", "on_setaffinity", "read_cpu",
 		// softirq
 		"on_softirq_raise", "on_softirq_entry", "on_softirq_exit", "on_napi_poll", "on_kfree_skb", "func_entry", "func_return"}
 	isOurs := func(name string) bool {
@@ -247,7 +256,7 @@ func TestSignalsLeaveNothingAttached(t *testing.T) {
 	for _, c := range []struct {
 		command string
 		progs   int // programs it loads, at least
-	}{{"hung", 5}, {"locks", 5}, {"reclaim", 14}, {"softirq", 6}} {
+	}{{"hung", 5}, {"locks", 5}, {"reclaim", 14}, {"sched", 5}, {"softirq", 6}} {
 		for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGKILL} {
 			signalLeavesNothing(t, c.command, c.progs, sig)
 		}
@@ -578,6 +587,58 @@ func TestLocksCLIOnMmapLockLab(t *testing.T) {
 	}
 }
 
+// sched-bounce's shells (task, wakers, hogs and their keeper) die with the
+// lab even on kill -9: Pdeathsig, and hogs that check the lab is alive.
+func TestSchedLabKill9LeavesNothing(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.Exclusive(t)
+	cmd := exec.Command(wolfBin, "lab", "run", "sched-bounce", "--duration", "60s")
+	var out syncBuffer
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	waitFor(t, "the lab to be in place", 15*time.Second, func() bool { return strings.Contains(out.String(), "offender pid") })
+	// Task, wakers and hogs (the hogs go through setpriv's exec first).
+	var procs []string
+	for deadline := time.Now().Add(5 * time.Second); len(procs) < 5; time.Sleep(50 * time.Millisecond) {
+		if procs = bounceProcesses(t); time.Now().After(deadline) {
+			t.Fatalf("bounce-* processes while the lab runs: %v, want task, wakers and hogs; lab: %s", procs, out.String())
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	waitFor(t, "the lab's processes to end after kill -9", 5*time.Second, func() bool { return len(bounceProcesses(t)) == 0 })
+}
+
+// bounceProcesses lists live (not zombie) processes named bounce-*.
+func bounceProcesses(t *testing.T) []string {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		st, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		s := string(st)
+		open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || end < open || end+2 >= len(s) {
+			continue
+		}
+		if comm := s[open+1 : end]; strings.HasPrefix(comm, "bounce-") && s[end+2] != 'Z' {
+			out = append(out, e.Name()+":"+comm)
+		}
+	}
+	return out
+}
+
 func TestLabList(t *testing.T) {
 	r := runWolf(t, 10*time.Second, "lab", "list", "--format", "json")
 	var labs []struct{ Name, Summary string }
@@ -588,7 +649,8 @@ func TestLabList(t *testing.T) {
 	for _, l := range labs {
 		names[l.Name] = l.Summary != ""
 	}
-	if !names["fuse-rwsem"] || !names["fuse-mutex"] || !names["mmap-lock"] || !names["memcg-stress"] || !names["tcp-collapse"] {
+	if !names["fuse-rwsem"] || !names["fuse-mutex"] || !names["mmap-lock"] || !names["memcg-stress"] ||
+		!names["sched-bounce"] || !names["sched-affinity"] || !names["sched-pinned"] || !names["tcp-collapse"] {
 		t.Errorf("labs %+v", labs)
 	}
 }

@@ -1,0 +1,598 @@
+package sched
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/hist"
+)
+
+// Thresholds decide what is worth a finding.
+type Thresholds struct {
+	// MigrationsPerSec: a task moved at least this often is reported.
+	MigrationsPerSec float64
+	// MinMigrations: and at least this many times in the window, so that a
+	// short window does not turn two moves into a storm.
+	MinMigrations uint64
+	// BusyCPUPct: below this CPU share a task that moves often is only
+	// noted (info): a task that mostly sleeps has cold caches anyway.
+	BusyCPUPct float64
+	// CriticalBouncesPerSec and CriticalCPUPct make a busy task's
+	// ping-pong critical: the seed's iperf thread.
+	CriticalBouncesPerSec float64
+	CriticalCPUPct        float64
+	// RunqP99 and RunqCriticalP99: run-queue latency (p99 of a task or CPU)
+	// that is a warning, and critical. RunqMinWaits: fewer waits than this
+	// are not judged.
+	RunqP99         time.Duration
+	RunqCriticalP99 time.Duration
+	RunqMinWaits    uint64
+}
+
+// DefaultThresholds are wolf sched's defaults.
+var DefaultThresholds = Thresholds{
+	MigrationsPerSec:      50,
+	MinMigrations:         10,
+	BusyCPUPct:            5,
+	CriticalBouncesPerSec: 100,
+	CriticalCPUPct:        20,
+	RunqP99:               50 * time.Millisecond,
+	RunqCriticalP99:       200 * time.Millisecond,
+	RunqMinWaits:          20,
+}
+
+// AffinityCalls is who called sched_setaffinity on a task while wolf
+// watched.
+type AffinityCalls struct {
+	Self, Other    uint64 // calls by the task itself, by another task
+	LastCallerTID  int
+	LastCallerPID  int
+	LastCallerComm string
+}
+
+// Task is what wolf saw of one task.
+type Task struct {
+	TID, PID int
+	Comm     string
+	Cgroup   string // cgroup v2 path, "" when unknown
+	Exited   bool
+	Window   time.Duration // the span its rates are per
+	Policy   int
+	Prio     int // kernel priority: 120 is nice 0, 139 nice 19, <100 RT
+
+	Migrations  uint64
+	ByKind      [NKinds]uint64
+	Bounces     uint64
+	BounceOut   [NKinds]uint64 // initiator of the move away
+	BounceBack  [NKinds]uint64 // initiator of the move back
+	BounceCPUs  [2]int         // the CPUs of its last bounce
+	Remote      uint64         // moves done by a third CPU
+	WakeAffine  uint64         // wake-up moves onto the waker's CPU
+	WakeWide    uint64         // wake-up moves where wake_wide() held
+	WakeeFlips  float64        // its mean wakee_flips at wake-up moves
+	WakerFlips  uint64         // the largest waker wakee_flips seen
+	KernelTotal uint64         // se.nr_migrations since it started (reference)
+
+	CPUPct      float64 // CPU time over its observed span, % of one CPU
+	CPU         int     // where it was last
+	CPUsAllowed string  // its affinity, "0-3"
+	Cpuset      string  // its cgroup's effective cpuset, "" when unknown
+	Affinity    *AffinityCalls
+
+	Runq hist.Log2 // run-queue waits, ns
+}
+
+// Rate is per second over the task's window.
+func (t *Task) Rate(n uint64) float64 {
+	if t.Window <= 0 {
+		return 0
+	}
+	return float64(n) / t.Window.Seconds()
+}
+
+// Share is the percentage of the task's migrations that kind initiated.
+func (t *Task) Share(k Kind) float64 {
+	if t.Migrations == 0 {
+		return 0
+	}
+	return 100 * float64(t.ByKind[k]) / float64(t.Migrations)
+}
+
+// Dominant is the kind that initiated most of the task's migrations.
+func (t *Task) Dominant() Kind {
+	best := KindWakeup
+	for k := Kind(0); k < NKinds; k++ {
+		if t.ByKind[k] > t.ByKind[best] {
+			best = k
+		}
+	}
+	return best
+}
+
+// lowPriority: niced or SCHED_BATCH/SCHED_IDLE tasks are expected to wait.
+func (t *Task) lowPriority() bool {
+	return t.Prio > 120 || t.Policy == 3 || t.Policy == 5
+}
+
+// Snapshot is everything Conclude needs: pure data, so that it can be
+// tested without BPF.
+type Snapshot struct {
+	Duration   time.Duration
+	Tasks      []*Task
+	CPURunq    map[int]hist.Log2
+	CgroupRunq map[string]hist.Log2
+	Kinds      [NKinds]uint64 // host-wide migrations by initiator
+	Hardware   *Hardware
+	Sched      *SchedView // the scheduler's view, read live; nil if not
+	// SchedMCOff is true when the audit already reports CONFIG_SCHED_MC
+	// off on shared-cache hardware, so the live mismatch adds evidence
+	// rather than a finding of its own.
+	SchedMCOff bool
+	Thresholds Thresholds
+	// Window is the bounce window the BPF side used.
+	BounceWindow time.Duration
+}
+
+const seedRef = "https://www.ericsplace.xyz/posts/network-is-slow/ (seed 001: a task bounced between cores by the load balancer and wake-up placement; CONFIG_SCHED_MC off)"
+
+// Conclude turns a snapshot into findings.
+func Conclude(s *Snapshot) []finding.Finding {
+	th := s.Thresholds
+	if th == (Thresholds{}) {
+		th = DefaultThresholds
+	}
+	var out []finding.Finding
+	mismatches := Mismatches(s.Hardware, s.Sched)
+	var movers []*Task
+	for _, t := range s.Tasks {
+		if t.Migrations >= th.MinMigrations && t.Rate(t.Migrations) >= th.MigrationsPerSec {
+			movers = append(movers, t)
+		}
+	}
+	sort.Slice(movers, func(i, j int) bool {
+		if movers[i].Migrations != movers[j].Migrations {
+			return movers[i].Migrations > movers[j].Migrations
+		}
+		return movers[i].TID < movers[j].TID
+	})
+	const maxTaskFindings = 5
+	for i, t := range movers {
+		if i == maxTaskFindings {
+			out = append(out, moreMovers(movers[i:], th))
+			break
+		}
+		out = append(out, bounceFinding(t, s, th, mismatches))
+	}
+	if f := runqFinding(s, th); f != nil {
+		out = append(out, *f)
+	}
+	if len(mismatches) > 0 && !s.SchedMCOff {
+		out = append(out, mismatchFinding(mismatches, s.Sched))
+	}
+	finding.Sort(out)
+	return out
+}
+
+func pct(x float64) float64 { return math.Round(x*10) / 10 }
+
+func taskName(t *Task) string {
+	if t.PID != 0 && t.PID != t.TID {
+		return fmt.Sprintf("%s (pid %d, tid %d)", t.Comm, t.PID, t.TID)
+	}
+	return fmt.Sprintf("%s (pid %d)", t.Comm, t.TID)
+}
+
+// shares lists the initiators in order of importance: "wake-up path 62%, …".
+func shares(t *Task) string {
+	type kv struct {
+		k Kind
+		n uint64
+	}
+	var kinds []kv
+	for k := Kind(0); k < NKinds; k++ {
+		if t.ByKind[k] > 0 {
+			kinds = append(kinds, kv{k, t.ByKind[k]})
+		}
+	}
+	sort.SliceStable(kinds, func(i, j int) bool { return kinds[i].n > kinds[j].n })
+	var parts []string
+	for _, e := range kinds {
+		parts = append(parts, fmt.Sprintf("%s %.0f%%", e.k.Key(), t.Share(e.k)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// bouncePattern names the commonest way the task is taken away and brought
+// back, e.g. "balance away, wakeup back".
+func bouncePattern(t *Task) (out, back Kind, ok bool) {
+	if t.Bounces == 0 {
+		return 0, 0, false
+	}
+	for k := Kind(0); k < NKinds; k++ {
+		if t.BounceOut[k] > t.BounceOut[out] {
+			out = k
+		}
+		if t.BounceBack[k] > t.BounceBack[back] {
+			back = k
+		}
+	}
+	return out, back, true
+}
+
+func bounceFinding(t *Task, s *Snapshot, th Thresholds, mismatches []Mismatch) finding.Finding {
+	rate, bounceRate := t.Rate(t.Migrations), t.Rate(t.Bounces)
+	dom := t.Dominant()
+	sev := finding.Warning
+	switch {
+	case dom == KindAffinity && t.Share(KindAffinity) >= 50:
+		// Someone changes its CPUs on purpose, over and over: worth a
+		// warning however little the task runs.
+	case t.CPUPct < th.BusyCPUPct:
+		sev = finding.Info
+	case bounceRate >= th.CriticalBouncesPerSec && t.CPUPct >= th.CriticalCPUPct:
+		sev = finding.Critical
+	}
+	title := fmt.Sprintf("%s moved between CPUs %.0f times/s", taskName(t), rate)
+	if t.Bounces > 0 {
+		title = fmt.Sprintf("%s bounced between CPUs %d and %d: %.0f migrations/s, %.0f bounces/s",
+			taskName(t), t.BounceCPUs[0], t.BounceCPUs[1], rate, bounceRate)
+	}
+	title += ", mostly by " + dom.Phrase()
+
+	ev := map[string]any{
+		"migrations":             t.Migrations,
+		"migrations_per_s":       pct(rate),
+		"bounces":                t.Bounces,
+		"bounces_per_s":          pct(bounceRate),
+		"bounce_window_ms":       s.BounceWindow.Milliseconds(),
+		"window_s":               pct(t.Window.Seconds()),
+		"cpu_pct":                pct(t.CPUPct),
+		"moved_by_third_cpu":     t.Remote,
+		"kernel_nr_migrations":   t.KernelTotal,
+		"initiators":             shares(t),
+		"last_cpu":               t.CPU,
+		"cpus_allowed":           t.CPUsAllowed,
+		"exited_during_window":   t.Exited,
+		"comm":                   t.Comm,
+		"initiator_wakeup_pct":   pct(t.Share(KindWakeup)),
+		"initiator_balance_pct":  pct(t.Share(KindBalance)),
+		"initiator_newidle_pct":  pct(t.Share(KindNewidle)),
+		"initiator_stopper_pct":  pct(t.Share(KindStopper)),
+		"initiator_affinity_pct": pct(t.Share(KindAffinity)),
+		"initiator_other_pct":    pct(t.Share(KindOther)),
+	}
+	if t.Cpuset != "" {
+		ev["cpuset_cpus"] = t.Cpuset
+	}
+	if t.Cgroup != "" {
+		ev["cgroup"] = t.Cgroup
+	}
+	if out, back, ok := bouncePattern(t); ok {
+		ev["bounce_pattern"] = out.Key() + " away, " + back.Key() + " back"
+	}
+	if w := t.ByKind[KindWakeup]; w > 0 {
+		ev["wake_affine_pct"] = pct(100 * float64(t.WakeAffine) / float64(w))
+		ev["wake_wide_pct"] = pct(100 * float64(t.WakeWide) / float64(w))
+		ev["wakee_flips_mean"] = pct(t.WakeeFlips)
+		ev["waker_flips_max"] = t.WakerFlips
+	}
+	if t.Runq.Count > 0 {
+		ev["runq_waits"] = t.Runq.Count
+		ev["runq_p99_us"] = pct(float64(t.Runq.Quantile(0.99)) / 1e3)
+		ev["runq_max_us"] = pct(float64(t.Runq.Max) / 1e3)
+	}
+	if a := t.Affinity; a != nil {
+		ev["setaffinity_calls_self"] = a.Self
+		ev["setaffinity_calls_other"] = a.Other
+		if a.Other > 0 {
+			ev["setaffinity_last_caller"] = fmt.Sprintf("%s (pid %d, tid %d)", a.LastCallerComm, a.LastCallerPID, a.LastCallerTID)
+		}
+	}
+	var mm *Mismatch
+	for i := range mismatches {
+		for _, c := range t.BounceCPUs {
+			if _, ok := mismatches[i].Sched[c]; ok && t.Bounces > 0 {
+				mm = &mismatches[i]
+			}
+		}
+	}
+	if mm != nil {
+		ev["hardware_llc_cpus"] = FormatCPUs(mm.Hardware.CPUs)
+		ev["scheduler_llc_cpus"] = FormatCPUs(mm.Sched[t.BounceCPUs[0]])
+	}
+
+	summary := fmt.Sprintf("In %.1f s the kernel moved %s %d times (%s).", t.Window.Seconds(), taskName(t), t.Migrations, shares(t))
+	if t.Bounces > 0 {
+		summary += fmt.Sprintf(" %d of the moves undid the previous one within %v (A→B→A).", t.Bounces, s.BounceWindow)
+	}
+	if t.CPUPct > 0 {
+		summary += fmt.Sprintf(" It used %.0f%% of a CPU.", t.CPUPct)
+	}
+	if sev == finding.Info {
+		summary += " It barely runs, so each move costs little: noted, not judged."
+	}
+
+	subj := finding.Subject{Role: finding.RoleTask, PID: t.PID, TID: t.TID, Comm: t.Comm, Cgroup: t.Cgroup, Detail: "allowed CPUs " + t.CPUsAllowed}
+	if t.Cpuset != "" {
+		subj.Detail += ", cpuset " + t.Cpuset
+	}
+	cpu := t.CPU
+	subj.CPU = &cpu
+	return finding.Finding{
+		ID:           "sched.bounce",
+		Investigator: "sched",
+		Severity:     sev,
+		Title:        title,
+		Summary:      summary,
+		Mechanism:    mechanism(t, mm != nil),
+		Subjects:     []finding.Subject{subj},
+		Evidence:     ev,
+		Remediation:  remediation(t, mm, s),
+		References:   []string{seedRef},
+	}
+}
+
+func mechanism(t *Task, mismatch bool) string {
+	out, back, bounced := bouncePattern(t)
+	switch dom := t.Dominant(); {
+	case dom == KindAffinity:
+		return "Every change of a task's allowed CPUs (sched_setaffinity, a cpuset update) that excludes the CPU it is on forces a migration, through the migration stopper if it is running. Changing it over and over moves the task as often, and each move starts it on cold caches."
+	case bounced && (out == KindBalance || out == KindNewidle || out == KindStopper) && back == KindWakeup:
+		return "The load balancer pulls the task to another CPU, and the next wake-up places it back beside its waker (wake_affine, select_idle_sibling): balancer and wake-up path undo each other, as in seed 001. Each move costs the task its warm L1/L2 caches, and throughput drops though no CPU is saturated."
+	case dom == KindWakeup && mismatch:
+		return "At each wake-up select_task_rq_fair() keeps the task on its previous CPU only if that CPU is idle and cpus_share_cache() says it shares a cache with the target; the scheduler believes these CPUs share none (sd_llc_size too small), so the wake-up pulls the task to its waker's CPU each time. This is seed 001's CONFIG_SCHED_MC=n board: the task ping-pongs and loses its warm caches at every move."
+	case dom == KindWakeup:
+		return "At each wake-up select_task_rq_fair() picks a CPU: wake_affine() favours the waker's CPU, and select_idle_sibling() keeps the previous CPU only if it is idle. A task woken from alternating CPUs while its previous CPU is busy is moved at every wake-up, losing its warm caches each time."
+	case dom == KindBalance || dom == KindNewidle:
+		return "The load balancer (periodically from SCHED_SOFTIRQ, and when a CPU goes idle) moves runnable tasks to even out load, and treats a task as cache-hot only if it ran within migration_cost_ns. A busy task on an uneven load is moved again and again, each time on cold caches."
+	case dom == KindStopper:
+		return "The migration stopper (migration/N) moves a running task on behalf of active load balancing, NUMA balancing or exec. Repeated active balancing means the balancer keeps finding the task's CPU overloaded."
+	}
+	return "RT/DL push-pull or interrupt-context migrations move the task between CPUs; each move starts it on cold caches."
+}
+
+func remediation(t *Task, mm *Mismatch, s *Snapshot) []string {
+	cpu := t.CPU
+	var r []string
+	switch t.Dominant() {
+	case KindAffinity:
+		who := "whatever changes it"
+		if a := t.Affinity; a != nil && a.Other > 0 {
+			who = fmt.Sprintf("%s (pid %d), which called sched_setaffinity on it last", a.LastCallerComm, a.LastCallerPID)
+		} else if a != nil && a.Self > 0 {
+			who = "the task itself: it calls sched_setaffinity on itself"
+		}
+		r = append(r, "Stop the affinity churn at its source: "+who+". Set the affinity once (taskset -pc CPUS "+strconv.Itoa(t.TID)+", or the cpuset of its cgroup) instead of changing it continually.")
+	default:
+		r = append(r, fmt.Sprintf("Pin the busy thread to one CPU, as the seed's fix did: taskset -pc %d %d (or CPUAffinity= in its systemd unit, or a cpuset).", cpu, t.TID))
+	}
+	if mm != nil {
+		r = append(r, fmt.Sprintf("Make the scheduler know which CPUs share a cache: CPUs %s share an L%d cache, the scheduler thinks not. Build the kernel with CONFIG_SCHED_MC=y (multi-core scheduler support); then select_idle_sibling() keeps a waking task on its idle previous CPU.", FormatCPUs(mm.Hardware.CPUs), mm.Hardware.Level))
+	}
+	if out, _, ok := bouncePattern(t); (ok && (out == KindBalance || out == KindNewidle)) || t.Dominant() == KindBalance || t.Dominant() == KindNewidle {
+		r = append(r, "Make the load balancer treat recently run tasks as cache-hot for longer: echo 5000000 > /sys/kernel/debug/sched/migration_cost_ns (Linux 5.13+, debugfs; before: sysctl -w kernel.sched_migration_cost_ns=5000000). The default is 500000 (0.5 ms).")
+	}
+	if t.Dominant() == KindWakeup {
+		r = append(r, "Give wake-ups an idle previous CPU: move other busy work off the CPUs this task alternates between (cpusets), or wake it from one CPU (pin the waker, e.g. the NIC's IRQ and its softirq, to the task's CPU).")
+	}
+	r = append(r, fmt.Sprintf("See each move, the CPU that made it ([NNN]) and its stack, as the seed did: trace-cmd record -T -e sched:sched_migrate_task -f 'pid==%d' sleep 5; trace-cmd report.", t.TID))
+	return r
+}
+
+func moreMovers(rest []*Task, th Thresholds) finding.Finding {
+	var names []string
+	var subj []finding.Subject
+	for _, t := range rest {
+		names = append(names, fmt.Sprintf("%s %.0f/s", taskName(t), t.Rate(t.Migrations)))
+		subj = append(subj, finding.Subject{Role: finding.RoleTask, PID: t.PID, TID: t.TID, Comm: t.Comm})
+	}
+	return finding.Finding{
+		ID:           "sched.bounce-more",
+		Investigator: "sched",
+		Severity:     finding.Info,
+		Title:        fmt.Sprintf("%d more tasks moved between CPUs at least %.0f times/s", len(rest), th.MigrationsPerSec),
+		Summary:      strings.Join(names, "; "),
+		Subjects:     subj,
+		Evidence:     map[string]any{"tasks": len(rest)},
+	}
+}
+
+// runqFinding reports tasks and CPUs whose run-queue latency is
+// pathological; low-priority tasks (niced, batch, idle) are expected to
+// wait and are left out.
+func runqFinding(s *Snapshot, th Thresholds) *finding.Finding {
+	type bad struct {
+		t   *Task
+		p99 uint64
+	}
+	var tasks []bad
+	worst := uint64(0)
+	for _, t := range s.Tasks {
+		if t.lowPriority() || t.Runq.Count < th.RunqMinWaits {
+			continue
+		}
+		if p := t.Runq.Quantile(0.99); time.Duration(p) >= th.RunqP99 {
+			tasks = append(tasks, bad{t, p})
+			worst = max(worst, p)
+		}
+	}
+	var cpus []int
+	for cpu, h := range s.CPURunq {
+		if h.Count >= th.RunqMinWaits*5 && time.Duration(h.Quantile(0.99)) >= th.RunqP99 {
+			cpus = append(cpus, cpu)
+			worst = max(worst, h.Quantile(0.99))
+		}
+	}
+	if len(tasks) == 0 && len(cpus) == 0 {
+		return nil
+	}
+	sort.Slice(tasks, func(i, j int) bool { return tasks[i].p99 > tasks[j].p99 })
+	sort.Ints(cpus)
+	sev := finding.Warning
+	if time.Duration(worst) >= th.RunqCriticalP99 {
+		sev = finding.Critical
+	}
+	var subj []finding.Subject
+	var names []string
+	for i, b := range tasks {
+		if i == 10 {
+			break
+		}
+		subj = append(subj, finding.Subject{Role: finding.RoleTask, PID: b.t.PID, TID: b.t.TID, Comm: b.t.Comm, Cgroup: b.t.Cgroup,
+			Detail: fmt.Sprintf("run-queue p99 %.1f ms, max %.1f ms over %d waits", float64(b.p99)/1e6, float64(b.t.Runq.Max)/1e6, b.t.Runq.Count)})
+		names = append(names, taskName(b.t))
+	}
+	ev := map[string]any{"tasks": len(tasks), "worst_p99_us": pct(float64(worst) / 1e3), "threshold_p99_us": th.RunqP99.Microseconds()}
+	for _, cpu := range cpus {
+		h := s.CPURunq[cpu]
+		c := cpu
+		subj = append(subj, finding.Subject{Role: finding.RoleCPU, CPU: &c, Detail: fmt.Sprintf("p99 %.1f ms over %d waits", float64(h.Quantile(0.99))/1e6, h.Count)})
+		ev[fmt.Sprintf("cpu%d_p99_us", cpu)] = pct(float64(h.Quantile(0.99)) / 1e3)
+	}
+	type cg struct {
+		name string
+		p99  uint64
+	}
+	var cgs []cg
+	for name, h := range s.CgroupRunq {
+		if h.Count >= th.RunqMinWaits && time.Duration(h.Quantile(0.99)) >= th.RunqP99 {
+			cgs = append(cgs, cg{name, h.Quantile(0.99)})
+		}
+	}
+	sort.Slice(cgs, func(i, j int) bool { return cgs[i].p99 > cgs[j].p99 })
+	for i, c := range cgs {
+		if i == 5 {
+			break
+		}
+		subj = append(subj, finding.Subject{Role: finding.RoleCgroup, Cgroup: c.name, Detail: fmt.Sprintf("run-queue p99 %.1f ms", float64(c.p99)/1e6)})
+	}
+	title := fmt.Sprintf("Run-queue latency p99 reaches %.0f ms", float64(worst)/1e6)
+	if len(names) > 0 {
+		title += ": " + strings.Join(names[:min(3, len(names))], ", ")
+		if len(names) > 3 {
+			title += fmt.Sprintf(" and %d more", len(names)-3)
+		}
+		title += " wait that long for a CPU after waking"
+	} else {
+		title += fmt.Sprintf(" on CPU %s", FormatCPUs(cpus))
+	}
+	return &finding.Finding{
+		ID:           "sched.runq-latency",
+		Investigator: "sched",
+		Severity:     sev,
+		Title:        title,
+		Summary:      fmt.Sprintf("%d task(s) and %d CPU(s) had a run-queue latency p99 of at least %v (from becoming runnable to running).", len(tasks), len(cpus), th.RunqP99),
+		Mechanism:    "A runnable task waits on its CPU's run queue until the scheduler picks it; with more runnable tasks than CPUs, or with higher-priority work hogging a CPU, the wait grows. Tasks that migrate badly wait too, on CPUs the balancer has not evened out.",
+		Subjects:     subj,
+		Evidence:     ev,
+		Remediation: []string{
+			"Find what else runs on those CPUs: wolf sched --format json (histograms runq_latency_us by cpu and cgroup), top -H, or perf sched latency.",
+			"Give the latency-sensitive tasks their own CPUs (cpusets) or more weight (cpu.weight of their cgroup, nice); move batch work to SCHED_BATCH or a lower weight.",
+		},
+	}
+}
+
+func mismatchFinding(ms []Mismatch, v *SchedView) finding.Finding {
+	m := ms[0]
+	var parts []string
+	cpus := make([]int, 0, len(m.Sched))
+	for c := range m.Sched {
+		cpus = append(cpus, c)
+	}
+	sort.Ints(cpus)
+	ev := map[string]any{
+		"hardware_llc_cpus":  FormatCPUs(m.Hardware.CPUs),
+		"hardware_llc_level": m.Hardware.Level,
+		"groups":             len(ms),
+		"source":             v.Source,
+	}
+	for _, c := range cpus {
+		parts = append(parts, fmt.Sprintf("CPU %d: %s", c, FormatCPUs(m.Sched[c])))
+		if n, ok := v.LLCSize[c]; ok {
+			ev[fmt.Sprintf("cpu%d_sd_llc_size", c)] = n
+		}
+	}
+	return finding.Finding{
+		ID:           "sched.llc-mismatch",
+		Investigator: "sched",
+		Severity:     finding.Warning,
+		Title:        fmt.Sprintf("CPUs %s share an L%d cache, but the scheduler thinks they share none", FormatCPUs(m.Hardware.CPUs), m.Hardware.Level),
+		Summary:      "The scheduler's last-level-cache domains (sd_llc_size, sd_llc_id) disagree with the hardware: " + strings.Join(parts, "; ") + ".",
+		Mechanism:    "cpus_share_cache() and wake_wide() use the scheduler's LLC domains: CPUs it believes share no cache are never treated as cheap to move between, so select_idle_sibling() will not keep a woken task on its idle previous CPU. That is seed 001's CONFIG_SCHED_MC=n board, where tasks bounced between cores at every wake-up.",
+		Subjects:     []finding.Subject{{Role: finding.RoleCPU, CPU: &cpus[0], Detail: "first CPU of the group"}},
+		Evidence:     ev,
+		Remediation: []string{
+			"Build the kernel with CONFIG_SCHED_MC=y (multi-core scheduler support), so that the MC domain carries SD_SHARE_LLC.",
+			"Check for isolcpus=/nohz_full= or cpuset partitions that cut these CPUs out of the scheduler's domains on purpose.",
+		},
+		References: []string{seedRef},
+	}
+}
+
+// Histograms returns the run-queue latency histograms: per CPU, per cgroup
+// (the busiest 20) and per task (the worst 10 by p99, plus every task a
+// finding names).
+func Histograms(s *Snapshot, named map[int]bool) []finding.Histogram {
+	var out []finding.Histogram
+	cpus := make([]int, 0, len(s.CPURunq))
+	for c := range s.CPURunq {
+		cpus = append(cpus, c)
+	}
+	sort.Ints(cpus)
+	for _, c := range cpus {
+		h := s.CPURunq[c]
+		if h.Count == 0 {
+			continue
+		}
+		out = append(out, h.Report("runq_latency_us", "us", map[string]string{"cpu": strconv.Itoa(c)}, 1000))
+	}
+	type cg struct {
+		name string
+		h    hist.Log2
+	}
+	var cgs []cg
+	for name, h := range s.CgroupRunq {
+		if h.Count > 0 {
+			cgs = append(cgs, cg{name, h})
+		}
+	}
+	sort.Slice(cgs, func(i, j int) bool {
+		if cgs[i].h.Count != cgs[j].h.Count {
+			return cgs[i].h.Count > cgs[j].h.Count
+		}
+		return cgs[i].name < cgs[j].name
+	})
+	for i, c := range cgs {
+		if i == 20 {
+			break
+		}
+		out = append(out, c.h.Report("runq_latency_us", "us", map[string]string{"cgroup": c.name}, 1000))
+	}
+	tasks := make([]*Task, 0, len(s.Tasks))
+	for _, t := range s.Tasks {
+		if t.Runq.Count > 0 {
+			tasks = append(tasks, t)
+		}
+	}
+	sort.Slice(tasks, func(i, j int) bool {
+		pi, pj := tasks[i].Runq.Quantile(0.99), tasks[j].Runq.Quantile(0.99)
+		if pi != pj {
+			return pi > pj
+		}
+		return tasks[i].TID < tasks[j].TID
+	})
+	for i, t := range tasks {
+		if i >= 10 && !named[t.TID] {
+			continue
+		}
+		out = append(out, t.Runq.Report("runq_latency_us", "us", map[string]string{
+			"pid": strconv.Itoa(t.PID), "tid": strconv.Itoa(t.TID), "comm": t.Comm,
+		}, 1000))
+	}
+	return out
+}

@@ -1,0 +1,254 @@
+package sched
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/hist"
+)
+
+// seedTask is seed 001's iperf thread: busy, moved away by the balancer
+// (ksoftirqd on a third CPU) and back by its next wake-up.
+func seedTask() *Task {
+	t := &Task{
+		TID: 351528, PID: 351520, Comm: "iperf", Window: 10 * time.Second, Prio: 120,
+		Migrations: 3000, Bounces: 1400, BounceCPUs: [2]int{0, 1},
+		Remote: 700, WakeAffine: 1400, WakeWide: 1300, WakeeFlips: 2100, WakerFlips: 3500,
+		CPUPct: 85, CPU: 0, CPUsAllowed: "0-3",
+	}
+	t.ByKind[KindBalance] = 1500
+	t.ByKind[KindWakeup] = 1500
+	t.BounceOut[KindBalance] = 1400
+	t.BounceBack[KindWakeup] = 1400
+	for i := 0; i < 500; i++ {
+		t.Runq.Add(uint64(20_000 + i*10))
+	}
+	return t
+}
+
+func quietTask(tid int) *Task {
+	t := &Task{TID: tid, PID: tid, Comm: "sshd", Window: 10 * time.Second, Prio: 120, Migrations: 3, CPUPct: 1}
+	t.ByKind[KindWakeup] = 3
+	t.Runq.Add(5000)
+	return t
+}
+
+func find(fs []finding.Finding, id string) *finding.Finding {
+	for i := range fs {
+		if fs[i].ID == id {
+			return &fs[i]
+		}
+	}
+	return nil
+}
+
+func TestConcludeSeedPingPong(t *testing.T) {
+	s := &Snapshot{
+		Duration: 10 * time.Second, Tasks: []*Task{seedTask(), quietTask(7)},
+		Thresholds: DefaultThresholds, BounceWindow: DefaultBounceWindow,
+	}
+	fs := Conclude(s)
+	if len(fs) != 1 {
+		t.Fatalf("want one finding, got %d: %+v", len(fs), fs)
+	}
+	f := fs[0]
+	if f.ID != "sched.bounce" || f.Severity != finding.Critical {
+		t.Errorf("id %s severity %v, want sched.bounce critical", f.ID, f.Severity)
+	}
+	for _, want := range []string{"iperf", "351528", "CPUs 0 and 1", "300 migrations/s", "140 bounces/s"} {
+		if !strings.Contains(f.Title, want) {
+			t.Errorf("title %q lacks %q", f.Title, want)
+		}
+	}
+	if len(f.Subjects) != 1 || f.Subjects[0].Role != finding.RoleTask || f.Subjects[0].TID != 351528 || f.Subjects[0].PID != 351520 {
+		t.Errorf("subjects %+v", f.Subjects)
+	}
+	ev := f.Evidence
+	if ev["migrations_per_s"] != 300.0 || ev["bounces_per_s"] != 140.0 || ev["initiator_balance_pct"] != 50.0 || ev["initiator_wakeup_pct"] != 50.0 {
+		t.Errorf("evidence %v", ev)
+	}
+	if ev["bounce_pattern"] != "balance away, wakeup back" {
+		t.Errorf("bounce_pattern %v", ev["bounce_pattern"])
+	}
+	if ev["wake_affine_pct"] != 93.3 || ev["moved_by_third_cpu"] != uint64(700) {
+		t.Errorf("wake_affine_pct %v moved_by_third_cpu %v", ev["wake_affine_pct"], ev["moved_by_third_cpu"])
+	}
+	if !strings.Contains(f.Mechanism, "undo each other") {
+		t.Errorf("mechanism should tell the balancer/wake-up fight: %s", f.Mechanism)
+	}
+	rem := strings.Join(f.Remediation, "\n")
+	for _, want := range []string{"taskset -pc 0 351528", "migration_cost_ns"} {
+		if !strings.Contains(rem, want) {
+			t.Errorf("remediation lacks %q:\n%s", want, rem)
+		}
+	}
+}
+
+func TestConcludeQuietHostHasNoFinding(t *testing.T) {
+	var tasks []*Task
+	for i := 1; i < 50; i++ {
+		tasks = append(tasks, quietTask(i))
+	}
+	s := &Snapshot{Duration: 10 * time.Second, Tasks: tasks, Thresholds: DefaultThresholds}
+	if fs := Conclude(s); len(fs) != 0 {
+		t.Errorf("quiet host: %+v", fs)
+	}
+}
+
+func TestSeverityByCPUAndInitiator(t *testing.T) {
+	idle := seedTask()
+	idle.CPUPct = 1 // moves a lot, barely runs
+	aff := &Task{TID: 9, PID: 9, Comm: "tuner", Window: time.Second, Migrations: 200, CPUPct: 0.5, Prio: 120}
+	aff.ByKind[KindAffinity] = 200
+	aff.Affinity = &AffinityCalls{Other: 200, LastCallerTID: 77, LastCallerPID: 77, LastCallerComm: "irqbalance"}
+	busy := seedTask()
+	busy.TID, busy.Bounces = 42, 100 // 10 bounces/s: busy but not critical
+	s := &Snapshot{Duration: 10 * time.Second, Tasks: []*Task{idle, aff, busy}, Thresholds: DefaultThresholds, BounceWindow: DefaultBounceWindow}
+	got := map[int]finding.Finding{}
+	for _, f := range Conclude(s) {
+		got[f.Subjects[0].TID] = f
+	}
+	if got[351528].Severity != finding.Info {
+		t.Errorf("idle mover: %v", got[351528].Severity)
+	}
+	if got[9].Severity != finding.Warning || !strings.Contains(got[9].Title, "allowed CPUs") {
+		t.Errorf("affinity churn: %v %q", got[9].Severity, got[9].Title)
+	}
+	if !strings.Contains(strings.Join(got[9].Remediation, " "), "irqbalance (pid 77)") {
+		t.Errorf("affinity remediation should name the caller: %v", got[9].Remediation)
+	}
+	if got[42].Severity != finding.Warning {
+		t.Errorf("busy, few bounces: %v", got[42].Severity)
+	}
+}
+
+func TestMinMigrationsGuardsShortWindows(t *testing.T) {
+	tk := &Task{TID: 5, PID: 5, Comm: "x", Window: 20 * time.Millisecond, Migrations: 4, CPUPct: 50}
+	tk.ByKind[KindWakeup] = 4 // 200/s, but only 4 moves
+	if fs := Conclude(&Snapshot{Tasks: []*Task{tk}, Thresholds: DefaultThresholds}); len(fs) != 0 {
+		t.Errorf("4 moves made a finding: %+v", fs)
+	}
+}
+
+func TestTooManyMoversAreSummarised(t *testing.T) {
+	var tasks []*Task
+	for i := 0; i < 8; i++ {
+		tk := seedTask()
+		tk.TID = 1000 + i
+		tasks = append(tasks, tk)
+	}
+	fs := Conclude(&Snapshot{Tasks: tasks, Thresholds: DefaultThresholds})
+	n := 0
+	for _, f := range fs {
+		if f.ID == "sched.bounce" {
+			n++
+		}
+	}
+	more := find(fs, "sched.bounce-more")
+	if n != 5 || more == nil || len(more.Subjects) != 3 {
+		t.Errorf("%d bounce findings, more %+v", n, more)
+	}
+}
+
+func TestRunqLatency(t *testing.T) {
+	slow := quietTask(11)
+	slow.Comm = "api"
+	for i := 0; i < 100; i++ {
+		slow.Runq.Add(uint64(80 * time.Millisecond))
+	}
+	niced := quietTask(12)
+	niced.Prio = 139 // nice 19: expected to wait
+	for i := 0; i < 100; i++ {
+		niced.Runq.Add(uint64(500 * time.Millisecond))
+	}
+	var cpu1 hist.Log2
+	for i := 0; i < 200; i++ {
+		cpu1.Add(uint64(90 * time.Millisecond))
+	}
+	cg := map[string]hist.Log2{"/batch": cpu1}
+	s := &Snapshot{Tasks: []*Task{slow, niced}, CPURunq: map[int]hist.Log2{1: cpu1}, CgroupRunq: cg, Thresholds: DefaultThresholds}
+	f := find(Conclude(s), "sched.runq-latency")
+	if f == nil {
+		t.Fatal("no run-queue latency finding")
+	}
+	if f.Severity != finding.Warning {
+		t.Errorf("severity %v", f.Severity)
+	}
+	roles := map[string]int{}
+	for _, sub := range f.Subjects {
+		roles[sub.Role]++
+		if sub.TID == 12 {
+			t.Errorf("a nice-19 task is named: %+v", sub)
+		}
+	}
+	if roles[finding.RoleTask] != 1 || roles[finding.RoleCPU] != 1 || roles[finding.RoleCgroup] != 1 {
+		t.Errorf("subjects %+v", f.Subjects)
+	}
+	if !strings.Contains(f.Title, "api") {
+		t.Errorf("title %q", f.Title)
+	}
+	hs := Histograms(s, map[int]bool{})
+	labels := map[string]bool{}
+	for _, h := range hs {
+		if h.Name != "runq_latency_us" || h.Unit != "us" {
+			t.Errorf("histogram %s %s", h.Name, h.Unit)
+		}
+		for k := range h.Labels {
+			labels[k] = true
+		}
+	}
+	if !labels["cpu"] || !labels["cgroup"] || !labels["tid"] {
+		t.Errorf("histogram labels %v", labels)
+	}
+}
+
+func TestLiveMismatchFinding(t *testing.T) {
+	hw := &Hardware{LLC: map[int]CacheGroup{
+		0: {Level: 2, CPUs: []int{0, 1, 2, 3}}, 1: {Level: 2, CPUs: []int{0, 1, 2, 3}},
+		2: {Level: 2, CPUs: []int{0, 1, 2, 3}}, 3: {Level: 2, CPUs: []int{0, 1, 2, 3}},
+	}}
+	// CONFIG_SCHED_MC=n: every CPU is its own LLC domain.
+	v := &SchedView{LLCSize: map[int]int{0: 1, 1: 1, 2: 1, 3: 1}, LLCID: map[int]int{0: 0, 1: 1, 2: 2, 3: 3}, Source: "bpf"}
+	tk := seedTask()
+	s := &Snapshot{Tasks: []*Task{tk}, Hardware: hw, Sched: v, Thresholds: DefaultThresholds, BounceWindow: DefaultBounceWindow}
+	fs := Conclude(s)
+	mm := find(fs, "sched.llc-mismatch")
+	if mm == nil || !strings.Contains(mm.Title, "CPUs 0-3 share an L2 cache") || mm.Evidence["cpu0_sd_llc_size"] != 1 {
+		t.Fatalf("mismatch finding %+v", mm)
+	}
+	b := find(fs, "sched.bounce")
+	if b.Evidence["scheduler_llc_cpus"] != "0" || b.Evidence["hardware_llc_cpus"] != "0-3" {
+		t.Errorf("bounce evidence %v", b.Evidence)
+	}
+	if !strings.Contains(strings.Join(b.Remediation, " "), "CONFIG_SCHED_MC=y") {
+		t.Errorf("remediation %v", b.Remediation)
+	}
+	// When the audit already reports CONFIG_SCHED_MC off, the live view
+	// adds evidence, not a second finding.
+	s.SchedMCOff = true
+	if find(Conclude(s), "sched.llc-mismatch") != nil {
+		t.Error("duplicate of the audit's finding")
+	}
+	// A scheduler that knows the shared cache: no mismatch.
+	s.SchedMCOff = false
+	s.Sched = &SchedView{LLCSize: map[int]int{0: 4, 1: 4, 2: 4, 3: 4}, LLCID: map[int]int{0: 0, 1: 0, 2: 0, 3: 0}}
+	if find(Conclude(s), "sched.llc-mismatch") != nil {
+		t.Error("mismatch reported where there is none")
+	}
+}
+
+func TestKindPhrasesAndShares(t *testing.T) {
+	tk := &Task{Migrations: 4}
+	tk.ByKind[KindStopper] = 3
+	tk.ByKind[KindOther] = 1
+	if tk.Dominant() != KindStopper || shares(tk) != "stopper 75%, other 25%" {
+		t.Errorf("dominant %v shares %q", tk.Dominant(), shares(tk))
+	}
+	for k := Kind(0); k < NKinds; k++ {
+		if k.Key() == "" || k.Phrase() == "" {
+			t.Errorf("kind %d unnamed", k)
+		}
+	}
+}
