@@ -18,12 +18,13 @@ import (
 	"github.com/wolf-investigator/wolf/internal/locks"
 	"github.com/wolf-investigator/wolf/internal/reclaim"
 	"github.com/wolf-investigator/wolf/internal/sched"
+	"github.com/wolf-investigator/wolf/internal/softirq"
 )
 
 // investigators lists every live investigator wolf has; doctor runs them
 // all. New investigators are added here.
 func investigators() []investigator.Investigator {
-	return []investigator.Investigator{hung.New(), locks.New(), reclaim.New(), sched.New()}
+	return []investigator.Investigator{hung.New(), locks.New(), reclaim.New(), sched.New(), softirq.New()}
 }
 
 func newDoctorCmd() *cobra.Command {

@@ -14,13 +14,14 @@ import (
 	"github.com/wolf-investigator/wolf/internal/lab/fusestall"
 	"github.com/wolf-investigator/wolf/internal/lab/memcgstress"
 	"github.com/wolf-investigator/wolf/internal/lab/mmaplock"
+	"github.com/wolf-investigator/wolf/internal/lab/tcpcollapse"
 	"github.com/wolf-investigator/wolf/internal/render"
 )
 
 // labs lists every reproducer wolf ships.
 func labs() *lab.Registry {
 	return lab.NewRegistry(fusestall.NewRWSem(), fusestall.NewMutex(), coredump.New(), mmaplock.New(),
-		memcgstress.New(), memcgstress.NewPopulate(), bounce.NewBounce(), bounce.NewAffinity(), bounce.NewPinned())
+		memcgstress.New(), memcgstress.NewPopulate(), bounce.NewBounce(), bounce.NewAffinity(), bounce.NewPinned(), tcpcollapse.New())
 }
 
 func newLabCmd() *cobra.Command {

@@ -86,6 +86,7 @@ a verdict, the evidence, the mechanism and what to do.
   wolf locks            contended kernel locks, their owners, mmap_lock holds
   wolf reclaim          memory reclaim per cgroup: stalls, efficiency, the memcg livelock
   wolf sched            tasks bounced between CPUs, who moves them, run-queue latency
+  wolf softirq          softirq stalls per CPU (NET_RX: TCP collapse, budget)
   wolf analyze FILE     hung-task reports in a saved kernel log
   wolf check            what this kernel lets wolf do
   wolf lab list|run     reproduce a pathology here, safely
@@ -100,6 +101,7 @@ Exit codes: 0 done (findings or not), 1 wolf failed, 2 bad usage,
 		return usageErr("%v (see %s --help)", err, c.CommandPath())
 	})
 	root.AddCommand(newDoctorCmd(), newHungCmd(), newLocksCmd(), newReclaimCmd(), newSchedCmd(), newAnalyzeCmd(), newCheckCmd(), newLabCmd(), newBenchCmd())
+	root.AddCommand(newSoftirqCmd())
 	return root
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/wolf-investigator/wolf/internal/lab/fusestall"
 	"github.com/wolf-investigator/wolf/internal/lab/memcgstress"
 	"github.com/wolf-investigator/wolf/internal/lab/mmaplock"
+	"github.com/wolf-investigator/wolf/internal/lab/tcpcollapse"
 	"github.com/wolf-investigator/wolf/internal/memcg"
 	"github.com/wolf-investigator/wolf/internal/procfs"
 	"github.com/wolf-investigator/wolf/internal/testutil"
@@ -118,6 +119,16 @@ func TestBadUsageExitsTwoWithOneLine(t *testing.T) {
 		{"reclaim", "--pid", "2147483000"},
 		{"reclaim", "--cgroup", "/no/such/wolf/cgroup"},
 		{"reclaim", "extra-arg"},
+		{"softirq", "--format", "xml"},
+		{"softirq", "--duration", "-1s"},
+		{"softirq", "--threshold", "0s"},
+		{"softirq", "--sample-hz", "-1"},
+		{"softirq", "--pid", "1"},
+		{"softirq", "--func", "a:b:c"},
+		{"softirq", "--func", "/nonexistent/app:main"},
+		{"softirq", "--func", "/bin/sh:wolf_no_such_function"},
+		{"softirq", "--func", "net_rx_action", "--pid", "1"},
+		{"softirq", "extra-arg"},
 	} {
 		r := runWolf(t, 10*time.Second, args...)
 		if r.code != exitUsage {
@@ -130,7 +141,7 @@ func TestBadUsageExitsTwoWithOneLine(t *testing.T) {
 }
 
 func TestHelpOnEveryCommand(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"doctor", "--help"}, {"hung", "--help"}, {"locks", "--help"}, {"analyze", "--help"}, {"check", "--help"}, {"lab", "--help"}, {"lab", "list", "--help"}, {"lab", "run", "--help"}, {"bench", "--help"}, {"bench", "lpm", "--help"}, {"reclaim", "--help"}, {"sched", "--help"}} {
+	for _, args := range [][]string{{"--help"}, {"doctor", "--help"}, {"hung", "--help"}, {"locks", "--help"}, {"analyze", "--help"}, {"check", "--help"}, {"lab", "--help"}, {"lab", "list", "--help"}, {"lab", "run", "--help"}, {"bench", "--help"}, {"bench", "lpm", "--help"}, {"reclaim", "--help"}, {"sched", "--help"}, {"softirq", "--help"}} {
 		r := runWolf(t, 10*time.Second, args...)
 		if r.code != 0 || !strings.Contains(r.stdout, "Usage:") {
 			t.Errorf("wolf %v: exit %d, stdout %q", args, r.code, r.stdout)
@@ -155,7 +166,7 @@ func TestNotRootExitsThree(t *testing.T) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, args := range [][]string{{"hung", "--duration", "1s"}, {"locks", "--duration", "1s"}, {"doctor", "--duration", "1s"}, {"lab", "run", "fuse-rwsem"}, {"bench", "lpm", "--entries", "100"}, {"reclaim", "--duration", "1s"}, {"sched", "--duration", "1s"}} {
+	for _, args := range [][]string{{"hung", "--duration", "1s"}, {"locks", "--duration", "1s"}, {"doctor", "--duration", "1s"}, {"lab", "run", "fuse-rwsem"}, {"bench", "lpm", "--entries", "100"}, {"reclaim", "--duration", "1s"}, {"sched", "--duration", "1s"}, {"softirq", "--duration", "1s"}} {
 		cmd := exec.Command(setpriv, append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", bin}, args...)...)
 		var errb bytes.Buffer
 		cmd.Stderr = &errb
@@ -191,8 +202,9 @@ func wolfPrograms(t *testing.T) []string {
 		"on_node_begin", "on_node_end", "on_shrink_inactive", "on_shrink_active", "on_throttled", "on_kswapd_wake",
 		"on_kswapd_sleep", "on_wakeup_kswapd",
 		// sched
-		"on_migrate", "on_switch", "on_wakeup", "on_wakeup_new", "on_exit", "on_setaffinity", "read_cpu"}
-
+		"on_migrate", "on_switch", "on_wakeup", "on_wakeup_new", "on_exit", "on_setaffinity", "read_cpu",
+		// softirq
+		"on_softirq_raise", "on_softirq_entry", "on_softirq_exit", "on_napi_poll", "on_kfree_skb", "func_entry", "func_return"}
 	isOurs := func(name string) bool {
 		for _, o := range ours {
 			if name == o || (len(name) == 15 && strings.HasPrefix(o, name)) {
@@ -244,7 +256,7 @@ func TestSignalsLeaveNothingAttached(t *testing.T) {
 	for _, c := range []struct {
 		command string
 		progs   int // programs it loads, at least
-	}{{"hung", 5}, {"locks", 5}, {"reclaim", 14}, {"sched", 5}} {
+	}{{"hung", 5}, {"locks", 5}, {"reclaim", 14}, {"sched", 5}, {"softirq", 6}} {
 		for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGKILL} {
 			signalLeavesNothing(t, c.command, c.progs, sig)
 		}
@@ -309,6 +321,9 @@ func TestDoctorHealthyHostFinishesInTime(t *testing.T) {
 		}
 		if f.Investigator == "reclaim" && f.Severity >= finding.Warning {
 			t.Errorf("healthy host gave a reclaim %s: %s", f.Severity, f.Title)
+		}
+		if f.Investigator == "softirq" && f.Severity >= finding.Warning {
+			t.Errorf("healthy host gave a softirq %s: %s", f.Severity, f.Title)
 		}
 	}
 	if len(rep.Errors) > 0 {
@@ -475,8 +490,13 @@ func TestCheckSaysWhyNot(t *testing.T) {
 			t.Errorf("kprobes: available=%v detail %q", avail["kprobes"], byName["kprobes"])
 		}
 	}
+	for _, ci := range rep.Investigators {
+		if ci.Name == "softirq" && !ci.Ready {
+			t.Errorf("softirq cannot run: %+v", ci.Requirements)
+		}
+	}
 	text := runWolf(t, 60*time.Second, "check")
-	if !strings.Contains(text.stdout, "hung: ready") || !strings.Contains(text.stdout, "reclaim: ready") {
+	if !strings.Contains(text.stdout, "hung: ready") || !strings.Contains(text.stdout, "reclaim: ready") || !strings.Contains(text.stdout, "softirq: ready") {
 		t.Errorf("text check:\n%s", text.stdout)
 	}
 }
@@ -630,7 +650,7 @@ func TestLabList(t *testing.T) {
 		names[l.Name] = l.Summary != ""
 	}
 	if !names["fuse-rwsem"] || !names["fuse-mutex"] || !names["mmap-lock"] || !names["memcg-stress"] ||
-		!names["sched-bounce"] || !names["sched-affinity"] || !names["sched-pinned"] {
+		!names["sched-bounce"] || !names["sched-affinity"] || !names["sched-pinned"] || !names["tcp-collapse"] {
 		t.Errorf("labs %+v", labs)
 	}
 }
@@ -651,4 +671,74 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// The softirq acceptance test, through the CLI: with the tcp-collapse lab
+// running, `wolf softirq --format json` reports the NET_RX stall, its cause
+// and the lab's namespace, and the NET_RX run-time histogram.
+func TestSoftirqCLINamesCollapse(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.Exclusive(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	inst, err := tcpcollapse.New().Start(ctx, lab.Options{Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Close()
+	out := filepath.Join(t.TempDir(), "report.json")
+	r := runWolf(t, 30*time.Second, "softirq", "--duration", "3s", "--format", "json", "--output", out)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep finding.Report
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatal(err)
+	}
+	var f *finding.Finding
+	for i := range rep.Findings {
+		if rep.Findings[i].ID == "softirq.stall" && rep.Findings[i].Evidence["vector"] == "NET_RX" {
+			f = &rep.Findings[i]
+		}
+	}
+	if f == nil {
+		t.Fatalf("no NET_RX softirq.stall finding in %s", data)
+	}
+	if f.Evidence["cause"] != "tcp-collapse" || f.Evidence["netns"] != float64(inst.(*tcpcollapse.Instance).Netns()) {
+		t.Errorf("evidence %v", f.Evidence)
+	}
+	found := false
+	for _, h := range rep.Histograms {
+		if h.Name == "softirq_runtime_us" && h.Labels["vector"] == "NET_RX" && h.Max >= 5000 {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no NET_RX run-time histogram reaching 5 ms: %+v", rep.Histograms)
+	}
+	if rep.Overhead.Events == 0 || !rep.Capabilities["tracepoint:irq/softirq_entry"] {
+		t.Errorf("overhead %+v capabilities %v", rep.Overhead, rep.Capabilities)
+	}
+}
+
+// --func on a kernel function without kprobes or fentry: exit 3, one line
+// that says why.
+func TestSoftirqKernelFuncSaysWhyNot(t *testing.T) {
+	testutil.RequireRoot(t)
+	cfg, err := kconfig.Load()
+	testutil.Require(t, err == nil, "needs the kernel config to know whether kprobes exist")
+	if cfg.Enabled("CONFIG_KPROBES") {
+		t.Skip("this kernel has kprobes; the live kprobe path is tested in internal/softirq")
+	}
+	r := runWolf(t, 20*time.Second, "softirq", "--func", "net_rx_action", "--duration", "1s")
+	if r.code != exitPrivilege {
+		t.Errorf("exit %d, want %d (stderr %q)", r.code, exitPrivilege, r.stderr)
+	}
+	if strings.Count(r.stderr, "\n") != 1 || !strings.Contains(r.stderr, "CONFIG_KPROBES") || !strings.HasPrefix(r.stderr, "wolf: ") {
+		t.Errorf("stderr %q", r.stderr)
+	}
 }
