@@ -35,6 +35,12 @@ extern void bpf_task_release(struct task_struct *p) __ksym __weak;
 
 /* Set by user space before load. */
 const volatile __u32 target_tgid = 0;       /* 0: every process */
+/*
+ * wolf itself: attaching and detaching BPF programs takes kernel locks
+ * (tracepoints_mutex, an RCU grace period), which are wolf's own waits and
+ * no finding about the host.
+ */
+const volatile __u32 self_tgid = 0;
 const volatile __u64 target_lock = 0;       /* 0: every lock */
 const volatile __u32 type_mask = 0xffffffff; /* enum lock_type bits */
 const volatile __u64 hold_threshold_ns = 20 * 1000 * 1000;
@@ -320,6 +326,8 @@ static __always_inline bool is_rwsem(__u32 type)
 
 static __always_inline bool wanted(__u64 lock, __u32 type)
 {
+	if (self_tgid && (bpf_get_current_pid_tgid() >> 32) == self_tgid)
+		return false;
 	if (target_lock && lock != target_lock)
 		return false;
 	if (!(type_mask & (1U << type)))
@@ -929,6 +937,8 @@ static __always_inline void account_mm_wait(struct pending *p, __u64 d, __u64 pi
 
 static __always_inline bool mm_wanted(__u64 pid_tgid)
 {
+	if (self_tgid && (pid_tgid >> 32) == self_tgid)
+		return false;
 	return !target_tgid || (pid_tgid >> 32) == target_tgid;
 }
 

@@ -254,6 +254,7 @@ const (
 	locksVarMmapHasMemcgPath      = "mmap_has_memcg_path"
 	locksVarOwnerStackEveryNs     = "owner_stack_every_ns"
 	locksVarOwnerStacks           = "owner_stacks"
+	locksVarSelfTgid              = "self_tgid"
 	locksVarStackEveryNs          = "stack_every_ns"
 	locksVarTargetLock            = "target_lock"
 	locksVarTargetTgid            = "target_tgid"
@@ -351,6 +352,7 @@ type locksVariableSpecs struct {
 	MmapHasMemcgPath  *ebpf.VariableSpec `ebpf:"mmap_has_memcg_path"`
 	OwnerStackEveryNs *ebpf.VariableSpec `ebpf:"owner_stack_every_ns"`
 	OwnerStacks       *ebpf.VariableSpec `ebpf:"owner_stacks"`
+	SelfTgid          *ebpf.VariableSpec `ebpf:"self_tgid"`
 	StackEveryNs      *ebpf.VariableSpec `ebpf:"stack_every_ns"`
 	TargetLock        *ebpf.VariableSpec `ebpf:"target_lock"`
 	TargetTgid        *ebpf.VariableSpec `ebpf:"target_tgid"`
@@ -431,6 +433,7 @@ type locksVariables struct {
 	MmapHasMemcgPath  *ebpf.Variable `ebpf:"mmap_has_memcg_path"`
 	OwnerStackEveryNs *ebpf.Variable `ebpf:"owner_stack_every_ns"`
 	OwnerStacks       *ebpf.Variable `ebpf:"owner_stacks"`
+	SelfTgid          *ebpf.Variable `ebpf:"self_tgid"`
 	StackEveryNs      *ebpf.Variable `ebpf:"stack_every_ns"`
 	TargetLock        *ebpf.Variable `ebpf:"target_lock"`
 	TargetTgid        *ebpf.Variable `ebpf:"target_tgid"`

@@ -155,6 +155,7 @@ func (p *probe) load(cfg config) error {
 		}
 		vars := map[string]any{
 			"target_tgid":         cfg.TargetTGID,
+			"self_tgid":           uint32(os.Getpid()),
 			"target_lock":         cfg.TargetLock,
 			"type_mask":           cfg.TypeMask,
 			"hold_threshold_ns":   cfg.HoldThreshold,
