@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
 	"github.com/wolf-investigator/wolf/internal/costbench"
@@ -161,5 +164,55 @@ func benchOverhead(b *testing.B, work costbench.Workload) {
 			b.ReportMetric(float64(overhead.PerEvent(time.Duration(progs.runNs), progs.runs)), "bpf_ns/event")
 		}
 		b.Log(fmt.Sprintf("without %v with %v", r.Baseline, r.With))
+	}
+}
+
+// emptyAttach attaches a program that does nothing to every tracepoint
+// wolf locks uses: the floor any tracepoint-based tool pays (the kernel
+// computing the tracepoint's arguments, calling out to BPF), to compare
+// wolf's cost with.
+func emptyAttach(ctx context.Context) (func() error, error) {
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type:         ebpf.RawTracepoint,
+		License:      "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
+	})
+	if err != nil {
+		return nil, err
+	}
+	var links []link.Link
+	detach := func() error {
+		for _, l := range links {
+			_ = l.Close()
+		}
+		return prog.Close()
+	}
+	for _, tp := range []string{"contention_begin", "contention_end", "mmap_lock_acquire_returned", "mmap_lock_released"} {
+		l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: tp, Program: prog})
+		if err != nil {
+			_ = detach()
+			return nil, err
+		}
+		links = append(links, l)
+	}
+	return detach, nil
+}
+
+// The floor: empty programs on the same tracepoints, same workloads.
+//
+//	go test -run '^$' -bench 'Overhead|Floor' -benchtime 1x ./internal/locks
+func BenchmarkFloorFileAppend(b *testing.B) { benchFloor(b, fileAppend(b, 4, 2*time.Second)) }
+func BenchmarkFloorMmapChurn(b *testing.B)  { benchFloor(b, mmapChurn(4, 2*time.Second)) }
+
+func benchFloor(b *testing.B, work costbench.Workload) {
+	testutil.RequireRoot(b)
+	testutil.Exclusive(b)
+	for range b.N {
+		r, err := costbench.Compare(context.Background(), 5, work, emptyAttach)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(r.SlowdownPct, "slowdown_%")
+		b.ReportMetric(r.NoisePct, "noise_%")
 	}
 }

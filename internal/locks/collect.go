@@ -68,9 +68,10 @@ func (p *probe) collect(syms Symbolizer, s *Snapshot) error {
 	sc := &stackCache{p: p, syms: syms, memo: map[int32][]string{}}
 
 	var wk locksWaitKey
-	var wv locksWaitVal
+	var wvs []locksWaitVal
 	it := p.maps.Waits.Iterate()
-	for it.Next(&wk, &wv) {
+	for it.Next(&wk, &wvs) {
+		wv := sumWaits(wvs)
 		s.Waits = append(s.Waits, Wait{
 			Lock: wk.Lock, Type: Type(wk.Type), Stack: sc.get(wk.StackId), MMTGID: int(wk.MmTgid),
 			Count: wv.Count, TotalNs: wv.TotalNs, MaxNs: wv.MaxNs, MaxTID: int(wv.MaxTid),
@@ -82,9 +83,10 @@ func (p *probe) collect(syms Symbolizer, s *Snapshot) error {
 	}
 
 	var tk locksTaskKey
-	var tv locksTaskVal
+	var tvs []locksTaskVal
 	it = p.maps.Waiters.Iterate()
-	for it.Next(&tk, &tv) {
+	for it.Next(&tk, &tvs) {
+		tv := sumTasks(tvs)
 		s.Waiters = append(s.Waiters, Waiter{
 			Lock: tk.Lock, TID: int(tk.Tid), TGID: int(tv.Tgid), Comm: cString(tv.Comm[:]),
 			Count: tv.Count, TotalNs: tv.TotalNs, MaxNs: tv.MaxNs,
@@ -95,9 +97,10 @@ func (p *probe) collect(syms Symbolizer, s *Snapshot) error {
 	}
 
 	var ok locksOwnerKey
-	var ov locksOwnerVal
+	var ovs []locksOwnerVal
 	it = p.maps.Owners.Iterate()
-	for it.Next(&ok, &ov) {
+	for it.Next(&ok, &ovs) {
+		ov := sumOwners(ovs)
 		s.Owners = append(s.Owners, Owner{
 			Lock: ok.Lock, TID: int(ok.OwnerTid), TGID: int(ov.OwnerTgid), Comm: cString(ov.OwnerComm[:]),
 			Kind: OwnerKind(ok.OwnerKind), Stack: sc.get(ok.OwnerStackId),
@@ -125,10 +128,15 @@ func (p *probe) collect(syms Symbolizer, s *Snapshot) error {
 	}
 
 	var hk locksLockKey
-	var hv locksWolfHist
+	var hvs []locksWolfHist
 	it = p.maps.LockHist.Iterate()
-	for it.Next(&hk, &hv) {
-		s.Hists = append(s.Hists, LockHist{Lock: hk.Lock, Type: Type(hk.Type), Hist: fromBPF(&hv)})
+	for it.Next(&hk, &hvs) {
+		var h hist.Log2
+		for i := range hvs {
+			x := fromBPF(&hvs[i])
+			h.Merge(&x)
+		}
+		s.Hists = append(s.Hists, LockHist{Lock: hk.Lock, Type: Type(hk.Type), Hist: h})
 	}
 	if err := it.Err(); err != nil {
 		return err
@@ -234,6 +242,48 @@ func (p *probe) collectOngoing(sc *stackCache, s *Snapshot) error {
 		s.Hists = append(s.Hists, LockHist{Lock: pe.Lock, Type: Type(pe.Type), Hist: h})
 	}
 	return it.Err()
+}
+
+// The aggregation maps are per CPU: each CPU's counts add up; a maximum
+// is the largest; names and pids come from whichever CPU saw them first.
+func sumWaits(vs []locksWaitVal) locksWaitVal {
+	var t locksWaitVal
+	for _, v := range vs {
+		t.Count += v.Count
+		t.TotalNs += v.TotalNs
+		if v.MaxNs > t.MaxNs {
+			t.MaxNs, t.MaxTid = v.MaxNs, v.MaxTid
+		}
+		t.OwnerReaders += v.OwnerReaders
+		t.WriterHead += v.WriterHead
+	}
+	return t
+}
+
+func sumTasks(vs []locksTaskVal) locksTaskVal {
+	var t locksTaskVal
+	for _, v := range vs {
+		t.Count += v.Count
+		t.TotalNs += v.TotalNs
+		t.MaxNs = max(t.MaxNs, v.MaxNs)
+		if t.Tgid == 0 && v.Tgid != 0 {
+			t.Tgid, t.Comm = v.Tgid, v.Comm
+		}
+	}
+	return t
+}
+
+func sumOwners(vs []locksOwnerVal) locksOwnerVal {
+	var t locksOwnerVal
+	for _, v := range vs {
+		t.Count += v.Count
+		t.TotalNs += v.TotalNs
+		t.MaxNs = max(t.MaxNs, v.MaxNs)
+		if t.OwnerTgid == 0 && v.OwnerTgid != 0 {
+			t.OwnerTgid, t.OwnerComm = v.OwnerTgid, v.OwnerComm
+		}
+	}
+	return t
 }
 
 func fromBPF(h *locksWolfHist) hist.Log2 {

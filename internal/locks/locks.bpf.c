@@ -168,6 +168,13 @@ struct {
 	__type(value, struct pending);
 } pending_cpu SEC(".maps");
 
+/*
+ * The aggregations are per CPU: under heavy contention every CPU updates
+ * the same lock's entry, and shared counters would bounce their cache line
+ * between CPUs on every wait (plain adds here; user space sums the CPUs).
+ * User space scales their max_entries down on hosts with many CPUs.
+ */
+
 /* Waits per lock, type and waiter stack. */
 struct wait_key {
 	__u64 lock;
@@ -187,7 +194,7 @@ struct wait_val {
 };
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
 	__uint(max_entries, 8192);
 	__type(key, struct wait_key);
 	__type(value, struct wait_val);
@@ -201,7 +208,7 @@ struct lock_key {
 };
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
 	__uint(max_entries, 2048);
 	__type(key, struct lock_key);
 	__type(value, struct wolf_hist);
@@ -223,7 +230,7 @@ struct task_val {
 };
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, struct task_key);
 	__type(value, struct task_val);
@@ -247,7 +254,7 @@ struct owner_val {
 };
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
 	__uint(max_entries, 8192);
 	__type(key, struct owner_key);
 	__type(value, struct owner_val);
@@ -636,16 +643,16 @@ static __always_inline void account(struct pending *p, __u64 now, __u64 pid_tgid
 	struct wait_val wz = {};
 	struct wait_val *wv = lookup_or_init(&waits, &wk, &wz);
 	if (wv) {
-		__sync_fetch_and_add(&wv->count, 1);
-		__sync_fetch_and_add(&wv->total_ns, d);
+		wv->count += 1;
+		wv->total_ns += d;
 		if (d > wv->max_ns) {
 			wv->max_ns = d;
 			wv->max_tid = tid;
 		}
 		if (p->owner_kind == OWNER_READERS)
-			__sync_fetch_and_add(&wv->owner_readers, 1);
+			wv->owner_readers += 1;
 		if (p->behind_writer)
-			__sync_fetch_and_add(&wv->writer_head, 1);
+			wv->writer_head += 1;
 	} else {
 		count(STAT_WAITS_FULL);
 	}
@@ -653,7 +660,7 @@ static __always_inline void account(struct pending *p, __u64 now, __u64 pid_tgid
 	struct lock_key lk = {.lock = p->lock, .type = p->type};
 	struct wolf_hist *h = hist_for(&lock_hist, &lk);
 	if (h)
-		wolf_hist_add(h, d);
+		wolf_hist_add_local(h, d); /* per CPU */
 	else
 		count(STAT_WAITS_FULL);
 
@@ -671,8 +678,8 @@ static __always_inline void account(struct pending *p, __u64 now, __u64 pid_tgid
 		tv = lookup_or_init(&waiters, &tk, &tz);
 	}
 	if (tv) {
-		__sync_fetch_and_add(&tv->count, 1);
-		__sync_fetch_and_add(&tv->total_ns, d);
+		tv->count += 1;
+		tv->total_ns += d;
 		if (d > tv->max_ns)
 			tv->max_ns = d;
 	} else {
@@ -698,8 +705,8 @@ static __always_inline void account(struct pending *p, __u64 now, __u64 pid_tgid
 		ov = lookup_or_init(&owners, &ok, &oz);
 	}
 	if (ov) {
-		__sync_fetch_and_add(&ov->count, 1);
-		__sync_fetch_and_add(&ov->total_ns, d);
+		ov->count += 1;
+		ov->total_ns += d;
 		if (d > ov->max_ns)
 			ov->max_ns = d;
 	} else {

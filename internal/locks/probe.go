@@ -167,6 +167,9 @@ func (p *probe) load(cfg config) error {
 				return fmt.Errorf("locks: configure %s: %w", name, err)
 			}
 		}
+		if err := fitPerCPU(spec); err != nil {
+			return err
+		}
 		if typed {
 			var o struct {
 				locksMaps
@@ -209,6 +212,34 @@ func (p *probe) load(cfg config) error {
 			why = "the kernel has no bpf_task_from_pid kfunc (Linux 6.2+)"
 		}
 		p.warnings = append(p.warnings, "owners' stacks not captured: "+why)
+	}
+	return nil
+}
+
+// perCPUBudget bounds the memory of the per-CPU aggregation maps: their
+// entries are multiplied by the number of possible CPUs, so on big hosts
+// fewer entries fit (drops are counted when they fill).
+const perCPUBudget = 96 << 20
+
+func fitPerCPU(spec *ebpf.CollectionSpec) error {
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		return fmt.Errorf("locks: possible CPUs: %w", err)
+	}
+	var perEntry uint64
+	var maps []*ebpf.MapSpec
+	for _, m := range spec.Maps {
+		if m.Type == ebpf.PerCPUHash {
+			perEntry += uint64(m.ValueSize) * uint64(m.MaxEntries)
+			maps = append(maps, m)
+		}
+	}
+	total := perEntry * uint64(ncpu)
+	if total <= perCPUBudget {
+		return nil
+	}
+	for _, m := range maps {
+		m.MaxEntries = max(64, uint32(uint64(m.MaxEntries)*perCPUBudget/total))
 	}
 	return nil
 }
