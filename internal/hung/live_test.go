@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -73,33 +72,7 @@ func runHung(t *testing.T, d, threshold time.Duration, during func()) *investiga
 // runWith runs h for d; during, if set, runs once every program is attached.
 func runWith(t *testing.T, h *Investigator, d time.Duration, during func()) *investigator.Result {
 	t.Helper()
-	type out struct {
-		res *investigator.Result
-		err error
-	}
-	done := make(chan out, 1)
-	attached := make(chan struct{})
-	var once sync.Once
-	go func() {
-		// Progress is first called after the first walk, once every
-		// program is attached.
-		progress := func(float64) { once.Do(func() { close(attached) }) }
-		res, err := h.Run(context.Background(), investigator.Options{Duration: d, Progress: progress})
-		done <- out{res, err}
-	}()
-	if during != nil {
-		select {
-		case <-attached:
-		case o := <-done:
-			t.Fatalf("hung.Run ended before attaching: %v", o.err)
-		}
-		during()
-	}
-	o := <-done
-	if o.err != nil {
-		t.Fatalf("hung.Run: %v", o.err)
-	}
-	return o.res
+	return testutil.RunLive(t, h, investigator.Options{Duration: d}, during)
 }
 
 func findByID(fs []finding.Finding, id string) *finding.Finding {

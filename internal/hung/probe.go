@@ -1,22 +1,19 @@
 package hung
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"sync"
 	"time"
-	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
 
+	"github.com/wolf-investigator/wolf/internal/bpfrec"
 	"github.com/wolf-investigator/wolf/internal/investigator"
 )
 
@@ -122,12 +119,12 @@ func (p *probe) readHangs() {
 			}
 			return
 		}
-		var e hungHangEvent
-		if err := binary.Read(bytes.NewReader(rec.RawSample), binary.NativeEndian, &e); err != nil {
+		e, err := bpfrec.Decode[hungHangEvent](rec.RawSample)
+		if err != nil {
 			continue
 		}
 		p.mu.Lock()
-		p.hangSeen = append(p.hangSeen, hangReport{TID: int(e.Tid), TGID: int(e.Tgid), Comm: cString(e.Comm[:]), At: time.Now()})
+		p.hangSeen = append(p.hangSeen, hangReport{TID: int(e.Tid), TGID: int(e.Tgid), Comm: bpfrec.CString(e.Comm[:]), At: time.Now()})
 		p.mu.Unlock()
 	}
 }
@@ -160,27 +157,7 @@ func (p *probe) scan(ctx context.Context, want []uint32) ([]hungTaskRec, error) 
 		return nil, fmt.Errorf("hung: run task iterator: %w", err)
 	}
 	defer rc.Close()
-	return readRecords(rc)
-}
-
-const recSize = int(unsafe.Sizeof(hungTaskRec{}))
-
-func readRecords(r io.Reader) ([]hungTaskRec, error) {
-	buf := make([]byte, recSize)
-	var out []hungTaskRec
-	for {
-		if _, err := io.ReadFull(r, buf); err != nil {
-			if errors.Is(err, io.EOF) {
-				return out, nil
-			}
-			return out, fmt.Errorf("hung: read task records: %w", err)
-		}
-		var rec hungTaskRec
-		if err := binary.Read(bytes.NewReader(buf), binary.NativeEndian, &rec); err != nil {
-			return out, fmt.Errorf("hung: decode task record: %w", err)
-		}
-		out = append(out, rec)
-	}
+	return bpfrec.ReadAll[hungTaskRec](rc)
 }
 
 // stats sums the per-CPU counters.
@@ -221,16 +198,4 @@ func (p *probe) close() {
 		p.hangs = nil
 	}
 	_ = p.objs.Close()
-}
-
-func cString(b []int8) string {
-	n := 0
-	for n < len(b) && b[n] != 0 {
-		n++
-	}
-	s := make([]byte, n)
-	for i := 0; i < n; i++ {
-		s[i] = byte(b[i])
-	}
-	return string(s)
 }

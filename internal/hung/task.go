@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/wolf-investigator/wolf/internal/bpfrec"
 	"github.com/wolf-investigator/wolf/internal/kallsyms"
 )
 
@@ -180,7 +181,7 @@ func decode(r *hungTaskRec, sym Symbolizer) *Task {
 	t := &Task{
 		TID:    int(r.Tid),
 		TGID:   int(r.Tgid),
-		Comm:   cString(r.Comm[:]),
+		Comm:   bpfrec.CString(r.Comm[:]),
 		State:  r.State,
 		Flags:  r.Flags,
 		Wanted: r.Wanted != 0,
@@ -210,7 +211,7 @@ func decode(r *hungTaskRec, sym Symbolizer) *Task {
 			Owner:     OwnerKind(r.OwnerKind),
 			OwnerTID:  int(r.OwnerTid),
 			OwnerTGID: int(r.OwnerTgid),
-			OwnerComm: cString(r.OwnerComm[:]),
+			OwnerComm: bpfrec.CString(r.OwnerComm[:]),
 			Name:      globalName(sym, r.LockAddr),
 		}
 		if l.Owner == OwnerReaders {
@@ -223,7 +224,7 @@ func decode(r *hungTaskRec, sym Symbolizer) *Task {
 	}
 	if r.WqFunc != 0 {
 		t.WQFunc = funcOf(sym.Symbolize(r.WqFunc))
-		t.WQName = cString(r.WqName[:])
+		t.WQName = bpfrec.CString(r.WqName[:])
 	}
 	t.DumperTID = int(r.DumperTid)
 	return t

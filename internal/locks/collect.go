@@ -6,6 +6,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/wolf-investigator/wolf/internal/bpfrec"
 	"github.com/wolf-investigator/wolf/internal/hist"
 )
 
@@ -88,7 +89,7 @@ func (p *probe) collect(syms Symbolizer, s *Snapshot) error {
 	for it.Next(&tk, &tvs) {
 		tv := sumTasks(tvs)
 		s.Waiters = append(s.Waiters, Waiter{
-			Lock: tk.Lock, TID: int(tk.Tid), TGID: int(tv.Tgid), Comm: cString(tv.Comm[:]),
+			Lock: tk.Lock, TID: int(tk.Tid), TGID: int(tv.Tgid), Comm: bpfrec.CString(tv.Comm[:]),
 			Count: tv.Count, TotalNs: tv.TotalNs, MaxNs: tv.MaxNs,
 		})
 	}
@@ -102,7 +103,7 @@ func (p *probe) collect(syms Symbolizer, s *Snapshot) error {
 	for it.Next(&ok, &ovs) {
 		ov := sumOwners(ovs)
 		s.Owners = append(s.Owners, Owner{
-			Lock: ok.Lock, TID: int(ok.OwnerTid), TGID: int(ov.OwnerTgid), Comm: cString(ov.OwnerComm[:]),
+			Lock: ok.Lock, TID: int(ok.OwnerTid), TGID: int(ov.OwnerTgid), Comm: bpfrec.CString(ov.OwnerComm[:]),
 			Kind: OwnerKind(ok.OwnerKind), Stack: sc.get(ok.OwnerStackId),
 			Count: ov.Count, TotalNs: ov.TotalNs, MaxNs: ov.MaxNs,
 		})
@@ -148,7 +149,7 @@ func (p *probe) collect(syms Symbolizer, s *Snapshot) error {
 	for it.Next(&mk, &mv) {
 		s.MM = append(s.MM, MMStat{
 			TGID: int(mk.Tgid), TID: int(mk.Tid), MMTGID: int(mk.MmTgid), Write: mk.Write != 0,
-			Comm: cString(mv.Comm[:]), Hold: fromBPF(&mv.Hold), Wait: fromBPF(&mv.Wait),
+			Comm: bpfrec.CString(mv.Comm[:]), Hold: fromBPF(&mv.Hold), Wait: fromBPF(&mv.Wait),
 		})
 	}
 	if err := it.Err(); err != nil {
@@ -174,7 +175,7 @@ func (p *probe) collect(syms Symbolizer, s *Snapshot) error {
 	events, lost := p.holdEvents()
 	for _, e := range events {
 		h := Hold{
-			TGID: int(e.Tgid), TID: int(e.Tid), MMTGID: int(e.MmTgid), Comm: cString(e.Comm[:]),
+			TGID: int(e.Tgid), TID: int(e.Tid), MMTGID: int(e.MmTgid), Comm: bpfrec.CString(e.Comm[:]),
 			Write: e.Write != 0, Start: time.Duration(e.StartNs), HoldNs: e.HoldNs,
 			RuntimeNs: e.RuntimeNs, CSW: e.Csw, Stack: sc.get(e.StackId),
 			ReclaimNs: e.ReclaimNs, ReclaimCalls: e.ReclaimCalls, PagesScanned: e.PagesScanned,
@@ -308,15 +309,4 @@ func (p *probe) stats() map[string]uint64 {
 		}
 	}
 	return out
-}
-
-func cString(b []int8) string {
-	out := make([]byte, 0, len(b))
-	for _, c := range b {
-		if c == 0 {
-			break
-		}
-		out = append(out, byte(c))
-	}
-	return string(out)
 }

@@ -5,7 +5,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,35 +22,10 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// run runs l for d; during, if set, runs once every program is attached.
+// run runs l with opts; during, if set, runs once every program is attached.
 func run(t *testing.T, l *Investigator, opts investigator.Options, during func()) *investigator.Result {
 	t.Helper()
-	type out struct {
-		res *investigator.Result
-		err error
-	}
-	done := make(chan out, 1)
-	attached := make(chan struct{})
-	var once sync.Once
-	go func() {
-		// Progress is first called on the first tick, after attaching.
-		opts.Progress = func(float64) { once.Do(func() { close(attached) }) }
-		res, err := l.Run(context.Background(), opts)
-		done <- out{res, err}
-	}()
-	if during != nil {
-		select {
-		case <-attached:
-		case o := <-done:
-			t.Fatalf("locks.Run ended before attaching: %v", o.err)
-		}
-		during()
-	}
-	o := <-done
-	if o.err != nil {
-		t.Fatalf("locks.Run: %v", o.err)
-	}
-	return o.res
+	return testutil.RunLive(t, l, opts, during)
 }
 
 func byID(fs []finding.Finding, id string) []finding.Finding {

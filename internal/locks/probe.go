@@ -1,8 +1,6 @@
 package locks
 
 import (
-	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +12,7 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
 
+	"github.com/wolf-investigator/wolf/internal/bpfrec"
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/perfsample"
 )
@@ -286,8 +285,8 @@ func (p *probe) readHolds() {
 			}
 			return
 		}
-		var e locksHoldEvent
-		if err := binary.Read(bytes.NewReader(rec.RawSample), binary.NativeEndian, &e); err != nil {
+		e, err := bpfrec.Decode[locksHoldEvent](rec.RawSample)
+		if err != nil {
 			continue
 		}
 		p.mu.Lock()

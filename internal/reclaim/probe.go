@@ -310,15 +310,3 @@ func monotonic() time.Duration {
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 	return time.Duration(ts.Nano())
 }
-
-func cString(b []int8) string {
-	n := 0
-	for n < len(b) && b[n] != 0 {
-		n++
-	}
-	s := make([]byte, n)
-	for i := range n {
-		s[i] = byte(b[i])
-	}
-	return string(s)
-}

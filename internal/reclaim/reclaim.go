@@ -24,6 +24,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/wolf-investigator/wolf/internal/bpfrec"
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/memcg"
 	"github.com/wolf-investigator/wolf/internal/overhead"
@@ -289,7 +290,7 @@ func (iv *Investigator) buildCgroups(ctx context.Context, snap *Snapshot, raw *r
 		pr.Scanned += ts.Scanned
 		pr.Reclaimed += ts.Reclaimed
 		if pr.Comm == "" {
-			pr.Comm = cString(ts.Comm[:])
+			pr.Comm = bpfrec.CString(ts.Comm[:])
 		}
 	}
 	inflight := map[uint64][]Call{}
@@ -321,7 +322,7 @@ func (iv *Investigator) buildCgroups(ctx context.Context, snap *Snapshot, raw *r
 			c.Reclaim.Worst.Comm, _ = iv.Proc.Comm(ctx, c.Reclaim.Worst.PID, c.Reclaim.Worst.TID)
 			if c.Reclaim.Worst.Comm == "" {
 				if ts, ok := raw.tasks[uint32(c.Reclaim.Worst.TID)]; ok {
-					c.Reclaim.Worst.Comm = cString(ts.Comm[:])
+					c.Reclaim.Worst.Comm = bpfrec.CString(ts.Comm[:])
 				}
 			}
 		}

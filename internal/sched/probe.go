@@ -1,14 +1,10 @@
 package sched
 
 import (
-	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"runtime"
-	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
@@ -16,6 +12,7 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
+	"github.com/wolf-investigator/wolf/internal/bpfrec"
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/perfsample"
 	"github.com/wolf-investigator/wolf/internal/tracefs"
@@ -228,7 +225,7 @@ func (p *probe) tasks() ([]schedTaskRec, error) {
 		return nil, fmt.Errorf("sched: run task iterator: %w", err)
 	}
 	defer rc.Close()
-	return readRecords(rc)
+	return bpfrec.ReadAll[schedTaskRec](rc)
 }
 
 // exitedTasks returns the records of tasks that migrated and exited.
@@ -241,26 +238,6 @@ func (p *probe) exitedTasks() []schedTaskRec {
 		out = append(out, rec)
 	}
 	return out
-}
-
-const recSize = int(unsafe.Sizeof(schedTaskRec{}))
-
-func readRecords(r io.Reader) ([]schedTaskRec, error) {
-	buf := make([]byte, recSize)
-	var out []schedTaskRec
-	for {
-		if _, err := io.ReadFull(r, buf); err != nil {
-			if errors.Is(err, io.EOF) {
-				return out, nil
-			}
-			return out, fmt.Errorf("sched: read task records: %w", err)
-		}
-		var rec schedTaskRec
-		if err := binary.Read(bytes.NewReader(buf), binary.NativeEndian, &rec); err != nil {
-			return out, fmt.Errorf("sched: decode task record: %w", err)
-		}
-		out = append(out, rec)
-	}
 }
 
 // cpuHists returns each CPU's run-queue histogram.
@@ -354,16 +331,4 @@ func (p *probe) close() {
 		p.iter = nil
 	}
 	_ = p.objs.Close()
-}
-
-func cString(b []int8) string {
-	n := 0
-	for n < len(b) && b[n] != 0 {
-		n++
-	}
-	s := make([]byte, n)
-	for i := 0; i < n; i++ {
-		s[i] = byte(b[i])
-	}
-	return string(s)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/cilium/ebpf/btf"
 	"golang.org/x/sys/unix"
 
+	"github.com/wolf-investigator/wolf/internal/bpfrec"
 	"github.com/wolf-investigator/wolf/internal/hist"
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/overhead"
@@ -177,7 +178,7 @@ func (s *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 		t.Cgroup = cgName(r.CgroupId)
 		if a, ok := aff[r.Tid]; ok {
 			t.Affinity = &AffinityCalls{Self: uint64(a.SelfCalls), Other: uint64(a.OtherCalls),
-				LastCallerTID: int(a.LastCallerTid), LastCallerPID: int(a.LastCallerTgid), LastCallerComm: cString(a.LastCallerComm[:])}
+				LastCallerTID: int(a.LastCallerTid), LastCallerPID: int(a.LastCallerTgid), LastCallerComm: bpfrec.CString(a.LastCallerComm[:])}
 		}
 		if !t.Exited {
 			// Only the live tasks' waits: exited ones are in cgHists.
@@ -276,7 +277,7 @@ func merge(m map[string]hist.Log2, key string, h hist.Log2) {
 func taskFromRecord(r *schedTaskRec, start uint64) *Task {
 	st := &r.St
 	t := &Task{
-		TID: int(r.Tid), PID: int(r.Tgid), Comm: cString(r.Comm[:]), Exited: r.Exited != 0,
+		TID: int(r.Tid), PID: int(r.Tgid), Comm: bpfrec.CString(r.Comm[:]), Exited: r.Exited != 0,
 		Policy: int(r.Policy), Prio: int(r.Prio), CPU: int(r.Cpu),
 		Migrations: uint64(st.Migrations), Bounces: uint64(st.Bounces),
 		BounceCPUs: [2]int{int(st.BounceA), int(st.BounceB)},
@@ -337,7 +338,7 @@ func schedViewFromBPF(topo map[int]schedCpuTopo, percpu bool) *SchedView {
 					}
 				}
 			}
-			doms = append(doms, Domain{Name: cString(d.Name[:]), Level: int(d.Level), Flags: DecodeFlags(uint32(d.Flags), names), Span: span})
+			doms = append(doms, Domain{Name: bpfrec.CString(d.Name[:]), Level: int(d.Level), Flags: DecodeFlags(uint32(d.Flags), names), Span: span})
 		}
 		v.Domains[cpu] = doms
 	}

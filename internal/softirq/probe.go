@@ -1,8 +1,6 @@
 package softirq
 
 import (
-	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -16,6 +14,7 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
+	"github.com/wolf-investigator/wolf/internal/bpfrec"
 	"github.com/wolf-investigator/wolf/internal/hist"
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/perfsample"
@@ -203,8 +202,8 @@ func (p *probe) readStalls() {
 			}
 			return
 		}
-		var e softirqStall
-		if err := binary.Read(bytes.NewReader(rec.RawSample), binary.NativeEndian, &e); err != nil {
+		e, err := bpfrec.Decode[softirqStall](rec.RawSample)
+		if err != nil {
 			continue
 		}
 		s := Stall{
@@ -217,7 +216,7 @@ func (p *probe) readStalls() {
 			FullPolls:  e.RxFull,
 			PID:        int(e.Pid),
 			TGID:       int(e.Tgid),
-			Comm:       cString(e.Comm[:]),
+			Comm:       bpfrec.CString(e.Comm[:]),
 			Samples:    int(e.Samples),
 			CPUSamples: int(e.CpuSamples),
 		}
@@ -368,7 +367,7 @@ func (p *probe) readNAPI() ([]NAPIStat, error) {
 		if v.Polls == 0 {
 			continue
 		}
-		name := cString(v.Dev[:])
+		name := bpfrec.CString(v.Dev[:])
 		if name == "" {
 			name = "backlog"
 		}
@@ -450,18 +449,6 @@ func (p *probe) close() {
 		p.rd = nil
 	}
 	_ = p.objs.Close()
-}
-
-func cString(b []int8) string {
-	n := 0
-	for n < len(b) && b[n] != 0 {
-		n++
-	}
-	s := make([]byte, n)
-	for i := 0; i < n; i++ {
-		s[i] = byte(b[i])
-	}
-	return string(s)
 }
 
 // monoClock converts bpf_ktime_get_ns (CLOCK_MONOTONIC) to wall time.
