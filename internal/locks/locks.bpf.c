@@ -521,9 +521,14 @@ static __always_inline bool spin_type(__u32 type)
 	return type == TYPE_SPINLOCK || type == TYPE_RWLOCK_READ || type == TYPE_RWLOCK_WRITE;
 }
 
+/*
+ * The queue model is kept for rw-semaphores, where readers and writers
+ * queue differently (seed 002); its counters are shared between CPUs, which
+ * under heavy contention costs a cache-line transfer per wait.
+ */
 static __always_inline bool queued_type(__u32 type)
 {
-	return is_rwsem(type) || type == TYPE_MUTEX || type == TYPE_SEMAPHORE;
+	return is_rwsem(type);
 }
 
 /* The waiter's stack id, from the cache in c when it is fresh enough. */
