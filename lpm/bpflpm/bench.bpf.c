@@ -39,9 +39,10 @@ struct trie_key6 {
 	__u8 data[16];
 };
 
+/* 4-byte aligned, as struct in6_addr is (wolf_lpm_lookup6 reads words). */
 struct addr6 {
 	__u8 a[16];
-};
+} __attribute__((aligned(4)));
 
 /* Every map is sized by user space before load; 1 is a placeholder. */
 struct {

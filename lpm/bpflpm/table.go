@@ -185,6 +185,10 @@ type Table struct {
 	maps          map[string]*ebpf.Map // "root", "dir", "nodes", "leaves"
 	mmaps         [][]byte
 
+	// inlineRewrites counts inline leaves rewritten in place in a live
+	// record (tests check that the path is exercised).
+	inlineRewrites int
+
 	// Grace periods. Retired blocks are tagged with epoch; once a grace
 	// period that began after epoch e has ended, safe >= e and the
 	// blocks are reused. flipEpoch is the epoch of the last root switch:
@@ -536,12 +540,36 @@ func (t *Table) alloc(nodes bool, n uint32) (uint32, error) {
 }
 
 func (n *node) record() record {
-	return record{vector: n.vector, leafvec: n.leafvec, base0: n.leafAt, base1: n.kidsAt}
+	if n.inline {
+		return record{leafvec: n.leafvec, inline: true, leaves: n.inl}
+	}
+	r := record{vector: n.vector, leafvec: n.leafvec}
+	// Unused fields are zero: base1 must never look like inlineFlag.
+	if n.leafAt != noBlock {
+		r.base0 = n.leafAt + leafHeader(n.root)
+	}
+	if n.kidsAt != noBlock {
+		r.base1 = n.kidsAt
+	}
+	return r
+}
+
+// leafHeader is where the leaves start in a node's leaf block, in __u32s:
+// after the copy of leafvec in a root's block, at once in the others.
+func leafHeader(root bool) uint32 {
+	if root {
+		return 2
+	}
+	return 0
 }
 
 // leafBlock is the size, in the leaf arena's 8-byte units, of a block of
-// n leaves after the 8-byte leafvec.
-func leafBlock(n uint32) uint32 { return (2 + n + 1) / 2 }
+// n leaves (after the 8-byte leafvec for a root).
+func leafBlock(n uint32, root bool) uint32 { return (leafHeader(root) + n + 1) / 2 }
+
+// inlineable says whether a node with this vector and nl runs keeps its
+// leaves in its record.
+func inlineable(vector uint64, nl uint32) bool { return vector == 0 && nl <= inlineMax }
 
 // A commit writes what changed in a slot's subtree in two phases, so
 // that running out of space never leaves half of a change behind: plan
@@ -554,7 +582,7 @@ func leafBlock(n uint32) uint32 { return (2 + n + 1) / 2 }
 // value or the new one, both right for one of the two tables:
 //   - leaf values, when the node keeps its leafvec and leaf count: every
 //     version of the node indexes its leaves the same way, and a lookup
-//     reads one leaf;
+//     reads one leaf (in the leaf block, or in the record if inline);
 //   - base1, when the node's children's records moved to a new block but
 //     its vector and leaves did not change: one aligned 4-byte store, and
 //     the old block stays valid until a grace period has passed.
@@ -568,6 +596,7 @@ type plan struct {
 	nl       uint32
 	lv       uint64
 	inPlace  bool   // rewrite leaf values where they are
+	inline   bool   // the leaves go in the record
 	leafAt   uint32 // new leaf block (when !inPlace), noBlock if none
 	moveKids bool   // write the children's records to kidsAt
 	kidsAt   uint32
@@ -603,17 +632,24 @@ func (t *Table) planNode(n *node, planned *[]*node) (bool, error) {
 		}
 	}
 	p.newRec = n.kidsShape || n.recAt == noBlock
+	p.inline = inlineable(n.vector, p.nl)
+	same := p.lv == n.leafvec && p.nl == n.nleaves
 	switch {
-	case n.leafAt != noBlock && p.lv == n.leafvec && p.nl == n.nleaves:
+	case p.inline:
+		// In place only in a record lookups can reach; otherwise the
+		// parent (or commitSlot) writes a new one.
+		p.inPlace = n.inline && same && n.recAt != noBlock
+		p.newRec = p.newRec || !p.inPlace
+	case n.leafAt != noBlock && same:
 		p.inPlace = true
 	case p.nl > 0:
-		at, err := t.alloc(false, leafBlock(p.nl))
+		at, err := t.alloc(false, leafBlock(p.nl, n.root))
 		if err != nil {
 			return false, err
 		}
 		p.leafAt = at * 2 // the arena counts pairs of __u32s
 		p.newRec = true
-	case n.leafAt != noBlock:
+	case n.leafAt != noBlock || n.inline:
 		p.newRec = true // no leaves any more
 	}
 	if p.moveKids && len(n.kids) > 0 {
@@ -631,7 +667,7 @@ func (t *Table) unplan(planned []*node) {
 	for _, n := range planned {
 		if p := n.plan; p != nil {
 			if p.leafAt != noBlock {
-				t.leafA.release(p.leafAt/2, leafBlock(p.nl))
+				t.leafA.release(p.leafAt/2, leafBlock(p.nl, n.root))
 			}
 			t.nodesA.release(p.kidsAt, uint32(len(n.kids)))
 			t.plans = append(t.plans, p)
@@ -663,20 +699,29 @@ func (t *Table) applyNode(n *node) {
 		}
 	}
 	switch {
+	case p.inPlace && p.inline:
+		for j := uint32(0); j < p.nl; j++ {
+			t.im.storeInline(n.recAt, j, p.leaves[j])
+		}
+		t.inlineRewrites++
 	case p.inPlace:
 		for j := uint32(0); j < p.nl; j++ {
-			t.im.storeLeaf(n.leafAt+2+j, p.leaves[j])
+			t.im.storeLeaf(n.leafAt+leafHeader(n.root)+j, p.leaves[j])
 		}
-	case p.leafAt != noBlock || n.leafAt != noBlock:
+	default:
 		if p.leafAt != noBlock {
-			t.im.putLeaves(p.leafAt, p.lv, p.leaves[:p.nl])
+			t.im.putLeaves(p.leafAt, p.lv, p.leaves[:p.nl], n.root)
 		}
 		if n.leafAt != noBlock {
-			t.retire(false, n.leafAt/2, leafBlock(n.nleaves))
+			t.retire(false, n.leafAt/2, leafBlock(n.nleaves, n.root))
 		}
-		n.leafAt, n.nleaves = p.leafAt, p.nl
+		n.leafAt = p.leafAt
 	}
-	n.leafvec = p.lv
+	n.inline, n.nleaves, n.leafvec = p.inline, p.nl, p.lv
+	n.inl = [inlineMax]uint32{}
+	if p.inline {
+		copy(n.inl[:], p.leaves[:p.nl])
+	}
 	if p.moveKids {
 		for i, k := range n.kids {
 			t.im.putRecord(p.kidsAt+uint32(i), k.record())
@@ -720,7 +765,7 @@ func (t *Table) commitSlot(sh *shadow, slot uint32) (uint32, error) {
 			r.at, r.recAt = rootAt, rootAt
 		}
 	}
-	if r.vector == 0 && r.leafAt != noBlock {
+	if r.vector == 0 && r.leafAt != noBlock && !r.inline {
 		return leavesFlag | r.leafAt, nil
 	}
 	return nodeFlag | r.at, nil
@@ -845,7 +890,7 @@ func (t *Table) releaseShadow(sh *shadow) {
 		t.nodesA.release(n.kidsAt, n.kidsN)
 		t.nodesA.release(n.at, 1)
 		if n.leafAt != noBlock {
-			t.leafA.release(n.leafAt/2, leafBlock(n.nleaves))
+			t.leafA.release(n.leafAt/2, leafBlock(n.nleaves, n.root))
 		}
 	}
 	for _, r := range sh.slots {

@@ -21,11 +21,12 @@
  * and which slots start a new run of equal leaves. The children of a node
  * are consecutive records, as are its leaves, so one base index plus the
  * population count of the bits below the slot finds either; runs of equal
- * leaves are stored once. A lookup is one directory read and, per 6 bits
- * that routes need, one 24-byte record read, then one leaf read: three
- * dependent reads for a /32 below a 20-bit directory, two for a /24 below
- * an 18-bit one, where the kernel's LPM_TRIE walks one node per bit that
- * distinguishes its keys.
+ * leaves are stored once, and a node without children and with at most
+ * four runs keeps them in its own record. A lookup is one directory read
+ * and, per 6 bits that routes need, one 24-byte record read, then one leaf
+ * read unless the last record held it: three dependent reads for a /32
+ * below a 20-bit directory, two for a /24 below an 18-bit one, where the
+ * kernel's LPM_TRIE walks one node per bit that distinguishes its keys.
  *
  * Only bpf_map_lookup_elem on arrays is used, which the verifier inlines
  * into a bounds check and an address computation. BPF has no population
@@ -67,17 +68,29 @@
 #define WOLF_LPM_CHUNK 16
 
 /*
- * A node's record. Its leaf block, at base0 in the leaves map (an even
- * __u32 index), starts with a copy of leafvec and then holds one leaf per
- * run. Lookups through a record use the record's leafvec (records are
- * dense and stay in cache); a directory entry that points straight at a
- * root's leaf block (WOLF_LPM_LEAVES) uses the block's.
+ * base1 of a record whose leaves are inline: a node without children and
+ * with at most WOLF_LPM_INLINE_MAX runs keeps its leaves in the record
+ * itself, in the words of vector (0, 1) and base0 (4) and in base1's low
+ * 30 bits (5), so the lookup ends in the record it has just read instead
+ * of making one more dependent read in the leaves map. A real base1 is
+ * below 2^30, so the flag is unambiguous; values are below 2^30 too.
+ */
+#define WOLF_LPM_INLINE 0x80000000U
+#define WOLF_LPM_INLINE_MAX 4
+#define WOLF_LPM_VALUE 0x3fffffffU
+
+/*
+ * A node's record. Its leaves - one per run - start at base0 in the
+ * leaves map. The leaf block of a directory slot's root node (at an even
+ * index) starts with a copy of leafvec, for directory entries that point
+ * straight at it (WOLF_LPM_LEAVES); base0 then points just past the copy.
+ * Lookups through a record use the record's leafvec.
  */
 struct wolf_lpm_node {
 	__u64 vector;  /* slot i descends into a child */
 	__u64 leafvec; /* slot i starts a run of equal leaves */
-	__u32 base0;   /* this node's leaf block */
-	__u32 base1;   /* this node's first child record */
+	__u32 base0;   /* this node's first leaf */
+	__u32 base1;   /* this node's first child record, or WOLF_LPM_INLINE */
 };
 
 struct wolf_lpm_chunk {
@@ -160,7 +173,7 @@ static __always_inline __u32 wolf_lpm__lookup(void *root, void *dir, void *nodes
 					      __u64 hi, __u64 lo, const int levels)
 {
 	struct wolf_lpm_node *n;
-	__u32 zero = 0, *r, w, s, e, idx;
+	__u32 zero = 0, *r, w, s, e, idx, j;
 	__u64 v, mask;
 	int l;
 
@@ -189,13 +202,18 @@ static __always_inline __u32 wolf_lpm__lookup(void *root, void *dir, void *nodes
 		v = hi >> 58;
 		/* Slots 0..v; for v = 63 the shift wraps to 0 and mask is ~0. */
 		mask = (2ULL << v) - 1;
+		if (n->base1 & WOLF_LPM_INLINE) {
+			/* Run j (0..3) lives in word j + (j & 2): 0, 1, 4, 5. */
+			j = ((__u32)wolf_lpm__popcount(n->leafvec & mask) - 1) & 3;
+			return ((__u32 *)n)[j + (j & 2)] & WOLF_LPM_VALUE;
+		}
 		if ((n->vector >> v) & 1) {
 			idx = n->base1 + (__u32)wolf_lpm__popcount(n->vector & mask) - 1;
 			hi = hi << 6 | lo >> 58;
 			lo <<= 6;
 			continue;
 		}
-		return wolf_lpm__word(leaves, n->base0 + 1 + (__u32)wolf_lpm__popcount(n->leafvec & mask));
+		return wolf_lpm__word(leaves, n->base0 + (__u32)wolf_lpm__popcount(n->leafvec & mask) - 1);
 	}
 	return WOLF_LPM_MISS;
 }
@@ -207,14 +225,19 @@ static __always_inline __u32 wolf_lpm__lookup(void *root, void *dir, void *nodes
 	wolf_lpm__lookup(wolf_lpm__maps(name), (__u64)bpf_ntohl(be32_addr) << 32, 0, \
 			 WOLF_LPM_LEVELS4)
 
-/* Look up an IPv6 address given as 16 bytes in network order. */
+/*
+ * Look up an IPv6 address given as 16 bytes in network order, 4-byte
+ * aligned as struct in6_addr is (&ip6h->daddr qualifies: the verifier
+ * models packet data as NET_IP_ALIGN-ed, so the IPv6 addresses behind an
+ * Ethernet header are). Four word loads, where a byte-aligned copy would
+ * take sixteen loads and as many stack spills.
+ */
 static __always_inline void wolf_lpm__key6(const void *addr, __u64 *hi, __u64 *lo)
 {
-	__u64 w[2];
+	const __u32 *a = addr;
 
-	__builtin_memcpy(w, addr, sizeof(w));
-	*hi = bpf_be64_to_cpu(w[0]);
-	*lo = bpf_be64_to_cpu(w[1]);
+	*hi = (__u64)bpf_ntohl(a[0]) << 32 | bpf_ntohl(a[1]);
+	*lo = (__u64)bpf_ntohl(a[2]) << 32 | bpf_ntohl(a[3]);
 }
 
 #define wolf_lpm_lookup6(name, addr16)                                         \
