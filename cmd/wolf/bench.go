@@ -163,8 +163,8 @@ func parseEntries(s string) ([]int, error) {
 			mult, f = 1_000_000, f[:len(f)-1]
 		}
 		n, err := strconv.Atoi(f)
-		if err != nil || n < 1 || n > (1<<26)/mult {
-			return nil, fmt.Errorf("%q is not a size from 1 to %d", f, 1<<26)
+		if err != nil || n < 1 || n > bpflpm.MaxBenchEntries/mult {
+			return nil, fmt.Errorf("%q is not a size from 1 to %d", f, bpflpm.MaxBenchEntries)
 		}
 		out = append(out, n*mult)
 	}

@@ -107,13 +107,18 @@ const benchMethod = "XDP program run by BPF_PROG_TEST_RUN; bpf_loop does `loops`
 	"a lookup measurement is the median of the runs' ns/op (a run another task preempted is dropped), the result the median of `trials` such, interleaved; " +
 	"free is the bpf_map_free_deferred work item, timed by workqueue tracepoints"
 
+// MaxBenchEntries is the largest dense set Bench builds: 32 Mi /32s, what
+// a table's maps hold with the default capacities (each map value at most
+// 512 MiB).
+const MaxBenchEntries = 1 << 25
+
 func (o *BenchOptions) normalize() error {
 	if o.Entries == nil {
 		o.Entries = DefaultBenchEntries
 	}
 	for _, n := range o.Entries {
-		if n < 1 || n > 1<<26 {
-			return fmt.Errorf("entries must be 1..%d, got %d", 1<<26, n)
+		if n < 1 || n > MaxBenchEntries {
+			return fmt.Errorf("entries must be 1..%d, got %d", MaxBenchEntries, n)
 		}
 	}
 	if o.Ops == nil {
@@ -813,7 +818,7 @@ func edges(ps []netip.Prefix) []netip.Addr {
 
 func (c *benchColl) setProbes(fam Family, addrs []netip.Addr) error {
 	if fam == IPv4 {
-		chunks := make([]benchWolfLpmChunk, (len(addrs)+chunkWords-1)/chunkWords)
+		chunks := make([]benchProbeChunk, (len(addrs)+chunkWords-1)/chunkWords)
 		for i, a := range addrs {
 			b := a.As4()
 			// The BPF side reads the word in host order and hands it

@@ -7,10 +7,9 @@ import (
 	"unsafe"
 )
 
-// Layout shared with wolf_lpm.h. Leaves and directory entries are __u32s
-// packed 16 to an array element: an array map rounds every value up to 8
-// bytes, so one __u32 per element would double their size, and 64-byte
-// elements are exactly a cache line.
+// Layout shared with wolf_lpm.h. The directory, the records and the
+// leaves are each one value of a one-element array map (see
+// WOLF_LPM_TABLE): arrays of __u32s and of 24-byte records.
 //
 // A node's record holds its vector, its leafvec, and where its children's
 // records (base1) and its leaves (base0) start. The leaf block of a
@@ -21,8 +20,10 @@ import (
 // (inlineFlag in base1): the lookup ends where it read the record.
 const (
 	recordSize = 24 // struct wolf_lpm_node: vector, leafvec, base0, base1
-	chunkWords = 16 // __u32s per dir/leaf array element
-	chunkSize  = chunkWords * 4
+	chunkWords = 16 // the leaves map holds a multiple of this many words
+	// maxMapBytes bounds each map's value: the verifier refuses variable
+	// offsets into a value from 2^29 bytes on (BPF_MAX_VAR_OFF).
+	maxMapBytes = 1 << 29
 	// A directory entry is a value, or with nodeFlag the index of the
 	// slot's root record, or with leavesFlag the leaf block of a root
 	// that has no children: then the lookup skips the record, one

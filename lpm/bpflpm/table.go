@@ -81,8 +81,9 @@ type Options struct {
 	// 2 × 4 × 2^MaxDirBits bytes (two generations). Zero derives it from
 	// MaxPrefixes: 14 for small tables up to 20 from about 512 K prefixes.
 	MaxDirBits int
-	// Nodes (16-byte records) and Leaves (4-byte words) override the
-	// capacities derived from MaxPrefixes.
+	// Nodes (24-byte records) and Leaves (4-byte words) override the
+	// capacities derived from MaxPrefixes; each map is at most 512 MiB
+	// (the verifier's bound on a variable offset into a map value).
 	Nodes, Leaves int
 }
 
@@ -125,8 +126,9 @@ func (o *Options) normalize() error {
 	if o.Leaves == 0 {
 		o.Leaves = leaves + 65536
 	}
-	if uint64(o.Nodes) >= leavesFlag || uint64(o.Leaves) >= leavesFlag-chunkWords {
-		return errors.New("bpflpm: capacity too large")
+	if uint64(o.Nodes)*recordSize > maxMapBytes || (uint64(o.Leaves)+chunkWords)*4 > maxMapBytes {
+		return fmt.Errorf("bpflpm: capacity too large: %d records and %d leaf words, at most %d and %d",
+			o.Nodes, o.Leaves, maxMapBytes/recordSize, maxMapBytes/4-chunkWords)
 	}
 	o.Leaves = (o.Leaves + chunkWords - 1) / chunkWords * chunkWords
 	return nil
@@ -313,12 +315,22 @@ func (t *Table) mapSpecs() map[string]*ebpf.MapSpec {
 	if t.opts.Family == IPv6 {
 		p = "lpm6_"
 	}
+	// One element each: the whole directory, all records, all leaves
+	// (see WOLF_LPM_TABLE).
+	caps := t.caps()
 	return map[string]*ebpf.MapSpec{
 		"root":   {Name: p + "root", Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1, Flags: flags},
-		"dir":    {Name: p + "dir", Type: ebpf.Array, KeySize: 4, ValueSize: chunkSize, MaxEntries: 2 << t.maxS / chunkWords, Flags: flags},
-		"nodes":  {Name: p + "nodes", Type: ebpf.Array, KeySize: 4, ValueSize: recordSize, MaxEntries: uint32(t.opts.Nodes), Flags: flags},
-		"leaves": {Name: p + "leaves", Type: ebpf.Array, KeySize: 4, ValueSize: chunkSize, MaxEntries: uint32(t.opts.Leaves / chunkWords), Flags: flags},
+		"dir":    {Name: p + "dir", Type: ebpf.Array, KeySize: 4, ValueSize: 4 * caps["dir"], MaxEntries: 1, Flags: flags},
+		"nodes":  {Name: p + "nodes", Type: ebpf.Array, KeySize: 4, ValueSize: recordSize * caps["nodes"], MaxEntries: 1, Flags: flags},
+		"leaves": {Name: p + "leaves", Type: ebpf.Array, KeySize: 4, ValueSize: 4 * caps["leaves"], MaxEntries: 1, Flags: flags},
 	}
+}
+
+// caps are what the dir, nodes and leaves maps' values hold: directory
+// words (both generations), records, leaf words. Bind hands them to the
+// BPF side as name_dir_cap, name_nodes_cap and name_leaves_cap.
+func (t *Table) caps() map[string]uint32 {
+	return map[string]uint32{"dir": 2 << t.maxS, "nodes": uint32(t.opts.Nodes), "leaves": uint32(t.opts.Leaves)}
 }
 
 // mmapMap maps an array map's values: elements of round_up(value_size, 8)
@@ -332,8 +344,9 @@ func mmapMap(m *ebpf.Map) ([]byte, error) {
 }
 
 // Bind makes a collection that declares WOLF_LPM_TABLE(name) use this
-// table: it sizes name's map specs like the table's maps and adds the maps
-// to opts.MapReplacements. Load the collection with those options.
+// table: it sizes name's map specs like the table's maps, sets name's caps
+// in the collection's .rodata and adds the maps to opts.MapReplacements.
+// Load the collection with those options.
 func (t *Table) Bind(spec *ebpf.CollectionSpec, name string, opts *ebpf.CollectionOptions) error {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
@@ -352,14 +365,32 @@ func (t *Table) Bind(spec *ebpf.CollectionSpec, name string, opts *ebpf.Collecti
 			return fmt.Errorf("bpflpm: the collection has no map %s_%s: declare WOLF_LPM_TABLE(%s)", name, suffix, name)
 		}
 		m := t.maps[suffix]
-		ms.MaxEntries = m.MaxEntries()
+		ms.MaxEntries, ms.ValueSize = m.MaxEntries(), m.ValueSize()
 		opts.MapReplacements[name+"_"+suffix] = m
+	}
+	for what, c := range t.caps() {
+		v, ok := spec.Variables[name+"_"+what+"_cap"]
+		if !ok {
+			return fmt.Errorf("bpflpm: the collection has no variable %s_%s_cap: declare WOLF_LPM_TABLE(%s)", name, what, name)
+		}
+		if err := v.Set(c); err != nil {
+			return fmt.Errorf("bpflpm: set %s_%s_cap: %w", name, what, err)
+		}
 	}
 	return nil
 }
 
+// Caps returns what the dir, nodes and leaves maps hold, which a caller
+// that wires the maps up itself (Maps) must set as the program's
+// name_dir_cap, name_nodes_cap and name_leaves_cap before load, as Bind
+// does: lookups never index past them.
+func (t *Table) Caps() (dirWords, records, leafWords uint32) {
+	c := t.caps()
+	return c["dir"], c["nodes"], c["leaves"]
+}
+
 // Maps returns the table's maps by suffix ("root", "dir", "nodes",
-// "leaves"), for callers that wire them up themselves.
+// "leaves"), for callers that wire them up themselves (see Caps).
 func (t *Table) Maps() map[string]*ebpf.Map {
 	out := map[string]*ebpf.Map{}
 	for k, v := range t.maps {

@@ -11,7 +11,8 @@
  *	if (nh == WOLF_LPM_MISS)
  *		return XDP_PASS;
  *
- * and in Go: table.Bind(spec, "routes4", &opts) before loading.
+ * and in Go: table.Bind(spec, "routes4", &opts) before loading (it sizes
+ * the maps and sets the table's caps in .rodata).
  *
  * The structure is a Poptrie (Asai and Ohara, SIGCOMM 2015): a directory
  * indexed by the first s address bits (s = 8..24, chosen by user space
@@ -28,10 +29,12 @@
  * below a 20-bit directory, two for a /24 below an 18-bit one, where the
  * kernel's LPM_TRIE walks one node per bit that distinguishes its keys.
  *
- * Only bpf_map_lookup_elem on arrays is used, which the verifier inlines
- * into a bounds check and an address computation. BPF has no population
- * count instruction, so it is the usual SWAR bit trick. Loops are bounded
- * by WOLF_LPM_LEVELS4/6.
+ * The directory, the records and the leaves are each the one value of a
+ * one-element array, found once per lookup with bpf_map_lookup_elem (which
+ * the verifier inlines); every read after that is a bounds check against
+ * a cap the verifier knows as a constant and an indexed load. BPF has no
+ * population count instruction, so it is the usual SWAR bit trick. Loops
+ * are bounded by WOLF_LPM_LEVELS4/6.
  *
  * Consistency: the root map's one word holds the active directory
  * generation (bit 0), s (bits 8..12) and where generations start in the
@@ -63,10 +66,6 @@
 /* Nodes a lookup may visit below a directory of at least 8 bits. */
 #define WOLF_LPM_LEVELS4 4
 #define WOLF_LPM_LEVELS6 20
-/* Leaves and directory entries per array element: a 64-byte cache line,
- * and no per-element rounding to 8 bytes as a __u32 value would get. */
-#define WOLF_LPM_CHUNK 16
-
 /*
  * base1 of a record whose leaves are inline: a node without children and
  * with at most WOLF_LPM_INLINE_MAX runs keeps its leaves in the record
@@ -93,14 +92,16 @@ struct wolf_lpm_node {
 	__u32 base1;   /* this node's first child record, or WOLF_LPM_INLINE */
 };
 
-struct wolf_lpm_chunk {
-	__u32 v[WOLF_LPM_CHUNK];
-};
-
 /*
- * Declares the four maps of a table. max_entries are placeholders: the Go
- * side sizes them (Table.Bind) and supplies its own maps. BPF_F_MMAPABLE
- * lets user space write the structure without a syscall per entry.
+ * Declares a table: four BPF_F_MMAPABLE arrays of one element each - the
+ * root word, then the whole directory, all node records and all leaves as
+ * one value apiece - and, in .rodata, how many directory words, records
+ * and leaf words those values hold. The sizes here are placeholders:
+ * Table.Bind (Go) sizes the maps and sets the caps before load. The
+ * verifier knows the caps as constants, so a lookup indexes straight into
+ * a value behind one bounds check per read, where a bpf_map_lookup_elem
+ * per read would store the index to the stack and load it back on the
+ * lookup's critical path.
  */
 #define WOLF_LPM_TABLE(name)                                                   \
 	struct {                                                               \
@@ -115,22 +116,25 @@ struct wolf_lpm_chunk {
 		__uint(map_flags, BPF_F_MMAPABLE);                             \
 		__uint(max_entries, 1);                                        \
 		__type(key, __u32);                                            \
-		__type(value, struct wolf_lpm_chunk);                          \
+		__uint(value_size, 8);                                         \
 	} name##_dir SEC(".maps");                                             \
 	struct {                                                               \
 		__uint(type, BPF_MAP_TYPE_ARRAY);                              \
 		__uint(map_flags, BPF_F_MMAPABLE);                             \
 		__uint(max_entries, 1);                                        \
 		__type(key, __u32);                                            \
-		__type(value, struct wolf_lpm_node);                           \
+		__uint(value_size, 24);                                        \
 	} name##_nodes SEC(".maps");                                           \
 	struct {                                                               \
 		__uint(type, BPF_MAP_TYPE_ARRAY);                              \
 		__uint(map_flags, BPF_F_MMAPABLE);                             \
 		__uint(max_entries, 1);                                        \
 		__type(key, __u32);                                            \
-		__type(value, struct wolf_lpm_chunk);                          \
-	} name##_leaves SEC(".maps")
+		__uint(value_size, 8);                                         \
+	} name##_leaves SEC(".maps");                                          \
+	const volatile __u32 name##_dir_cap = 0;                               \
+	const volatile __u32 name##_nodes_cap = 0;                             \
+	const volatile __u32 name##_leaves_cap = 0
 
 static __always_inline __u64 wolf_lpm__popcount(__u64 x)
 {
@@ -140,67 +144,64 @@ static __always_inline __u64 wolf_lpm__popcount(__u64 x)
 	return (x * 0x0101010101010101ULL) >> 56;
 }
 
-/* The i-th __u32 of an array of chunks, or WOLF_LPM_MISS past its end. */
-static __always_inline __u32 wolf_lpm__word(void *map, __u32 i)
+/*
+ * Word i of an array of cap words, or WOLF_LPM_MISS past its end. Indexes
+ * are 64-bit all along: a 32-bit one would be zero-extended into a new
+ * register after the bounds check, which the verifier then cannot tie to
+ * the check.
+ */
+static __always_inline __u32 wolf_lpm__word(const __u32 *a, __u64 i, __u64 cap)
 {
-	__u32 k = i / WOLF_LPM_CHUNK;
-	struct wolf_lpm_chunk *c = bpf_map_lookup_elem(map, &k);
-
-	return c ? c->v[i & (WOLF_LPM_CHUNK - 1)] : WOLF_LPM_MISS;
-}
-
-/* The leaf for the slots in mask, from the leaf block at b and its leafvec. */
-static __always_inline __u32 wolf_lpm__leaf(void *leaves, __u32 b, __u64 mask)
-{
-	__u32 k = b / WOLF_LPM_CHUNK;
-	struct wolf_lpm_chunk *c = bpf_map_lookup_elem(leaves, &k);
-	__u64 leafvec;
-
-	if (!c)
-		return WOLF_LPM_MISS;
-	/* b is even, so leafvec is 8-byte aligned inside one chunk. */
-	leafvec = *(__u64 *)&c->v[b & (WOLF_LPM_CHUNK - 2)];
-	return wolf_lpm__word(leaves, b + 1 + (__u32)wolf_lpm__popcount(leafvec & mask));
+	return i < cap ? a[i] : WOLF_LPM_MISS;
 }
 
 /*
  * The address is a 128-bit number, most significant bit first, in two
  * host-order halves; an IPv4 address sits in the top 32 bits of hi.
- * Always inlined, so that each call site sees constant map pointers (the
- * verifier inlines lookups only then) and a constant level bound.
+ * Always inlined, so that each call site sees constant map pointers and
+ * caps and a constant level bound.
  */
-static __always_inline __u32 wolf_lpm__lookup(void *root, void *dir, void *nodes, void *leaves,
+static __always_inline __u32 wolf_lpm__lookup(void *rootm, void *dirm, void *nodesm, void *leavesm,
+					      __u32 dcap, __u32 ncap, __u32 lcap,
 					      __u64 hi, __u64 lo, const int levels)
 {
-	struct wolf_lpm_node *n;
-	__u32 zero = 0, *r, w, s, e, idx, j;
-	__u64 v, mask;
+	struct wolf_lpm_node *nodes, *n;
+	__u32 zero = 0, *r, *dir, *leaves, w, s, e, j;
+	__u64 v, mask, leafvec, idx;
 	int l;
 
-	r = bpf_map_lookup_elem(root, &zero);
-	if (!r)
+	r = bpf_map_lookup_elem(rootm, &zero);
+	dir = bpf_map_lookup_elem(dirm, &zero);
+	nodes = bpf_map_lookup_elem(nodesm, &zero);
+	leaves = bpf_map_lookup_elem(leavesm, &zero);
+	if (!r || !dir || !nodes || !leaves)
 		return WOLF_LPM_MISS;
 	/* One read: generation, directory width and layout from one store. */
 	w = *(volatile __u32 *)r;
 	s = (w >> 8) & 31;
 	if (s < 8 || s > 24)
 		return WOLF_LPM_MISS; /* not loaded yet */
-	e = wolf_lpm__word(dir, ((w & 1) << ((w >> 16) & 31)) | (__u32)(hi >> (64 - s)));
+	e = wolf_lpm__word(dir, ((__u64)(w & 1) << ((w >> 16) & 31)) | hi >> (64 - s), dcap);
 	if (!(e & (WOLF_LPM_NODE | WOLF_LPM_LEAVES)))
 		return e;
 	hi = hi << s | lo >> (64 - s);
 	lo <<= s;
+	v = hi >> 58;
+	/* Slots 0..v; for v = 63 the shift wraps to 0 and mask is ~0. */
+	mask = (2ULL << v) - 1;
 	if (e & WOLF_LPM_LEAVES) {
-		v = hi >> 58;
-		return wolf_lpm__leaf(leaves, e & ~WOLF_LPM_LEAVES, (2ULL << v) - 1);
+		/* A root's leaf block: leafvec (two words), then the leaves. */
+		idx = e & ~WOLF_LPM_LEAVES;
+		leafvec = wolf_lpm__word(leaves, idx, lcap) |
+			  (__u64)wolf_lpm__word(leaves, idx + 1, lcap) << 32;
+		return wolf_lpm__word(leaves, idx + 1 + wolf_lpm__popcount(leafvec & mask), lcap);
 	}
 	idx = e & ~WOLF_LPM_NODE;
 	for (l = 0; l < levels; l++) {
-		n = bpf_map_lookup_elem(nodes, &idx);
-		if (!n)
+		if (idx >= ncap)
 			return WOLF_LPM_MISS;
+		n = &nodes[idx];
 		v = hi >> 58;
-		/* Slots 0..v; for v = 63 the shift wraps to 0 and mask is ~0. */
 		mask = (2ULL << v) - 1;
 		if (n->base1 & WOLF_LPM_INLINE) {
 			/* Run j (0..3) lives in word j + (j & 2): 0, 1, 4, 5. */
@@ -208,17 +209,19 @@ static __always_inline __u32 wolf_lpm__lookup(void *root, void *dir, void *nodes
 			return ((__u32 *)n)[j + (j & 2)] & WOLF_LPM_VALUE;
 		}
 		if ((n->vector >> v) & 1) {
-			idx = n->base1 + (__u32)wolf_lpm__popcount(n->vector & mask) - 1;
+			idx = (__u64)n->base1 + wolf_lpm__popcount(n->vector & mask) - 1;
 			hi = hi << 6 | lo >> 58;
 			lo <<= 6;
 			continue;
 		}
-		return wolf_lpm__word(leaves, n->base0 + (__u32)wolf_lpm__popcount(n->leafvec & mask) - 1);
+		return wolf_lpm__word(leaves, (__u64)n->base0 + wolf_lpm__popcount(n->leafvec & mask) - 1, lcap);
 	}
 	return WOLF_LPM_MISS;
 }
 
-#define wolf_lpm__maps(name) &name##_root, &name##_dir, &name##_nodes, &name##_leaves
+#define wolf_lpm__maps(name)                                                   \
+	&name##_root, &name##_dir, &name##_nodes, &name##_leaves, name##_dir_cap, \
+		name##_nodes_cap, name##_leaves_cap
 
 /* Look up an IPv4 address in network byte order (iph->daddr). */
 #define wolf_lpm_lookup4(name, be32_addr)                                      \
