@@ -118,13 +118,17 @@ func (o *Options) normalize() error {
 	if o.Family == IPv6 {
 		nodes, leaves = p, 6*p
 	}
-	// The fixed slack (512 KiB) is what a burst of updates retires while
-	// a grace period (~10 ms) is under way; small tables churn in it.
+	// The slack is what a burst of updates retires while a grace period
+	// (~10 ms) is under way: 16 Ki records and 64 Ki leaf words (640
+	// KiB) from about 400 prefixes on. Smaller tables get less, down to a
+	// quarter below 100 prefixes: their maps take ~310 KiB instead of 800
+	// (128 of them the directory), and a burst of changes waits for a
+	// grace period sooner.
 	if o.Nodes == 0 {
-		o.Nodes = nodes + 16384
+		o.Nodes = nodes + min(16384, max(4096, 40*p))
 	}
 	if o.Leaves == 0 {
-		o.Leaves = leaves + 65536
+		o.Leaves = leaves + min(65536, max(16384, 160*p))
 	}
 	if uint64(o.Nodes)*recordSize > maxMapBytes || (uint64(o.Leaves)+chunkWords)*4 > maxMapBytes {
 		return fmt.Errorf("bpflpm: capacity too large: %d records and %d leaf words, at most %d and %d",
