@@ -112,7 +112,7 @@ func (o *Options) normalize() error {
 	// at what real tables need, plus slack for the copies updates make
 	// before a grace period frees what they replaced. Measured needs
 	// (Stats): IPv4 routing table 0.07 records and 1.3 leaf words per
-	// prefix, dense /32 sets 0.02 and 1.03, the IPv6 table 0.44 and 2.7.
+	// prefix, dense /32 sets 0.02 and 1.03, the IPv6 table 0.44 and 1.2.
 	p := o.MaxPrefixes
 	nodes, leaves := p/2, 3*p
 	if o.Family == IPv6 {
@@ -1001,9 +1001,9 @@ func (t *Table) Len() int {
 // Stats describes the table's memory.
 type Stats struct {
 	Prefixes int
-	// Nodes and Leaves are entries the live table uses (leaf blocks
-	// count their leafvec as two entries); NodeCap and LeafCap what the
-	// maps hold.
+	// Nodes and Leaves are entries the live table uses (a slot root's
+	// leaf block counts its leafvec as two, and blocks are rounded up to
+	// pairs); NodeCap and LeafCap what the maps hold.
 	Nodes, Leaves    uint64
 	NodeCap, LeafCap uint64
 	// BytesUsed is the live structure: one directory generation, the
