@@ -163,8 +163,8 @@ func parseEntries(s string) ([]int, error) {
 			mult, f = 1_000_000, f[:len(f)-1]
 		}
 		n, err := strconv.Atoi(f)
-		if err != nil || n < 1 || n > (1<<26)/mult {
-			return nil, fmt.Errorf("%q is not a size from 1 to %d", f, 1<<26)
+		if err != nil || n < 1 || n > bpflpm.MaxBenchEntries/mult {
+			return nil, fmt.Errorf("%q is not a size from 1 to %d", f, bpflpm.MaxBenchEntries)
 		}
 		out = append(out, n*mult)
 	}
@@ -260,7 +260,7 @@ func fmtBytes(b uint64) string {
 
 func writeBenchText(w io.Writer, d *benchDoc) error {
 	fmt.Fprintf(w, "wolf bench lpm: kernel %s, %d CPUs (%s)\n", d.Kernel, d.CPUs, d.CPU)
-	fmt.Fprintf(w, "%d runs × %d operations per lookup measurement, median of %d; ns/op without the harness\n\n", d.Repeat, d.Loops, d.Trials)
+	fmt.Fprintf(w, "lookups: median ns/op of %d runs × %d operations, median of %d such measurements; ns/op without the harness\n\n", d.Repeat, d.Loops, d.Trials)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "set\tentries\top\tvia\timpl\tns/op\tMops/s\tbytes\tB/prefix\tused\tspeedup\t")
 	perPrefix := func(b uint64, n int) string {

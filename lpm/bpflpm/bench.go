@@ -104,15 +104,21 @@ type BenchReport struct {
 const benchMethod = "XDP program run by BPF_PROG_TEST_RUN; bpf_loop does `loops` operations per run timed with bpf_ktime_get_ns " +
 	"(tools/testing/selftests/bpf/benchs/bench_lpm_trie_map.c); dense sets hold every /32 in [0,N) and look up prandom % N; " +
 	"real sets look up addresses drawn from announced space; the bare loop is measured in the same run and subtracted; " +
+	"a lookup measurement is the median of the runs' ns/op (a run another task preempted is dropped), the result the median of `trials` such, interleaved; " +
 	"free is the bpf_map_free_deferred work item, timed by workqueue tracepoints"
+
+// MaxBenchEntries is the largest dense set Bench builds: 32 Mi /32s, what
+// a table's maps hold with the default capacities (each map value at most
+// 512 MiB).
+const MaxBenchEntries = 1 << 25
 
 func (o *BenchOptions) normalize() error {
 	if o.Entries == nil {
 		o.Entries = DefaultBenchEntries
 	}
 	for _, n := range o.Entries {
-		if n < 1 || n > 1<<26 {
-			return fmt.Errorf("entries must be 1..%d, got %d", 1<<26, n)
+		if n < 1 || n > MaxBenchEntries {
+			return fmt.Errorf("entries must be 1..%d, got %d", MaxBenchEntries, n)
 		}
 	}
 	if o.Ops == nil {
@@ -292,6 +298,12 @@ const (
 // exec runs op `runs` times, `loops` iterations each, over n keys or
 // probes, starting at cursor, and returns what the runs did.
 func (c *benchColl) exec(ctx context.Context, op benchOp, n, loops, runs int, cursor uint64) (benchBenchOut, error) {
+	return c.execEach(ctx, op, n, loops, runs, cursor, nil)
+}
+
+// execEach is exec that also calls each with what the runs did so far,
+// after every run.
+func (c *benchColl) execEach(ctx context.Context, op benchOp, n, loops, runs int, cursor uint64, each func(benchBenchOut)) (benchBenchOut, error) {
 	var out benchBenchOut
 	if err := c.objs.Out.Put(uint32(0), benchBenchOut{Cursor: cursor}); err != nil {
 		return out, err
@@ -311,6 +323,12 @@ func (c *benchColl) exec(ctx context.Context, op benchOp, n, loops, runs int, cu
 		if ret != 2 { // XDP_PASS
 			return out, fmt.Errorf("bench program returned %d", ret)
 		}
+		if each != nil {
+			if err := c.objs.Out.Lookup(uint32(0), &out); err != nil {
+				return out, err
+			}
+			each(out)
+		}
 	}
 	if err := c.objs.Out.Lookup(uint32(0), &out); err != nil {
 		return out, err
@@ -319,6 +337,29 @@ func (c *benchColl) exec(ctx context.Context, op benchOp, n, loops, runs int, cu
 		return out, fmt.Errorf("map operation failed in BPF: errno %d", -out.Err)
 	}
 	return out, nil
+}
+
+// execMedian runs op like exec and returns the median over the runs of
+// each run's ns per operation. A BPF program runs preemptibly under
+// BPF_PROG_TEST_RUN, and this machine is shared: a run during which
+// another task or the hypervisor took the CPU is an outlier that a total
+// over all runs would carry into the result, and the median drops.
+func (c *benchColl) execMedian(ctx context.Context, op benchOp, n, loops, runs int) (float64, uint64, error) {
+	per := make([]float64, 0, runs)
+	var prev benchBenchOut
+	out, err := c.execEach(ctx, op, n, loops, runs, 0, func(cur benchBenchOut) {
+		if cur.Ops > prev.Ops {
+			per = append(per, float64(cur.Ns-prev.Ns)/float64(cur.Ops-prev.Ops))
+		}
+		prev = cur
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(per) == 0 {
+		return 0, 0, nil
+	}
+	return median(per), out.Ops, nil
 }
 
 func nsPer(out benchBenchOut) float64 {
@@ -347,8 +388,8 @@ func (c *benchColl) compare(ctx context.Context, rep *BenchReport, op benchOp, n
 	return nil
 }
 
-// lookups measures base, trie and wolf Trials times, interleaved, and
-// keeps the medians.
+// lookups measures base, trie and wolf Trials times, interleaved, each
+// time the median of Repeat runs (execMedian), and keeps the medians.
 func (c *benchColl) lookups(ctx context.Context, o *BenchOptions, base, trie, wolf benchOp, n int, probes bool) (b, k, w float64, err error) {
 	var bs, ks, ws []float64
 	loops := o.Loops
@@ -360,11 +401,11 @@ func (c *benchColl) lookups(ctx context.Context, o *BenchOptions, base, trie, wo
 			op  benchOp
 			out *[]float64
 		}{{base, &bs}, {trie, &ks}, {wolf, &ws}} {
-			r, err := c.exec(ctx, x.op, n, loops, o.Repeat, 0)
+			ns, _, err := c.execMedian(ctx, x.op, n, loops, o.Repeat)
 			if err != nil {
 				return 0, 0, 0, err
 			}
-			*x.out = append(*x.out, nsPer(r))
+			*x.out = append(*x.out, ns)
 		}
 	}
 	return median(bs), median(ks), median(ws), nil
@@ -777,7 +818,7 @@ func edges(ps []netip.Prefix) []netip.Addr {
 
 func (c *benchColl) setProbes(fam Family, addrs []netip.Addr) error {
 	if fam == IPv4 {
-		chunks := make([]benchWolfLpmChunk, (len(addrs)+chunkWords-1)/chunkWords)
+		chunks := make([]benchProbeChunk, (len(addrs)+chunkWords-1)/chunkWords)
 		for i, a := range addrs {
 			b := a.As4()
 			// The BPF side reads the word in host order and hands it

@@ -58,6 +58,11 @@ type benchBenchOut struct {
 	Err          int64
 }
 
+type benchProbeChunk struct {
+	_ structs.HostLayout
+	V [16]uint32
+}
+
 type benchTrieKey4 struct {
 	_         structs.HostLayout
 	Prefixlen uint32
@@ -70,38 +75,31 @@ type benchTrieKey6 struct {
 	Data      [16]uint8
 }
 
-type benchWolfLpmChunk struct {
-	_ structs.HostLayout
-	V [16]uint32
-}
-
-type benchWolfLpmNode struct {
-	_       structs.HostLayout
-	Vector  uint64
-	Leafvec uint64
-	Base0   uint32
-	Base1   uint32
-}
-
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	benchMapCtl       = "ctl"
-	benchMapOut       = "out"
-	benchMapProbes4   = "probes4"
-	benchMapProbes6   = "probes6"
-	benchMapTrie4     = "trie4"
-	benchMapTrie6     = "trie6"
-	benchMapW4Dir     = "w4_dir"
-	benchMapW4Leaves  = "w4_leaves"
-	benchMapW4Nodes   = "w4_nodes"
-	benchMapW4Root    = "w4_root"
-	benchMapW6Dir     = "w6_dir"
-	benchMapW6Leaves  = "w6_leaves"
-	benchMapW6Nodes   = "w6_nodes"
-	benchMapW6Root    = "w6_root"
-	benchProgRunBench = "run_bench"
+	benchMapCtl         = "ctl"
+	benchMapOut         = "out"
+	benchMapProbes4     = "probes4"
+	benchMapProbes6     = "probes6"
+	benchMapTrie4       = "trie4"
+	benchMapTrie6       = "trie6"
+	benchMapW4Dir       = "w4_dir"
+	benchMapW4Leaves    = "w4_leaves"
+	benchMapW4Nodes     = "w4_nodes"
+	benchMapW4Root      = "w4_root"
+	benchMapW6Dir       = "w6_dir"
+	benchMapW6Leaves    = "w6_leaves"
+	benchMapW6Nodes     = "w6_nodes"
+	benchMapW6Root      = "w6_root"
+	benchProgRunBench   = "run_bench"
+	benchVarW4DirCap    = "w4_dir_cap"
+	benchVarW4LeavesCap = "w4_leaves_cap"
+	benchVarW4NodesCap  = "w4_nodes_cap"
+	benchVarW6DirCap    = "w6_dir_cap"
+	benchVarW6LeavesCap = "w6_leaves_cap"
+	benchVarW6NodesCap  = "w6_nodes_cap"
 )
 
 // loadBench returns the embedded CollectionSpec for bench.
@@ -173,6 +171,12 @@ type benchMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type benchVariableSpecs struct {
+	W4DirCap    *ebpf.VariableSpec `ebpf:"w4_dir_cap"`
+	W4LeavesCap *ebpf.VariableSpec `ebpf:"w4_leaves_cap"`
+	W4NodesCap  *ebpf.VariableSpec `ebpf:"w4_nodes_cap"`
+	W6DirCap    *ebpf.VariableSpec `ebpf:"w6_dir_cap"`
+	W6LeavesCap *ebpf.VariableSpec `ebpf:"w6_leaves_cap"`
+	W6NodesCap  *ebpf.VariableSpec `ebpf:"w6_nodes_cap"`
 }
 
 // benchObjects contains all objects after they have been loaded into the kernel.
@@ -234,6 +238,12 @@ func (m *benchMaps) Close() error {
 //
 // It can be passed to loadBenchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benchVariables struct {
+	W4DirCap    *ebpf.Variable `ebpf:"w4_dir_cap"`
+	W4LeavesCap *ebpf.Variable `ebpf:"w4_leaves_cap"`
+	W4NodesCap  *ebpf.Variable `ebpf:"w4_nodes_cap"`
+	W6DirCap    *ebpf.Variable `ebpf:"w6_dir_cap"`
+	W6LeavesCap *ebpf.Variable `ebpf:"w6_leaves_cap"`
+	W6NodesCap  *ebpf.Variable `ebpf:"w6_nodes_cap"`
 }
 
 // benchPrograms contains all programs after they have been loaded into the kernel.

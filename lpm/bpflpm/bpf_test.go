@@ -302,3 +302,31 @@ func TestGenerationSwitch(t *testing.T) {
 		t.Fatalf("the test did not exercise switching: %d switches, %d A-only and %d B-only answers", switches, fromA, fromB)
 	}
 }
+
+// TestBPFInline runs inlineScenario with the header's lookup in the
+// kernel: every layout a node goes through, and the in-place rewrite of an
+// inline leaf, as BPF sees them.
+func TestBPFInline(t *testing.T) {
+	testutil.RequireRoot(t)
+	tb := newTestTable(t, IPv6, 16, 64)
+	p := newProber(t, newTestTable(t, IPv4, 16, 16), tb, 4096)
+	rng := rand.New(rand.NewPCG(9, 9))
+	inlineScenario(t, tb, func(r *ref, what string) {
+		t.Helper()
+		var ps []netip.Prefix
+		for q := range r.m {
+			ps = append(ps, q)
+		}
+		probes := probesFor(rng, false, ps, 50)
+		p.set(t, probes)
+		out := make([]uint32, len(probes))
+		if err := p.run(IPv6, len(probes), out); err != nil {
+			t.Fatal(err)
+		}
+		for i, a := range probes {
+			if want := r.lookup(a); out[i] != want {
+				t.Fatalf("%s: BPF lookup %v = %d, want %d", what, a, out[i], want)
+			}
+		}
+	})
+}

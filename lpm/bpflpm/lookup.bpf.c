@@ -17,10 +17,11 @@ char LICENSE[] SEC("license") = "GPL";
 WOLF_LPM_TABLE(t4);
 WOLF_LPM_TABLE(t6);
 
-/* An address in network order; IPv4 uses the first 4 bytes. */
+/* An address in network order; IPv4 uses the first 4 bytes. Aligned as
+ * struct in6_addr is. */
 struct lpm_probe {
 	__u8 addr[16];
-};
+} __attribute__((aligned(4)));
 
 struct lpm_req {
 	__u32 family; /* 4 or 6 */

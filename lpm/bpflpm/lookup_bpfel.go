@@ -24,19 +24,6 @@ type lookupLpmReq struct {
 	Count  uint32
 }
 
-type lookupWolfLpmChunk struct {
-	_ structs.HostLayout
-	V [16]uint32
-}
-
-type lookupWolfLpmNode struct {
-	_       structs.HostLayout
-	Vector  uint64
-	Leafvec uint64
-	Base0   uint32
-	Base1   uint32
-}
-
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -53,6 +40,12 @@ const (
 	lookupMapT6Nodes       = "t6_nodes"
 	lookupMapT6Root        = "t6_root"
 	lookupProgLookupProbes = "lookup_probes"
+	lookupVarT4DirCap      = "t4_dir_cap"
+	lookupVarT4LeavesCap   = "t4_leaves_cap"
+	lookupVarT4NodesCap    = "t4_nodes_cap"
+	lookupVarT6DirCap      = "t6_dir_cap"
+	lookupVarT6LeavesCap   = "t6_leaves_cap"
+	lookupVarT6NodesCap    = "t6_nodes_cap"
 )
 
 // loadLookup returns the embedded CollectionSpec for lookup.
@@ -121,6 +114,12 @@ type lookupMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lookupVariableSpecs struct {
+	T4DirCap    *ebpf.VariableSpec `ebpf:"t4_dir_cap"`
+	T4LeavesCap *ebpf.VariableSpec `ebpf:"t4_leaves_cap"`
+	T4NodesCap  *ebpf.VariableSpec `ebpf:"t4_nodes_cap"`
+	T6DirCap    *ebpf.VariableSpec `ebpf:"t6_dir_cap"`
+	T6LeavesCap *ebpf.VariableSpec `ebpf:"t6_leaves_cap"`
+	T6NodesCap  *ebpf.VariableSpec `ebpf:"t6_nodes_cap"`
 }
 
 // lookupObjects contains all objects after they have been loaded into the kernel.
@@ -176,6 +175,12 @@ func (m *lookupMaps) Close() error {
 //
 // It can be passed to loadLookupObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lookupVariables struct {
+	T4DirCap    *ebpf.Variable `ebpf:"t4_dir_cap"`
+	T4LeavesCap *ebpf.Variable `ebpf:"t4_leaves_cap"`
+	T4NodesCap  *ebpf.Variable `ebpf:"t4_nodes_cap"`
+	T6DirCap    *ebpf.Variable `ebpf:"t6_dir_cap"`
+	T6LeavesCap *ebpf.Variable `ebpf:"t6_leaves_cap"`
+	T6NodesCap  *ebpf.Variable `ebpf:"t6_nodes_cap"`
 }
 
 // lookupPrograms contains all programs after they have been loaded into the kernel.

@@ -27,10 +27,16 @@ type node struct {
 	vector uint64  // slots that descend into a child
 	def    uint32  // value of slots that no own prefix covers
 
+	// root: a directory slot's root node. Only a root's leaf block starts
+	// with a copy of leafvec (a directory entry may point at it).
+	root bool
+
 	// What the maps hold for this node, as of the last commit.
 	leafvec uint64 // slots that start a run of equal leaves
 	nleaves uint32
-	leafAt  uint32 // base0: the leaf block (__u32 index, even), or noBlock
+	leafAt  uint32 // the leaf block (__u32 index, even), or noBlock
+	inline  bool   // the leaves are in the record (inl), not in a block
+	inl     [inlineMax]uint32
 	kidsAt  uint32 // base1: first child record, or noBlock
 	kidsN   uint32 // length of the block at kidsAt
 	at      uint32 // slot roots only: the record's own 1-entry block
@@ -252,6 +258,7 @@ func (sh *shadow) insert(k key, l uint, v uint32, bulk bool) bool {
 	n := sh.slots[slot]
 	if n == nil {
 		n = newNode(sh.dirDef[slot])
+		n.root = true
 		sh.slots[slot] = n
 	}
 	n.dirty = true
@@ -400,7 +407,7 @@ func (sh *shadow) remove(k key, l uint) bool {
 func (sh *shadow) drop(x *node) {
 	sh.retire(true, x.kidsAt, x.kidsN)
 	if x.leafAt != noBlock {
-		sh.retire(false, x.leafAt/2, leafBlock(x.nleaves))
+		sh.retire(false, x.leafAt/2, leafBlock(x.nleaves, x.root))
 	}
 	sh.retire(true, x.at, 1)
 }

@@ -81,8 +81,9 @@ type Options struct {
 	// 2 × 4 × 2^MaxDirBits bytes (two generations). Zero derives it from
 	// MaxPrefixes: 14 for small tables up to 20 from about 512 K prefixes.
 	MaxDirBits int
-	// Nodes (16-byte records) and Leaves (4-byte words) override the
-	// capacities derived from MaxPrefixes.
+	// Nodes (24-byte records) and Leaves (4-byte words) override the
+	// capacities derived from MaxPrefixes; each map is at most 512 MiB
+	// (the verifier's bound on a variable offset into a map value).
 	Nodes, Leaves int
 }
 
@@ -111,22 +112,27 @@ func (o *Options) normalize() error {
 	// at what real tables need, plus slack for the copies updates make
 	// before a grace period frees what they replaced. Measured needs
 	// (Stats): IPv4 routing table 0.07 records and 1.3 leaf words per
-	// prefix, dense /32 sets 0.02 and 1.03, the IPv6 table 0.44 and 2.7.
+	// prefix, dense /32 sets 0.02 and 1.03, the IPv6 table 0.44 and 1.2.
 	p := o.MaxPrefixes
 	nodes, leaves := p/2, 3*p
 	if o.Family == IPv6 {
 		nodes, leaves = p, 6*p
 	}
-	// The fixed slack (512 KiB) is what a burst of updates retires while
-	// a grace period (~10 ms) is under way; small tables churn in it.
+	// The slack is what a burst of updates retires while a grace period
+	// (~10 ms) is under way: 16 Ki records and 64 Ki leaf words (640
+	// KiB) from about 400 prefixes on. Smaller tables get less, down to a
+	// quarter below 100 prefixes: their maps take ~310 KiB instead of 800
+	// (128 of them the directory), and a burst of changes waits for a
+	// grace period sooner.
 	if o.Nodes == 0 {
-		o.Nodes = nodes + 16384
+		o.Nodes = nodes + min(16384, max(4096, 40*p))
 	}
 	if o.Leaves == 0 {
-		o.Leaves = leaves + 65536
+		o.Leaves = leaves + min(65536, max(16384, 160*p))
 	}
-	if uint64(o.Nodes) >= leavesFlag || uint64(o.Leaves) >= leavesFlag-chunkWords {
-		return errors.New("bpflpm: capacity too large")
+	if uint64(o.Nodes)*recordSize > maxMapBytes || (uint64(o.Leaves)+chunkWords)*4 > maxMapBytes {
+		return fmt.Errorf("bpflpm: capacity too large: %d records and %d leaf words, at most %d and %d",
+			o.Nodes, o.Leaves, maxMapBytes/recordSize, maxMapBytes/4-chunkWords)
 	}
 	o.Leaves = (o.Leaves + chunkWords - 1) / chunkWords * chunkWords
 	return nil
@@ -184,6 +190,10 @@ type Table struct {
 	closed        bool
 	maps          map[string]*ebpf.Map // "root", "dir", "nodes", "leaves"
 	mmaps         [][]byte
+
+	// inlineRewrites counts inline leaves rewritten in place in a live
+	// record (tests check that the path is exercised).
+	inlineRewrites int
 
 	// Grace periods. Retired blocks are tagged with epoch; once a grace
 	// period that began after epoch e has ended, safe >= e and the
@@ -309,12 +319,22 @@ func (t *Table) mapSpecs() map[string]*ebpf.MapSpec {
 	if t.opts.Family == IPv6 {
 		p = "lpm6_"
 	}
+	// One element each: the whole directory, all records, all leaves
+	// (see WOLF_LPM_TABLE).
+	caps := t.caps()
 	return map[string]*ebpf.MapSpec{
 		"root":   {Name: p + "root", Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1, Flags: flags},
-		"dir":    {Name: p + "dir", Type: ebpf.Array, KeySize: 4, ValueSize: chunkSize, MaxEntries: 2 << t.maxS / chunkWords, Flags: flags},
-		"nodes":  {Name: p + "nodes", Type: ebpf.Array, KeySize: 4, ValueSize: recordSize, MaxEntries: uint32(t.opts.Nodes), Flags: flags},
-		"leaves": {Name: p + "leaves", Type: ebpf.Array, KeySize: 4, ValueSize: chunkSize, MaxEntries: uint32(t.opts.Leaves / chunkWords), Flags: flags},
+		"dir":    {Name: p + "dir", Type: ebpf.Array, KeySize: 4, ValueSize: 4 * caps["dir"], MaxEntries: 1, Flags: flags},
+		"nodes":  {Name: p + "nodes", Type: ebpf.Array, KeySize: 4, ValueSize: recordSize * caps["nodes"], MaxEntries: 1, Flags: flags},
+		"leaves": {Name: p + "leaves", Type: ebpf.Array, KeySize: 4, ValueSize: 4 * caps["leaves"], MaxEntries: 1, Flags: flags},
 	}
+}
+
+// caps are what the dir, nodes and leaves maps' values hold: directory
+// words (both generations), records, leaf words. Bind hands them to the
+// BPF side as name_dir_cap, name_nodes_cap and name_leaves_cap.
+func (t *Table) caps() map[string]uint32 {
+	return map[string]uint32{"dir": 2 << t.maxS, "nodes": uint32(t.opts.Nodes), "leaves": uint32(t.opts.Leaves)}
 }
 
 // mmapMap maps an array map's values: elements of round_up(value_size, 8)
@@ -328,8 +348,9 @@ func mmapMap(m *ebpf.Map) ([]byte, error) {
 }
 
 // Bind makes a collection that declares WOLF_LPM_TABLE(name) use this
-// table: it sizes name's map specs like the table's maps and adds the maps
-// to opts.MapReplacements. Load the collection with those options.
+// table: it sizes name's map specs like the table's maps, sets name's caps
+// in the collection's .rodata and adds the maps to opts.MapReplacements.
+// Load the collection with those options.
 func (t *Table) Bind(spec *ebpf.CollectionSpec, name string, opts *ebpf.CollectionOptions) error {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
@@ -348,14 +369,32 @@ func (t *Table) Bind(spec *ebpf.CollectionSpec, name string, opts *ebpf.Collecti
 			return fmt.Errorf("bpflpm: the collection has no map %s_%s: declare WOLF_LPM_TABLE(%s)", name, suffix, name)
 		}
 		m := t.maps[suffix]
-		ms.MaxEntries = m.MaxEntries()
+		ms.MaxEntries, ms.ValueSize = m.MaxEntries(), m.ValueSize()
 		opts.MapReplacements[name+"_"+suffix] = m
+	}
+	for what, c := range t.caps() {
+		v, ok := spec.Variables[name+"_"+what+"_cap"]
+		if !ok {
+			return fmt.Errorf("bpflpm: the collection has no variable %s_%s_cap: declare WOLF_LPM_TABLE(%s)", name, what, name)
+		}
+		if err := v.Set(c); err != nil {
+			return fmt.Errorf("bpflpm: set %s_%s_cap: %w", name, what, err)
+		}
 	}
 	return nil
 }
 
+// Caps returns what the dir, nodes and leaves maps hold, which a caller
+// that wires the maps up itself (Maps) must set as the program's
+// name_dir_cap, name_nodes_cap and name_leaves_cap before load, as Bind
+// does: lookups never index past them.
+func (t *Table) Caps() (dirWords, records, leafWords uint32) {
+	c := t.caps()
+	return c["dir"], c["nodes"], c["leaves"]
+}
+
 // Maps returns the table's maps by suffix ("root", "dir", "nodes",
-// "leaves"), for callers that wire them up themselves.
+// "leaves"), for callers that wire them up themselves (see Caps).
 func (t *Table) Maps() map[string]*ebpf.Map {
 	out := map[string]*ebpf.Map{}
 	for k, v := range t.maps {
@@ -536,12 +575,36 @@ func (t *Table) alloc(nodes bool, n uint32) (uint32, error) {
 }
 
 func (n *node) record() record {
-	return record{vector: n.vector, leafvec: n.leafvec, base0: n.leafAt, base1: n.kidsAt}
+	if n.inline {
+		return record{leafvec: n.leafvec, inline: true, leaves: n.inl}
+	}
+	r := record{vector: n.vector, leafvec: n.leafvec}
+	// Unused fields are zero: base1 must never look like inlineFlag.
+	if n.leafAt != noBlock {
+		r.base0 = n.leafAt + leafHeader(n.root)
+	}
+	if n.kidsAt != noBlock {
+		r.base1 = n.kidsAt
+	}
+	return r
+}
+
+// leafHeader is where the leaves start in a node's leaf block, in __u32s:
+// after the copy of leafvec in a root's block, at once in the others.
+func leafHeader(root bool) uint32 {
+	if root {
+		return 2
+	}
+	return 0
 }
 
 // leafBlock is the size, in the leaf arena's 8-byte units, of a block of
-// n leaves after the 8-byte leafvec.
-func leafBlock(n uint32) uint32 { return (2 + n + 1) / 2 }
+// n leaves (after the 8-byte leafvec for a root).
+func leafBlock(n uint32, root bool) uint32 { return (leafHeader(root) + n + 1) / 2 }
+
+// inlineable says whether a node with this vector and nl runs keeps its
+// leaves in its record.
+func inlineable(vector uint64, nl uint32) bool { return vector == 0 && nl <= inlineMax }
 
 // A commit writes what changed in a slot's subtree in two phases, so
 // that running out of space never leaves half of a change behind: plan
@@ -554,7 +617,7 @@ func leafBlock(n uint32) uint32 { return (2 + n + 1) / 2 }
 // value or the new one, both right for one of the two tables:
 //   - leaf values, when the node keeps its leafvec and leaf count: every
 //     version of the node indexes its leaves the same way, and a lookup
-//     reads one leaf;
+//     reads one leaf (in the leaf block, or in the record if inline);
 //   - base1, when the node's children's records moved to a new block but
 //     its vector and leaves did not change: one aligned 4-byte store, and
 //     the old block stays valid until a grace period has passed.
@@ -568,6 +631,7 @@ type plan struct {
 	nl       uint32
 	lv       uint64
 	inPlace  bool   // rewrite leaf values where they are
+	inline   bool   // the leaves go in the record
 	leafAt   uint32 // new leaf block (when !inPlace), noBlock if none
 	moveKids bool   // write the children's records to kidsAt
 	kidsAt   uint32
@@ -603,17 +667,24 @@ func (t *Table) planNode(n *node, planned *[]*node) (bool, error) {
 		}
 	}
 	p.newRec = n.kidsShape || n.recAt == noBlock
+	p.inline = inlineable(n.vector, p.nl)
+	same := p.lv == n.leafvec && p.nl == n.nleaves
 	switch {
-	case n.leafAt != noBlock && p.lv == n.leafvec && p.nl == n.nleaves:
+	case p.inline:
+		// In place only in a record lookups can reach; otherwise the
+		// parent (or commitSlot) writes a new one.
+		p.inPlace = n.inline && same && n.recAt != noBlock
+		p.newRec = p.newRec || !p.inPlace
+	case n.leafAt != noBlock && same:
 		p.inPlace = true
 	case p.nl > 0:
-		at, err := t.alloc(false, leafBlock(p.nl))
+		at, err := t.alloc(false, leafBlock(p.nl, n.root))
 		if err != nil {
 			return false, err
 		}
 		p.leafAt = at * 2 // the arena counts pairs of __u32s
 		p.newRec = true
-	case n.leafAt != noBlock:
+	case n.leafAt != noBlock || n.inline:
 		p.newRec = true // no leaves any more
 	}
 	if p.moveKids && len(n.kids) > 0 {
@@ -631,7 +702,7 @@ func (t *Table) unplan(planned []*node) {
 	for _, n := range planned {
 		if p := n.plan; p != nil {
 			if p.leafAt != noBlock {
-				t.leafA.release(p.leafAt/2, leafBlock(p.nl))
+				t.leafA.release(p.leafAt/2, leafBlock(p.nl, n.root))
 			}
 			t.nodesA.release(p.kidsAt, uint32(len(n.kids)))
 			t.plans = append(t.plans, p)
@@ -663,20 +734,29 @@ func (t *Table) applyNode(n *node) {
 		}
 	}
 	switch {
+	case p.inPlace && p.inline:
+		for j := uint32(0); j < p.nl; j++ {
+			t.im.storeInline(n.recAt, j, p.leaves[j])
+		}
+		t.inlineRewrites++
 	case p.inPlace:
 		for j := uint32(0); j < p.nl; j++ {
-			t.im.storeLeaf(n.leafAt+2+j, p.leaves[j])
+			t.im.storeLeaf(n.leafAt+leafHeader(n.root)+j, p.leaves[j])
 		}
-	case p.leafAt != noBlock || n.leafAt != noBlock:
+	default:
 		if p.leafAt != noBlock {
-			t.im.putLeaves(p.leafAt, p.lv, p.leaves[:p.nl])
+			t.im.putLeaves(p.leafAt, p.lv, p.leaves[:p.nl], n.root)
 		}
 		if n.leafAt != noBlock {
-			t.retire(false, n.leafAt/2, leafBlock(n.nleaves))
+			t.retire(false, n.leafAt/2, leafBlock(n.nleaves, n.root))
 		}
-		n.leafAt, n.nleaves = p.leafAt, p.nl
+		n.leafAt = p.leafAt
 	}
-	n.leafvec = p.lv
+	n.inline, n.nleaves, n.leafvec = p.inline, p.nl, p.lv
+	n.inl = [inlineMax]uint32{}
+	if p.inline {
+		copy(n.inl[:], p.leaves[:p.nl])
+	}
 	if p.moveKids {
 		for i, k := range n.kids {
 			t.im.putRecord(p.kidsAt+uint32(i), k.record())
@@ -720,7 +800,7 @@ func (t *Table) commitSlot(sh *shadow, slot uint32) (uint32, error) {
 			r.at, r.recAt = rootAt, rootAt
 		}
 	}
-	if r.vector == 0 && r.leafAt != noBlock {
+	if r.vector == 0 && r.leafAt != noBlock && !r.inline {
 		return leavesFlag | r.leafAt, nil
 	}
 	return nodeFlag | r.at, nil
@@ -845,7 +925,7 @@ func (t *Table) releaseShadow(sh *shadow) {
 		t.nodesA.release(n.kidsAt, n.kidsN)
 		t.nodesA.release(n.at, 1)
 		if n.leafAt != noBlock {
-			t.leafA.release(n.leafAt/2, leafBlock(n.nleaves))
+			t.leafA.release(n.leafAt/2, leafBlock(n.nleaves, n.root))
 		}
 	}
 	for _, r := range sh.slots {
@@ -921,9 +1001,9 @@ func (t *Table) Len() int {
 // Stats describes the table's memory.
 type Stats struct {
 	Prefixes int
-	// Nodes and Leaves are entries the live table uses (leaf blocks
-	// count their leafvec as two entries); NodeCap and LeafCap what the
-	// maps hold.
+	// Nodes and Leaves are entries the live table uses (a slot root's
+	// leaf block counts its leafvec as two, and blocks are rounded up to
+	// pairs); NodeCap and LeafCap what the maps hold.
 	Nodes, Leaves    uint64
 	NodeCap, LeafCap uint64
 	// BytesUsed is the live structure: one directory generation, the
