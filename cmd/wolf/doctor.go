@@ -16,6 +16,7 @@ import (
 	"github.com/wolf-investigator/wolf/internal/hung"
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/locks"
+	"github.com/wolf-investigator/wolf/internal/overhead"
 	"github.com/wolf-investigator/wolf/internal/reclaim"
 	"github.com/wolf-investigator/wolf/internal/sched"
 	"github.com/wolf-investigator/wolf/internal/softirq"
@@ -63,6 +64,7 @@ findings ranked by severity, or a one-line healthy verdict.`,
 // still count. Progress goes to progress when it is a terminal.
 func runInvestigators(ctx context.Context, command string, invs []investigator.Investigator, opts investigator.Options, audit bool, progress *os.File) (*finding.Report, []error) {
 	started := time.Now()
+	cpuStart := overhead.CPUTime()
 	rep := newReport(command, started)
 	bar := newProgressBar(progress, opts.Duration, invs)
 	defer bar.stop()
@@ -110,6 +112,10 @@ func runInvestigators(ctx context.Context, command string, invs []investigator.I
 			rep.Notes = append(rep.Notes, o.name+": "+n)
 		}
 	}
+	// Investigators run side by side in this one process, and each one's
+	// CPU figure is the process's over its window: summed, they would
+	// count the same CPU seconds once per investigator.
+	rep.Overhead.CPUSeconds = (overhead.CPUTime() - cpuStart).Seconds()
 	finding.Sort(rep.Findings)
 	rep.DurationS = float64(time.Since(started).Milliseconds()) / 1000
 	return rep, errs
