@@ -132,6 +132,19 @@ func openProbe(useMemcg bool, absent map[string]bool) (*probe, error) {
 	return p, nil
 }
 
+// setGate opens or shuts the window: the programs count only while it is
+// open, so its edges do not depend on how long attaching takes.
+func (p *probe) setGate(open bool) error {
+	v := uint32(0)
+	if open {
+		v = 1
+	}
+	if err := p.maps.Gate.Update(uint32(0), v, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("reclaim: open/shut the counting window: %w", err)
+	}
+	return nil
+}
+
 // detach stops every program; the maps stay readable.
 func (p *probe) detach() {
 	for _, l := range p.links {

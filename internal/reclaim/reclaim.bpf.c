@@ -41,6 +41,28 @@ char LICENSE[] SEC("license") = "GPL";
  * where tasks are keyed by their default-hierarchy cgroup instead. */
 const volatile bool use_memcg = true;
 
+/*
+ * The window's edges: user space sets gate[0] once every program is
+ * attached and clears it before the first detaches, so what wolf counts
+ * starts and stops at one moment (attaching and detaching fourteen
+ * programs takes long enough, under memory pressure, to skew a count by
+ * more than 10%).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} gate SEC(".maps");
+
+static __always_inline bool counting(void)
+{
+	__u32 zero = 0;
+	__u32 *on = bpf_map_lookup_elem(&gate, &zero);
+
+	return on && *on;
+}
+
 enum kind {
 	KIND_MEMCG = 0,     /* a cgroup at its limit: try_to_free_mem_cgroup_pages */
 	KIND_DIRECT = 1,    /* the host short of memory: try_to_free_pages */
@@ -260,6 +282,8 @@ static __always_inline void hist_add(__u64 cgid, __u32 kind, __u64 v)
 
 static __always_inline int reclaim_begin(__u32 kind)
 {
+	if (!counting())
+		return 0;
 	struct task_struct *t = bpf_get_current_task_btf();
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)id;
@@ -308,6 +332,8 @@ static __always_inline void task_account(struct task_struct *t, __u32 tid, struc
 
 static __always_inline int reclaim_end(__u32 kind, unsigned long nr_reclaimed)
 {
+	if (!counting())
+		return 0;
 	struct task_struct *t = bpf_get_current_task_btf();
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	__u64 now = bpf_ktime_get_ns();
@@ -413,6 +439,8 @@ SEC("tp_btf/mm_vmscan_lru_shrink_inactive")
 int BPF_PROG(on_shrink_inactive, int nid, unsigned long nr_scanned, unsigned long nr_reclaimed,
 	     struct reclaim_stat *stat, int priority, int file)
 {
+	if (!counting())
+		return 0;
 	struct task_struct *t = bpf_get_current_task_btf();
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	unsigned int act_anon, act_file, keep;
@@ -461,6 +489,8 @@ SEC("tp_btf/mm_vmscan_lru_shrink_active")
 int BPF_PROG(on_shrink_active, int nid, unsigned long nr_taken, unsigned long nr_active,
 	     unsigned long nr_deactivated, unsigned long nr_referenced, int priority, int file)
 {
+	if (!counting())
+		return 0;
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct inflight *f;
 	struct cg_stats *s;

@@ -49,8 +49,9 @@ type Investigator struct {
 	Cgroup string
 	Proc   procfs.Reader
 
-	// Test hooks: attached runs once every program is attached; collecting
-	// runs when the window has closed, just before the programs detach.
+	// Test hooks: attached runs when the window opens (every program
+	// attached, the gate open); collecting when it has closed (the gate
+	// shut, before the programs detach).
 	// Tests read independent counters there, over the same window.
 	attached, collecting func()
 	// absent makes tracepoints look missing from the kernel (tests).
@@ -111,11 +112,17 @@ func (iv *Investigator) Run(ctx context.Context, opts investigator.Options) (*in
 		return nil, err
 	}
 	defer p.close()
+	if err := p.setGate(true); err != nil {
+		return nil, err
+	}
 	started := time.Now()
 	if iv.attached != nil {
 		iv.attached()
 	}
 	iv.wait(ctx, opts, started)
+	if err := p.setGate(false); err != nil {
+		return nil, err
+	}
 	window := time.Since(started)
 	if iv.collecting != nil {
 		iv.collecting()

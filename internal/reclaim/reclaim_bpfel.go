@@ -98,6 +98,7 @@ type reclaimWolfHist struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	reclaimMapCgroups           = "cgroups"
+	reclaimMapGate              = "gate"
 	reclaimMapHists             = "hists"
 	reclaimMapInflights         = "inflights"
 	reclaimMapKswapdHist        = "kswapd_hist"
@@ -184,6 +185,7 @@ type reclaimProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type reclaimMapSpecs struct {
 	Cgroups    *ebpf.MapSpec `ebpf:"cgroups"`
+	Gate       *ebpf.MapSpec `ebpf:"gate"`
 	Hists      *ebpf.MapSpec `ebpf:"hists"`
 	Inflights  *ebpf.MapSpec `ebpf:"inflights"`
 	KswapdHist *ebpf.MapSpec `ebpf:"kswapd_hist"`
@@ -220,6 +222,7 @@ func (o *reclaimObjects) Close() error {
 // It can be passed to loadReclaimObjects or ebpf.CollectionSpec.LoadAndAssign.
 type reclaimMaps struct {
 	Cgroups    *ebpf.Map `ebpf:"cgroups"`
+	Gate       *ebpf.Map `ebpf:"gate"`
 	Hists      *ebpf.Map `ebpf:"hists"`
 	Inflights  *ebpf.Map `ebpf:"inflights"`
 	KswapdHist *ebpf.Map `ebpf:"kswapd_hist"`
@@ -231,6 +234,7 @@ type reclaimMaps struct {
 func (m *reclaimMaps) Close() error {
 	return _ReclaimClose(
 		m.Cgroups,
+		m.Gate,
 		m.Hists,
 		m.Inflights,
 		m.KswapdHist,
