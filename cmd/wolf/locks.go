@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -87,7 +88,7 @@ other locks by type and the function their waiters called from.`,
 	f.DurationVarP(&duration, "duration", "d", 10*time.Second, "how long to watch")
 	f.IntVarP(&pid, "pid", "p", 0, "only waits and mmap_lock holds of this process (tgid or tid)")
 	f.StringVar(&lock, "lock", "", "only this lock: a symbol (rtnl_mutex), a name wolf printed, or a hex address")
-	f.StringVar(&types, "type", "", "only these lock types, comma-separated: "+joinComma(locks.TypeNames()))
+	f.StringVar(&types, "type", "", "only these lock types, comma-separated: "+strings.Join(locks.TypeNames(), ", "))
 	f.IntVar(&top, "top", locks.DefaultTop, "how many locks and mmap_lock holders to report")
 	f.StringVar(&folded, "folded", "", "write the stacks sampled under mmap_lock to FILE (folded, for flame graphs)")
 	f.DurationVar(&threshold, "hold-threshold", locks.DefaultHoldThreshold, "report mmap_lock holds at least this long one by one")

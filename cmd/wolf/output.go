@@ -142,5 +142,3 @@ func checkWritable(path string) error {
 	}
 	return nil
 }
-
-func joinComma(xs []string) string { return strings.Join(xs, ", ") }

@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/cilium/ebpf"
 )
 
 // Decode reads one record of type T (a bpf2go-generated struct) from raw,
@@ -59,4 +61,32 @@ func CString(b []int8) string {
 		s[i] = byte(b[i])
 	}
 	return string(s)
+}
+
+// SumPerCPU reads entry key of a per-CPU map of u64 counters and adds up
+// the CPUs' copies.
+func SumPerCPU(m *ebpf.Map, key uint32) (uint64, error) {
+	var per []uint64
+	if err := m.Lookup(key, &per); err != nil {
+		return 0, fmt.Errorf("read counter %d of %s: %w", key, m, err)
+	}
+	var sum uint64
+	for _, v := range per {
+		sum += v
+	}
+	return sum, nil
+}
+
+// Counters reads a per-CPU array of u64 counters whose entries are named,
+// in order, by names (the BPF side's enum), summed over the CPUs.
+func Counters(m *ebpf.Map, names []string) (map[string]uint64, error) {
+	out := make(map[string]uint64, len(names))
+	for i, n := range names {
+		v, err := SumPerCPU(m, uint32(i))
+		if err != nil {
+			return nil, err
+		}
+		out[n] = v
+	}
+	return out, nil
 }

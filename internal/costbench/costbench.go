@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"time"
 )
 
 // Workload runs one round and returns how much it got done (operations,
@@ -99,23 +98,4 @@ func Median(xs []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
-// Timed turns a loop body into a Workload that runs it for d and returns
-// the iterations per second it managed.
-func Timed(d time.Duration, body func() error) Workload {
-	return func(ctx context.Context) (float64, error) {
-		start := time.Now()
-		n := 0
-		for time.Since(start) < d {
-			if err := body(); err != nil {
-				return 0, err
-			}
-			n++
-			if n%64 == 0 && ctx.Err() != nil {
-				return 0, ctx.Err()
-			}
-		}
-		return float64(n) / time.Since(start).Seconds(), nil
-	}
 }

@@ -163,17 +163,9 @@ func (p *probe) scan(ctx context.Context, want []uint32) ([]hungTaskRec, error) 
 // stats sums the per-CPU counters.
 func (p *probe) stats() (map[string]uint64, error) {
 	names := []string{"d_sleeps", "contentions", "hang_events", "hang_drops", "map_full", "wq_starts", "records"}
-	out := map[string]uint64{}
-	for i, n := range names {
-		var vals []uint64
-		if err := p.objs.Stats.Lookup(uint32(i), &vals); err != nil {
-			return nil, fmt.Errorf("hung: read stats: %w", err)
-		}
-		var sum uint64
-		for _, v := range vals {
-			sum += v
-		}
-		out[n] = sum
+	out, err := bpfrec.Counters(p.objs.Stats, names)
+	if err != nil {
+		return nil, fmt.Errorf("hung: %w", err)
 	}
 	return out, nil
 }

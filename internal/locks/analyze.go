@@ -257,10 +257,7 @@ func siteFunc(frames []string, t Type) (fn, object string, global bool) {
 // type and the function its waiters called from.
 func (s *Snapshot) nameLock(a *lockAgg) (name, from string) {
 	if a.mmTGID != 0 {
-		comm := ""
-		if s.Comm != nil {
-			comm = s.Comm(a.mmTGID)
-		}
+		comm := s.comm(a.mmTGID)
 		if comm == "" {
 			return fmt.Sprintf("mmap_lock of pid %d", a.mmTGID), "the waiters' own mm"
 		}
@@ -715,10 +712,7 @@ func (s *Snapshot) holdFinding(tgid, mmTGID int, holds []Hold) finding.Finding {
 	whose := "its own mmap_lock"
 	lockName := "mmap_lock"
 	if mmTGID != 0 && mmTGID != tgid {
-		comm := ""
-		if s.Comm != nil {
-			comm = s.Comm(mmTGID)
-		}
+		comm := s.comm(mmTGID)
 		whose = fmt.Sprintf("the mmap_lock of %s (pid %d)", comm, mmTGID)
 		lockName = fmt.Sprintf("mmap_lock of %s (pid %d)", comm, mmTGID)
 	} else if mmTGID != 0 {

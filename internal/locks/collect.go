@@ -296,17 +296,9 @@ var statNames = []string{"begin", "end", "pending_full", "nested", "unmatched_en
 	"tasks_full", "owners_full", "queue_full", "stack_err", "mm_events", "mm_holds_full",
 	"mm_stats_full", "mm_unmatched", "hold_drops", "samples", "samples_under_lock", "profile_full", "stale"}
 
-// stats reads the per-CPU counters, summed, by name.
+// stats reads the per-CPU counters, summed, by name; nil if unreadable
+// (the report then has no event and drop counts, nothing else is lost).
 func (p *probe) stats() map[string]uint64 {
-	out := map[string]uint64{}
-	for i, n := range statNames {
-		var per []uint64
-		if err := p.maps.Stats.Lookup(uint32(i), &per); err != nil {
-			continue
-		}
-		for _, v := range per {
-			out[n] += v
-		}
-	}
+	out, _ := bpfrec.Counters(p.maps.Stats, statNames)
 	return out
 }

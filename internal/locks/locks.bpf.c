@@ -813,13 +813,9 @@ struct {
 
 static __always_inline struct mm_thread *mm_thread_of(__u32 tid)
 {
-	struct mm_thread *t = bpf_map_lookup_elem(&mm_threads, &tid);
 	struct mm_thread z = {};
+	struct mm_thread *t = lookup_or_init(&mm_threads, &tid, &z);
 
-	if (t)
-		return t;
-	bpf_map_update_elem(&mm_threads, &tid, &z, BPF_NOEXIST);
-	t = bpf_map_lookup_elem(&mm_threads, &tid);
 	if (!t)
 		count(STAT_MM_HOLDS_FULL);
 	return t;
@@ -864,7 +860,7 @@ struct hold_event {
 	__u32 mm_tgid;
 	__u32 write;
 	__s32 stack_id;   /* kernel stack at release */
-	__s32 ustack_id;  /* user stack at release */
+	__u32 pad;
 	char comm[COMM_LEN];
 	__u64 reclaim_ns;
 	__u64 reclaim_calls;
@@ -924,15 +920,11 @@ static __always_inline struct mm_val *mm_stats_for(struct mm_key *k)
 
 	if (!z)
 		return 0;
-	v = bpf_map_lookup_elem(&mm_stats, k);
-	if (v)
-		return v;
-	bpf_map_update_elem(&mm_stats, k, z, BPF_NOEXIST);
-	v = bpf_map_lookup_elem(&mm_stats, k);
-	if (v)
-		bpf_get_current_comm(&v->comm, sizeof(v->comm));
-	else
+	v = lookup_or_init(&mm_stats, k, z);
+	if (!v)
 		count(STAT_MM_STATS_FULL);
+	else if (!v->comm[0])
+		bpf_get_current_comm(&v->comm, sizeof(v->comm));
 	return v;
 }
 
@@ -1029,7 +1021,6 @@ int on_mm_released(__u64 *ctx)
 			e->mm_tgid = t->mm_tgid;
 			e->write = t->write;
 			e->stack_id = bpf_get_stackid(ctx, &stacks, 0);
-			e->ustack_id = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
 			bpf_get_current_comm(&e->comm, sizeof(e->comm));
 			e->reclaim_ns = t->reclaim_ns;
 			e->reclaim_calls = t->reclaim_calls;

@@ -30,7 +30,7 @@ type locksHoldEvent struct {
 	MmTgid         uint32
 	Write          uint32
 	StackId        int32
-	UstackId       int32
+	Pad            uint32
 	Comm           [16]int8
 	ReclaimNs      uint64
 	ReclaimCalls   uint64

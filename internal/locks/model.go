@@ -227,7 +227,6 @@ type Hold struct {
 	RuntimeNs uint64 // CPU time the holder got while holding it
 	CSW       uint64 // its context switches while holding it
 	Stack     []string
-	UStack    []uint64
 	// Memory reclaim the holder did while holding it.
 	ReclaimNs      uint64
 	ReclaimCalls   uint64

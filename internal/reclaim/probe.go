@@ -13,6 +13,7 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
+	"github.com/wolf-investigator/wolf/internal/bpfrec"
 	"github.com/wolf-investigator/wolf/internal/hist"
 	"github.com/wolf-investigator/wolf/internal/investigator"
 )
@@ -264,13 +265,11 @@ func (p *probe) read() (*raw, error) {
 		r.kswapd = hist.FromSlots(hv.Slots[:], hv.Count, hv.Sum, hv.Max)
 	}
 	for i := range statMax {
-		var vals []uint64
-		if err := p.maps.Stats.Lookup(uint32(i), &vals); err != nil {
-			return nil, fmt.Errorf("reclaim: read stats: %w", err)
+		v, err := bpfrec.SumPerCPU(p.maps.Stats, uint32(i))
+		if err != nil {
+			return nil, fmt.Errorf("reclaim: %w", err)
 		}
-		for _, v := range vals {
-			r.stats[i] += v
-		}
+		r.stats[i] = v
 	}
 	return r, nil
 }

@@ -292,17 +292,9 @@ func (p *probe) kinds() ([NKinds]uint64, error) {
 var statNames = []string{"migrations", "same_cpu", "no_storage", "exited_full", "exited_saved", "cgroup_full", "setaffinity", "setaffinity_full", "records", "runq_samples", "big_cpu"}
 
 func (p *probe) stats() (map[string]uint64, error) {
-	out := map[string]uint64{}
-	for i, n := range statNames {
-		var vals []uint64
-		if err := p.objs.Stats.Lookup(uint32(i), &vals); err != nil {
-			return nil, fmt.Errorf("sched: read stats: %w", err)
-		}
-		var sum uint64
-		for _, v := range vals {
-			sum += v
-		}
-		out[n] = sum
+	out, err := bpfrec.Counters(p.objs.Stats, statNames)
+	if err != nil {
+		return nil, fmt.Errorf("sched: %w", err)
 	}
 	return out, nil
 }

@@ -98,13 +98,10 @@ const (
 	tmpfsMagic   = 0x01021994
 )
 
-type memcgLab struct {
-	cfg  Config
-	name string // "" for memcg-stress
-}
+type memcgLab struct{ cfg Config }
 
 // New returns the lab with the defaults.
-func New() lab.Lab { return memcgLab{Defaults, ""} }
+func New() lab.Lab { return memcgLab{Defaults} }
 
 // NewWithConfig returns the lab sized by c (zero fields: the defaults).
 func NewWithConfig(c Config) lab.Lab {
@@ -137,7 +134,7 @@ func NewWithConfig(c Config) lab.Lab {
 		d.MaxLife = c.MaxLife
 	}
 	d.Populate = c.Populate
-	return memcgLab{d, ""}
+	return memcgLab{d}
 }
 
 // NewPopulate is the lab named mmap-lock-reclaim: memcg-stress whose
@@ -145,12 +142,12 @@ func NewWithConfig(c Config) lab.Lab {
 func NewPopulate() lab.Lab {
 	d := Defaults
 	d.Populate = true
-	return memcgLab{d, "mmap-lock-reclaim"}
+	return memcgLab{d}
 }
 
 func (l memcgLab) Name() string {
-	if l.name != "" {
-		return l.name
+	if l.cfg.Populate {
+		return "mmap-lock-reclaim"
 	}
 	return "memcg-stress"
 }
