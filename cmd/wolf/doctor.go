@@ -104,6 +104,8 @@ func runInvestigators(ctx context.Context, command string, invs []investigator.I
 		}
 		rep.Findings = append(rep.Findings, o.res.Findings...)
 		rep.Histograms = append(rep.Histograms, o.res.Histograms...)
+		rep.Profiles = append(rep.Profiles, o.res.Profiles...)
+		rep.Timelines = append(rep.Timelines, o.res.Timelines...)
 		for k, v := range o.res.Capabilities {
 			rep.Capabilities[k] = v
 		}

@@ -119,6 +119,68 @@ type Histogram struct {
 	Buckets []Bucket          `json:"buckets"`
 }
 
+// Profile is a stack aggregation: how many samples (or how much time) each
+// distinct stack collected, e.g. the stacks sampled while a thread held its
+// mmap_lock, or the kernel stacks of blocked tasks. Flame graphs, folded
+// files and pprof exports are drawn from it.
+type Profile struct {
+	Name   string            `json:"name"` // "mmap_lock_profile", "net_rx_stacks", …
+	Unit   string            `json:"unit"` // what Value counts: "samples", "ns", "tasks"
+	Labels map[string]string `json:"labels,omitempty"`
+	// PeriodNs is the sampling period when Unit is "samples" (10101010 ns
+	// at 99 Hz), so that samples can be turned into CPU time; 0 otherwise.
+	PeriodNs int64        `json:"period_ns,omitempty"`
+	Stacks   []StackCount `json:"stacks"`
+}
+
+// StackCount is one stack of a profile and what it collected.
+type StackCount struct {
+	// Frames are outermost first, as flame graphs and the folded format
+	// draw them (Subject.Stack is innermost first, as the kernel prints).
+	// The first frames may be synthetic roots: the process, the lock mode.
+	Frames []string `json:"frames"`
+	Value  uint64   `json:"value"`
+}
+
+// Total is the sum of every stack's value.
+func (p *Profile) Total() uint64 {
+	var n uint64
+	for _, s := range p.Stacks {
+		n += s.Value
+	}
+	return n
+}
+
+// Timeline is what happened to one subject over the run, e.g. the CPUs a
+// task was moved between and when.
+type Timeline struct {
+	Name   string            `json:"name"` // "migrations", …
+	Labels map[string]string `json:"labels,omitempty"`
+	// Unit names what Value is: "cpu" for a task's CPU after each event.
+	Unit   string          `json:"unit"`
+	Events []TimelineEvent `json:"events"`
+	// Dropped counts events that happened but were not kept (bounded
+	// buffers), so a sparse timeline is not mistaken for a quiet one.
+	Dropped uint64 `json:"dropped,omitempty"`
+}
+
+// TimelineEvent is one point of a timeline.
+type TimelineEvent struct {
+	AtS   float64 `json:"at_s"`            // seconds since the report started
+	Value float64 `json:"value"`           // the new value from AtS on (a CPU number, a depth)
+	Label string  `json:"label,omitempty"` // what caused it: "wakeup", "load balance"
+}
+
+// Check is one line of doctor's system checklist (load, per-CPU time,
+// memory, PSI, disk, network, kernel log), read from /proc and /sys over
+// the run. Severity Info means the area looked fine.
+type Check struct {
+	Area     string         `json:"area"` // "load", "cpu", "memory", "psi", "disk", "network", "kernel log"
+	Severity Severity       `json:"severity"`
+	Summary  string         `json:"summary"`          // one line, numbers included
+	Values   map[string]any `json:"values,omitempty"` // keys carry units, as Evidence
+}
+
 // Overhead is what wolf itself cost while it looked.
 type Overhead struct {
 	CPUSeconds float64 `json:"cpu_s"`
@@ -137,14 +199,20 @@ func (o *Overhead) Add(p Overhead) {
 
 // Report is the whole result of one wolf command.
 type Report struct {
-	WolfVersion  string          `json:"wolf_version"`
-	Command      string          `json:"command"`
-	Kernel       string          `json:"kernel"`
-	Host         string          `json:"host"`
-	StartedAt    time.Time       `json:"started_at"`
-	DurationS    float64         `json:"duration_s"`
-	Findings     []Finding       `json:"findings"`
-	Histograms   []Histogram     `json:"histograms"`
+	WolfVersion string      `json:"wolf_version"`
+	Command     string      `json:"command"`
+	Kernel      string      `json:"kernel"`
+	Host        string      `json:"host"`
+	StartedAt   time.Time   `json:"started_at"`
+	DurationS   float64     `json:"duration_s"`
+	Findings    []Finding   `json:"findings"`
+	Histograms  []Histogram `json:"histograms"`
+	// Profiles and Timelines are the data behind flame graphs and
+	// migration charts; absent when no investigator collected any.
+	Profiles  []Profile  `json:"profiles,omitempty"`
+	Timelines []Timeline `json:"timelines,omitempty"`
+	// Checklist is doctor's system overview; other commands leave it out.
+	Checklist    []Check         `json:"checklist,omitempty"`
 	Capabilities map[string]bool `json:"capabilities"`
 	Overhead     Overhead        `json:"overhead"`
 	// Errors lists investigators that failed; the rest of the report

@@ -25,6 +25,8 @@ type Options struct {
 type Result struct {
 	Findings     []finding.Finding
 	Histograms   []finding.Histogram
+	Profiles     []finding.Profile  // stack aggregations, for flame graphs and exports
+	Timelines    []finding.Timeline // per-subject event series
 	Capabilities map[string]bool
 	Overhead     finding.Overhead
 	// Notes say what the investigator had to do without ("owners' stacks
