@@ -1,0 +1,286 @@
+package watch
+
+import (
+	"runtime"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/investigator"
+)
+
+// Metrics is the Prometheus view of a watch: what each investigator's last
+// window found (gauges), running totals across windows (counters and
+// histograms, monotonic as Prometheus requires), and the health and cost
+// of every collector. It is a prometheus.Collector that builds constant
+// metrics from its state at each scrape, so a series that leaves the top N
+// or a finding that clears simply stops being exported.
+type Metrics struct {
+	mu         sync.Mutex
+	top        int
+	collectors map[string]*collectorState
+	families   map[string][]*family
+	findings   map[string]map[findingLabels]int // investigator -> active findings
+	hung       hungState
+	migrations []taskRate // sched.bounce tasks, last window, top N
+
+	buildInfo                                                   *prometheus.Desc
+	success, lastDuration, lastSuccess, window, runs, errs      *prometheus.Desc
+	bpfRun, events, dropped                                     *prometheus.Desc
+	findingsDesc, hungTasks, hungBlockedMax, migrationsPerSecDesc *prometheus.Desc
+	version, kernel                                             string
+}
+
+type collectorState struct {
+	window       time.Duration
+	success      bool
+	ran          bool
+	lastDuration time.Duration
+	lastSuccess  time.Time
+	runs, errors uint64
+	bpfRunNs     uint64
+	events       uint64
+	dropped      uint64
+}
+
+type findingLabels struct{ id, severity string }
+
+type hungState struct {
+	tasks      int
+	blockedMax float64
+}
+
+type taskRate struct {
+	pid, comm string
+	rate      float64
+}
+
+// NewMetrics returns the collector. top bounds the label sets of every
+// per-task, per-cgroup and per-lock series; windows gives each
+// investigator's window length (exported so dashboards know the delay).
+func NewMetrics(version, kernel string, top int, windows map[string]time.Duration) *Metrics {
+	if top <= 0 {
+		top = 10
+	}
+	m := &Metrics{
+		top: top, version: version, kernel: kernel,
+		collectors: map[string]*collectorState{},
+		families:   newFamilies(),
+		findings:   map[string]map[findingLabels]int{},
+	}
+	for name, w := range windows {
+		m.collectors[name] = &collectorState{window: w}
+	}
+	c := []string{"collector"}
+	m.buildInfo = prometheus.NewDesc("wolf_build_info", "Always 1; labels name wolf's version, the Go version and the kernel.", []string{"version", "goversion", "kernel"}, nil)
+	m.success = prometheus.NewDesc("wolf_collector_success", "1 if the investigator's last window succeeded, 0 if it failed (it is retried with backoff).", c, nil)
+	m.lastDuration = prometheus.NewDesc("wolf_collector_last_run_duration_seconds", "Wall time of the investigator's last window, load, attach and detach included.", c, nil)
+	m.lastSuccess = prometheus.NewDesc("wolf_collector_last_success_timestamp_seconds", "When the investigator's last successful window ended (Unix time).", c, nil)
+	m.window = prometheus.NewDesc("wolf_collector_window_seconds", "How long each of the investigator's windows watches.", c, nil)
+	m.runs = prometheus.NewDesc("wolf_collector_runs_total", "Windows the investigator completed, failed ones included.", c, nil)
+	m.errs = prometheus.NewDesc("wolf_collector_errors_total", "Windows that failed.", c, nil)
+	m.bpfRun = prometheus.NewDesc("wolf_bpf_run_seconds_total", "CPU time wolf's BPF programs ran in the kernel (kernel run statistics).", c, nil)
+	m.events = prometheus.NewDesc("wolf_events_total", "Kernel events wolf's programs handled.", c, nil)
+	m.dropped = prometheus.NewDesc("wolf_events_dropped_total", "Events lost: ring buffer full, map full, recursion misses.", c, nil)
+	m.findingsDesc = prometheus.NewDesc("wolf_findings", "Findings active after the investigator's last window.", []string{"investigator", "id", "severity"}, nil)
+	m.hungTasks = prometheus.NewDesc("wolf_hung_tasks", "Tasks blocked in D state past the hung threshold at the end of the last hung window.", nil, nil)
+	m.hungBlockedMax = prometheus.NewDesc("wolf_hung_task_blocked_seconds_max", "Longest time a hung task had been blocked, at the end of the last hung window.", nil, nil)
+	m.migrationsPerSecDesc = prometheus.NewDesc("wolf_task_migrations_per_second", "Migrations per second of tasks the sched investigator found bouncing between CPUs, last window, top N.", []string{"pid", "comm"}, nil)
+	return m
+}
+
+func (m *Metrics) state(name string) *collectorState {
+	s, ok := m.collectors[name]
+	if !ok {
+		s = &collectorState{}
+		m.collectors[name] = s
+	}
+	return s
+}
+
+// Observe records one investigator window that succeeded.
+func (m *Metrics) Observe(name string, res *investigator.Result, took time.Duration, end time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.state(name)
+	s.ran, s.success = true, true
+	s.lastDuration, s.lastSuccess = took, end
+	s.runs++
+	s.bpfRunNs += res.Overhead.BPFRunNs
+	s.events += res.Overhead.Events
+	s.dropped += res.Overhead.Dropped
+
+	active := map[findingLabels]int{}
+	for _, f := range res.Findings {
+		active[findingLabels{f.ID, f.Severity.String()}]++
+	}
+	m.findings[name] = active
+
+	byFamily := map[*family][]*finding.Histogram{}
+	for i := range res.Histograms {
+		h := &res.Histograms[i]
+		for _, f := range m.families[h.Name] {
+			if f.match(h) {
+				byFamily[f] = append(byFamily[f], h)
+			}
+		}
+	}
+	for _, fams := range m.families {
+		for _, f := range fams {
+			if hs, ok := byFamily[f]; ok || f.belongsTo(name) {
+				f.add(hs, m.top)
+			}
+		}
+	}
+
+	switch name {
+	case "hung":
+		m.hung = hungFrom(res.Findings)
+	case "sched":
+		m.migrations = migrationsFrom(res.Findings, m.top)
+	}
+}
+
+// belongsTo says which investigator fills a family, so that a window with
+// none of its histograms still ages its per-window maxima and top N.
+func (f *family) belongsTo(investigator string) bool {
+	switch f.source {
+	case "reclaim_duration_us", "kswapd_awake_us", "reclaim_scanned_pages":
+		return investigator == "reclaim"
+	case "lock_wait_us":
+		return investigator == "locks"
+	case "softirq_runtime_us", "softirq_wait_us":
+		return investigator == "softirq"
+	case "runq_latency_us":
+		return investigator == "sched"
+	}
+	return false
+}
+
+// Failed records one investigator window that failed.
+func (m *Metrics) Failed(name string, took time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.state(name)
+	s.ran, s.success = true, false
+	s.lastDuration = took
+	s.runs++
+	s.errors++
+}
+
+// hungFrom counts the distinct tasks still hung (victims of every hung
+// finding but the recovered and khungtaskd history ones) and the longest
+// block among them.
+func hungFrom(fs []finding.Finding) hungState {
+	var st hungState
+	tids := map[int]bool{}
+	for _, f := range fs {
+		if f.Investigator != "hung" || f.ID == "hung.recovered" || f.ID == "hung.khungtaskd" {
+			continue
+		}
+		for _, s := range f.Subjects {
+			if s.Role == finding.RoleVictim {
+				id := s.TID
+				if id == 0 {
+					id = s.PID
+				}
+				tids[id] = true
+			}
+		}
+		if b, ok := number(f.Evidence["blocked_s"]); ok {
+			st.blockedMax = max(st.blockedMax, b)
+		}
+	}
+	st.tasks = len(tids)
+	return st
+}
+
+func migrationsFrom(fs []finding.Finding, top int) []taskRate {
+	var out []taskRate
+	for _, f := range fs {
+		if f.ID != "sched.bounce" {
+			continue
+		}
+		r, ok := number(f.Evidence["migrations_per_s"])
+		if !ok {
+			continue
+		}
+		for _, s := range f.Subjects {
+			if s.Role == finding.RoleTask {
+				out = append(out, taskRate{strconv.Itoa(s.PID), s.Comm, r})
+				break
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].rate > out[j].rate })
+	// Two bouncing threads of one process share pid and comm: keep the
+	// faster, so label sets stay unique.
+	seen := map[taskRate]bool{}
+	uniq := out[:0]
+	for _, t := range out {
+		k := taskRate{pid: t.pid, comm: t.comm}
+		if !seen[k] {
+			seen[k] = true
+			uniq = append(uniq, t)
+		}
+	}
+	if len(uniq) > top {
+		uniq = uniq[:top]
+	}
+	return uniq
+}
+
+// Describe sends nothing: the metric set changes as findings and top-N
+// label sets come and go, so Metrics is an unchecked collector.
+func (m *Metrics) Describe(chan<- *prometheus.Desc) {}
+
+// Collect implements prometheus.Collector.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(m.buildInfo, prometheus.GaugeValue, 1, m.version, runtime.Version(), m.kernel)
+	for name, s := range m.collectors {
+		ch <- prometheus.MustNewConstMetric(m.window, prometheus.GaugeValue, s.window.Seconds(), name)
+		ch <- prometheus.MustNewConstMetric(m.runs, prometheus.CounterValue, float64(s.runs), name)
+		ch <- prometheus.MustNewConstMetric(m.errs, prometheus.CounterValue, float64(s.errors), name)
+		ch <- prometheus.MustNewConstMetric(m.bpfRun, prometheus.CounterValue, float64(s.bpfRunNs)/1e9, name)
+		ch <- prometheus.MustNewConstMetric(m.events, prometheus.CounterValue, float64(s.events), name)
+		ch <- prometheus.MustNewConstMetric(m.dropped, prometheus.CounterValue, float64(s.dropped), name)
+		if !s.ran {
+			continue // no window finished yet: success unknown
+		}
+		ch <- prometheus.MustNewConstMetric(m.success, prometheus.GaugeValue, b2f(s.success), name)
+		ch <- prometheus.MustNewConstMetric(m.lastDuration, prometheus.GaugeValue, s.lastDuration.Seconds(), name)
+		if !s.lastSuccess.IsZero() {
+			ch <- prometheus.MustNewConstMetric(m.lastSuccess, prometheus.GaugeValue, float64(s.lastSuccess.UnixNano())/1e9, name)
+		}
+	}
+	for inv, active := range m.findings {
+		for l, n := range active {
+			ch <- prometheus.MustNewConstMetric(m.findingsDesc, prometheus.GaugeValue, float64(n), inv, l.id, l.severity)
+		}
+	}
+	if hs, ok := m.collectors["hung"]; ok && hs.ran {
+		ch <- prometheus.MustNewConstMetric(m.hungTasks, prometheus.GaugeValue, float64(m.hung.tasks))
+		ch <- prometheus.MustNewConstMetric(m.hungBlockedMax, prometheus.GaugeValue, m.hung.blockedMax)
+	}
+	for _, t := range m.migrations {
+		ch <- prometheus.MustNewConstMetric(m.migrationsPerSecDesc, prometheus.GaugeValue, t.rate, t.pid, t.comm)
+	}
+	for _, fams := range m.families {
+		for _, f := range fams {
+			f.collect(ch)
+		}
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
