@@ -28,11 +28,11 @@ type Metrics struct {
 	hung       hungState
 	migrations []taskRate // sched.bounce tasks, last window, top N
 
-	buildInfo                                                   *prometheus.Desc
-	success, lastDuration, lastSuccess, window, runs, errs      *prometheus.Desc
-	bpfRun, events, dropped                                     *prometheus.Desc
+	buildInfo                                                     *prometheus.Desc
+	success, lastDuration, lastSuccess, window, runs, errs        *prometheus.Desc
+	bpfRun, events, dropped                                       *prometheus.Desc
 	findingsDesc, hungTasks, hungBlockedMax, migrationsPerSecDesc *prometheus.Desc
-	version, kernel                                             string
+	version, kernel                                               string
 }
 
 type collectorState struct {
