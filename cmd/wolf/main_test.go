@@ -129,6 +129,19 @@ func TestBadUsageExitsTwoWithOneLine(t *testing.T) {
 		{"softirq", "--func", "/bin/sh:wolf_no_such_function"},
 		{"softirq", "--func", "net_rx_action", "--pid", "1"},
 		{"softirq", "extra-arg"},
+		{"watch", "--listen", "0.0.0.0:9740"},
+		{"watch", "--listen", ":9740"},
+		{"watch", "--listen", "[::]:9740"},
+		{"watch", "--listen", "127.0.0.1"},
+		{"watch", "--listen", "127.0.0.1:99999"},
+		{"watch", "--interval", "0s"},
+		{"watch", "--interval", "2h"},
+		{"watch", "--interval", "ten"},
+		{"watch", "--hung-interval", "100ms"},
+		{"watch", "--investigators", "hung,bogus"},
+		{"watch", "--top", "0"},
+		{"watch", "--output", "/nonexistent/dir/events.jsonl"},
+		{"watch", "extra-arg"},
 	} {
 		r := runWolf(t, 10*time.Second, args...)
 		if r.code != exitUsage {
@@ -141,7 +154,7 @@ func TestBadUsageExitsTwoWithOneLine(t *testing.T) {
 }
 
 func TestHelpOnEveryCommand(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"doctor", "--help"}, {"hung", "--help"}, {"locks", "--help"}, {"analyze", "--help"}, {"check", "--help"}, {"lab", "--help"}, {"lab", "list", "--help"}, {"lab", "run", "--help"}, {"bench", "--help"}, {"bench", "lpm", "--help"}, {"reclaim", "--help"}, {"sched", "--help"}, {"softirq", "--help"}} {
+	for _, args := range [][]string{{"--help"}, {"doctor", "--help"}, {"hung", "--help"}, {"locks", "--help"}, {"analyze", "--help"}, {"check", "--help"}, {"lab", "--help"}, {"lab", "list", "--help"}, {"lab", "run", "--help"}, {"bench", "--help"}, {"bench", "lpm", "--help"}, {"reclaim", "--help"}, {"sched", "--help"}, {"softirq", "--help"}, {"watch", "--help"}} {
 		r := runWolf(t, 10*time.Second, args...)
 		if r.code != 0 || !strings.Contains(r.stdout, "Usage:") {
 			t.Errorf("wolf %v: exit %d, stdout %q", args, r.code, r.stdout)
@@ -166,7 +179,7 @@ func TestNotRootExitsThree(t *testing.T) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, args := range [][]string{{"hung", "--duration", "1s"}, {"locks", "--duration", "1s"}, {"doctor", "--duration", "1s"}, {"lab", "run", "fuse-rwsem"}, {"bench", "lpm", "--entries", "100"}, {"reclaim", "--duration", "1s"}, {"sched", "--duration", "1s"}, {"softirq", "--duration", "1s"}} {
+	for _, args := range [][]string{{"hung", "--duration", "1s"}, {"locks", "--duration", "1s"}, {"doctor", "--duration", "1s"}, {"lab", "run", "fuse-rwsem"}, {"bench", "lpm", "--entries", "100"}, {"reclaim", "--duration", "1s"}, {"sched", "--duration", "1s"}, {"softirq", "--duration", "1s"}, {"watch", "--interval", "1s"}} {
 		cmd := exec.Command(setpriv, append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", bin}, args...)...)
 		var errb bytes.Buffer
 		cmd.Stderr = &errb
@@ -260,6 +273,10 @@ func TestSignalsLeaveNothingAttached(t *testing.T) {
 		for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGKILL} {
 			signalLeavesNothing(t, c.command, c.progs, sig)
 		}
+	}
+	// wolf watch runs every investigator at once (5+5+14+5+6 programs).
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGKILL} {
+		watchSignalLeavesNothing(t, 35, sig)
 	}
 }
 
