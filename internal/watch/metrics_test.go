@@ -2,6 +2,9 @@ package watch
 
 import (
 	"bytes"
+	"encoding/json"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -168,6 +171,72 @@ func TestFindingsHungAndLint(t *testing.T) {
 	for _, p := range problems {
 		if strings.HasPrefix(p.Metric, "wolf_") {
 			t.Errorf("lint: %s: %s", p.Metric, p.Text)
+		}
+	}
+}
+
+// Every metric the shipped dashboard and alerting rules query is one wolf
+// exports (or client_golang's process collector does).
+func TestDeployQueriesUseExportedMetrics(t *testing.T) {
+	m := NewMetrics("test", "6.18", 10, map[string]time.Duration{"hung": time.Second})
+	var h hist.Log2
+	h.Add(5000)
+	res := &investigator.Result{Findings: []finding.Finding{
+		hungGroup([]int{1}, 6, finding.Warning),
+		{ID: "sched.bounce", Investigator: "sched", Subjects: []finding.Subject{{Role: finding.RoleTask, PID: 3, Comm: "x"}}, Evidence: map[string]any{"migrations_per_s": 50.0}},
+	}}
+	for _, fams := range m.families {
+		for _, f := range fams {
+			labels := map[string]string{}
+			for _, l := range f.labels {
+				labels[l] = "v"
+			}
+			res.Histograms = append(res.Histograms, h.Report(f.source, "us", labels, 1000))
+		}
+	}
+	for _, name := range []string{"hung", "sched", "reclaim", "locks", "softirq"} {
+		m.Observe(name, res, time.Second, time.Now())
+	}
+	mfs, err := Registry(m).Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exported := map[string]bool{}
+	for _, mf := range mfs {
+		n := mf.GetName()
+		exported[n] = true
+		if mf.GetType() == dto.MetricType_HISTOGRAM {
+			exported[n+"_bucket"], exported[n+"_sum"], exported[n+"_count"] = true, true, true
+		}
+	}
+	names := regexp.MustCompile(`\b(?:wolf|process)_[a-z_]+\b`)
+	for _, file := range []string{"../../deploy/grafana/wolf-dashboard.json", "../../deploy/prometheus/wolf-rules.yml"} {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasSuffix(file, ".json") {
+			var d struct {
+				Panels []struct {
+					Targets []struct{ Expr string }
+				}
+			}
+			if err := json.Unmarshal(b, &d); err != nil {
+				t.Fatalf("%s: %v", file, err)
+			}
+			if len(d.Panels) == 0 {
+				t.Fatalf("%s: no panels", file)
+			}
+		}
+		n := 0
+		for _, name := range names.FindAllString(string(b), -1) {
+			n++
+			if !exported[name] {
+				t.Errorf("%s queries %s, which wolf does not export", file, name)
+			}
+		}
+		if n == 0 {
+			t.Errorf("%s: no metric names found", file)
 		}
 	}
 }
