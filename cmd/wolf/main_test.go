@@ -141,6 +141,8 @@ func TestBadUsageExitsTwoWithOneLine(t *testing.T) {
 		{"watch", "--investigators", "hung,bogus"},
 		{"watch", "--top", "0"},
 		{"watch", "--output", "/nonexistent/dir/events.jsonl"},
+		{"watch", "--min-severity", "loud"},
+		{"watch", "--clear-after", "0"},
 		{"watch", "extra-arg"},
 	} {
 		r := runWolf(t, 10*time.Second, args...)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/watch"
 )
@@ -34,6 +35,8 @@ func newWatchCmd() *cobra.Command {
 		names        string
 		top          int
 		output       string
+		minSeverity  string
+		clearAfter   int
 	)
 	c := &cobra.Command{
 		Use:   "watch",
@@ -41,7 +44,8 @@ func newWatchCmd() *cobra.Command {
 		Long: `watch runs wolf's investigators side by side, each in consecutive windows
 of --interval, until interrupted. Findings go out as JSON lines (standard
 output or --output) when they start, change materially (severity changed,
-or a key number moved by 50% or more) and clear. One investigator failing
+or a key number moved by 50% or more) and clear (missing from
+--clear-after consecutive windows). One investigator failing
 never stops the others: the failure is a {"event":"error"} line and
 wolf_collector_success 0, and the investigator is retried with backoff.
 
@@ -69,6 +73,13 @@ address such as :9740 or 0.0.0.0:9740 needs --listen-any.`,
 			if top < 1 || top > 1000 {
 				return usageErr("--top must be from 1 to 1000, got %d", top)
 			}
+			minSev, err := finding.ParseSeverity(minSeverity)
+			if err != nil {
+				return usageErr("--min-severity: %v", err)
+			}
+			if clearAfter < 1 || clearAfter > 100 {
+				return usageErr("--clear-after must be from 1 to 100 windows, got %d", clearAfter)
+			}
 			invs, err := pickInvestigators(names)
 			if err != nil {
 				return err
@@ -83,6 +94,7 @@ address such as :9740 or 0.0.0.0:9740 needs --listen-any.`,
 			}
 			return runWatch(cmd.Context(), cmd.OutOrStdout(), invs, watchSettings{
 				listen: listen, interval: interval, hungInterval: hungInterval, top: top, output: output,
+				minSeverity: minSev, clearAfter: clearAfter,
 			})
 		},
 	}
@@ -93,6 +105,8 @@ address such as :9740 or 0.0.0.0:9740 needs --listen-any.`,
 	c.Flags().StringVar(&names, "investigators", "all", "comma-separated investigators to run ("+strings.Join(investigatorNames(), ",")+")")
 	c.Flags().IntVar(&top, "top", 10, "keep at most N tasks, cgroups or locks per metric; the rest count as \"other\"")
 	c.Flags().StringVarP(&output, "output", "o", "", "append the JSON lines to `FILE` instead of standard output")
+	c.Flags().StringVar(&minSeverity, "min-severity", "info", "emit JSON lines only for findings at least this severe (info, warning, critical); metrics count all")
+	c.Flags().IntVar(&clearAfter, "clear-after", watch.DefaultClearAfter, "a finding clears after missing from this many consecutive windows")
 	return c
 }
 
@@ -101,6 +115,8 @@ type watchSettings struct {
 	interval, hungInterval time.Duration
 	top                    int
 	output                 string
+	minSeverity            finding.Severity
+	clearAfter             int
 }
 
 // checkWindow bounds a window: at least a second (shorter windows would
@@ -164,7 +180,8 @@ func runWatch(ctx context.Context, stdout io.Writer, invs []investigator.Investi
 	}
 	rep := newReport("watch", time.Now())
 	metrics := watch.NewMetrics(version, rep.Kernel, s.top, windows)
-	w, err := watch.New(watch.Config{Investigators: invs, Window: windows, Default: s.interval, Events: events, Metrics: metrics})
+	w, err := watch.New(watch.Config{Investigators: invs, Window: windows, Default: s.interval, Events: events, Metrics: metrics,
+		MinSeverity: s.minSeverity, ClearAfter: s.clearAfter})
 	if err != nil {
 		return wrapFailure(err)
 	}

@@ -159,10 +159,19 @@ type Change struct {
 	Finding *finding.Finding // the current version (the last one for "clear")
 }
 
-// Diff compares the findings active after the previous window (by key, as
-// last emitted) with this window's, returns the changes in a stable order
-// and updates active in place.
-func Diff(active map[string]*finding.Finding, window []finding.Finding) []Change {
+// Active is a finding the watch has reported started and not yet cleared.
+type Active struct {
+	Finding *finding.Finding // as last emitted
+	Missed  int              // consecutive windows without it
+}
+
+// Diff compares the findings active after the previous windows (by key,
+// as last emitted) with this window's, returns the changes in a stable
+// order and updates active in place. A finding clears once it has been
+// missing from clearAfter consecutive windows (1: at once), so one that
+// shows in most windows but not all does not flap between start and clear.
+func Diff(active map[string]*Active, window []finding.Finding, clearAfter int) []Change {
+	clearAfter = max(clearAfter, 1)
 	seen := map[string]bool{}
 	var out []Change
 	for i := range window {
@@ -178,23 +187,27 @@ func Diff(active map[string]*finding.Finding, window []finding.Finding) []Change
 		switch {
 		case !ok:
 			out = append(out, Change{Event: "start", Key: k, Finding: f})
-			active[k] = f
+			active[k] = &Active{Finding: f}
 		default:
-			if why := Material(prev, f); why != "" {
+			prev.Missed = 0
+			if why := Material(prev.Finding, f); why != "" {
 				out = append(out, Change{Event: "change", Key: k, Reason: why, Finding: f})
-				active[k] = f
+				prev.Finding = f
 			}
 		}
 	}
 	var gone []string
-	for k := range active {
-		if !seen[k] {
+	for k, a := range active {
+		if seen[k] {
+			continue
+		}
+		if a.Missed++; a.Missed >= clearAfter {
 			gone = append(gone, k)
 		}
 	}
 	sort.Strings(gone)
 	for _, k := range gone {
-		out = append(out, Change{Event: "clear", Key: k, Finding: active[k]})
+		out = append(out, Change{Event: "clear", Key: k, Finding: active[k].Finding})
 		delete(active, k)
 	}
 	return out

@@ -67,7 +67,7 @@ func TestMaterial(t *testing.T) {
 }
 
 func TestDiffStartChangeClear(t *testing.T) {
-	active := map[string]*finding.Finding{}
+	active := map[string]*Active{}
 	events := func(cs []Change) []string {
 		var out []string
 		for _, c := range cs {
@@ -87,17 +87,21 @@ func TestDiffStartChangeClear(t *testing.T) {
 		}
 	}
 	other := finding.Finding{ID: "hung.io", Investigator: "hung", Subjects: []finding.Subject{{Role: finding.RoleVictim, PID: 99}}}
-	check("first", events(Diff(active, []finding.Finding{hungGroup([]int{1}, 6, finding.Warning), other})), []string{"start:hung.lock-owner", "start:hung.io"})
-	check("same", events(Diff(active, []finding.Finding{hungGroup([]int{1}, 8, finding.Warning), other})), nil)
+	check("first", events(Diff(active, []finding.Finding{hungGroup([]int{1}, 6, finding.Warning), other}, 1)), []string{"start:hung.lock-owner", "start:hung.io"})
+	check("same", events(Diff(active, []finding.Finding{hungGroup([]int{1}, 8, finding.Warning), other}, 1)), nil)
 	// Drift: 6 -> 8 -> 9 is +50% of the emitted 6, not of the last window.
-	check("drift", events(Diff(active, []finding.Finding{hungGroup([]int{1}, 9, finding.Warning), other})), []string{"change:hung.lock-owner"})
-	check("clear", events(Diff(active, []finding.Finding{other})), []string{"clear:hung.lock-owner"})
-	check("all clear", events(Diff(active, nil)), []string{"clear:hung.io"})
+	check("drift", events(Diff(active, []finding.Finding{hungGroup([]int{1}, 9, finding.Warning), other}, 1)), []string{"change:hung.lock-owner"})
+	check("clear", events(Diff(active, []finding.Finding{other}, 1)), []string{"clear:hung.lock-owner"})
+	// With clearAfter 2, one window without it is not enough.
+	check("missed once", events(Diff(active, nil, 2)), nil)
+	check("back", events(Diff(active, []finding.Finding{other}, 2)), nil)
+	check("missed once more", events(Diff(active, nil, 2)), nil)
+	check("missed twice", events(Diff(active, nil, 2)), []string{"clear:hung.io"})
 	if len(active) != 0 {
 		t.Errorf("active after clearing: %v", active)
 	}
 	// Two findings the key cannot tell apart both survive.
-	cs := Diff(active, []finding.Finding{other, other})
+	cs := Diff(active, []finding.Finding{other, other}, 1)
 	if len(cs) != 2 || cs[0].Key == cs[1].Key {
 		t.Errorf("duplicates: %+v", cs)
 	}

@@ -42,7 +42,17 @@ type Config struct {
 	Backoff, MaxBackoff time.Duration
 	// Now is the clock (tests fix it); nil means time.Now.
 	Now func() time.Time
+	// MinSeverity drops findings below it from the event stream (they
+	// still count in the metrics); a finding that falls below it clears.
+	MinSeverity finding.Severity
+	// ClearAfter is how many consecutive windows a finding must be
+	// missing before it clears; 0 means DefaultClearAfter.
+	ClearAfter int
 }
+
+// DefaultClearAfter: a finding clears after two windows without it, so
+// one caught in most windows but not all does not flap.
+const DefaultClearAfter = 2
 
 // Event is one JSON line of the watch's output.
 type Event struct {
@@ -82,6 +92,9 @@ func New(cfg Config) (*Watcher, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.ClearAfter <= 0 {
+		cfg.ClearAfter = DefaultClearAfter
+	}
 	if cfg.Events == nil {
 		cfg.Events = io.Discard
 	}
@@ -116,7 +129,7 @@ func (w *Watcher) Run(ctx context.Context) {
 func (w *Watcher) supervise(ctx context.Context, inv investigator.Investigator) {
 	name := inv.Name()
 	window := w.WindowOf(name)
-	active := map[string]*finding.Finding{}
+	active := map[string]*Active{}
 	failures := 0
 	backoff := w.cfg.Backoff
 	for ctx.Err() == nil {
@@ -147,6 +160,17 @@ func (w *Watcher) supervise(ctx context.Context, inv investigator.Investigator) 
 			backoff = min(2*backoff, w.cfg.MaxBackoff)
 			continue
 		}
+		if took < window/2 {
+			// A window that "succeeded" in well under its length did
+			// not watch; pace the loop rather than spin.
+			t := time.NewTimer(window - took)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
 		if failures > 0 {
 			w.emit(Event{Event: "recovered", Time: w.cfg.Now(), Investigator: name, Failures: failures})
 		}
@@ -155,7 +179,13 @@ func (w *Watcher) supervise(ctx context.Context, inv investigator.Investigator) 
 			w.cfg.Metrics.Observe(name, res, took, time.Now())
 		}
 		now := w.cfg.Now()
-		for _, c := range Diff(active, res.Findings) {
+		var shown []finding.Finding
+		for _, f := range res.Findings {
+			if f.Severity >= w.cfg.MinSeverity {
+				shown = append(shown, f)
+			}
+		}
+		for _, c := range Diff(active, shown, w.cfg.ClearAfter) {
 			w.emit(Event{Event: c.Event, Time: now, Investigator: name, Key: c.Key, Reason: c.Reason, Finding: c.Finding})
 		}
 	}

@@ -58,8 +58,8 @@ func TestWatcherEventsAndFailures(t *testing.T) {
 	}}
 	var out syncBuf
 	m := NewMetrics("test", "", 10, nil)
-	w, err := New(Config{Investigators: []investigator.Investigator{good, bad}, Default: time.Second, Events: &out, Metrics: m,
-		Backoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond})
+	w, err := New(Config{Investigators: []investigator.Investigator{good, bad}, Default: 20 * time.Millisecond, Events: &out, Metrics: m,
+		Backoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond, ClearAfter: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
