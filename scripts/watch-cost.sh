@@ -29,10 +29,10 @@ for inv in hung locks reclaim sched softirq; do
 		sleep "$secs"
 		ticks=$(awk '{print $14 + $15}' "/proc/$pid/stat")
 		kill -INT "$pid"; wait "$pid" || true; pid=
-		# Windows finished in SECONDS (the first starts at once).
-		n=$(( secs / w ))
+		# Windows run back to back: SECONDS hold SECONDS/w of them.
+		n=$(awk -v s="$secs" -v w="$w" 'BEGIN {printf "%.2f", s / w}')
 		per[$w]=$(awk -v t="$ticks" -v hz="$hz" -v n="$n" 'BEGIN {printf "%.4f", t / hz / n}')
-		printf "%-8s %9s %8s %12s %12.2f\n" "$inv" "$w" "$n" "${per[$w]}" "$(awk -v c="${per[$w]}" -v w="$w" 'BEGIN {print 100 * c / w}')"
+		printf "%-8s %9s %8s %12s %12.2f\n" "$inv" "$w" "$n" "${per[$w]}" "$(awk -v t="$ticks" -v hz="$hz" -v s="$secs" 'BEGIN {print 100 * t / hz / s}')"
 	done
 	awk -v a="${per[$short]}" -v b="${per[$long]}" -v s="$short" -v l="$long" -v inv="$inv" 'BEGIN {
 		rate = (b - a) / (l - s); if (rate < 0) rate = 0
