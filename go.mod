@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/cilium/ebpf v0.22.0
 	github.com/gaissmai/bart v0.30.0
+	github.com/google/pprof v0.0.0-20260906184651-6331bc6350fe
 	github.com/spf13/cobra v1.10.2
 	golang.org/x/sys v0.49.0
 )
