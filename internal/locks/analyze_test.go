@@ -251,10 +251,10 @@ func TestProfiles(t *testing.T) {
 	if ps[0].Total() != 1000 || ps[1].Total() != 1000 || ps[2].Total() != 6 || ps[2].PeriodNs != 10101010 {
 		t.Errorf("totals %d %d %d period %d", ps[0].Total(), ps[1].Total(), ps[2].Total(), ps[2].PeriodNs)
 	}
-	if got := strings.Join(ps[0].Stacks[0].Frames, ";"); got != "mmap_lock of evil;name (pid 5) (rwsem:W);vm_mmap_pgoff+0x3;down_write+0x2;rwsem_down_write_slowpath+0x1" {
+	if got := strings.Join(ps[0].Stacks[0].Frames, ";"); got != "mmap_lock of pid 5 (rwsem:W);vm_mmap_pgoff+0x3;down_write+0x2;rwsem_down_write_slowpath+0x1" {
 		t.Errorf("wait stack %s", got)
 	}
-	if got := strings.Join(ps[1].Stacks[0].Frames, ";"); got != "mmap_lock of evil;name (pid 5);owner evil;name (pid 5);do_madvise+0x2;schedule+0x1" {
+	if got := strings.Join(ps[1].Stacks[0].Frames, ";"); got != "mmap_lock of pid 5;owner evil;name (pid 5);do_madvise+0x2;schedule+0x1" {
 		t.Errorf("owner stack %s", got)
 	}
 	var b bytes.Buffer
