@@ -62,6 +62,7 @@ func Analyze(w Window) Result {
 	a.disk()
 	a.network()
 	a.kernelLog()
+	a.res.WindowS = a.dt
 	for _, s := range []Snapshot{w.First, w.Last} {
 		names := make([]string, 0, len(s.Errors))
 		for n := range s.Errors {
@@ -198,7 +199,7 @@ func (a *analysis) load() {
 		v["runnable_mean"], v["runnable_max"] = round(run, 2), runMax
 		v["blocked_mean"], v["blocked_max"] = round(blk, 2), blkMax
 		v["samples"] = n
-		summary += fmt.Sprintf("; runnable %s avg %d max; in I/O wait %s avg", num(run), runMax, num(blk))
+		summary += fmt.Sprintf(", runnable %s avg %d max, blocked %s", num(run), runMax, num(blk))
 		// procs_running counts the reading thread itself.
 		if perCPU := (run - 1) / float64(cpus); n >= 2 && perCPU >= runqPerCPUWarn {
 			fs = append(fs, finding.Finding{
@@ -325,10 +326,13 @@ func (a *analysis) cpu() {
 		}
 	}
 	v["per_cpu"] = perVals
-	summary := fmt.Sprintf("usr %s sys %s iowait %s irq %s soft %s steal %s idle %s",
-		pct(m.Usr+m.Nice), pct(m.Sys), pct(m.IOWait), pct(m.IRQ), pct(m.Soft), pct(m.Steal), pct(m.Idle))
-	if len(per) > 1 {
-		summary += fmt.Sprintf("; busiest cpu%d %s", busiest.CPU, pct(busiest.Busy()))
+	summary := fmt.Sprintf("usr %s sys %s iowait %s", pct(m.Usr+m.Nice), pct(m.Sys), pct(m.IOWait))
+	if m.IRQ > 0 {
+		summary += " irq " + pct(m.IRQ)
+	}
+	summary += fmt.Sprintf(" soft %s steal %s idle %s", pct(m.Soft), pct(m.Steal), pct(m.Idle))
+	if len(per) > 1 && busiest.Busy() >= cpuHotPct && m.Busy() < cpuBusyWarnPct {
+		summary += fmt.Sprintf(", cpu%d %s busy", busiest.CPU, pct(busiest.Busy()))
 	}
 	var fs []finding.Finding
 	var subjects func(pred func(CPUPct) bool, detail func(CPUPct) string) []finding.Subject
@@ -459,16 +463,20 @@ func (a *analysis) memory() {
 		"swap_in_pages_per_s": round(swapIn, 1), "swap_out_pages_per_s": round(swapOut, 1),
 		"direct_scan_pages_per_s": round(directScan, 1),
 	}
-	summary := fmt.Sprintf("avail %s of %s (%s); dirty %s", mib(avail), mib(total), pct(availPct), mib(mem["Dirty"]))
+	summary := fmt.Sprintf("avail %s of %s (%s), dirty %s", mib(avail), mib(total), pct(availPct), mib(mem["Dirty"]))
 	if mem["SwapTotal"] > 0 {
-		summary += fmt.Sprintf("; swap %s used, in/out %s/%s pages/s", mib(swapUsed), num(swapIn), num(swapOut))
+		summary += fmt.Sprintf(", swap %s used, si/so %s/%s pages/s", mib(swapUsed), num(swapIn), num(swapOut))
 	} else {
-		summary += "; no swap"
+		summary += ", no swap"
 	}
-	summary += fmt.Sprintf("; direct reclaim %s pages/s", num(directScan))
+	if directScan > 0 {
+		summary += fmt.Sprintf(", direct reclaim %s pages/s", num(directScan))
+	}
 	if hasOOM {
 		v["oom_kills"] = int64(ooms)
-		summary += fmt.Sprintf("; OOM kills %d", int64(ooms))
+		if ooms > 0 {
+			summary += fmt.Sprintf(", OOM kills %d", int64(ooms))
+		}
 	}
 	var fs []finding.Finding
 	if availPct < memAvailWarnPct {
@@ -551,13 +559,13 @@ func (a *analysis) psi() {
 		full := math.Min(100, 100*sub(b.FullTotalUs, f.FullTotalUs)/window)
 		v[res+"_some_pct"] = round(some, 2)
 		v[res+"_some_avg10_pct"] = b.SomeAvg10
-		part := fmt.Sprintf("%s some %s", res, pct(some))
+		part := fmt.Sprintf("%s %s", res, pct(some))
 		// The system-level cpu "full" line is always zero (some task
 		// always runs); it is kept out of the summary.
 		if b.HasFull && res != "cpu" {
 			v[res+"_full_pct"] = round(full, 2)
 			v[res+"_full_avg10_pct"] = b.FullAvg10
-			part += " full " + pct(full)
+			part += "/" + pct(full)
 		}
 		parts = append(parts, part)
 		ev := map[string]any{"some_pct": round(some, 2), "full_pct": round(full, 2), "some_avg10_pct": b.SomeAvg10, "window_s": round(a.dt, 2)}
@@ -592,14 +600,16 @@ func (a *analysis) psi() {
 			}
 		}
 	}
-	a.check("psi", "stalled: "+strings.Join(parts, "; "), v, fs...)
+	a.check("psi", "stalled (some/full): "+strings.Join(parts, ", "), v, fs...)
 }
+
+var psiNames = map[string]string{"cpu": "CPU", "memory": "Memory", "io": "I/O"}
 
 func psiFinding(res string, sev finding.Severity, share float64, kind string, ev map[string]any, summary string, rem []string) finding.Finding {
 	return finding.Finding{
 		ID:        "system.psi-" + res,
 		Severity:  sev,
-		Title:     fmt.Sprintf("%s pressure: tasks stalled on %s %s of the window (%s)", strings.ToUpper(res[:1])+res[1:], res, pct(share), kind),
+		Title:     fmt.Sprintf("%s pressure: tasks stalled on %s %s of the window (%s)", psiNames[res], res, pct(share), kind),
 		Summary:   summary,
 		Mechanism: "PSI counts the wall-clock time tasks could not run for lack of a resource (\"some\": at least one task; \"full\": all non-idle tasks at once). It measures lost time directly, whatever the cause.",
 		Evidence:  ev,
@@ -829,8 +839,16 @@ func (a *analysis) network() {
 	if bad == nil {
 		v["interfaces_with_errors"] = []map[string]any{}
 	}
-	summary := fmt.Sprintf("rx %s tx %s kB/s; if errors %d drops %d; tcp retrans %s/s (%s); listen drops %d; udp rcvbuf errs %d",
-		num(a.rate(rxKB)), num(a.rate(txKB)), int64(errs), int64(drops), num(a.rate(retrans)), pct(retransPct), int64(listen), int64(udpRcvbuf))
+	summary := fmt.Sprintf("rx %s tx %s kB/s, errors %d drops %d, tcp retrans %s/s (%s)",
+		num(a.rate(rxKB)), num(a.rate(txKB)), int64(errs), int64(drops), num(a.rate(retrans)), pct(retransPct))
+	for _, c := range []struct {
+		n    float64
+		what string
+	}{{listen, "listen drops"}, {backlog, "backlog drops"}, {collapsed + pruned, "rcv collapses"}, {udpRcvbuf, "udp rcvbuf errors"}} {
+		if c.n > 0 {
+			summary += fmt.Sprintf(", %s %d", c.what, int64(c.n))
+		}
+	}
 	var fs []finding.Finding
 	if errs > 0 || a.rate(drops) >= netDropsWarnPerS {
 		fs = append(fs, finding.Finding{

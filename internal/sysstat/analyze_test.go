@@ -215,7 +215,7 @@ func TestPSI(t *testing.T) {
 	if !strings.Contains(strings.Join(f.Remediation, " "), "wolf reclaim") {
 		t.Errorf("memory PSI does not point at wolf reclaim: %v", f.Remediation)
 	}
-	if c := checkOf(t, res, "psi"); !strings.Contains(c.Summary, "memory some 30% full 15%") {
+	if c := checkOf(t, res, "psi"); !strings.Contains(c.Summary, "memory 30%/15%") {
 		t.Errorf("psi summary %q", c.Summary)
 	}
 }
@@ -288,7 +288,7 @@ func TestNetworkErrors(t *testing.T) {
 		t.Errorf("collapse does not point at wolf softirq")
 	}
 	c := checkOf(t, res, "network")
-	if !strings.Contains(c.Summary, "if errors 7") || !strings.Contains(c.Summary, "tcp retrans 25/s (5.0%)") {
+	if !strings.Contains(c.Summary, "errors 7") || !strings.Contains(c.Summary, "tcp retrans 25/s (5.0%)") {
 		t.Errorf("network summary %q", c.Summary)
 	}
 }

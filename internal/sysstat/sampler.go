@@ -48,6 +48,7 @@ type Result struct {
 	Checks   []finding.Check
 	Findings []finding.Finding
 	Notes    []string
+	WindowS  float64 // the window's length in seconds
 }
 
 // Start takes the first snapshot, positions the kernel log at its end and
