@@ -304,8 +304,10 @@ func TestDoctorHealthyHostFinishesInTime(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.Exclusive(t)
 	start := time.Now()
+	meter := startLoadMeter(t)
 	r := runWolf(t, 20*time.Second, "doctor", "--duration", "3s", "--format", "json")
 	took := time.Since(start)
+	cpuLoaded := meter.cpuLoaded(t, took.Seconds())
 	if r.code != 0 {
 		t.Fatalf("doctor exit %d: %s", r.code, r.stderr)
 	}
@@ -330,12 +332,18 @@ func TestDoctorHealthyHostFinishesInTime(t *testing.T) {
 			t.Errorf("healthy host gave a softirq %s: %s", f.Severity, f.Title)
 		}
 	}
+	checkHealthyChecklist(t, &rep, cpuLoaded)
 	if len(rep.Errors) > 0 {
 		t.Errorf("errors: %v", rep.Errors)
 	}
+	meter = startLoadMeter(t)
+	textStart := time.Now()
 	text := runWolf(t, 20*time.Second, "doctor", "--duration", "1s")
-	if !strings.Contains(text.stdout, "Healthy") {
+	if !healthyText(t, text.stdout, meter.cpuLoaded(t, time.Since(textStart).Seconds())) {
 		t.Errorf("no healthy verdict in text output:\n%s", text.stdout)
+	}
+	if !strings.Contains(text.stdout, "\nload ") || !strings.Contains(text.stdout, "\nkernel log ") {
+		t.Errorf("no checklist in text output:\n%s", text.stdout)
 	}
 }
 
