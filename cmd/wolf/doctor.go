@@ -75,6 +75,7 @@ func runInvestigators(ctx context.Context, command string, invs []investigator.I
 		err  error
 	}
 	results := make([]outcome, len(invs))
+	sys := startChecklist(ctx, command)
 	var wg sync.WaitGroup
 	for i, inv := range invs {
 		wg.Add(1)
@@ -94,6 +95,7 @@ func runInvestigators(ctx context.Context, command string, invs []investigator.I
 		}
 	}
 	wg.Wait()
+	finishChecklist(ctx, sys, rep)
 	bar.stop()
 	var errs []error
 	for _, o := range results {

@@ -19,7 +19,6 @@ func newLocksCmd() *cobra.Command {
 		lock      string
 		types     string
 		top       int
-		folded    string
 		threshold time.Duration
 		hz        int
 	)
@@ -37,7 +36,7 @@ Locks are named, not numbered: a process's mmap_lock as "mmap_lock of comm
 (pid N)", kernel globals by symbol or by their waiters' wrapper (rtnl_mutex),
 other locks by type and the function their waiters called from.`,
 		Example: `  wolf locks                          # 10 s, the 5 most contended locks
-  wolf locks --pid 1234 --folded under-lock.folded   # mmap_lock holds of one process
+  wolf locks --pid 1234 --folded l.folded   # mmap_lock holds of one process; stacks for flame graphs
   wolf locks --lock rtnl_mutex --duration 30s
   wolf locks --type rwsem,mutex --format json`,
 		Args: cobra.NoArgs,
@@ -66,16 +65,11 @@ other locks by type and the function their waiters called from.`,
 			if hz < 0 || hz > 10000 {
 				return usageErr("--profile-hz must be 0 (off) to 10000, got %d", hz)
 			}
-			if folded != "" {
-				if err := checkWritable(folded); err != nil {
-					return usageErr("--folded: %v", err)
-				}
-			}
 			if err := requireRoot("wolf locks"); err != nil {
 				return err
 			}
 			l := locks.New()
-			l.Lock, l.Types, l.Top, l.Folded, l.HoldThreshold, l.ProfileHz = lock, types, top, folded, threshold, hz
+			l.Lock, l.Types, l.Top, l.HoldThreshold, l.ProfileHz = lock, types, top, threshold, hz
 			rep, errs := runInvestigators(cmd.Context(), "locks", []investigator.Investigator{l}, investigator.Options{Duration: duration, PID: pid}, false, os.Stderr)
 			if len(errs) > 0 {
 				return investigationErr(errs[0])
@@ -90,7 +84,6 @@ other locks by type and the function their waiters called from.`,
 	f.StringVar(&lock, "lock", "", "only this lock: a symbol (rtnl_mutex), a name wolf printed, or a hex address")
 	f.StringVar(&types, "type", "", "only these lock types, comma-separated: "+strings.Join(locks.TypeNames(), ", "))
 	f.IntVar(&top, "top", locks.DefaultTop, "how many locks and mmap_lock holders to report")
-	f.StringVar(&folded, "folded", "", "write the stacks sampled under mmap_lock to FILE (folded, for flame graphs)")
 	f.DurationVar(&threshold, "hold-threshold", locks.DefaultHoldThreshold, "report mmap_lock holds at least this long one by one")
 	f.IntVar(&hz, "profile-hz", locks.DefaultProfileHz, "sampling rate of the profile under mmap_lock (0: off)")
 	return c

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -91,6 +93,8 @@ func TestBadUsageExitsTwoWithOneLine(t *testing.T) {
 		{"locks", "--profile-hz", "-1"},
 		{"locks", "--lock", "0xzz"},
 		{"locks", "--folded", "/nonexistent/dir/out.folded"},
+		{"hung", "--pprof", "/nonexistent/dir/p.pb.gz"},
+		{"doctor", "--pprof", "/"},
 		{"locks", "--pid", "-1"},
 		{"locks", "--duration", "0s"},
 		{"sched", "--format", "xml"},
@@ -319,8 +323,10 @@ func TestDoctorHealthyHostFinishesInTime(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.Exclusive(t)
 	start := time.Now()
+	meter := startLoadMeter(t)
 	r := runWolf(t, 20*time.Second, "doctor", "--duration", "3s", "--format", "json")
 	took := time.Since(start)
+	cpuLoaded := meter.cpuLoaded(t, took.Seconds())
 	if r.code != 0 {
 		t.Fatalf("doctor exit %d: %s", r.code, r.stderr)
 	}
@@ -345,12 +351,18 @@ func TestDoctorHealthyHostFinishesInTime(t *testing.T) {
 			t.Errorf("healthy host gave a softirq %s: %s", f.Severity, f.Title)
 		}
 	}
+	checkHealthyChecklist(t, &rep, cpuLoaded)
 	if len(rep.Errors) > 0 {
 		t.Errorf("errors: %v", rep.Errors)
 	}
+	meter = startLoadMeter(t)
+	textStart := time.Now()
 	text := runWolf(t, 20*time.Second, "doctor", "--duration", "1s")
-	if !strings.Contains(text.stdout, "Healthy") {
+	if !healthyText(t, text.stdout, meter.cpuLoaded(t, time.Since(textStart).Seconds())) {
 		t.Errorf("no healthy verdict in text output:\n%s", text.stdout)
+	}
+	if !strings.Contains(text.stdout, "\nload ") || !strings.Contains(text.stdout, "\nkernel log ") {
+		t.Errorf("no checklist in text output:\n%s", text.stdout)
 	}
 }
 
@@ -566,7 +578,8 @@ func TestLabRunCleansUpOnSIGINT(t *testing.T) {
 }
 
 // wolf locks through the CLI on the mmap-lock lab: JSON with the hold
-// finding and the lab's histograms, and a folded profile file.
+// finding and the lab's histograms, and the stack exports: one folded file
+// per profile, and a pprof file go tool pprof reads.
 func TestLocksCLIOnMmapLockLab(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.Exclusive(t)
@@ -580,7 +593,7 @@ func TestLocksCLIOnMmapLockLab(t *testing.T) {
 	pid := in.(*mmaplock.Instance).PID()
 	dir := t.TempDir()
 	r := runWolf(t, 30*time.Second, "locks", "--duration", "3s", "--pid", strconv.Itoa(pid), "--format", "json",
-		"--output", dir+"/r.json", "--folded", dir+"/f.folded")
+		"--output", dir+"/r.json", "--folded", dir+"/f.folded", "--pprof", dir+"/p.pb.gz")
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
@@ -601,8 +614,23 @@ func TestLocksCLIOnMmapLockLab(t *testing.T) {
 	if rep.Overhead.Events == 0 {
 		t.Errorf("no overhead: %+v", rep.Overhead)
 	}
-	if st, err := os.Stat(dir + "/f.folded"); err != nil || st.Size() == 0 {
-		t.Errorf("folded file: %v", err)
+	var names []string
+	for _, p := range rep.Profiles {
+		names = append(names, p.Name)
+	}
+	if !slices.Contains(names, "mmap_lock_profile") || !slices.Contains(names, "lock_wait_stacks") {
+		t.Errorf("profiles %v, want mmap_lock_profile and lock_wait_stacks", names)
+	}
+	folded, err := os.ReadFile(dir + "/f.mmap_lock_profile.folded")
+	if err != nil || !strings.Contains(string(folded), fmt.Sprintf("wolf-mmaplock (pid %d);[mmap_lock ", pid)) {
+		t.Errorf("folded profile under lock (%v):\n%.500s", err, folded)
+	}
+	if !strings.Contains(r.stderr, "f.lock_wait_stacks.folded") {
+		t.Errorf("stderr does not name the folded files: %s", r.stderr)
+	}
+	out, err := exec.Command("go", "tool", "pprof", "-top", "-sample_index=lock_wait_stacks", dir+"/p.pb.gz").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "rwsem_down_") {
+		t.Errorf("go tool pprof on the export (%v):\n%s", err, out)
 	}
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/wolf-investigator/wolf/internal/export"
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/render"
 )
@@ -21,11 +23,17 @@ import (
 type outputFlags struct {
 	format string
 	output string
+	// folded and pprof export the report's stack aggregations (profiles)
+	// for flame graph tools and `go tool pprof`.
+	folded string
+	pprof  string
 }
 
 func (o *outputFlags) register(c *cobra.Command) {
 	c.Flags().StringVar(&o.format, "format", "text", "output format: text or json")
 	c.Flags().StringVarP(&o.output, "output", "o", "", "write the report to `FILE` instead of standard output")
+	c.Flags().StringVar(&o.folded, "folded", "", "write each stack profile in folded form (flame graphs) to `FILE` with the profile's name before the extension")
+	c.Flags().StringVar(&o.pprof, "pprof", "", "write the stack profiles to `FILE` in pprof format (go tool pprof)")
 }
 
 // validate checks the flags before any work starts, so bad usage fails in
@@ -38,6 +46,14 @@ func (o *outputFlags) validate() (render.Format, error) {
 	if o.output != "" {
 		if st, err := os.Stat(o.output); err == nil && st.IsDir() {
 			return "", usageErr("--output %s: is a directory", o.output)
+		}
+	}
+	for _, e := range []struct{ flag, path string }{{"--folded", o.folded}, {"--pprof", o.pprof}} {
+		if e.path == "" {
+			continue
+		}
+		if err := checkWritable(e.path); err != nil {
+			return "", usageErr("%s: %v", e.flag, err)
 		}
 	}
 	return f, nil
@@ -59,12 +75,61 @@ func (o *outputFlags) write(stdout io.Writer, r *finding.Report) error {
 	if err != nil {
 		return wrapFailure(err)
 	}
+	if err := o.export(r); err != nil {
+		return &exitError{code: exitFailed, err: err}
+	}
 	if o.output == "" {
 		_, err = stdout.Write(buf.Bytes())
 		return wrapFailure(err)
 	}
 	if err := os.WriteFile(o.output, buf.Bytes(), 0o644); err != nil {
 		return &exitError{code: exitFailed, err: fmt.Errorf("write report: %w", err)}
+	}
+	return nil
+}
+
+// export writes --folded and --pprof. A run that collected no stacks
+// still writes a (sample-less) pprof file, so a script finds what it
+// asked for; folded files exist one per profile, so there are none.
+func (o *outputFlags) export(r *finding.Report) error {
+	if o.folded != "" {
+		if len(r.Profiles) == 0 {
+			fmt.Fprintln(os.Stderr, "wolf: --folded: no stacks collected in this run; no folded file written")
+		}
+		for i := range r.Profiles {
+			p := &r.Profiles[i]
+			path := export.FoldedPath(o.folded, p.Name)
+			if err := writeFile(path, func(w io.Writer) error { return export.Folded(w, p) }); err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "wolf: wrote %s (%d stacks, %d %s)\n", path, len(p.Stacks), p.Total(), p.Unit)
+		}
+	}
+	if o.pprof != "" {
+		dur := time.Duration(r.DurationS * float64(time.Second))
+		if err := writeFile(o.pprof, func(w io.Writer) error { return export.PProf(w, r.Profiles, r.StartedAt, dur) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func writeFile(path string, fill func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	w := bufio.NewWriter(f)
+	if err := fill(w); err != nil {
+		f.Close()
+		return fmt.Errorf("export %s: %w", path, err)
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return fmt.Errorf("export %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("export %s: %w", path, err)
 	}
 	return nil
 }

@@ -558,3 +558,25 @@ func dur(d time.Duration) string {
 }
 
 func round1(v float64) float64 { return float64(int64(v*10+0.5)) / 10 }
+
+// Profile is the kernel stacks of the tasks blocked at least Threshold in
+// the window (still blocked or recovered), one count per task: the flame
+// graph of where a host's D-state tasks sleep, as a `echo w >
+// /proc/sysrq-trigger` dump would show them, folded. Nil when none were.
+func (s *Snapshot) Profile() *finding.Profile {
+	p := &finding.Profile{Name: "blocked_stacks", Unit: "tasks"}
+	for _, ts := range [][]*Task{s.Victims, s.Recovered} {
+		for _, t := range ts {
+			frames := make([]string, 0, len(t.Stack)+1)
+			frames = append(frames, "["+t.StateLetter()+" state]")
+			for i := len(t.Stack) - 1; i >= 0; i-- {
+				frames = append(frames, t.Stack[i])
+			}
+			p.Stacks = append(p.Stacks, finding.StackCount{Frames: frames, Value: 1})
+		}
+	}
+	if len(p.Stacks) == 0 {
+		return nil
+	}
+	return p
+}

@@ -213,3 +213,19 @@ func TestConcludeNamesRtnlFromStacks(t *testing.T) {
 		t.Fatalf("got %+v", fs)
 	}
 }
+
+// The blocked tasks' stacks, outermost first, one task each: both
+// victims of the lab fold into one stack of value 2.
+func TestProfileOfBlockedTasks(t *testing.T) {
+	p := fuseSnapshot().Profile()
+	if p == nil || p.Name != "blocked_stacks" || p.Unit != "tasks" || p.Total() != 2 {
+		t.Fatalf("profile %+v", p)
+	}
+	f := p.Stacks[0].Frames
+	if f[0] != "[D state]" || f[1] != "entry_SYSCALL_64_after_hwframe+0x76" || f[len(f)-1] != "__schedule+0x3c5" {
+		t.Errorf("frames %v", f)
+	}
+	if (&Snapshot{}).Profile() != nil {
+		t.Error("a profile with no blocked task")
+	}
+}

@@ -138,6 +138,9 @@ func (h *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 		Capabilities: map[string]bool{},
 		Notes:        p.warnings,
 	}
+	if prof := snap.Profile(); prof != nil {
+		res.Profiles = append(res.Profiles, *prof)
+	}
 	for _, tp := range tracepoints {
 		res.Capabilities["tracepoint:"+tp.name] = p.attached[tp.name]
 	}

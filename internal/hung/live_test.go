@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -153,6 +154,18 @@ func TestLiveRWSemOwnerBeforeAndAfterStart(t *testing.T) {
 	}
 	if !strings.Contains(f.Title, "FUSE daemon") {
 		t.Errorf("title does not follow the chain to the daemon: %s", f.Title)
+	}
+	// The flame graph of blocked tasks counts every victim in the FUSE write.
+	var inWrite uint64
+	for _, p := range res.Profiles {
+		for _, st := range p.Stacks {
+			if p.Name == "blocked_stacks" && slices.ContainsFunc(st.Frames, func(f string) bool { return strings.HasPrefix(f, "fuse_file_write_iter+") }) {
+				inWrite += st.Value
+			}
+		}
+	}
+	if inWrite < uint64(len(want)) {
+		t.Errorf("blocked_stacks has %d tasks in fuse_file_write_iter, want >= %d: %+v", inWrite, len(want), res.Profiles)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wolf-investigator/wolf/internal/export"
 	"github.com/wolf-investigator/wolf/internal/finding"
 )
 
@@ -229,7 +230,7 @@ func TestHoldFinding(t *testing.T) {
 	}
 }
 
-func TestWriteFolded(t *testing.T) {
+func TestProfiles(t *testing.T) {
 	s := &Snapshot{
 		MM: []MMStat{{TGID: 5, Comm: "evil;name"}},
 		Profile: []ProfileStack{
@@ -238,8 +239,26 @@ func TestWriteFolded(t *testing.T) {
 			{TGID: 5, TID: 6, Count: 1, Stack: []string{"mod_fn+0x10 [fuse]"}},
 		},
 	}
+	s.Waits = []Wait{
+		{Lock: 0x10, Type: RwsemWrite, Count: 2, TotalNs: 900, Stack: []string{"rwsem_down_write_slowpath+0x1", "down_write+0x2", "vm_mmap_pgoff+0x3"}, MMTGID: 5},
+		{Lock: 0x10, Type: RwsemRead, Count: 1, TotalNs: 100, Stack: []string{"rwsem_down_read_slowpath+0x1", "down_read+0x2", "do_mincore+0x3"}, MMTGID: 5},
+	}
+	s.Owners = []Owner{{Lock: 0x10, TID: 6, TGID: 5, Comm: "evil;name", TotalNs: 1000, Stack: []string{"schedule+0x1", "do_madvise+0x2"}}}
+	ps := s.Profiles(99)
+	if len(ps) != 3 || ps[0].Name != "lock_wait_stacks" || ps[1].Name != "lock_owner_stacks" || ps[2].Name != "mmap_lock_profile" {
+		t.Fatalf("profiles %+v", ps)
+	}
+	if ps[0].Total() != 1000 || ps[1].Total() != 1000 || ps[2].Total() != 6 || ps[2].PeriodNs != 10101010 {
+		t.Errorf("totals %d %d %d period %d", ps[0].Total(), ps[1].Total(), ps[2].Total(), ps[2].PeriodNs)
+	}
+	if got := strings.Join(ps[0].Stacks[0].Frames, ";"); got != "mmap_lock of pid 5 (rwsem:W);vm_mmap_pgoff+0x3;down_write+0x2;rwsem_down_write_slowpath+0x1" {
+		t.Errorf("wait stack %s", got)
+	}
+	if got := strings.Join(ps[1].Stacks[0].Frames, ";"); got != "mmap_lock of pid 5;owner evil;name (pid 5);do_madvise+0x2;schedule+0x1" {
+		t.Errorf("owner stack %s", got)
+	}
 	var b bytes.Buffer
-	if err := WriteFolded(&b, s); err != nil {
+	if err := export.Folded(&b, &ps[2]); err != nil {
 		t.Fatal(err)
 	}
 	want := "evil_name (pid 5);[mmap_lock write];do_mprotect_pkey;change_protection;change_pte_range 5\n" +

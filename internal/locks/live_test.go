@@ -128,8 +128,8 @@ func TestLiveFuseOwnerRawTracepoints(t *testing.T) { testFuseOwner(t, true) }
 // The mmap-lock lab: a CPU-starved holder, a writer and readers in one
 // process. wolf must report the long holds with the holder, how little
 // CPU it got, what ran under the lock, the contention on that process's
-// mmap_lock, and readers queued behind the writer; --folded writes the
-// profile.
+// mmap_lock, and readers queued behind the writer; the profile under lock
+// holds the lab's samples.
 func TestLiveMmapLock(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.Exclusive(t)
@@ -141,10 +141,7 @@ func TestLiveMmapLock(t *testing.T) {
 	}
 	defer in.Close()
 	inst := in.(*mmaplock.Instance)
-	folded := t.TempDir() + "/under.folded"
-
 	l := New()
-	l.Folded = folded
 	l.ProfileHz = 499
 	res := run(t, l, investigator.Options{Duration: 5 * time.Second, PID: inst.PID()}, nil)
 
@@ -201,12 +198,23 @@ func TestLiveMmapLock(t *testing.T) {
 	if !sawHold {
 		t.Error("no mmap_lock_hold_us histogram")
 	}
-	b, err := os.ReadFile(folded)
-	if err != nil {
-		t.Fatal(err)
+	var under *finding.Profile
+	for i := range res.Profiles {
+		if res.Profiles[i].Name == "mmap_lock_profile" {
+			under = &res.Profiles[i]
+		}
 	}
-	if !strings.Contains(string(b), "[mmap_lock ") || !strings.Contains(string(b), "wolf-mmaplock (pid ") {
-		t.Errorf("folded profile lacks the lab's samples:\n%s", b)
+	if under == nil || len(under.Stacks) == 0 {
+		t.Fatalf("no profile under lock: %+v", res.Profiles)
+	}
+	var sawLab bool
+	for _, st := range under.Stacks {
+		if len(st.Frames) > 2 && strings.HasPrefix(st.Frames[0], "wolf-mmaplock (pid ") && strings.HasPrefix(st.Frames[1], "[mmap_lock ") {
+			sawLab = true
+		}
+	}
+	if !sawLab {
+		t.Errorf("profile under lock lacks the lab's samples: %+v", under.Stacks[0])
 	}
 	if res.Overhead.BPFRunNs == 0 || res.Overhead.Events == 0 {
 		t.Errorf("overhead not measured: %+v", res.Overhead)

@@ -6,10 +6,8 @@
 package locks
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -34,7 +32,6 @@ type Investigator struct {
 	Top           int    // locks and holders reported
 	Lock          string // "", a symbol, or a hex address
 	Types         string // --type list, "" for all
-	Folded        string // write stacks sampled under mmap_lock here
 	Proc          procfs.Reader
 
 	rawOnly bool      // tests: no BTF tracepoints, as on old kernels
@@ -222,11 +219,7 @@ loop:
 	p.mu.Lock()
 	res.Notes = append(res.Notes, p.warnings...)
 	p.mu.Unlock()
-	if l.Folded != "" {
-		if err := writeFoldedFile(l.Folded, snap); err != nil {
-			return nil, fmt.Errorf("locks: %w", err)
-		}
-	}
+	res.Profiles = snap.Profiles(l.ProfileHz)
 	st := p.stats()
 	events := st["begin"] + st["end"] + st["mm_events"] + st["samples"]
 	dropped := st["pending_full"] + st["nested"] + st["waits_full"] + st["tasks_full"] + st["owners_full"] +
@@ -255,21 +248,4 @@ func (s *Snapshot) keepPID(pid, tgid int) {
 		}
 	}
 	s.Holds = hs
-}
-
-func writeFoldedFile(path string, s *Snapshot) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("folded stacks: %w", err)
-	}
-	w := bufio.NewWriter(f)
-	if err := WriteFolded(w, s); err != nil {
-		f.Close()
-		return fmt.Errorf("folded stacks: %w", err)
-	}
-	if err := w.Flush(); err != nil {
-		f.Close()
-		return fmt.Errorf("folded stacks: %w", err)
-	}
-	return f.Close()
 }

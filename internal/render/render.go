@@ -92,6 +92,7 @@ func Text(w io.Writer, r *finding.Report, o TextOptions) error {
 	}
 	t := &textWriter{w: w, o: o, color: o.Color}
 	t.printf("%s\n\n", t.paint("1", fmt.Sprintf("wolf %s · %s · %s · kernel %s · %.1f s", r.WolfVersion, r.Command, r.Host, r.Kernel, r.DurationS)))
+	t.checklist(r.Checklist)
 	fs := append([]finding.Finding(nil), r.Findings...)
 	finding.Sort(fs)
 	for _, f := range fs {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -135,6 +136,39 @@ func TestLiveAffinityLab(t *testing.T) {
 	if w.res.Overhead.Events == 0 || w.res.Overhead.BPFRunNs == 0 {
 		t.Errorf("overhead %+v", w.res.Overhead)
 	}
+	checkTimeline(t, w, tk, "affinity")
+}
+
+// checkTimeline: the named task's migration timeline holds its latest
+// moves, in time order, between CPUs, each labelled with its initiator
+// (mostly want); the rest counted as dropped.
+func checkTimeline(t *testing.T, w watched, tk *Task, want string) {
+	t.Helper()
+	var tl *finding.Timeline
+	for i := range w.res.Timelines {
+		if w.res.Timelines[i].Labels["tid"] == strconv.Itoa(tk.TID) {
+			tl = &w.res.Timelines[i]
+		}
+	}
+	if tl == nil {
+		t.Fatalf("no migration timeline for task %d: %+v", tk.TID, w.res.Timelines)
+	}
+	cpus := map[float64]bool{}
+	labels := map[string]int{}
+	for i, e := range tl.Events {
+		cpus[e.Value] = true
+		labels[e.Label]++
+		if i > 0 && e.AtS < tl.Events[i-1].AtS {
+			t.Errorf("timeline not in time order at %d: %+v", i, tl.Events[i-1:i+1])
+		}
+	}
+	moves := len(tl.Events) - 1
+	if len(cpus) < 2 || moves <= 0 || moves > DefaultTimelineLen || uint64(moves)+tl.Dropped != tk.Logged {
+		t.Errorf("timeline: %d moves over CPUs %v, %d dropped, %d logged", moves, cpus, tl.Dropped, tk.Logged)
+	}
+	if labels[want]*2 < moves {
+		t.Errorf("timeline initiators %v, want mostly %s", labels, want)
+	}
 }
 
 // sched-bounce's task is moved by the kernel's own wake-up placement; how
@@ -162,6 +196,7 @@ func TestLiveBounceLab(t *testing.T) {
 	if ev := f.Evidence; ev["initiator_wakeup_pct"].(float64) < 50 {
 		t.Errorf("initiators %v, want mostly the wake-up path", ev["initiators"])
 	}
+	checkTimeline(t, w, tk, "wakeup")
 }
 
 // The same work pinned (the seed's fix): no finding.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
@@ -98,6 +99,7 @@ func openProbe(cfg config) (*probe, error) {
 		"bounce_window_ns":  cfg.BounceWindowNs,
 		"target_tgid":       cfg.TargetTGID,
 		"self_tgid":         cfg.SelfTGID,
+		"timeline_len":      uint32(DefaultTimelineLen),
 		"off_runqueues":     offs["runqueues"],
 		"off_preempt_count": offs["__preempt_count"],
 		"off_sd_llc_size":   offs["sd_llc_size"],
@@ -236,6 +238,22 @@ func (p *probe) exitedTasks() []schedTaskRec {
 	it := p.objs.Exited.Iterate()
 	for it.Next(&tid, &rec) {
 		out = append(out, rec)
+	}
+	return out
+}
+
+// migrations reads the timeline rings: each task's kept moves, timed from
+// start (bpf_ktime_get_ns, the same clock).
+func (p *probe) migrations(start uint64) map[int][]Migration {
+	out := map[int][]Migration{}
+	var k schedMigKey
+	var e schedMigEvent
+	it := p.objs.Migs.Iterate()
+	for it.Next(&k, &e) {
+		if e.Ts < start {
+			continue // moved between attaching and the window's start
+		}
+		out[int(k.Tid)] = append(out[int(k.Tid)], Migration{At: time.Duration(e.Ts - start), From: int(e.From), To: int(e.To), Kind: Kind(e.Kind)})
 	}
 	return out
 }

@@ -24,6 +24,12 @@
  * tasks, freed with them); a task iterator dumps it on demand. When a task
  * that migrated exits, its record moves to a bounded hash and its run-queue
  * histogram is folded into its cgroup's. Every refusal is counted.
+ *
+ * The latest timeline_len migrations of each task are kept, with their
+ * time, CPUs and initiator, in an LRU hash keyed by task and slot (a ring
+ * per task): the migration timeline of the tasks a report names. Tasks
+ * that stop moving are evicted first when the map is full; user space
+ * counts what was not kept from each task's total.
  */
 #include "wolf.h"
 
@@ -71,6 +77,7 @@ enum stat_index {
 const volatile __u64 bounce_window_ns = 50000000ULL;
 const volatile __u32 target_tgid = 0; /* 0: every process */
 const volatile __u32 self_tgid = 0;   /* wolf itself, ignored unless targeted */
+const volatile __u32 timeline_len = 128; /* migrations kept per task for its timeline; 0: none */
 /* Offsets of per-CPU variables in .data..percpu, from the kernel's BTF. */
 const volatile __u64 off_runqueues = 0;
 const volatile __u64 off_preempt_count = 0; /* 0: not a per-CPU variable here */
@@ -105,7 +112,22 @@ struct tstat {
 	__u32 wake_wide;     /* wake-up moves where wake_wide() held */
 	__u32 waker_flips_max;
 	__u64 wakee_flips_sum; /* the task's wakee_flips at its wake-up moves */
+	__u32 logged;          /* migrations written to the timeline ring */
+	__u32 _pad;
 	struct wolf_hist runq; /* run-queue wait, ns */
+};
+
+struct mig_key {
+	__u32 tid;
+	__u32 slot; /* logged % timeline_len */
+};
+
+struct mig_event {
+	__u64 ts; /* bpf_ktime_get_ns() */
+	__u32 from;
+	__u32 to;
+	__u32 kind;
+	__u32 _pad;
 };
 
 struct task_rec {
@@ -172,6 +194,14 @@ struct {
 	__type(value, struct task_rec);
 } exited SEC(".maps");
 
+/* The timeline rings: 128 tasks' worth of slots at the default length. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct mig_key);
+	__type(value, struct mig_event);
+} migs SEC(".maps");
+
 /* Run-queue waits of exited tasks, by cgroup (v2 id); live tasks are merged in user space. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -235,6 +265,8 @@ struct {
 /* Keep the record types in BTF so bpf2go generates their Go twins. */
 const struct task_rec *unused_task_rec __attribute__((unused));
 const struct topo_args *unused_topo_args __attribute__((unused));
+const struct mig_key *unused_mig_key __attribute__((unused));
+const struct mig_event *unused_mig_event __attribute__((unused));
 
 /* An all-zero histogram to create cgroup entries from. */
 const struct wolf_hist zero_hist = {};
@@ -534,6 +566,13 @@ int BPF_PROG(on_migrate, struct task_struct *p, int dest_cpu)
 	st->last_from = orig;
 	st->last_to = dest;
 	st->last_kind = kind;
+	if (timeline_len) {
+		struct mig_key k = { .tid = p->pid, .slot = st->logged % timeline_len };
+		struct mig_event e = { .ts = now, .from = orig, .to = dest, .kind = kind };
+
+		bpf_map_update_elem(&migs, &k, &e, BPF_ANY);
+		st->logged++;
+	}
 	return 0;
 }
 

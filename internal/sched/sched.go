@@ -213,6 +213,7 @@ func (s *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 	res := &investigator.Result{
 		Findings:     findings,
 		Histograms:   Histograms(snap, named),
+		Timelines:    Timelines(snap.Tasks, p.migrations(start), named),
 		Capabilities: map[string]bool{},
 	}
 	for _, tp := range btfTracepoints {
@@ -282,7 +283,7 @@ func taskFromRecord(r *schedTaskRec, start uint64) *Task {
 		Migrations: uint64(st.Migrations), Bounces: uint64(st.Bounces),
 		BounceCPUs: [2]int{int(st.BounceA), int(st.BounceB)},
 		Remote:     uint64(st.Remote), WakeAffine: uint64(st.WakeAffine), WakeWide: uint64(st.WakeWide),
-		WakerFlips: uint64(st.WakerFlipsMax), KernelTotal: r.NrMigrations,
+		WakerFlips: uint64(st.WakerFlipsMax), KernelTotal: r.NrMigrations, Logged: uint64(st.Logged),
 		Runq: toLog2(st.Runq),
 	}
 	for k := 0; k < NKinds; k++ {

@@ -41,6 +41,21 @@ type schedCpuTopo struct {
 	}
 }
 
+type schedMigEvent struct {
+	_    structs.HostLayout
+	Ts   uint64
+	From uint32
+	To   uint32
+	Kind uint32
+	Pad  uint32
+}
+
+type schedMigKey struct {
+	_    structs.HostLayout
+	Tid  uint32
+	Slot uint32
+}
+
 type schedTaskRec struct {
 	_             structs.HostLayout
 	Tid           uint32
@@ -87,6 +102,8 @@ type schedTstat struct {
 	WakerFlipsMax uint32
 	_             [4]byte
 	WakeeFlipsSum uint64
+	Logged        uint32
+	Pad           uint32
 	Runq          schedWolfHist
 }
 
@@ -106,6 +123,7 @@ const (
 	schedMapCpuRunq         = "cpu_runq"
 	schedMapExited          = "exited"
 	schedMapKinds           = "kinds"
+	schedMapMigs            = "migs"
 	schedMapScratch         = "scratch"
 	schedMapSetaff          = "setaff"
 	schedMapStats           = "stats"
@@ -129,6 +147,9 @@ const (
 	schedVarPercpuBase      = "percpu_base"
 	schedVarSelfTgid        = "self_tgid"
 	schedVarTargetTgid      = "target_tgid"
+	schedVarTimelineLen     = "timeline_len"
+	schedVarUnusedMigEvent  = "unused_mig_event"
+	schedVarUnusedMigKey    = "unused_mig_key"
 	schedVarUnusedTaskRec   = "unused_task_rec"
 	schedVarUnusedTopoArgs  = "unused_topo_args"
 	schedVarZeroHist        = "zero_hist"
@@ -194,6 +215,7 @@ type schedMapSpecs struct {
 	CpuRunq     *ebpf.MapSpec `ebpf:"cpu_runq"`
 	Exited      *ebpf.MapSpec `ebpf:"exited"`
 	Kinds       *ebpf.MapSpec `ebpf:"kinds"`
+	Migs        *ebpf.MapSpec `ebpf:"migs"`
 	Scratch     *ebpf.MapSpec `ebpf:"scratch"`
 	Setaff      *ebpf.MapSpec `ebpf:"setaff"`
 	Stats       *ebpf.MapSpec `ebpf:"stats"`
@@ -215,6 +237,9 @@ type schedVariableSpecs struct {
 	PercpuBase      *ebpf.VariableSpec `ebpf:"percpu_base"`
 	SelfTgid        *ebpf.VariableSpec `ebpf:"self_tgid"`
 	TargetTgid      *ebpf.VariableSpec `ebpf:"target_tgid"`
+	TimelineLen     *ebpf.VariableSpec `ebpf:"timeline_len"`
+	UnusedMigEvent  *ebpf.VariableSpec `ebpf:"unused_mig_event"`
+	UnusedMigKey    *ebpf.VariableSpec `ebpf:"unused_mig_key"`
 	UnusedTaskRec   *ebpf.VariableSpec `ebpf:"unused_task_rec"`
 	UnusedTopoArgs  *ebpf.VariableSpec `ebpf:"unused_topo_args"`
 	ZeroHist        *ebpf.VariableSpec `ebpf:"zero_hist"`
@@ -244,6 +269,7 @@ type schedMaps struct {
 	CpuRunq     *ebpf.Map `ebpf:"cpu_runq"`
 	Exited      *ebpf.Map `ebpf:"exited"`
 	Kinds       *ebpf.Map `ebpf:"kinds"`
+	Migs        *ebpf.Map `ebpf:"migs"`
 	Scratch     *ebpf.Map `ebpf:"scratch"`
 	Setaff      *ebpf.Map `ebpf:"setaff"`
 	Stats       *ebpf.Map `ebpf:"stats"`
@@ -258,6 +284,7 @@ func (m *schedMaps) Close() error {
 		m.CpuRunq,
 		m.Exited,
 		m.Kinds,
+		m.Migs,
 		m.Scratch,
 		m.Setaff,
 		m.Stats,
@@ -280,6 +307,9 @@ type schedVariables struct {
 	PercpuBase      *ebpf.Variable `ebpf:"percpu_base"`
 	SelfTgid        *ebpf.Variable `ebpf:"self_tgid"`
 	TargetTgid      *ebpf.Variable `ebpf:"target_tgid"`
+	TimelineLen     *ebpf.Variable `ebpf:"timeline_len"`
+	UnusedMigEvent  *ebpf.Variable `ebpf:"unused_mig_event"`
+	UnusedMigKey    *ebpf.Variable `ebpf:"unused_mig_key"`
 	UnusedTaskRec   *ebpf.Variable `ebpf:"unused_task_rec"`
 	UnusedTopoArgs  *ebpf.Variable `ebpf:"unused_topo_args"`
 	ZeroHist        *ebpf.Variable `ebpf:"zero_hist"`

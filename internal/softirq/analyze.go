@@ -1041,3 +1041,30 @@ func fmtBytes(b int64) string {
 	}
 	return fmt.Sprintf("%d B", b)
 }
+
+// Profiles are the kernel stacks sampled inside NET_RX (net_rx_stacks) and
+// those of the runs that turned out to be stalls (net_rx_stall_stacks), for
+// flame graphs and exports; empty when stacks were not sampled.
+func Profiles(s *Snapshot) []finding.Profile {
+	var out []finding.Profile
+	for _, src := range []struct {
+		name   string
+		stacks []Stack
+	}{{"net_rx_stacks", s.RxStacks}, {"net_rx_stall_stacks", s.StallStacks}} {
+		p := finding.Profile{Name: src.name, Unit: "samples", Labels: map[string]string{"vector": "NET_RX"}}
+		if s.SampleHz > 0 {
+			p.PeriodNs = int64(time.Second) / int64(s.SampleHz)
+		}
+		for _, st := range src.stacks {
+			frames := make([]string, len(st.Frames))
+			for i, f := range st.Frames {
+				frames[len(st.Frames)-1-i] = f
+			}
+			p.Stacks = append(p.Stacks, finding.StackCount{Frames: frames, Value: st.Count})
+		}
+		if len(p.Stacks) > 0 {
+			out = append(out, p)
+		}
+	}
+	return out
+}

@@ -461,3 +461,22 @@ func TestStallOffCPU(t *testing.T) {
 		t.Errorf("collapse: %v %q", c.Evidence["cpu_sample_coverage_pct"], c.Summary)
 	}
 }
+
+func TestProfiles(t *testing.T) {
+	s := collapseSnapshot()
+	s.SampleHz = 997
+	ps := Profiles(s)
+	if len(ps) != 2 || ps[0].Name != "net_rx_stacks" || ps[1].Name != "net_rx_stall_stacks" {
+		t.Fatalf("profiles %+v", ps)
+	}
+	if ps[0].Total() != 600 || ps[1].Total() != 100 || ps[1].PeriodNs != 1003009 {
+		t.Errorf("totals %d %d period %d", ps[0].Total(), ps[1].Total(), ps[1].PeriodNs)
+	}
+	if f := ps[1].Stacks[0].Frames; f[0] != "net_rx_action+0x13b" || f[len(f)-1] != "skb_copy_bits+0x6d" {
+		t.Errorf("frames not outermost first: %v", f)
+	}
+	s.RxStacks, s.StallStacks = nil, nil
+	if ps := Profiles(s); len(ps) != 0 {
+		t.Errorf("profiles without stacks: %+v", ps)
+	}
+}

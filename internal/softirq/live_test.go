@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -132,6 +133,19 @@ func TestLiveCollapseLab(t *testing.T) {
 	}
 	if res.Overhead.Events == 0 || res.Overhead.BPFRunNs == 0 {
 		t.Errorf("overhead %+v", res.Overhead)
+	}
+	// The stall's samples are a profile: a flame graph of the stall
+	// with tcp_collapse in it.
+	var inCollapse uint64
+	for _, p := range res.Profiles {
+		for _, st := range p.Stacks {
+			if p.Name == "net_rx_stall_stacks" && slices.ContainsFunc(st.Frames, func(f string) bool { return strings.HasPrefix(f, "tcp_collapse") }) {
+				inCollapse += st.Value
+			}
+		}
+	}
+	if inCollapse == 0 {
+		t.Errorf("no net_rx_stall_stacks sample in tcp_collapse: %d profiles", len(res.Profiles))
 	}
 }
 

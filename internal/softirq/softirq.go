@@ -193,6 +193,7 @@ func (inv *Investigator) Run(ctx context.Context, opts investigator.Options) (*i
 	res := &investigator.Result{
 		Findings:     Conclude(snap),
 		Histograms:   Histograms(snap, inv.PerCPU),
+		Profiles:     Profiles(snap),
 		Capabilities: map[string]bool{},
 		Notes:        p.warnings,
 	}
