@@ -42,8 +42,8 @@ func hostileReport() *finding.Report {
 				},
 				Evidence: map[string]any{
 					"blocked_s": 41.5, "lock": h(0), "addr": uint64(18446612686426785792),
-					"chain": []map[string]any{{"comm": h(1), "pid": 1}, {"comm": h(0), "pid": 2, "wchan": h(3)}},
-					"comms": []string{h(0), h(1)},
+					"chain":  []map[string]any{{"comm": h(1), "pid": 1}, {"comm": h(0), "pid": 2, "wchan": h(3)}},
+					"comms":  []string{h(0), h(1)},
 					"nested": map[string]any{h(2): map[string]any{"deeper": []any{1, h(4)}}},
 				},
 				Remediation: []string{"kill " + h(0)},
@@ -187,9 +187,9 @@ func TestHTMLStructure(t *testing.T) {
 	for _, want := range []string{
 		"Unhealthy: 1 critical, 1 warning, 1 info.",
 		"12.0 ms", "300 ns", "40000", // overhead: BPF ms, ns per event
-		"7 events dropped",           // the timeline's drops
-		"1.01 s CPU",                 // 100 samples at 99 Hz
-		"<details>",                  // stacks collapsible
+		"7 events dropped", // the timeline's drops
+		"1.01 s CPU",       // 100 samples at 99 Hz
+		"<details>",        // stacks collapsible
 		`<table class="checklist">`,
 		`<table class="evtable">`, // evidence: a list of records
 		"18446612686426785792",    // an address kept exact
