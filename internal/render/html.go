@@ -174,8 +174,14 @@ type htmlFinding struct {
 	Anchor   string
 	Sev      string
 	Subjects []htmlSubject
+	Cols     subjectCols // the subject columns any subject fills
 	Evidence *evNode
 	Refs     []htmlRef
+}
+
+type subjectCols struct {
+	PID, TID, Comm, Cgroup, CPU, State, Detail bool
+	Span                                       int // columns after the role, for the stack row
 }
 
 type htmlSubject struct {
@@ -198,7 +204,21 @@ func newHTMLFinding(i int, f *finding.Finding) htmlFinding {
 			hs.CPUText = strconv.Itoa(*s.CPU)
 		}
 		h.Subjects = append(h.Subjects, hs)
+		c := &h.Cols
+		c.PID = c.PID || s.PID != 0
+		c.TID = c.TID || (s.TID != 0 && s.TID != s.PID)
+		c.Comm = c.Comm || s.Comm != ""
+		c.Cgroup = c.Cgroup || s.Cgroup != ""
+		c.CPU = c.CPU || s.CPU != nil
+		c.State = c.State || s.State != ""
+		c.Detail = c.Detail || s.Detail != ""
 	}
+	for _, on := range []bool{h.Cols.PID, h.Cols.TID, h.Cols.Comm, h.Cols.Cgroup, h.Cols.CPU, h.Cols.State, h.Cols.Detail} {
+		if on {
+			h.Cols.Span++
+		}
+	}
+	h.Cols.Span = max(h.Cols.Span, 1)
 	for _, ref := range f.References {
 		hr := htmlRef{Text: ref}
 		if strings.HasPrefix(ref, "https://") || strings.HasPrefix(ref, "http://") {
