@@ -238,6 +238,8 @@ type evNode struct {
 	Rows    [][]*evNode
 	Fields  []evField
 	Kind    string // "scalar", "list", "table", "record", "empty"
+	// Long lists and tables fold away behind their size.
+	Collapse bool
 }
 
 type evField struct {
@@ -265,7 +267,10 @@ func evidenceNode(m map[string]any) *evNode {
 	return toEvNode(v, 0)
 }
 
-const evMaxDepth = 5
+const (
+	evMaxDepth = 5
+	evFoldRows = 10
+)
 
 func toEvNode(v any, depth int) *evNode {
 	switch x := v.(type) {
@@ -312,6 +317,7 @@ func toEvNode(v any, depth int) *evNode {
 			for _, e := range x {
 				n.Scalars = append(n.Scalars, scalarText(e))
 			}
+			n.Collapse = len(n.Scalars) > evFoldRows
 			return n
 		}
 		if records {
@@ -339,6 +345,7 @@ func toEvNode(v any, depth int) *evNode {
 				}
 				n.Rows = append(n.Rows, row)
 			}
+			n.Collapse = len(n.Rows) > evFoldRows
 			return n
 		}
 		n := &evNode{Kind: "record"} // mixed: index them
@@ -473,6 +480,9 @@ func newHTMLHist(h *finding.Histogram) htmlHist {
 	plotW := float64(histW - histLeft - 8)
 	plotH := float64(histH - histTop - histBottom)
 	slot := plotW / float64(len(bs))
+	// Label every bar when there is room, else every few (the title of
+	// each bar still tells its bounds).
+	every := int(math.Ceil(36 / slot))
 	for i, b := range bs {
 		bh := plotH * float64(b.count) / float64(top)
 		if b.count > 0 && bh < 1 {
@@ -486,10 +496,14 @@ func newHTMLHist(h *finding.Histogram) htmlHist {
 		} else if j := bucketIndex(h, b.le); j > 0 {
 			lo = shortFloat(h.Buckets[j-1].LE)
 		}
+		label := ""
+		if i%every == 0 {
+			label = leText(b.le)
+		}
 		out.Bars = append(out.Bars, svgBar{
 			X: f1(x + 1), Y: f1(y), W: f1(math.Max(slot-2, 1)), H: f1(bh),
 			TextX: f1(x + slot/2), LabelY: f1(float64(histH - histBottom + 14)), CountY: f1(y - 3),
-			Label: leText(b.le), Count: b.count,
+			Label: label, Count: b.count,
 			Title: fmt.Sprintf("%s < v ≤ %s %s: %d", lo, leText(b.le), h.Unit, b.count),
 		})
 	}
@@ -551,7 +565,7 @@ type htmlProfile struct {
 	Name    string
 	Unit    string
 	Labels  string
-	Total   uint64
+	Total   string // with its unit
 	CPUTime string
 	Stacks  int
 	Omitted int
@@ -590,9 +604,9 @@ type flameNode struct {
 
 func newHTMLProfile(i int, p *finding.Profile) htmlProfile {
 	out := htmlProfile{ID: fmt.Sprintf("flame-%d", i+1), Name: p.Name, Unit: p.Unit, Labels: labelText(p.Labels),
-		Total: p.Total(), Stacks: len(p.Stacks), W: flameW}
+		Total: valueText(p.Total(), p.Unit), Stacks: len(p.Stacks), W: flameW}
 	if p.Unit == "samples" && p.PeriodNs > 0 {
-		out.CPUTime = shortFloat(float64(out.Total)*float64(p.PeriodNs)/1e9) + " s"
+		out.CPUTime = shortFloat(float64(p.Total())*float64(p.PeriodNs)/1e9) + " s"
 	}
 	root := &flameNode{name: "all", children: map[string]*flameNode{}}
 	for _, s := range p.Stacks {
@@ -630,7 +644,6 @@ func newHTMLProfile(i int, p *finding.Profile) htmlProfile {
 	}
 	d := &out.Data
 	d.Unit, d.Total = p.Unit, root.value
-	maxDepth := 0
 	var walk func(n *flameNode, x uint64, depth int)
 	walk = func(n *flameNode, x uint64, depth int) {
 		if n.value < threshold && depth > 0 {
@@ -642,7 +655,6 @@ func newHTMLProfile(i int, p *finding.Profile) htmlProfile {
 		d.X = append(d.X, x)
 		d.Depth = append(d.Depth, depth)
 		d.Hue = append(d.Hue, frameHue(n.name))
-		maxDepth = max(maxDepth, depth)
 		names := make([]string, 0, len(n.children))
 		for k := range n.children {
 			names = append(names, k)
@@ -655,10 +667,19 @@ func newHTMLProfile(i int, p *finding.Profile) htmlProfile {
 		}
 	}
 	walk(root, 0, 0)
-	out.H = (maxDepth + 1) * flameRowH
 	if root.value == 0 {
+		out.H = flameRowH
 		return out
 	}
+	// The graph is as tall as its deepest frame wide enough to draw
+	// (zooming in, the script makes room for deeper ones).
+	drawnDepth := 0
+	for j := range d.Names {
+		if float64(d.Values[j])/float64(root.value)*flameW >= flameMinRectW {
+			drawnDepth = max(drawnDepth, d.Depth[j])
+		}
+	}
+	out.H = (drawnDepth + 1) * flameRowH
 	// The server draws the whole graph, so that it shows without script;
 	// the script redraws it on zoom and search.
 	for j := range d.Names {
@@ -672,10 +693,25 @@ func newHTMLProfile(i int, p *finding.Profile) htmlProfile {
 			X: f1(x), Y: f1(y), W: f1(w), TextX: f1(x + 3), TextY: f1(y + 12),
 			Fill:  fmt.Sprintf("hsl(%d,75%%,62%%)", d.Hue[j]),
 			Label: fitLabel(d.Names[j], w),
-			Title: fmt.Sprintf("%s: %d %s (%s%%)", d.Names[j], d.Values[j], p.Unit, pct(d.Values[j], root.value)),
+			Title: fmt.Sprintf("%s: %s (%s%%)", d.Names[j], valueText(d.Values[j], p.Unit), pct(d.Values[j], root.value)),
 		})
 	}
 	return out
+}
+
+// valueText prints a profile's value in its unit, nanoseconds as time.
+func valueText(v uint64, unit string) string {
+	if unit == "ns" {
+		switch x := float64(v); {
+		case x >= 1e9:
+			return strconv.FormatFloat(x/1e9, 'f', 2, 64) + " s"
+		case x >= 1e6:
+			return strconv.FormatFloat(x/1e6, 'f', 1, 64) + " ms"
+		case x >= 1e3:
+			return strconv.FormatFloat(x/1e3, 'f', 1, 64) + " µs"
+		}
+	}
+	return strconv.FormatUint(v, 10) + " " + unit
 }
 
 func pct(v, total uint64) string {

@@ -309,3 +309,26 @@ func htmlTags(page string) []htmlTag {
 	}
 	return out
 }
+
+// A graph is as tall as its deepest frame wide enough to draw, not as its
+// deepest frame: one deep, rare stack must not push the graph off screen.
+func TestHTMLFlameGraphHeightFollowsDrawnFrames(t *testing.T) {
+	deep := make([]string, 60)
+	for i := range deep {
+		deep[i] = "deep" + string(rune('a'+i%26))
+	}
+	p := finding.Profile{Name: "p", Unit: "ns", Stacks: []finding.StackCount{
+		{Frames: []string{"a", "b", "c"}, Value: 1e9},
+		{Frames: deep, Value: 1},
+	}}
+	h := newHTMLProfile(0, &p)
+	if h.H != 4*flameRowH {
+		t.Errorf("height %d, want %d (root and three frames)", h.H, 4*flameRowH)
+	}
+	if len(h.Data.Names) != 1+3+60 {
+		t.Errorf("%d nodes in the data, want all %d (zooming draws them)", len(h.Data.Names), 64)
+	}
+	if h.Total != "1.00 s" {
+		t.Errorf("total %q, want nanoseconds told as time", h.Total)
+	}
+}

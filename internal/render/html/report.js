@@ -45,18 +45,25 @@
     if (d.v.length !== n || d.x.length !== n || d.d.length !== n || d.h.length !== n) {
       throw new Error("flame graph " + fig.id + ": data columns differ in length");
     }
-    var maxDepth = 0;
-    for (var i = 0; i < n; i++) maxDepth = Math.max(maxDepth, d.d[i]);
-    var H = (maxDepth + 1) * ROW;
     var zoom = 0;
+
+    // valueText prints a value in the profile's unit, nanoseconds as time.
+    function valueText(v) {
+      if (d.unit === "ns") {
+        if (v >= 1e9) return (v / 1e9).toFixed(2) + " s";
+        if (v >= 1e6) return (v / 1e6).toFixed(1) + " ms";
+        if (v >= 1e3) return (v / 1e3).toFixed(1) + " \u00b5s";
+      }
+      return v + " " + d.unit;
+    }
     var matches = null;
 
     function draw() {
       while (svg.firstChild) svg.removeChild(svg.firstChild);
-      svg.setAttribute("viewBox", "0 0 " + W + " " + H);
       if (n === 0) return 0;
       var zx = d.x[zoom], zv = d.v[zoom], zd = d.d[zoom];
-      var drawn = 0;
+      // First what is wide enough to draw, then as tall as its deepest.
+      var boxes = [], maxDepth = 0;
       for (var i = 0; i < n; i++) {
         var x0, w, ancestor = false;
         if (d.d[i] >= zd && d.x[i] >= zx && d.x[i] + d.v[i] <= zx + zv) {
@@ -70,11 +77,20 @@
           continue;
         }
         if (w < MIN_W) continue;
+        boxes.push([i, x0, w, ancestor]);
+        maxDepth = Math.max(maxDepth, d.d[i]);
+      }
+      var H = (maxDepth + 1) * ROW;
+      svg.setAttribute("viewBox", "0 0 " + W + " " + H);
+      var drawn = 0;
+      for (var b = 0; b < boxes.length; b++) {
+        i = boxes[b][0];
+        var x0 = boxes[b][1], w = boxes[b][2], ancestor = boxes[b][3];
         var y = H - (d.d[i] + 1) * ROW;
         var g = svgEl("g", { "data-i": String(i) });
         if (ancestor) g.setAttribute("class", "ancestor");
         var title = svgEl("title", {});
-        title.textContent = d.n[i] + ": " + d.v[i] + " " + d.unit + " (" + pct(d.v[i], d.total) + "%)";
+        title.textContent = d.n[i] + ": " + valueText(d.v[i]) + " (" + pct(d.v[i], d.total) + "%)";
         g.appendChild(title);
         var rect = svgEl("rect", { x: x0.toFixed(1), y: y, width: w.toFixed(1), height: ROW - 1, fill: "hsl(" + d.h[i] + ",75%,62%)" });
         if (matches && matches[i]) rect.setAttribute("class", "match");
@@ -112,7 +128,7 @@
           end = d.x[i] + d.v[i];
         }
       }
-      status.textContent = count + " matching frames, " + pct(sum, d.total) + "% of " + d.total + " " + d.unit;
+      status.textContent = count + " matching frames, " + pct(sum, d.total) + "% of " + valueText(d.total);
       fig.setAttribute("data-matched-pct", pct(sum, d.total));
     }
 
