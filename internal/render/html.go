@@ -420,9 +420,7 @@ type svgBar struct {
 	X, Y, W, H string
 	TextX      string
 	LabelY     string
-	CountY     string
-	Label      string // the bucket's upper bound
-	Count      uint64
+	Label      string // the bucket's upper bound, on every few bars
 	Title      string
 }
 
@@ -502,8 +500,8 @@ func newHTMLHist(h *finding.Histogram) htmlHist {
 		}
 		out.Bars = append(out.Bars, svgBar{
 			X: f1(x + 1), Y: f1(y), W: f1(math.Max(slot-2, 1)), H: f1(bh),
-			TextX: f1(x + slot/2), LabelY: f1(float64(histH - histBottom + 14)), CountY: f1(y - 3),
-			Label: label, Count: b.count,
+			TextX: f1(x + slot/2), LabelY: f1(float64(histH - histBottom + 14)),
+			Label: label,
 			Title: fmt.Sprintf("%s < v ≤ %s %s: %d", lo, leText(b.le), h.Unit, b.count),
 		})
 	}

@@ -84,20 +84,19 @@
       svg.setAttribute("viewBox", "0 0 " + W + " " + H);
       var drawn = 0;
       for (var b = 0; b < boxes.length; b++) {
-        i = boxes[b][0];
-        var x0 = boxes[b][1], w = boxes[b][2], ancestor = boxes[b][3];
-        var y = H - (d.d[i] + 1) * ROW;
-        var g = svgEl("g", { "data-i": String(i) });
-        if (ancestor) g.setAttribute("class", "ancestor");
+        var j = boxes[b][0], bx = boxes[b][1], bw = boxes[b][2];
+        var y = H - (d.d[j] + 1) * ROW;
+        var g = svgEl("g", { "data-i": String(j) });
+        if (boxes[b][3]) g.setAttribute("class", "ancestor");
         var title = svgEl("title", {});
-        title.textContent = d.n[i] + ": " + valueText(d.v[i]) + " (" + pct(d.v[i], d.total) + "%)";
+        title.textContent = d.n[j] + ": " + valueText(d.v[j]) + " (" + pct(d.v[j], d.total) + "%)";
         g.appendChild(title);
-        var rect = svgEl("rect", { x: x0.toFixed(1), y: y, width: w.toFixed(1), height: ROW - 1, fill: "hsl(" + d.h[i] + ",75%,62%)" });
-        if (matches && matches[i]) rect.setAttribute("class", "match");
+        var rect = svgEl("rect", { x: bx.toFixed(1), y: y, width: bw.toFixed(1), height: ROW - 1, fill: "hsl(" + d.h[j] + ",75%,62%)" });
+        if (matches && matches[j]) rect.setAttribute("class", "match");
         g.appendChild(rect);
-        var label = fit(d.n[i], w);
+        var label = fit(d.n[j], bw);
         if (label) {
-          var text = svgEl("text", { x: (x0 + 3).toFixed(1), y: y + 12 });
+          var text = svgEl("text", { x: (bx + 3).toFixed(1), y: y + 12 });
           text.textContent = label;
           g.appendChild(text);
         }
