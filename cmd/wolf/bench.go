@@ -68,7 +68,7 @@ soft lockup).`,
   wolf bench lpm --entries 10K,1M --ops lookup --repeat 200`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			f, err := out.validate()
+			f, err := textOrJSON(out.validate())
 			if err != nil {
 				return err
 			}

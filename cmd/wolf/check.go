@@ -65,7 +65,7 @@ load and detach tiny BPF programs; without root those are reported as
 unavailable.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			format, err := out.validate()
+			format, err := textOrJSON(out.validate())
 			if err != nil {
 				return err
 			}

@@ -47,6 +47,9 @@ on failure and on Ctrl-C. Run a lab in one terminal and wolf in another.`,
 			if err != nil {
 				return usageErr("--format: %v", err)
 			}
+			if _, err := textOrJSON(f, nil); err != nil {
+				return err
+			}
 			type entry struct {
 				Name    string `json:"name"`
 				Summary string `json:"summary"`

@@ -30,7 +30,7 @@ type outputFlags struct {
 }
 
 func (o *outputFlags) register(c *cobra.Command) {
-	c.Flags().StringVar(&o.format, "format", "text", "output format: text or json")
+	c.Flags().StringVar(&o.format, "format", "text", "output format: text, json or html (html: a self-contained page, with --output)")
 	c.Flags().StringVarP(&o.output, "output", "o", "", "write the report to `FILE` instead of standard output")
 	c.Flags().StringVar(&o.folded, "folded", "", "write each stack profile in folded form (flame graphs) to `FILE` with the profile's name before the extension")
 	c.Flags().StringVar(&o.pprof, "pprof", "", "write the stack profiles to `FILE` in pprof format (go tool pprof)")
@@ -42,6 +42,9 @@ func (o *outputFlags) validate() (render.Format, error) {
 	f, err := render.ParseFormat(o.format)
 	if err != nil {
 		return "", usageErr("--format: %v", err)
+	}
+	if f == render.FormatHTML && o.output == "" && isTerminal(os.Stdout) {
+		return "", usageErr("--format html needs --output FILE (a terminal full of HTML helps nobody)")
 	}
 	if o.output != "" {
 		if st, err := os.Stat(o.output); err == nil && st.IsDir() {
@@ -69,6 +72,8 @@ func (o *outputFlags) write(stdout io.Writer, r *finding.Report) error {
 	switch f {
 	case render.FormatJSON:
 		err = render.JSON(&buf, r)
+	case render.FormatHTML:
+		err = render.HTML(&buf, r)
 	default:
 		err = render.Text(&buf, r, render.TextOptions{Color: o.output == "" && isTerminal(os.Stdout)})
 	}

@@ -1,5 +1,6 @@
 // Package render prints reports: text that reads well in 80 columns (with
-// colour only when writing to a terminal) and the JSON contract.
+// colour only when writing to a terminal), the JSON contract, and one
+// self-contained HTML page with charts and flame graphs.
 package render
 
 import (
@@ -21,15 +22,16 @@ type Format string
 const (
 	FormatText Format = "text"
 	FormatJSON Format = "json"
+	FormatHTML Format = "html"
 )
 
 // ParseFormat validates a --format value.
 func ParseFormat(s string) (Format, error) {
 	switch Format(s) {
-	case FormatText, FormatJSON:
+	case FormatText, FormatJSON, FormatHTML:
 		return Format(s), nil
 	}
-	return "", fmt.Errorf("unknown format %q (want text or json)", s)
+	return "", fmt.Errorf("unknown format %q (want text, json or html)", s)
 }
 
 // JSON writes the report as indented JSON, the contract in DESIGN.md.
