@@ -115,6 +115,12 @@ func Text(w io.Writer, r *finding.Report, o TextOptions) error {
 	if len(r.Errors)+len(r.Notes) > 0 {
 		t.printf("\n")
 	}
+	if line := dataLine(r); line != "" {
+		for _, l := range Wrap(line, t.o.Width) {
+			t.printf("%s\n", l)
+		}
+		t.printf("\n")
+	}
 	t.printf("%s\n", t.paint("1", Verdict(r)))
 	if r.Command == "analyze" {
 		return t.err // offline: wolf attached nothing, so there is no cost to tell
@@ -123,6 +129,22 @@ func Text(w io.Writer, r *finding.Report, o TextOptions) error {
 	t.printf("wolf's own cost: %.2f s CPU, %.1f ms in BPF programs, %d events, %d dropped\n",
 		ov.CPUSeconds, float64(ov.BPFRunNs)/1e6, ov.Events, ov.Dropped)
 	return t.err
+}
+
+// dataLine tells what the report holds beyond its findings that text
+// cannot show (flame graphs, timelines), and how to see it.
+func dataLine(r *finding.Report) string {
+	var parts []string
+	for _, p := range r.Profiles {
+		parts = append(parts, fmt.Sprintf("%s (%d stacks, %d %s)", p.Name, len(p.Stacks), p.Total(), p.Unit))
+	}
+	if n := len(r.Timelines); n > 0 {
+		parts = append(parts, fmt.Sprintf("%d migration timeline%s", n, map[bool]string{true: "", false: "s"}[n == 1]))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "Also collected: " + strings.Join(parts, ", ") + ". See them with --format html -o FILE, or export the stacks with --folded FILE / --pprof FILE."
 }
 
 // Verdict is the one line that sums the report up.

@@ -124,3 +124,23 @@ func TestTextNotes(t *testing.T) {
 		t.Errorf("no note in:\n%s", b.String())
 	}
 }
+
+// Profiles and timelines are not drawn in text; the report says they are
+// there and how to see them.
+func TestTextMentionsProfilesAndTimelines(t *testing.T) {
+	r := &finding.Report{Command: "locks",
+		Profiles:  []finding.Profile{{Name: "lock_wait_stacks", Unit: "ns", Stacks: []finding.StackCount{{Frames: []string{"a"}, Value: 5}, {Frames: []string{"b"}, Value: 7}}}},
+		Timelines: []finding.Timeline{{Name: "migrations"}},
+	}
+	var b strings.Builder
+	if err := Text(&b, r, TextOptions{Width: 200}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "Also collected: lock_wait_stacks (2 stacks, 12 ns), 1 migration timeline. See them with --format html") {
+		t.Errorf("text:\n%s", b.String())
+	}
+	b.Reset()
+	if err := Text(&b, &finding.Report{Command: "hung"}, TextOptions{}); err != nil || strings.Contains(b.String(), "Also collected") {
+		t.Errorf("text without profiles: %v\n%s", err, b.String())
+	}
+}
