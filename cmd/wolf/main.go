@@ -87,6 +87,7 @@ a verdict, the evidence, the mechanism and what to do.
   wolf reclaim          memory reclaim per cgroup: stalls, efficiency, the memcg livelock
   wolf sched            tasks bounced between CPUs, who moves them, run-queue latency
   wolf softirq          softirq stalls per CPU (NET_RX: TCP collapse, budget)
+  wolf bpf              what every BPF program on the host costs (like bpftop)
   wolf analyze FILE     hung-task reports in a saved kernel log
   wolf check            what this kernel lets wolf do
   wolf lab list|run     reproduce a pathology here, safely
@@ -102,6 +103,7 @@ Exit codes: 0 done (findings or not), 1 wolf failed, 2 bad usage,
 	})
 	root.AddCommand(newDoctorCmd(), newHungCmd(), newLocksCmd(), newReclaimCmd(), newSchedCmd(), newAnalyzeCmd(), newCheckCmd(), newLabCmd(), newBenchCmd())
 	root.AddCommand(newSoftirqCmd())
+	root.AddCommand(newBPFCmd())
 	return root
 }
 
