@@ -285,7 +285,9 @@ func (in *Instance) Describe() string {
 
 // Tasks implements lab.Instance: the offender holds the probes (this
 // process), the victim is the probed loop.
-func (in *Instance) Tasks() lab.Tasks { return lab.Tasks{Offender: os.Getpid(), Victims: []int{in.pid}} }
+func (in *Instance) Tasks() lab.Tasks {
+	return lab.Tasks{Offender: os.Getpid(), Victims: []int{in.pid}}
+}
 
 // Close detaches the probes and ends the child. Safe to call more than once.
 func (in *Instance) Close() error {
