@@ -16,6 +16,7 @@ func newBPFCmd() *cobra.Command {
 		duration time.Duration
 		pid      int
 		top      int
+		trapNs   float64
 	)
 	c := &cobra.Command{
 		Use:   "bpf",
@@ -49,6 +50,9 @@ write-locks every mapping process's mmap_lock); recursion misses.`,
 			if top < 0 || top > 10000 {
 				return usageErr("--top must be between 0 and 10000, got %d", top)
 			}
+			if trapNs < 0 || trapNs > 1e6 {
+				return usageErr("--trap-ns must be between 0 and 1000000, got %v", trapNs)
+			}
 			if err := checkPID(pid); err != nil {
 				return err
 			}
@@ -57,6 +61,9 @@ write-locks every mapping process's mmap_lock); recursion misses.`,
 			}
 			b := bpfcost.New()
 			b.Top = top
+			if trapNs > 0 {
+				b.Thresholds.TrapNs = trapNs
+			}
 			rep, errs := runInvestigators(cmd.Context(), "bpf", []investigator.Investigator{b}, investigator.Options{Duration: duration, PID: pid}, false, os.Stderr)
 			if len(errs) > 0 {
 				return investigationErr(errs[0])
@@ -68,5 +75,6 @@ write-locks every mapping process's mmap_lock); recursion misses.`,
 	c.Flags().DurationVarP(&duration, "duration", "d", 5*time.Second, "how long to measure")
 	c.Flags().IntVarP(&pid, "pid", "p", 0, "only programs this process holds (a file descriptor of the program or its link)")
 	c.Flags().IntVar(&top, "top", 10, "list this many programs, costliest first (0: only the flagged ones)")
+	c.Flags().Float64Var(&trapNs, "trap-ns", bpfcost.UprobeTrapNs, "cost of one uprobe trap for the estimate, in ns (wolf lab run hot-uprobe measures it here)")
 	return c
 }
