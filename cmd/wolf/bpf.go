@@ -32,7 +32,8 @@ exits or dies; kernel.bpf_stats_enabled is never written).
 
 It flags, with seed 002's reasons: programs costing a noticeable share of
 a CPU; uprobes and uretprobes on hot paths (each hit traps into the kernel,
-~1.7 µs the run statistics do not see: estimated and said so); kretprobes
+a cost the run statistics do not see: estimated from the trap cost, which
+wolf measures with a probe on itself, and said so); kretprobes
 on hot paths (the return-instance pool); fentry/fexit programs (detach
 waits for RCU-tasks); uprobes on widely mapped files (registration
 write-locks every mapping process's mmap_lock); recursion misses.`,
@@ -62,7 +63,7 @@ write-locks every mapping process's mmap_lock); recursion misses.`,
 			b := bpfcost.New()
 			b.Top = top
 			if trapNs > 0 {
-				b.Thresholds.TrapNs = trapNs
+				b.Thresholds.TrapNs, b.Calibrate = trapNs, false
 			}
 			rep, errs := runInvestigators(cmd.Context(), "bpf", []investigator.Investigator{b}, investigator.Options{Duration: duration, PID: pid}, false, os.Stderr)
 			if len(errs) > 0 {
@@ -75,6 +76,6 @@ write-locks every mapping process's mmap_lock); recursion misses.`,
 	c.Flags().DurationVarP(&duration, "duration", "d", 5*time.Second, "how long to measure")
 	c.Flags().IntVarP(&pid, "pid", "p", 0, "only programs this process holds (a file descriptor of the program or its link)")
 	c.Flags().IntVar(&top, "top", 10, "list this many programs, costliest first (0: only the flagged ones)")
-	c.Flags().Float64Var(&trapNs, "trap-ns", bpfcost.UprobeTrapNs, "cost of one uprobe trap for the estimate, in ns (wolf lab run hot-uprobe measures it here)")
+	c.Flags().Float64Var(&trapNs, "trap-ns", 0, "cost of one uprobe trap for the estimate, in ns (0: measure it here when busy uprobes are found)")
 	return c
 }

@@ -215,7 +215,9 @@ func wolfPrograms(t *testing.T) []string {
 		// softirq
 		"on_softirq_raise", "on_softirq_entry", "on_softirq_exit", "on_napi_poll", "on_kfree_skb", "func_entry", "func_return",
 		// the hot-uprobe lab
-		"hot_entry", "hot_return"}
+		"hot_entry", "hot_return",
+		// bpf's trap calibration
+		"wolf_trap_calib"}
 	isOurs := func(name string) bool {
 		for _, o := range ours {
 			if name == o || (len(name) == 15 && strings.HasPrefix(o, name)) {

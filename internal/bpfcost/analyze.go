@@ -2,6 +2,7 @@ package bpfcost
 
 import (
 	"fmt"
+	"runtime"
 	"sort"
 	"strings"
 	"time"
@@ -60,8 +61,11 @@ type Thresholds struct {
 	// a uprobe's registration a risk to all of them.
 	SharedProcs int
 	// TrapNs is what one uprobe trap costs outside the program, for the
-	// estimate; UprobeTrapNs when zero.
-	TrapNs float64
+	// estimate; UprobeTrapNs when zero. TrapSource says where it came
+	// from: "reference" (DESIGN.md's figure), "measured" (CalibrateTrap on
+	// this machine) or "" (given by the user).
+	TrapNs     float64
+	TrapSource string
 }
 
 // DefaultThresholds are the ones wolf bpf and doctor use.
@@ -224,22 +228,32 @@ type probeSite struct {
 }
 
 // trapsPerRun is how many traps each run of p costs: one per uprobe; a
-// uretprobe adds the return trap, and the entry trap too unless a uprobe
-// on the same instruction already pays it (the breakpoint is shared).
-func trapsPerRun(p *Program, entries map[probeSite]bool) float64 {
+// uretprobe pays the entry trap unless a uprobe on the same instruction
+// already does (the breakpoint is shared), plus its return: a trap before
+// 6.11, a plain syscall from the trampoline on x86-64 since (the
+// uretprobe syscall), which is not counted.
+func trapsPerRun(p *Program, entries map[probeSite]bool, returnTraps float64) float64 {
 	var n float64
 	for _, a := range p.Attach {
 		switch a.Kind {
 		case KindUprobe, KindUprobeMulti:
 			n++
 		case KindUretprobe:
-			n++
+			n += returnTraps
 			if !entries[probeSite{a.File, a.Offset}] {
 				n++
 			}
 		}
 	}
 	return n
+}
+
+// returnTraps is what a uretprobe's return costs, in traps, on kernel.
+func returnTraps(kernel string) float64 {
+	if runtime.GOARCH == "amd64" && kernelAtLeast(kernel, 6, 11) {
+		return 0
+	}
+	return 1
 }
 
 func measure(s *Snapshot, trapNs float64) []Cost {
@@ -254,6 +268,7 @@ func measure(s *Snapshot, trapNs float64) []Cost {
 			}
 		}
 	}
+	rt := returnTraps(s.Kernel)
 	secs := s.Window.Seconds()
 	if secs <= 0 {
 		secs = 1
@@ -282,7 +297,7 @@ func measure(s *Snapshot, trapNs float64) []Cost {
 		}
 		c.OneCPUPct = float64(c.RunNs) / 1e9 / secs * 100
 		c.CPUPct = c.OneCPUPct / float64(ncpu)
-		c.Traps = trapsPerRun(&p, entries)
+		c.Traps = trapsPerRun(&p, entries, rt)
 		c.TrapPct = c.RunsPerS * c.Traps * trapNs / 1e9 * 100
 		out = append(out, c)
 	}
@@ -437,7 +452,7 @@ func costly(c *Cost, th Thresholds) (finding.Finding, bool) {
 // hotUprobe flags uprobes on a hot path: the trap each hit takes is not
 // in run_time_ns, so the program looks cheap while its hits are not.
 func hotUprobe(c *Cost, th Thresholds) (finding.Finding, bool) {
-	if c.TrapPct == 0 || c.RunsPerS < th.HotRunsPerS {
+	if !c.has(KindUprobe, KindUretprobe, KindUprobeMulti) || c.RunsPerS < th.HotRunsPerS {
 		return finding.Finding{}, false
 	}
 	kind := "uprobe"
@@ -455,14 +470,22 @@ func hotUprobe(c *Cost, th Thresholds) (finding.Finding, bool) {
 		sev = finding.Warning // hot by rate: the seed's point is that it hides
 	}
 	ev := evidence(c)
-	ev["trap_ns_per_run_estimate"] = per
+	ev["trap_ns_per_run_estimate"] = round2(per)
+	ev["trap_ns"] = round2(trapNs)
+	source := map[string]string{"reference": "the published 1.7 µs per trap, not measured here",
+		"measured": "measured on this machine by a probe wolf attached to itself",
+		"":         "as given with --trap-ns"}[th.TrapSource]
+	ev["trap_ns_source"] = th.TrapSource
+	if c.Traps == 0 {
+		source += "; this program adds no trap of its own: the uprobe on the same instruction pays the entry trap and its return goes through the uretprobe syscall, but it keeps that breakpoint needed"
+	}
 	ev["total_one_cpu_pct_estimate"] = round2(total)
 	return finding.Finding{
 		ID: "bpf.hot-uprobe", Investigator: "bpf", Severity: sev,
 		Title: fmt.Sprintf("%s on a hot path: %s fires %.0f times/s; with the traps it costs ~%.0f%% of a CPU (run time alone: %.2f%%)",
 			kind, c.Where(), c.RunsPerS, total, c.OneCPUPct),
-		Summary: fmt.Sprintf("BPF %s, held by %s, runs %.0f ns per hit, but every hit first traps into the kernel: an estimated %.0f ns per hit (%.0f trap(s) × %.0f ns) that the kernel's run statistics do not count (estimate, not measured).",
-			c.Label(), c.Who(), c.AvgNs, per, c.Traps, trapNs),
+		Summary: fmt.Sprintf("BPF %s, held by %s, runs %.0f ns per hit, but every hit first traps into the kernel: an estimated %.0f ns per hit (%.0f trap(s) × %.0f ns, %s) that the kernel's run statistics do not count: an estimate.",
+			c.Label(), c.Who(), c.AvgNs, per, c.Traps, trapNs, source),
 		Mechanism: "A uprobe replaces the probed instruction with a breakpoint: every call traps into the kernel, finds the uprobe, runs the program and single-steps the displaced instruction; a uretprobe also hijacks the return address and traps again on return. " +
 			"That is microseconds per call in the probed process, on its own CPU time, invisible to run_time_ns.",
 		Subjects: subjects(c),

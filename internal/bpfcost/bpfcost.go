@@ -34,6 +34,10 @@ import (
 type Investigator struct {
 	Top        int // programs listed one by one (info findings); 0 lists none
 	Thresholds Thresholds
+	// Calibrate measures the uprobe trap cost on this machine
+	// (CalibrateTrap) when busy uprobes are found, instead of assuming
+	// Thresholds.TrapNs.
+	Calibrate bool
 	// Foreign are programs this process holds that are not wolf's own
 	// (a lab's, started in the same process by a test).
 	Foreign []uint32
@@ -41,7 +45,7 @@ type Investigator struct {
 
 // New returns an investigator with the default thresholds and no list
 // (what doctor wants); wolf bpf sets Top.
-func New() *Investigator { return &Investigator{Thresholds: DefaultThresholds} }
+func New() *Investigator { return &Investigator{Thresholds: DefaultThresholds, Calibrate: true} }
 
 // Name implements investigator.Investigator.
 func (*Investigator) Name() string { return "bpf" }
@@ -138,6 +142,16 @@ func (b *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 		// unless declared foreign. Another wolf process is someone else.
 		p.Wolf = heldBy(p, self) && !slices.Contains(b.Foreign, p.ID)
 	}
+	th := b.Thresholds
+	th.TrapSource = "reference"
+	if b.Calibrate && busyUprobes(progs, before, after) {
+		if d, err := CalibrateTrap(); err == nil {
+			th.TrapNs, th.TrapSource = float64(d.Nanoseconds()), "measured"
+			res.Capabilities["uprobes"] = true
+		} else {
+			res.Notes = append(res.Notes, fmt.Sprintf("uprobe trap cost not measured (%v): estimates assume %.0f ns", err, th.TrapNs))
+		}
+	}
 	snap := &Snapshot{
 		Programs: progs, Before: before, After: after, Window: window,
 		NumCPU: runtime.NumCPU(), Kernel: kernelRelease(), StatsOff: !res.Capabilities["bpf_stats"],
@@ -146,7 +160,7 @@ func (b *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 	if snap.StatsOff {
 		res.Notes = append(res.Notes, "the kernel would not turn on BPF run statistics: run counts and times read as zero")
 	}
-	res.Findings = Conclude(snap, b.Thresholds)
+	res.Findings = Conclude(snap, th)
 	if opts.Progress != nil {
 		opts.Progress(1)
 	}
@@ -154,6 +168,18 @@ func (b *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 	// the /proc walk; its events are the programs it measured.
 	res.Overhead = meter.Finish(uint64(len(after)), 0)
 	return res, nil
+}
+
+// busyUprobes says whether some program other than wolf's ran on a
+// uprobe during the window: only then is the trap cost worth measuring.
+func busyUprobes(progs []Program, before, after map[uint32]Stat) bool {
+	for i := range progs {
+		p := &progs[i]
+		if !p.Wolf && p.has(KindUprobe, KindUretprobe, KindUprobeMulti) && after[p.ID].Runs > before[p.ID].Runs {
+			return true
+		}
+	}
+	return false
 }
 
 func wait(ctx context.Context, opts investigator.Options) {

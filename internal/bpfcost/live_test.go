@@ -204,3 +204,34 @@ func TestELFSymbolizer(t *testing.T) {
 		t.Errorf("lookup(%#x) = %q, want write+0x4", off+4, got)
 	}
 }
+
+// The trap calibration measures something plausible, and detaches: its
+// program is gone soon after it returns.
+func TestLiveCalibrateTrap(t *testing.T) {
+	testutil.RequireRoot(t)
+	d, err := CalibrateTrap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("uprobe trap on this machine: %v", d)
+	if d < 50*time.Nanosecond || d > time.Millisecond {
+		t.Errorf("trap cost %v: implausible", d)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for calibrationProgramLoaded() {
+		if time.Now().After(deadline) {
+			t.Fatal("wolf_trap_calib still loaded 5 s after CalibrateTrap returned")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func calibrationProgramLoaded() bool {
+	progs, _ := listPrograms()
+	for _, p := range progs {
+		if p.Name == "wolf_trap_calib" {
+			return true
+		}
+	}
+	return false
+}
