@@ -63,7 +63,7 @@ write-locks every mapping process's mmap_lock); recursion misses.`,
 			b := bpfcost.New()
 			b.Top = top
 			if trapNs > 0 {
-				b.Thresholds.TrapNs, b.Calibrate = trapNs, false
+				b.Thresholds.TrapNs, b.Thresholds.TrapSource, b.Calibrate = trapNs, "", false
 			}
 			rep, errs := runInvestigators(cmd.Context(), "bpf", []investigator.Investigator{b}, investigator.Options{Duration: duration, PID: pid}, false, os.Stderr)
 			if len(errs) > 0 {

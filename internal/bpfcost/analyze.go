@@ -69,7 +69,7 @@ type Thresholds struct {
 }
 
 // DefaultThresholds are the ones wolf bpf and doctor use.
-var DefaultThresholds = Thresholds{CostlyPct: 5, CriticalPct: 25, HotRunsPerS: 10000, SharedProcs: 20, TrapNs: UprobeTrapNs}
+var DefaultThresholds = Thresholds{CostlyPct: 5, CriticalPct: 25, HotRunsPerS: 10000, SharedProcs: 20, TrapNs: UprobeTrapNs, TrapSource: "reference"}
 
 // Attach is one place a program runs, from a BPF link.
 type Attach struct {
@@ -476,17 +476,20 @@ func hotUprobe(c *Cost, th Thresholds) (finding.Finding, bool) {
 		"measured": "measured on this machine by a probe wolf attached to itself",
 		"":         "as given with --trap-ns"}[th.TrapSource]
 	ev["trap_ns_source"] = th.TrapSource
+	title := fmt.Sprintf("%s on a hot path: %s fires %.0f times/s; with the traps it costs ~%.0f%% of a CPU (run time alone: %.2f%%)",
+		kind, c.Where(), c.RunsPerS, total, c.OneCPUPct)
+	sum := fmt.Sprintf("BPF %s, held by %s, runs %.0f ns per hit, but every hit first traps into the kernel: an estimated %.0f ns per hit (%.0f trap(s) × %.0f ns, %s) that the kernel's run statistics do not count (an estimate).",
+		c.Label(), c.Who(), c.AvgNs, per, c.Traps, trapNs, source)
 	if c.Traps == 0 {
-		source += "; this program adds no trap of its own: the uprobe on the same instruction pays the entry trap and its return goes through the uretprobe syscall, but it keeps that breakpoint needed"
+		title = fmt.Sprintf("%s on a hot path: %s fires %.0f times/s; it keeps a breakpoint that traps on every call", kind, c.Where(), c.RunsPerS)
+		sum = fmt.Sprintf("BPF %s, held by %s, runs %.0f ns per hit; it adds no trap of its own (the uprobe on the same instruction is charged the entry trap, an estimated %.0f ns, %s, and on this kernel the return goes through the uretprobe syscall), but removing only the uprobe would leave every call trapping.",
+			c.Label(), c.Who(), c.AvgNs, trapNs, source)
 	}
-	ev["total_one_cpu_pct_estimate"] = round2(total)
 	return finding.Finding{
 		ID: "bpf.hot-uprobe", Investigator: "bpf", Severity: sev,
-		Title: fmt.Sprintf("%s on a hot path: %s fires %.0f times/s; with the traps it costs ~%.0f%% of a CPU (run time alone: %.2f%%)",
-			kind, c.Where(), c.RunsPerS, total, c.OneCPUPct),
-		Summary: fmt.Sprintf("BPF %s, held by %s, runs %.0f ns per hit, but every hit first traps into the kernel: an estimated %.0f ns per hit (%.0f trap(s) × %.0f ns, %s) that the kernel's run statistics do not count: an estimate.",
-			c.Label(), c.Who(), c.AvgNs, per, c.Traps, trapNs, source),
-		Mechanism: "A uprobe replaces the probed instruction with a breakpoint: every call traps into the kernel, finds the uprobe, runs the program and single-steps the displaced instruction; a uretprobe also hijacks the return address and traps again on return. " +
+		Title:   title,
+		Summary: sum,
+		Mechanism: "A uprobe replaces the probed instruction with a breakpoint: every call traps into the kernel, finds the uprobe, runs the program and single-steps the displaced instruction; a uretprobe also hijacks the return address and, before 6.11 on x86-64, traps again on return. " +
 			"That is microseconds per call in the probed process, on its own CPU time, invisible to run_time_ns.",
 		Subjects: subjects(c),
 		Evidence: ev,
@@ -494,7 +497,7 @@ func hotUprobe(c *Cost, th Thresholds) (finding.Finding, bool) {
 			"Probe a rarer function, or use a USDT probe or a tracepoint the application already has",
 			"Drop the uretprobe if the return value is not needed (it doubles the traps); measure latency from a rarer point",
 			"Sample: attach for short windows, or filter the probe to the processes that matter (pid), so other callers do not trap",
-			"Measure the trap cost on this machine: wolf lab run hot-uprobe, then wolf bpf --trap-ns N",
+			"The trap cost is an estimate: wolf measures it with a probe on itself (trap_ns_source=measured); wolf bpf --trap-ns N sets it",
 		},
 		References: []string{"seed 002; DESIGN.md: uprobes cost ≈ 1.7 µs per hit", refStats},
 	}, true

@@ -143,7 +143,6 @@ func (b *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 		p.Wolf = heldBy(p, self) && !slices.Contains(b.Foreign, p.ID)
 	}
 	th := b.Thresholds
-	th.TrapSource = "reference"
 	if b.Calibrate && busyUprobes(progs, before, after) {
 		if d, err := CalibrateTrap(); err == nil {
 			th.TrapNs, th.TrapSource = float64(d.Nanoseconds()), "measured"
