@@ -235,3 +235,20 @@ func TestKernelAtLeast(t *testing.T) {
 		}
 	}
 }
+
+func TestRateTimelines(t *testing.T) {
+	s := fixture()
+	samples := []Sample{
+		{At: 0, Stats: map[uint32]Stat{21: {Runs: 0}}},
+		{At: 1, Stats: map[uint32]Stat{21: {Runs: 150000}}},
+		{At: 2, Stats: s.After},
+	}
+	tls := RateTimelines(s, samples, 2)
+	if len(tls) != 2 || tls[0].Labels["prog_id"] != "21" || tls[0].Unit != "runs/s" {
+		t.Fatalf("timelines %+v", tls)
+	}
+	ev := tls[0].Events
+	if len(ev) != 2 || ev[0].Value != 150000 || ev[1].Value != 250000 || ev[1].AtS != 2 {
+		t.Errorf("sched_heavy curve %+v, want 150000 then 250000 runs/s", ev)
+	}
+}

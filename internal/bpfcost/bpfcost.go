@@ -101,7 +101,12 @@ func (b *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 		return nil, err
 	}
 	started := time.Now()
-	wait(ctx, opts)
+	samples := []Sample{{At: 0, Stats: before}}
+	wait(ctx, opts, func() {
+		if st, err := sampleStats(); err == nil && b.Top > 0 {
+			samples = append(samples, Sample{At: time.Since(started).Seconds(), Stats: st})
+		}
+	})
 	after, err := sampleStats()
 	window := time.Since(started)
 	if err != nil {
@@ -160,6 +165,8 @@ func (b *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 		res.Notes = append(res.Notes, "the kernel would not turn on BPF run statistics: run counts and times read as zero")
 	}
 	res.Findings = Conclude(snap, th)
+	samples = append(samples, Sample{At: window.Seconds(), Stats: after})
+	res.Timelines = RateTimelines(snap, samples, min(b.Top, maxTimelines))
 	if opts.Progress != nil {
 		opts.Progress(1)
 	}
@@ -181,11 +188,16 @@ func busyUprobes(progs []Program, before, after map[uint32]Stat) bool {
 	return false
 }
 
-func wait(ctx context.Context, opts investigator.Options) {
+// wait sleeps until opts.Duration has passed or ctx ends, calling
+// everySecond once a second (for the runs/s curves).
+func wait(ctx context.Context, opts investigator.Options, everySecond func()) {
 	deadline := time.Now().Add(opts.Duration)
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
+	next := time.Now().Add(time.Second)
 	for {
+		if time.Now().After(next) && time.Until(deadline) > 500*time.Millisecond {
+			everySecond()
+			next = next.Add(time.Second)
+		}
 		left := time.Until(deadline)
 		if opts.Progress != nil {
 			opts.Progress(1 - max(left, 0).Seconds()/opts.Duration.Seconds())

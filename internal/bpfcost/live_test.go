@@ -109,6 +109,7 @@ func TestLiveHotUprobe(t *testing.T) {
 			t.Errorf("program %d attach %q, want %s%s:write", id, attach, kind, in.Library())
 		}
 		rate := f.Evidence["runs_per_s"].(float64)
+		t.Logf("program %d (%s): wolf %.0f runs/s, %.0f ns/run", id, kind, rate, f.Evidence["avg_ns_per_run"])
 		for name, ref := range map[string]float64{"write() calls": refWrites, "the programs' own hits": refHits, "bpftool run_cnt": refTool} {
 			if !within(rate, ref, 0.20) {
 				t.Errorf("program %d: %.0f runs/s, %s %.0f/s: more than 20%% apart", id, rate, name, ref)
