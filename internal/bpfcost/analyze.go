@@ -179,9 +179,20 @@ func (p *Program) Where() string {
 	if len(p.Attach) == 0 {
 		return "attach point unknown (not attached through a BPF link)"
 	}
+	// The same event on every CPU (perf_event sampling) reads once, counted.
 	var parts []string
+	count := map[string]int{}
 	for _, a := range p.Attach {
-		parts = append(parts, a.Kind+" "+a.Target)
+		w := a.Kind + " " + a.Target
+		if count[w] == 0 {
+			parts = append(parts, w)
+		}
+		count[w]++
+	}
+	for i, w := range parts {
+		if n := count[w]; n > 1 {
+			parts[i] = fmt.Sprintf("%s (×%d)", w, n)
+		}
 	}
 	if len(parts) > 3 {
 		parts = append(parts[:3], fmt.Sprintf("and %d more", len(parts)-3))
