@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/wolf-investigator/wolf/internal/bpfcost"
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/hung"
 	"github.com/wolf-investigator/wolf/internal/investigator"
@@ -25,7 +26,7 @@ import (
 // investigators lists every live investigator wolf has; doctor runs them
 // all. New investigators are added here.
 func investigators() []investigator.Investigator {
-	return []investigator.Investigator{hung.New(), locks.New(), reclaim.New(), sched.New(), softirq.New()}
+	return []investigator.Investigator{hung.New(), locks.New(), reclaim.New(), sched.New(), softirq.New(), bpfcost.New()}
 }
 
 func newDoctorCmd() *cobra.Command {

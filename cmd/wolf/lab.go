@@ -12,6 +12,7 @@ import (
 	"github.com/wolf-investigator/wolf/internal/lab/bounce"
 	"github.com/wolf-investigator/wolf/internal/lab/coredump"
 	"github.com/wolf-investigator/wolf/internal/lab/fusestall"
+	"github.com/wolf-investigator/wolf/internal/lab/hotuprobe"
 	"github.com/wolf-investigator/wolf/internal/lab/memcgstress"
 	"github.com/wolf-investigator/wolf/internal/lab/mmaplock"
 	"github.com/wolf-investigator/wolf/internal/lab/tcpcollapse"
@@ -21,7 +22,8 @@ import (
 // labs lists every reproducer wolf ships.
 func labs() *lab.Registry {
 	return lab.NewRegistry(fusestall.NewRWSem(), fusestall.NewMutex(), coredump.New(), mmaplock.New(),
-		memcgstress.New(), memcgstress.NewPopulate(), bounce.NewBounce(), bounce.NewAffinity(), bounce.NewPinned(), tcpcollapse.New())
+		memcgstress.New(), memcgstress.NewPopulate(), bounce.NewBounce(), bounce.NewAffinity(), bounce.NewPinned(), tcpcollapse.New(),
+		hotuprobe.New())
 }
 
 func newLabCmd() *cobra.Command {

@@ -148,6 +148,14 @@ func TestBadUsageExitsTwoWithOneLine(t *testing.T) {
 		{"watch", "--min-severity", "loud"},
 		{"watch", "--clear-after", "0"},
 		{"watch", "extra-arg"},
+		{"bpf", "--format", "xml"},
+		{"bpf", "--duration", "0s"},
+		{"bpf", "--duration", "ten"},
+		{"bpf", "--top", "-1"},
+		{"bpf", "--pid", "-4"},
+		{"bpf", "--pid", "2147483000"},
+		{"bpf", "--trap-ns", "-5"},
+		{"bpf", "extra-arg"},
 	} {
 		r := runWolf(t, 10*time.Second, args...)
 		if r.code != exitUsage {
@@ -160,7 +168,7 @@ func TestBadUsageExitsTwoWithOneLine(t *testing.T) {
 }
 
 func TestHelpOnEveryCommand(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"doctor", "--help"}, {"hung", "--help"}, {"locks", "--help"}, {"analyze", "--help"}, {"check", "--help"}, {"lab", "--help"}, {"lab", "list", "--help"}, {"lab", "run", "--help"}, {"bench", "--help"}, {"bench", "lpm", "--help"}, {"reclaim", "--help"}, {"sched", "--help"}, {"softirq", "--help"}, {"watch", "--help"}} {
+	for _, args := range [][]string{{"--help"}, {"doctor", "--help"}, {"hung", "--help"}, {"locks", "--help"}, {"analyze", "--help"}, {"check", "--help"}, {"lab", "--help"}, {"lab", "list", "--help"}, {"lab", "run", "--help"}, {"bench", "--help"}, {"bench", "lpm", "--help"}, {"reclaim", "--help"}, {"sched", "--help"}, {"softirq", "--help"}, {"watch", "--help"}, {"bpf", "--help"}} {
 		r := runWolf(t, 10*time.Second, args...)
 		if r.code != 0 || !strings.Contains(r.stdout, "Usage:") {
 			t.Errorf("wolf %v: exit %d, stdout %q", args, r.code, r.stdout)
@@ -185,7 +193,7 @@ func TestNotRootExitsThree(t *testing.T) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, args := range [][]string{{"hung", "--duration", "1s"}, {"locks", "--duration", "1s"}, {"doctor", "--duration", "1s"}, {"lab", "run", "fuse-rwsem"}, {"bench", "lpm", "--entries", "100"}, {"reclaim", "--duration", "1s"}, {"sched", "--duration", "1s"}, {"softirq", "--duration", "1s"}, {"watch", "--interval", "1s"}} {
+	for _, args := range [][]string{{"hung", "--duration", "1s"}, {"locks", "--duration", "1s"}, {"doctor", "--duration", "1s"}, {"lab", "run", "fuse-rwsem"}, {"bench", "lpm", "--entries", "100"}, {"reclaim", "--duration", "1s"}, {"sched", "--duration", "1s"}, {"softirq", "--duration", "1s"}, {"watch", "--interval", "1s"}, {"bpf", "--duration", "1s"}, {"lab", "run", "hot-uprobe"}} {
 		cmd := exec.Command(setpriv, append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", bin}, args...)...)
 		var errb bytes.Buffer
 		cmd.Stderr = &errb
@@ -223,7 +231,11 @@ func wolfPrograms(t *testing.T) []string {
 		// sched
 		"on_migrate", "on_switch", "on_wakeup", "on_wakeup_new", "on_exit", "on_setaffinity", "read_cpu",
 		// softirq
-		"on_softirq_raise", "on_softirq_entry", "on_softirq_exit", "on_napi_poll", "on_kfree_skb", "func_entry", "func_return"}
+		"on_softirq_raise", "on_softirq_entry", "on_softirq_exit", "on_napi_poll", "on_kfree_skb", "func_entry", "func_return",
+		// the hot-uprobe lab
+		"hot_entry", "hot_return",
+		// bpf's trap calibration
+		"wolf_trap_calib"}
 	isOurs := func(name string) bool {
 		for _, o := range ours {
 			if name == o || (len(name) == 15 && strings.HasPrefix(o, name)) {
@@ -349,6 +361,9 @@ func TestDoctorHealthyHostFinishesInTime(t *testing.T) {
 		}
 		if f.Investigator == "softirq" && f.Severity >= finding.Warning {
 			t.Errorf("healthy host gave a softirq %s: %s", f.Severity, f.Title)
+		}
+		if f.Investigator == "bpf" && f.Severity >= finding.Warning {
+			t.Errorf("healthy host gave a bpf %s: %s", f.Severity, f.Title)
 		}
 	}
 	checkHealthyChecklist(t, &rep, cpuLoaded)
@@ -697,7 +712,7 @@ func TestLabList(t *testing.T) {
 		names[l.Name] = l.Summary != ""
 	}
 	if !names["fuse-rwsem"] || !names["fuse-mutex"] || !names["mmap-lock"] || !names["memcg-stress"] ||
-		!names["sched-bounce"] || !names["sched-affinity"] || !names["sched-pinned"] || !names["tcp-collapse"] {
+		!names["sched-bounce"] || !names["sched-affinity"] || !names["sched-pinned"] || !names["tcp-collapse"] || !names["hot-uprobe"] {
 		t.Errorf("labs %+v", labs)
 	}
 }
@@ -788,4 +803,108 @@ func TestSoftirqKernelFuncSaysWhyNot(t *testing.T) {
 	if strings.Count(r.stderr, "\n") != 1 || !strings.Contains(r.stderr, "CONFIG_KPROBES") || !strings.HasPrefix(r.stderr, "wolf: ") {
 		t.Errorf("stderr %q", r.stderr)
 	}
+}
+
+// wolf bpf loads no program; what it holds is the kernel's run
+// statistics. SIGINT/SIGTERM still report; every signal, kill -9 included,
+// leaves kernel.bpf_stats_enabled as it was (wolf holds statistics on
+// through a BPF_ENABLE_STATS file descriptor, never the sysctl).
+func TestBPFSignalsRestoreStats(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.Exclusive(t)
+	before, err := os.ReadFile("/proc/sys/kernel/bpf_stats_enabled")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGKILL} {
+		cmd := exec.Command(wolfBin, "bpf", "--duration", "60s", "--format", "json")
+		var out bytes.Buffer
+		cmd.Stdout = &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill() })
+		pid := cmd.Process.Pid
+		waitFor(t, "wolf bpf to turn the statistics on", 10*time.Second, func() bool { return holdsStatsFD(pid) })
+		started := time.Now()
+		if err := cmd.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+		err := cmd.Wait()
+		if sig != syscall.SIGKILL {
+			if err != nil || time.Since(started) > 3*time.Second {
+				t.Errorf("bpf %v: exit %v after %v", sig, err, time.Since(started))
+			}
+			var rep finding.Report
+			if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+				t.Errorf("bpf %v: no JSON report after the signal: %v: %q", sig, err, out.String())
+			}
+		}
+		after, err := os.ReadFile("/proc/sys/kernel/bpf_stats_enabled")
+		if err != nil || !bytes.Equal(after, before) {
+			t.Errorf("bpf %v: kernel.bpf_stats_enabled %q, was %q (%v)", sig, after, before, err)
+		}
+	}
+}
+
+// holdsStatsFD says whether process pid holds a BPF_ENABLE_STATS fd.
+func holdsStatsFD(pid int) bool {
+	dir := filepath.Join("/proc", strconv.Itoa(pid), "fd")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, e := range ents {
+		if l, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil && l == "anon_inode:bpf-stats" {
+			return true
+		}
+	}
+	return false
+}
+
+// The hot-uprobe lab through the CLI: `wolf bpf` in another process names
+// the lab's uprobes as hot; kill -9 of the lab leaves neither its programs
+// nor its looping yes behind.
+func TestBPFCLIOnHotUprobeLab(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.Exclusive(t)
+	waitFor(t, "programs of earlier tests to be freed", 5*time.Second, func() bool { return len(wolfPrograms(t)) == 0 })
+	cmd := exec.Command(wolfBin, "lab", "run", "hot-uprobe", "--duration", "60s")
+	var out syncBuffer
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	waitFor(t, "the lab to be in place", 20*time.Second, func() bool { return strings.Contains(out.String(), "victims [") })
+	var yesPID int
+	if _, err := fmt.Sscanf(out.String()[strings.Index(out.String(), "victims [")+len("victims ["):], "%d", &yesPID); err != nil {
+		t.Fatalf("no victim pid in %q", out.String())
+	}
+	r := runWolf(t, 30*time.Second, "bpf", "--duration", "2s", "--format", "json")
+	if r.code != 0 {
+		t.Fatalf("wolf bpf exit %d: %s", r.code, r.stderr)
+	}
+	var rep finding.Report
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	hot := map[string]bool{}
+	for _, f := range rep.Findings {
+		if f.ID == "bpf.hot-uprobe" && f.Severity >= finding.Warning && len(f.Subjects) > 0 && f.Subjects[0].PID == cmd.Process.Pid {
+			hot[f.Evidence["name"].(string)] = true
+		}
+	}
+	if !hot["hot_entry"] || !hot["hot_return"] {
+		t.Errorf("lab's programs flagged hot: %v; report %s", hot, r.stdout)
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	waitFor(t, "the kernel to drop the lab's programs after kill -9", 5*time.Second, func() bool { return len(wolfPrograms(t)) == 0 })
+	waitFor(t, "the lab's yes to die with it", 5*time.Second, func() bool {
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", yesPID))
+		return err != nil || strings.Contains(string(st), ") Z")
+	})
 }

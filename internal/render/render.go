@@ -126,8 +126,12 @@ func Text(w io.Writer, r *finding.Report, o TextOptions) error {
 		return t.err // offline: wolf attached nothing, so there is no cost to tell
 	}
 	ov := r.Overhead
-	t.printf("wolf's own cost: %.2f s CPU, %.1f ms in BPF programs, %d events, %d dropped\n",
-		ov.CPUSeconds, float64(ov.BPFRunNs)/1e6, ov.Events, ov.Dropped)
+	perEvent := ""
+	if ov.Events > 0 && ov.BPFRunNs > 0 {
+		perEvent = fmt.Sprintf(" (%.0f ns per event)", float64(ov.BPFRunNs)/float64(ov.Events))
+	}
+	t.printf("wolf's own cost: %.2f s CPU, %.1f ms in BPF programs%s, %d events, %d dropped\n",
+		ov.CPUSeconds, float64(ov.BPFRunNs)/1e6, perEvent, ov.Events, ov.Dropped)
 	return t.err
 }
 

@@ -1,0 +1,780 @@
+package bpfcost
+
+import (
+	"fmt"
+	"runtime"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/wolf-investigator/wolf/internal/finding"
+)
+
+// Attach kinds, as wolf names where a program runs.
+const (
+	KindUprobe        = "uprobe"
+	KindUretprobe     = "uretprobe"
+	KindKprobe        = "kprobe"
+	KindKretprobe     = "kretprobe"
+	KindTracepoint    = "tracepoint"
+	KindRawTracepoint = "raw_tracepoint"
+	KindFentry        = "fentry"
+	KindFexit         = "fexit"
+	KindFmodRet       = "fmod_ret"
+	KindTPBTF         = "tp_btf"
+	KindLSM           = "lsm"
+	KindKprobeMulti   = "kprobe_multi"
+	KindKretMulti     = "kretprobe_multi"
+	KindUprobeMulti   = "uprobe_multi"
+	KindPerfEvent     = "perf_event"
+	KindCgroup        = "cgroup"
+	KindXDP           = "xdp"
+	KindTCX           = "tcx"
+	KindNetns         = "netns"
+	KindNetfilter     = "netfilter"
+	KindNetkit        = "netkit"
+	KindIter          = "iter"
+	KindStructOps     = "struct_ops"
+	KindOther         = "other"
+)
+
+// Cost model constants: what a probe costs beyond the program's own run
+// time, which the kernel's statistics (run_time_ns) do not include.
+const (
+	// UprobeTrapNs is the cost of one uprobe trap outside the program: the
+	// int3 trap, the uprobe lookup, single-stepping the displaced
+	// instruction (DESIGN.md's reference number, 1.7 µs per hit). It
+	// varies with the CPU and the hypervisor: `wolf lab run hot-uprobe`
+	// measures it on the machine at hand.
+	UprobeTrapNs = 1700
+)
+
+// Thresholds decide when a program is flagged.
+type Thresholds struct {
+	// CostlyPct of one CPU (run time plus estimated trap cost) makes a
+	// program costly (warning); CriticalPct makes it critical.
+	CostlyPct   float64
+	CriticalPct float64
+	// HotRunsPerS makes a kretprobe or uprobe "on a hot path".
+	HotRunsPerS float64
+	// SharedProcs is how many processes running a probed executable make
+	// a uprobe's registration a risk to all of them.
+	SharedProcs int
+	// TrapNs is what one uprobe trap costs outside the program, for the
+	// estimate; UprobeTrapNs when zero. TrapSource says where it came
+	// from: "reference" (DESIGN.md's figure), "measured" (CalibrateTrap on
+	// this machine) or "" (given by the user).
+	TrapNs     float64
+	TrapSource string
+}
+
+// DefaultThresholds are the ones wolf bpf and doctor use.
+var DefaultThresholds = Thresholds{CostlyPct: 5, CriticalPct: 25, HotRunsPerS: 10000, SharedProcs: 20, TrapNs: UprobeTrapNs, TrapSource: "reference"}
+
+// Attach is one place a program runs, from a BPF link.
+type Attach struct {
+	LinkID uint32 `json:"link_id,omitempty"`
+	Kind   string `json:"kind"`
+	// Target is where, in words: "sched/sched_switch", "do_sys_open+0x0",
+	// "/usr/lib/x86_64-linux-gnu/libc.so.6:write+0x0", "cgroup 1234".
+	Target string `json:"target"`
+	// File and Offset for uprobes; Symbol when the file's symbols name it.
+	File   string `json:"file,omitempty"`
+	Offset uint64 `json:"offset,omitempty"`
+	Symbol string `json:"symbol,omitempty"`
+	// Missed counts kprobe/kretprobe hits the kernel skipped (for a
+	// kretprobe: no free return instance).
+	Missed uint64 `json:"missed,omitempty"`
+	// SharedBy is, for a uprobe on an executable, how many processes run
+	// it; -1 for a shared library (every process that links it).
+	SharedBy int `json:"shared_by,omitempty"`
+}
+
+// Owner is a process holding a file descriptor of the program or its link.
+type Owner struct {
+	PID  int    `json:"pid"`
+	Comm string `json:"comm"`
+}
+
+// Program is one loaded BPF program and where it runs.
+type Program struct {
+	ID      uint32    `json:"id"`
+	Type    string    `json:"type"`
+	Name    string    `json:"name"`
+	Tag     string    `json:"tag"`
+	UID     int64     `json:"uid"` // -1 when unknown
+	Loaded  time.Time `json:"loaded,omitzero"`
+	Maps    int       `json:"maps"`
+	Attach  []Attach  `json:"attach,omitempty"`
+	Owners  []Owner   `json:"owners,omitempty"`
+	Wolf    bool      `json:"wolf"` // held by a wolf process
+	Gone    bool      `json:"gone,omitempty"`
+	Created bool      `json:"created,omitempty"` // loaded during the window
+}
+
+// Stat is the kernel's run statistics of one program at one moment.
+type Stat struct {
+	RunNs  uint64
+	Runs   uint64
+	Misses uint64
+}
+
+// Snapshot is what one measurement saw; Conclude needs nothing else.
+type Snapshot struct {
+	Programs []Program
+	Before   map[uint32]Stat
+	After    map[uint32]Stat
+	Window   time.Duration
+	NumCPU   int
+	Kernel   string // release, "6.18.0-…", for the fixes the seed names
+	// StatsOff is set when the kernel would not turn run statistics on:
+	// run times and counts are then all zero.
+	StatsOff bool
+	Top      int // list this many programs as info findings; 0: none
+	PID      int // only programs this process holds; 0: all
+}
+
+// Cost is one program's measured cost over the window.
+type Cost struct {
+	Program
+	Runs      uint64  `json:"runs"`
+	RunNs     uint64  `json:"run_ns"`
+	Misses    uint64  `json:"recursion_misses"`
+	RunsPerS  float64 `json:"runs_per_s"`
+	AvgNs     float64 `json:"avg_ns_per_run"`
+	OneCPUPct float64 `json:"one_cpu_pct"` // run time as % of one CPU
+	CPUPct    float64 `json:"cpu_pct"`     // run time as % of all CPUs
+	// TrapPct estimates, as % of one CPU, what uprobe traps cost on top
+	// of the run time (not measured: runs × UprobeTrapNs).
+	TrapPct float64 `json:"trap_one_cpu_pct_estimate,omitempty"`
+	Traps   float64 `json:"traps_per_run,omitempty"` // uprobe traps each run costs
+}
+
+// TotalOneCPUPct is run time plus estimated trap cost, in % of one CPU.
+func (c *Cost) TotalOneCPUPct() float64 { return c.OneCPUPct + c.TrapPct }
+
+// Kinds lists the program's attach kinds, or its program type when it has
+// no link.
+func (p *Program) Kinds() []string {
+	var ks []string
+	for _, a := range p.Attach {
+		ks = append(ks, a.Kind)
+	}
+	return ks
+}
+
+func (p *Program) has(kinds ...string) bool {
+	for _, a := range p.Attach {
+		for _, k := range kinds {
+			if a.Kind == k {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Where says where the program runs, in one line.
+func (p *Program) Where() string {
+	if len(p.Attach) == 0 {
+		return "attach point unknown (not attached through a BPF link)"
+	}
+	// The same event on every CPU (perf_event sampling) reads once, counted.
+	var parts []string
+	count := map[string]int{}
+	for _, a := range p.Attach {
+		w := a.Kind + " " + a.Target
+		if count[w] == 0 {
+			parts = append(parts, w)
+		}
+		count[w]++
+	}
+	for i, w := range parts {
+		if n := count[w]; n > 1 {
+			parts[i] = fmt.Sprintf("%s (×%d)", w, n)
+		}
+	}
+	if len(parts) > 3 {
+		parts = append(parts[:3], fmt.Sprintf("and %d more", len(parts)-3))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Who names the processes holding the program.
+func (p *Program) Who() string {
+	if len(p.Owners) == 0 {
+		return "no process holds it (pinned or attached without a file descriptor)"
+	}
+	var parts []string
+	for _, o := range p.Owners {
+		parts = append(parts, fmt.Sprintf("%s (pid %d)", o.Comm, o.PID))
+	}
+	if len(parts) > 3 {
+		parts = append(parts[:3], fmt.Sprintf("and %d more", len(parts)-3))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Label is "wolf's own" or the program's name.
+func (p *Program) Label() string {
+	name := p.Name
+	if name == "" {
+		name = "(unnamed)"
+	}
+	s := fmt.Sprintf("%s program %d %q", strings.ToLower(p.Type), p.ID, name)
+	if p.Wolf {
+		s = "wolf's own " + s
+	}
+	return s
+}
+
+// Measure turns the snapshot's two samples into costs, most expensive
+// first (run time plus estimated trap cost).
+func Measure(s *Snapshot) []Cost { return measure(s, DefaultThresholds.TrapNs) }
+
+// probeSite is one probed instruction of a file.
+type probeSite struct {
+	file string
+	off  uint64
+}
+
+// trapsPerRun is how many traps each run of p costs: one per uprobe; a
+// uretprobe pays the entry trap unless a uprobe on the same instruction
+// already does (the breakpoint is shared), plus its return: a trap before
+// 6.11, a plain syscall from the trampoline on x86-64 since (the
+// uretprobe syscall), which is not counted.
+func trapsPerRun(p *Program, entries map[probeSite]bool, returnTraps float64) float64 {
+	var n float64
+	for _, a := range p.Attach {
+		switch a.Kind {
+		case KindUprobe, KindUprobeMulti:
+			n++
+		case KindUretprobe:
+			n += returnTraps
+			if !entries[probeSite{a.File, a.Offset}] {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// returnTraps is what a uretprobe's return costs, in traps, on kernel.
+func returnTraps(kernel string) float64 {
+	if runtime.GOARCH == "amd64" && kernelAtLeast(kernel, 6, 11) {
+		return 0
+	}
+	return 1
+}
+
+func measure(s *Snapshot, trapNs float64) []Cost {
+	if trapNs <= 0 {
+		trapNs = UprobeTrapNs
+	}
+	entries := map[probeSite]bool{}
+	for _, p := range s.Programs {
+		for _, a := range p.Attach {
+			if a.Kind == KindUprobe {
+				entries[probeSite{a.File, a.Offset}] = true
+			}
+		}
+	}
+	rt := returnTraps(s.Kernel)
+	secs := s.Window.Seconds()
+	if secs <= 0 {
+		secs = 1
+	}
+	ncpu := max(s.NumCPU, 1)
+	var out []Cost
+	for _, p := range s.Programs {
+		if s.PID != 0 && !heldBy(&p, s.PID) {
+			continue
+		}
+		a, ok := s.After[p.ID]
+		if !ok {
+			continue
+		}
+		b := s.Before[p.ID] // zero when loaded during the window
+		c := Cost{Program: p}
+		if a.Runs >= b.Runs && a.RunNs >= b.RunNs {
+			c.Runs, c.RunNs = a.Runs-b.Runs, a.RunNs-b.RunNs
+		}
+		if a.Misses >= b.Misses {
+			c.Misses = a.Misses - b.Misses
+		}
+		c.RunsPerS = float64(c.Runs) / secs
+		if c.Runs > 0 {
+			c.AvgNs = float64(c.RunNs) / float64(c.Runs)
+		}
+		c.OneCPUPct = float64(c.RunNs) / 1e9 / secs * 100
+		c.CPUPct = c.OneCPUPct / float64(ncpu)
+		c.Traps = trapsPerRun(&p, entries, rt)
+		c.TrapPct = c.RunsPerS * c.Traps * trapNs / 1e9 * 100
+		out = append(out, c)
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if ti, tj := out[i].TotalOneCPUPct(), out[j].TotalOneCPUPct(); ti != tj {
+			return ti > tj
+		}
+		if out[i].RunsPerS != out[j].RunsPerS {
+			return out[i].RunsPerS > out[j].RunsPerS
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out
+}
+
+func heldBy(p *Program, pid int) bool {
+	for _, o := range p.Owners {
+		if o.PID == pid {
+			return true
+		}
+	}
+	return false
+}
+
+const refStats = "https://docs.kernel.org/bpf/bpf_design_QA.html (kernel.bpf_stats_enabled, BPF_ENABLE_STATS)"
+
+// Conclude turns a snapshot into findings: the costly programs with the
+// reasons seed 002 gives, the risks of the probe kinds in use, recursion
+// misses, wolf's own programs, and (with Top) a bpftop-like list.
+func Conclude(s *Snapshot, th Thresholds) []finding.Finding {
+	costs := measure(s, th.TrapNs)
+	var out []finding.Finding
+	var wolfRun, wolfRuns uint64
+	var wolfProgs int
+	for i := range costs {
+		c := &costs[i]
+		if c.Wolf {
+			// wolf's own programs are accounted in every report's own
+			// cost; flagging them here would only repeat it.
+			wolfRun += c.RunNs
+			wolfRuns += c.Runs
+			wolfProgs++
+			continue
+		}
+		if f, ok := costly(c, th); ok {
+			out = append(out, f)
+		}
+		if f, ok := hotUprobe(c, th); ok {
+			out = append(out, f)
+		}
+		if f, ok := hotKretprobe(c, th); ok {
+			out = append(out, f)
+		}
+		if c.Misses > 0 {
+			out = append(out, recursionMisses(c))
+		}
+	}
+	if f, ok := fentryRisk(costs, s.Kernel); ok {
+		out = append(out, f)
+	}
+	out = append(out, uprobeRegisterRisk(costs, s.Kernel, th)...)
+	if wolfProgs > 0 {
+		ev := map[string]any{"programs": wolfProgs, "run_ns": wolfRun, "runs": wolfRuns,
+			"one_cpu_pct": round2(float64(wolfRun) / 1e9 / max(s.Window.Seconds(), 1e-9) * 100)}
+		if wolfRuns > 0 {
+			ev["avg_ns_per_run"] = round2(float64(wolfRun) / float64(wolfRuns))
+		}
+		out = append(out, finding.Finding{
+			ID: "bpf.wolf-own", Investigator: "bpf", Severity: finding.Info,
+			Title: fmt.Sprintf("wolf's own %d BPF program(s) ran %d times for %.1f ms (%.2f%% of one CPU)",
+				wolfProgs, wolfRuns, float64(wolfRun)/1e6, ev["one_cpu_pct"]),
+			Summary:  "The programs other wolf investigators attached during this window, measured like everyone else's.",
+			Evidence: ev,
+		})
+	}
+	out = append(out, summary(s, costs))
+	for i := 0; i < s.Top && i < len(costs); i++ {
+		out = append(out, listed(&costs[i]))
+	}
+	return out
+}
+
+func round2(f float64) float64 { return float64(int64(f*100+0.5)) / 100 }
+
+func evidence(c *Cost) map[string]any {
+	ev := map[string]any{
+		"prog_id":          c.ID,
+		"type":             c.Type,
+		"name":             c.Name,
+		"attach":           c.Where(),
+		"runs":             c.Runs,
+		"runs_per_s":       round2(c.RunsPerS),
+		"avg_ns_per_run":   round2(c.AvgNs),
+		"run_ns":           c.RunNs,
+		"one_cpu_pct":      round2(c.OneCPUPct),
+		"cpu_pct":          round2(c.CPUPct),
+		"recursion_misses": c.Misses,
+	}
+	if c.TrapPct > 0 {
+		ev["trap_one_cpu_pct_estimate"] = round2(c.TrapPct)
+	}
+	if len(c.Owners) > 0 {
+		ev["owner_pid"] = c.Owners[0].PID
+		ev["owner_comm"] = c.Owners[0].Comm
+	}
+	return ev
+}
+
+func subjects(c *Cost) []finding.Subject {
+	var ss []finding.Subject
+	for _, o := range c.Owners {
+		ss = append(ss, finding.Subject{Role: "owner", PID: o.PID, Comm: o.Comm,
+			Detail: fmt.Sprintf("holds BPF program %d (%s)", c.ID, c.Name)})
+	}
+	return ss
+}
+
+func severity(pct float64, th Thresholds) finding.Severity {
+	switch {
+	case pct >= th.CriticalPct:
+		return finding.Critical
+	case pct >= th.CostlyPct:
+		return finding.Warning
+	}
+	return finding.Info
+}
+
+// costly flags a program whose own run time is a noticeable part of a CPU.
+func costly(c *Cost, th Thresholds) (finding.Finding, bool) {
+	if c.OneCPUPct < th.CostlyPct {
+		return finding.Finding{}, false
+	}
+	return finding.Finding{
+		ID: "bpf.costly-program", Investigator: "bpf", Severity: severity(c.OneCPUPct, th),
+		Title: fmt.Sprintf("BPF %s costs %.1f%% of a CPU: %.0f runs/s × %.0f ns (%s)",
+			c.Label(), c.OneCPUPct, c.RunsPerS, c.AvgNs, c.Where()),
+		Summary: fmt.Sprintf("Over %s the kernel counted %d runs and %.1f ms inside this program; held by %s.",
+			"the window", c.Runs, float64(c.RunNs)/1e6, c.Who()),
+		Mechanism: "A BPF program runs synchronously in the context of the event it is attached to: its run time is added to every hit of that event. " +
+			"On a hot event (scheduler switches, syscalls, packets) a few hundred nanoseconds per run add up to whole CPUs.",
+		Subjects: subjects(c),
+		Evidence: evidence(c),
+		Remediation: []string{
+			"Move the work out of the hot event: aggregate in per-CPU maps, sample instead of tracing every event, filter early (pid, cgroup) before any map update",
+			"Attach to a rarer event that carries the same information (a tracepoint on the slow path rather than every call)",
+			fmt.Sprintf("Inspect it: bpftool prog show id %d; bpftool prog dump xlated id %d", c.ID, c.ID),
+		},
+		References: []string{refStats},
+	}, true
+}
+
+// hotUprobe flags uprobes on a hot path: the trap each hit takes is not
+// in run_time_ns, so the program looks cheap while its hits are not.
+func hotUprobe(c *Cost, th Thresholds) (finding.Finding, bool) {
+	if !c.has(KindUprobe, KindUretprobe, KindUprobeMulti) || c.RunsPerS < th.HotRunsPerS {
+		return finding.Finding{}, false
+	}
+	kind := "uprobe"
+	if c.has(KindUretprobe) {
+		kind = "uretprobe"
+	}
+	trapNs := th.TrapNs
+	if trapNs <= 0 {
+		trapNs = UprobeTrapNs
+	}
+	per := c.Traps * trapNs
+	total := c.TotalOneCPUPct()
+	sev := severity(total, th)
+	if sev == finding.Info {
+		sev = finding.Warning // hot by rate: the seed's point is that it hides
+	}
+	ev := evidence(c)
+	ev["trap_ns_per_run_estimate"] = round2(per)
+	ev["trap_ns"] = round2(trapNs)
+	source := map[string]string{"reference": "the published 1.7 µs per trap, not measured here",
+		"measured": "measured on this machine by a probe wolf attached to itself",
+		"":         "as given with --trap-ns"}[th.TrapSource]
+	ev["trap_ns_source"] = th.TrapSource
+	title := fmt.Sprintf("%s on a hot path: %s fires %.0f times/s; with the traps it costs ~%.0f%% of a CPU (run time alone: %.2f%%)",
+		kind, c.Where(), c.RunsPerS, total, c.OneCPUPct)
+	sum := fmt.Sprintf("BPF %s, held by %s, runs %.0f ns per hit, but every hit first traps into the kernel: an estimated %.0f ns per hit (%.0f trap(s) × %.0f ns, %s) that the kernel's run statistics do not count (an estimate).",
+		c.Label(), c.Who(), c.AvgNs, per, c.Traps, trapNs, source)
+	if c.Traps == 0 {
+		title = fmt.Sprintf("%s on a hot path: %s fires %.0f times/s; it keeps a breakpoint that traps on every call", kind, c.Where(), c.RunsPerS)
+		sum = fmt.Sprintf("BPF %s, held by %s, runs %.0f ns per hit; it adds no trap of its own (the uprobe on the same instruction is charged the entry trap, an estimated %.0f ns, %s, and on this kernel the return goes through the uretprobe syscall), but removing only the uprobe would leave every call trapping.",
+			c.Label(), c.Who(), c.AvgNs, trapNs, source)
+	}
+	return finding.Finding{
+		ID: "bpf.hot-uprobe", Investigator: "bpf", Severity: sev,
+		Title:   title,
+		Summary: sum,
+		Mechanism: "A uprobe replaces the probed instruction with a breakpoint: every call traps into the kernel, finds the uprobe, runs the program and single-steps the displaced instruction; a uretprobe also hijacks the return address and, before 6.11 on x86-64, traps again on return. " +
+			"That is microseconds per call in the probed process, on its own CPU time, invisible to run_time_ns.",
+		Subjects: subjects(c),
+		Evidence: ev,
+		Remediation: []string{
+			"Probe a rarer function, or use a USDT probe or a tracepoint the application already has",
+			"Drop the uretprobe if the return value is not needed (it doubles the traps); measure latency from a rarer point",
+			"Sample: attach for short windows, or filter the probe to the processes that matter (pid), so other callers do not trap",
+			"The trap cost is an estimate: wolf measures it with a probe on itself (trap_ns_source=measured); wolf bpf --trap-ns N sets it",
+		},
+		References: []string{"seed 002; DESIGN.md: uprobes cost ≈ 1.7 µs per hit", refStats},
+	}, true
+}
+
+// hotKretprobe flags kretprobes on a hot path (seed 002's first story).
+func hotKretprobe(c *Cost, th Thresholds) (finding.Finding, bool) {
+	if !c.has(KindKretprobe, KindKretMulti) || c.RunsPerS < th.HotRunsPerS {
+		return finding.Finding{}, false
+	}
+	var missed uint64
+	for _, a := range c.Attach {
+		missed += a.Missed
+	}
+	ev := evidence(c)
+	ev["kprobe_missed"] = missed
+	sev := finding.Warning
+	if severity(c.OneCPUPct, th) == finding.Critical {
+		sev = finding.Critical
+	}
+	return finding.Finding{
+		ID: "bpf.hot-kretprobe", Investigator: "bpf", Severity: sev,
+		Title: fmt.Sprintf("kretprobe on a hot path: %s fires %.0f times/s (%s)", c.Where(), c.RunsPerS, c.Label()),
+		Summary: fmt.Sprintf("Every call of the probed kernel function takes a return instance from a shared pool; held by %s; %d hits missed for want of an instance.",
+			c.Who(), missed),
+		Mechanism: "A kretprobe saves each call's return address in a kretprobe_instance taken from a pool shared by all CPUs: a spinlock before 5.10, a lock-free freelist (cache-line bouncing) until the per-CPU objpool/rethook. " +
+			"On many CPUs a hot function's callers serialise there: seed 002 measured network throughput falling from 4.2 M to 119 K.",
+		Subjects: subjects(c),
+		Evidence: ev,
+		Remediation: []string{
+			"Use fexit (BPF trampoline, no instance pool) where the kernel allows it, or a tracepoint at the function's end",
+			"Probe a rarer function, or drop the return probe if the return value is not needed",
+			"On old kernels raise maxactive only to stop misses: it does not remove the lock",
+		},
+		References: []string{"seed 002: kretprobe scaling pains (4.14 spinlock, 6.6 freelist, objpool)"},
+	}, true
+}
+
+func recursionMisses(c *Cost) finding.Finding {
+	return finding.Finding{
+		ID: "bpf.recursion-misses", Investigator: "bpf", Severity: finding.Warning,
+		Title: fmt.Sprintf("BPF %s was skipped %d times: another BPF program was already running on that CPU", c.Label(), c.Misses),
+		Summary: fmt.Sprintf("The kernel did not run it %d times in the window (%s); whatever it counts is short by that much.",
+			c.Misses, c.Where()),
+		Mechanism: "The kernel allows one tracing BPF program per CPU at a time (bpf_prog_active / per-program recursion guard): an event firing while another program runs, e.g. a probe on a function that a BPF program itself calls, is skipped and counted as a recursion miss. " +
+			"Tools that rely on seeing every event silently lose them.",
+		Subjects: subjects(c),
+		Evidence: evidence(c),
+		Remediation: []string{
+			"Do not probe functions that BPF programs themselves call (map operations, ring buffer, helpers)",
+			"Prefer tp_btf/raw tracepoints and fentry over kprobes on hot shared paths; report misses alongside results",
+		},
+		References: []string{refStats},
+	}
+}
+
+// kernelAtLeast compares a release string ("6.8.0-45-generic") with a
+// major.minor version; unknown releases count as new.
+func kernelAtLeast(release string, major, minor int) bool {
+	var a, b int
+	if n, _ := fmt.Sscanf(release, "%d.%d", &a, &b); n != 2 {
+		return true
+	}
+	return a > major || (a == major && b >= minor)
+}
+
+// fentryRisk notes tracing programs (fentry/fexit/fmod_ret): detaching them
+// waits for an RCU-tasks grace period, the seed's container-stop hang.
+func fentryRisk(costs []Cost, kernel string) (finding.Finding, bool) {
+	var progs []string
+	var ids []uint32
+	var ss []finding.Subject
+	for i := range costs {
+		c := &costs[i]
+		if c.Wolf || !c.has(KindFentry, KindFexit, KindFmodRet) {
+			continue
+		}
+		progs = append(progs, fmt.Sprintf("%d %s (%s)", c.ID, c.Name, c.Where()))
+		ids = append(ids, c.ID)
+		ss = append(ss, subjects(c)...)
+	}
+	if len(progs) == 0 {
+		return finding.Finding{}, false
+	}
+	sev := finding.Info
+	fixed := "this kernel has the fix (6.9+), the risk is slow detach, not deadlock"
+	if !kernelAtLeast(kernel, 6, 9) {
+		sev = finding.Warning
+		fixed = "this kernel predates the 2024 rcu-tasks fix (6.9): detaching can deadlock against an exiting pid namespace"
+	}
+	return finding.Finding{
+		ID: "bpf.fentry-detach", Investigator: "bpf", Severity: sev,
+		Title:   fmt.Sprintf("%d fentry/fexit program(s) attached: detaching waits for an RCU-tasks grace period", len(progs)),
+		Summary: "Programs: " + strings.Join(progs, "; ") + ". " + fixed + ".",
+		Mechanism: "Detaching a trampoline program rebuilds the BPF trampoline and waits in synchronize_rcu_tasks() until every task has voluntarily context-switched; tasks late in do_exit are waited for through an SRCU section. " +
+			"Seed 002: a container's pid-1 zapping its namespace held that SRCU section while waiting for the agent, the agent waited in synchronize_rcu_tasks, and docker stop hung.",
+		Subjects: ss,
+		Evidence: map[string]any{"programs": len(progs), "prog_ids": ids, "kernel": kernel},
+		Remediation: []string{
+			"Detach (close the links) before the agent's pid namespace is torn down, not from its exit path",
+			"On kernels before 6.9 backport 'rcu-tasks: Maintain lists to eliminate RCU-tasks/do_exit() deadlocks', or use raw tracepoints",
+		},
+		References: []string{"seed 002: an fentry and RCU bug"},
+	}, true
+}
+
+// uprobeRegisterRisk notes uprobes on files that many processes map:
+// registering and removing them write-locks every such process's mmap_lock.
+func uprobeRegisterRisk(costs []Cost, kernel string, th Thresholds) []finding.Finding {
+	type target struct {
+		file   string
+		shared int
+		ids    []uint32
+		ss     []finding.Subject
+		hot    float64
+	}
+	byFile := map[string]*target{}
+	var files []string
+	for i := range costs {
+		c := &costs[i]
+		if c.Wolf {
+			continue
+		}
+		for _, a := range c.Attach {
+			if a.Kind != KindUprobe && a.Kind != KindUretprobe && a.Kind != KindUprobeMulti {
+				continue
+			}
+			if a.SharedBy >= 0 && a.SharedBy < th.SharedProcs {
+				continue
+			}
+			t := byFile[a.File]
+			if t == nil {
+				t = &target{file: a.File, shared: a.SharedBy}
+				byFile[a.File] = t
+				files = append(files, a.File)
+			}
+			t.ids = append(t.ids, c.ID)
+			t.ss = append(t.ss, subjects(c)...)
+			t.hot += c.RunsPerS
+		}
+	}
+	sort.Strings(files)
+	var out []finding.Finding
+	for _, f := range files {
+		t := byFile[f]
+		who := fmt.Sprintf("%d processes run it", t.shared)
+		if t.shared < 0 {
+			who = "a shared library: every process that links it maps it"
+		}
+		sev := finding.Info
+		note := "this kernel resolves uprobe hits without mmap_lock in the common case (6.14+), so the risk is at register and unregister"
+		if !kernelAtLeast(kernel, 6, 14) {
+			note = "before 6.14 every hit also takes mmap_lock for reading (find_active_uprobe), so hits queue behind that writer"
+			if t.hot >= th.HotRunsPerS {
+				sev = finding.Warning
+			}
+		}
+		out = append(out, finding.Finding{
+			ID: "bpf.uprobe-shared-file", Investigator: "bpf", Severity: sev,
+			Title:   fmt.Sprintf("uprobes on %s (%s): attaching or detaching write-locks each of those processes' mmap_lock", f, who),
+			Summary: fmt.Sprintf("Programs %v probe this file; %s.", t.ids, note),
+			Mechanism: "uprobe_register walks every mm that maps the file and takes its mmap_lock for writing to insert the breakpoint; rw-semaphores queue readers behind a waiting writer. " +
+				"Seed 002: with a deep mmap_lock queue a blocked registration stalled page faults and uprobe hits in every process mapping the file, until khungtaskd fired.",
+			Subjects: t.ss,
+			Evidence: map[string]any{"file": f, "shared_by_processes": t.shared, "prog_ids": t.ids, "runs_per_s": round2(t.hot)},
+			Remediation: []string{
+				"Attach uprobes once at agent start, not repeatedly; filter by pid so only target processes get breakpoints",
+				"Prefer USDT or application-level hooks in widely shared libraries; watch mmap_lock contention (wolf locks) while attaching",
+			},
+			References: []string{"seed 002: production impact from uprobe (uprobe_register vs mmap_lock); kernel commit 'uprobes: add speculative lockless VMA-to-inode-to-uprobe resolution'"},
+		})
+	}
+	return out
+}
+
+// summary is one info finding with the totals.
+func summary(s *Snapshot, costs []Cost) finding.Finding {
+	var run, runs uint64
+	var third, attached int
+	for i := range costs {
+		run += costs[i].RunNs
+		runs += costs[i].Runs
+		if !costs[i].Wolf {
+			third++
+		}
+		if len(costs[i].Attach) > 0 {
+			attached++
+		}
+	}
+	secs := max(s.Window.Seconds(), 1e-9)
+	one := float64(run) / 1e9 / secs * 100
+	title := fmt.Sprintf("%d BPF programs loaded (%d through links); together %.0f runs/s, %.2f%% of one CPU over %.1f s",
+		len(costs), attached, float64(runs)/secs, one, s.Window.Seconds())
+	sum := "Measured with the kernel's BPF run statistics, enabled only for the window."
+	if s.StatsOff {
+		sum = "The kernel would not enable BPF run statistics (BPF_ENABLE_STATS, 5.8+): run counts and times are unknown."
+	}
+	if s.PID != 0 {
+		title = fmt.Sprintf("pid %d: ", s.PID) + title
+	}
+	if len(costs) > 0 {
+		top := &costs[0]
+		sum += fmt.Sprintf(" Most costly: %s, %s, %.2f%% of one CPU.", top.Label(), top.Where(), top.TotalOneCPUPct())
+	}
+	return finding.Finding{
+		ID: "bpf.summary", Investigator: "bpf", Severity: finding.Info,
+		Title:   title,
+		Summary: sum,
+		Evidence: map[string]any{"programs": len(costs), "third_party_programs": third, "runs_per_s": round2(float64(runs) / secs),
+			"run_ns": run, "one_cpu_pct": round2(one), "cpus": s.NumCPU, "window_s": round2(secs)},
+	}
+}
+
+// listed is one line of the bpftop-like list.
+func listed(c *Cost) finding.Finding {
+	title := fmt.Sprintf("%s: %.0f runs/s, %.0f ns/run, %.2f%% CPU (%.2f%% of one) — %s", c.Label(), c.RunsPerS, c.AvgNs, c.CPUPct, c.OneCPUPct, c.Where())
+	if c.TrapPct > 0 {
+		title += fmt.Sprintf(" + ~%.1f%% of one CPU in traps (estimate)", c.TrapPct)
+	}
+	return finding.Finding{
+		ID: "bpf.program", Investigator: "bpf", Severity: finding.Info,
+		Title:    title,
+		Summary:  "Held by " + c.Who() + ".",
+		Subjects: subjects(c),
+		Evidence: evidence(c),
+	}
+}
+
+// Sample is every program's statistics at one moment, At seconds into
+// the window.
+type Sample struct {
+	At    float64
+	Stats map[uint32]Stat
+}
+
+// maxTimelines bounds the runs/s curves in a report.
+const maxTimelines = 5
+
+// RateTimelines turns samples taken through the window into a runs/s
+// curve for each of the n costliest programs that ran: one event per
+// interval, at its end, valued at that interval's rate.
+func RateTimelines(s *Snapshot, samples []Sample, n int) []finding.Timeline {
+	var out []finding.Timeline
+	for _, c := range Measure(s) {
+		if len(out) >= n {
+			break
+		}
+		if c.Runs == 0 {
+			continue
+		}
+		tl := finding.Timeline{Name: "bpf_runs_per_s", Unit: "runs/s",
+			Labels: map[string]string{"prog_id": fmt.Sprint(c.ID), "name": c.Name, "attach": c.Where()}}
+		for i := 1; i < len(samples); i++ {
+			a, b := samples[i-1], samples[i]
+			dt := b.At - a.At
+			if dt <= 0 {
+				continue
+			}
+			prev, next := a.Stats[c.ID], b.Stats[c.ID]
+			rate := 0.0
+			if next.Runs >= prev.Runs {
+				rate = float64(next.Runs-prev.Runs) / dt
+			}
+			tl.Events = append(tl.Events, finding.TimelineEvent{AtS: round2(b.At), Value: round2(rate)})
+		}
+		out = append(out, tl)
+	}
+	return out
+}

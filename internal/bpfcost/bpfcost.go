@@ -1,0 +1,224 @@
+// Package bpfcost measures what every BPF program on the host costs, like
+// bpftop: for each loaded program (wolf's own included) its type, name,
+// attach point, owner, runs per second, nanoseconds per run and share of
+// the CPUs, from the kernel's BPF run statistics, which it turns on only
+// for the measurement (BPF_ENABLE_STATS: reference-counted, dropped when
+// wolf closes it or dies, the sysctl never written). Conclude flags the
+// costly programs with seed 002's reasons: uprobes and kretprobes on hot
+// paths, fentry detach hangs, uprobe registration against mmap_lock,
+// recursion misses.
+//
+// It loads no BPF program of its own: the kernel already counts.
+package bpfcost
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/wolf-investigator/wolf/internal/investigator"
+	"github.com/wolf-investigator/wolf/internal/overhead"
+	"github.com/wolf-investigator/wolf/internal/sysctl"
+)
+
+// Investigator measures every BPF program's cost. The zero value is not
+// ready; use New.
+type Investigator struct {
+	Top        int // programs listed one by one (info findings); 0 lists none
+	Thresholds Thresholds
+	// Calibrate measures the uprobe trap cost on this machine
+	// (CalibrateTrap) when busy uprobes are found, instead of assuming
+	// Thresholds.TrapNs.
+	Calibrate bool
+	// Foreign are programs this process holds that are not wolf's own
+	// (a lab's, started in the same process by a test).
+	Foreign []uint32
+}
+
+// New returns an investigator with the default thresholds and no list
+// (what doctor wants); wolf bpf sets Top.
+func New() *Investigator { return &Investigator{Thresholds: DefaultThresholds, Calibrate: true} }
+
+// Name implements investigator.Investigator.
+func (*Investigator) Name() string { return "bpf" }
+
+// Summary implements investigator.Investigator.
+func (*Investigator) Summary() string {
+	return "what every BPF program on the host costs (runs/s, ns per run, CPU), and the risky ones"
+}
+
+// Requirements implements investigator.Requirer.
+func (*Investigator) Requirements() []investigator.Requirement {
+	return []investigator.Requirement{
+		{Feature: "bpf_stats", Why: "the kernel's run count and run time per program (BPF_ENABLE_STATS, 5.8+)"},
+		{Feature: "btf", Why: "names of fentry/fexit and tp_btf attach points", Optional: true},
+	}
+}
+
+// StatsSysctl reads kernel.bpf_stats_enabled: the administrator's
+// setting, which wolf never writes (BPF_ENABLE_STATS holds statistics on
+// without changing it).
+func StatsSysctl() (int64, error) { return sysctl.ReadInt("kernel.bpf_stats_enabled") }
+
+// Run measures for opts.Duration: it inventories programs, links and
+// owners, reads every program's statistics at the start and the end, and
+// concludes.
+func (b *Investigator) Run(ctx context.Context, opts investigator.Options) (*investigator.Result, error) {
+	if opts.Duration <= 0 {
+		return nil, fmt.Errorf("bpf: duration must be positive, got %v", opts.Duration)
+	}
+	if b.Thresholds == (Thresholds{}) {
+		b.Thresholds = DefaultThresholds
+	}
+	meter := overhead.Start()
+	defer meter.Close()
+	res := &investigator.Result{Capabilities: map[string]bool{}}
+	// The meter holds statistics on too; this second, reference-counted
+	// hold tells whether the kernel has them at all.
+	st, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	res.Capabilities["bpf_stats"] = err == nil
+	if err == nil {
+		defer st.Close()
+	}
+
+	progs, err := listPrograms()
+	if err != nil {
+		if errors.Is(err, unix.EPERM) {
+			return nil, fmt.Errorf("bpf: listing programs: %w: %w", err, investigator.ErrPrivilege)
+		}
+		return nil, err
+	}
+	before, err := sampleStats()
+	if err != nil {
+		return nil, err
+	}
+	started := time.Now()
+	samples := []Sample{{At: 0, Stats: before}}
+	wait(ctx, opts, func() {
+		if st, err := sampleStats(); err == nil && b.Top > 0 {
+			samples = append(samples, Sample{At: time.Since(started).Seconds(), Stats: st})
+		}
+	})
+	after, err := sampleStats()
+	window := time.Since(started)
+	if err != nil {
+		return nil, err
+	}
+	// Programs loaded during the window join the list; programs unloaded
+	// during it stay, marked gone.
+	if later, err := listPrograms(); err == nil {
+		have := map[uint32]bool{}
+		for _, p := range progs {
+			have[p.ID] = true
+		}
+		for _, p := range later {
+			if !have[p.ID] {
+				p.Created = true
+				progs = append(progs, p)
+			}
+		}
+	}
+	r := &resolver{}
+	links, err := listLinks(r)
+	if err != nil {
+		res.Notes = append(res.Notes, "links: "+err.Error())
+	}
+	owners, err := scanOwners(ctx)
+	if err != nil {
+		res.Notes = append(res.Notes, "owners unknown: "+err.Error())
+	}
+	self := os.Getpid()
+	for i := range progs {
+		p := &progs[i]
+		p.Attach = links[p.ID]
+		p.Owners = owners[p.ID]
+		if _, ok := after[p.ID]; !ok {
+			p.Gone = true
+		}
+		// wolf's own: held by this process (doctor's other investigators),
+		// unless declared foreign. Another wolf process is someone else.
+		p.Wolf = heldBy(p, self) && !slices.Contains(b.Foreign, p.ID)
+	}
+	th := b.Thresholds
+	if b.Calibrate && busyUprobes(progs, before, after) {
+		if d, err := CalibrateTrap(); err == nil {
+			th.TrapNs, th.TrapSource = float64(d.Nanoseconds()), "measured"
+			res.Capabilities["uprobes"] = true
+		} else {
+			res.Notes = append(res.Notes, fmt.Sprintf("uprobe trap cost not measured (%v): estimates assume %.0f ns", err, th.TrapNs))
+		}
+	}
+	snap := &Snapshot{
+		Programs: progs, Before: before, After: after, Window: window,
+		NumCPU: runtime.NumCPU(), Kernel: kernelRelease(), StatsOff: !res.Capabilities["bpf_stats"],
+		Top: b.Top, PID: opts.PID,
+	}
+	if snap.StatsOff {
+		res.Notes = append(res.Notes, "the kernel would not turn on BPF run statistics: run counts and times read as zero")
+	}
+	res.Findings = Conclude(snap, th)
+	samples = append(samples, Sample{At: window.Seconds(), Stats: after})
+	res.Timelines = RateTimelines(snap, samples, min(b.Top, maxTimelines))
+	if opts.Progress != nil {
+		opts.Progress(1)
+	}
+	// wolf bpf loads no program: its cost is the CPU of two samples and
+	// the /proc walk; its events are the programs it measured.
+	res.Overhead = meter.Finish(uint64(len(after)), 0)
+	return res, nil
+}
+
+// busyUprobes says whether some program other than wolf's ran on a
+// uprobe during the window: only then is the trap cost worth measuring.
+func busyUprobes(progs []Program, before, after map[uint32]Stat) bool {
+	for i := range progs {
+		p := &progs[i]
+		if !p.Wolf && p.has(KindUprobe, KindUretprobe, KindUprobeMulti) && after[p.ID].Runs > before[p.ID].Runs {
+			return true
+		}
+	}
+	return false
+}
+
+// wait sleeps until opts.Duration has passed or ctx ends, calling
+// everySecond once a second (for the runs/s curves).
+func wait(ctx context.Context, opts investigator.Options, everySecond func()) {
+	deadline := time.Now().Add(opts.Duration)
+	next := time.Now().Add(time.Second)
+	for {
+		if time.Now().After(next) && time.Until(deadline) > 500*time.Millisecond {
+			everySecond()
+			next = next.Add(time.Second)
+		}
+		left := time.Until(deadline)
+		if opts.Progress != nil {
+			opts.Progress(1 - max(left, 0).Seconds()/opts.Duration.Seconds())
+		}
+		if left <= 0 {
+			return
+		}
+		t := time.NewTimer(min(left, 250*time.Millisecond))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func kernelRelease() string {
+	var uts unix.Utsname
+	if unix.Uname(&uts) != nil {
+		return ""
+	}
+	return strings.TrimRight(string(uts.Release[:]), "\x00")
+}
