@@ -18,30 +18,38 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// sampleStats reads every loaded program's run statistics, by id. Programs
-// are opened one at a time and closed at once, so wolf never keeps someone
-// else's program alive.
-func sampleStats() (map[uint32]Stat, error) {
-	out := map[uint32]Stat{}
+// eachProgram calls fn with every loaded program, by id. Programs are
+// opened one at a time and closed as soon as fn returns, so wolf never
+// keeps someone else's program alive; one unloaded meanwhile is skipped.
+func eachProgram(fn func(id ebpf.ProgramID, p *ebpf.Program)) error {
 	id := ebpf.ProgramID(0)
 	for {
 		next, err := ebpf.ProgramGetNextID(id)
 		if errors.Is(err, os.ErrNotExist) {
-			return out, nil
+			return nil
 		}
 		if err != nil {
-			return out, fmt.Errorf("bpf: next program id after %d: %w", id, err)
+			return fmt.Errorf("bpf: next program id after %d: %w", id, err)
 		}
 		id = next
 		p, err := ebpf.NewProgramFromID(id)
 		if err != nil {
 			continue // unloaded meanwhile
 		}
+		fn(id, p)
+		p.Close()
+	}
+}
+
+// sampleStats reads every loaded program's run statistics, by id.
+func sampleStats() (map[uint32]Stat, error) {
+	out := map[uint32]Stat{}
+	err := eachProgram(func(id ebpf.ProgramID, p *ebpf.Program) {
 		if st, err := p.Stats(); err == nil {
 			out[uint32(id)] = Stat{RunNs: uint64(st.Runtime.Nanoseconds()), Runs: st.RunCount, Misses: st.RecursionMisses}
 		}
-		p.Close()
-	}
+	})
+	return out, err
 }
 
 // bootTime is when the system booted, for program load times (which the
@@ -58,24 +66,10 @@ func bootTime() time.Time {
 func listPrograms() ([]Program, error) {
 	boot := bootTime()
 	var out []Program
-	id := ebpf.ProgramID(0)
-	for {
-		next, err := ebpf.ProgramGetNextID(id)
-		if errors.Is(err, os.ErrNotExist) {
-			return out, nil
-		}
-		if err != nil {
-			return out, fmt.Errorf("bpf: next program id after %d: %w", id, err)
-		}
-		id = next
-		p, err := ebpf.NewProgramFromID(id)
-		if err != nil {
-			continue
-		}
+	err := eachProgram(func(id ebpf.ProgramID, p *ebpf.Program) {
 		info, err := p.Info()
-		p.Close()
 		if err != nil {
-			continue
+			return
 		}
 		prog := Program{ID: uint32(id), Type: info.Type.String(), Name: info.Name, Tag: info.Tag, UID: -1}
 		if uid, ok := info.CreatedByUID(); ok {
@@ -88,7 +82,8 @@ func listPrograms() ([]Program, error) {
 			prog.Maps = len(maps)
 		}
 		out = append(out, prog)
-	}
+	})
+	return out, err
 }
 
 // resolver names attach targets: kernel BTF ids and user-space offsets.
