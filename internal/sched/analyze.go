@@ -77,7 +77,6 @@ type Task struct {
 	WakeeFlips  float64        // its mean wakee_flips at wake-up moves
 	WakerFlips  uint64         // the largest waker wakee_flips seen
 	KernelTotal uint64         // se.nr_migrations since it started (reference)
-	Logged      uint64         // migrations written to its timeline ring
 
 	CPUPct      float64 // CPU time over its observed span, % of one CPU
 	CPU         int     // where it was last

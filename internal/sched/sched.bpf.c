@@ -27,9 +27,9 @@
  *
  * The latest timeline_len migrations of each task are kept, with their
  * time, CPUs and initiator, in an LRU hash keyed by task and slot (a ring
- * per task): the migration timeline of the tasks a report names. Tasks
- * that stop moving are evicted first when the map is full; user space
- * counts what was not kept from each task's total.
+ * per task), from a task's fourth move on: the migration timeline of the
+ * tasks a report names. Tasks that stop moving are evicted first when the
+ * map is full; user space counts what was not kept from each task's total.
  */
 #include "wolf.h"
 
@@ -78,6 +78,12 @@ const volatile __u64 bounce_window_ns = 50000000ULL;
 const volatile __u32 target_tgid = 0; /* 0: every process */
 const volatile __u32 self_tgid = 0;   /* wolf itself, ignored unless targeted */
 const volatile __u32 timeline_len = 128; /* migrations kept per task for its timeline; 0: none */
+/*
+ * A task's first moves are not written to its ring: most tasks move a few
+ * times a window and no report names them, and the ring update is the
+ * most expensive thing this program does.
+ */
+const volatile __u32 timeline_after = 3;
 /* Offsets of per-CPU variables in .data..percpu, from the kernel's BTF. */
 const volatile __u64 off_runqueues = 0;
 const volatile __u64 off_preempt_count = 0; /* 0: not a per-CPU variable here */
@@ -112,14 +118,12 @@ struct tstat {
 	__u32 wake_wide;     /* wake-up moves where wake_wide() held */
 	__u32 waker_flips_max;
 	__u64 wakee_flips_sum; /* the task's wakee_flips at its wake-up moves */
-	__u32 logged;          /* migrations written to the timeline ring */
-	__u32 _pad;
 	struct wolf_hist runq; /* run-queue wait, ns */
 };
 
 struct mig_key {
 	__u32 tid;
-	__u32 slot; /* logged % timeline_len */
+	__u32 slot; /* migrations % timeline_len */
 };
 
 struct mig_event {
@@ -566,12 +570,11 @@ int BPF_PROG(on_migrate, struct task_struct *p, int dest_cpu)
 	st->last_from = orig;
 	st->last_to = dest;
 	st->last_kind = kind;
-	if (timeline_len) {
-		struct mig_key k = { .tid = p->pid, .slot = st->logged % timeline_len };
+	if (timeline_len && st->migrations > timeline_after) {
+		struct mig_key k = { .tid = p->pid, .slot = st->migrations % timeline_len };
 		struct mig_event e = { .ts = now, .from = orig, .to = dest, .kind = kind };
 
 		bpf_map_update_elem(&migs, &k, &e, BPF_ANY);
-		st->logged++;
 	}
 	return 0;
 }

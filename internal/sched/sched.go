@@ -283,7 +283,7 @@ func taskFromRecord(r *schedTaskRec, start uint64) *Task {
 		Migrations: uint64(st.Migrations), Bounces: uint64(st.Bounces),
 		BounceCPUs: [2]int{int(st.BounceA), int(st.BounceB)},
 		Remote:     uint64(st.Remote), WakeAffine: uint64(st.WakeAffine), WakeWide: uint64(st.WakeWide),
-		WakerFlips: uint64(st.WakerFlipsMax), KernelTotal: r.NrMigrations, Logged: uint64(st.Logged),
+		WakerFlips: uint64(st.WakerFlipsMax), KernelTotal: r.NrMigrations,
 		Runq: toLog2(st.Runq),
 	}
 	for k := 0; k < NKinds; k++ {

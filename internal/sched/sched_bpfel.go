@@ -102,8 +102,6 @@ type schedTstat struct {
 	WakerFlipsMax uint32
 	_             [4]byte
 	WakeeFlipsSum uint64
-	Logged        uint32
-	Pad           uint32
 	Runq          schedWolfHist
 }
 
@@ -147,6 +145,7 @@ const (
 	schedVarPercpuBase      = "percpu_base"
 	schedVarSelfTgid        = "self_tgid"
 	schedVarTargetTgid      = "target_tgid"
+	schedVarTimelineAfter   = "timeline_after"
 	schedVarTimelineLen     = "timeline_len"
 	schedVarUnusedMigEvent  = "unused_mig_event"
 	schedVarUnusedMigKey    = "unused_mig_key"
@@ -237,6 +236,7 @@ type schedVariableSpecs struct {
 	PercpuBase      *ebpf.VariableSpec `ebpf:"percpu_base"`
 	SelfTgid        *ebpf.VariableSpec `ebpf:"self_tgid"`
 	TargetTgid      *ebpf.VariableSpec `ebpf:"target_tgid"`
+	TimelineAfter   *ebpf.VariableSpec `ebpf:"timeline_after"`
 	TimelineLen     *ebpf.VariableSpec `ebpf:"timeline_len"`
 	UnusedMigEvent  *ebpf.VariableSpec `ebpf:"unused_mig_event"`
 	UnusedMigKey    *ebpf.VariableSpec `ebpf:"unused_mig_key"`
@@ -307,6 +307,7 @@ type schedVariables struct {
 	PercpuBase      *ebpf.Variable `ebpf:"percpu_base"`
 	SelfTgid        *ebpf.Variable `ebpf:"self_tgid"`
 	TargetTgid      *ebpf.Variable `ebpf:"target_tgid"`
+	TimelineAfter   *ebpf.Variable `ebpf:"timeline_after"`
 	TimelineLen     *ebpf.Variable `ebpf:"timeline_len"`
 	UnusedMigEvent  *ebpf.Variable `ebpf:"unused_mig_event"`
 	UnusedMigKey    *ebpf.Variable `ebpf:"unused_mig_key"`

@@ -23,8 +23,9 @@ type Migration struct {
 // Timeline is a task's migrations over the window: a step chart of the CPU
 // it was on, each step labelled with its initiator. The first point is
 // the CPU it left at its first kept move, at that move's time. Moves the
-// ring did not keep (older than the latest DefaultTimelineLen, or evicted
-// when the map was full) are counted in Dropped.
+// ring did not keep (its first three, those older than the latest
+// DefaultTimelineLen, those evicted when the map was full) are counted in
+// Dropped.
 func Timeline(t *Task, moves []Migration) finding.Timeline {
 	sort.Slice(moves, func(i, j int) bool { return moves[i].At < moves[j].At })
 	tl := finding.Timeline{
@@ -36,8 +37,8 @@ func Timeline(t *Task, moves []Migration) finding.Timeline {
 			"comm": t.Comm,
 		},
 	}
-	if t.Logged > uint64(len(moves)) {
-		tl.Dropped = t.Logged - uint64(len(moves))
+	if t.Migrations > uint64(len(moves)) {
+		tl.Dropped = t.Migrations - uint64(len(moves))
 	}
 	for i, m := range moves {
 		at := m.At.Seconds()

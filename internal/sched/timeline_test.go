@@ -6,8 +6,8 @@ import (
 )
 
 func TestTimelines(t *testing.T) {
-	a := &Task{TID: 7, PID: 5, Comm: "worker", Migrations: 40, Logged: 40}
-	b := &Task{TID: 8, PID: 5, Comm: "quiet", Migrations: 3, Logged: 3}
+	a := &Task{TID: 7, PID: 5, Comm: "worker", Migrations: 40}
+	b := &Task{TID: 8, PID: 5, Comm: "quiet", Migrations: 3}
 	moves := map[int][]Migration{
 		7: {{At: 2 * time.Second, From: 1, To: 0, Kind: KindBalance}, {At: time.Second, From: 0, To: 1, Kind: KindWakeup}},
 		8: {{At: time.Second, From: 0, To: 1}},
