@@ -39,6 +39,10 @@ type Snapshot struct {
 	// TGID finds a thread's process, for waits still going at the end
 	// (nil or 0: unknown).
 	TGID func(tid int) int
+
+	// aggs caches aggregate(): Conclude and Profiles both walk the locks,
+	// and naming them reads /proc (mmap_lock owners' comm).
+	aggs []*lockAgg
 }
 
 // DefaultTop is how many contended locks a report names.
@@ -130,6 +134,9 @@ func Conclude(s *Snapshot) ([]finding.Finding, []finding.Histogram) {
 // aggregate folds waits, waiters, owners, queues and histograms per lock
 // address and names each lock, worst (most time waited) first.
 func (s *Snapshot) aggregate() []*lockAgg {
+	if s.aggs != nil {
+		return s.aggs
+	}
 	byAddr := map[uint64]*lockAgg{}
 	get := func(addr uint64) *lockAgg {
 		a := byAddr[addr]
@@ -197,6 +204,7 @@ func (s *Snapshot) aggregate() []*lockAgg {
 		}
 		return cmp.Compare(x.addr, y.addr)
 	})
+	s.aggs = aggs
 	return aggs
 }
 

@@ -231,6 +231,7 @@ loop:
 // keepPID drops what is not about the process: waits by others and holds
 // by others. The BPF side already filtered on tgid; a tid narrows further.
 func (s *Snapshot) keepPID(pid, tgid int) {
+	s.aggs = nil // aggregated before the filter, if at all
 	if pid == tgid {
 		return
 	}
