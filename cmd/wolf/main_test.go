@@ -167,6 +167,20 @@ func TestBadUsageExitsTwoWithOneLine(t *testing.T) {
 	}
 }
 
+// readReport decodes the JSON report a wolf command wrote to path.
+func readReport(t *testing.T, path string) finding.Report {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep finding.Report
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return rep
+}
+
 func TestHelpOnEveryCommand(t *testing.T) {
 	for _, args := range [][]string{{"--help"}, {"doctor", "--help"}, {"hung", "--help"}, {"locks", "--help"}, {"analyze", "--help"}, {"check", "--help"}, {"lab", "--help"}, {"lab", "list", "--help"}, {"lab", "run", "--help"}, {"bench", "--help"}, {"bench", "lpm", "--help"}, {"reclaim", "--help"}, {"sched", "--help"}, {"softirq", "--help"}, {"watch", "--help"}, {"bpf", "--help"}} {
 		r := runWolf(t, 10*time.Second, args...)
@@ -401,14 +415,7 @@ func TestHungCLINamesLabOffender(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
-	data, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep finding.Report
-	if err := json.Unmarshal(data, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep := readReport(t, out)
 	var f *finding.Finding
 	for i := range rep.Findings {
 		if rep.Findings[i].ID == "hung.lock-owner" {
@@ -416,7 +423,7 @@ func TestHungCLINamesLabOffender(t *testing.T) {
 		}
 	}
 	if f == nil {
-		t.Fatalf("no hung.lock-owner finding in %s", data)
+		t.Fatalf("no hung.lock-owner finding: %+v", rep.Findings)
 	}
 	var offenders, victims []int
 	for _, s := range f.Subjects {
@@ -612,11 +619,7 @@ func TestLocksCLIOnMmapLockLab(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
-	var rep finding.Report
-	b, _ := os.ReadFile(dir + "/r.json")
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep := readReport(t, dir+"/r.json")
 	var hold bool
 	for _, f := range rep.Findings {
 		if f.ID == "locks.mmap-hold" && f.Investigator == "locks" && len(f.Subjects) > 0 && f.Subjects[0].PID == pid {
@@ -624,7 +627,7 @@ func TestLocksCLIOnMmapLockLab(t *testing.T) {
 		}
 	}
 	if !hold {
-		t.Errorf("no mmap-hold finding for pid %d: %s", pid, b)
+		t.Errorf("no mmap-hold finding for pid %d: %+v", pid, rep.Findings)
 	}
 	if rep.Overhead.Events == 0 {
 		t.Errorf("no overhead: %+v", rep.Overhead)
@@ -753,14 +756,7 @@ func TestSoftirqCLINamesCollapse(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
-	data, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep finding.Report
-	if err := json.Unmarshal(data, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep := readReport(t, out)
 	var f *finding.Finding
 	for i := range rep.Findings {
 		if rep.Findings[i].ID == "softirq.stall" && rep.Findings[i].Evidence["vector"] == "NET_RX" {
@@ -768,7 +764,7 @@ func TestSoftirqCLINamesCollapse(t *testing.T) {
 		}
 	}
 	if f == nil {
-		t.Fatalf("no NET_RX softirq.stall finding in %s", data)
+		t.Fatalf("no NET_RX softirq.stall finding: %+v", rep.Findings)
 	}
 	if f.Evidence["cause"] != "tcp-collapse" || f.Evidence["netns"] != float64(inst.(*tcpcollapse.Instance).Netns()) {
 		t.Errorf("evidence %v", f.Evidence)
