@@ -102,8 +102,13 @@ func (b *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 	}
 	started := time.Now()
 	samples := []Sample{{At: 0, Stats: before}}
-	wait(ctx, opts, func() {
-		if st, err := sampleStats(); err == nil && b.Top > 0 {
+	// Once a second, for the runs/s curves; not in the window's last half
+	// second, which the final sample covers.
+	investigator.Wait(ctx, opts, started, time.Second, func(left time.Duration) {
+		if left <= 500*time.Millisecond || b.Top <= 0 {
+			return
+		}
+		if st, err := sampleStats(); err == nil {
 			samples = append(samples, Sample{At: time.Since(started).Seconds(), Stats: st})
 		}
 	})
@@ -186,33 +191,6 @@ func busyUprobes(progs []Program, before, after map[uint32]Stat) bool {
 		}
 	}
 	return false
-}
-
-// wait sleeps until opts.Duration has passed or ctx ends, calling
-// everySecond once a second (for the runs/s curves).
-func wait(ctx context.Context, opts investigator.Options, everySecond func()) {
-	deadline := time.Now().Add(opts.Duration)
-	next := time.Now().Add(time.Second)
-	for {
-		if time.Now().After(next) && time.Until(deadline) > 500*time.Millisecond {
-			everySecond()
-			next = next.Add(time.Second)
-		}
-		left := time.Until(deadline)
-		if opts.Progress != nil {
-			opts.Progress(1 - max(left, 0).Seconds()/opts.Duration.Seconds())
-		}
-		if left <= 0 {
-			return
-		}
-		t := time.NewTimer(min(left, 250*time.Millisecond))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-	}
 }
 
 func kernelRelease() string {

@@ -119,7 +119,7 @@ func (iv *Investigator) Run(ctx context.Context, opts investigator.Options) (*in
 	if iv.attached != nil {
 		iv.attached()
 	}
-	iv.wait(ctx, opts, started)
+	investigator.Wait(ctx, opts, started, progressInterval, nil)
 	if err := p.setGate(false); err != nil {
 		return nil, err
 	}
@@ -214,28 +214,6 @@ func (iv *Investigator) scope(ctx context.Context, h memcg.Hierarchy, herr error
 		}
 	}
 	return sc, nil
-}
-
-func (iv *Investigator) wait(ctx context.Context, opts investigator.Options, started time.Time) {
-	deadline := started.Add(opts.Duration)
-	tick := time.NewTicker(progressInterval)
-	defer tick.Stop()
-	for {
-		left := time.Until(deadline)
-		if opts.Progress != nil {
-			opts.Progress(1 - max(left, 0).Seconds()/opts.Duration.Seconds())
-		}
-		if left <= 0 {
-			return
-		}
-		t := time.NewTimer(min(left, progressInterval))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-	}
 }
 
 // sampleProcs reads /proc/PID/stat of every process (or only pid), for

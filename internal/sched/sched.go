@@ -116,7 +116,7 @@ func (s *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 	if opts.Progress != nil {
 		opts.Progress(0)
 	}
-	waitFor(ctx, opts.Duration, opts.Progress)
+	investigator.Wait(ctx, opts, time.Now(), time.Second, nil)
 
 	recs, err := p.tasks()
 	if err != nil {
@@ -235,30 +235,6 @@ func (s *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 		s.programs(p.programsByName())
 	}
 	return res, nil
-}
-
-// waitFor sleeps d or until ctx ends, reporting progress every second.
-func waitFor(ctx context.Context, d time.Duration, progress func(float64)) {
-	deadline := time.Now().Add(d)
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C:
-			if progress != nil {
-				progress(1)
-			}
-			return
-		case <-tick.C:
-			if progress != nil {
-				progress(1 - max(time.Until(deadline), 0).Seconds()/d.Seconds())
-			}
-		}
-	}
 }
 
 func toLog2(h schedWolfHist) hist.Log2 {

@@ -98,7 +98,7 @@ func (inv *Investigator) Run(ctx context.Context, opts investigator.Options) (*i
 	if inv.started != nil {
 		inv.started()
 	}
-	waitWindow(ctx, opts)
+	investigator.Wait(ctx, opts, time.Now(), 250*time.Millisecond, nil)
 	window := time.Since(start)
 	p.detach()
 	if fp != nil {
@@ -233,29 +233,6 @@ func (inv *Investigator) Run(ctx context.Context, opts investigator.Options) (*i
 	dropped := cnt.StallDrops + notKept + cnt.StackErrors + cnt.PendingFull + cnt.MapFull
 	res.Overhead = meter.Finish(events, dropped, progs...)
 	return res, nil
-}
-
-// waitWindow sleeps for the window, reporting progress, until ctx ends.
-func waitWindow(ctx context.Context, opts investigator.Options) {
-	deadline := time.Now().Add(opts.Duration)
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		left := time.Until(deadline)
-		if opts.Progress != nil {
-			opts.Progress(1 - max(left, 0).Seconds()/opts.Duration.Seconds())
-		}
-		if left <= 0 {
-			return
-		}
-		t := time.NewTimer(min(left, 250*time.Millisecond))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-	}
 }
 
 // ReadSettings reads the sysctls the analysis quotes; unknown ones are -1.
