@@ -447,12 +447,13 @@ func (in *Instance) crash(ctx context.Context) error {
 }
 
 // waitParked waits until every thread but the dumper sleeps in the exit
-// path with PF_POSTCOREDUMP, at least minParked of them.
+// path with PF_POSTCOREDUMP, at least minParked of them, and the dumper
+// sleeps waiting for room in the pipe.
 func (in *Instance) waitParked(ctx context.Context) error {
 	c := in.crasher
 	var victims []int
 	var state byte
-	err := lab.WaitFor(ctx, waitTimeout, fmt.Sprintf("the threads of pid %d to park with PF_POSTCOREDUMP", c.pid), func() (bool, error) {
+	err := lab.WaitFor(ctx, waitTimeout, fmt.Sprintf("the threads of pid %d to park with PF_POSTCOREDUMP behind a dumper blocked on the pipe", c.pid), func() (bool, error) {
 		all := tids(c.pid)
 		if !slices.Contains(all, in.dumper) {
 			return false, fmt.Errorf("dumping thread %d is not a thread of pid %d (threads %v)", in.dumper, c.pid, all)
@@ -469,7 +470,10 @@ func (in *Instance) waitParked(ctx context.Context) error {
 			}
 			victims, state = append(victims, tid), st.State
 		}
-		return len(victims) >= minParked, nil
+		// The dumper is still filling the pipe right after the dump
+		// starts: ready once it sleeps for room in it.
+		d, ok := readTaskStat(c.pid, in.dumper)
+		return len(victims) >= minParked && ok && d.State == 'S', nil
 	})
 	if err != nil {
 		return fmt.Errorf("coredump: %w", err)
