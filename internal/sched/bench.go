@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"regexp"
 	"runtime"
-	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -213,7 +212,7 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchReport, error) {
 	rep := &BenchReport{Unit: "messages/s", TargetPct: 3}
 	messages := float64(o.Groups * 20 * 20 * o.Loops)
 	var attachedNow bool
-	cpuRes := &costbench.Result{Rounds: o.Rounds}
+	var cpuRes costbench.Result // raw per-round values; summarized at the end
 	cpu := func(d time.Duration) {
 		if d <= 0 {
 			return
@@ -300,11 +299,10 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchReport, error) {
 		return nil, err
 	}
 	rep.Cost = res
-	if base, with := costbench.Median(cpuRes.Baseline), costbench.Median(cpuRes.With); base > 0 && with > 0 {
-		cpuRes.SlowdownPct = 100 * (1 - with/base)
-		lo, hi := slices.Min(cpuRes.Baseline), slices.Max(cpuRes.Baseline)
-		cpuRes.NoisePct = 100 * (hi - lo) / base
-		rep.CPUCost = cpuRes
+	// The CPU measurements were appended in the order the rounds ran, so
+	// their i-th elements are the same pair.
+	if len(cpuRes.Baseline) > 0 && len(cpuRes.With) > 0 {
+		rep.CPUCost = costbench.Summarize(cpuRes.Baseline, cpuRes.With)
 	}
 	var runs, ns uint64
 	for _, pc := range progs {
