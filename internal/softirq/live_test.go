@@ -405,7 +405,7 @@ func TestBpftraceAgrees(t *testing.T) {
 
 	inv := New()
 	inv.started = func() {
-		if _, err := loopbackWorkload(1500 * time.Millisecond)(context.Background()); err != nil {
+		if _, err := loopbackWorkload(1500*time.Millisecond, false)(context.Background()); err != nil {
 			t.Error(err)
 		}
 	}
@@ -450,7 +450,7 @@ func TestLiveNAPIAccounting(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.close()
-	if _, err := loopbackWorkload(300 * time.Millisecond)(context.Background()); err != nil {
+	if _, err := loopbackWorkload(300*time.Millisecond, false)(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	p.detach()

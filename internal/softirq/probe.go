@@ -144,27 +144,9 @@ func openProbe(cfg probeConfig) (*probe, error) {
 	}
 	p.rd = rd
 	go p.readStalls()
-	for _, tp := range tracepoints {
-		l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: tp.name, Program: tp.prog(&p.objs)})
-		if err != nil {
-			if tp.required {
-				p.close()
-				return nil, fmt.Errorf("softirq: attach raw tracepoint %s/%s (%v): %w", tp.group, tp.name, err, investigator.ErrUnsupported)
-			}
-			p.warnings = append(p.warnings, fmt.Sprintf("tracepoint %s/%s unavailable (%v): %s", tp.group, tp.name, err, tp.what))
-			continue
-		}
-		p.links = append(p.links, l)
-		p.attached[tp.group+"/"+tp.name] = true
-	}
-	if cfg.SampleHz > 0 {
-		s, err := perfsample.Attach(p.objs.OnSample, cfg.SampleHz)
-		if err != nil {
-			p.warnings = append(p.warnings, fmt.Sprintf("no stack sampling in NET_RX (%v): stalls are attributed by counters only", err))
-		} else {
-			p.sampler = s
-			p.attached["perf_event"] = true
-		}
+	if err := p.attach(cfg.SampleHz); err != nil {
+		p.close()
+		return nil, err
 	}
 	return p, nil
 }
@@ -427,6 +409,38 @@ func (p *probe) takeStalls() ([]Stall, uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]Stall(nil), p.stalls...), p.notKept
+}
+
+// attach connects the loaded programs to their tracepoints and, with
+// sampleHz > 0, starts stack sampling. Optional sources that fail become
+// warnings; a required one that fails is an error, and nothing is left
+// attached then.
+func (p *probe) attach(sampleHz int) error {
+	p.warnings = nil
+	clear(p.attached)
+	for _, tp := range tracepoints {
+		l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: tp.name, Program: tp.prog(&p.objs)})
+		if err != nil {
+			if tp.required {
+				p.detach()
+				return fmt.Errorf("softirq: attach raw tracepoint %s/%s (%v): %w", tp.group, tp.name, err, investigator.ErrUnsupported)
+			}
+			p.warnings = append(p.warnings, fmt.Sprintf("tracepoint %s/%s unavailable (%v): %s", tp.group, tp.name, err, tp.what))
+			continue
+		}
+		p.links = append(p.links, l)
+		p.attached[tp.group+"/"+tp.name] = true
+	}
+	if sampleHz > 0 {
+		s, err := perfsample.Attach(p.objs.OnSample, sampleHz)
+		if err != nil {
+			p.warnings = append(p.warnings, fmt.Sprintf("no stack sampling in NET_RX (%v): stalls are attributed by counters only", err))
+		} else {
+			p.sampler = s
+			p.attached["perf_event"] = true
+		}
+	}
+	return nil
 }
 
 // detach stops every event source but keeps the maps readable.
