@@ -77,6 +77,7 @@ func (h *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 		return nil, err
 	}
 	defer p.close()
+	meter.Track(p.programs()...)
 
 	seen := map[int]*tracked{}
 	var owners map[int]*Task

@@ -145,6 +145,7 @@ func (l *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 		return nil, err
 	}
 	defer p.close()
+	meter.Track(p.programs()...)
 
 	start := time.Now()
 	samples := map[uint64][]QueueSample{}

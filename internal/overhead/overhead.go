@@ -1,9 +1,27 @@
 // Package overhead measures what an investigator costs while it runs: wolf's
 // own CPU time and the kernel's run statistics for its BPF programs, so
 // every report can say what looking cost.
+//
+// The kernel's run statistics are not free: while they are on, every run of
+// every BPF program on the host, wolf's and everybody else's, reads the
+// clock twice (about 45 ns per run on this project's 2-core VM, a third of
+// a typical wolf program's cost). So once an investigator has attached,
+// the meter keeps them on only for a sample of the window, OnPeriod out of
+// every OnPeriod+OffPeriod, and scales what it measured to the whole
+// window. Only the meter's own on periods are measured: statistics that
+// somebody else keeps on (another tool, `wolf bpf`, sysctl
+// kernel.bpf_stats_enabled, another investigator's meter) count runs in
+// the off periods too, for however long they were on, so those runs are
+// left out.
+// Where events are so dense that the statistics' own cost slows them
+// while on (a loop of nothing but system calls under a probe), the
+// sampled periods see fewer of them and the estimate comes out low, by up
+// to the share the statistics took.
 package overhead
 
 import (
+	"io"
+	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -12,32 +30,151 @@ import (
 	"github.com/wolf-investigator/wolf/internal/finding"
 )
 
+// The sampling duty cycle once Track is called: 10 % of the window.
+const (
+	OnPeriod  = 100 * time.Millisecond
+	OffPeriod = 900 * time.Millisecond
+)
+
 // Meter is started before an investigator attaches and read after it has
 // collected. Its zero value is not usable; call Start.
 type Meter struct {
 	cpuStart time.Duration
-	stats    interface{ Close() error }
+	enable   func() (io.Closer, error)
+	// The duty cycle: OnPeriod and OffPeriod, shorter in tests.
+	onPeriod, offPeriod time.Duration
+
+	mu     sync.Mutex
+	stats  io.Closer // held while statistics are on
+	stop   chan struct{}
+	done   chan struct{}
+	sample *sampled
+}
+
+// sampled is what the duty cycle measured of the tracked programs.
+type sampled struct {
+	progs    []*ebpf.Program
+	since    time.Time     // Track
+	base     stat          // the programs' statistics at Track
+	run      time.Duration // run time counted in measured periods
+	runs     uint64
+	measured time.Duration // length of those periods
+}
+
+type stat struct {
+	run  time.Duration
+	runs uint64
 }
 
 // Start notes wolf's CPU time so far and turns on the kernel's BPF run
-// statistics (kernel.bpf_stats_enabled) for as long as the meter is open.
-// The kernel counts enablers and turns statistics off again when the last
-// one closes, or when wolf dies, so a previous setting is never lost.
-// Without them (an old kernel) run times read as zero.
+// statistics (through a BPF_ENABLE_STATS file descriptor: the kernel counts
+// enablers and turns statistics off again when the last one closes, or
+// when wolf dies, so a previous setting is never lost). They stay on until
+// Track starts sampling, or Close. Without them (an old kernel) run times
+// read as zero.
 func Start() *Meter {
-	m := &Meter{cpuStart: CPUTime()}
-	if st, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME)); err == nil {
-		m.stats = st
-	}
+	return start(func() (io.Closer, error) { return ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME)) })
+}
+
+func start(enable func() (io.Closer, error)) *Meter {
+	m := &Meter{cpuStart: CPUTime(), enable: enable, onPeriod: OnPeriod, offPeriod: OffPeriod}
+	m.on()
 	return m
 }
 
-// Close turns the run statistics off again (if this meter turned them on).
-func (m *Meter) Close() {
+func (m *Meter) on() {
+	if m.stats == nil {
+		if st, err := m.enable(); err == nil {
+			m.stats = st
+		}
+	}
+}
+
+func (m *Meter) off() {
 	if m.stats != nil {
 		_ = m.stats.Close()
 		m.stats = nil
 	}
+}
+
+// Track starts the duty cycle over progs, the investigator's attached
+// programs: statistics stay on for the first OnPeriod, then off for
+// OffPeriod, and so on until Finish or Close. Call it once, after
+// attaching. If statistics could not be turned on at Start, it does
+// nothing and run times read as zero.
+func (m *Meter) Track(progs ...*ebpf.Program) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stats == nil || m.sample != nil {
+		return
+	}
+	m.sample = &sampled{progs: progs, since: time.Now(), base: read(progs)}
+	m.stop, m.done = make(chan struct{}), make(chan struct{})
+	go m.cycle(m.stop, m.done)
+}
+
+// cycle alternates measured (on) and unmeasured (off) periods until stop
+// closes, then closes done. Only its own on periods count: statistics
+// somebody else keeps on during an off period may have been on for any
+// part of it, so its runs are left out rather than guessed at.
+func (m *Meter) cycle(stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	s := m.sample
+	last, lastAt, on := s.base, s.since, true
+	for {
+		wait := m.onPeriod
+		if !on {
+			wait = m.offPeriod
+		}
+		stopped := false
+		select {
+		case <-stop:
+			stopped = true
+		case <-time.After(wait):
+		}
+		m.mu.Lock()
+		if on {
+			// The period ends before the toggle: turning statistics on
+			// or off patches the kernel's text and stalls every CPU for
+			// a moment, time in which runs go uncounted.
+			end := time.Now()
+			m.off()
+			cur := read(s.progs)
+			s.run += cur.run - last.run
+			s.runs += cur.runs - last.runs
+			s.measured += end.Sub(lastAt)
+		} else if !stopped {
+			m.on()
+			last, lastAt = read(s.progs), time.Now()
+		}
+		on = !on
+		m.mu.Unlock()
+		if stopped {
+			return
+		}
+	}
+}
+
+// read sums the statistics of progs.
+func read(progs []*ebpf.Program) stat {
+	run, runs, _ := Programs(progs...)
+	return stat{run, runs}
+}
+
+// Close stops the duty cycle and turns the run statistics off again (if
+// this meter turned them on).
+func (m *Meter) Close() {
+	m.mu.Lock()
+	stop, done := m.stop, m.done
+	m.stop = nil
+	m.mu.Unlock()
+	if stop != nil {
+		close(stop)
+		<-done
+	}
+	m.mu.Lock()
+	m.off()
+	m.mu.Unlock()
 }
 
 // Programs sums the kernel's statistics over progs (nil entries are
@@ -60,9 +197,22 @@ func Programs(progs ...*ebpf.Program) (run time.Duration, count, missed uint64) 
 
 // Finish reads the meter: CPU time since Start, the BPF run time and
 // recursion misses of progs, plus the investigator's own event and drop
-// counts (ring-buffer drops, full maps).
+// counts (ring-buffer drops, full maps); events 0 means "the programs'
+// runs". Once Track has sampled, run time and runs are the sample scaled
+// to the window (runs before Track, when statistics were on throughout,
+// are added as they are). Finish stops the duty cycle.
 func (m *Meter) Finish(events, dropped uint64, progs ...*ebpf.Program) finding.Overhead {
-	run, _, missed := Programs(progs...)
+	m.Close()
+	run, runs, missed := Programs(progs...)
+	if s := m.sample; s != nil && s.measured > 0 {
+		scale := float64(time.Since(s.since)) / float64(s.measured)
+		scale = max(scale, 1)
+		run = s.base.run + time.Duration(float64(s.run)*scale)
+		runs = s.base.runs + uint64(float64(s.runs)*scale)
+	}
+	if events == 0 {
+		events = runs
+	}
 	return finding.Overhead{
 		CPUSeconds: (CPUTime() - m.cpuStart).Seconds(),
 		BPFRunNs:   uint64(run.Nanoseconds()),

@@ -115,6 +115,7 @@ func (iv *Investigator) Run(ctx context.Context, opts investigator.Options) (*in
 	if err := p.setGate(true); err != nil {
 		return nil, err
 	}
+	meter.Track(p.programs()...)
 	started := time.Now()
 	if iv.attached != nil {
 		iv.attached()

@@ -34,7 +34,9 @@ type BenchOptions struct {
 }
 
 // ProgramCost is one BPF program's share of wolf's cost in the with-wolf
-// rounds, from the kernel's run statistics.
+// rounds, from the kernel's run statistics. wolf samples those (10 % of
+// the window, overhead.Meter), so Runs and RunNs cover the sampled
+// periods; NsPerEvent is their ratio.
 type ProgramCost struct {
 	Name       string  `json:"name"`
 	Runs       uint64  `json:"runs"`
@@ -250,6 +252,7 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchReport, error) {
 	cpuRes.Baseline = nil
 	progs := map[string]*ProgramCost{}
 	var withTime time.Duration
+	var totalNs, totalRuns uint64 // as wolf sched reported them
 	attach := func(ctx context.Context) (func() error, error) {
 		s := New()
 		ready := make(chan struct{})
@@ -272,7 +275,11 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchReport, error) {
 		runCtx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() {
-			_, err := s.Run(runCtx, investigator.Options{Duration: time.Hour})
+			res, err := s.Run(runCtx, investigator.Options{Duration: time.Hour})
+			if err == nil {
+				totalNs += res.Overhead.BPFRunNs
+				totalRuns += res.Overhead.Events
+			}
 			done <- err
 		}()
 		select {
@@ -304,15 +311,15 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchReport, error) {
 	if len(cpuRes.Baseline) > 0 && len(cpuRes.With) > 0 {
 		rep.CPUCost = costbench.Summarize(cpuRes.Baseline, cpuRes.With)
 	}
-	var runs, ns uint64
 	for _, pc := range progs {
 		if pc.Runs > 0 {
 			pc.NsPerEvent = float64(pc.RunNs) / float64(pc.Runs)
 		}
-		runs += pc.Runs
-		ns += pc.RunNs
 		rep.Programs = append(rep.Programs, *pc)
 	}
+	// Totals from the investigator's own report: its run statistics are
+	// sampled (overhead.Meter), and the report scales them to the window.
+	runs, ns := totalRuns, totalNs
 	sort.Slice(rep.Programs, func(i, j int) bool { return rep.Programs[i].RunNs > rep.Programs[j].RunNs })
 	if runs > 0 {
 		rep.NsPerEvt = float64(ns) / float64(runs)

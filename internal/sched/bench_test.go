@@ -65,7 +65,7 @@ func BenchmarkSchedCost(b *testing.B) {
 	}
 	b.Logf("wolf's BPF programs: %.0f events/s, %.1f ns/event, %.2f%% of the machine's CPU time while attached", rep.EventsPS, rep.NsPerEvt, rep.BPFCPUPct)
 	for _, p := range rep.Programs {
-		b.Logf("  %-15s %10d runs %8.1f ns/event %d recursion misses", p.Name, p.Runs, p.NsPerEvent, p.Missed)
+		b.Logf("  %-15s %10d runs sampled %8.1f ns/event %d recursion misses", p.Name, p.Runs, p.NsPerEvent, p.Missed)
 	}
 	for _, n := range rep.Notes {
 		b.Logf("note: %s", n)

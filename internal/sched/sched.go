@@ -109,6 +109,7 @@ func (s *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 	if err := p.attach(); err != nil {
 		return nil, err
 	}
+	meter.Track(p.programs()...)
 	start := monotonicNow()
 	if s.attached != nil {
 		s.attached()
@@ -222,15 +223,14 @@ func (s *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 	res.Capabilities["tracepoint:sys_enter_sched_setaffinity"] = p.attached["sys_enter_sched_setaffinity"]
 	res.Capabilities["sched_llc_view"] = snap.Sched != nil
 	res.Capabilities["softirq_context"] = p.percpu
-	var events, dropped uint64
 	st, _ := p.stats()
-	if run, count, _ := overhead.Programs(p.programs()...); run > 0 || count > 0 {
-		events = count
-	} else {
-		events = st["migrations"] + st["runq_samples"]
+	dropped := st["no_storage"] + st["exited_full"] + st["cgroup_full"] + st["setaffinity_full"]
+	// Events are the programs' runs (estimated from the sampled run
+	// statistics); without statistics, wolf's own counters.
+	res.Overhead = meter.Finish(0, dropped, p.programs()...)
+	if res.Overhead.Events == 0 {
+		res.Overhead.Events = st["migrations"] + st["runq_samples"]
 	}
-	dropped = st["no_storage"] + st["exited_full"] + st["cgroup_full"] + st["setaffinity_full"]
-	res.Overhead = meter.Finish(events, dropped, p.programs()...)
 	if s.programs != nil {
 		s.programs(p.programsByName())
 	}

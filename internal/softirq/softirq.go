@@ -94,6 +94,11 @@ func (inv *Investigator) Run(ctx context.Context, opts investigator.Options) (*i
 		}
 		defer fp.close()
 	}
+	tracked := p.objs.programs()
+	if fp != nil {
+		tracked = append(tracked, fp.objs.FuncEntry, fp.objs.FuncReturn)
+	}
+	meter.Track(tracked...)
 	start := time.Now()
 	if inv.started != nil {
 		inv.started()

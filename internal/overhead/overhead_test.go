@@ -1,0 +1,197 @@
+package overhead
+
+import (
+	"context"
+	"io"
+	"math"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+
+	"github.com/wolf-investigator/wolf/internal/testutil"
+)
+
+// counter is a raw tracepoint program on sys_enter that counts its own
+// runs in a map: an exact count, whether run statistics are on or not.
+func counter(t *testing.T) (*ebpf.Program, *ebpf.Map) {
+	t.Helper()
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type:    ebpf.RawTracepoint,
+		License: "GPL",
+		Instructions: asm.Instructions{
+			asm.StoreImm(asm.RFP, -4, 0, asm.Word),
+			asm.LoadMapPtr(asm.R1, m.FD()),
+			asm.Mov.Reg(asm.R2, asm.RFP),
+			asm.Add.Imm(asm.R2, -4),
+			asm.FnMapLookupElem.Call(),
+			asm.JEq.Imm(asm.R0, 0, "out"),
+			asm.Mov.Imm(asm.R1, 1),
+			asm.StoreXAdd(asm.R0, asm.R1, asm.DWord),
+			asm.Mov.Imm(asm.R0, 0).WithSymbol("out"),
+			asm.Return(),
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { prog.Close() })
+	return prog, m
+}
+
+// held wraps the real BPF_ENABLE_STATS and adds up how long the meter
+// held statistics on.
+type held struct {
+	opens int
+	on    time.Duration
+}
+
+func (h *held) enable() (io.Closer, error) {
+	st, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		return nil, err
+	}
+	h.opens++
+	since := time.Now()
+	return closer(func() { st.Close(); h.on += time.Since(since) }), nil
+}
+
+// measure runs a steady stream of system calls for d with the counter
+// attached under a meter that samples (20 ms of every 200: the same duty
+// as in production, more periods to average over a short test), and
+// returns the meter's estimate of the runs, the runs the kernel's
+// statistics counted, and the exact count.
+func measure(t *testing.T, d time.Duration, h *held) (estimate, counted, exact uint64) {
+	prog, m := counter(t)
+	meter := start(h.enable)
+	meter.onPeriod, meter.offPeriod = 20*time.Millisecond, 180*time.Millisecond
+	l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "sys_enter", Program: prog})
+	if err != nil {
+		meter.Close()
+		t.Fatal(err)
+	}
+	meter.Track(prog)
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	// Each system call comes with a few microseconds of work of its own,
+	// as in real workloads: were the loop nothing but system calls, the
+	// statistics' own clock reads would slow it by a fifth while they are
+	// on, and the periods measured would undercount the others.
+	var calls atomic.Uint64
+	x := uint64(1)
+	for ctx.Err() == nil {
+		unix.Getppid()
+		calls.Add(1)
+		for range 3000 {
+			x = x*6364136223846793005 + 1442695040888963407
+		}
+	}
+	sink.Add(x)
+	cancel()
+	l.Close()
+	ov := meter.Finish(0, 0, prog)
+	_, counted, _ = Programs(prog)
+	var v uint64
+	if err := m.Lookup(uint32(0), &v); err != nil {
+		t.Fatal(err)
+	}
+	if calls.Load() == 0 || v < calls.Load() {
+		t.Fatalf("the counter saw %d runs for %d system calls", v, calls.Load())
+	}
+	return ov.Events, counted, v
+}
+
+// The duty cycle keeps statistics off most of the window, and its
+// estimate of the whole window's runs is close to the exact count.
+func TestSampledStatistics(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.Exclusive(t)
+	start := time.Now()
+	var h held
+	estimate, counted, exact := measure(t, 3*time.Second, &h)
+	window := time.Since(start)
+	t.Logf("exact %d runs, statistics counted %d (%.0f%%), estimate %d; the meter held statistics on %d times, %v of %v",
+		exact, counted, 100*float64(counted)/float64(exact), estimate, h.opens, h.on.Round(time.Millisecond), window.Round(time.Millisecond))
+	// 15 periods of 20 ms in 3 s: 10 %. (What the kernel counted depends
+	// also on other tests that turn statistics on meanwhile.)
+	if h.opens < 10 || h.on > window/4 {
+		t.Errorf("statistics were on %v of %v, in %d periods: not a 10 %% duty cycle", h.on, window, h.opens)
+	}
+	if rel := math.Abs(float64(estimate)-float64(exact)) / float64(exact); rel > 0.15 {
+		t.Errorf("estimate %d is %.0f%% off the exact %d", estimate, 100*rel, exact)
+	}
+}
+
+// When somebody else keeps statistics on, the kernel counts every run,
+// and the meter's estimate, from its own on periods only, still matches.
+func TestSampledStatisticsKeptOnElsewhere(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.Exclusive(t)
+	other, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	estimate, counted, exact := measure(t, 2*time.Second, &held{})
+	t.Logf("exact %d runs, statistics counted %d, estimate %d", exact, counted, estimate)
+	if float64(counted) < 0.98*float64(exact) {
+		t.Errorf("statistics held on elsewhere counted only %d of %d runs", counted, exact)
+	}
+	if rel := math.Abs(float64(estimate)-float64(exact)) / float64(exact); rel > 0.15 {
+		t.Errorf("estimate %d is %.1f%% off the exact %d", estimate, 100*rel, exact)
+	}
+}
+
+// Without Track the meter is what it always was: statistics on from
+// Start to Finish, nothing scaled.
+func TestUntrackedMeterKeepsStatisticsOn(t *testing.T) {
+	var opened, closed int
+	m := start(func() (io.Closer, error) { opened++; return closer(func() { closed++ }), nil })
+	if opened != 1 || closed != 0 {
+		t.Fatalf("opened %d closed %d after Start", opened, closed)
+	}
+	ov := m.Finish(7, 1)
+	if closed != 1 || ov.Events != 7 || ov.Dropped != 1 {
+		t.Fatalf("closed %d, overhead %+v", closed, ov)
+	}
+	m.Close() // twice is harmless
+	if closed != 1 {
+		t.Fatalf("closed %d times", closed)
+	}
+}
+
+var sink atomic.Uint64 // keeps the busy work from being optimized away
+
+// Close (and Finish) stop the duty cycle whenever they come, and leave
+// statistics off. A hang here once kept `wolf hung` from exiting.
+func TestCloseStopsTheCycle(t *testing.T) {
+	for _, after := range []time.Duration{0, 5 * time.Millisecond, 30 * time.Millisecond} {
+		var open int
+		m := start(func() (io.Closer, error) { open++; return closer(func() { open-- }), nil })
+		m.onPeriod, m.offPeriod = time.Millisecond, 2*time.Millisecond
+		m.Track()
+		time.Sleep(after)
+		finished := make(chan struct{})
+		go func() { m.Finish(1, 0); m.Close(); close(finished) }()
+		select {
+		case <-finished:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Finish %v after Track never returned", after)
+		}
+		if open != 0 {
+			t.Fatalf("%d statistics holders left open", open)
+		}
+	}
+}
+
+type closer func()
+
+func (c closer) Close() error { c(); return nil }
