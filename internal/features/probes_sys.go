@@ -81,9 +81,11 @@ func probeBPFStats(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("kernel.bpf_stats_enabled does not exist (needs Linux 5.1+): per-program run time cannot be measured: %s", plain(err))
 	}
 	if v == "0" {
-		return "kernel.bpf_stats_enabled=0: run-time accounting is off until enabled (sysctl or BPF_ENABLE_STATS)", nil
+		return "kernel.bpf_stats_enabled=0 (wolf samples run times itself through BPF_ENABLE_STATS, 10% of each window)", nil
 	}
-	return "kernel.bpf_stats_enabled=" + v, nil
+	// Left on by the administrator: every BPF program on the host pays two
+	// clock reads per run for as long as it stays so.
+	return "kernel.bpf_stats_enabled=" + v + " (on host-wide: every BPF program's runs pay for the accounting)", nil
 }
 
 func probePSI(ctx context.Context) (string, error) {

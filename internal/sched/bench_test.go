@@ -25,13 +25,13 @@ func envInt(name string, def int) int {
 //
 //	go test -run '^$' -bench SchedCost -benchtime 1x ./internal/sched
 //
-// WOLF_BENCH_ROUNDS (default 5), WOLF_BENCH_GROUPS (10), WOLF_BENCH_LOOPS
+// WOLF_BENCH_ROUNDS (default 60: 30 A B B A blocks), WOLF_BENCH_GROUPS (10), WOLF_BENCH_LOOPS
 // (100) and WOLF_BENCH_WORKLOAD (perf or go) change it.
 func BenchmarkSchedCost(b *testing.B) {
 	testutil.RequireRoot(b)
 	testutil.Exclusive(b)
 	o := BenchOptions{
-		Rounds:   envInt("WOLF_BENCH_ROUNDS", 5),
+		Rounds:   envInt("WOLF_BENCH_ROUNDS", 60),
 		Groups:   envInt("WOLF_BENCH_GROUPS", 10),
 		Loops:    envInt("WOLF_BENCH_LOOPS", 100),
 		Workload: os.Getenv("WOLF_BENCH_WORKLOAD"),
