@@ -3,8 +3,8 @@ package locks
 import (
 	"context"
 	"os"
-	"strconv"
 	"runtime"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
