@@ -13,6 +13,7 @@
 // kernel.bpf_stats_enabled, another investigator's meter) count runs in
 // the off periods too, for however long they were on, so those runs are
 // left out.
+//
 // Where events are so dense that the statistics' own cost slows them
 // while on (a loop of nothing but system calls under a probe), the
 // sampled periods see fewer of them and the estimate comes out low, by up
