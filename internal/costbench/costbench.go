@@ -68,7 +68,7 @@ func (r *Result) Below(target float64) bool {
 
 // String is the one-line summary benchmarks log.
 func (r *Result) String() string {
-	ci := "too few pairs for an interval"
+	ci := "too few blocks for an interval"
 	if !math.IsNaN(r.CIHighPct) {
 		ci = fmt.Sprintf("%.0f%% CI %.2f%% .. %.2f%%", 100*r.Coverage, r.CILowPct, r.CIHighPct)
 	}
@@ -160,11 +160,11 @@ func Summarize(baseline, with []float64) *Result {
 func MedianCI(xs []float64, level float64) (lo, hi, coverage float64) {
 	n := len(xs)
 	alpha := (1 - level) / 2
-	// tail[k] = P(B <= k) for B ~ Binomial(n, 1/2), built in log space
-	// so large n does not overflow.
+	// tail accumulates P(B <= i) for B ~ Binomial(n, 1/2), each term
+	// computed in log space so that large n does not overflow.
+	lc, _ := math.Lgamma(float64(n + 1))
 	k, tail := 0, 0.0
 	for i := 0; i <= n; i++ {
-		lc, _ := math.Lgamma(float64(n + 1))
 		a, _ := math.Lgamma(float64(i + 1))
 		b, _ := math.Lgamma(float64(n - i + 1))
 		p := math.Exp(lc - a - b - float64(n)*math.Ln2)

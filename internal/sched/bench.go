@@ -214,16 +214,16 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchReport, error) {
 	rep := &BenchReport{Unit: "messages/s", TargetPct: 3}
 	messages := float64(o.Groups * 20 * 20 * o.Loops)
 	var attachedNow bool
-	var cpuRes costbench.Result // raw per-round values; summarized at the end
+	var cpuBase, cpuWith []float64 // messages per CPU-second, per round
 	cpu := func(d time.Duration) {
 		if d <= 0 {
 			return
 		}
 		v := messages / d.Seconds()
 		if attachedNow {
-			cpuRes.With = append(cpuRes.With, v)
+			cpuWith = append(cpuWith, v)
 		} else {
-			cpuRes.Baseline = append(cpuRes.Baseline, v)
+			cpuBase = append(cpuBase, v)
 		}
 	}
 	var work costbench.Workload
@@ -249,7 +249,7 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchReport, error) {
 	if _, err := work(ctx); err != nil { // warm-up, and a check that it runs
 		return nil, err
 	}
-	cpuRes.Baseline = nil
+	cpuBase = nil
 	progs := map[string]*ProgramCost{}
 	var withTime time.Duration
 	var totalNs, totalRuns uint64 // as wolf sched reported them
@@ -308,8 +308,8 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchReport, error) {
 	rep.Cost = res
 	// The CPU measurements were appended in the order the rounds ran, so
 	// their i-th elements are the same pair.
-	if len(cpuRes.Baseline) > 0 && len(cpuRes.With) > 0 {
-		rep.CPUCost = costbench.Summarize(cpuRes.Baseline, cpuRes.With)
+	if len(cpuBase) > 0 && len(cpuWith) > 0 {
+		rep.CPUCost = costbench.Summarize(cpuBase, cpuWith)
 	}
 	for _, pc := range progs {
 		if pc.Runs > 0 {

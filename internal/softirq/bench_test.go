@@ -45,8 +45,11 @@ func pinThread(cpu int) (func(), error) {
 		return nil, fmt.Errorf("pin to CPU %d: %w", cpu, err)
 	}
 	return func() {
-		_ = unix.SchedSetaffinity(0, &orig)
-		runtime.UnlockOSThread()
+		// A thread whose affinity could not be restored stays locked, so
+		// the runtime ends it rather than reuse it pinned.
+		if unix.SchedSetaffinity(0, &orig) == nil {
+			runtime.UnlockOSThread()
+		}
 	}, nil
 }
 
