@@ -120,12 +120,18 @@ func TestSampledStatistics(t *testing.T) {
 	window := time.Since(start)
 	t.Logf("exact %d runs, statistics counted %d (%.0f%%), estimate %d; the meter held statistics on %d times, %v of %v",
 		exact, counted, 100*float64(counted)/float64(exact), estimate, h.opens, h.on.Round(time.Millisecond), window.Round(time.Millisecond))
-	// 15 periods of 20 ms in 3 s: 10 %. (What the kernel counted depends
-	// also on other tests that turn statistics on meanwhile.)
-	if h.opens < 10 || h.on > window/4 {
+	// 15 periods of 20 ms in 3 s: 10 %. Under `go test ./...` the other
+	// packages' tests load both CPUs, timers fire late and toggling takes
+	// longer (seen: 12 periods, 19 %); always-on would be 100 %. (What the
+	// kernel counted depends also on other tests that turn statistics on
+	// meanwhile.)
+	if h.opens < 5 || h.on > window/3 {
 		t.Errorf("statistics were on %v of %v, in %d periods: not a 10 %% duty cycle", h.on, window, h.opens)
 	}
-	if rel := math.Abs(float64(estimate)-float64(exact)) / float64(exact); rel > 0.15 {
+	// Quiet, the estimate is within ~2 %; with other tests competing for
+	// the CPUs the loop's rate is not steady and a sample of periods misses
+	// by up to ~20 % (seen: 18 %). Scaling mistakes miss by 2x or 10x.
+	if rel := math.Abs(float64(estimate)-float64(exact)) / float64(exact); rel > 0.3 {
 		t.Errorf("estimate %d is %.0f%% off the exact %d", estimate, 100*rel, exact)
 	}
 }
@@ -145,7 +151,7 @@ func TestSampledStatisticsKeptOnElsewhere(t *testing.T) {
 	if float64(counted) < 0.98*float64(exact) {
 		t.Errorf("statistics held on elsewhere counted only %d of %d runs", counted, exact)
 	}
-	if rel := math.Abs(float64(estimate)-float64(exact)) / float64(exact); rel > 0.15 {
+	if rel := math.Abs(float64(estimate)-float64(exact)) / float64(exact); rel > 0.3 { // as above
 		t.Errorf("estimate %d is %.1f%% off the exact %d", estimate, 100*rel, exact)
 	}
 }
