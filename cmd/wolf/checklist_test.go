@@ -16,28 +16,34 @@ import (
 // builds) share the CPUs, and a busy CPU is a legitimate checklist
 // warning, not a false one.
 type loadMeter struct {
-	busy0, total0, psi0 float64
+	busy0, steal0, total0, psi0 float64
 }
 
 func startLoadMeter(t *testing.T) loadMeter {
 	t.Helper()
-	busy, total := statBusy(t)
-	return loadMeter{busy, total, cpuSomeUs()}
+	busy, steal, total := statBusy(t)
+	return loadMeter{busy, steal, total, cpuSomeUs()}
 }
 
 // cpuLoaded reports whether the machine was busy enough since the meter
 // started that the checklist's CPU findings are the truth: over half the
-// CPU time busy, or tasks waiting for a CPU a quarter of the time.
+// CPU time busy, tasks waiting for a CPU a quarter of the time, or the
+// hypervisor taking a tenth of it (steal: the host's neighbours, which no
+// guest controls; wolf warns from 15 % in its own, slightly different,
+// window).
 func (m loadMeter) cpuLoaded(t *testing.T, seconds float64) bool {
 	t.Helper()
-	busy, total := statBusy(t)
+	busy, steal, total := statBusy(t)
 	busyPct := 100 * (busy - m.busy0) / (total - m.total0)
+	stealPct := 100 * (steal - m.steal0) / (total - m.total0)
 	somePct := 100 * (cpuSomeUs() - m.psi0) / (seconds * 1e6)
-	t.Logf("independent load reading over the run: %.0f%% busy, cpu pressure some %.0f%%", busyPct, somePct)
-	return busyPct >= 50 || somePct >= 25
+	t.Logf("independent load reading over the run: %.0f%% busy (%.0f%% steal), cpu pressure some %.0f%%", busyPct, stealPct, somePct)
+	return busyPct >= 50 || somePct >= 25 || stealPct >= 10
 }
 
-func statBusy(t *testing.T) (busy, total float64) {
+// statBusy reads the machine-wide CPU times of /proc/stat: busy (all but
+// idle and iowait, steal included), steal alone, and the total.
+func statBusy(t *testing.T) (busy, steal, total float64) {
 	t.Helper()
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
@@ -53,8 +59,11 @@ func statBusy(t *testing.T) (busy, total float64) {
 		if i != 3 && i != 4 { // idle, iowait
 			busy += v
 		}
+		if i == 7 {
+			steal = v
+		}
 	}
-	return busy, total
+	return busy, steal, total
 }
 
 func cpuSomeUs() float64 {
