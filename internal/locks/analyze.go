@@ -609,7 +609,7 @@ func (s *Snapshot) mmapFindings() ([]finding.Finding, []finding.Histogram) {
 		write bool
 	}
 	holdH, waitH := map[hk]*hist.Log2{}, map[hk]*hist.Log2{}
-	comms := map[int]string{}
+	comms := s.processNames()
 	for _, m := range s.MM {
 		k := hk{m.TGID, m.Write}
 		if holdH[k] == nil {
@@ -617,13 +617,6 @@ func (s *Snapshot) mmapFindings() ([]finding.Finding, []finding.Histogram) {
 		}
 		holdH[k].Merge(&m.Hold)
 		waitH[k].Merge(&m.Wait)
-		// The comm was taken at the thread's first hold, which may have
-		// been during exec (still the parent's name): prefer today's.
-		if c := s.comm(m.TGID); c != "" {
-			comms[m.TGID] = c
-		} else if comms[m.TGID] == "" {
-			comms[m.TGID] = m.Comm
-		}
 	}
 	hks := slices.Collect(maps.Keys(holdH))
 	slices.SortFunc(hks, func(x, y hk) int {
@@ -666,6 +659,33 @@ func (s *Snapshot) mmapFindings() ([]finding.Finding, []finding.Histogram) {
 		hists = append(hists, m.Hold.Report("mmap_lock_thread_hold_us", "us", labels, 1000))
 	}
 	return out, hists
+}
+
+// processNames names every process in s.MM the way ps does, by its main
+// thread: today's name from /proc while the process lives, else the name
+// the main thread had at its first mmap_lock hold, else the lowest thread's.
+// Not any thread's: threads name themselves (a Go runtime thread keeps the
+// exec name while a worker renames itself), and which of them held the lock
+// first is chance.
+func (s *Snapshot) processNames() map[int]string {
+	names := map[int]string{}
+	from := map[int]int{} // tgid -> the tid whose recorded name is in names; 0 from /proc
+	for _, m := range s.MM {
+		t, seen := from[m.TGID]
+		if !seen {
+			if c := s.comm(m.TGID); c != "" {
+				names[m.TGID], from[m.TGID] = c, 0
+				continue
+			}
+		}
+		if m.Comm == "" || (seen && (t == 0 || t == m.TGID)) {
+			continue
+		}
+		if !seen || m.TID == m.TGID || m.TID < t {
+			names[m.TGID], from[m.TGID] = m.Comm, m.TID
+		}
+	}
+	return names
 }
 
 func (s *Snapshot) comm(pid int) string {

@@ -2,6 +2,8 @@ package locks
 
 import (
 	"bytes"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -227,6 +229,37 @@ func TestHoldFinding(t *testing.T) {
 	recs, ok := f.Evidence["holds"].([]HoldRecord)
 	if !ok || len(recs) != 2 || recs[0].TID != 6 || recs[0].HoldMs != 2300 || recs[0].ReleasedIn != "do_user_addr_fault+0x1a0" {
 		t.Errorf("holds %+v", f.Evidence["holds"])
+	}
+}
+
+// A process is named by its main thread, whichever thread's record came
+// first: /proc while it lives, else the main thread's recorded name, else
+// the lowest thread's. In CI the process was once named "exe" after a Go
+// runtime thread that kept the exec name.
+func TestProcessNames(t *testing.T) {
+	mm := []MMStat{
+		{TGID: 5, TID: 9, Comm: "exe"},
+		{TGID: 5, TID: 5, Comm: "server"},
+		{TGID: 5, TID: 7, Comm: "worker"},
+		{TGID: 8, TID: 12, Comm: "gc"},
+		{TGID: 8, TID: 10, Comm: "main-ish"},
+		{TGID: 8, TID: 11, Comm: "other"},
+		{TGID: 20, TID: 21, Comm: "recorded"},
+	}
+	s := &Snapshot{MM: mm, Comm: func(pid int) string {
+		if pid == 20 {
+			return "live"
+		}
+		return "" // exited
+	}}
+	got := s.processNames()
+	want := map[int]string{5: "server", 8: "main-ish", 20: "live"}
+	if !maps.Equal(got, want) {
+		t.Errorf("names %v, want %v", got, want)
+	}
+	slices.Reverse(mm)
+	if got := s.processNames(); !maps.Equal(got, want) {
+		t.Errorf("names in reverse order %v, want %v", got, want)
 	}
 }
 

@@ -62,10 +62,7 @@ func (s *Snapshot) Profiles(profileHz int) []finding.Profile {
 		if profileHz > 0 {
 			under.PeriodNs = int64(time.Second) / int64(profileHz)
 		}
-		comm := map[int]string{}
-		for _, m := range s.MM {
-			comm[m.TGID] = m.Comm
-		}
+		comm := s.processNames()
 		for _, p := range s.Profile {
 			mode := "mmap_lock read"
 			if p.Write {

@@ -63,6 +63,13 @@ func runChild() error {
 		return fmt.Errorf("%s=%q: want 1..4096", sizeEnv, os.Getenv(sizeEnv))
 	}
 	_ = unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0)
+	// Re-executed as /proc/self/exe, every thread is named "exe". The
+	// process is named by its main thread (what ps and wolf show), which
+	// this goroutine need not be running on: /proc/self/comm is the main
+	// thread's. The role threads name themselves below.
+	if err := os.WriteFile("/proc/self/comm", []byte(childComm), 0); err != nil {
+		return fmt.Errorf("naming the process: %w", err)
+	}
 	// The big region: 4 KiB pages (no THP), all populated, so that every
 	// mprotect and madvise over it walks mb*256 page table entries.
 	region, err := unix.Mmap(-1, 0, mb<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
