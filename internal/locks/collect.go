@@ -168,7 +168,7 @@ func (p *probe) collect(syms Symbolizer, s *Snapshot) error {
 		return err
 	}
 
-	if err := p.collectOngoing(sc, s); err != nil {
+	if err := p.collectPending(sc, s); err != nil {
 		return err
 	}
 
@@ -187,10 +187,13 @@ func (p *probe) collect(syms Symbolizer, s *Snapshot) error {
 	return nil
 }
 
-// collectOngoing adds the waits still going when wolf stopped: the worst
-// contention (a lock whose owner never lets go) never reaches
-// contention_end, so it would otherwise be invisible.
-func (p *probe) collectOngoing(sc *stackCache, s *Snapshot) error {
+// collectPending adds the waits the BPF programs have not folded into the
+// aggregation maps: those still going when wolf stopped (the worst
+// contention, a lock whose owner never lets go, never reaches
+// contention_end and would otherwise be invisible), and those over but not
+// yet folded in (the programs fold a wait at its waiter's next one, see
+// struct pending).
+func (p *probe) collectPending(sc *stackCache, s *Snapshot) error {
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
 		return fmt.Errorf("clock: %w", err)
@@ -204,45 +207,109 @@ func (p *probe) collectOngoing(sc *stackCache, s *Snapshot) error {
 	var pe locksPending
 	it := p.maps.PendingTask.Iterate()
 	for it.Next(&tid, &pe) {
-		if pe.StartNs == 0 || pe.StartNs > now {
+		d, ongoing, ok := pendingWait(&pe, now)
+		if !ok {
 			continue
 		}
-		d := now - pe.StartNs
-		s.Waits = append(s.Waits, Wait{
-			Lock: pe.Lock, Type: Type(pe.Type), Stack: sc.get(pe.StackId), MMTGID: int(pe.MmTgid),
-			Count: 1, TotalNs: d, MaxNs: d, MaxTID: int(tid), Ongoing: 1,
-		})
-		if OwnerKind(pe.OwnerKind) == OwnerReaders {
-			s.Waits[len(s.Waits)-1].ReaderOwned = 1
-		}
-		if pe.BehindWriter != 0 {
-			s.Waits[len(s.Waits)-1].BehindWriter = 1
-		}
-		k := [2]uint64{pe.Lock, uint64(tid)}
-		if i, ok := waiterAt[k]; ok {
-			w := &s.Waiters[i]
-			w.Count++
-			w.TotalNs += d
-			w.MaxNs = max(w.MaxNs, d)
-			w.Ongoing = true
-		} else {
-			waiterAt[k] = len(s.Waiters)
-			s.Waiters = append(s.Waiters, Waiter{
-				Lock: pe.Lock, TID: int(tid), TGID: int(pe.Tgid), Comm: s.comm(int(tid)),
-				Count: 1, TotalNs: d, MaxNs: d, Ongoing: true,
-			})
-		}
-		if OwnerKind(pe.OwnerKind) != OwnerNone {
-			s.Owners = append(s.Owners, Owner{
-				Lock: pe.Lock, TID: int(pe.OwnerTid), TGID: s.tgidOf(int(pe.OwnerTid)), Comm: s.comm(int(pe.OwnerTid)),
-				Kind: OwnerKind(pe.OwnerKind), Stack: sc.get(pe.OwnerStackId), Count: 1, TotalNs: d, MaxNs: d,
-			})
-		}
-		var h hist.Log2
-		h.Add(d)
-		s.Hists = append(s.Hists, LockHist{Lock: pe.Lock, Type: Type(pe.Type), Hist: h})
+		s.addWait(sc, &pe, tid, d, ongoing, waiterAt)
 	}
-	return it.Err()
+	if err := it.Err(); err != nil {
+		return err
+	}
+	// Spin waits, one per CPU at most; only their end is awaited (a spin
+	// wait in progress lasts microseconds).
+	var zero uint32
+	var pcs []locksPending
+	if err := p.maps.PendingCpu.Lookup(zero, &pcs); err != nil {
+		return fmt.Errorf("pending spin waits: %w", err)
+	}
+	for i := range pcs {
+		if d, ongoing, ok := pendingWait(&pcs[i], now); ok && !ongoing {
+			s.addWait(sc, &pcs[i], pcs[i].Tid, d, false, waiterAt)
+		}
+	}
+	return nil
+}
+
+// pendingWait is how long pe's wait lasted, or has lasted by now if it is
+// still going; ok is false if pe holds no wait.
+func pendingWait(pe *locksPending, now uint64) (d uint64, ongoing, ok bool) {
+	switch {
+	case pe.StartNs == 0:
+		return 0, false, false
+	case pe.EndNs != 0:
+		if pe.EndNs < pe.StartNs {
+			return 0, false, false
+		}
+		return pe.EndNs - pe.StartNs, false, true
+	case pe.StartNs > now:
+		return 0, false, false
+	}
+	return now - pe.StartNs, true, true
+}
+
+// addWait adds one wait of tid's as the BPF programs would have folded it
+// (account() in locks.bpf.c): per lock and stack, in the lock's
+// histogram, and for sleeping locks per waiter and owner.
+func (s *Snapshot) addWait(sc *stackCache, pe *locksPending, tid uint32, d uint64, ongoing bool, waiterAt map[[2]uint64]int) {
+	w := Wait{
+		Lock: pe.Lock, Type: Type(pe.Type), Stack: sc.get(pe.StackId), MMTGID: int(pe.MmTgid),
+		Count: 1, TotalNs: d, MaxNs: d, MaxTID: int(tid),
+	}
+	if ongoing {
+		w.Ongoing = 1
+	}
+	if OwnerKind(pe.OwnerKind) == OwnerReaders {
+		w.ReaderOwned = 1
+	}
+	if pe.BehindWriter != 0 {
+		w.BehindWriter = 1
+	}
+	s.Waits = append(s.Waits, w)
+	var h hist.Log2
+	h.Add(d)
+	s.Hists = append(s.Hists, LockHist{Lock: pe.Lock, Type: Type(pe.Type), Hist: h})
+	if Type(pe.Type).Spins() {
+		return
+	}
+	if pe.MmTgid != 0 && !ongoing { // as in BPF: the wait histogram has the waits that ended
+		s.addMMWait(int(pe.Tgid), int(tid), int(pe.MmTgid), bpfrec.CString(pe.Comm[:]), Type(pe.Type) == RwsemWrite, d)
+	}
+	k := [2]uint64{pe.Lock, uint64(tid)}
+	if i, ok := waiterAt[k]; ok {
+		w := &s.Waiters[i]
+		w.Count++
+		w.TotalNs += d
+		w.MaxNs = max(w.MaxNs, d)
+		w.Ongoing = w.Ongoing || ongoing
+	} else {
+		waiterAt[k] = len(s.Waiters)
+		s.Waiters = append(s.Waiters, Waiter{
+			Lock: pe.Lock, TID: int(tid), TGID: int(pe.Tgid), Comm: bpfrec.CString(pe.Comm[:]),
+			Count: 1, TotalNs: d, MaxNs: d, Ongoing: ongoing,
+		})
+	}
+	if OwnerKind(pe.OwnerKind) != OwnerNone {
+		s.Owners = append(s.Owners, Owner{
+			Lock: pe.Lock, TID: int(pe.OwnerTid), TGID: s.tgidOf(int(pe.OwnerTid)), Comm: s.comm(int(pe.OwnerTid)),
+			Kind: OwnerKind(pe.OwnerKind), Stack: sc.get(pe.OwnerStackId), Count: 1, TotalNs: d, MaxNs: d,
+		})
+	}
+}
+
+// addMMWait files a wait for a thread's own mmap_lock under the thread,
+// as account_mm_wait does.
+func (s *Snapshot) addMMWait(tgid, tid, mmTGID int, comm string, write bool, d uint64) {
+	for i := range s.MM {
+		m := &s.MM[i]
+		if m.TGID == tgid && m.TID == tid && m.MMTGID == mmTGID && m.Write == write {
+			m.Wait.Add(d)
+			return
+		}
+	}
+	m := MMStat{TGID: tgid, TID: tid, MMTGID: mmTGID, Write: write, Comm: comm}
+	m.Wait.Add(d)
+	s.MM = append(s.MM, m)
 }
 
 // The aggregation maps are per CPU: each CPU's counts add up; a maximum

@@ -128,9 +128,18 @@ struct {
 	__uint(value_size, STACK_DEPTH * sizeof(__u64));
 } stacks SEC(".maps");
 
-/* One wait in progress. */
+/*
+ * One wait: in progress (start_ns set, end_ns 0), or over but not yet
+ * folded into the aggregations (both set). contention_end runs with the
+ * lock just taken, so whatever it does lengthens the critical section
+ * every other waiter queues behind: it only timestamps the end. The wait
+ * is folded in at the thread's next contention_begin (or, for spin waits,
+ * the CPU's next), where the time is the waiter's own; the waits still
+ * unfolded when wolf stops are folded by user space.
+ */
 struct pending {
 	__u64 start_ns;
+	__u64 end_ns;
 	__u64 lock;
 	__u32 type;
 	__s32 stack_id;
@@ -147,6 +156,8 @@ struct pending {
 	__u64 stack_ns;
 	__s32 stack_cached;
 	__u32 flags; /* LCB_F_* of the begin */
+	__u32 tid;   /* the waiter (spin waits are folded by a later one) */
+	char comm[COMM_LEN]; /* the waiter's, sleeping locks only */
 };
 
 /*
@@ -550,6 +561,8 @@ static __always_inline __s32 waiter_stack(void *ctx, struct pending *c, __u64 lo
 	return id;
 }
 
+static __always_inline void account(struct pending *p, const bool can_walk);
+
 static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const bool can_walk)
 {
 	__u32 type = lock_type(flags);
@@ -564,7 +577,9 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 
 		if (!p)
 			return;
-		if (p->start_ns) {
+		if (p->start_ns && p->end_ns) {
+			account(p, can_walk); /* the CPU's last spin wait */
+		} else if (p->start_ns) {
 			if (now - p->start_ns < max_spin_ns) {
 				/* A spin wait in an interrupt on top of another. */
 				count(STAT_NESTED);
@@ -573,27 +588,36 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 			count(STAT_STALE);
 		}
 		p->start_ns = now;
+		p->end_ns = 0;
 		p->lock = lock;
 		p->type = type;
-		p->stack_id = waiter_stack(ctx, p, lock, (__u32)bpf_get_current_pid_tgid(), now);
+		p->tid = (__u32)bpf_get_current_pid_tgid();
+		p->tgid = bpf_get_current_pid_tgid() >> 32;
+		p->owner_kind = OWNER_NONE;
+		p->mm_tgid = 0;
+		p->behind_writer = 0;
+		p->stack_id = waiter_stack(ctx, p, lock, p->tid, now);
 		return;
 	}
 
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct pending *old = bpf_map_lookup_elem(&pending_task, &tid);
 
-	/*
-	 * A mutex reports begin twice, spinning then sleeping, with one end:
-	 * keep the first start. Any other begin replaces a pending wait,
-	 * whose end was then lost.
-	 */
-	if (old && old->start_ns && old->lock == lock && (old->flags & WOLF_LCB_F_SPIN) &&
-	    (flags & WOLF_LCB_F_MUTEX))
-		return;
-	if (old && old->start_ns)
+	if (old && old->start_ns && old->end_ns) {
+		account(old, can_walk); /* the thread's last wait */
+	} else if (old && old->start_ns) {
+		/*
+		 * A mutex reports begin twice, spinning then sleeping, with
+		 * one end: keep the first start. Any other begin replaces a
+		 * pending wait, whose end was then lost.
+		 */
+		if (old->lock == lock && (old->flags & WOLF_LCB_F_SPIN) && (flags & WOLF_LCB_F_MUTEX))
+			return;
 		count(STAT_STALE);
+	}
 
-	struct pending p = {.start_ns = now, .lock = lock, .type = type, .owner_stack_id = -1, .flags = flags};
+	struct pending p = {.start_ns = now, .lock = lock, .type = type, .owner_stack_id = -1, .flags = flags,
+			    .tid = tid};
 	struct task_struct *o = 0;
 
 	p.stack_id = waiter_stack(ctx, old, lock, tid, now);
@@ -604,6 +628,7 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 		p.stack_cached = old->stack_cached;
 	}
 	p.tgid = bpf_get_current_pid_tgid() >> 32;
+	bpf_get_current_comm(&p.comm, sizeof(p.comm));
 	p.mm_tgid = own_mmap_lock(lock);
 	if (type == TYPE_MUTEX) {
 		o = wolf_mutex_owner((void *)lock);
@@ -636,12 +661,44 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 		queue_enter(lock, type, now);
 }
 
-static __always_inline void account_mm_wait(struct pending *p, __u64 d, __u64 pid_tgid);
+static __always_inline void account_mm_wait(struct pending *p, __u64 d);
 
-static __always_inline void account(struct pending *p, __u64 now, __u64 pid_tgid)
+/*
+ * The name and process of an owner wolf has not seen waited on before.
+ * The task pointer was read at begin, possibly long ago: with kfuncs, the
+ * task is looked up by tid and used only if it is still the same task;
+ * without, it is read as it is (a probe read of memory that may have been
+ * reused: a wrong name at worst, which user space replaces when the tid
+ * still lives).
+ */
+static __always_inline void owner_name(struct pending *p, struct owner_val *ov, const bool can_walk)
 {
-	__u64 d = now - p->start_ns;
-	__u32 tid = (__u32)pid_tgid;
+	struct task_struct *o = (struct task_struct *)p->owner;
+
+	if (can_walk && owner_stacks) {
+		struct task_struct *t = bpf_task_from_pid(p->owner_tid);
+
+		if (!t)
+			return;
+		if ((__u64)t == p->owner) {
+			ov->owner_tgid = BPF_CORE_READ(t, tgid);
+			BPF_CORE_READ_STR_INTO(&ov->owner_comm, t, comm);
+		}
+		bpf_task_release(t);
+		return;
+	}
+	ov->owner_tgid = BPF_CORE_READ(o, tgid);
+	BPF_CORE_READ_STR_INTO(&ov->owner_comm, o, comm);
+}
+
+/* Fold a wait that is over into the aggregations; p->start_ns is cleared. */
+static __always_inline void account(struct pending *p, const bool can_walk)
+{
+	__u64 d = p->end_ns - p->start_ns;
+	__u32 tid = p->tid;
+
+	p->start_ns = 0;
+	p->end_ns = 0;
 
 	struct wait_key wk = {.lock = p->lock, .type = p->type, .stack_id = p->stack_id,
 			      .mm_tgid = p->mm_tgid};
@@ -672,14 +729,14 @@ static __always_inline void account(struct pending *p, __u64 now, __u64 pid_tgid
 	if (spin_type(p->type))
 		return; /* per-task and owner detail for sleeping locks only */
 	if (p->mm_tgid)
-		account_mm_wait(p, d, pid_tgid);
+		account_mm_wait(p, d);
 
 	struct task_key tk = {.lock = p->lock, .tid = tid};
 	struct task_val *tv = bpf_map_lookup_elem(&waiters, &tk);
 	if (!tv) {
-		struct task_val tz = {.tgid = pid_tgid >> 32};
+		struct task_val tz = {.tgid = p->tgid};
 
-		bpf_get_current_comm(&tz.comm, sizeof(tz.comm));
+		__builtin_memcpy(tz.comm, p->comm, sizeof(tz.comm));
 		tv = lookup_or_init(&waiters, &tk, &tz);
 	}
 	if (tv) {
@@ -697,16 +754,10 @@ static __always_inline void account(struct pending *p, __u64 now, __u64 pid_tgid
 			       .owner_stack_id = p->owner_stack_id, .owner_kind = p->owner_kind};
 	struct owner_val *ov = bpf_map_lookup_elem(&owners, &ok);
 	if (!ov) {
-		/*
-		 * Name and process of a new owner, read now rather than at
-		 * every begin. The owner may have exited meanwhile: the reads
-		 * are probe reads of memory that stays valid for an RCU grace
-		 * period, and a wrong name is the worst that can happen.
-		 */
-		struct task_struct *o = (struct task_struct *)p->owner;
-		struct owner_val oz = {.owner_tgid = BPF_CORE_READ(o, tgid)};
+		/* Named once per owner entry rather than at every begin. */
+		struct owner_val oz = {};
 
-		BPF_CORE_READ_STR_INTO(&oz.owner_comm, o, comm);
+		owner_name(p, &oz, can_walk);
 		ov = lookup_or_init(&owners, &ok, &oz);
 	}
 	if (ov) {
@@ -719,34 +770,35 @@ static __always_inline void account(struct pending *p, __u64 now, __u64 pid_tgid
 	}
 }
 
+/* The lock is held here: timestamp the wait's end, fold it in later. */
 static __always_inline void on_end(__u64 lock)
 {
 	__u64 now = bpf_ktime_get_ns();
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	__u32 tid = (__u32)pid_tgid;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	__u32 zero = 0;
 	struct pending *p;
 
 	count(STAT_END);
 	p = bpf_map_lookup_elem(&pending_cpu, &zero);
-	if (p && p->start_ns && p->lock == lock) {
-		if (now - p->start_ns < max_spin_ns)
-			account(p, now, pid_tgid);
-		else
+	if (p && p->start_ns && !p->end_ns && p->lock == lock) {
+		if (now - p->start_ns < max_spin_ns) {
+			p->end_ns = now;
+		} else {
 			count(STAT_STALE);
-		p->start_ns = 0;
+			p->start_ns = 0;
+		}
 		return;
 	}
 	p = bpf_map_lookup_elem(&pending_task, &tid);
-	if (!p || !p->start_ns || p->lock != lock) {
+	if (!p || !p->start_ns || p->end_ns || p->lock != lock) {
 		if (!target_tgid && !target_lock)
 			count(STAT_UNMATCHED_END);
 		return;
 	}
-	account(p, now, pid_tgid);
+	p->end_ns = now;
+	/* The queue model needs the waiter gone now, not at its next wait. */
 	if (queued_type(p->type))
 		queue_leave(lock, p->type, now);
-	p->start_ns = 0;
 }
 
 /* BTF tracepoints: typed arguments, and kfuncs for the owner's stack. */
@@ -929,9 +981,9 @@ static __always_inline struct mm_val *mm_stats_for(struct mm_key *k)
 }
 
 /* A contended wait for the thread's own mmap_lock, into its histogram. */
-static __always_inline void account_mm_wait(struct pending *p, __u64 d, __u64 pid_tgid)
+static __always_inline void account_mm_wait(struct pending *p, __u64 d)
 {
-	struct mm_key k = {.tgid = pid_tgid >> 32, .tid = (__u32)pid_tgid, .mm_tgid = p->mm_tgid,
+	struct mm_key k = {.tgid = p->tgid, .tid = p->tid, .mm_tgid = p->mm_tgid,
 			   .write = p->type == TYPE_RWSEM_WRITE};
 	struct mm_val *v = mm_stats_for(&k);
 

@@ -133,6 +133,7 @@ type locksOwnerVal struct {
 type locksPending struct {
 	_            structs.HostLayout
 	StartNs      uint64
+	EndNs        uint64
 	Lock         uint64
 	Type         uint32
 	StackId      int32
@@ -149,6 +150,9 @@ type locksPending struct {
 	StackNs      uint64
 	StackCached  int32
 	Flags        uint32
+	Tid          uint32
+	Comm         [16]int8
+	_            [4]byte
 }
 
 type locksProfKey struct {
