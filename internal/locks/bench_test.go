@@ -58,13 +58,24 @@ func runBenchChild(spec string) (float64, error) {
 	switch kind {
 	case "mmap":
 		return mmapChurn(threads, d)
-	case "append":
-		dir, err := os.MkdirTemp("", "wolf-locks-bench")
+	case "append", "log", "dir":
+		// tmpfs where there is one: no journal commits in the rounds.
+		base := ""
+		if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+			base = "/dev/shm"
+		}
+		dir, err := os.MkdirTemp(base, "wolf-locks-bench")
 		if err != nil {
 			return 0, err
 		}
 		defer os.RemoveAll(dir)
-		return fileAppend(dir+"/append", threads, d)
+		switch kind {
+		case "append":
+			return fileAppend(dir+"/append", threads, d)
+		case "log":
+			return logWriter(dir+"/log", threads, d)
+		}
+		return createUnlink(dir, threads, d)
 	}
 	return 0, fmt.Errorf("%s=%q: unknown workload", benchChildEnv, spec)
 }
@@ -166,6 +177,105 @@ func fileAppend(path string, threads int, d time.Duration) (float64, error) {
 	return float64(total) / time.Since(start).Seconds(), nil
 }
 
+// logWriter is a contended log file as services have one: threads each
+// build a 4 KiB record (a checksum over it stands for the formatting) and
+// append it through one shared descriptor, so the file's f_pos_lock and
+// the inode's i_rwsem are contended, but with work between the writes.
+// It returns records per second.
+func logWriter(path string, threads int, d time.Duration) (float64, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	var wg sync.WaitGroup
+	counts := make([]int, threads)
+	errs := make([]error, threads)
+	stop := time.Now().Add(d)
+	start := time.Now()
+	for i := range threads {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			rec := make([]byte, 4096)
+			h := uint64(i + 1)
+			for time.Now().Before(stop) {
+				for j := range rec {
+					h = h*1099511628211 ^ uint64(j)
+					rec[j] = 'a' + byte(h%26)
+				}
+				if _, err := unix.Write(int(f.Fd()), rec); err != nil {
+					errs[i] = err
+					return
+				}
+				counts[i]++
+				if counts[i]%4096 == 0 { // keep the file small: truncate now and then
+					if err := f.Truncate(0); err != nil {
+						errs[i] = err
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return rate(counts, errs, start)
+}
+
+// createUnlink is a busy spool directory (a mail queue, a build's temporary
+// files): threads create, write and remove files in one directory, so the
+// directory's i_rwsem is taken for writing by every create and unlink.
+// It returns files per second.
+func createUnlink(dir string, threads int, d time.Duration) (float64, error) {
+	var wg sync.WaitGroup
+	counts := make([]int, threads)
+	errs := make([]error, threads)
+	stop := time.Now().Add(d)
+	start := time.Now()
+	for i := range threads {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			buf := make([]byte, 512)
+			for n := 0; time.Now().Before(stop); n++ {
+				name := fmt.Sprintf("%s/f%d-%d", dir, i, n)
+				fd, err := unix.Open(name, unix.O_CREAT|unix.O_WRONLY|unix.O_EXCL, 0o600)
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				_, err = unix.Write(fd, buf)
+				unix.Close(fd)
+				if err == nil {
+					err = unix.Unlink(name)
+				}
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				counts[i]++
+			}
+		}()
+	}
+	wg.Wait()
+	return rate(counts, errs, start)
+}
+
+func rate(counts []int, errs []error, start time.Time) (float64, error) {
+	total := 0
+	for i, c := range counts {
+		if errs[i] != nil {
+			return 0, errs[i]
+		}
+		total += c
+	}
+	return float64(total) / time.Since(start).Seconds(), nil
+}
+
 // benchRounds is WOLF_BENCH_ROUNDS, the pairs of rounds each comparison
 // runs (default 12: six A B B A blocks, the fewest a 95 % interval needs).
 func benchRounds() int {
@@ -180,6 +290,16 @@ func benchRounds() int {
 //	go test -run '^$' -bench Overhead -benchtime 1x ./internal/locks
 func BenchmarkOverheadFileAppend(b *testing.B) {
 	benchOverhead(b, inChild("append", 4, time.Second))
+}
+
+// BenchmarkOverheadLogWriter: a contended log file, with work between writes.
+func BenchmarkOverheadLogWriter(b *testing.B) {
+	benchOverhead(b, inChild("log", 4, time.Second))
+}
+
+// BenchmarkOverheadSpoolDir: creates and unlinks in one directory.
+func BenchmarkOverheadSpoolDir(b *testing.B) {
+	benchOverhead(b, inChild("dir", 4, time.Second))
 }
 
 // BenchmarkOverheadMmapChurn measures what `wolf locks` costs the
@@ -276,6 +396,8 @@ func emptyAttach(ctx context.Context) (func() error, error) {
 //	go test -run '^$' -bench 'Overhead|Floor' -benchtime 1x ./internal/locks
 func BenchmarkFloorFileAppend(b *testing.B) { benchFloor(b, inChild("append", 4, time.Second)) }
 func BenchmarkFloorMmapChurn(b *testing.B)  { benchFloor(b, inChild("mmap", 4, time.Second)) }
+func BenchmarkFloorLogWriter(b *testing.B)  { benchFloor(b, inChild("log", 4, time.Second)) }
+func BenchmarkFloorSpoolDir(b *testing.B)   { benchFloor(b, inChild("dir", 4, time.Second)) }
 
 func benchFloor(b *testing.B, work costbench.Workload) {
 	testutil.RequireRoot(b)
