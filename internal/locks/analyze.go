@@ -402,7 +402,7 @@ func (s *Snapshot) contentionFinding(a *lockAgg) finding.Finding {
 			break
 		}
 		if o.Comm == "" {
-			o.Comm = "(exited)" // a former reader whose task is gone
+			o.Comm = "(exited)" // an owner whose task was gone when wolf named it
 		}
 		detail := fmt.Sprintf("held it while others waited %s (%d waits)", human(o.TotalNs), o.Count)
 		if o.Kind == OwnerReaders {

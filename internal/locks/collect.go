@@ -102,8 +102,15 @@ func (p *probe) collect(syms Symbolizer, s *Snapshot) error {
 	it = p.maps.Owners.Iterate()
 	for it.Next(&ok, &ovs) {
 		ov := sumOwners(ovs)
+		tgid, comm := int(ov.OwnerTgid), bpfrec.CString(ov.OwnerComm[:])
+		if comm == "" {
+			// The programs name an owner when they fold its first wait,
+			// if its task is still the one seen at begin (owner_name in
+			// locks.bpf.c); otherwise /proc names it if the tid lives.
+			tgid, comm = s.tgidOf(int(ok.OwnerTid)), s.comm(int(ok.OwnerTid))
+		}
 		s.Owners = append(s.Owners, Owner{
-			Lock: ok.Lock, TID: int(ok.OwnerTid), TGID: int(ov.OwnerTgid), Comm: bpfrec.CString(ov.OwnerComm[:]),
+			Lock: ok.Lock, TID: int(ok.OwnerTid), TGID: tgid, Comm: comm,
 			Kind: OwnerKind(ok.OwnerKind), Stack: sc.get(ok.OwnerStackId),
 			Count: ov.Count, TotalNs: ov.TotalNs, MaxNs: ov.MaxNs,
 		})

@@ -668,8 +668,8 @@ static __always_inline void account_mm_wait(struct pending *p, __u64 d);
  * The task pointer was read at begin, possibly long ago: with kfuncs, the
  * task is looked up by tid and used only if it is still the same task;
  * without, it is read as it is (a probe read of memory that may have been
- * reused: a wrong name at worst, which user space replaces when the tid
- * still lives).
+ * reused: a wrong name at worst). Left unnamed, user space names it from
+ * /proc if the tid still lives.
  */
 static __always_inline void owner_name(struct pending *p, struct owner_val *ov, const bool can_walk)
 {
