@@ -227,6 +227,7 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchReport, error) {
 		}
 	}
 	var work costbench.Workload
+	watchSelf := false
 	switch o.Workload {
 	case "", "perf":
 		perf, err := perfWorks(ctx)
@@ -241,6 +242,7 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchReport, error) {
 		rep.Notes = append(rep.Notes, "perf unavailable ("+err.Error()+"): Go messaging workload instead")
 		fallthrough
 	case "go":
+		watchSelf = true // the workload's threads are this process's
 		work = goWorkload(o.Groups, o.Loops, cpu)
 		rep.Workload = fmt.Sprintf("Go messaging: %d groups × 20 sender and 20 receiver threads over pipes, %d loops (perf bench sched messaging's pattern)", o.Groups, o.Loops)
 	default:
@@ -255,6 +257,7 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchReport, error) {
 	var totalNs, totalRuns uint64 // as wolf sched reported them
 	attach := func(ctx context.Context) (func() error, error) {
 		s := New()
+		s.watchSelf = watchSelf
 		ready := make(chan struct{})
 		var once sync.Once
 		s.attached = func() { once.Do(func() { close(ready) }) }

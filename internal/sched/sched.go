@@ -42,6 +42,9 @@ type Investigator struct {
 	// the kernel's own counts over exactly that window.
 	attached func()
 	dumped   func()
+	// watchSelf counts wolf's own process too, which is otherwise left
+	// out: the Go cost workload runs in it.
+	watchSelf bool
 	// snapshot, when set, sees what Conclude is given; programs, the BPF
 	// programs by name before they are closed (the cost benchmark reads
 	// their run statistics).
@@ -97,6 +100,9 @@ func (s *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 	meter := overhead.Start()
 	defer meter.Close()
 	cfg := config{BounceWindowNs: uint64(s.BounceWindow), SelfTGID: uint32(os.Getpid())}
+	if s.watchSelf {
+		cfg.SelfTGID = 0
+	}
 	if opts.PID > 0 {
 		cfg.TargetTGID = uint32(tgidOf(ctx, s.Proc, opts.PID))
 	}
