@@ -28,7 +28,7 @@ import (
 // own threads would measure wolf not looking at it.
 const benchChildEnv = "WOLF_LOCKS_BENCH_CHILD"
 
-// benchChild runs the workload the environment names (kind:threads:duration)
+// maybeRunBenchChild runs the workload the environment names (kind:threads:duration)
 // and prints its operations per second, when this process is such a child.
 func maybeRunBenchChild() {
 	spec := os.Getenv(benchChildEnv)
