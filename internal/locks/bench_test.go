@@ -98,11 +98,11 @@ func inChild(kind string, threads int, d time.Duration) costbench.Workload {
 	}
 }
 
-// mmapChurn is a contention-heavy workload: threads of this process map
-// and unmap a page in a loop, so every call takes the mmap_lock for
-// writing (three mmap_lock tracepoint hits) and they contend on it
-// (contention_begin/end). It returns calls per second.
-func mmapChurn(threads int, d time.Duration) (float64, error) {
+// onThreads runs op on threads OS threads, over and over for d, and
+// returns the operations per second they did together; an error ends its
+// thread and is returned. op gets the thread's index and how many
+// operations it has done.
+func onThreads(threads int, d time.Duration, op func(thread, n int) error) (float64, error) {
 	var wg sync.WaitGroup
 	counts := make([]int, threads)
 	errs := make([]error, threads)
@@ -114,15 +114,8 @@ func mmapChurn(threads int, d time.Duration) (float64, error) {
 			defer wg.Done()
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
-			for n := 0; time.Now().Before(stop); n++ {
-				b, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-				if err != nil {
-					errs[i] = err
-					return
-				}
-				b[0] = 1 // a fault, under the per-VMA lock
-				if err := unix.Munmap(b); err != nil {
-					errs[i] = err
+			for time.Now().Before(stop) {
+				if errs[i] = op(i, counts[i]); errs[i] != nil {
 					return
 				}
 				counts[i]++
@@ -138,6 +131,21 @@ func mmapChurn(threads int, d time.Duration) (float64, error) {
 		total += c
 	}
 	return float64(total) / time.Since(start).Seconds(), nil
+}
+
+// mmapChurn is a contention-heavy workload: threads of this process map
+// and unmap a page in a loop, so every call takes the mmap_lock for
+// writing (three mmap_lock tracepoint hits) and they contend on it
+// (contention_begin/end). It returns calls per second.
+func mmapChurn(threads int, d time.Duration) (float64, error) {
+	return onThreads(threads, d, func(int, int) error {
+		b, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+		if err != nil {
+			return err
+		}
+		b[0] = 1 // a fault, under the per-VMA lock
+		return unix.Munmap(b)
+	})
 }
 
 // fileAppend is lock contention of the everyday kind: threads append to
@@ -151,30 +159,10 @@ func fileAppend(path string, threads int, d time.Duration) (float64, error) {
 	}
 	defer f.Close()
 	buf := make([]byte, 512)
-	var wg sync.WaitGroup
-	counts := make([]int, threads)
-	stop := time.Now().Add(d)
-	start := time.Now()
-	for i := range threads {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			for time.Now().Before(stop) {
-				if _, err := unix.Write(int(f.Fd()), buf); err != nil {
-					return
-				}
-				counts[i]++
-			}
-		}()
-	}
-	wg.Wait()
-	total := 0
-	for _, c := range counts {
-		total += c
-	}
-	return float64(total) / time.Since(start).Seconds(), nil
+	return onThreads(threads, d, func(int, int) error {
+		_, err := unix.Write(int(f.Fd()), buf)
+		return err
+	})
 }
 
 // logWriter is a contended log file as services have one: threads each
@@ -188,40 +176,25 @@ func logWriter(path string, threads int, d time.Duration) (float64, error) {
 		return 0, err
 	}
 	defer f.Close()
-	var wg sync.WaitGroup
-	counts := make([]int, threads)
-	errs := make([]error, threads)
-	stop := time.Now().Add(d)
-	start := time.Now()
-	for i := range threads {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			rec := make([]byte, 4096)
-			h := uint64(i + 1)
-			for time.Now().Before(stop) {
-				for j := range rec {
-					h = h*1099511628211 ^ uint64(j)
-					rec[j] = 'a' + byte(h%26)
-				}
-				if _, err := unix.Write(int(f.Fd()), rec); err != nil {
-					errs[i] = err
-					return
-				}
-				counts[i]++
-				if counts[i]%4096 == 0 { // keep the file small: truncate now and then
-					if err := f.Truncate(0); err != nil {
-						errs[i] = err
-						return
-					}
-				}
-			}
-		}()
+	recs := make([][]byte, threads)
+	for i := range recs {
+		recs[i] = make([]byte, 4096)
 	}
-	wg.Wait()
-	return rate(counts, errs, start)
+	return onThreads(threads, d, func(i, n int) error {
+		rec := recs[i]
+		h := uint64(i + n + 1)
+		for j := range rec {
+			h = h*1099511628211 ^ uint64(j)
+			rec[j] = 'a' + byte(h%26)
+		}
+		if _, err := unix.Write(int(f.Fd()), rec); err != nil {
+			return err
+		}
+		if n%4096 == 4095 { // keep the file small: truncate now and then
+			return f.Truncate(0)
+		}
+		return nil
+	})
 }
 
 // createUnlink is a busy spool directory (a mail queue, a build's temporary
@@ -229,51 +202,20 @@ func logWriter(path string, threads int, d time.Duration) (float64, error) {
 // directory's i_rwsem is taken for writing by every create and unlink.
 // It returns files per second.
 func createUnlink(dir string, threads int, d time.Duration) (float64, error) {
-	var wg sync.WaitGroup
-	counts := make([]int, threads)
-	errs := make([]error, threads)
-	stop := time.Now().Add(d)
-	start := time.Now()
-	for i := range threads {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			buf := make([]byte, 512)
-			for n := 0; time.Now().Before(stop); n++ {
-				name := fmt.Sprintf("%s/f%d-%d", dir, i, n)
-				fd, err := unix.Open(name, unix.O_CREAT|unix.O_WRONLY|unix.O_EXCL, 0o600)
-				if err != nil {
-					errs[i] = err
-					return
-				}
-				_, err = unix.Write(fd, buf)
-				unix.Close(fd)
-				if err == nil {
-					err = unix.Unlink(name)
-				}
-				if err != nil {
-					errs[i] = err
-					return
-				}
-				counts[i]++
-			}
-		}()
-	}
-	wg.Wait()
-	return rate(counts, errs, start)
-}
-
-func rate(counts []int, errs []error, start time.Time) (float64, error) {
-	total := 0
-	for i, c := range counts {
-		if errs[i] != nil {
-			return 0, errs[i]
+	buf := make([]byte, 512)
+	return onThreads(threads, d, func(i, n int) error {
+		name := fmt.Sprintf("%s/f%d-%d", dir, i, n)
+		fd, err := unix.Open(name, unix.O_CREAT|unix.O_WRONLY|unix.O_EXCL, 0o600)
+		if err != nil {
+			return err
 		}
-		total += c
-	}
-	return float64(total) / time.Since(start).Seconds(), nil
+		_, err = unix.Write(fd, buf)
+		unix.Close(fd)
+		if err != nil {
+			return err
+		}
+		return unix.Unlink(name)
+	})
 }
 
 // benchRounds is WOLF_BENCH_ROUNDS, the pairs of rounds each comparison
