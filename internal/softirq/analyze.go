@@ -88,6 +88,12 @@ type Snapshot struct {
 	// window (/proc/stat steal), -1 when unknown. On a VM, a softirq run
 	// includes any time its vCPU did not run at all.
 	StealPct float64
+	// Virtual names the hypervisor or emulator ("" on bare metal): its
+	// vCPUs may stop executing with no steal accounted (Virtualized).
+	Virtual string
+	// SelfTGID is wolf's own process: a softirq run on top of it ran
+	// while wolf loaded, attached or freed its BPF programs.
+	SelfTGID int
 }
 
 // Merged is the vector's histogram over every CPU.
@@ -249,6 +255,24 @@ func stallFinding(s *Snapshot, vec int, h hist.Log2, stalls []Stall) finding.Fin
 		f.Evidence["cpu_sample_coverage_pct"] = round2(100 * cov)
 	}
 	switch {
+	case onWolf(s, stalls):
+		// wolf's own work (verifying, attaching, freeing programs: RCU
+		// callbacks, code patching) ran under these softirqs: not the host's.
+		f.Severity = finding.Info
+		f.Evidence["cause"] = causeWolf
+		f.Title = fmt.Sprintf("%s softirq runs of up to %s on CPU %v ran on top of wolf itself, while it loaded and attached its probes", Vectors[vec], fmtDur(maxStall(stalls)), f.Evidence["worst_cpu"])
+		f.Summary += " Every one interrupted wolf's own process: loading, attaching and freeing BPF programs is kernel work (verification, code patching, RCU callbacks) that a softirq then finishes; it says nothing about the host."
+		f.Remediation = []string{"Nothing to do about the host; a longer --duration makes wolf's start-up a smaller part of the window."}
+	case known && cov < mostlyAbsent && s.StealPct < 1 && s.Virtual != "":
+		// An emulator or a hypervisor that accounts no steal: the vCPU
+		// stopped executing in the run, and nothing else says so.
+		f.Severity = finding.Info
+		f.Evidence["cause"] = causeHypervisor
+		f.Evidence["virtual"] = s.Virtual
+		f.Title = fmt.Sprintf("%s softirq runs of up to %s on CPU %v were mostly time the vCPU did not run (virtual machine: %s)", Vectors[vec], fmtDur(maxStall(stalls)), f.Evidence["worst_cpu"], s.Virtual)
+		f.Summary += fmt.Sprintf(" Only %.0f%% of the timer samples expected during those runs landed: the CPU was not executing them. This machine is virtual (%s) and its hypervisor accounts no steal time, so this is the only sign.", 100*cov, s.Virtual)
+		f.Mechanism = "The sampling timer fires only while a CPU runs; a virtual CPU that stops executing in the middle of a softirq (descheduled by its hypervisor, or waiting its turn in an emulator such as QEMU's TCG) takes no samples, yet the softirq's clock keeps running, so the run looks long from inside the guest."
+		f.Remediation = []string{"Look at the host, not the guest: its load, CPU overcommit, or emulation instead of hardware virtualization (KVM)."}
 	case known && cov < mostlyAbsent && s.StealPct >= 1:
 		// The stall is real for whatever waited on that CPU, but nothing
 		// in the softirq was slow: its vCPU was not running.
@@ -266,7 +290,23 @@ func stallFinding(s *Snapshot, vec int, h hist.Log2, stalls []Stall) finding.Fin
 	return f
 }
 
-const causeHypervisor = "hypervisor"
+const (
+	causeHypervisor = "hypervisor"
+	causeWolf       = "wolf"
+)
+
+// onWolf: every stall ran on top of wolf's own process.
+func onWolf(s *Snapshot, stalls []Stall) bool {
+	if s.SelfTGID <= 0 || len(stalls) == 0 {
+		return false
+	}
+	for _, st := range stalls {
+		if st.TGID != s.SelfTGID {
+			return false
+		}
+	}
+	return true
+}
 
 // mostlyAbsent is the sample coverage under which a CPU was mostly not
 // executing a run: fewer than half the samples expected landed. (A CPU

@@ -11,6 +11,7 @@ package softirq
 import (
 	"context"
 	"fmt"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -117,6 +118,8 @@ func (inv *Investigator) Run(ctx context.Context, opts investigator.Options) (*i
 		Settings:    ReadSettings(sysctl.ReadInt, sysctl.Read),
 		RaiseTraced: p.attached["irq/softirq_raise"],
 		StealPct:    -1,
+		Virtual:     Virtualized(),
+		SelfTGID:    os.Getpid(),
 	}
 	if cpuErr == nil {
 		if after, err := readCPUTimes(); err == nil {
