@@ -9,6 +9,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
@@ -24,6 +25,9 @@ type config struct {
 	BounceWindowNs uint64
 	TargetTGID     uint32 // 0: every process
 	SelfTGID       uint32 // wolf itself, ignored unless it is the target
+	// NoTaskStorage keeps per-task state in the hash used on kernels
+	// without task-local storage (tests of that path on newer kernels).
+	NoTaskStorage bool
 }
 
 // probe owns everything sched attaches to the kernel. close detaches it all;
@@ -38,6 +42,10 @@ type probe struct {
 	// kernel's BTF (the scheduler's LLC view and the softirq test need them).
 	percpu bool
 }
+
+// maxHashTasks bounds the per-task hash used where the kernel has no
+// task-local storage (before 5.11): ~700 bytes a task, allocated as used.
+const maxHashTasks = 16384
 
 // btfTracepoints are attached with tp_btf: typed arguments, direct reads.
 var btfTracepoints = []struct {
@@ -104,6 +112,16 @@ func openProbe(cfg config) (*probe, error) {
 		"off_preempt_count": offs["__preempt_count"],
 		"off_sd_llc_size":   offs["sd_llc_size"],
 		"off_sd_llc_id":     offs["sd_llc_id"],
+	}
+	// Task-local storage came in 5.11; before, per-task state lives in a
+	// bounded hash by thread id, and tstore (still named by the pruned
+	// branches) becomes a one-entry hash the kernel can create.
+	if cfg.NoTaskStorage || features.HaveMapType(ebpf.TaskStorage) != nil {
+		set["use_task_storage"] = false
+		ts := spec.Maps["tstore"]
+		ts.Type, ts.MaxEntries = ebpf.Hash, 1
+		spec.Maps["tstore_hash"].MaxEntries = maxHashTasks
+		p.warnings = append(p.warnings, fmt.Sprintf("no task-local storage (Linux 5.11+): per-task state is kept in a hash of at most %d tasks; tasks beyond are not followed (counted)", maxHashTasks))
 	}
 	for name, v := range set {
 		if err := spec.Variables[name].Set(v); err != nil {
@@ -192,7 +210,7 @@ func (p *probe) readTopology() (map[int]schedCpuTopo, error) {
 			}
 			var ret uint32
 			for try := 0; try < 3; try++ {
-				ret, err = p.objs.ReadCpu.Run(&ebpf.RunOptions{Context: schedTopoArgs{Cpu: uint32(cpu)}})
+				ret, err = p.objs.ReadCpu.Run(&ebpf.RunOptions{Context: schedTopoArgs{Cpu: uint64(cpu)}})
 				if err != nil || ret != 1 {
 					break
 				}

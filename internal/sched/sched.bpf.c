@@ -36,7 +36,7 @@
 char LICENSE[] SEC("license") = "GPL";
 
 #define COMM_LEN 16
-#define MAX_CPUS 1024     /* per-CPU arrays below; larger CPU ids are not classified as finely */
+#define MAX_CPUS 1024     /* per-CPU arrays below (a power of two: wolf_bound); larger CPU ids are not classified as finely */
 #define MAX_LEVELS 8      /* scheduling-domain levels read per CPU */
 #define SPAN_WORDS 4      /* CPUs 0-255 of a domain's span */
 
@@ -180,7 +180,7 @@ struct cpu_topo {
 };
 
 struct topo_args {
-	__u32 cpu;
+	__u64 cpu; /* a raw tracepoint's argument: 64 bits */
 };
 
 struct {
@@ -189,6 +189,23 @@ struct {
 	__type(key, int);
 	__type(value, struct tstat);
 } tstore SEC(".maps");
+
+/*
+ * Kernels without task-local storage (before 5.11): the same state in a
+ * hash by thread id, bounded (user space sets max_entries), its entries
+ * deleted when their task exits. A task that finds it full is not followed
+ * (STAT_NO_STORAGE). User space turns use_task_storage off and replaces
+ * tstore by a tiny hash map, which the pruned branches still name.
+ */
+const volatile bool use_task_storage = true;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1); /* user space sizes it when it is used */
+	__type(key, __u32);
+	__type(value, struct tstat);
+} tstore_hash SEC(".maps");
 
 /* Tasks that migrated and then exited while wolf watched. */
 struct {
@@ -272,8 +289,9 @@ const struct topo_args *unused_topo_args __attribute__((unused));
 const struct mig_key *unused_mig_key __attribute__((unused));
 const struct mig_event *unused_mig_event __attribute__((unused));
 
-/* An all-zero histogram to create cgroup entries from. */
+/* All-zero values to create entries from. */
 const struct wolf_hist zero_hist = {};
+const struct tstat zero_tstat = {};
 
 /* Kernels where the CPU number lives in task_struct (no THREAD_INFO_IN_TASK cpu). */
 struct task_struct___cpu {
@@ -347,14 +365,36 @@ static __always_inline __u64 rq_clock_of(struct task_struct *p)
 	return bpf_ktime_get_ns();
 }
 
+/* The task's state, if it has any; p must be a BTF pointer. */
+static __always_inline struct tstat *tstat_lookup(struct task_struct *p)
+{
+	__u32 tid;
+
+	if (use_task_storage)
+		return bpf_task_storage_get(&tstore, p, 0, 0);
+	tid = BPF_CORE_READ(p, pid);
+	return bpf_map_lookup_elem(&tstore_hash, &tid);
+}
+
+static __always_inline struct tstat *tstat_create(struct task_struct *p)
+{
+	__u32 tid;
+
+	if (use_task_storage)
+		return bpf_task_storage_get(&tstore, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	tid = BPF_CORE_READ(p, pid);
+	bpf_map_update_elem(&tstore_hash, &tid, &zero_tstat, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&tstore_hash, &tid);
+}
+
 static __always_inline struct tstat *tstat_of(struct task_struct *p, bool create)
 {
 	struct tstat *st;
 
 	/* A plain lookup first: the creating variant takes a slower path. */
-	st = bpf_task_storage_get(&tstore, p, 0, 0);
+	st = tstat_lookup(p);
 	if (!st && create)
-		st = bpf_task_storage_get(&tstore, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		st = tstat_create(p);
 	if (!st) {
 		if (create)
 			stat_inc(STAT_NO_STORAGE);
@@ -391,9 +431,22 @@ int BPF_PROG(on_wakeup_new, struct task_struct *p)
 	return enqueued(p);
 }
 
+/*
+ * prev's state, read off the task: sched_switch has carried it as an
+ * argument only since 5.18. By the time the tracepoint fires, a task that
+ * meant to sleep but had a signal pending is TASK_RUNNING again (it stays
+ * runnable), which the argument would not say. A direct load (prev is a
+ * BTF pointer): this is the hottest event wolf watches.
+ */
+static __always_inline unsigned int switch_state(struct task_struct *prev)
+{
+	if (bpf_core_field_exists(prev->__state))
+		return prev->__state;
+	return ((struct task_struct___pre514 *)prev)->state;
+}
+
 SEC("tp_btf/sched_switch")
-int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
-	     unsigned int prev_state)
+int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
 	/* This CPU's run queue, through a task on it that is not the idle task. */
 	__u64 now = rq_clock_of(next->pid ? next : prev);
@@ -403,7 +456,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	__u64 d;
 
 	/* Preempted (or yielding): still runnable, its wait starts now. */
-	if ((preempt || prev_state == WOLF_TASK_RUNNING) && wanted(prev)) {
+	if ((preempt || switch_state(prev) == WOLF_TASK_RUNNING) && wanted(prev)) {
 		st = tstat_of(prev, true);
 		if (st)
 			st->enq_ts = now;
@@ -426,11 +479,15 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 static __always_inline int preempt_count(__u32 cpu)
 {
 	int pc = -1;
+	__u64 base;
 
-	if (off_preempt_count && cpu < MAX_CPUS && percpu_base[cpu]) {
-		if (bpf_probe_read_kernel(&pc, sizeof(pc), (void *)(percpu_base[cpu] + off_preempt_count)))
-			return -1;
-		return pc;
+	if (off_preempt_count && cpu < MAX_CPUS) {
+		base = percpu_base[wolf_bound(cpu, MAX_CPUS - 1)];
+		if (base) {
+			if (bpf_probe_read_kernel(&pc, sizeof(pc), (void *)(base + off_preempt_count)))
+				return -1;
+			return pc;
+		}
 	}
 	if (bpf_core_field_exists(((struct task_struct___ti *)0)->thread_info.preempt_count)) {
 		struct task_struct___ti *cur = (void *)bpf_get_current_task();
@@ -499,7 +556,7 @@ static __always_inline __u32 classify(struct task_struct *p, struct task_struct 
 	 * task going to sleep (or of the idle task); a periodic one interrupts a
 	 * running task.
 	 */
-	if (pc < 0 && cur->pid != 0 && wolf_task_state(cur) == WOLF_TASK_RUNNING)
+	if (pc < 0 && BPF_CORE_READ(cur, pid) != 0 && wolf_task_state(cur) == WOLF_TASK_RUNNING)
 		return KIND_BALANCE;
 	return KIND_NEWIDLE;
 }
@@ -507,7 +564,7 @@ static __always_inline __u32 classify(struct task_struct *p, struct task_struct 
 SEC("tp_btf/sched_migrate_task")
 int BPF_PROG(on_migrate, struct task_struct *p, int dest_cpu)
 {
-	struct task_struct *cur = bpf_get_current_task_btf();
+	struct task_struct *cur = wolf_current(); /* a plain pointer: fields through CO-RE reads */
 	__u32 orig = task_cpu(p), dest = dest_cpu;
 	__u32 this_cpu = bpf_get_smp_processor_id();
 	__u64 now = bpf_ktime_get_ns();
@@ -537,8 +594,8 @@ int BPF_PROG(on_migrate, struct task_struct *p, int dest_cpu)
 	if (this_cpu != orig && this_cpu != dest)
 		st->remote++;
 	if (kind == KIND_WAKEUP) {
-		__u32 master = cur->wakee_flips, slave = p->wakee_flips, tmp;
-		__s32 factor = this_cpu < MAX_CPUS ? llc_size[this_cpu] : 0;
+		__u32 master = BPF_CORE_READ(cur, wakee_flips), slave = p->wakee_flips, tmp;
+		__s32 factor = this_cpu < MAX_CPUS ? llc_size[wolf_bound(this_cpu, MAX_CPUS - 1)] : 0;
 
 		if (dest == this_cpu)
 			st->wake_affine++;
@@ -615,17 +672,17 @@ static __always_inline void fill_rec(struct task_rec *r, struct task_struct *t, 
 	bpf_probe_read_kernel(&r->st, sizeof(r->st), st);
 }
 
-SEC("tp_btf/sched_process_exit")
-int BPF_PROG(on_exit, struct task_struct *p)
+/* A task that migrated is exiting: keep its record, fold its waits into its cgroup's. */
+static __always_inline void save_exited(struct task_struct *p)
 {
-	struct tstat *st = bpf_task_storage_get(&tstore, p, 0, 0);
+	struct tstat *st = tstat_lookup(p);
 	struct wolf_hist *h;
 	struct task_rec *r;
 	__u32 zero = 0, tid;
 	__u64 cg;
 
 	if (!st)
-		return 0;
+		return;
 	if (st->runq.count) {
 		cg = cgroup_id_of(p);
 		h = bpf_map_lookup_elem(&cgroup_runq, &cg);
@@ -646,10 +703,10 @@ int BPF_PROG(on_exit, struct task_struct *p)
 	}
 	/* Only tasks that moved at least twice could have bounced. */
 	if (st->migrations < 2)
-		return 0;
+		return;
 	r = bpf_map_lookup_elem(&scratch, &zero);
 	if (!r)
-		return 0;
+		return;
 	fill_rec(r, p, st);
 	r->exited = 1;
 	tid = r->tid;
@@ -657,6 +714,25 @@ int BPF_PROG(on_exit, struct task_struct *p)
 		stat_inc(STAT_EXITED_FULL);
 	else
 		stat_inc(STAT_EXITED_SAVED);
+	return;
+}
+
+/* Task storage frees itself with its task; the hash that stands in for it does not. */
+static __always_inline void tstat_forget(struct task_struct *p)
+{
+	__u32 tid;
+
+	if (use_task_storage)
+		return;
+	tid = BPF_CORE_READ(p, pid);
+	bpf_map_delete_elem(&tstore_hash, &tid);
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(on_exit, struct task_struct *p)
+{
+	save_exited(p);
+	tstat_forget(p);
 	return 0;
 }
 
@@ -670,7 +746,7 @@ int dump_tasks(struct bpf_iter__task *ctx)
 
 	if (!t)
 		return 0;
-	st = bpf_task_storage_get(&tstore, t, 0, 0);
+	st = tstat_lookup(t);
 	if (!st)
 		return 0;
 	r = bpf_map_lookup_elem(&scratch, &zero);
@@ -728,11 +804,15 @@ int on_setaffinity(struct setaffinity_args *args)
  * read_cpu runs (BPF_PROG_TEST_RUN) on each CPU in turn, with wolf's thread
  * pinned there: the thread's CFS run queue leads to the CPU's struct rq,
  * whose address locates the CPU's per-CPU area; from it, the scheduler's
- * own sd_llc_size and sd_llc_id, and the domain hierarchy rq->sd.
+ * own sd_llc_size and sd_llc_id, and the domain hierarchy rq->sd. A raw
+ * tracepoint program never attached: those run under BPF_PROG_TEST_RUN, in
+ * the caller's context, since 5.10 (syscall programs only since 5.14). Its
+ * context is the arguments array: args[0] is struct topo_args.
  */
-SEC("syscall")
-int read_cpu(struct topo_args *args)
+SEC("raw_tp")
+int read_cpu(struct bpf_raw_tracepoint_args *ctx)
 {
+	struct topo_args *args = (void *)ctx->args;
 	struct task_struct *cur = (void *)bpf_get_current_task();
 	__u32 cpu = bpf_get_smp_processor_id(), zero = 0;
 	struct sched_domain *sd;
@@ -761,13 +841,13 @@ int read_cpu(struct topo_args *args)
 	if (t->rq_cpu == cpu && off_runqueues) {
 		base = (__u64)rq - off_runqueues;
 		if (cpu < MAX_CPUS)
-			percpu_base[cpu] = base;
+			percpu_base[wolf_bound(cpu, MAX_CPUS - 1)] = base;
 		if (off_sd_llc_size)
 			bpf_probe_read_kernel(&t->llc_size, sizeof(t->llc_size), (void *)(base + off_sd_llc_size));
 		if (off_sd_llc_id)
 			bpf_probe_read_kernel(&t->llc_id, sizeof(t->llc_id), (void *)(base + off_sd_llc_id));
 		if (cpu < MAX_CPUS)
-			llc_size[cpu] = t->llc_size;
+			llc_size[wolf_bound(cpu, MAX_CPUS - 1)] = t->llc_size;
 	}
 	sd = BPF_CORE_READ(rq, sd);
 	/*

@@ -45,6 +45,9 @@ type Investigator struct {
 	// watchSelf counts wolf's own process too, which is otherwise left
 	// out: the Go cost workload runs in it.
 	watchSelf bool
+	// noTaskStorage takes the path of kernels without task-local storage
+	// (before 5.11) on any kernel, for its tests.
+	noTaskStorage bool
 	// snapshot, when set, sees what Conclude is given; programs, the BPF
 	// programs by name before they are closed (the cost benchmark reads
 	// their run statistics).
@@ -99,7 +102,7 @@ func (s *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 	}
 	meter := overhead.Start()
 	defer meter.Close()
-	cfg := config{BounceWindowNs: uint64(s.BounceWindow), SelfTGID: uint32(os.Getpid())}
+	cfg := config{BounceWindowNs: uint64(s.BounceWindow), SelfTGID: uint32(os.Getpid()), NoTaskStorage: s.noTaskStorage}
 	if s.watchSelf {
 		cfg.SelfTGID = 0
 	}

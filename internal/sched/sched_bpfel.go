@@ -77,7 +77,7 @@ type schedTaskRec struct {
 
 type schedTopoArgs struct {
 	_   structs.HostLayout
-	Cpu uint32
+	Cpu uint64
 }
 
 type schedTstat struct {
@@ -128,6 +128,7 @@ const (
 	schedMapTopo            = "topo"
 	schedMapTopoScratch     = "topo_scratch"
 	schedMapTstore          = "tstore"
+	schedMapTstoreHash      = "tstore_hash"
 	schedProgDumpTasks      = "dump_tasks"
 	schedProgOnExit         = "on_exit"
 	schedProgOnMigrate      = "on_migrate"
@@ -151,7 +152,9 @@ const (
 	schedVarUnusedMigKey    = "unused_mig_key"
 	schedVarUnusedTaskRec   = "unused_task_rec"
 	schedVarUnusedTopoArgs  = "unused_topo_args"
+	schedVarUseTaskStorage  = "use_task_storage"
 	schedVarZeroHist        = "zero_hist"
+	schedVarZeroTstat       = "zero_tstat"
 )
 
 // loadSched returns the embedded CollectionSpec for sched.
@@ -221,6 +224,7 @@ type schedMapSpecs struct {
 	Topo        *ebpf.MapSpec `ebpf:"topo"`
 	TopoScratch *ebpf.MapSpec `ebpf:"topo_scratch"`
 	Tstore      *ebpf.MapSpec `ebpf:"tstore"`
+	TstoreHash  *ebpf.MapSpec `ebpf:"tstore_hash"`
 }
 
 // schedVariableSpecs contains global variables before they are loaded into the kernel.
@@ -242,7 +246,9 @@ type schedVariableSpecs struct {
 	UnusedMigKey    *ebpf.VariableSpec `ebpf:"unused_mig_key"`
 	UnusedTaskRec   *ebpf.VariableSpec `ebpf:"unused_task_rec"`
 	UnusedTopoArgs  *ebpf.VariableSpec `ebpf:"unused_topo_args"`
+	UseTaskStorage  *ebpf.VariableSpec `ebpf:"use_task_storage"`
 	ZeroHist        *ebpf.VariableSpec `ebpf:"zero_hist"`
+	ZeroTstat       *ebpf.VariableSpec `ebpf:"zero_tstat"`
 }
 
 // schedObjects contains all objects after they have been loaded into the kernel.
@@ -276,6 +282,7 @@ type schedMaps struct {
 	Topo        *ebpf.Map `ebpf:"topo"`
 	TopoScratch *ebpf.Map `ebpf:"topo_scratch"`
 	Tstore      *ebpf.Map `ebpf:"tstore"`
+	TstoreHash  *ebpf.Map `ebpf:"tstore_hash"`
 }
 
 func (m *schedMaps) Close() error {
@@ -291,6 +298,7 @@ func (m *schedMaps) Close() error {
 		m.Topo,
 		m.TopoScratch,
 		m.Tstore,
+		m.TstoreHash,
 	)
 }
 
@@ -313,7 +321,9 @@ type schedVariables struct {
 	UnusedMigKey    *ebpf.Variable `ebpf:"unused_mig_key"`
 	UnusedTaskRec   *ebpf.Variable `ebpf:"unused_task_rec"`
 	UnusedTopoArgs  *ebpf.Variable `ebpf:"unused_topo_args"`
+	UseTaskStorage  *ebpf.Variable `ebpf:"use_task_storage"`
 	ZeroHist        *ebpf.Variable `ebpf:"zero_hist"`
+	ZeroTstat       *ebpf.Variable `ebpf:"zero_tstat"`
 }
 
 // schedPrograms contains all programs after they have been loaded into the kernel.
