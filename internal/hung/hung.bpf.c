@@ -218,15 +218,14 @@ int BPF_PROG(on_sched_switch, bool preempt, struct task_struct *prev, struct tas
 	return 0;
 }
 
-SEC("raw_tp/contention_begin")
-int BPF_PROG(on_contention_begin, void *lock, unsigned int flags)
+static __always_inline int wait_begin(__u64 lock, unsigned int flags)
 {
 	/* Spinners never sleep in D; and a map update here must stay rare. */
 	if (flags & WOLF_LCB_F_SPIN)
 		return 0;
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct lock_wait w = {
-		.lock_addr = (__u64)lock,
+		.lock_addr = lock,
 		.since_ktime = bpf_ktime_get_ns(),
 		.flags = flags,
 	};
@@ -236,6 +235,12 @@ int BPF_PROG(on_contention_begin, void *lock, unsigned int flags)
 	return 0;
 }
 
+SEC("raw_tp/contention_begin")
+int BPF_PROG(on_contention_begin, void *lock, unsigned int flags)
+{
+	return wait_begin((__u64)lock, flags);
+}
+
 SEC("raw_tp/contention_end")
 int BPF_PROG(on_contention_end, void *lock, int ret)
 {
@@ -243,6 +248,38 @@ int BPF_PROG(on_contention_end, void *lock, int ret)
 	struct lock_wait *w = bpf_map_lookup_elem(&lock_waits, &tid);
 	if (w && w->lock_addr == (__u64)lock)
 		bpf_map_delete_elem(&lock_waits, &tid);
+	return 0;
+}
+
+/*
+ * Kernels without lock:contention_* (before 5.19): kprobes on the sleeping
+ * locks' slow paths (user space attaches them to those this kernel has).
+ * Entry is a contended acquire's start; return, the end of the wait.
+ */
+SEC("kprobe")
+int kp_mutex_wait(void *ctx)
+{
+	return wait_begin(wolf_kprobe_arg0(ctx), WOLF_LCB_F_MUTEX);
+}
+
+SEC("kprobe")
+int kp_rwsem_read_wait(void *ctx)
+{
+	return wait_begin(wolf_kprobe_arg0(ctx), WOLF_LCB_F_READ);
+}
+
+SEC("kprobe")
+int kp_rwsem_write_wait(void *ctx)
+{
+	return wait_begin(wolf_kprobe_arg0(ctx), WOLF_LCB_F_WRITE);
+}
+
+SEC("kretprobe")
+int kp_wait_end(void *ctx)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+
+	bpf_map_delete_elem(&lock_waits, &tid);
 	return 0;
 }
 
@@ -465,7 +502,7 @@ int dump_tasks(struct bpf_iter__task *ctx)
 		r->since_ktime = s->since_ktime;
 	r->now_ktime = bpf_ktime_get_ns();
 	if (bpf_core_field_exists(t->sched_info.last_arrival)) {
-		struct task_struct *cur = bpf_get_current_task_btf();
+		struct task_struct *cur = wolf_current();
 		r->last_arrival = BPF_CORE_READ(t, sched_info.last_arrival);
 		r->last_slice_ns = BPF_CORE_READ(t, se.sum_exec_runtime) -
 				   BPF_CORE_READ(t, se.prev_sum_exec_runtime);

@@ -145,6 +145,9 @@ func (h *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 	for _, tp := range tracepoints {
 		res.Capabilities["tracepoint:"+tp.name] = p.attached[tp.name]
 	}
+	if p.attached["lock_slowpath_kprobes"] {
+		res.Capabilities["kprobes:lock_slowpaths"] = true
+	}
 	var events, dropped uint64
 	if st, err := p.stats(); err == nil {
 		events = st["d_sleeps"] + st["contentions"] + st["hang_events"] + st["wq_starts"]

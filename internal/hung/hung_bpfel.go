@@ -78,6 +78,10 @@ const (
 	hungMapWanted             = "wanted"
 	hungMapWqFuncs            = "wq_funcs"
 	hungProgDumpTasks         = "dump_tasks"
+	hungProgKpMutexWait       = "kp_mutex_wait"
+	hungProgKpRwsemReadWait   = "kp_rwsem_read_wait"
+	hungProgKpRwsemWriteWait  = "kp_rwsem_write_wait"
+	hungProgKpWaitEnd         = "kp_wait_end"
 	hungProgOnContentionBegin = "on_contention_begin"
 	hungProgOnContentionEnd   = "on_contention_end"
 	hungProgOnProcessHang     = "on_process_hang"
@@ -130,6 +134,10 @@ type hungSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type hungProgramSpecs struct {
 	DumpTasks         *ebpf.ProgramSpec `ebpf:"dump_tasks"`
+	KpMutexWait       *ebpf.ProgramSpec `ebpf:"kp_mutex_wait"`
+	KpRwsemReadWait   *ebpf.ProgramSpec `ebpf:"kp_rwsem_read_wait"`
+	KpRwsemWriteWait  *ebpf.ProgramSpec `ebpf:"kp_rwsem_write_wait"`
+	KpWaitEnd         *ebpf.ProgramSpec `ebpf:"kp_wait_end"`
 	OnContentionBegin *ebpf.ProgramSpec `ebpf:"on_contention_begin"`
 	OnContentionEnd   *ebpf.ProgramSpec `ebpf:"on_contention_end"`
 	OnProcessHang     *ebpf.ProgramSpec `ebpf:"on_process_hang"`
@@ -212,6 +220,10 @@ type hungVariables struct {
 // It can be passed to loadHungObjects or ebpf.CollectionSpec.LoadAndAssign.
 type hungPrograms struct {
 	DumpTasks         *ebpf.Program `ebpf:"dump_tasks"`
+	KpMutexWait       *ebpf.Program `ebpf:"kp_mutex_wait"`
+	KpRwsemReadWait   *ebpf.Program `ebpf:"kp_rwsem_read_wait"`
+	KpRwsemWriteWait  *ebpf.Program `ebpf:"kp_rwsem_write_wait"`
+	KpWaitEnd         *ebpf.Program `ebpf:"kp_wait_end"`
 	OnContentionBegin *ebpf.Program `ebpf:"on_contention_begin"`
 	OnContentionEnd   *ebpf.Program `ebpf:"on_contention_end"`
 	OnProcessHang     *ebpf.Program `ebpf:"on_process_hang"`
@@ -222,6 +234,10 @@ type hungPrograms struct {
 func (p *hungPrograms) Close() error {
 	return _HungClose(
 		p.DumpTasks,
+		p.KpMutexWait,
+		p.KpRwsemReadWait,
+		p.KpRwsemWriteWait,
+		p.KpWaitEnd,
 		p.OnContentionBegin,
 		p.OnContentionEnd,
 		p.OnProcessHang,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 
 	"github.com/wolf-investigator/wolf/internal/bpfrec"
 	"github.com/wolf-investigator/wolf/internal/investigator"
+	"github.com/wolf-investigator/wolf/internal/lockslow"
 )
 
 // probe owns everything hung attaches to the kernel. close detaches it all;
@@ -23,6 +25,7 @@ import (
 type probe struct {
 	objs     hungObjects
 	links    []link.Link
+	kprobes  *lockslow.Probes // lock waits where the contention tracepoints are missing
 	iter     *link.Iter
 	hangs    *ringbuf.Reader
 	attached map[string]bool // tracepoint name -> attached
@@ -85,11 +88,28 @@ func openProbe(useBlocker bool) (*probe, error) {
 				p.close()
 				return nil, fmt.Errorf("hung: attach raw tracepoint %s (%v): %w", tp.name, err, investigator.ErrUnsupported)
 			}
-			p.warnings = append(p.warnings, fmt.Sprintf("tracepoint %s unavailable (%v): less precise", tp.name, err))
+			if !strings.HasPrefix(tp.name, "contention_") { // said below, with what replaces them
+				p.warnings = append(p.warnings, fmt.Sprintf("tracepoint %s unavailable (%v): less precise", tp.name, err))
+			}
 			continue
 		}
 		p.links = append(p.links, l)
 		p.attached[tp.name] = true
+	}
+	// Before 5.19 there are no lock:contention_* tracepoints: kprobes on the
+	// sleeping locks' slow paths tell the same for mutexes and
+	// rw-semaphores, where the kernel has kprobes.
+	if !p.attached["contention_begin"] {
+		kp, err := lockslow.Attach(context.Background(), map[lockslow.Kind]*ebpf.Program{
+			lockslow.Mutex: p.objs.KpMutexWait, lockslow.RWSemRead: p.objs.KpRwsemReadWait, lockslow.RWSemWrite: p.objs.KpRwsemWriteWait,
+		}, p.objs.KpWaitEnd)
+		if err != nil {
+			p.warnings = append(p.warnings, fmt.Sprintf("the lock a task began waiting on while wolf ran is unknown: no lock:contention_* tracepoints (Linux 5.19+) and no kprobes on the lock slow paths (%v)", err))
+		} else {
+			p.kprobes = kp
+			p.attached["lock_slowpath_kprobes"] = true
+			p.warnings = append(p.warnings, fmt.Sprintf("no lock:contention_* tracepoints (Linux 5.19+): waits on mutexes and rw-semaphores seen through kprobes on %s; other locks' waiters are not tied to their lock", strings.Join(kp.Funcs, ", ")))
+		}
 	}
 	it, err := link.AttachIter(link.IterOptions{Program: p.objs.DumpTasks})
 	if err != nil {
@@ -172,7 +192,8 @@ func (p *probe) stats() (map[string]uint64, error) {
 
 // programs lists wolf's hung programs, for the overhead meter.
 func (p *probe) programs() []*ebpf.Program {
-	return []*ebpf.Program{p.objs.OnSchedSwitch, p.objs.OnContentionBegin, p.objs.OnContentionEnd, p.objs.OnProcessHang, p.objs.OnWqStart, p.objs.DumpTasks}
+	return []*ebpf.Program{p.objs.OnSchedSwitch, p.objs.OnContentionBegin, p.objs.OnContentionEnd, p.objs.OnProcessHang, p.objs.OnWqStart, p.objs.DumpTasks,
+		p.objs.KpMutexWait, p.objs.KpRwsemReadWait, p.objs.KpRwsemWriteWait, p.objs.KpWaitEnd}
 }
 
 func (p *probe) close() {
@@ -180,6 +201,8 @@ func (p *probe) close() {
 		_ = l.Close()
 	}
 	p.links = nil
+	p.kprobes.Close()
+	p.kprobes = nil
 	if p.iter != nil {
 		_ = p.iter.Close()
 		p.iter = nil

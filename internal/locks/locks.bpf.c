@@ -479,12 +479,19 @@ static __always_inline void queue_enter(__u64 lock, __u32 type, __u64 now)
 		return;
 	}
 	before = q->readers + q->writers;
+	/*
+	 * Atomic adds whose result is unused (atomic fetch is 5.12+), then a
+	 * plain read: with others entering at the same instant the depth read
+	 * may include them, which is the queue's depth then too.
+	 */
 	if (type == TYPE_RWSEM_READ) {
-		n = __sync_fetch_and_add(&q->readers, 1) + 1;
+		__sync_fetch_and_add(&q->readers, 1);
+		n = q->readers;
 		if (n > 0 && (__u64)n > q->max_readers)
 			q->max_readers = n;
 	} else {
-		n = __sync_fetch_and_add(&q->writers, 1) + 1;
+		__sync_fetch_and_add(&q->writers, 1);
+		n = q->writers;
 		if (n > 0 && (__u64)n > q->max_writers)
 			q->max_writers = n;
 	}
@@ -828,6 +835,50 @@ SEC("raw_tp/contention_end")
 int BPF_PROG(raw_contention_end, void *lock, int ret)
 {
 	on_end((__u64)lock);
+	return 0;
+}
+
+/*
+ * Kprobes on the sleeping locks' slow paths, for kernels without the
+ * lock:contention_* tracepoints (before 5.19), the way libbpf-tools'
+ * klockstat finds lock waits: entry begins a wait (only contended
+ * acquires reach a slow path), return ends it with the lock held (or the
+ * wait interrupted). User space attaches them to the functions this
+ * kernel has: __mutex_lock_slowpath and its interruptible and killable
+ * twins, rwsem_down_read_slowpath, rwsem_down_write_slowpath. Spin locks
+ * are left alone: a kprobe inside their slow path costs more than the
+ * waits it would time.
+ */
+SEC("kprobe")
+int kp_mutex_begin(void *ctx)
+{
+	on_begin(ctx, wolf_kprobe_arg0(ctx), WOLF_LCB_F_MUTEX, false);
+	return 0;
+}
+
+SEC("kprobe")
+int kp_rwsem_read_begin(void *ctx)
+{
+	on_begin(ctx, wolf_kprobe_arg0(ctx), WOLF_LCB_F_READ, false);
+	return 0;
+}
+
+SEC("kprobe")
+int kp_rwsem_write_begin(void *ctx)
+{
+	on_begin(ctx, wolf_kprobe_arg0(ctx), WOLF_LCB_F_WRITE, false);
+	return 0;
+}
+
+/* Any slow path's return: the lock is whatever this thread began waiting on. */
+SEC("kretprobe")
+int kp_lock_end(void *ctx)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct pending *p = bpf_map_lookup_elem(&pending_task, &tid);
+
+	if (p && p->start_ns && !p->end_ns)
+		on_end(p->lock);
 	return 0;
 }
 

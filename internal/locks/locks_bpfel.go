@@ -243,6 +243,10 @@ const (
 	locksMapZeroMm                = "zero_mm"
 	locksProgBtfContentionBegin   = "btf_contention_begin"
 	locksProgBtfContentionEnd     = "btf_contention_end"
+	locksProgKpLockEnd            = "kp_lock_end"
+	locksProgKpMutexBegin         = "kp_mutex_begin"
+	locksProgKpRwsemReadBegin     = "kp_rwsem_read_begin"
+	locksProgKpRwsemWriteBegin    = "kp_rwsem_write_begin"
 	locksProgOnDirectReclaimBegin = "on_direct_reclaim_begin"
 	locksProgOnDirectReclaimEnd   = "on_direct_reclaim_end"
 	locksProgOnMemcgReclaimBegin  = "on_memcg_reclaim_begin"
@@ -311,6 +315,10 @@ type locksSpecs struct {
 type locksProgramSpecs struct {
 	BtfContentionBegin   *ebpf.ProgramSpec `ebpf:"btf_contention_begin"`
 	BtfContentionEnd     *ebpf.ProgramSpec `ebpf:"btf_contention_end"`
+	KpLockEnd            *ebpf.ProgramSpec `ebpf:"kp_lock_end"`
+	KpMutexBegin         *ebpf.ProgramSpec `ebpf:"kp_mutex_begin"`
+	KpRwsemReadBegin     *ebpf.ProgramSpec `ebpf:"kp_rwsem_read_begin"`
+	KpRwsemWriteBegin    *ebpf.ProgramSpec `ebpf:"kp_rwsem_write_begin"`
 	OnDirectReclaimBegin *ebpf.ProgramSpec `ebpf:"on_direct_reclaim_begin"`
 	OnDirectReclaimEnd   *ebpf.ProgramSpec `ebpf:"on_direct_reclaim_end"`
 	OnMemcgReclaimBegin  *ebpf.ProgramSpec `ebpf:"on_memcg_reclaim_begin"`
@@ -452,6 +460,10 @@ type locksVariables struct {
 type locksPrograms struct {
 	BtfContentionBegin   *ebpf.Program `ebpf:"btf_contention_begin"`
 	BtfContentionEnd     *ebpf.Program `ebpf:"btf_contention_end"`
+	KpLockEnd            *ebpf.Program `ebpf:"kp_lock_end"`
+	KpMutexBegin         *ebpf.Program `ebpf:"kp_mutex_begin"`
+	KpRwsemReadBegin     *ebpf.Program `ebpf:"kp_rwsem_read_begin"`
+	KpRwsemWriteBegin    *ebpf.Program `ebpf:"kp_rwsem_write_begin"`
 	OnDirectReclaimBegin *ebpf.Program `ebpf:"on_direct_reclaim_begin"`
 	OnDirectReclaimEnd   *ebpf.Program `ebpf:"on_direct_reclaim_end"`
 	OnMemcgReclaimBegin  *ebpf.Program `ebpf:"on_memcg_reclaim_begin"`
@@ -468,6 +480,10 @@ func (p *locksPrograms) Close() error {
 	return _LocksClose(
 		p.BtfContentionBegin,
 		p.BtfContentionEnd,
+		p.KpLockEnd,
+		p.KpMutexBegin,
+		p.KpRwsemReadBegin,
+		p.KpRwsemWriteBegin,
 		p.OnDirectReclaimBegin,
 		p.OnDirectReclaimEnd,
 		p.OnMemcgReclaimBegin,

@@ -1,9 +1,11 @@
 package locks
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 
 	"github.com/cilium/ebpf"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/wolf-investigator/wolf/internal/bpfrec"
 	"github.com/wolf-investigator/wolf/internal/investigator"
+	"github.com/wolf-investigator/wolf/internal/lockslow"
 	"github.com/wolf-investigator/wolf/internal/perfsample"
 )
 
@@ -52,12 +55,23 @@ type rawProgs struct {
 	End   *ebpf.Program `ebpf:"raw_contention_end"`
 }
 
+// kprobeProgs stand in for the contention tracepoints where the kernel
+// has none (before 5.19): kprobes on the sleeping locks' slow paths.
+type kprobeProgs struct {
+	Mutex      *ebpf.Program `ebpf:"kp_mutex_begin"`
+	RWSemRead  *ebpf.Program `ebpf:"kp_rwsem_read_begin"`
+	RWSemWrite *ebpf.Program `ebpf:"kp_rwsem_write_begin"`
+	End        *ebpf.Program `ebpf:"kp_lock_end"`
+}
+
 type probe struct {
 	maps    locksMaps
 	common  commonProgs
 	begin   *ebpf.Program
 	end     *ebpf.Program
-	btf     bool // contention via BTF tracepoints, with owner stacks
+	btf     bool             // contention via BTF tracepoints, with owner stacks
+	kp      *kprobeProgs     // contention via kprobes (no contention tracepoints)
+	slow    *lockslow.Probes // those kprobes, attached
 	links   []link.Link
 	sampler *perfsample.Sampler
 	rd      *ringbuf.Reader
@@ -96,6 +110,13 @@ func openProbe(cfg config) (*probe, error) {
 			if required {
 				return fmt.Errorf("locks: attach tracepoint %s (%v): %w", name, err, investigator.ErrUnsupported)
 			}
+			if strings.HasPrefix(name, "mmap_lock_") {
+				// Said once, for both.
+				if name == "mmap_lock_acquire_returned" {
+					p.warnings = append(p.warnings, fmt.Sprintf("mmap_lock holds not timed: no mmap_lock tracepoints (Linux 5.11+; %v); waits behind a held mmap_lock are still seen", err))
+				}
+				return nil
+			}
 			p.warnings = append(p.warnings, fmt.Sprintf("tracepoint %s unavailable: %v", name, err))
 			return nil
 		}
@@ -103,14 +124,28 @@ func openProbe(cfg config) (*probe, error) {
 		p.attached[name] = true
 		return nil
 	}
-	steps := []struct {
+	type step struct {
 		name     string
 		prog     *ebpf.Program
 		typed    bool
 		required bool
-	}{
-		{"contention_begin", p.begin, p.btf, true},
-		{"contention_end", p.end, p.btf, true},
+	}
+	var steps []step
+	if p.kp == nil {
+		steps = append(steps, step{"contention_begin", p.begin, p.btf, true}, step{"contention_end", p.end, p.btf, true})
+	} else {
+		slow, err := lockslow.Attach(context.Background(), map[lockslow.Kind]*ebpf.Program{
+			lockslow.Mutex: p.kp.Mutex, lockslow.RWSemRead: p.kp.RWSemRead, lockslow.RWSemWrite: p.kp.RWSemWrite,
+		}, p.kp.End)
+		if err != nil {
+			p.close()
+			return nil, fmt.Errorf("locks: this kernel has no lock:contention_begin/end tracepoints (Linux 5.19+), and kprobes on the lock slow paths failed (%v): %w", err, investigator.ErrUnsupported)
+		}
+		p.slow = slow
+		p.attached["lock_slowpath_kprobes"] = true
+		p.warnings = append(p.warnings, fmt.Sprintf("no lock:contention_* tracepoints (Linux 5.19+): waits on mutexes and rw-semaphores seen through kprobes on %s; spin locks, semaphores and per-CPU rw-semaphores are not seen", strings.Join(slow.Funcs, ", ")))
+	}
+	steps = append(steps, []step{
 		{"mmap_lock_acquire_returned", p.common.OnMmAcquired, false, false},
 		{"mmap_lock_released", p.common.OnMmReleased, false, false},
 		{"mm_vmscan_memcg_reclaim_begin", p.common.OnMemcgReclaimBegin, false, false},
@@ -118,7 +153,7 @@ func openProbe(cfg config) (*probe, error) {
 		{"mm_vmscan_direct_reclaim_begin", p.common.OnDirectReclaimBegin, false, false},
 		{"mm_vmscan_direct_reclaim_end", p.common.OnDirectReclaimEnd, false, false},
 		{"mm_vmscan_lru_shrink_inactive", p.common.OnShrinkInactive, false, false},
-	}
+	}...)
 	for _, s := range steps {
 		if err := attach(s.name, s.prog, s.typed, s.required); err != nil {
 			p.close()
@@ -147,11 +182,7 @@ func openProbe(cfg config) (*probe, error) {
 // load loads the object, preferring BTF tracepoints and falling back to
 // raw ones when this kernel refuses them.
 func (p *probe) load(cfg config) error {
-	tryLoad := func(typed bool) error {
-		spec, err := loadLocks()
-		if err != nil {
-			return fmt.Errorf("locks: read BPF object: %w", err)
-		}
+	configure := func(spec *ebpf.CollectionSpec, typed bool) error {
 		vars := map[string]any{
 			"target_tgid":         cfg.TargetTGID,
 			"self_tgid":           uint32(os.Getpid()),
@@ -166,7 +197,14 @@ func (p *probe) load(cfg config) error {
 				return fmt.Errorf("locks: configure %s: %w", name, err)
 			}
 		}
-		if err := fitPerCPU(spec); err != nil {
+		return fitPerCPU(spec)
+	}
+	tryLoad := func(typed bool) error {
+		spec, err := loadLocks()
+		if err != nil {
+			return fmt.Errorf("locks: read BPF object: %w", err)
+		}
+		if err := configure(spec, typed); err != nil {
 			return err
 		}
 		if typed {
@@ -190,6 +228,35 @@ func (p *probe) load(cfg config) error {
 			return err
 		}
 		p.maps, p.common, p.begin, p.end = o.locksMaps, o.commonProgs, o.rawProgs.Begin, o.rawProgs.End
+		return nil
+	}
+	tryKprobes := func() error {
+		spec, err := loadLocks()
+		if err != nil {
+			return fmt.Errorf("locks: read BPF object: %w", err)
+		}
+		if err := configure(spec, false); err != nil {
+			return err
+		}
+		var o struct {
+			locksMaps
+			commonProgs
+			kprobeProgs
+		}
+		if err := spec.LoadAndAssign(&o, nil); err != nil {
+			return err
+		}
+		p.maps, p.common, p.kp = o.locksMaps, o.commonProgs, &o.kprobeProgs
+		return nil
+	}
+	if !hasContentionTracepoints() {
+		if err := tryKprobes(); err != nil {
+			var ve *ebpf.VerifierError
+			if errors.As(err, &ve) {
+				return fmt.Errorf("locks: the kernel's BPF verifier rejected the program (%v): %w", ve, investigator.ErrUnsupported)
+			}
+			return fmt.Errorf("locks: load BPF objects: %w", err)
+		}
 		return nil
 	}
 	var btfErr error
@@ -241,6 +308,18 @@ func fitPerCPU(spec *ebpf.CollectionSpec) error {
 		m.MaxEntries = max(64, uint32(uint64(m.MaxEntries)*perCPUBudget/total))
 	}
 	return nil
+}
+
+// hasContentionTracepoints says whether this kernel has lock:contention_begin
+// (5.19+), from its BTF: every tracepoint has a btf_trace_ typedef there.
+// Without BTF, the tracepoints are assumed (and their attach says if not).
+func hasContentionTracepoints() bool {
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		return true
+	}
+	var td *btf.Typedef
+	return spec.TypeByName("btf_trace_contention_begin", &td) == nil
 }
 
 // kernelHasFunc says whether the kernel's BTF has a function by that name
@@ -308,8 +387,12 @@ func (p *probe) holdEvents() ([]locksHoldEvent, uint64) {
 
 func (p *probe) programs() []*ebpf.Program {
 	c := &p.common
-	return []*ebpf.Program{p.begin, p.end, c.OnMmAcquired, c.OnMmReleased, c.OnSample,
+	out := []*ebpf.Program{p.begin, p.end, c.OnMmAcquired, c.OnMmReleased, c.OnSample,
 		c.OnMemcgReclaimBegin, c.OnMemcgReclaimEnd, c.OnDirectReclaimBegin, c.OnDirectReclaimEnd, c.OnShrinkInactive}
+	if p.kp != nil {
+		out = append(out, p.kp.Mutex, p.kp.RWSemRead, p.kp.RWSemWrite, p.kp.End)
+	}
+	return out
 }
 
 // close detaches first (no new events), then drains and closes.
@@ -322,6 +405,8 @@ func (p *probe) close() {
 		_ = l.Close()
 	}
 	p.links = nil
+	p.slow.Close()
+	p.slow = nil
 	if p.rd != nil {
 		_ = p.rd.Close()
 		<-p.done
