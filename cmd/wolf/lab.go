@@ -112,7 +112,11 @@ on failure and on Ctrl-C. Run a lab in one terminal and wolf in another.`,
 
 func runLab(ctx context.Context, cmd *cobra.Command, l lab.Lab, d time.Duration, victims int) error {
 	out := cmd.OutOrStdout()
-	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	// Scaled: on an emulated machine starting a lab's processes takes longer.
+	if f := lab.Slowdown(); f > 1.5 {
+		fmt.Fprintf(cmd.ErrOrStderr(), "lab: this machine starts processes %.1fx slower than usual: start-up deadlines stretched as much\n", f)
+	}
+	startCtx, cancel := context.WithTimeout(ctx, lab.Scaled(30*time.Second))
 	defer cancel()
 	inst, err := l.Start(startCtx, lab.Options{Victims: victims, Logf: func(f string, a ...any) {
 		fmt.Fprintf(cmd.ErrOrStderr(), "lab: "+f+"\n", a...)

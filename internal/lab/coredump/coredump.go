@@ -367,8 +367,8 @@ func (in *Instance) startCrasher(ctx context.Context, threads int) error {
 		}
 	case <-ctx.Done():
 		return fmt.Errorf("coredump: waiting for the crasher to start: %w", ctx.Err())
-	case <-time.After(waitTimeout):
-		return fmt.Errorf("coredump: waiting for the crasher to start: %w after %s", errTimeout, waitTimeout)
+	case <-time.After(lab.Scaled(waitTimeout)):
+		return fmt.Errorf("coredump: waiting for the crasher to start: %w after %s", errTimeout, lab.Scaled(waitTimeout))
 	}
 	in.logf("coredump: crasher pid %d up, %d threads", c.pid, len(tids(c.pid)))
 	return nil

@@ -216,8 +216,8 @@ func (in *Instance) mount(ctx context.Context) error {
 	case <-in.srv.initDone:
 	case <-ctx.Done():
 		return fmt.Errorf("fusestall: waiting for FUSE INIT: %w", ctx.Err())
-	case <-time.After(waitTimeout):
-		return fmt.Errorf("fusestall: waiting for FUSE INIT: %w after %s", errTimeout, waitTimeout)
+	case <-time.After(lab.Scaled(waitTimeout)):
+		return fmt.Errorf("fusestall: waiting for FUSE INIT: %w after %s", errTimeout, lab.Scaled(waitTimeout))
 	}
 	if in.srv.initErr != nil {
 		return fmt.Errorf("fusestall: FUSE INIT: %w", in.srv.initErr)
@@ -279,7 +279,7 @@ func (in *Instance) startOffender(ctx context.Context) error {
 
 // waitParked waits for the daemon to park a request from c.
 func (in *Instance) waitParked(ctx context.Context, c *child) (parkedReq, error) {
-	deadline := time.After(waitTimeout)
+	deadline := time.After(lab.Scaled(waitTimeout))
 	for {
 		select {
 		case p := <-in.srv.stalls:
@@ -293,7 +293,7 @@ func (in *Instance) waitParked(ctx context.Context, c *child) (parkedReq, error)
 		case <-ctx.Done():
 			return parkedReq{}, fmt.Errorf("fusestall: waiting for the offender's request: %w", ctx.Err())
 		case <-deadline:
-			return parkedReq{}, fmt.Errorf("fusestall: waiting for the offender's request: %w after %s", errTimeout, waitTimeout)
+			return parkedReq{}, fmt.Errorf("fusestall: waiting for the offender's request: %w after %s", errTimeout, lab.Scaled(waitTimeout))
 		}
 	}
 }
@@ -310,7 +310,9 @@ func (in *Instance) victimFrames() []string {
 	if in.kind == kindMutex {
 		return []string{"fuse_lock_inode"}
 	}
-	return []string{"fuse_cache_write_iter", "fuse_file_write_iter"}
+	// The write path takes the inode lock; on 5.10 the victim's write
+	// returns and its close blocks on the same lock in fuse_flush.
+	return []string{"fuse_cache_write_iter", "fuse_file_write_iter", "fuse_flush"}
 }
 
 // AddVictims starts n more victims and returns their pids once each sleeps
