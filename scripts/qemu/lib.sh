@@ -212,8 +212,9 @@ qemu_deb_extract() {
 }
 
 # qemu_userland ARCH: $CACHE/userland/ARCH with Debian bookworm's static
-# busybox, dash (the labs run /bin/sh, as on a Debian host) and flock(1)
-# (the coredump lab's handler) with the C library they load.
+# busybox, dash (the labs run /bin/sh, as on a Debian host), flock(1) (the
+# coredump lab's handler) and yes(1) (the hot-uprobe lab) with the C
+# library they load.
 qemu_userland() {
 	local arch=$1 d=$CACHE/userland/$1
 	if [[ -s $d/done ]]; then USERLAND=$d; return 0; fi
@@ -221,6 +222,8 @@ qemu_userland() {
 	qemu_deb_extract busybox-static "$arch" "$d" './bin/busybox'
 	qemu_deb_extract dash "$arch" "$d" './bin/dash'
 	qemu_deb_extract util-linux "$arch" "$d" './usr/bin/flock'
+	# coreutils' yes: the hot-uprobe lab probes libc's write() in it.
+	qemu_deb_extract coreutils "$arch" "$d" './usr/bin/yes'
 	qemu_deb_extract libc6 "$arch" "$d" './lib*/*'
 	echo ok >"$d/done"
 	USERLAND=$d
@@ -273,8 +276,28 @@ mount -t tmpfs tmpfs /run
 mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null || mount -t debugfs debugfs /sys/kernel/debug
 mount -t bpf bpf /sys/fs/bpf
 mkdir -p /sys/fs/cgroup && mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
-for m in /lib/modules/*.ko; do [ -e "$m" ] && insmod "$m" 2>>/tmp/insmod.err; done
+# As systemd does on a host: the controllers enabled for the root's children.
+for c in cpu io memory pids; do echo "+$c" >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null; done
+# Modules in dependency order, retried until none loads any more (an order
+# mistake costs a pass, not a module).
+: >/tmp/insmod.err
+pass=0
+while [ $pass -lt 5 ]; do
+	left=0 loaded=0
+	for m in /lib/modules/*.ko; do
+		[ -e "$m" ] || continue
+		[ -e "$m.done" ] && continue
+		if insmod "$m" 2>"/tmp/$(basename "$m").err"; then touch "$m.done"; loaded=1; else left=1; fi
+	done
+	[ $left = 0 ] || [ $loaded = 0 ] && break
+	pass=$((pass + 1))
+done
+for m in /lib/modules/*.ko; do [ -e "$m" ] && [ ! -e "$m.done" ] && echo "insmod $m failed: $(cat "/tmp/$(basename "$m").err")" >>/tmp/insmod.err; done
 mount -t fusectl fusectl /sys/fs/fuse/connections 2>/dev/null
+# The disk qemu_boot gives: a real filesystem for what must not be tmpfs
+# (memcg-stress's files: tmpfs pages cannot be reclaimed without swap).
+mkdir -p /var/tmp
+[ -b /dev/vda ] && mount -t ext4 /dev/vda /var/tmp 2>>/tmp/insmod.err
 ip link set lo up 2>/dev/null
 stty -F "$DATA" raw -echo 2>/dev/null
 # Booted quiet; from here on every kernel message (an oops's or a lockup's
@@ -324,19 +347,33 @@ qemu_initramfs() {
 # qemu_datadev ARCH: the guest's name for the data channel qemu_boot gives it.
 qemu_datadev() { case $1 in amd64) echo /dev/ttyS1 ;; arm64) echo /dev/hvc0 ;; esac; }
 
+# qemu_modules ARCH: the modules the guest needs beyond what a lab asks
+# for: the data channel (arm64) and the disk (virtio-blk, ext4).
+qemu_modules() {
+	case $1 in
+	amd64) echo virtio_pci virtio_blk ext4 ;;
+	arm64) echo virtio_mmio virtio_console virtio_blk ext4 ;;
+	esac
+}
+
 # qemu_boot ARCH INITRD OUT TIMEOUT [APPEND]: boot KDIR's kernel with INITRD,
-# 2 CPUs and 2 GiB, under `timeout`. The console goes to OUT/console.log
-# (shown live with WOLF_QEMU_SHOW=1), the data channel to OUT/data.log.
-# Sets QRC (qemu's exit status) and BOOT_S.
+# 2 CPUs, 2 GiB and a 1 GiB ext2 disk (/dev/vda, mounted on /var/tmp),
+# under `timeout`. The console goes to OUT/console.log (shown live with
+# WOLF_QEMU_SHOW=1), the data channel to OUT/data.log. Sets QRC (qemu's
+# exit status) and BOOT_S.
 qemu_boot() {
 	local arch=$1 initrd=$2 out=$3 timeout=$4 append=${5:-} tailpid=
-	local console=$out/console.log data=$out/data.log
+	local console=$out/console.log data=$out/data.log disk=$out/disk.img
 	: >"$console"; : >"$data"
+	# ext2, mounted by the ext4 driver: no journal or checksums, so no
+	# crc32c module to find.
+	rm -f "$disk" && truncate -s 1G "$disk" && mkfs.ext2 -q -F "$disk" || die "mkfs.ext2 $disk failed"
 	local qemu args
 	case $arch in
 	amd64)
 		qemu=qemu-system-x86_64
-		args=(-m 2G -smp 2 -serial "file:$console" -serial "file:$data")
+		args=(-m 2G -smp 2 -serial "file:$console" -serial "file:$data"
+			-drive "file=$disk,format=raw,if=none,id=d0" -device virtio-blk-pci,drive=d0)
 		append="console=ttyS0 $append"
 		;;
 	arm64)
@@ -345,7 +382,8 @@ qemu_boot() {
 		# (hvc0): virt has one UART only in this qemu.
 		qemu=qemu-system-aarch64
 		args=(-M virt -cpu max -m 2G -smp 2 -serial "file:$console"
-			-device virtio-serial-device -chardev "file,id=data,path=$data" -device virtconsole,chardev=data)
+			-device virtio-serial-device -chardev "file,id=data,path=$data" -device virtconsole,chardev=data
+			-drive "file=$disk,format=raw,if=none,id=d0" -device virtio-blk-device,drive=d0)
 		append="console=ttyAMA0 $append"
 		;;
 	esac
@@ -368,6 +406,7 @@ qemu_boot() {
 		kill "$tailpid" 2>/dev/null || true
 		wait "$tailpid" 2>/dev/null || true
 	fi
+	rm -f "$disk"
 	BOOT_S=$(($(date +%s) - tb))
 	log "qemu exited rc=$QRC after ${BOOT_S}s"
 	[[ $QRC -eq 124 || $QRC -eq 137 ]] && log "qemu hit the ${timeout}s limit"
