@@ -102,7 +102,12 @@ func runInvestigators(ctx context.Context, command string, invs []investigator.I
 	for _, o := range results {
 		if o.err != nil {
 			errs = append(errs, o.err)
-			rep.Errors = append(rep.Errors, fmt.Sprintf("%s: %v", o.name, o.err))
+			// Investigators' errors mostly start with their name already.
+			msg := o.err.Error()
+			if !strings.HasPrefix(msg, o.name+": ") {
+				msg = o.name + ": " + msg
+			}
+			rep.Errors = append(rep.Errors, msg)
 			continue
 		}
 		rep.Findings = append(rep.Findings, o.res.Findings...)
