@@ -35,6 +35,7 @@ enum lock_source {
 	LOCK_BLOCKER = 1,    /* task->blocker (6.16+) */
 	LOCK_CONTENTION = 2, /* lock:contention_begin seen while wolf ran */
 	LOCK_BLOCKER_MUTEX = 3, /* task->blocker_mutex (6.14, 6.15) */
+	LOCK_SLOWPATH = 4,   /* a kprobe on a lock's slow path, before 5.19 (user space checks the stack) */
 };
 
 enum lock_kind {
@@ -218,6 +219,9 @@ int BPF_PROG(on_sched_switch, bool preempt, struct task_struct *prev, struct tas
 	return 0;
 }
 
+/* lock_wait.flags: the wait was seen by a slow-path kprobe, not the tracepoint. */
+#define WAIT_F_KPROBE (1U << 31)
+
 static __always_inline int wait_begin(__u64 lock, unsigned int flags)
 {
 	/* Spinners never sleep in D; and a map update here must stay rare. */
@@ -254,33 +258,29 @@ int BPF_PROG(on_contention_end, void *lock, int ret)
 /*
  * Kernels without lock:contention_* (before 5.19): kprobes on the sleeping
  * locks' slow paths (user space attaches them to those this kernel has).
- * Entry is a contended acquire's start; return, the end of the wait.
+ * Entry is a contended acquire's start. Its end is not probed: a
+ * kretprobe replaces the return address on the waiter's stack, and on
+ * those kernels every stack of a waiter (the one wolf reads, the one in
+ * /proc/PID/stack) then ends in the kretprobe trampoline. The entry stays
+ * until the thread's next wait; user space trusts it only while the
+ * task's stack is still in a slow path (LOCK_SLOWPATH).
  */
 SEC("kprobe")
 int kp_mutex_wait(void *ctx)
 {
-	return wait_begin(wolf_kprobe_arg0(ctx), WOLF_LCB_F_MUTEX);
+	return wait_begin(wolf_kprobe_arg0(ctx), WOLF_LCB_F_MUTEX | WAIT_F_KPROBE);
 }
 
 SEC("kprobe")
 int kp_rwsem_read_wait(void *ctx)
 {
-	return wait_begin(wolf_kprobe_arg0(ctx), WOLF_LCB_F_READ);
+	return wait_begin(wolf_kprobe_arg0(ctx), WOLF_LCB_F_READ | WAIT_F_KPROBE);
 }
 
 SEC("kprobe")
 int kp_rwsem_write_wait(void *ctx)
 {
-	return wait_begin(wolf_kprobe_arg0(ctx), WOLF_LCB_F_WRITE);
-}
-
-SEC("kretprobe")
-int kp_wait_end(void *ctx)
-{
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-
-	bpf_map_delete_elem(&lock_waits, &tid);
-	return 0;
+	return wait_begin(wolf_kprobe_arg0(ctx), WOLF_LCB_F_WRITE | WAIT_F_KPROBE);
 }
 
 SEC("raw_tp/sched_process_hang")
@@ -360,7 +360,7 @@ static __always_inline void find_lock(struct task_struct *t, struct task_rec *r)
 		return;
 	if (r->lock_source == LOCK_NONE) {
 		r->lock_addr = w->lock_addr;
-		r->lock_source = LOCK_CONTENTION;
+		r->lock_source = (w->flags & WAIT_F_KPROBE) ? LOCK_SLOWPATH : LOCK_CONTENTION;
 		if (w->flags & WOLF_LCB_F_MUTEX)
 			r->lock_kind = KIND_MUTEX;
 		else if (w->flags & WOLF_LCB_F_RT)

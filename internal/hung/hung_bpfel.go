@@ -81,7 +81,6 @@ const (
 	hungProgKpMutexWait       = "kp_mutex_wait"
 	hungProgKpRwsemReadWait   = "kp_rwsem_read_wait"
 	hungProgKpRwsemWriteWait  = "kp_rwsem_write_wait"
-	hungProgKpWaitEnd         = "kp_wait_end"
 	hungProgOnContentionBegin = "on_contention_begin"
 	hungProgOnContentionEnd   = "on_contention_end"
 	hungProgOnProcessHang     = "on_process_hang"
@@ -137,7 +136,6 @@ type hungProgramSpecs struct {
 	KpMutexWait       *ebpf.ProgramSpec `ebpf:"kp_mutex_wait"`
 	KpRwsemReadWait   *ebpf.ProgramSpec `ebpf:"kp_rwsem_read_wait"`
 	KpRwsemWriteWait  *ebpf.ProgramSpec `ebpf:"kp_rwsem_write_wait"`
-	KpWaitEnd         *ebpf.ProgramSpec `ebpf:"kp_wait_end"`
 	OnContentionBegin *ebpf.ProgramSpec `ebpf:"on_contention_begin"`
 	OnContentionEnd   *ebpf.ProgramSpec `ebpf:"on_contention_end"`
 	OnProcessHang     *ebpf.ProgramSpec `ebpf:"on_process_hang"`
@@ -223,7 +221,6 @@ type hungPrograms struct {
 	KpMutexWait       *ebpf.Program `ebpf:"kp_mutex_wait"`
 	KpRwsemReadWait   *ebpf.Program `ebpf:"kp_rwsem_read_wait"`
 	KpRwsemWriteWait  *ebpf.Program `ebpf:"kp_rwsem_write_wait"`
-	KpWaitEnd         *ebpf.Program `ebpf:"kp_wait_end"`
 	OnContentionBegin *ebpf.Program `ebpf:"on_contention_begin"`
 	OnContentionEnd   *ebpf.Program `ebpf:"on_contention_end"`
 	OnProcessHang     *ebpf.Program `ebpf:"on_process_hang"`
@@ -237,7 +234,6 @@ func (p *hungPrograms) Close() error {
 		p.KpMutexWait,
 		p.KpRwsemReadWait,
 		p.KpRwsemWriteWait,
-		p.KpWaitEnd,
 		p.OnContentionBegin,
 		p.OnContentionEnd,
 		p.OnProcessHang,

@@ -102,7 +102,7 @@ func openProbe(useBlocker bool) (*probe, error) {
 	if !p.attached["contention_begin"] {
 		kp, err := lockslow.Attach(context.Background(), map[lockslow.Kind]*ebpf.Program{
 			lockslow.Mutex: p.objs.KpMutexWait, lockslow.RWSemRead: p.objs.KpRwsemReadWait, lockslow.RWSemWrite: p.objs.KpRwsemWriteWait,
-		}, p.objs.KpWaitEnd)
+		})
 		if err != nil {
 			p.warnings = append(p.warnings, fmt.Sprintf("the lock a task began waiting on while wolf ran is unknown: no lock:contention_* tracepoints (Linux 5.19+) and no kprobes on the lock slow paths (%v)", err))
 		} else {
@@ -193,7 +193,7 @@ func (p *probe) stats() (map[string]uint64, error) {
 // programs lists wolf's hung programs, for the overhead meter.
 func (p *probe) programs() []*ebpf.Program {
 	return []*ebpf.Program{p.objs.OnSchedSwitch, p.objs.OnContentionBegin, p.objs.OnContentionEnd, p.objs.OnProcessHang, p.objs.OnWqStart, p.objs.DumpTasks,
-		p.objs.KpMutexWait, p.objs.KpRwsemReadWait, p.objs.KpRwsemWriteWait, p.objs.KpWaitEnd}
+		p.objs.KpMutexWait, p.objs.KpRwsemReadWait, p.objs.KpRwsemWriteWait}
 }
 
 func (p *probe) close() {

@@ -158,6 +158,7 @@ struct pending {
 	__u32 flags; /* LCB_F_* of the begin */
 	__u32 tid;   /* the waiter (spin waits are folded by a later one) */
 	char comm[COMM_LEN]; /* the waiter's, sleeping locks only */
+	__u32 slept; /* a slow-path kprobe's wait: the waiter slept in the slow path */
 };
 
 /*
@@ -621,6 +622,9 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 		if (old->lock == lock && (old->flags & WOLF_LCB_F_SPIN) && (flags & WOLF_LCB_F_MUTEX))
 			return;
 		count(STAT_STALE);
+		/* Out of the queue model too, or its depth only grows. */
+		if (queued_type(old->type))
+			queue_leave(old->lock, old->type, now);
 	}
 
 	struct pending p = {.start_ns = now, .lock = lock, .type = type, .owner_stack_id = -1, .flags = flags,
@@ -842,13 +846,78 @@ int BPF_PROG(raw_contention_end, void *lock, int ret)
  * Kprobes on the sleeping locks' slow paths, for kernels without the
  * lock:contention_* tracepoints (before 5.19), the way libbpf-tools'
  * klockstat finds lock waits: entry begins a wait (only contended
- * acquires reach a slow path), return ends it with the lock held (or the
- * wait interrupted). User space attaches them to the functions this
- * kernel has: __mutex_lock_slowpath and its interruptible and killable
- * twins, rwsem_down_read_slowpath, rwsem_down_write_slowpath. Spin locks
- * are left alone: a kprobe inside their slow path costs more than the
- * waits it would time.
+ * acquires reach a slow path). User space attaches them to the functions
+ * this kernel has: __mutex_lock_slowpath and its interruptible and
+ * killable twins, rwsem_down_read_slowpath, rwsem_down_write_slowpath.
+ * Spin locks are left alone: a kprobe inside their slow path costs more
+ * than the waits it would time.
+ *
+ * The end is not a kretprobe: on those kernels its trampoline replaces
+ * the waiter's return address, and the waiter's stack (which wolf hung
+ * and /proc/PID/stack read) then ends there. Instead, sched_switch marks a
+ * waiter that goes to sleep inside a slow path (its stack, against the
+ * slow paths' text in slow_ranges), and the wait ends when that waiter
+ * next gets a CPU: woken, it takes the lock (or finds the wait
+ * interrupted). A wait that spins to the lock without sleeping is not
+ * timed; the next begin replaces it.
  */
+#define MAX_SLOW_RANGES 8
+#define SLOW_STACK_DEPTH 12
+
+struct slow_range {
+	__u64 start;
+	__u64 end;
+};
+
+const volatile struct slow_range slow_ranges[MAX_SLOW_RANGES] = {};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64[SLOW_STACK_DEPTH]);
+} slow_stack SEC(".maps");
+
+/* Is the current task's kernel stack inside a slow path? */
+static __always_inline bool in_slowpath(void *ctx)
+{
+	__u32 zero = 0;
+	__u64 *ips = bpf_map_lookup_elem(&slow_stack, &zero);
+	long n;
+
+	if (!ips)
+		return false;
+	n = bpf_get_stack(ctx, ips, SLOW_STACK_DEPTH * sizeof(__u64), 0);
+	for (int i = 0; i < SLOW_STACK_DEPTH; i++) {
+		if (i * 8 >= n)
+			break;
+		for (int j = 0; j < MAX_SLOW_RANGES; j++) {
+			if (slow_ranges[j].start && ips[i] >= slow_ranges[j].start && ips[i] < slow_ranges[j].end)
+				return true;
+		}
+	}
+	return false;
+}
+
+SEC("raw_tp/sched_switch")
+int BPF_PROG(kp_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	__u32 tid = BPF_CORE_READ(prev, pid);
+	struct pending *p = bpf_map_lookup_elem(&pending_task, &tid);
+
+	if (p && p->start_ns && !p->end_ns && !p->slept && !preempt &&
+	    wolf_task_state(prev) != WOLF_TASK_RUNNING && in_slowpath(ctx))
+		p->slept = 1;
+	tid = BPF_CORE_READ(next, pid);
+	p = bpf_map_lookup_elem(&pending_task, &tid);
+	if (p && p->slept && p->start_ns && !p->end_ns) {
+		p->slept = 0;
+		p->end_ns = bpf_ktime_get_ns();
+		if (queued_type(p->type))
+			queue_leave(p->lock, p->type, p->end_ns);
+	}
+	return 0;
+}
 SEC("kprobe")
 int kp_mutex_begin(void *ctx)
 {
@@ -870,17 +939,6 @@ int kp_rwsem_write_begin(void *ctx)
 	return 0;
 }
 
-/* Any slow path's return: the lock is whatever this thread began waiting on. */
-SEC("kretprobe")
-int kp_lock_end(void *ctx)
-{
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct pending *p = bpf_map_lookup_elem(&pending_task, &tid);
-
-	if (p && p->start_ns && !p->end_ns)
-		on_end(p->lock);
-	return 0;
-}
 
 /* ---- mmap_lock: holds, waits, and what the holder does meanwhile ---- */
 

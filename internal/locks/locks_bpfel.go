@@ -152,7 +152,7 @@ type locksPending struct {
 	Flags        uint32
 	Tid          uint32
 	Comm         [16]int8
-	_            [4]byte
+	Slept        uint32
 }
 
 type locksProfKey struct {
@@ -173,6 +173,12 @@ type locksQueue struct {
 	BusyMaxNs   uint64
 	BusyTotalNs uint64
 	BusyPeriods uint64
+}
+
+type locksSlowRange struct {
+	_     structs.HostLayout
+	Start uint64
+	End   uint64
 }
 
 type locksTaskKey struct {
@@ -234,6 +240,7 @@ const (
 	locksMapPendingTask           = "pending_task"
 	locksMapQueues                = "queues"
 	locksMapScratch               = "scratch"
+	locksMapSlowStack             = "slow_stack"
 	locksMapStacks                = "stacks"
 	locksMapStats                 = "stats"
 	locksMapUnderLock             = "under_lock"
@@ -243,10 +250,10 @@ const (
 	locksMapZeroMm                = "zero_mm"
 	locksProgBtfContentionBegin   = "btf_contention_begin"
 	locksProgBtfContentionEnd     = "btf_contention_end"
-	locksProgKpLockEnd            = "kp_lock_end"
 	locksProgKpMutexBegin         = "kp_mutex_begin"
 	locksProgKpRwsemReadBegin     = "kp_rwsem_read_begin"
 	locksProgKpRwsemWriteBegin    = "kp_rwsem_write_begin"
+	locksProgKpSwitch             = "kp_switch"
 	locksProgOnDirectReclaimBegin = "on_direct_reclaim_begin"
 	locksProgOnDirectReclaimEnd   = "on_direct_reclaim_end"
 	locksProgOnMemcgReclaimBegin  = "on_memcg_reclaim_begin"
@@ -263,6 +270,7 @@ const (
 	locksVarOwnerStackEveryNs     = "owner_stack_every_ns"
 	locksVarOwnerStacks           = "owner_stacks"
 	locksVarSelfTgid              = "self_tgid"
+	locksVarSlowRanges            = "slow_ranges"
 	locksVarStackEveryNs          = "stack_every_ns"
 	locksVarTargetLock            = "target_lock"
 	locksVarTargetTgid            = "target_tgid"
@@ -315,10 +323,10 @@ type locksSpecs struct {
 type locksProgramSpecs struct {
 	BtfContentionBegin   *ebpf.ProgramSpec `ebpf:"btf_contention_begin"`
 	BtfContentionEnd     *ebpf.ProgramSpec `ebpf:"btf_contention_end"`
-	KpLockEnd            *ebpf.ProgramSpec `ebpf:"kp_lock_end"`
 	KpMutexBegin         *ebpf.ProgramSpec `ebpf:"kp_mutex_begin"`
 	KpRwsemReadBegin     *ebpf.ProgramSpec `ebpf:"kp_rwsem_read_begin"`
 	KpRwsemWriteBegin    *ebpf.ProgramSpec `ebpf:"kp_rwsem_write_begin"`
+	KpSwitch             *ebpf.ProgramSpec `ebpf:"kp_switch"`
 	OnDirectReclaimBegin *ebpf.ProgramSpec `ebpf:"on_direct_reclaim_begin"`
 	OnDirectReclaimEnd   *ebpf.ProgramSpec `ebpf:"on_direct_reclaim_end"`
 	OnMemcgReclaimBegin  *ebpf.ProgramSpec `ebpf:"on_memcg_reclaim_begin"`
@@ -346,6 +354,7 @@ type locksMapSpecs struct {
 	PendingTask *ebpf.MapSpec `ebpf:"pending_task"`
 	Queues      *ebpf.MapSpec `ebpf:"queues"`
 	Scratch     *ebpf.MapSpec `ebpf:"scratch"`
+	SlowStack   *ebpf.MapSpec `ebpf:"slow_stack"`
 	Stacks      *ebpf.MapSpec `ebpf:"stacks"`
 	Stats       *ebpf.MapSpec `ebpf:"stats"`
 	UnderLock   *ebpf.MapSpec `ebpf:"under_lock"`
@@ -365,6 +374,7 @@ type locksVariableSpecs struct {
 	OwnerStackEveryNs *ebpf.VariableSpec `ebpf:"owner_stack_every_ns"`
 	OwnerStacks       *ebpf.VariableSpec `ebpf:"owner_stacks"`
 	SelfTgid          *ebpf.VariableSpec `ebpf:"self_tgid"`
+	SlowRanges        *ebpf.VariableSpec `ebpf:"slow_ranges"`
 	StackEveryNs      *ebpf.VariableSpec `ebpf:"stack_every_ns"`
 	TargetLock        *ebpf.VariableSpec `ebpf:"target_lock"`
 	TargetTgid        *ebpf.VariableSpec `ebpf:"target_tgid"`
@@ -404,6 +414,7 @@ type locksMaps struct {
 	PendingTask *ebpf.Map `ebpf:"pending_task"`
 	Queues      *ebpf.Map `ebpf:"queues"`
 	Scratch     *ebpf.Map `ebpf:"scratch"`
+	SlowStack   *ebpf.Map `ebpf:"slow_stack"`
 	Stacks      *ebpf.Map `ebpf:"stacks"`
 	Stats       *ebpf.Map `ebpf:"stats"`
 	UnderLock   *ebpf.Map `ebpf:"under_lock"`
@@ -426,6 +437,7 @@ func (m *locksMaps) Close() error {
 		m.PendingTask,
 		m.Queues,
 		m.Scratch,
+		m.SlowStack,
 		m.Stacks,
 		m.Stats,
 		m.UnderLock,
@@ -446,6 +458,7 @@ type locksVariables struct {
 	OwnerStackEveryNs *ebpf.Variable `ebpf:"owner_stack_every_ns"`
 	OwnerStacks       *ebpf.Variable `ebpf:"owner_stacks"`
 	SelfTgid          *ebpf.Variable `ebpf:"self_tgid"`
+	SlowRanges        *ebpf.Variable `ebpf:"slow_ranges"`
 	StackEveryNs      *ebpf.Variable `ebpf:"stack_every_ns"`
 	TargetLock        *ebpf.Variable `ebpf:"target_lock"`
 	TargetTgid        *ebpf.Variable `ebpf:"target_tgid"`
@@ -460,10 +473,10 @@ type locksVariables struct {
 type locksPrograms struct {
 	BtfContentionBegin   *ebpf.Program `ebpf:"btf_contention_begin"`
 	BtfContentionEnd     *ebpf.Program `ebpf:"btf_contention_end"`
-	KpLockEnd            *ebpf.Program `ebpf:"kp_lock_end"`
 	KpMutexBegin         *ebpf.Program `ebpf:"kp_mutex_begin"`
 	KpRwsemReadBegin     *ebpf.Program `ebpf:"kp_rwsem_read_begin"`
 	KpRwsemWriteBegin    *ebpf.Program `ebpf:"kp_rwsem_write_begin"`
+	KpSwitch             *ebpf.Program `ebpf:"kp_switch"`
 	OnDirectReclaimBegin *ebpf.Program `ebpf:"on_direct_reclaim_begin"`
 	OnDirectReclaimEnd   *ebpf.Program `ebpf:"on_direct_reclaim_end"`
 	OnMemcgReclaimBegin  *ebpf.Program `ebpf:"on_memcg_reclaim_begin"`
@@ -480,10 +493,10 @@ func (p *locksPrograms) Close() error {
 	return _LocksClose(
 		p.BtfContentionBegin,
 		p.BtfContentionEnd,
-		p.KpLockEnd,
 		p.KpMutexBegin,
 		p.KpRwsemReadBegin,
 		p.KpRwsemWriteBegin,
+		p.KpSwitch,
 		p.OnDirectReclaimBegin,
 		p.OnDirectReclaimEnd,
 		p.OnMemcgReclaimBegin,

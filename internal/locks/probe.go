@@ -61,7 +61,9 @@ type kprobeProgs struct {
 	Mutex      *ebpf.Program `ebpf:"kp_mutex_begin"`
 	RWSemRead  *ebpf.Program `ebpf:"kp_rwsem_read_begin"`
 	RWSemWrite *ebpf.Program `ebpf:"kp_rwsem_write_begin"`
-	End        *ebpf.Program `ebpf:"kp_lock_end"`
+	// Switch ends the waits (on sched_switch): no kretprobes, whose
+	// trampoline would cut every waiter's stack short.
+	Switch *ebpf.Program `ebpf:"kp_switch"`
 }
 
 type probe struct {
@@ -134,16 +136,22 @@ func openProbe(cfg config) (*probe, error) {
 	if p.kp == nil {
 		steps = append(steps, step{"contention_begin", p.begin, p.btf, true}, step{"contention_end", p.end, p.btf, true})
 	} else {
+		l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "sched_switch", Program: p.kp.Switch})
+		if err != nil {
+			p.close()
+			return nil, fmt.Errorf("locks: attach tracepoint sched_switch (%v): %w", err, investigator.ErrUnsupported)
+		}
+		p.links = append(p.links, l)
 		slow, err := lockslow.Attach(context.Background(), map[lockslow.Kind]*ebpf.Program{
 			lockslow.Mutex: p.kp.Mutex, lockslow.RWSemRead: p.kp.RWSemRead, lockslow.RWSemWrite: p.kp.RWSemWrite,
-		}, p.kp.End)
+		})
 		if err != nil {
 			p.close()
 			return nil, fmt.Errorf("locks: this kernel has no lock:contention_begin/end tracepoints (Linux 5.19+), and kprobes on the lock slow paths failed (%v): %w", err, investigator.ErrUnsupported)
 		}
 		p.slow = slow
 		p.attached["lock_slowpath_kprobes"] = true
-		p.warnings = append(p.warnings, fmt.Sprintf("no lock:contention_* tracepoints (Linux 5.19+): waits on mutexes and rw-semaphores seen through kprobes on %s; spin locks, semaphores and per-CPU rw-semaphores are not seen", strings.Join(slow.Funcs, ", ")))
+		p.warnings = append(p.warnings, fmt.Sprintf("no lock:contention_* tracepoints (Linux 5.19+): waits on mutexes and rw-semaphores seen through kprobes on %s, timed until the waiter that slept there runs again; spin locks, semaphores, per-CPU rw-semaphores and waits that never sleep are not seen", strings.Join(slow.Funcs, ", ")))
 	}
 	steps = append(steps, []step{
 		{"mmap_lock_acquire_returned", p.common.OnMmAcquired, false, false},
@@ -237,6 +245,18 @@ func (p *probe) load(cfg config) error {
 		}
 		if err := configure(spec, false); err != nil {
 			return err
+		}
+		// The slow paths' text: a waiter asleep there is still waiting.
+		ranges, err := lockslow.Ranges(context.Background(), 8)
+		if err != nil {
+			return err
+		}
+		var rs [8]struct{ Start, End uint64 }
+		for i, r := range ranges {
+			rs[i].Start, rs[i].End = r.Start, r.End
+		}
+		if err := spec.Variables["slow_ranges"].Set(rs); err != nil {
+			return fmt.Errorf("locks: configure slow_ranges: %w", err)
 		}
 		var o struct {
 			locksMaps
@@ -390,7 +410,7 @@ func (p *probe) programs() []*ebpf.Program {
 	out := []*ebpf.Program{p.begin, p.end, c.OnMmAcquired, c.OnMmReleased, c.OnSample,
 		c.OnMemcgReclaimBegin, c.OnMemcgReclaimEnd, c.OnDirectReclaimBegin, c.OnDirectReclaimEnd, c.OnShrinkInactive}
 	if p.kp != nil {
-		out = append(out, p.kp.Mutex, p.kp.RWSemRead, p.kp.RWSemWrite, p.kp.End)
+		out = append(out, p.kp.Mutex, p.kp.RWSemRead, p.kp.RWSemWrite, p.kp.Switch)
 	}
 	return out
 }
