@@ -85,6 +85,33 @@ type Task struct {
 	Affinity    *AffinityCalls
 
 	Runq hist.Log2 // run-queue waits, ns
+	// IdleLong counts its waits of IdleLongNs or more that ended with the
+	// CPU leaving its idle task: not contention (see idleExplained).
+	IdleLong uint64
+}
+
+// IdleLongNs is the shortest wait sched.bpf.c checks for having ended on an
+// idle CPU (IDLE_LONG_NS): the floor of a log2 histogram slot, so the
+// histogram counts the same waits.
+const IdleLongNs = 1 << 23
+
+// longWaits counts the waits of IdleLongNs or more in h.
+func longWaits(h *hist.Log2) uint64 {
+	var n uint64
+	for i := hist.Slot(IdleLongNs); i < len(h.Slots); i++ {
+		n += h.Slots[i]
+	}
+	return n
+}
+
+// idleExplained: most of these long waits ended on an idle CPU. A task
+// woken onto an idle CPU runs within microseconds, unless the CPU is not
+// executing at all: a virtual CPU the hypervisor descheduled, or one
+// taking its turn in an emulator. Such waits are not run-queue
+// contention, whatever their length.
+func idleExplained(h *hist.Log2, idle uint64) bool {
+	long := longWaits(h)
+	return long > 0 && idle*2 >= long
 }
 
 // Rate is per second over the task's window.
@@ -136,6 +163,9 @@ type Snapshot struct {
 	Thresholds Thresholds
 	// Window is the bounce window the BPF side used.
 	BounceWindow time.Duration
+	// CPUIdleLong counts, per CPU, the long waits that ended on it while
+	// it was idle (Task.IdleLong, by CPU).
+	CPUIdleLong map[int]uint64
 }
 
 const seedRef = "https://www.ericsplace.xyz/posts/network-is-slow/ (seed 001: a task bounced between cores by the load balancer and wake-up placement; CONFIG_SCHED_MC off)"
@@ -412,6 +442,7 @@ func runqFinding(s *Snapshot, th Thresholds) *finding.Finding {
 	}
 	var tasks []bad
 	worst := uint64(0)
+	idle := 0 // tasks and CPUs whose long waits ended on idle CPUs
 	for _, t := range s.Tasks {
 		if t.lowPriority() || t.Runq.Count < th.RunqMinWaits {
 			continue
@@ -419,6 +450,9 @@ func runqFinding(s *Snapshot, th Thresholds) *finding.Finding {
 		if p := t.Runq.Quantile(0.99); time.Duration(p) >= th.RunqP99 {
 			tasks = append(tasks, bad{t, p})
 			worst = max(worst, p)
+			if idleExplained(&t.Runq, t.IdleLong) {
+				idle++
+			}
 		}
 	}
 	var cpus []int
@@ -426,16 +460,24 @@ func runqFinding(s *Snapshot, th Thresholds) *finding.Finding {
 		if h.Count >= th.RunqMinWaits*5 && time.Duration(h.Quantile(0.99)) >= th.RunqP99 {
 			cpus = append(cpus, cpu)
 			worst = max(worst, h.Quantile(0.99))
+			if idleExplained(&h, s.CPUIdleLong[cpu]) {
+				idle++
+			}
 		}
 	}
 	if len(tasks) == 0 && len(cpus) == 0 {
 		return nil
 	}
+	// Every long wait on an idle CPU: what the guest saw, told as a note.
+	onIdle := idle == len(tasks)+len(cpus)
 	sort.Slice(tasks, func(i, j int) bool { return tasks[i].p99 > tasks[j].p99 })
 	sort.Ints(cpus)
 	sev := finding.Warning
 	if time.Duration(worst) >= th.RunqCriticalP99 {
 		sev = finding.Critical
+	}
+	if onIdle {
+		sev = finding.Info
 	}
 	var subj []finding.Subject
 	var names []string
@@ -481,7 +523,7 @@ func runqFinding(s *Snapshot, th Thresholds) *finding.Finding {
 	} else {
 		title += fmt.Sprintf(" on CPU %s", FormatCPUs(cpus))
 	}
-	return &finding.Finding{
+	f := &finding.Finding{
 		ID:           "sched.runq-latency",
 		Investigator: "sched",
 		Severity:     sev,
@@ -495,6 +537,14 @@ func runqFinding(s *Snapshot, th Thresholds) *finding.Finding {
 			"Give the latency-sensitive tasks their own CPUs (cpusets) or more weight (cpu.weight of their cgroup, nice); move batch work to SCHED_BATCH or a lower weight.",
 		},
 	}
+	if onIdle {
+		ev["cause"] = "idle-cpu"
+		f.Title = strings.Replace(f.Title, "Run-queue latency p99 reaches", "Waits for a CPU of up to", 1) + ", on CPUs that were idle: the CPU was not executing, not contended"
+		f.Summary += fmt.Sprintf(" Most waits of %v or more ended with the CPU leaving its idle task: it had nothing else to run.", time.Duration(IdleLongNs).Round(time.Millisecond))
+		f.Mechanism = "A task woken onto an idle CPU runs within microseconds. When it waits milliseconds there, the CPU itself was not executing: a virtual CPU descheduled by its hypervisor (steal), or taking its turn in an emulator such as QEMU without KVM. It is not run-queue contention inside this machine."
+		f.Remediation = []string{"Look at the host, not the guest: CPU steal (mpstat -P ALL 1), overcommit, or emulation instead of hardware virtualization."}
+	}
+	return f
 }
 
 func mismatchFinding(ms []Mismatch, v *SchedView) finding.Finding {

@@ -325,7 +325,25 @@ func (p *probe) kinds() ([NKinds]uint64, error) {
 }
 
 // statNames follow enum stat_index in sched.bpf.c.
-var statNames = []string{"migrations", "same_cpu", "no_storage", "exited_full", "exited_saved", "cgroup_full", "setaffinity", "setaffinity_full", "records", "runq_samples", "big_cpu"}
+var statNames = []string{"migrations", "same_cpu", "no_storage", "exited_full", "exited_saved", "cgroup_full", "setaffinity", "setaffinity_full", "records", "runq_samples", "big_cpu", "idle_long"}
+
+// statIdleLong indexes STAT_IDLE_LONG: kept per CPU.
+const statIdleLong = 11
+
+// cpuIdleLong returns, per CPU, the long waits that ended on it while idle.
+func (p *probe) cpuIdleLong() map[int]uint64 {
+	var vals []uint64
+	if err := p.objs.Stats.Lookup(uint32(statIdleLong), &vals); err != nil {
+		return nil
+	}
+	out := map[int]uint64{}
+	for cpu, v := range vals {
+		if v > 0 {
+			out[cpu] = v
+		}
+	}
+	return out
+}
 
 func (p *probe) stats() (map[string]uint64, error) {
 	out, err := bpfrec.Counters(p.objs.Stats, statNames)

@@ -40,6 +40,15 @@ char LICENSE[] SEC("license") = "GPL";
 #define MAX_LEVELS 8      /* scheduling-domain levels read per CPU */
 #define SPAN_WORDS 4      /* CPUs 0-255 of a domain's span */
 
+/*
+ * A wait this long (2^23 ns, the floor of a log2 histogram slot) that ends
+ * with the CPU switching from its idle task was not run-queue contention:
+ * the CPU had nothing else to run, and a woken task on an idle CPU runs
+ * within microseconds, unless the CPU itself was not executing (a vCPU
+ * descheduled or emulated).
+ */
+#define IDLE_LONG_NS (1ULL << 23)
+
 #define TASK_WAKING 0x00000200
 #define SOFTIRQ_OFFSET 0x100
 #define HARDIRQ_MASK 0x000f0000
@@ -70,7 +79,8 @@ enum stat_index {
 	STAT_RECORDS = 8,       /* records written by the iterator */
 	STAT_RUNQ_SAMPLES = 9,
 	STAT_BIG_CPU = 10,      /* events on CPUs >= MAX_CPUS (classified coarsely) */
-	STAT_MAX = 11,
+	STAT_IDLE_LONG = 11,    /* per CPU: waits >= IDLE_LONG_NS that ended on it while idle */
+	STAT_MAX = 12,
 };
 
 /* Set by user space before load. */
@@ -117,6 +127,7 @@ struct tstat {
 	__u32 wake_affine;   /* wake-up moves onto the waker's own CPU */
 	__u32 wake_wide;     /* wake-up moves where wake_wide() held */
 	__u32 waker_flips_max;
+	__u32 idle_long;       /* waits >= IDLE_LONG_NS that ended on an idle CPU */
 	__u64 wakee_flips_sum; /* the task's wakee_flips at its wake-up moves */
 	struct wolf_hist runq; /* run-queue wait, ns */
 };
@@ -469,6 +480,10 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	d = now > st->enq_ts ? now - st->enq_ts : 0;
 	st->enq_ts = 0;
 	hist_add_local(&st->runq, d);
+	if (d >= IDLE_LONG_NS && prev->pid == 0) {
+		st->idle_long++;
+		stat_inc(STAT_IDLE_LONG);
+	}
 	h = bpf_map_lookup_elem(&cpu_runq, &zero);
 	if (h)
 		hist_add_local(h, d);

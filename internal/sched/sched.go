@@ -143,6 +143,7 @@ func (s *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 		CgroupRunq:   map[string]hist.Log2{},
 		Thresholds:   s.Thresholds,
 		BounceWindow: s.BounceWindow,
+		CPUIdleLong:  p.cpuIdleLong(),
 	}
 	if kinds, err := p.kinds(); err == nil {
 		for k := range kinds {
@@ -269,7 +270,7 @@ func taskFromRecord(r *schedTaskRec, start uint64) *Task {
 		BounceCPUs: [2]int{int(st.BounceA), int(st.BounceB)},
 		Remote:     uint64(st.Remote), WakeAffine: uint64(st.WakeAffine), WakeWide: uint64(st.WakeWide),
 		WakerFlips: uint64(st.WakerFlipsMax), KernelTotal: r.NrMigrations,
-		Runq: toLog2(st.Runq),
+		Runq: toLog2(st.Runq), IdleLong: uint64(st.IdleLong),
 	}
 	for k := 0; k < NKinds; k++ {
 		t.ByKind[k] = uint64(st.ByKind[k])

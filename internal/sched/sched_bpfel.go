@@ -100,7 +100,7 @@ type schedTstat struct {
 	WakeAffine    uint32
 	WakeWide      uint32
 	WakerFlipsMax uint32
-	_             [4]byte
+	IdleLong      uint32
 	WakeeFlipsSum uint64
 	Runq          schedWolfHist
 }
