@@ -77,6 +77,9 @@ if has_step investigators; then
 	done
 fi
 
+# migrations PID: the kernel's count of PID's migrations (se.nr_migrations).
+migrations() { awk '/nr_migrations/ {print $3; exit}' /proc/$1/sched 2>/dev/null || echo 0; }
+
 # attached PID: until wolf (PID) holds BPF links and their count has been
 # steady for a second, or 120 s, or PID exits.
 attached() {
@@ -123,7 +126,13 @@ if has_step labs; then
 			if wait_for "$T/lab.out" 'offender pid' 120 $l; then
 				note "$r lab up uptime=$(up)s"
 				sleep 2
+				# The kernel's own count of the lab task's migrations over
+				# wolf's run: whether the pathology happened at all.
+				off=$(sed -n 's/^offender pid \([0-9]*\).*/\1/p' "$T/lab.out" | head -1)
+				m0=$(migrations "$off") t0=$(up)
 				$W "$inv" --duration "$DURATION" --format json >"$T/wolf.json" 2>"$T/wolf.err"; rc=$?
+				echo "migrations=$(($(migrations "$off") - m0)) seconds=$(awk -v a="$t0" -v b="$(up)" 'BEGIN{print b-a}')" >"$T/kernel.out"
+				emit $r.kernel 0 "$T/kernel.out"
 			else
 				echo "lab did not start" >>"$T/wolf.err"
 			fi

@@ -348,11 +348,12 @@ qemu_initramfs() {
 qemu_datadev() { case $1 in amd64) echo /dev/ttyS1 ;; arm64) echo /dev/hvc0 ;; esac; }
 
 # qemu_modules ARCH: the modules the guest needs beyond what a lab asks
-# for: the data channel (arm64) and the disk (virtio-blk, ext4).
+# for: the data channel (arm64) and the disk (virtio-blk, ext4, and the
+# crc32c ext4 loads at every mount).
 qemu_modules() {
 	case $1 in
-	amd64) echo virtio_pci virtio_blk ext4 ;;
-	arm64) echo virtio_mmio virtio_console virtio_blk ext4 ;;
+	amd64) echo virtio_pci virtio_blk ext4 crc32c_generic ;;
+	arm64) echo virtio_mmio virtio_console virtio_blk ext4 crc32c_generic ;;
 	esac
 }
 
@@ -365,8 +366,7 @@ qemu_boot() {
 	local arch=$1 initrd=$2 out=$3 timeout=$4 append=${5:-} tailpid=
 	local console=$out/console.log data=$out/data.log disk=$out/disk.img
 	: >"$console"; : >"$data"
-	# ext2, mounted by the ext4 driver: no journal or checksums, so no
-	# crc32c module to find.
+	# ext2, mounted by the ext4 driver (no journal).
 	rm -f "$disk" && truncate -s 1G "$disk" && mkfs.ext2 -q -F "$disk" || die "mkfs.ext2 $disk failed"
 	local qemu args
 	case $arch in
