@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/wolf-investigator/wolf/internal/kernelbtf"
 	"github.com/wolf-investigator/wolf/internal/lab/coredump"
 	"github.com/wolf-investigator/wolf/internal/lab/mmaplock"
 )
@@ -102,6 +103,18 @@ Exit codes: 0 done (findings or not), 1 wolf failed, 2 bad usage,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageErr("%v (see %s --help)", err, c.CommandPath())
 	})
+	// --btf: the kernel's types from a file, for kernels built without BTF.
+	var btfFile string
+	root.PersistentFlags().StringVar(&btfFile, "btf", "", "the kernel's BTF from `FILE` (for kernels without /sys/kernel/btf/vmlinux; BTFHub has them)")
+	root.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
+		if btfFile == "" {
+			return nil
+		}
+		if err := kernelbtf.Use(btfFile); err != nil {
+			return usageErr("%v", err)
+		}
+		return nil
+	}
 	root.AddCommand(newDoctorCmd(), newHungCmd(), newLocksCmd(), newReclaimCmd(), newSchedCmd(), newAnalyzeCmd(), newCheckCmd(), newLabCmd(), newBenchCmd())
 	root.AddCommand(newSoftirqCmd())
 	root.AddCommand(newWatchCmd())

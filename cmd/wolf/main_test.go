@@ -107,6 +107,8 @@ func TestBadUsageExitsTwoWithOneLine(t *testing.T) {
 		{"doctor", "--duration", "48h"},
 		{"doctor", "extra-arg"},
 		{"analyze"},
+		{"hung", "--btf", "/nonexistent/vmlinux.btf"},
+		{"doctor", "--btf", "/etc/hostname"},
 		{"analyze", "/nonexistent/kernel.log"},
 		{"analyze", "/"},
 		{"lab", "run", "nosuchlab"},
@@ -510,6 +512,26 @@ func TestAnalyzeCLI(t *testing.T) {
 	}
 	if len(rep.Findings) == 0 || !strings.Contains(rep.Findings[0].Title, "rtnl_mutex") {
 		t.Errorf("findings %+v", rep.Findings)
+	}
+}
+
+// --btf FILE: CO-RE from a BTF file, for kernels without their own (here,
+// a copy of this kernel's, so the same programs must load and run).
+func TestBTFFile(t *testing.T) {
+	testutil.RequireRoot(t)
+	b, err := os.ReadFile("/sys/kernel/btf/vmlinux")
+	testutil.Require(t, err == nil, "needs /sys/kernel/btf/vmlinux to copy")
+	f := filepath.Join(t.TempDir(), "vmlinux.btf")
+	if err := os.WriteFile(f, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := runWolf(t, 60*time.Second, "check", "--btf", f, "--format", "json")
+	if r.code != 0 || !strings.Contains(r.stdout, f+" (--btf)") {
+		t.Fatalf("check --btf: exit %d, stdout lacks %q: %s", r.code, f+" (--btf)", r.stderr)
+	}
+	r = runWolf(t, 90*time.Second, "softirq", "--btf", f, "--duration", "1s", "--format", "json")
+	if r.code != 0 || !strings.Contains(r.stdout, `"findings"`) {
+		t.Fatalf("softirq --btf: exit %d: %s", r.code, r.stderr)
 	}
 }
 

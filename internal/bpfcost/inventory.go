@@ -18,6 +18,8 @@ import (
 	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
+
+	"github.com/wolf-investigator/wolf/internal/kernelbtf"
 )
 
 // eachProgram calls fn with every loaded program, by id. Programs are
@@ -100,7 +102,7 @@ type resolver struct {
 func (r *resolver) btfName(objID uint32, typeID btf.TypeID) string {
 	if objID == 0 || !r.loaded {
 		if !r.loaded {
-			r.kernel, r.kernelErr = btf.LoadKernelSpec()
+			r.kernel, r.kernelErr = kernelbtf.Spec()
 			r.loaded = true
 		}
 	}

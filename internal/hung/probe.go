@@ -16,6 +16,7 @@ import (
 
 	"github.com/wolf-investigator/wolf/internal/bpfrec"
 	"github.com/wolf-investigator/wolf/internal/investigator"
+	"github.com/wolf-investigator/wolf/internal/kernelbtf"
 	"github.com/wolf-investigator/wolf/internal/lockslow"
 )
 
@@ -74,7 +75,7 @@ func openProbe(useBlocker bool) (*probe, error) {
 	if err := spec.Variables["use_blocker"].Set(useBlocker); err != nil {
 		return nil, fmt.Errorf("hung: configure BPF object: %w", err)
 	}
-	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
+	if err := spec.LoadAndAssign(&p.objs, kernelbtf.Options()); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
 			return nil, fmt.Errorf("hung: the kernel's BPF verifier rejected the program (%v): %w", ve, investigator.ErrUnsupported)

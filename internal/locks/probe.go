@@ -16,6 +16,7 @@ import (
 
 	"github.com/wolf-investigator/wolf/internal/bpfrec"
 	"github.com/wolf-investigator/wolf/internal/investigator"
+	"github.com/wolf-investigator/wolf/internal/kernelbtf"
 	"github.com/wolf-investigator/wolf/internal/lockslow"
 	"github.com/wolf-investigator/wolf/internal/perfsample"
 )
@@ -221,7 +222,7 @@ func (p *probe) load(cfg config) error {
 				commonProgs
 				btfProgs
 			}
-			if err := spec.LoadAndAssign(&o, nil); err != nil {
+			if err := spec.LoadAndAssign(&o, kernelbtf.Options()); err != nil {
 				return err
 			}
 			p.maps, p.common, p.begin, p.end, p.btf = o.locksMaps, o.commonProgs, o.btfProgs.Begin, o.btfProgs.End, true
@@ -232,7 +233,7 @@ func (p *probe) load(cfg config) error {
 			commonProgs
 			rawProgs
 		}
-		if err := spec.LoadAndAssign(&o, nil); err != nil {
+		if err := spec.LoadAndAssign(&o, kernelbtf.Options()); err != nil {
 			return err
 		}
 		p.maps, p.common, p.begin, p.end = o.locksMaps, o.commonProgs, o.rawProgs.Begin, o.rawProgs.End
@@ -263,7 +264,7 @@ func (p *probe) load(cfg config) error {
 			commonProgs
 			kprobeProgs
 		}
-		if err := spec.LoadAndAssign(&o, nil); err != nil {
+		if err := spec.LoadAndAssign(&o, kernelbtf.Options()); err != nil {
 			return err
 		}
 		p.maps, p.common, p.kp = o.locksMaps, o.commonProgs, &o.kprobeProgs
@@ -334,7 +335,7 @@ func fitPerCPU(spec *ebpf.CollectionSpec) error {
 // (5.19+), from its BTF: every tracepoint has a btf_trace_ typedef there.
 // Without BTF, the tracepoints are assumed (and their attach says if not).
 func hasContentionTracepoints() bool {
-	spec, err := btf.LoadKernelSpec()
+	spec, err := kernelbtf.Spec()
 	if err != nil {
 		return true
 	}
@@ -345,7 +346,7 @@ func hasContentionTracepoints() bool {
 // kernelHasFunc says whether the kernel's BTF has a function by that name
 // (kfuncs such as bpf_task_from_pid, 6.2+).
 func kernelHasFunc(name string) bool {
-	spec, err := btf.LoadKernelSpec()
+	spec, err := kernelbtf.Spec()
 	if err != nil {
 		return false
 	}
@@ -356,7 +357,7 @@ func kernelHasFunc(name string) bool {
 // mmapHasMemcgPath says whether this kernel's mmap_lock tracepoints carry
 // a memcg path argument before write (5.14 to 6.13) or not.
 func mmapHasMemcgPath() bool {
-	spec, err := btf.LoadKernelSpec()
+	spec, err := kernelbtf.Spec()
 	if err != nil {
 		return false
 	}

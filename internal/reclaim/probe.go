@@ -8,7 +8,6 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
@@ -16,6 +15,7 @@ import (
 	"github.com/wolf-investigator/wolf/internal/bpfrec"
 	"github.com/wolf-investigator/wolf/internal/hist"
 	"github.com/wolf-investigator/wolf/internal/investigator"
+	"github.com/wolf-investigator/wolf/internal/kernelbtf"
 )
 
 // probe owns everything reclaim attaches to the kernel. close detaches it
@@ -81,7 +81,7 @@ func openProbe(useMemcg bool, absent map[string]bool) (*probe, error) {
 	// and would take the whole collection down with it: leave out the
 	// optional ones this kernel does not have (mm_vmscan_throttled came in
 	// 5.16, after seed 003's 5.15).
-	kernel, err := btf.LoadKernelSpec()
+	kernel, err := kernelbtf.Spec()
 	if err != nil {
 		return nil, fmt.Errorf("reclaim: kernel BTF: %v: %w", err, investigator.ErrUnsupported)
 	}
@@ -96,7 +96,7 @@ func openProbe(useMemcg bool, absent map[string]bool) (*probe, error) {
 		delete(spec.Programs, tp.prog)
 		p.warnings = append(p.warnings, fmt.Sprintf("this kernel has no tracepoint vmscan/%s: %s not seen", tp.name, tp.why))
 	}
-	coll, err := ebpf.NewCollection(spec)
+	coll, err := ebpf.NewCollectionWithOptions(spec, optionsOrZero(kernelbtf.Options()))
 	if err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
@@ -131,6 +131,14 @@ func openProbe(useMemcg bool, absent map[string]bool) (*probe, error) {
 		p.attached[tp.name] = true
 	}
 	return p, nil
+}
+
+// optionsOrZero is opts, or the zero options.
+func optionsOrZero(opts *ebpf.CollectionOptions) ebpf.CollectionOptions {
+	if opts == nil {
+		return ebpf.CollectionOptions{}
+	}
+	return *opts
 }
 
 // setGate opens or shuts the window: the programs count only while it is

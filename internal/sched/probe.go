@@ -16,6 +16,7 @@ import (
 
 	"github.com/wolf-investigator/wolf/internal/bpfrec"
 	"github.com/wolf-investigator/wolf/internal/investigator"
+	"github.com/wolf-investigator/wolf/internal/kernelbtf"
 	"github.com/wolf-investigator/wolf/internal/perfsample"
 	"github.com/wolf-investigator/wolf/internal/tracefs"
 )
@@ -63,7 +64,7 @@ var btfTracepoints = []struct {
 // percpuOffsets reads, from the kernel's BTF, where the per-CPU variables
 // the BPF side needs sit in the per-CPU area. A missing one reads as 0.
 func percpuOffsets() (map[string]uint64, error) {
-	spec, err := btf.LoadKernelSpec()
+	spec, err := kernelbtf.Spec()
 	if err != nil {
 		return nil, fmt.Errorf("kernel BTF: %w", err)
 	}
@@ -128,7 +129,7 @@ func openProbe(cfg config) (*probe, error) {
 			return nil, fmt.Errorf("sched: configure BPF object (%s): %w", name, err)
 		}
 	}
-	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
+	if err := spec.LoadAndAssign(&p.objs, kernelbtf.Options()); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
 			return nil, fmt.Errorf("sched: the kernel's BPF verifier rejected the program (%v): %w", ve, investigator.ErrUnsupported)

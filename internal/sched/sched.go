@@ -22,6 +22,7 @@ import (
 	"github.com/wolf-investigator/wolf/internal/bpfrec"
 	"github.com/wolf-investigator/wolf/internal/hist"
 	"github.com/wolf-investigator/wolf/internal/investigator"
+	"github.com/wolf-investigator/wolf/internal/kernelbtf"
 	"github.com/wolf-investigator/wolf/internal/overhead"
 	"github.com/wolf-investigator/wolf/internal/procfs"
 )
@@ -341,7 +342,7 @@ var legacyFlagNames = []string{"SD_LOAD_BALANCE", "SD_BALANCE_NEWIDLE", "SD_BALA
 // domainFlagNames reads the kernel's own domain flag bits from its BTF
 // (the enum of __SD_* values, 5.10+), else the legacy table.
 func domainFlagNames() []string {
-	spec, err := btf.LoadKernelSpec()
+	spec, err := kernelbtf.Spec()
 	if err != nil {
 		return legacyFlagNames
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/wolf-investigator/wolf/internal/bpfrec"
 	"github.com/wolf-investigator/wolf/internal/hist"
 	"github.com/wolf-investigator/wolf/internal/investigator"
+	"github.com/wolf-investigator/wolf/internal/kernelbtf"
 	"github.com/wolf-investigator/wolf/internal/perfsample"
 )
 
@@ -129,7 +130,7 @@ func openProbe(cfg probeConfig) (*probe, error) {
 		return nil, fmt.Errorf("softirq: configure BPF object: %w", err)
 	}
 	p := &probe{attached: map[string]bool{}, done: make(chan struct{}), clock: newMonoClock()}
-	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
+	if err := spec.LoadAndAssign(&p.objs, kernelbtf.Options()); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
 			return nil, fmt.Errorf("softirq: the kernel's BPF verifier rejected the program (%v): %w", ve, investigator.ErrUnsupported)

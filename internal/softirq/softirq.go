@@ -22,6 +22,7 @@ import (
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/kallsyms"
+	"github.com/wolf-investigator/wolf/internal/kernelbtf"
 	"github.com/wolf-investigator/wolf/internal/overhead"
 	"github.com/wolf-investigator/wolf/internal/sysctl"
 )
@@ -290,7 +291,7 @@ func symbolize(syms *kallsyms.Table, raw []rawStack) []Stack {
 // dropReasonNames maps enum skb_drop_reason values to names from the
 // kernel's BTF ("SKB_DROP_REASON_NO_SOCKET" → "NO_SOCKET"); nil without BTF.
 func dropReasonNames() map[uint32]string {
-	spec, err := btf.LoadKernelSpec()
+	spec, err := kernelbtf.Spec()
 	if err != nil {
 		return nil
 	}
