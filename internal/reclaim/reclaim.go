@@ -164,6 +164,7 @@ func (iv *Investigator) Run(ctx context.Context, opts investigator.Options) (*in
 		Findings:     Conclude(snap),
 		Histograms:   snap.Histograms(),
 		Capabilities: map[string]bool{"memcg": useMemcg},
+		Notes:        p.warnings,
 	}
 	for _, tp := range tracepoints {
 		res.Capabilities["tracepoint:vmscan/"+tp.name] = p.attached[tp.name]

@@ -227,6 +227,10 @@ func (s *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 		Histograms:   Histograms(snap, named),
 		Timelines:    Timelines(snap.Tasks, p.migrations(start), named),
 		Capabilities: map[string]bool{},
+		Notes:        p.warnings,
+	}
+	if topoErr != nil {
+		res.Notes = append(res.Notes, fmt.Sprintf("the scheduler's own cache topology not read (%v): only the hardware's is known", topoErr))
 	}
 	for _, tp := range btfTracepoints {
 		res.Capabilities["tracepoint:"+tp.name] = p.attached[tp.name]
