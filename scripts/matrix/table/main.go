@@ -446,10 +446,12 @@ func checkCell(f rowFiles) (Cell, map[string]checkVerdict) {
 	s, _ := f.read("check")
 	var rep struct {
 		Investigators []struct {
-			Name         string `json:"name"`
-			Ready        bool   `json:"ready"`
-			Degraded     bool   `json:"degraded"`
-			Lost         []string
+			Name         string   `json:"name"`
+			State        string   `json:"state"`
+			Ready        bool     `json:"ready"`
+			Degraded     bool     `json:"degraded"`
+			Lost         []string `json:"lost"`
+			Why          string   `json:"why"`
 			Requirements []struct {
 				Feature   string `json:"feature"`
 				Available bool   `json:"available"`
@@ -468,17 +470,26 @@ func checkCell(f rowFiles) (Cell, map[string]checkVerdict) {
 	}
 	var parts, lost []string
 	for _, inv := range rep.Investigators {
-		v := checkVerdict{state: "ready"}
-		switch {
-		case !inv.Ready:
-			v.state = "cannot run"
-		case inv.Degraded:
-			v.state = "degraded"
-		}
-		for _, r := range inv.Requirements {
-			if !r.Available {
-				v.lost = append(v.lost, fmt.Sprintf("%s: %s (%s)", inv.Name, r.Feature, clip(r.Detail, 160)))
+		v := checkVerdict{state: inv.State}
+		if v.state == "" { // a wolf from before check loaded the programs
+			v.state = "ready"
+			switch {
+			case !inv.Ready:
+				v.state = "cannot run"
+			case inv.Degraded:
+				v.state = "degraded"
 			}
+			for _, r := range inv.Requirements {
+				if !r.Available {
+					v.lost = append(v.lost, fmt.Sprintf("%s: %s (%s)", inv.Name, r.Feature, clip(r.Detail, 160)))
+				}
+			}
+		}
+		for _, l := range inv.Lost {
+			v.lost = append(v.lost, inv.Name+": "+l)
+		}
+		if inv.Why != "" {
+			v.lost = append(v.lost, inv.Name+" cannot run: "+clip(inv.Why, 300))
 		}
 		verdicts[inv.Name] = v
 		parts = append(parts, inv.Name+" "+v.state)
