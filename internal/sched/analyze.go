@@ -86,7 +86,8 @@ type Task struct {
 
 	Runq hist.Log2 // run-queue waits, ns
 	// IdleLong counts its waits of IdleLongNs or more that ended with the
-	// CPU leaving its idle task: not contention (see idleExplained).
+	// CPU leaving its idle task, or wolf's own: not the host's contention
+	// (see idleExplained).
 	IdleLong uint64
 }
 
@@ -104,11 +105,12 @@ func longWaits(h *hist.Log2) uint64 {
 	return n
 }
 
-// idleExplained: most of these long waits ended on an idle CPU. A task
-// woken onto an idle CPU runs within microseconds, unless the CPU is not
-// executing at all: a virtual CPU the hypervisor descheduled, or one
-// taking its turn in an emulator. Such waits are not run-queue
-// contention, whatever their length.
+// idleExplained: most of these long waits ended on an idle CPU, or behind
+// wolf itself. A task woken onto an idle CPU runs within microseconds,
+// unless the CPU is not executing at all: a virtual CPU the hypervisor
+// descheduled, or one taking its turn in an emulator. A task that waited
+// behind wolf waited for wolf's start-up (loading and verifying its
+// programs). Neither is the host's run-queue contention.
 func idleExplained(h *hist.Log2, idle uint64) bool {
 	long := longWaits(h)
 	return long > 0 && idle*2 >= long
@@ -539,9 +541,9 @@ func runqFinding(s *Snapshot, th Thresholds) *finding.Finding {
 	}
 	if onIdle {
 		ev["cause"] = "idle-cpu"
-		f.Title = strings.Replace(f.Title, "Run-queue latency p99 reaches", "Waits for a CPU of up to", 1) + ", on CPUs that were idle: the CPU was not executing, not contended"
-		f.Summary += fmt.Sprintf(" Most waits of %v or more ended with the CPU leaving its idle task: it had nothing else to run.", time.Duration(IdleLongNs).Round(time.Millisecond))
-		f.Mechanism = "A task woken onto an idle CPU runs within microseconds. When it waits milliseconds there, the CPU itself was not executing: a virtual CPU descheduled by its hypervisor (steal), or taking its turn in an emulator such as QEMU without KVM. It is not run-queue contention inside this machine."
+		f.Title = strings.Replace(f.Title, "Run-queue latency p99 reaches", "Waits for a CPU of up to", 1) + ", on CPUs that were idle or running wolf: not the host's contention"
+		f.Summary += fmt.Sprintf(" Most waits of %v or more ended with the CPU leaving its idle task (it had nothing else to run) or wolf's own threads.", time.Duration(IdleLongNs).Round(time.Millisecond))
+		f.Mechanism = "A task woken onto an idle CPU runs within microseconds. When it waits milliseconds there, the CPU itself was not executing: a virtual CPU descheduled by its hypervisor (steal), or taking its turn in an emulator such as QEMU without KVM. A task that waited behind wolf waited for wolf's own start-up (verifying and attaching its programs, most of a slow machine's CPU for a few seconds). Neither is run-queue contention among the host's own tasks."
 		f.Remediation = []string{"Look at the host, not the guest: CPU steal (mpstat -P ALL 1), overcommit, or emulation instead of hardware virtualization."}
 	}
 	return f

@@ -45,7 +45,9 @@ char LICENSE[] SEC("license") = "GPL";
  * with the CPU switching from its idle task was not run-queue contention:
  * the CPU had nothing else to run, and a woken task on an idle CPU runs
  * within microseconds, unless the CPU itself was not executing (a vCPU
- * descheduled or emulated).
+ * descheduled or emulated). One that ends switching from wolf itself
+ * waited behind wolf (loading and verifying its programs is CPU work, a
+ * lot of it on a slow machine): not the host's contention either.
  */
 #define IDLE_LONG_NS (1ULL << 23)
 
@@ -79,7 +81,7 @@ enum stat_index {
 	STAT_RECORDS = 8,       /* records written by the iterator */
 	STAT_RUNQ_SAMPLES = 9,
 	STAT_BIG_CPU = 10,      /* events on CPUs >= MAX_CPUS (classified coarsely) */
-	STAT_IDLE_LONG = 11,    /* per CPU: waits >= IDLE_LONG_NS that ended on it while idle */
+	STAT_IDLE_LONG = 11,    /* per CPU: waits >= IDLE_LONG_NS that ended on it while idle, or behind wolf */
 	STAT_MAX = 12,
 };
 
@@ -127,7 +129,7 @@ struct tstat {
 	__u32 wake_affine;   /* wake-up moves onto the waker's own CPU */
 	__u32 wake_wide;     /* wake-up moves where wake_wide() held */
 	__u32 waker_flips_max;
-	__u32 idle_long;       /* waits >= IDLE_LONG_NS that ended on an idle CPU */
+	__u32 idle_long;       /* waits >= IDLE_LONG_NS that ended on an idle CPU, or behind wolf */
 	__u64 wakee_flips_sum; /* the task's wakee_flips at its wake-up moves */
 	struct wolf_hist runq; /* run-queue wait, ns */
 };
@@ -480,7 +482,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	d = now > st->enq_ts ? now - st->enq_ts : 0;
 	st->enq_ts = 0;
 	hist_add_local(&st->runq, d);
-	if (d >= IDLE_LONG_NS && prev->pid == 0) {
+	if (d >= IDLE_LONG_NS && (prev->pid == 0 || (self_tgid && prev->tgid == self_tgid))) {
 		st->idle_long++;
 		stat_inc(STAT_IDLE_LONG);
 	}

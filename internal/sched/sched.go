@@ -115,6 +115,9 @@ func (s *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 		return nil, err
 	}
 	defer p.close()
+	// Before closing: doctor's other investigators must be done counting
+	// (investigator.Settle says why).
+	defer investigator.Settle(ctx)
 	topo, topoErr := p.readTopology()
 	if err := p.attach(); err != nil {
 		return nil, err
