@@ -62,6 +62,10 @@ type Snapshot struct {
 	// SelfTGID is wolf's own process: a softirq run on top of it ran
 	// while wolf loaded, attached or freed its BPF programs.
 	SelfTGID int
+	// SampleCoverage is the share of the sampler's timer samples (every
+	// CPU, the whole window) that landed, 0 when unknown: a CPU that is
+	// not executing (a descheduled or emulated vCPU) takes none.
+	SampleCoverage float64
 }
 
 // Merged is the vector's histogram over every CPU.

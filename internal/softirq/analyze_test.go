@@ -210,6 +210,17 @@ func TestConcludeWaitAlone(t *testing.T) {
 		t.Fatalf("finding %+v", f)
 	}
 	s.StealPct = 0
+	// No steal, but the CPUs took 45% of their timer samples over the
+	// window (QEMU's TCG): they were not executing; a note.
+	s.SampleCoverage, s.Virtual = 0.45, "QEMU"
+	if f := byID(Conclude(s), "softirq.wait"); f == nil || f.Severity != finding.Info || !strings.Contains(f.Summary, "not executing") {
+		t.Fatalf("finding %+v", f)
+	}
+	s.SampleCoverage = 0.98 // all there: still a warning
+	if f := byID(Conclude(s), "softirq.wait"); f == nil || f.Severity != finding.Warning {
+		t.Fatalf("finding %+v", f)
+	}
+	s.SampleCoverage, s.Virtual = 0, ""
 	// Rare long waits among many short ones: a note, not a warning.
 	s.Wait[vecNetRX][1] = histOf(append(many(1000, 10*time.Microsecond), 40*time.Millisecond, 30*time.Millisecond, 9*time.Millisecond)...)
 	if f := byID(Conclude(s), "softirq.wait"); f == nil || f.Severity != finding.Info {

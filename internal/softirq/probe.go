@@ -103,6 +103,10 @@ type probe struct {
 	objs     mainObjects
 	links    []link.Link
 	sampler  *perfsample.Sampler
+	// sampled is how long and on how many CPUs the sampler ran, for the
+	// share of its timer samples that landed (CPUs not executing take none).
+	sampledCPUs             int
+	sampleStart, sampleStop time.Time
 	rd       *ringbuf.Reader
 	attached map[string]bool
 	warnings []string
@@ -439,6 +443,7 @@ func (p *probe) attach(sampleHz int) error {
 		} else {
 			p.sampler = s
 			p.attached["perf_event"] = true
+			p.sampledCPUs, p.sampleStart = len(s.CPUs), time.Now()
 		}
 	}
 	return nil
@@ -449,6 +454,7 @@ func (p *probe) detach() {
 	if p.sampler != nil {
 		p.sampler.Close()
 		p.sampler = nil
+		p.sampleStop = time.Now()
 	}
 	for _, l := range p.links {
 		_ = l.Close()

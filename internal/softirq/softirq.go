@@ -89,6 +89,9 @@ func (inv *Investigator) Run(ctx context.Context, opts investigator.Options) (*i
 		return nil, err
 	}
 	defer p.close()
+	// Before closing: doctor's other investigators must be done counting
+	// (investigator.Settle says why).
+	defer investigator.Settle(ctx)
 	var fp *funcProbe
 	if inv.Func != nil {
 		if fp, err = openFuncProbe(*inv.Func, inv.FuncPID); err != nil {
@@ -143,6 +146,10 @@ func (inv *Investigator) Run(ctx context.Context, opts investigator.Options) (*i
 	cnt, err := readCounters(p.objs.CPUStates)
 	if err != nil {
 		return nil, err
+	}
+	if span := p.sampleStop.Sub(p.sampleStart); snap.SampleHz > 0 && p.sampledCPUs > 0 && span > time.Second {
+		want := span.Seconds() * float64(snap.SampleHz) * float64(p.sampledCPUs)
+		snap.SampleCoverage = min(float64(cnt.Samples+cnt.SamplesIdle)/want, 1)
 	}
 	stalls, notKept := p.takeStalls()
 	snap.Stalls = stalls
