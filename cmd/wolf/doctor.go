@@ -77,6 +77,8 @@ func runInvestigators(ctx context.Context, command string, invs []investigator.I
 	}
 	results := make([]outcome, len(invs))
 	sys := startChecklist(ctx, command)
+	// Nobody closes its BPF objects while another still counts.
+	barrier := investigator.NewBarrier(len(invs), 60*time.Second)
 	var wg sync.WaitGroup
 	for i, inv := range invs {
 		wg.Add(1)
@@ -84,7 +86,9 @@ func runInvestigators(ctx context.Context, command string, invs []investigator.I
 			defer wg.Done()
 			o := opts
 			o.Progress = bar.update(inv.Name())
-			res, err := inv.Run(ctx, o)
+			ictx := investigator.WithBarrier(ctx, barrier)
+			res, err := inv.Run(ictx, o)
+			investigator.Arrived(ictx) // one that failed before its window ended
 			results[i] = outcome{inv.Name(), res, err}
 		}(i, inv)
 	}

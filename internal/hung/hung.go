@@ -77,6 +77,9 @@ func (h *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 		return nil, err
 	}
 	defer p.close()
+	// Before closing: doctor's other investigators must be done counting
+	// (investigator.Settle says why).
+	defer investigator.Settle(ctx)
 	meter.Track(p.programs()...)
 
 	seen := map[int]*tracked{}

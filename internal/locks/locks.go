@@ -145,6 +145,9 @@ func (l *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 		return nil, err
 	}
 	defer p.close()
+	// Before closing: doctor's other investigators must be done counting
+	// (investigator.Settle says why).
+	defer investigator.Settle(ctx)
 	meter.Track(p.programs()...)
 
 	start := time.Now()

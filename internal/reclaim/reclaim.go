@@ -112,6 +112,9 @@ func (iv *Investigator) Run(ctx context.Context, opts investigator.Options) (*in
 		return nil, err
 	}
 	defer p.close()
+	// Before closing: doctor's other investigators must be done counting
+	// (investigator.Settle says why).
+	defer investigator.Settle(ctx)
 	if err := p.setGate(true); err != nil {
 		return nil, err
 	}
