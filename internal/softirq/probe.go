@@ -100,17 +100,17 @@ type probeConfig struct {
 // probe owns everything the investigation attaches. Nothing is pinned: a
 // killed wolf detaches it all with its file descriptors.
 type probe struct {
-	objs     mainObjects
-	links    []link.Link
-	sampler  *perfsample.Sampler
+	objs    mainObjects
+	links   []link.Link
+	sampler *perfsample.Sampler
 	// sampled is how long and on how many CPUs the sampler ran, for the
 	// share of its timer samples that landed (CPUs not executing take none).
 	sampledCPUs             int
 	sampleStart, sampleStop time.Time
-	rd       *ringbuf.Reader
-	attached map[string]bool
-	warnings []string
-	clock    monoClock
+	rd                      *ringbuf.Reader
+	attached                map[string]bool
+	warnings                []string
+	clock                   monoClock
 
 	mu        sync.Mutex
 	stalls    []Stall
