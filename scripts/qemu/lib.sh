@@ -48,7 +48,6 @@ qemu_setup() {
 	for t in dpkg-deb apt-get gzip; do command -v $t >/dev/null || die "$t is missing (a Debian-like host is needed to unpack kernels)"; done
 	command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
 	command -v qemu-system-aarch64 >/dev/null || need+=(qemu-system-arm)
-	command -v jq >/dev/null || need+=(jq)
 	command -v cpio >/dev/null || busybox cpio --help >/dev/null 2>&1 || need+=(cpio)
 	command -v zstd >/dev/null || need+=(zstd)
 	if ((${#need[@]})); then
