@@ -90,11 +90,15 @@ struct d_sleep {
 	__u64 nr_switches;
 };
 
+#define WAIT_CALLERS 4
+
 struct lock_wait {
 	__u64 lock_addr;
 	__u64 since_ktime;
 	__u32 flags;
 	__u32 _pad;
+	/* A slow-path kprobe's: the stack where the wait began (see kp_wait). */
+	__u64 callers[WAIT_CALLERS];
 };
 
 struct hang_event {
@@ -261,26 +265,42 @@ int BPF_PROG(on_contention_end, void *lock, int ret)
  * Entry is a contended acquire's start. Its end is not probed: a
  * kretprobe replaces the return address on the waiter's stack, and on
  * those kernels every stack of a waiter (the one wolf reads, the one in
- * /proc/PID/stack) then ends in the kretprobe trampoline. The entry stays
- * until the thread's next wait; user space trusts it only while the
- * task's stack is still in a slow path (LOCK_SLOWPATH).
+ * /proc/PID/stack) then ends in the kretprobe trampoline. The entry keeps
+ * the stack of the wait's start, and stands only while the task still
+ * sleeps there (same_site); its lock is LOCK_SLOWPATH.
  */
+static __always_inline int kp_wait(void *ctx, unsigned int flags)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct lock_wait w = {
+		.lock_addr = wolf_kprobe_arg0(ctx),
+		.since_ktime = bpf_ktime_get_ns(),
+		.flags = flags | WAIT_F_KPROBE,
+	};
+
+	bpf_get_stack(ctx, w.callers, sizeof(w.callers), 0);
+	if (bpf_map_update_elem(&lock_waits, &tid, &w, BPF_ANY))
+		stat_inc(STAT_MAP_FULL);
+	stat_inc(STAT_CONTENTIONS);
+	return 0;
+}
+
 SEC("kprobe")
 int kp_mutex_wait(void *ctx)
 {
-	return wait_begin(wolf_kprobe_arg0(ctx), WOLF_LCB_F_MUTEX | WAIT_F_KPROBE);
+	return kp_wait(ctx, WOLF_LCB_F_MUTEX);
 }
 
 SEC("kprobe")
 int kp_rwsem_read_wait(void *ctx)
 {
-	return wait_begin(wolf_kprobe_arg0(ctx), WOLF_LCB_F_READ | WAIT_F_KPROBE);
+	return kp_wait(ctx, WOLF_LCB_F_READ);
 }
 
 SEC("kprobe")
 int kp_rwsem_write_wait(void *ctx)
 {
-	return wait_begin(wolf_kprobe_arg0(ctx), WOLF_LCB_F_WRITE | WAIT_F_KPROBE);
+	return kp_wait(ctx, WOLF_LCB_F_WRITE);
 }
 
 SEC("raw_tp/sched_process_hang")
@@ -322,6 +342,19 @@ struct semaphore___617 {
 } __attribute__((preserve_access_index));
 
 /* Which lock is t sleeping on, and as what? */
+static __always_inline bool same_site(struct task_rec *r, struct lock_wait *w)
+{
+	for (int i = 0; i < 8; i++) {
+		if (i * 8 >= r->stack_bytes)
+			break;
+		for (int j = 1; j < WAIT_CALLERS; j++) {
+			if (w->callers[j] && r->stack[i] == w->callers[j])
+				return true;
+		}
+	}
+	return false;
+}
+
 static __always_inline void find_lock(struct task_struct *t, struct task_rec *r)
 {
 	if (!use_blocker) {
@@ -357,6 +390,15 @@ static __always_inline void find_lock(struct task_struct *t, struct task_rec *r)
 	__u32 tid = r->tid;
 	struct lock_wait *w = bpf_map_lookup_elem(&lock_waits, &tid);
 	if (!w)
+		return;
+	/*
+	 * A slow-path kprobe's wait has no end event: it still stands only if
+	 * the task sleeps where that wait began, one of the return addresses
+	 * of its stack then (the lock call's callers) among the innermost of
+	 * its stack now. Stack walks leave out the __sched slow paths
+	 * themselves (mutexes), not their callers.
+	 */
+	if ((w->flags & WAIT_F_KPROBE) && !same_site(r, w))
 		return;
 	if (r->lock_source == LOCK_NONE) {
 		r->lock_addr = w->lock_addr;
@@ -511,13 +553,14 @@ int dump_tasks(struct bpf_iter__task *ctx)
 				BPF_CORE_READ(cur, se.prev_sum_exec_runtime));
 	}
 
+	/* The stack first: a slow-path kprobe's lock is checked against it. */
+	long n = bpf_get_task_stack(t, r->stack, sizeof(r->stack), 0);
+	r->stack_bytes = n > 0 ? n : 0;
+
 	find_lock(t, r);
 	find_owner(r);
 	find_worker(t, r);
 	find_dumper(t, r);
-
-	long n = bpf_get_task_stack(t, r->stack, sizeof(r->stack), 0);
-	r->stack_bytes = n > 0 ? n : 0;
 
 	bpf_seq_write(ctx->meta->seq, r, sizeof(*r));
 	stat_inc(STAT_RECORDS);

@@ -33,6 +33,7 @@ type hungLockWait struct {
 	SinceKtime uint64
 	Flags      uint32
 	Pad        uint32
+	Callers    [4]uint64
 }
 
 type hungTaskRec struct {

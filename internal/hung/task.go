@@ -7,7 +7,6 @@ import (
 
 	"github.com/wolf-investigator/wolf/internal/bpfrec"
 	"github.com/wolf-investigator/wolf/internal/kallsyms"
-	"github.com/wolf-investigator/wolf/internal/lockslow"
 )
 
 // Symbolizer turns kernel addresses into "func+0x1f [module]"; the
@@ -67,7 +66,7 @@ const (
 	SourceBlocker
 	SourceContention
 	SourceBlockerMutex
-	SourceSlowpath // a kprobe on the lock's slow path (before 5.19), checked against the stack
+	SourceSlowpath // a kprobe on the lock's slow path (before 5.19), still where it began
 )
 
 func (s LockSource) String() string {
@@ -207,11 +206,6 @@ func decode(r *hungTaskRec, sym Symbolizer) *Task {
 	case r.LastArrival != 0 && r.NowSched > r.LastArrival+r.LastSliceNs:
 		t.Blocked = time.Duration(r.NowSched - r.LastArrival - r.LastSliceNs)
 	}
-	// A slow-path kprobe's lock stands only while the task still waits in
-	// a slow path: nothing marks the end of that wait in the kernel.
-	if r.LockAddr != 0 && LockSource(r.LockSource) == SourceSlowpath && !inSlowpath(t.Stack) {
-		r.LockAddr = 0
-	}
 	if r.LockAddr != 0 {
 		l := &Lock{
 			Addr:      r.LockAddr,
@@ -237,17 +231,6 @@ func decode(r *hungTaskRec, sym Symbolizer) *Task {
 	}
 	t.DumperTID = int(r.DumperTid)
 	return t
-}
-
-// inSlowpath says whether a symbolized stack is inside one of the sleeping
-// locks' slow paths that lockslow probes.
-func inSlowpath(stack []string) bool {
-	for _, f := range stack {
-		if lockslow.IsSlowpath(funcOf(f)) {
-			return true
-		}
-	}
-	return false
 }
 
 // globalName names a lock that is a kernel global (rtnl_mutex), and

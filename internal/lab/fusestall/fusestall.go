@@ -355,7 +355,7 @@ func (in *Instance) addVictims(ctx context.Context, n int) ([]int, error) {
 			// D alone could be a page fault during exec, or another
 			// lock; the innermost frame says it is ours. Without
 			// /proc/PID/stack (CONFIG_STACKTRACE=n) wchan says the same.
-			if fns := stackFuncs(c.pid); len(fns) > 0 {
+			if fns := waitFrames(stackFuncs(c.pid)); len(fns) > 0 {
 				return slices.Contains(frames, fns[0]), nil
 			}
 			return slices.Contains(frames, wchan(c.pid)), nil
