@@ -114,7 +114,7 @@ if has_step labs; then
 				note "$r wolf attached ($(links $w) links) uptime=$(up)s"
 				$W lab run "$lab" --duration 40s >"$T/lab.out" 2>"$T/lab.err" &
 				l=$!
-				wait_for "$T/lab.out" 'offender pid' 120 $l && note "$r lab up uptime=$(up)s"
+				wait_for "$T/lab.out" 'offender pid' 300 $l && note "$r lab up uptime=$(up)s"
 			else
 				echo "wolf did not attach" >>"$T/lab.err"
 				l=
@@ -123,7 +123,7 @@ if has_step labs; then
 		else
 			$W lab run "$lab" --duration 45s >"$T/lab.out" 2>"$T/lab.err" &
 			l=$!
-			if wait_for "$T/lab.out" 'offender pid' 120 $l; then
+			if wait_for "$T/lab.out" 'offender pid' 300 $l; then
 				note "$r lab up uptime=$(up)s"
 				sleep 2
 				# The kernel's own count of the lab task's migrations over
