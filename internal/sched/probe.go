@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/wolf-investigator/wolf/internal/bpfrec"
 	"github.com/wolf-investigator/wolf/internal/investigator"
+	"github.com/wolf-investigator/wolf/internal/kallsyms"
 	"github.com/wolf-investigator/wolf/internal/kernelbtf"
 	"github.com/wolf-investigator/wolf/internal/perfsample"
 	"github.com/wolf-investigator/wolf/internal/tracefs"
@@ -64,20 +66,49 @@ var btfTracepoints = []struct {
 // percpuOffsets reads, from the kernel's BTF, where the per-CPU variables
 // the BPF side needs sit in the per-CPU area. A missing one reads as 0.
 func percpuOffsets() (map[string]uint64, error) {
+	want := map[string]bool{"runqueues": true, "__preempt_count": true, "sd_llc_size": true, "sd_llc_id": true}
 	spec, err := kernelbtf.Spec()
 	if err != nil {
 		return nil, fmt.Errorf("kernel BTF: %w", err)
 	}
 	var ds *btf.Datasec
 	if err := spec.TypeByName(".data..percpu", &ds); err != nil {
-		return nil, fmt.Errorf("kernel BTF has no .data..percpu section: %w", err)
+		// Kernels whose BTF has no variables (5.10's pahole) still list
+		// them in kallsyms.
+		out, kerr := percpuFromKallsyms(want)
+		if kerr != nil {
+			return nil, fmt.Errorf("kernel BTF has no .data..percpu section (%v), and kallsyms: %w", err, kerr)
+		}
+		return out, nil
 	}
-	want := map[string]bool{"runqueues": true, "__preempt_count": true, "sd_llc_size": true, "sd_llc_id": true}
 	out := map[string]uint64{}
 	for _, v := range ds.Vars {
 		if vv, ok := v.Type.(*btf.Var); ok && want[vv.Name] {
 			out[vv.Name] = uint64(v.Offset)
 		}
+	}
+	return out, nil
+}
+
+// percpuFromKallsyms finds per-CPU variables' offsets in the per-CPU area
+// from /proc/kallsyms: their addresses less __per_cpu_start (zero on
+// x86-64, where per-CPU symbols are offsets already).
+func percpuFromKallsyms(want map[string]bool) (map[string]uint64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	syms, err := kallsyms.Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	base, _ := syms.Lookup("__per_cpu_start")
+	out := map[string]uint64{}
+	for name := range want {
+		if a, ok := syms.Lookup(name); ok && a >= base && a != 0 {
+			out[name] = a - base
+		}
+	}
+	if out["runqueues"] == 0 {
+		return nil, fmt.Errorf("no runqueues symbol (addresses hidden by kptr_restrict?)")
 	}
 	return out, nil
 }
