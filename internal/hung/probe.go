@@ -15,6 +15,7 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 
 	"github.com/wolf-investigator/wolf/internal/bpfrec"
+	"github.com/wolf-investigator/wolf/internal/features"
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/kernelbtf"
 	"github.com/wolf-investigator/wolf/internal/lockslow"
@@ -96,6 +97,13 @@ func openProbe(useBlocker bool) (*probe, error) {
 		}
 		p.links = append(p.links, l)
 		p.attached[tp.name] = true
+	}
+	// Without task->blocker the lock of a task already blocked when wolf
+	// starts is unknown: said, as check says it.
+	if useBlocker {
+		if st := features.Probe(context.Background(), "task_blocker"); !st.Available {
+			p.warnings = append(p.warnings, "the lock a task blocked before wolf started waits on is unknown (task->blocker is Linux 6.16+, blocker_mutex 6.14): such tasks are grouped by where they wait")
+		}
 	}
 	// Before 5.19 there are no lock:contention_* tracepoints: kprobes on the
 	// sleeping locks' slow paths tell the same for mutexes and
