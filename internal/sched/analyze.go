@@ -168,6 +168,32 @@ type Snapshot struct {
 	// CPUIdleLong counts, per CPU, the long waits that ended on it while
 	// it was idle (Task.IdleLong, by CPU).
 	CPUIdleLong map[int]uint64
+	// CPUCoverage is, per CPU, the share of its clock samples that landed
+	// (1: it executed throughout); nil when not measured.
+	CPUCoverage map[int]float64
+}
+
+// notExecuting is the clock-sample coverage under which a CPU did not
+// execute a significant part of the window: one that runs takes every
+// sample, busy or idle.
+const notExecuting = 0.75
+
+// lowCoverage: the CPUs (cpu, or all when cpu < 0) took fewer than
+// notExecuting of their clock samples, and how many they took.
+func (s *Snapshot) lowCoverage(cpu int) (float64, bool) {
+	if len(s.CPUCoverage) == 0 {
+		return 0, false
+	}
+	if cpu >= 0 {
+		c, ok := s.CPUCoverage[cpu]
+		return c, ok && c < notExecuting
+	}
+	var sum float64
+	for _, c := range s.CPUCoverage {
+		sum += c
+	}
+	c := sum / float64(len(s.CPUCoverage))
+	return c, c < notExecuting
 }
 
 const seedRef = "https://www.ericsplace.xyz/posts/network-is-slow/ (seed 001: a task bounced between cores by the load balancer and wake-up placement; CONFIG_SCHED_MC off)"
@@ -452,7 +478,7 @@ func runqFinding(s *Snapshot, th Thresholds) *finding.Finding {
 		if p := t.Runq.Quantile(0.99); time.Duration(p) >= th.RunqP99 {
 			tasks = append(tasks, bad{t, p})
 			worst = max(worst, p)
-			if idleExplained(&t.Runq, t.IdleLong) {
+			if _, low := s.lowCoverage(-1); low || idleExplained(&t.Runq, t.IdleLong) {
 				idle++
 			}
 		}
@@ -462,7 +488,7 @@ func runqFinding(s *Snapshot, th Thresholds) *finding.Finding {
 		if h.Count >= th.RunqMinWaits*5 && time.Duration(h.Quantile(0.99)) >= th.RunqP99 {
 			cpus = append(cpus, cpu)
 			worst = max(worst, h.Quantile(0.99))
-			if idleExplained(&h, s.CPUIdleLong[cpu]) {
+			if _, low := s.lowCoverage(cpu); low || idleExplained(&h, s.CPUIdleLong[cpu]) {
 				idle++
 			}
 		}
@@ -539,10 +565,13 @@ func runqFinding(s *Snapshot, th Thresholds) *finding.Finding {
 			"Give the latency-sensitive tasks their own CPUs (cpusets) or more weight (cpu.weight of their cgroup, nice); move batch work to SCHED_BATCH or a lower weight.",
 		},
 	}
+	if cov, low := s.lowCoverage(-1); low {
+		ev["cpu_clock_coverage_pct"] = pct(100 * cov)
+	}
 	if onIdle {
 		ev["cause"] = "idle-cpu"
 		f.Title = strings.Replace(f.Title, "Run-queue latency p99 reaches", "Waits for a CPU of up to", 1) + ", on CPUs that were idle or running wolf: not the host's contention"
-		f.Summary += fmt.Sprintf(" Most waits of %v or more ended with the CPU leaving its idle task (it had nothing else to run) or wolf's own threads.", time.Duration(IdleLongNs).Round(time.Millisecond))
+		f.Summary += fmt.Sprintf(" Most waits of %v or more ended with the CPU leaving its idle task (it had nothing else to run) or wolf's own threads, or the CPUs took too few of their clock samples to have been executing.", time.Duration(IdleLongNs).Round(time.Millisecond))
 		f.Mechanism = "A task woken onto an idle CPU runs within microseconds. When it waits milliseconds there, the CPU itself was not executing: a virtual CPU descheduled by its hypervisor (steal), or taking its turn in an emulator such as QEMU without KVM. A task that waited behind wolf waited for wolf's own start-up (verifying and attaching its programs, most of a slow machine's CPU for a few seconds). Neither is run-queue contention among the host's own tasks."
 		f.Remediation = []string{"Look at the host, not the guest: CPU steal (mpstat -P ALL 1), overcommit, or emulation instead of hardware virtualization."}
 	}

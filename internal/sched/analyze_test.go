@@ -174,6 +174,16 @@ func TestRunqLatencyOnIdleCPUs(t *testing.T) {
 	if f := find(Conclude(s), "sched.runq-latency"); f == nil || f.Severity != finding.Warning {
 		t.Fatalf("mostly contended: %+v", f)
 	}
+	// Unless the CPUs took too few of their clock samples to have been
+	// executing (seen on arm64 under QEMU: a CPU's p99 67 ms, idle).
+	s.CPUCoverage = map[int]float64{0: 0.41, 1: 0.55}
+	if f := find(Conclude(s), "sched.runq-latency"); f == nil || f.Severity != finding.Info || f.Evidence["cpu_clock_coverage_pct"] != 48.0 {
+		t.Fatalf("CPUs not executing: %+v", f)
+	}
+	s.CPUCoverage = map[int]float64{0: 0.99, 1: 0.98}
+	if f := find(Conclude(s), "sched.runq-latency"); f == nil || f.Severity != finding.Warning {
+		t.Fatalf("CPUs executing: %+v", f)
+	}
 	if got := longWaits(&rcu.Runq); got != 5 {
 		t.Errorf("longWaits %d, want 5", got)
 	}

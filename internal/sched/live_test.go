@@ -250,6 +250,17 @@ func TestLiveHealthyHost(t *testing.T) {
 	if len(res.Histograms) == 0 {
 		t.Error("no run-queue histograms on a live host")
 	}
+	// Every online CPU took clock samples; a CPU that executes takes
+	// nearly all of them (steal on this VM takes some).
+	if len(snap.CPUCoverage) == 0 {
+		t.Error("CPU clock coverage not measured")
+	}
+	for cpu, c := range snap.CPUCoverage {
+		t.Logf("CPU %d took %.0f%% of its clock samples", cpu, 100*c)
+		if c < 0.3 || c > 1 {
+			t.Errorf("CPU %d: clock coverage %.2f", cpu, c)
+		}
+	}
 	if snap.Hardware == nil || snap.Sched == nil {
 		t.Fatalf("topology not read: hardware %v, scheduler %v", snap.Hardware, snap.Sched)
 	}

@@ -36,11 +36,14 @@ type config struct {
 // probe owns everything sched attaches to the kernel. close detaches it all;
 // nothing is pinned, so a kill -9 of wolf detaches it all too.
 type probe struct {
-	objs     schedObjects
-	links    []link.Link
-	iter     *link.Iter
-	attached map[string]bool
-	warnings []string
+	objs schedObjects
+	// ticker samples every CPU's clock (on_tick) from tickStart on.
+	ticker    *perfsample.Sampler
+	tickStart time.Time
+	links     []link.Link
+	iter      *link.Iter
+	attached  map[string]bool
+	warnings  []string
 	// percpu says whether the per-CPU variable offsets were found in the
 	// kernel's BTF (the scheduler's LLC view and the softirq test need them).
 	percpu bool
@@ -201,7 +204,42 @@ func (p *probe) attach() error {
 		return fmt.Errorf("sched: create task iterator (needs Linux 5.8+ with BTF: %v): %w", err, investigator.ErrUnsupported)
 	}
 	p.iter = it
+	// Whether the CPUs executed: optional (without perf events, waits on
+	// a CPU that was not executing read as contention).
+	if s, err := perfsample.Attach(p.objs.OnTick, tickHz); err == nil {
+		p.ticker, p.tickStart = s, time.Now()
+	} else {
+		p.warnings = append(p.warnings, fmt.Sprintf("no clock samples (%v): a wait on a CPU that was not executing is not told from contention", err))
+	}
 	return nil
+}
+
+// tickHz is on_tick's rate: enough samples in a few seconds to tell a CPU
+// that ran from one that did not, at one program run per 10 ms per CPU.
+const tickHz = 100
+
+// cpuCoverage returns, per CPU, the share of on_tick's samples that
+// landed since attach: under 1 where the CPU was not executing. nil when
+// it was not measured.
+func (p *probe) cpuCoverage() map[int]float64 {
+	if p.ticker == nil {
+		return nil
+	}
+	span := time.Since(p.tickStart).Seconds()
+	if span < 1 {
+		return nil
+	}
+	var vals []uint64
+	if err := p.objs.Stats.Lookup(uint32(statTicks), &vals); err != nil {
+		return nil
+	}
+	out := map[int]float64{}
+	for _, cpu := range p.ticker.CPUs {
+		if cpu < len(vals) {
+			out[cpu] = min(float64(vals[cpu])/(span*tickHz), 1)
+		}
+	}
+	return out
 }
 
 // readTopology runs read_cpu on every online CPU, from a thread pinned to
@@ -357,10 +395,14 @@ func (p *probe) kinds() ([NKinds]uint64, error) {
 }
 
 // statNames follow enum stat_index in sched.bpf.c.
-var statNames = []string{"migrations", "same_cpu", "no_storage", "exited_full", "exited_saved", "cgroup_full", "setaffinity", "setaffinity_full", "records", "runq_samples", "big_cpu", "idle_long"}
+var statNames = []string{"migrations", "same_cpu", "no_storage", "exited_full", "exited_saved", "cgroup_full", "setaffinity", "setaffinity_full", "records", "runq_samples", "big_cpu", "idle_long", "ticks"}
 
-// statIdleLong indexes STAT_IDLE_LONG: kept per CPU.
-const statIdleLong = 11
+// statIdleLong and statTicks index STAT_IDLE_LONG and STAT_TICKS: kept
+// per CPU.
+const (
+	statIdleLong = 11
+	statTicks    = 12
+)
 
 // cpuIdleLong returns, per CPU, the long waits that ended on it while idle.
 func (p *probe) cpuIdleLong() map[int]uint64 {
@@ -387,7 +429,7 @@ func (p *probe) stats() (map[string]uint64, error) {
 
 // programs lists the hot programs, for the overhead meter.
 func (p *probe) programs() []*ebpf.Program {
-	return []*ebpf.Program{p.objs.OnMigrate, p.objs.OnSwitch, p.objs.OnWakeup, p.objs.OnWakeupNew, p.objs.OnExit, p.objs.OnSetaffinity, p.objs.DumpTasks}
+	return []*ebpf.Program{p.objs.OnMigrate, p.objs.OnSwitch, p.objs.OnWakeup, p.objs.OnWakeupNew, p.objs.OnExit, p.objs.OnSetaffinity, p.objs.DumpTasks, p.objs.OnTick}
 }
 
 // programsByName names the programs as sched.bpf.c does.
@@ -395,11 +437,15 @@ func (p *probe) programsByName() map[string]*ebpf.Program {
 	return map[string]*ebpf.Program{
 		"on_migrate": p.objs.OnMigrate, "on_switch": p.objs.OnSwitch, "on_wakeup": p.objs.OnWakeup,
 		"on_wakeup_new": p.objs.OnWakeupNew, "on_exit": p.objs.OnExit, "on_setaffinity": p.objs.OnSetaffinity,
-		"dump_tasks": p.objs.DumpTasks,
+		"dump_tasks": p.objs.DumpTasks, "on_tick": p.objs.OnTick,
 	}
 }
 
 func (p *probe) close() {
+	if p.ticker != nil {
+		p.ticker.Close()
+		p.ticker = nil
+	}
 	for _, l := range p.links {
 		_ = l.Close()
 	}

@@ -82,7 +82,8 @@ enum stat_index {
 	STAT_RUNQ_SAMPLES = 9,
 	STAT_BIG_CPU = 10,      /* events on CPUs >= MAX_CPUS (classified coarsely) */
 	STAT_IDLE_LONG = 11,    /* per CPU: waits >= IDLE_LONG_NS that ended on it while idle, or behind wolf */
-	STAT_MAX = 12,
+	STAT_TICKS = 12,        /* per CPU: clock samples that landed (on_tick) */
+	STAT_MAX = 13,
 };
 
 /* Set by user space before load. */
@@ -814,6 +815,20 @@ int on_setaffinity(struct setaffinity_args *args)
 	a->last_caller_tid = caller;
 	a->last_caller_tgid = id >> 32;
 	bpf_get_current_comm(a->last_caller_comm, sizeof(a->last_caller_comm));
+	return 0;
+}
+
+/*
+ * A CPU-clock sample on every CPU at a low rate: a CPU that executes takes
+ * all of them, busy or idle; one that does not (a vCPU descheduled by its
+ * hypervisor, or waiting its turn in an emulator) takes few. User space
+ * compares the count with the rate: waits for a CPU on a CPU that was not
+ * executing are not contention among the host's tasks.
+ */
+SEC("perf_event")
+int on_tick(void *ctx)
+{
+	stat_inc(STAT_TICKS);
 	return 0;
 }
 

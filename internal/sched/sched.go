@@ -148,6 +148,7 @@ func (s *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 		Thresholds:   s.Thresholds,
 		BounceWindow: s.BounceWindow,
 		CPUIdleLong:  p.cpuIdleLong(),
+		CPUCoverage:  p.cpuCoverage(),
 	}
 	if kinds, err := p.kinds(); err == nil {
 		for k := range kinds {

@@ -134,6 +134,7 @@ const (
 	schedProgOnMigrate      = "on_migrate"
 	schedProgOnSetaffinity  = "on_setaffinity"
 	schedProgOnSwitch       = "on_switch"
+	schedProgOnTick         = "on_tick"
 	schedProgOnWakeup       = "on_wakeup"
 	schedProgOnWakeupNew    = "on_wakeup_new"
 	schedProgReadCpu        = "read_cpu"
@@ -204,6 +205,7 @@ type schedProgramSpecs struct {
 	OnMigrate     *ebpf.ProgramSpec `ebpf:"on_migrate"`
 	OnSetaffinity *ebpf.ProgramSpec `ebpf:"on_setaffinity"`
 	OnSwitch      *ebpf.ProgramSpec `ebpf:"on_switch"`
+	OnTick        *ebpf.ProgramSpec `ebpf:"on_tick"`
 	OnWakeup      *ebpf.ProgramSpec `ebpf:"on_wakeup"`
 	OnWakeupNew   *ebpf.ProgramSpec `ebpf:"on_wakeup_new"`
 	ReadCpu       *ebpf.ProgramSpec `ebpf:"read_cpu"`
@@ -335,6 +337,7 @@ type schedPrograms struct {
 	OnMigrate     *ebpf.Program `ebpf:"on_migrate"`
 	OnSetaffinity *ebpf.Program `ebpf:"on_setaffinity"`
 	OnSwitch      *ebpf.Program `ebpf:"on_switch"`
+	OnTick        *ebpf.Program `ebpf:"on_tick"`
 	OnWakeup      *ebpf.Program `ebpf:"on_wakeup"`
 	OnWakeupNew   *ebpf.Program `ebpf:"on_wakeup_new"`
 	ReadCpu       *ebpf.Program `ebpf:"read_cpu"`
@@ -347,6 +350,7 @@ func (p *schedPrograms) Close() error {
 		p.OnMigrate,
 		p.OnSetaffinity,
 		p.OnSwitch,
+		p.OnTick,
 		p.OnWakeup,
 		p.OnWakeupNew,
 		p.ReadCpu,
