@@ -278,6 +278,9 @@ func (p *probe) load(cfg config) error {
 			}
 			return fmt.Errorf("locks: load BPF objects: %w", err)
 		}
+		// Owners' stacks need kfuncs in BTF-tracepoint programs (6.2+);
+		// kernels without contention tracepoints are older still.
+		p.warnings = append(p.warnings, "owners' stacks not captured: the kernel has no bpf_task_from_pid kfunc (Linux 6.2+)")
 		return nil
 	}
 	var btfErr error
