@@ -177,6 +177,8 @@ fi
 # ---------------------------------------------------------------- boot
 WOLF_QEMU_SHOW=${WOLF_QEMU_SHOW:-1} qemu_boot amd64 "$OUT/initrd.gz" "$OUT" "$TIMEOUT" "$APPEND_EXTRA"
 rm -f "$OUT/initrd.gz"
+# From here on every step is a check that reports, not a step that stops the script.
+set +e
 CONSOLE=$OUT/console.log
 
 # ---------------------------------------------------------------- checks
