@@ -17,12 +17,11 @@
 package hunglog
 
 import (
-	"bufio"
-	"errors"
 	"fmt"
 	"io"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/hung/hunglog/logline"
 	"github.com/wolf-investigator/wolf/internal/hung/waitsite"
 )
 
@@ -31,7 +30,7 @@ import (
 // these the input is not a kernel log or is pathological, and memory stays
 // bounded regardless.
 const (
-	MaxLineBytes    = 64 << 10 // longer lines are cut here and counted in LongLines
+	MaxLineBytes    = logline.DefaultMaxLineBytes // longer lines are cut here and counted in LongLines
 	MaxReports      = 4096     // distinct hung tasks kept; the rest are counted in ReportsDropped
 	MaxFrames       = 128      // frames kept per stack
 	MaxHolders      = 4096     // lockdep "locks held by" entries kept
@@ -68,7 +67,9 @@ type Report struct {
 	Stack   []string // innermost first, as printed, "?" frames included
 	Site    waitsite.Site
 	// Source is "hung-task" for khungtaskd reports, "sysrq" for a D task
-	// found in a sysrq-w / sysrq-t dump with no hung-task report.
+	// found in a task dump (sysrq-w, sysrq-t, an old kernel's dump after
+	// its reports) with no hung-task report, "blocker line" for a task the
+	// log names only in a blocker line.
 	Source    string
 	FirstLine int    // 1-based line of the report's first line
 	Stamp     string // timestamp of that line as written, "" when none
@@ -87,6 +88,7 @@ type Blocker struct {
 	OwnerAs    string // rw-semaphore: how the owner holds it
 	NotFound   bool   // "… but the owner is not found."
 	OwnerState string // from the owner's dump that follows, when printed
+	OwnerTGID  int    // likewise (6.6+ task lines print tgid)
 	OwnerStack []string
 }
 
@@ -94,8 +96,13 @@ type Blocker struct {
 // blocked acquiring a lock lists it too (lockdep records the acquire before
 // the wait), as its last entry.
 type HeldLocks struct {
-	Comm  string
-	PID   int
+	Comm string
+	PID  int
+	// Count is the number the "N locks held by" line gives. Lockdep does
+	// not list the locks of a task that is running on another CPU, so a
+	// Count above len(Locks) means the list was left out, not that the
+	// task holds nothing.
+	Count int
 	Locks []HeldLock
 }
 
@@ -132,7 +139,17 @@ type Analysis struct {
 	Groups   []Group
 	Findings []finding.Finding
 	Held     []HeldLocks // lockdep dumps, latest per task
-	Lines    int         // lines read
+	Lines    int         // physical lines read
+	// BytesRead is how much of the input was read; Cut says why reading
+	// stopped before its end ("" when it did not), Binary that the input
+	// was not text at all.
+	BytesRead int64
+	Cut       string
+	Binary    bool
+	Host      string // the host name the log's syslog lines carry, "" when none
+	// Events are the other kernel-log events that may explain a hang
+	// (device timeouts, I/O errors, lockups, stalls, OOM kills).
+	Events []Event
 
 	Kernel         string // the kernel release the reports name
 	ReportsDropped int    // reports not kept because MaxReports was reached
@@ -147,57 +164,32 @@ type Analysis struct {
 
 // Analyze reads a kernel log and returns the hung-task reports in it,
 // grouped, with findings. It fails only when reading fails; input that is
-// not a kernel log yields an empty analysis.
+// not a kernel log yields an empty analysis, and input beyond the limits of
+// package logline is left unread and said so in Analysis.Cut.
 func Analyze(r io.Reader) (*Analysis, error) {
+	return AnalyzeLimited(r, logline.Limits{})
+}
+
+// AnalyzeLimited is Analyze with explicit input limits.
+func AnalyzeLimited(r io.Reader, lim logline.Limits) (*Analysis, error) {
 	p := newParser()
-	br := bufio.NewReaderSize(r, MaxLineBytes)
+	lr := logline.NewReader(r, lim)
 	for {
-		raw, long, err := readLine(br)
-		if len(raw) > 0 || err == nil {
-			p.lines++
-			if long {
-				p.a.LongLines++
-			}
-			p.feed(raw)
-		}
-		if errors.Is(err, io.EOF) {
+		l, ok := lr.Next()
+		if !ok {
 			break
 		}
-		if err != nil {
-			return nil, fmt.Errorf("hunglog: read line %d: %w", p.lines+1, err)
-		}
+		p.feed(l)
 	}
+	if err := lr.Err(); err != nil {
+		return nil, fmt.Errorf("hunglog: %w", err)
+	}
+	st := lr.Stats()
 	p.finish()
 	a := p.a
-	a.Lines = p.lines
+	a.Lines, a.LongLines, a.Cut, a.Binary, a.BytesRead = st.Lines, st.LongLines, st.Cut, st.Binary, st.Bytes
 	buildGroups(a, p)
 	a.Findings = buildFindings(a, p)
 	finding.Sort(a.Findings)
 	return a, nil
-}
-
-// readLine returns one line without its newline, at most MaxLineBytes of
-// it; the rest of a longer line is read and thrown away so that a binary
-// file or a giant single line costs no more memory than a normal one.
-func readLine(br *bufio.Reader) (line []byte, long bool, err error) {
-	b, err := br.ReadSlice('\n')
-	if !errors.Is(err, bufio.ErrBufferFull) {
-		return trimNL(b), false, err
-	}
-	keep := make([]byte, len(b))
-	copy(keep, b)
-	for errors.Is(err, bufio.ErrBufferFull) {
-		_, err = br.ReadSlice('\n')
-	}
-	if errors.Is(err, io.EOF) {
-		err = nil // the long line was the last; report EOF on the next call
-	}
-	return keep, true, err
-}
-
-func trimNL(b []byte) []byte {
-	if n := len(b); n > 0 && b[n-1] == '\n' {
-		return b[:n-1]
-	}
-	return b
 }
