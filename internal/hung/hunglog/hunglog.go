@@ -31,17 +31,17 @@ import (
 // bounded regardless.
 const (
 	MaxLineBytes    = logline.DefaultMaxLineBytes // longer lines are cut here and counted in LongLines
-	MaxReports      = 4096     // distinct hung tasks kept; the rest are counted in ReportsDropped
-	MaxFrames       = 128      // frames kept per stack
-	MaxHolders      = 4096     // lockdep "locks held by" entries kept
-	MaxLocksPerTask = 48       // lockdep held locks kept per task
-	MaxOtherTasks   = 4096     // non-D task dumps kept (to find RCU-tasks offenders)
-	MaxStoredBytes  = 32 << 20 // frames and lockdep entries kept, all reports together
-	maxFrameBytes   = 512      // a kept frame is cut here (decoded frames run to ~300)
-	maxNameBytes    = 128      // task, lock and workqueue names are cut here
-	maxSubjects     = 24       // victims listed per finding
-	maxStreams      = 256      // printk caller ids tracked separately
-	maxTextBytes    = 4 << 10  // parsing looks at no more of a line than this
+	MaxReports      = 4096                        // distinct hung tasks kept; the rest are counted in ReportsDropped
+	MaxFrames       = 128                         // frames kept per stack
+	MaxHolders      = 4096                        // lockdep "locks held by" entries kept
+	MaxLocksPerTask = 48                          // lockdep held locks kept per task
+	MaxOtherTasks   = 4096                        // non-D task dumps kept (to find RCU-tasks offenders)
+	MaxStoredBytes  = 32 << 20                    // frames and lockdep entries kept, all reports together
+	maxFrameBytes   = 512                         // a kept frame is cut here (decoded frames run to ~300)
+	maxNameBytes    = 128                         // task, lock and workqueue names are cut here
+	maxSubjects     = 24                          // victims listed per finding
+	maxStreams      = 256                         // printk caller ids tracked separately
+	maxTextBytes    = 4 << 10                     // parsing looks at no more of a line than this
 )
 
 // Report is one hung (or sysrq-dumped D-state) task, after merging repeated
