@@ -119,18 +119,36 @@ type Group struct {
 	Site     waitsite.Site // the first victim's site
 	Victims  []*Report
 	Owner    *Owner   // who holds what they wait on, when the log says
-	Holders  []*Owner // other candidates when the log is ambiguous
+	Holders  []*Owner // other holders (readers), or candidates when the log is ambiguous
 	LockName string   // lockdep class of the lock waited on, when known
+	// Chain follows the owner when it is itself blocked: the first link
+	// is this group's owner, each next one the owner of what the previous
+	// waits for. Deadlock is set when the chain comes back to a victim.
+	Chain    []ChainLink
+	Deadlock bool
+	lockID   string // the lock lockdep shows the victims acquiring
+}
+
+// ChainLink is one step of a wait chain: Holder holds Lock.
+type ChainLink struct {
+	Holder *Owner
+	Lock   string
+	group  *Group
 }
 
 // Owner is a task named as holding what a group waits on.
 type Owner struct {
 	Comm   string
-	PID    int
+	PID    int // the id the kernel printed: a thread id
+	TGID   int // its process, when the log says; 0 otherwise
 	State  string
 	Stack  []string
 	Site   *waitsite.Site // what the owner itself waits on, when its stack is known
-	Source string         // "hung-task blocker line" or "lockdep"
+	Source string         // "the kernel's hung-task blocker report" or "lockdep (…)"
+	// Certain is false for a lockdep candidate whose own state the log
+	// does not show: it lists the lock, but may be waiting for it too.
+	Certain bool
+	hung    bool // the owner is itself a blocked task of the log
 }
 
 // Analysis is everything Analyze found in one log.
