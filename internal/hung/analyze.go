@@ -77,7 +77,7 @@ func groupVictims(victims []*Task) []*group {
 			g.kind, g.key = "fuse", "fuse"
 		case g.site.Kind == waitsite.RCU:
 			g.kind, g.key = "rcu", "rcu:"+g.site.Key()
-		case g.site.Kind == waitsite.IO || g.site.Kind == waitsite.PageLock || g.site.Kind == waitsite.Writeback:
+		case g.site.Kind.IsStorage():
 			g.kind, g.key = "io", "io:"+g.site.Key()
 		default:
 			g.kind, g.key = "site", "site:"+g.site.Key()

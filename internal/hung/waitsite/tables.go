@@ -152,8 +152,17 @@ func init() {
 		"blk_execute_rq")
 	add(IO, 2, "blk_mq_get_tag", "__blk_mq_alloc_requests", "blk_mq_alloc_request",
 		"rq_qos_wait", "wbt_wait", "__rq_qos_throttle", "blk_queue_enter", "bio_queue_enter",
-		"__bio_queue_enter", "jbd2_log_wait_commit", "wait_transaction_locked",
-		"jbd2_journal_wait_updates", "xlog_wait", "xlog_wait_on_iclog", "xfs_buf_iowait")
+		"__bio_queue_enter", "xfs_buf_iowait")
+
+	// Filesystem journals: a handle waits for the running transaction to
+	// close and commit, a fsync for a commit, the commit for open handles,
+	// everyone for checkpoint space. Rank 3: it says more than the I/O
+	// under it (jbd2_log_wait_commit sleeps in io_schedule on old kernels).
+	add(Journal, 3, "jbd2_log_wait_commit", "wait_transaction_locked", "wait_transaction_switching",
+		"jbd2_journal_wait_updates", "__jbd2_log_wait_for_space", "jbd2_log_do_checkpoint",
+		"jbd2_complete_transaction", "jbd2_journal_force_commit", "jbd2_journal_force_commit_nested",
+		"xlog_wait", "xlog_wait_on_iclog", "xlog_grant_head_wait", "xlog_grant_head_check",
+		"xfs_log_force", "xfs_log_force_seq", "xfs_log_force_lsn")
 
 	// Freezer: on kernels before 6.1 a frozen task sits in D.
 	add(Freezer, 3, "__refrigerator")

@@ -232,8 +232,38 @@ worker_thread+0x27b/0x3a0
 kthread+0xee/0x120
 ret_from_fork+0x2d/0x50
 ret_from_fork_asm+0x1b/0x30`,
-			kind: IO, fn: "xfs_log_force", lockFunc: "xlog_wait_on_iclog", key: "io",
-			describe: "waits for I/O (xlog_wait_on_iclog) in xfs_log_force",
+			kind: Journal, fn: "xfs_log_worker", lockFunc: "xfs_log_force", key: "journal",
+			describe: "waits for the XFS log (xfs_log_force) in xfs_log_worker",
+		},
+		{
+			name: "4.18 ext4 writer waiting for journal space (Open-CAS issue 746)",
+			frames: `
+__schedule+0x2a6/0x700
+? __wake_up_common_lock+0x89/0xc0
+schedule+0x38/0xa0
+jbd2_log_wait_commit+0xac/0x120 [jbd2]
+? finish_wait+0x80/0x80
+jbd2_log_do_checkpoint+0x392/0x400 [jbd2]
+__jbd2_log_wait_for_space+0x69/0x1a0 [jbd2]
+add_transaction_credits+0x27d/0x290 [jbd2]
+? xas_store+0x1b0/0x5a0
+start_this_handle+0x10a/0x510 [jbd2]`,
+			kind: Journal, fn: "add_transaction_credits", lockFunc: "__jbd2_log_wait_for_space", key: "journal",
+			describe: "waits for journal space (a checkpoint) (__jbd2_log_wait_for_space) in add_transaction_credits",
+		},
+		{
+			name: "5.19 jbd2 commit waiting for open handles (systemd CI issue 536)",
+			frames: `
+__schedule+0x356/0x11a0
+? autoremove_wake_function+0x32/0x60
+schedule+0x5e/0xd0
+jbd2_journal_wait_updates+0x77/0xe0 [jbd2 ae888ef92775c4ea4c63d1cd1f51b1b9f7d9f47d]
+? cpuacct_percpu_seq_show+0x20/0x20
+jbd2_journal_commit_transaction+0x2b3/0x1a40 [jbd2 ae888ef92775c4ea4c63d1cd1f51b1b9f7d9f47d]
+? newidle_balance+0x2f4/0x430
+kjournald2+0xb7/0x2a0 [jbd2 ae888ef92775c4ea4c63d1cd1f51b1b9f7d9f47d]`,
+			kind: Journal, fn: "jbd2_journal_commit_transaction", lockFunc: "jbd2_journal_wait_updates", key: "journal",
+			describe: "waits for open journal handles to close before committing",
 		},
 		{
 			name: "6.1 page lock in filemap_fault",
