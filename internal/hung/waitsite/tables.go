@@ -151,8 +151,21 @@ func init() {
 		"out_of_line_wait_on_bit_lock", "__wait_on_buffer", "__lock_buffer", "submit_bio_wait",
 		"blk_execute_rq")
 	add(IO, 2, "blk_mq_get_tag", "__blk_mq_alloc_requests", "blk_mq_alloc_request",
-		"rq_qos_wait", "wbt_wait", "__rq_qos_throttle", "blk_queue_enter", "bio_queue_enter",
-		"__bio_queue_enter", "xfs_buf_iowait")
+		"rq_qos_wait", "wbt_wait", "__rq_qos_throttle", "xfs_buf_iowait")
+
+	// A frozen request queue: submitters wait in blk_queue_enter until it
+	// thaws; the freezer waits for in-flight requests to complete.
+	add(QueueFreeze, 3, "blk_queue_enter", "bio_queue_enter", "__bio_queue_enter",
+		"blk_mq_freeze_queue_wait", "blk_mq_freeze_queue_wait_timeout", "blk_freeze_queue",
+		"blk_mq_freeze_queue", "blk_mq_freeze_queue_nomemsave")
+
+	// NFS and the sunrpc layer: a request waits for the server's reply, a
+	// page for its write to be acknowledged, the client for recovery.
+	add(NFS, 3, "rpc_wait_bit_killable", "__rpc_wait_for_completion_task", "rpc_wait_for_completion_task",
+		"nfs_wait_bit_killable", "nfs_wait_on_request", "nfs4_wait_clnt_recover",
+		"nfs_wait_client_init_complete", "nfs_wait_atomic_killable", "nfs_page_group_lock",
+		"nfs_wait_on_inode", "nfs4_wait_for_completion_rpc_task", "__nfs_commit_inode",
+		"nfs_commit_inode", "nfs_wb_all", "nfs_wb_page", "nfs_wait_bit_uninterruptible")
 
 	// Filesystem journals: a handle waits for the running transaction to
 	// close and commit, a fsync for a commit, the commit for open handles,

@@ -39,7 +39,14 @@ const (
 	// Journal is a wait for a filesystem journal: a jbd2 transaction to
 	// close or commit, journal space, the XFS log.
 	Journal Kind = "journal"
-	Other   Kind = "other"
+	// QueueFreeze is a wait on a frozen block queue: I/O submitters wait
+	// in blk_queue_enter while it is frozen, the freezer waits for the
+	// I/O in flight to drain (elevator switch, queue limits update,
+	// device reset or removal).
+	QueueFreeze Kind = "queue-freeze"
+	// NFS is a wait for an NFS server or the RPC layer under it.
+	NFS   Kind = "nfs"
+	Other Kind = "other"
 )
 
 // IsLock reports whether the kind is a sleeping lock, i.e. something with
@@ -57,7 +64,7 @@ func (k Kind) IsLock() bool {
 // victims share a cause below them rather than a lock among them.
 func (k Kind) IsStorage() bool {
 	switch k {
-	case IO, PageLock, Writeback, Journal:
+	case IO, PageLock, Writeback, Journal, QueueFreeze:
 		return true
 	}
 	return false
@@ -125,7 +132,7 @@ func (s Site) Key() string {
 		}
 		return "rcu:" + s.Object
 	case s.Kind == Fuse, s.Kind == Coredump, s.Kind == IO, s.Kind == PageLock,
-		s.Kind == Writeback, s.Kind == Freezer, s.Kind == Journal:
+		s.Kind == Writeback, s.Kind == Freezer, s.Kind == Journal, s.Kind == QueueFreeze, s.Kind == NFS:
 		return string(s.Kind)
 	}
 	return string(s.Kind) + ":" + s.Func
@@ -277,6 +284,15 @@ func describe(s Site) string {
 		return "waits for page writeback" + via + in
 	case Journal:
 		return "waits for " + journalPhrase(s.LockFunc) + via + in
+	case QueueFreeze:
+		switch s.LockFunc {
+		case "blk_mq_freeze_queue_wait", "blk_freeze_queue", "blk_mq_freeze_queue", "blk_mq_freeze_queue_nomemsave",
+			"blk_mq_freeze_queue_wait_timeout":
+			return "freezes a block queue and waits for its I/O in flight to drain" + via + in
+		}
+		return "waits for a frozen block queue to thaw" + via + in
+	case NFS:
+		return "waits for the NFS server (RPC)" + via + in
 	case Completion:
 		return "waits for a completion" + via + in
 	case WorkqueueFlush:

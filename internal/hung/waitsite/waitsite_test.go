@@ -252,6 +252,43 @@ start_this_handle+0x10a/0x510 [jbd2]`,
 			describe: "waits for journal space (a checkpoint) (__jbd2_log_wait_for_space) in add_transaction_credits",
 		},
 		{
+			name: "4.9 kworker waiting for a frozen queue (lxd issue 5014)",
+			frames: `
+[<ffffffff8780fe79>] ? __schedule+0x239/0x6f0
+[<ffffffff87810362>] ? schedule+0x32/0x80
+[<ffffffff878136ed>] ? schedule_timeout+0x1dd/0x380
+blk_queue_enter+0x1cb/0x280
+generic_make_request+0xa2/0x2d0`,
+			kind: QueueFreeze, fn: "generic_make_request", lockFunc: "blk_queue_enter", key: "queue-freeze",
+			describe: "waits for a frozen block queue to thaw (blk_queue_enter) in generic_make_request",
+		},
+		{
+			name: "queue freezer draining I/O (elevator switch)",
+			frames: `
+__schedule+0x2f0/0x9c0
+schedule+0x28/0x90
+blk_mq_freeze_queue_wait+0x9e/0xe0
+blk_mq_freeze_queue_nomemsave+0x12/0x20
+elv_iosched_store+0x13b/0x370
+queue_attr_store+0x17a/0x1a0`,
+			kind: QueueFreeze, fn: "elv_iosched_store", lockFunc: "blk_mq_freeze_queue_nomemsave", key: "queue-freeze",
+			describe: "freezes a block queue and waits for its I/O in flight to drain",
+		},
+		{
+			name: "NFS write waiting for the server",
+			frames: `
+__schedule+0x2c4/0x700
+schedule+0x38/0xa0
+rpc_wait_bit_killable+0x1e/0xa0 [sunrpc]
+__wait_on_bit+0x7a/0x90
+out_of_line_wait_on_bit+0x91/0xb0
+__rpc_wait_for_completion_task+0x2d/0x30 [sunrpc]
+nfs4_do_close+0x2b8/0x310 [nfsv4]
+__nfs4_close+0x11b/0x1e0 [nfsv4]`,
+			kind: NFS, fn: "nfs4_do_close", lockFunc: "__rpc_wait_for_completion_task", key: "nfs",
+			describe: "waits for the NFS server (RPC) (__rpc_wait_for_completion_task) in nfs4_do_close",
+		},
+		{
 			name: "5.19 jbd2 commit waiting for open handles (systemd CI issue 536)",
 			frames: `
 __schedule+0x356/0x11a0
