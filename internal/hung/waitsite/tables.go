@@ -40,6 +40,15 @@ var prefixPrims = []struct {
 	{"ww_mutex_lock", prim{kind: Mutex, rank: 3, family: "mutex"}},
 	{"rwsem_down_write_slowpath", prim{kind: RwsemWrite, rank: 3, family: "rwsem"}},
 	{"rwsem_down_read_slowpath", prim{kind: RwsemRead, rank: 3, family: "rwsem"}},
+	// Before 5.3: rwsem_down_{read,write}_failed, reached through the
+	// call_rwsem_* assembly thunks on x86.
+	{"rwsem_down_write_failed", prim{kind: RwsemWrite, rank: 3, family: "rwsem"}},
+	{"rwsem_down_read_failed", prim{kind: RwsemRead, rank: 3, family: "rwsem"}},
+	{"call_rwsem_down_write_failed", prim{kind: RwsemWrite, rank: 3, family: "rwsem"}},
+	{"call_rwsem_down_read_failed", prim{kind: RwsemRead, rank: 3, family: "rwsem"}},
+	// The tty line discipline's own rw-semaphore.
+	{"ldsem_down_write", prim{kind: RwsemWrite, rank: 3, family: "rwsem"}},
+	{"ldsem_down_read", prim{kind: RwsemRead, rank: 3, family: "rwsem"}},
 	{"down_write", prim{kind: RwsemWrite, rank: 3, family: "rwsem"}},
 	{"__down_write", prim{kind: RwsemWrite, rank: 3, family: "rwsem"}},
 	{"down_read", prim{kind: RwsemRead, rank: 3, family: "rwsem"}},
@@ -147,6 +156,7 @@ func init() {
 
 	// Block and journal I/O.
 	add(IO, 1, "io_schedule", "io_schedule_timeout", "bit_wait_io", "bit_wait_io_timeout",
+		"sleep_on_buffer", "sync_buffer", "sleep_on_page", "sleep_on_page_killable", "get_request",
 		"__wait_on_bit", "out_of_line_wait_on_bit", "__wait_on_bit_lock",
 		"out_of_line_wait_on_bit_lock", "__wait_on_buffer", "__lock_buffer", "submit_bio_wait",
 		"blk_execute_rq")

@@ -200,6 +200,10 @@ func Classify(frames []string) Site {
 		// coredump wait, coredump_task_exit, inlined: the seed's
 		// "do_exit (linux/kernel/exit.c:433)" case.
 		s.Kind, s.LockFunc, s.Inferred = Coredump, "coredump_task_exit", true
+	case !sawPrim && s.Func == "jbd2_journal_commit_transaction":
+		// The journal thread sleeping right inside the commit: the waits
+		// for open handles and for the commit's I/O are inlined there.
+		s.Kind, s.LockFunc, s.Inferred = Journal, "jbd2_journal_commit_transaction", true
 	case s.Kind == "":
 		s.Kind = Other
 	}
@@ -318,6 +322,8 @@ func journalPhrase(fn string) string {
 		return "a journal commit"
 	case "jbd2_journal_wait_updates":
 		return "open journal handles to close before committing"
+	case "jbd2_journal_commit_transaction":
+		return "its journal commit to progress"
 	case "__jbd2_log_wait_for_space", "jbd2_log_do_checkpoint":
 		return "journal space (a checkpoint)"
 	case "xlog_wait", "xlog_wait_on_iclog", "xlog_grant_head_wait", "xlog_grant_head_check", "xfs_log_force",

@@ -252,6 +252,31 @@ start_this_handle+0x10a/0x510 [jbd2]`,
 			describe: "waits for journal space (a checkpoint) (__jbd2_log_wait_for_space) in add_transaction_credits",
 		},
 		{
+			name: "4.x rwsem slow path through the call_rwsem thunk",
+			frames: `
+__schedule+0x813/0x1cc0
+schedule+0x92/0x180
+rwsem_down_write_failed+0x774/0xc30
+call_rwsem_down_write_failed+0x17/0x30
+down_write+0x53/0x90
+grab_super+0xb4/0x290
+sget_userns+0x1ab/0x560`,
+			kind: RwsemWrite, fn: "grab_super", lockFunc: "down_write", key: "rwsem:grab_super",
+			describe: "waits for rw-semaphore (write, down_write) in grab_super",
+		},
+		{
+			name: "jbd2 thread sleeping inside its commit",
+			frames: `
+__schedule+0x2eb/0x8d0
+schedule+0x5b/0xd0
+jbd2_journal_commit_transaction+0x301/0x2850 [jbd2]
+? wait_woken+0x70/0x70
+kjournald2+0xb7/0x2a0 [jbd2]
+kthread+0x127/0x150`,
+			kind: Journal, fn: "jbd2_journal_commit_transaction", lockFunc: "jbd2_journal_commit_transaction", key: "journal",
+			describe: "waits for its journal commit to progress",
+		},
+		{
 			name: "4.9 kworker waiting for a frozen queue (lxd issue 5014)",
 			frames: `
 [<ffffffff8780fe79>] ? __schedule+0x239/0x6f0
