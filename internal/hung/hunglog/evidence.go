@@ -43,11 +43,17 @@ func subjects(g *Group) []finding.Subject {
 }
 
 func ownerSubject(role string, o *Owner, lock string) finding.Subject {
-	detail := fmt.Sprintf("holds %s, per %s", lock, o.Source)
+	verb := "holds"
+	if !o.Certain {
+		verb = "likely holds"
+	}
+	detail := fmt.Sprintf("%s %s, per %s", verb, lock, o.Source)
 	if o.Site != nil && (o.Site.Func != "" || o.Site.Kind != waitsite.Other) {
 		detail += "; itself " + o.Site.Describe
 	}
-	return finding.Subject{Role: role, PID: o.PID, TID: o.PID, Comm: o.Comm, State: o.State,
+	// Victims and owners are shown alike: the process (tgid, when the log
+	// gives it) and the thread id the kernel printed.
+	return finding.Subject{Role: role, PID: tgidOr(o.TGID, o.PID), TID: o.PID, Comm: o.Comm, State: o.State,
 		Detail: detail, Stack: reliable(o.Stack)}
 }
 

@@ -56,6 +56,9 @@ func buildGroups(a *Analysis, p *parser) {
 	}
 	for i := range a.Groups {
 		g := &a.Groups[i]
+		if g.lockID != "" {
+			g.LockName = ix.className(g)
+		}
 		if blockerOwner(g, stateOf) {
 			continue
 		}
@@ -382,6 +385,19 @@ func indexFold(s, sub string) int {
 	return -1
 }
 
+// className returns lockdep's class of the lock a group waits for.
+func (ix *lockIndex) className(g *Group) string {
+	for _, v := range g.Victims {
+		if h := ix.heldBy[v.PID]; h != nil && len(h.Locks) > 0 {
+			return h.Locks[len(h.Locks)-1].Name
+		}
+	}
+	if refs := ix.byID[g.lockID]; len(refs) > 0 {
+		return refs[0].entry().Name
+	}
+	return ""
+}
+
 // owner names who holds the lock a group waits for. A task listing the
 // lock holds it when the lock is not its last entry (it took more after),
 // or when its own stack waits for something else; a task whose stack is
@@ -390,21 +406,12 @@ func indexFold(s, sub string) int {
 // certainly the holder, as "likely" with one, as candidates with several.
 func (ix *lockIndex) owner(g *Group, stateOf map[int]*Report) {
 	refs := ix.byID[g.lockID]
-	for _, v := range g.Victims {
-		if h := ix.heldBy[v.PID]; h != nil && len(h.Locks) > 0 {
-			g.LockName = h.Locks[len(h.Locks)-1].Name
-			break
-		}
-	}
 	var certain, likely []*HeldLocks
 	seen := map[int]bool{}
 	for _, ref := range refs {
 		h := ref.held
 		if seen[h.PID] {
 			continue
-		}
-		if g.LockName == "" {
-			g.LockName = ref.entry().Name
 		}
 		r := stateOf[h.PID]
 		switch {

@@ -9,8 +9,10 @@
 // each stack with waitsite, puts the tasks that wait on the same thing in
 // one group, and names the owner when the log does: the kernel's own
 // "likely owned by task" line (6.15+), or lockdep's "locks held" dump.
-// Coredumps, kworkers and RCU-tasks stalls get the explanations the
-// seed stories earned.
+// Coredumps, kworkers and RCU-tasks stalls get the explanations the public
+// write-ups earned (Cloudflare's "Searching for the cause of hung tasks in
+// the Linux kernel", Datadog's "Performance and reliability pitfalls of
+// eBPF").
 //
 // Logs are untrusted input of any size: lines are read with a cap, every
 // collection is bounded, and what was cut is counted in Analysis.

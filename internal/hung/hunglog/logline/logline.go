@@ -173,7 +173,7 @@ func (r *Reader) physical() (string, bool) {
 		if _, err := r.br.Peek(1); err != nil {
 			return "", false // the input ends right at the limit
 		}
-		r.cut(fmt.Sprintf("the input is larger than %s: only the first %s were analysed", size(r.lim.MaxBytes), size(r.lim.MaxBytes)))
+		r.cut(fmt.Sprintf("larger than %s; the first %s were read", size(r.lim.MaxBytes), size(r.lim.MaxBytes)))
 		return "", false
 	}
 	b, err := r.br.ReadSlice('\n')
@@ -195,7 +195,7 @@ func (r *Reader) physical() (string, bool) {
 		for errors.Is(err, bufio.ErrBufferFull) {
 			if n > r.lim.MaxLineScan {
 				r.stats.Bytes += n
-				r.cut(fmt.Sprintf("line %d runs for more than %s without a newline: not a text log, reading stopped", r.stats.Lines+1, size(r.lim.MaxLineScan)))
+				r.cut(fmt.Sprintf("line %d runs for more than %s without a newline", r.stats.Lines+1, size(r.lim.MaxLineScan)))
 				return "", false
 			}
 			if r.stats.Bytes+n >= r.lim.MaxBytes {
@@ -250,7 +250,7 @@ func (r *Reader) probe(b []byte) {
 
 func (r *Reader) binary() {
 	r.stats.Binary = true
-	r.cut(fmt.Sprintf("the input is binary (control bytes in its first %d bytes), not a text log: reading stopped", r.probed))
+	r.cut(fmt.Sprintf("binary data at the start (NUL or control bytes in the first %d bytes)", r.probed))
 }
 
 func (r *Reader) cut(why string) {

@@ -223,7 +223,7 @@ func TestEndlessInputEnds(t *testing.T) {
 		r    io.Reader
 		want string
 	}{
-		{"zero", endless(0), "binary"},
+		{"zero", endless(0), "binary data"},
 		{"one long line", endless('a'), "without a newline"},
 		{"many lines", io.MultiReader(strings.NewReader("text\n"), &repeat{line: "[ 1.0] a kernel line\n"}), "larger than"},
 	} {
