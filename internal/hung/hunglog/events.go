@@ -38,11 +38,11 @@ type Event struct {
 	Count  int
 	// First and Last are the first and last such lines: the number of the
 	// line in the file and its timestamp as written.
-	First, Last       int
-	FirstStamp        string
-	Sample            string // the first line's text, cut to a readable length
-	Task              string // the task named (OOM victim, stuck task), "" when none
-	XidCodes          []string
+	First, Last int
+	FirstStamp  string
+	Sample      string // the first line's text, cut to a readable length
+	Task        string // the task named (OOM victim, stuck task), "" when none
+	XidCodes    []string
 }
 
 type eventPattern struct {
