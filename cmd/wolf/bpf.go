@@ -30,7 +30,8 @@ The numbers are the kernel's own BPF run statistics, turned on only while
 wolf measures (BPF_ENABLE_STATS: reference-counted, off again when wolf
 exits or dies; kernel.bpf_stats_enabled is never written).
 
-It flags, with seed 002's reasons: programs costing a noticeable share of
+It flags, with the reasons of Usama Saqib's (Datadog) "Performance and
+reliability pitfalls of eBPF" (FOSDEM 2026): programs costing a noticeable share of
 a CPU; uprobes and uretprobes on hot paths (each hit traps into the kernel,
 a cost the run statistics do not see: estimated from the trap cost, which
 wolf measures with a probe on itself, and said so); kretprobes

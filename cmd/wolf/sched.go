@@ -33,7 +33,8 @@ It also measures run-queue latency (from becoming runnable to running) per
 task, cgroup and CPU, reads the scheduler's own idea of which CPUs share a
 last-level cache (sd_llc_size) and compares it with the hardware's, and
 audits CONFIG_SCHED_MC and, on 32-bit kernels, the jiffies wrap 5 minutes
-after boot: the story of seed 001.`,
+after boot: the story of Eric's Place, "The Network Is Slow: An Adventure
+in the Linux Kernel".`,
 		Example: `  wolf sched                          # watch 10 s, the whole host
   wolf sched --pid 1234 --duration 30s # one process
   wolf sched --bounce-window 10ms --format json -o sched.json`,

@@ -37,11 +37,12 @@ least --threshold long is captured with its CPU, vector, duration and time.
 
 For NET_RX it says what the time went to: kernel stacks sampled only while
 a CPU is inside NET_RX (tcp_collapse and tcp_prune_queue when TCP is
-compacting receive queues, the seed's 23 ms stall), TCP's prune and collapse
+compacting receive queues, the 23 ms stall of Cloudflare's "The story of one
+latency spike"), TCP's prune and collapse
 counters of every network namespace, packet drop reasons, NAPI work against
 budget per device and net_rx_action running out of budget (time_squeeze).
 
---func times one function from entry to return, like the seed's
+--func times one function from entry to return, like that write-up's
 histogram-kernel.stp: BINARY:SYMBOL with uprobes, or a kernel function
 with kprobes where the kernel has them (wolf says why not where it does not).`,
 		Example: `  wolf softirq                           # watch 10 s, report runs >= 5 ms
@@ -142,7 +143,7 @@ func badTarget(err error) string {
 }
 
 // writeHistogram prints a log2 histogram the way SystemTap's @hist_log
-// does in the seed: one row per power of two, a bar, the count.
+// does in Cloudflare's latency-spike write-up: one row per power of two, a bar, the count.
 func writeHistogram(w io.Writer, h finding.Histogram) {
 	var labels []string
 	for _, k := range []string{"vector", "cpu", "func"} {

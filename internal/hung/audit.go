@@ -27,7 +27,7 @@ func (*Investigator) Requirements() []investigator.Requirement {
 }
 
 // Audit implements investigator.Auditor: khungtaskd's settings, read the
-// way seed 000 discusses them.
+// way Cloudflare's hung-task write-up discusses them.
 func (*Investigator) Audit(ctx context.Context) []finding.Finding {
 	return auditSysctls(sysctl.ReadInt)
 }
