@@ -78,11 +78,11 @@ func mechanism(id string, g *Group) string {
 		return fmt.Sprintf("The task polls in a sleep loop (%s) inside %s, re-checking a condition that another context must change. ", s.LockFunc, s.Func) +
 			"It stays in D until that happens; what it polls for is in that function's source (napi_disable, for instance, waits for the NAPI poll to stop)."
 	}
-	where := "a function"
-	if s.Func != "" {
-		where = s.Func
+	if s.Func == "" {
+		return "The log has the report's header but not the stack that says what the task waits for: it was cut, or printed below the console's log level (the header is KERN_ERR, the stack KERN_INFO). " +
+			"`dmesg` or the journal of the same boot may have it; live, `wolf hung` or /proc/PID/stack shows it."
 	}
-	return fmt.Sprintf("The task sleeps uninterruptibly in %s, which the stack does not tie to a known lock or wait primitive. ", where) +
+	return fmt.Sprintf("The task sleeps uninterruptibly in %s, which the stack does not tie to a known lock or wait primitive. ", s.Func) +
 		"What it waits for is in that function's source; the full stack is in the subjects."
 }
 
@@ -240,6 +240,8 @@ func subsystem(wq, fn string) wqInfo {
 		return wqInfo{"device-mapper", "a device-mapper target is slow to complete I/O", true}
 	case has("writeback", "wb_workfn"):
 		return wqInfo{"page-cache writeback", "the flusher cannot write dirty pages fast enough; the disk is the bottleneck", true}
+	case has("md_misc", "md_", "raid", "mdX_raid"):
+		return wqInfo{"md RAID", "the md layer is suspended or resyncing and waits for its member devices", true}
 	case has("kblockd", "blk_"):
 		return wqInfo{"the block layer", "block requests are not completing", true}
 	case has("nvme"):

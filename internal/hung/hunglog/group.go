@@ -86,6 +86,9 @@ func siteOf(r *Report) waitsite.Site {
 			s.Describe += " (from frames the unwinder marked unreliable)"
 		}
 	}
+	if len(r.Stack) == 0 && s.Kind == waitsite.Other {
+		s.Describe = "is blocked; the log does not include its stack"
+	}
 	if r.Coredump && s.Kind != waitsite.Coredump {
 		s = waitsite.Site{Kind: waitsite.Coredump, Func: s.Func, Frame: s.Frame, LockFunc: "coredump_task_exit",
 			Describe: `is blocked by coredump (the report says "Blocked by coredump.")`}
