@@ -328,3 +328,22 @@ func freezer(g *Group) *Report {
 	}
 	return nil
 }
+
+// flushSentence names the hung kworkers of the log: a flush waits for a
+// work item, and a kworker stuck running one is where such a flush ends.
+// The log does not say which work is flushed, so it is a pointer, not a
+// link.
+func flushSentence(g *Group, a *Analysis) string {
+	var ks []string
+	for i := range a.Reports {
+		r := &a.Reports[i]
+		if r.Workqueue == "" || len(ks) == 3 {
+			continue
+		}
+		ks = append(ks, fmt.Sprintf("%s (pid %d, workqueue %s running %s) %s", r.Comm, r.PID, r.Workqueue, r.WorkFunc, r.Site.Describe))
+	}
+	if len(ks) == 0 {
+		return ""
+	}
+	return " Hung kworkers in the same log: " + strings.Join(ks, "; ") + ". If the flushed work is theirs, the flush ends when they do."
+}

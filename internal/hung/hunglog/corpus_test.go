@@ -2,6 +2,7 @@ package hunglog
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -93,6 +94,7 @@ type corpusScore struct {
 	findingsOnClean           int // logs without hung tasks that got a finding
 	offenders, offendersNamed int
 	wrongHolders              int // pids named as offender or holder that hold nothing
+	seedMentions              int // findings that say "seed" (users never heard of seeds)
 	failures                  []string
 }
 
@@ -137,6 +139,9 @@ func TestCorpus(t *testing.T) {
 		t.Logf("%s: %d logs (%d with hung tasks, %d without); reports parsed %d/%d (%.1f%%); blocked tasks found %d/%d; false all-clears %d; findings on logs without hung tasks %d; offenders named %d/%d; wrong holders %d",
 			set, s.logs, s.hungLogs, s.cleanLogs, s.parsed, s.reports, 100*s.parsedShare(), s.pidsFound, s.pids,
 			s.falseAllClear, s.findingsOnClean, s.offendersNamed, s.offenders, s.wrongHolders)
+		if s.seedMentions > 0 {
+			t.Errorf("%s: %d findings mention seeds", set, s.seedMentions)
+		}
 		// The held-back set's details stay hidden unless asked for, so
 		// that nobody tunes wolf to it while developing.
 		if set != "unseen" || os.Getenv("WOLF_CORPUS_DETAIL") == "all" {
@@ -165,6 +170,12 @@ func scoreLog(t *testing.T, e truthEntry, s *corpusScore) {
 		s.failures = append(s.failures, e.path+": "+fmt.Sprintf(format, args...))
 	}
 	s.logs++
+	for _, fd := range a.Findings {
+		if b, _ := json.Marshal(fd); strings.Contains(strings.ToLower(string(b)), "seed") {
+			s.seedMentions++
+			fail("finding mentions seeds: %s", fd.Title)
+		}
+	}
 	var hungFindings []finding.Finding
 	for _, fd := range a.Findings {
 		if fd.Investigator == "hung" && fd.ID != IDLimits {

@@ -375,7 +375,7 @@ func summary(id string, g *Group, a *Analysis, owned map[int][]*Group) string {
 	case m > 0:
 		fmt.Fprintf(&b, " for up to %d s", m)
 	default:
-		b.WriteString(" (seen in a sysrq dump)")
+		b.WriteString(" (seen in a dump of blocked tasks, which gives no duration)")
 	}
 	if n == 1 {
 		fmt.Fprintf(&b, "; it %s.", g.Site.Describe)
@@ -423,6 +423,9 @@ func summary(id string, g *Group, a *Analysis, owned map[int][]*Group) string {
 	}
 	if id == IDJournal {
 		b.WriteString(journalSentence(g, a))
+	}
+	if g.Site.Kind == waitsite.WorkqueueFlush {
+		b.WriteString(flushSentence(g, a))
 	}
 	if a.Suppressed {
 		b.WriteString(" The kernel suppressed later hung-task reports (kernel.hung_task_warnings), so the count is a lower bound.")

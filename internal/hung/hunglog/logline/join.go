@@ -185,33 +185,49 @@ var embeddedStamp = regexp.MustCompile(` \[ *\d{1,8}\.\d{1,9}\](?:\[ *[TC]\d+\])
 
 // splitEmbedded cuts the held record at stamps inside it, emitting the
 // parts before the last and keeping the last held (it may wrap further).
+// The stamps are found in one pass: a pasted line can hold thousands.
 func (j *joiner) splitEmbedded(st *Stats) {
 	p := j.pend
-	for p != nil && p.has {
-		loc := embeddedStamp.FindStringIndex(p.line.Text)
-		if loc == nil || loc[0] == 0 {
-			return
-		}
-		st.Split++
-		head, rest := strings.TrimRight(p.line.Text[:loc[0]], " "), p.line.Text[loc[0]+1:]
-		num := p.line.Num
-		for _, m := range p.marks {
-			if m.off <= loc[0] {
+	if p == nil || !p.has {
+		return
+	}
+	locs := embeddedStamp.FindAllStringIndex(p.line.Text, maxSplits)
+	if len(locs) == 0 || (len(locs) == 1 && locs[0][0] == 0) {
+		return
+	}
+	text, host, lastLen, marks := p.line.Text, p.line.Host, p.lastLen, p.marks
+	numAt := func(off int) int {
+		num := marks[0].num
+		for _, m := range marks {
+			if m.off <= off {
 				num = m.num
 			}
 		}
-		p.line.Text = head
-		j.emit()
-		pf := splitPrefix(rest)
-		j.pend = &record{
-			line:    Line{Text: strings.TrimRight(pf.text, " "), Stamp: pf.stamp, Caller: pf.caller, Host: p.line.Host, Num: num},
-			has:     true,
-			lastLen: p.lastLen,
-			marks:   []mark{{0, num}},
-		}
-		p = j.pend
+		return num
 	}
+	start := 0
+	for _, loc := range locs {
+		if loc[0] == 0 {
+			continue
+		}
+		st.Split++
+		p.line.Text = strings.TrimRight(text[start:loc[0]], " ")
+		if start > 0 {
+			pf := splitPrefix(p.line.Text)
+			p.line.Text, p.line.Stamp, p.line.Caller = strings.TrimRight(pf.text, " "), pf.stamp, pf.caller
+		}
+		j.emit()
+		p = &record{line: Line{Host: host, Num: numAt(loc[0])}, has: true, lastLen: lastLen}
+		j.pend = p
+		start = loc[0] + 1
+	}
+	pf := splitPrefix(text[start:])
+	p.line.Text, p.line.Stamp, p.line.Caller = strings.TrimRight(pf.text, " "), pf.stamp, pf.caller
+	p.marks = []mark{{0, p.line.Num}}
 }
+
+// maxSplits bounds the records one line is split into.
+const maxSplits = 256
 
 // startsStampTail reports a line that begins with the second half of a
 // split dmesg stamp: "244.648105] …".
