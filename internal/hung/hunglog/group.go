@@ -79,7 +79,9 @@ func siteOf(r *Report) waitsite.Site {
 		// guesses are better than nothing.
 		var all []string
 		for _, f := range r.Stack {
-			all = append(all, stripUnreliable(f))
+			if !staleNoise(waitsite.FuncName(f)) {
+				all = append(all, stripUnreliable(f))
+			}
 		}
 		if g := waitsite.Classify(all); g.Func != "" || g.Kind != waitsite.Other {
 			s = g
@@ -333,16 +335,21 @@ func acquiring(r *Report, l HeldLock) bool {
 	if r.Site.Object != "" && !sameObject(r.Site.Object, l.Name) {
 		return false
 	}
+	// When every frame is a "?" guess, the guesses are all there is.
+	onlyGuesses := true
 	for _, f := range r.Stack {
-		if waitsite.Unreliable(f) {
+		onlyGuesses = onlyGuesses && waitsite.Unreliable(f)
+	}
+	for _, f := range r.Stack {
+		if waitsite.Unreliable(f) && !onlyGuesses {
 			continue
 		}
 		n := waitsite.FuncName(f)
 		if n == l.At {
 			return true
 		}
-		if n == r.Site.Func {
-			break
+		if n == r.Site.Func && !onlyGuesses {
+			break // past the wait: the rest is the task's history
 		}
 	}
 	return r.Site.Func == l.At || r.Site.LockFunc == l.At
@@ -425,7 +432,7 @@ func (ix *lockIndex) owner(g *Group, stateOf map[int]*Report) {
 			certain = append(certain, h)
 		case r != nil && len(r.Stack) > 0 && acquiring(r, ref.entry()):
 			// Waiting for it.
-		case r != nil && len(r.Stack) > 0:
+		case r != nil && hasReliable(r.Stack):
 			seen[h.PID] = true
 			certain = append(certain, h)
 		case r != nil && r.Source != "":
@@ -476,6 +483,35 @@ func stackHas(stack []string, fn string) bool {
 	}
 	for _, f := range stack {
 		if waitsite.FuncName(f) == fn {
+			return true
+		}
+	}
+	return false
+}
+
+// hasReliable reports a stack with at least one frame not marked "?":
+// only such a stack says for sure what the task waits for.
+func hasReliable(stack []string) bool {
+	for _, f := range stack {
+		if !waitsite.Unreliable(f) {
+			return true
+		}
+	}
+	return false
+}
+
+// staleNoise reports functions that fill the stale part of a stack with
+// return addresses of debugging and instrumentation code (lockdep, KASAN,
+// KCOV, irq tracing) and of the scheduler's own section start: in a trace
+// made of "?" guesses only, they are never what the task waits in.
+func staleNoise(fn string) bool {
+	switch fn {
+	case "__sched_text_start", "lock_acquire", "lock_release", "find_held_lock", "mark_held_locks",
+		"rwsem_mark_wake", "__lock_acquire", "check_memory_region", "memset", "memcpy":
+		return true
+	}
+	for _, p := range []string{"lockdep_", "trace_hardirqs_", "_raw_spin_", "kasan_", "__kasan_", "__sanitizer_cov", "__asan_", "debug_", "__might_"} {
+		if strings.HasPrefix(fn, p) {
 			return true
 		}
 	}
