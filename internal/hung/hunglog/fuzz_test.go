@@ -18,7 +18,7 @@ func FuzzAnalyze(f *testing.F) {
 		f.Fatal(err)
 	}
 	// The real logs of the corpus too, cut to keep the fuzzer's inputs small.
-	for _, dir := range []string{"seen", "unseen"} {
+	for _, dir := range []string{"seen", "unseen", "unseen2"} {
 		more, _ := filepath.Glob(filepath.Join("testdata", "corpus", dir, "*.log"))
 		files = append(files, more...)
 	}

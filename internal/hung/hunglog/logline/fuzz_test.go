@@ -12,7 +12,7 @@ import (
 // the order of their lines, each of bounded size, and must account for
 // every byte it read.
 func FuzzReader(f *testing.F) {
-	for _, dir := range []string{"seen", "unseen"} {
+	for _, dir := range []string{"seen", "unseen", "unseen2"} {
 		files, _ := filepath.Glob(filepath.Join("..", "testdata", "corpus", dir, "*.log"))
 		for _, name := range files {
 			b, err := os.ReadFile(name)
