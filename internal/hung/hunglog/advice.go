@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/wolf-investigator/wolf/internal/hung/waitsite"
+	"github.com/wolf-investigator/wolf/internal/kstack"
 )
 
 // This file holds the words: how each kind of hang works and what to do
@@ -34,13 +34,13 @@ func mechanism(id string, g *Group) string {
 		v := g.Victims[0]
 		return fmt.Sprintf("A kworker runs work items that subsystems queue; the report names the kworker, but its Workqueue line names the queue (%s) and the function it was running (%s). ", v.Workqueue, v.WorkFunc) +
 			"The stall belongs to that subsystem, and usually to whatever it waits on underneath (for filesystems, the block device)."
-	case s.Kind == waitsite.PageLock:
+	case s.Kind == kstack.PageLock:
 		return "A page (folio) lock is held while the page is read from disk, written back, truncated or migrated; others who need the page sleep until it is unlocked. " +
 			"It is held across I/O, so a slow device keeps it long, and a task that locked the page and then blocked elsewhere keeps it forever; page locks have no owner the kernel records."
-	case s.Kind == waitsite.Writeback:
+	case s.Kind == kstack.Writeback:
 		return "A writer that dirtied more than the dirty limits allow, or an fsync, waits for dirty pages to be written back. " +
 			"The device under the filesystem (or writeback throttling in front of it) is not keeping up; the waiters share that cause rather than a lock."
-	case s.Kind == waitsite.IO:
+	case s.Kind == kstack.IO:
 		return "The tasks wait in io_schedule for block I/O they submitted to complete. " +
 			"The storage underneath is slow, stuck or saturated; the hung tasks share its latency as a cause, not a lock among themselves."
 	case id == IDJournal:
@@ -52,29 +52,29 @@ func mechanism(id string, g *Group) string {
 	case id == IDNFS:
 		return "NFS operations send RPCs to the server and, on a hard mount (the default), wait for the answer indefinitely, retrying as the server or network allows. " +
 			"A server that is down, overloaded or unreachable leaves every task touching the mount in D state; their locks (inodes, pages) spread the stall."
-	case s.Kind == waitsite.Fuse:
+	case s.Kind == kstack.Fuse:
 		return "A FUSE filesystem forwards each request to a user-space daemon and waits, uninterruptibly for most operations, for its reply. " +
 			"If the daemon is stuck, slow or stopped, every task touching the mount hangs, and the inode locks those tasks hold spread the stall to others."
-	case s.Kind == waitsite.RCU && s.Object == "srcu" && rcuTasksKthread(g):
+	case s.Kind == kstack.RCU && s.Object == "srcu" && rcuTasksKthread(g):
 		return "rcu_tasks_kthread ends an RCU-tasks grace period only after synchronize_srcu(&tasks_rcu_exit_srcu) has waited for every task late in do_exit(). " +
 			"A task that blocks inside that exit window (a PID-namespace init reaping its children in zap_pid_ns_processes) stalls RCU-tasks, and with it every fentry/fexit detach and ftrace update."
-	case s.Kind == waitsite.RCU && strings.HasPrefix(s.Object, "rcu-tasks"):
+	case s.Kind == kstack.RCU && strings.HasPrefix(s.Object, "rcu-tasks"):
 		return "An RCU-tasks grace period ends when every task has voluntarily scheduled; ftrace and BPF trampoline updates (attaching or detaching fentry/fexit programs) wait for one. " +
 			"A task that never schedules voluntarily, or rcu_tasks_kthread stuck on an exiting task, holds every such update."
-	case s.Kind == waitsite.RCU:
+	case s.Kind == kstack.RCU:
 		return "synchronize_rcu() and its relatives block until every CPU has passed a quiescent state. " +
 			"A CPU spinning in a long non-preemptible section (look for RCU stall warnings) holds the grace period and every waiter with it."
-	case s.Kind == waitsite.WorkqueueFlush:
+	case s.Kind == kstack.WorkqueueFlush:
 		return "Flushing or cancelling work waits until a work item has run to completion on a kworker. " +
 			"The hang is wherever that work item is stuck, often a kworker waiting on a lock the flusher holds."
-	case s.Kind == waitsite.Completion:
+	case s.Kind == kstack.Completion:
 		return "The task waits for a completion that another context (a kthread, an interrupt handler, a device) must signal. " +
 			"It stays in D until that context finishes; the stack's caller says which one."
-	case s.Kind == waitsite.Freezer:
+	case s.Kind == kstack.Freezer:
 		return "The task is frozen by the cgroup v1 freezer or by system suspend and sleeps until thawed. " +
 			"Kernels before 6.1 keep frozen tasks in D state, so the hung-task detector reports them."
 	}
-	if s.Kind == waitsite.Other && s.LockFunc != "" {
+	if s.Kind == kstack.Other && s.LockFunc != "" {
 		return fmt.Sprintf("The task polls in a sleep loop (%s) inside %s, re-checking a condition that another context must change. ", s.LockFunc, s.Func) +
 			"It stays in D until that happens; what it polls for is in that function's source (napi_disable, for instance, waits for the NAPI poll to stop)."
 	}
@@ -134,7 +134,7 @@ func remediation(id string, g *Group, a *Analysis) []string {
 				"On dm-crypt, check the no_read_workqueue/no_write_workqueue flags (`dmsetup table NAME` shows them; `cryptsetup refresh --perf-no_read_workqueue --perf-no_write_workqueue NAME` sets them): the XFS stalls of Cloudflare's hung-task write-up came from losing them.")
 		}
 		out = append(out, "Run `wolf hung` while it happens to see what the kworker waits on.")
-	case id == IDIO && s.Kind == waitsite.PageLock:
+	case id == IDIO && s.Kind == kstack.PageLock:
 		out = append(out,
 			"A page lock has no recorded owner: look among the other hung tasks for one that holds pages of the same file while blocked elsewhere (a lock, a journal, a FUSE daemon); if there is none, the page is under I/O and the device is slow (`iostat -x 1`, /proc/pressure/io).",
 			"Run `wolf hung` while it happens to see the waiters' files and devices.")
@@ -160,7 +160,7 @@ func remediation(id string, g *Group, a *Analysis) []string {
 			"Find the daemon behind the mount (`grep fuse /proc/mounts`; the process holding /dev/fuse open) and look at its state and /proc/PID/stack.",
 			"If the daemon is gone or stuck for good, abort the connection: `echo 1 > /sys/fs/fuse/connections/N/abort`, N being the mount's minor device number (`mountpoint -d MOUNT`); the victims then get ENOTCONN instead of hanging.",
 			"`wolf hung` names the FUSE daemon each task waits for.")
-	case s.Kind == waitsite.RCU:
+	case s.Kind == kstack.RCU:
 		out = append(out,
 			`Look for RCU stall warnings in the same log ("rcu: INFO: ... detected stalls", "rcu_tasks_wait_gp: ... grace period ... jiffies old"): they name the CPU or task holding the grace period.`)
 		if strings.HasPrefix(s.Object, "rcu-tasks") || rcuTasksKthread(g) {
@@ -168,9 +168,9 @@ func remediation(id string, g *Group, a *Analysis) []string {
 				"RCU-tasks waits come from ftrace and BPF trampoline updates (fentry/fexit attach and detach). If rcu_tasks_kthread is stuck in synchronize_srcu, look for a task exiting in zap_pid_ns_processes (`echo t > /proc/sysrq-trigger`): that is the RCU-tasks/do_exit deadlock fixed in Linux 6.9 (\"rcu-tasks: Maintain lists to eliminate RCU-tasks/do_exit() deadlocks\").")
 		}
 		out = append(out, "Run `wolf hung` while it happens for the live stacks.")
-	case s.Kind == waitsite.WorkqueueFlush:
+	case s.Kind == kstack.WorkqueueFlush:
 		out = append(out, "Find the work item's kworker: a kworker report in the same log, or `wolf hung` live; the flush ends when that work does.")
-	case s.Kind == waitsite.Freezer:
+	case s.Kind == kstack.Freezer:
 		out = append(out, "Look for a frozen cgroup (freezer.state in cgroup v1, cgroup.freeze in v2) and thaw it if nobody meant it to stay frozen.")
 	default:
 		out = append(out, fmt.Sprintf("Run `wolf hung` while it happens to decode the live wait; `cat /proc/PID/stack` for the victims (pids %s).", pidList(g, 6)))
@@ -191,15 +191,15 @@ func remediation(id string, g *Group, a *Analysis) []string {
 // ownerAdvice adds what to do about what the owner itself waits on.
 func ownerAdvice(o *Owner) []string {
 	switch o.Site.Kind {
-	case waitsite.Fuse:
+	case kstack.Fuse:
 		return []string{fmt.Sprintf("The owner waits for a FUSE daemon: fix or abort that daemon (`echo 1 > /sys/fs/fuse/connections/N/abort`) and %s releases the lock.", o.Comm)}
-	case waitsite.IO, waitsite.PageLock, waitsite.Writeback, waitsite.Journal, waitsite.QueueFreeze:
+	case kstack.IO, kstack.PageLock, kstack.Writeback, kstack.Journal, kstack.QueueFreeze:
 		return []string{"The owner waits for storage (" + o.Site.Describe + "): the device under it is the root cause (`iostat -x 1`, /proc/pressure/io, errors in the log)."}
-	case waitsite.RCU:
+	case kstack.RCU:
 		return []string{"The owner waits for an RCU grace period while holding the lock: look for RCU stall warnings or a CPU that does not schedule; a grace period that takes minutes is the root cause."}
-	case waitsite.NFS:
+	case kstack.NFS:
 		return []string{"The owner waits for the NFS server: the server or the network path is the root cause."}
-	case waitsite.Coredump:
+	case kstack.Coredump:
 		return []string{"The owner is dumping core: the lock is released when the dump ends (see kernel.core_pattern)."}
 	}
 	return nil

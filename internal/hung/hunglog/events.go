@@ -11,7 +11,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/wolf-investigator/wolf/internal/hung/waitsite"
+	"github.com/wolf-investigator/wolf/internal/kstack"
 )
 
 // EventKind names a class of kernel-log event.
@@ -261,7 +261,7 @@ func eventSentence(g *Group, before []Event) string {
 // wait: the mechanism, not the coincidence, is what links them.
 func explains(ev Event, g *Group) bool {
 	k := g.Site.Kind
-	storageWait := k.IsStorage() || k == waitsite.NFS || (g.Owner != nil && g.Owner.Site != nil && g.Owner.Site.Kind.IsStorage())
+	storageWait := k.IsStorage() || k == kstack.NFS || (g.Owner != nil && g.Owner.Site != nil && g.Owner.Site.Kind.IsStorage())
 	for _, v := range g.Victims {
 		if v.Workqueue != "" && subsystem(v.Workqueue, v.WorkFunc).storage {
 			storageWait = true
@@ -280,13 +280,13 @@ func explains(ev Event, g *Group) bool {
 		}
 		return false
 	case EventRCUStall, EventRCUTasksStall:
-		return k == waitsite.RCU
+		return k == kstack.RCU
 	case EventSoftLockup, EventHardLockup, EventWorkqueueStall:
 		// A CPU that does not schedule stalls RCU, workqueues and every
 		// lock its task holds.
 		return true
 	case EventOOMKill:
-		return k.IsStorage() || k.IsLock() || k == waitsite.Other
+		return k.IsStorage() || k.IsLock() || k == kstack.Other
 	}
 	return false
 }

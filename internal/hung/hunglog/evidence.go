@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
-	"github.com/wolf-investigator/wolf/internal/hung/waitsite"
+	"github.com/wolf-investigator/wolf/internal/kstack"
 )
 
 func subjects(g *Group) []finding.Subject {
@@ -48,7 +48,7 @@ func ownerSubject(role string, o *Owner, lock string) finding.Subject {
 		verb = "likely holds"
 	}
 	detail := fmt.Sprintf("%s %s, per %s", verb, lock, o.Source)
-	if o.Site != nil && (o.Site.Func != "" || o.Site.Kind != waitsite.Other) {
+	if o.Site != nil && (o.Site.Func != "" || o.Site.Kind != kstack.Other) {
 		detail += "; itself " + o.Site.Describe
 	}
 	// Victims and owners are shown alike: the process (tgid, when the log
@@ -69,7 +69,7 @@ func tgidOr(tgid, pid int) int {
 func reliable(stack []string) []string {
 	var out []string
 	for _, f := range stack {
-		if !waitsite.Unreliable(f) {
+		if !kstack.Unreliable(f) {
 			out = append(out, f)
 		}
 	}
@@ -138,7 +138,7 @@ func evidence(g *Group, a *Analysis) map[string]any {
 	if a.Suppressed {
 		ev["later_reports_suppressed"] = true
 	}
-	if g.Site.Kind == waitsite.RCU && a.RCUStalls > 0 {
+	if g.Site.Kind == kstack.RCU && a.RCUStalls > 0 {
 		ev["rcu_stall_lines"] = a.RCUStalls
 	}
 	keys := make([]string, 0, len(sources))

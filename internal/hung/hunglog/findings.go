@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
-	"github.com/wolf-investigator/wolf/internal/hung/waitsite"
+	"github.com/wolf-investigator/wolf/internal/kstack"
 )
 
 // Finding ids. "log-" marks conclusions drawn from a saved log, as opposed
@@ -125,27 +125,27 @@ func groupFinding(a *Analysis, g *Group, owned map[int][]*Group) finding.Finding
 func findingID(g *Group) string {
 	k := g.Site.Kind
 	switch {
-	case k == waitsite.Coredump:
+	case k == kstack.Coredump:
 		return IDCoredump
 	case k.IsLock() && g.Owner != nil:
 		return IDLockOwner
 	case k.IsLock():
 		return IDGroup
-	case k == waitsite.RCU:
+	case k == kstack.RCU:
 		return IDRCU
 	case allKworkers(g):
 		// The workqueue names the subsystem (xfs-sync/dm-6 runs
 		// xfs_log_worker), which says more than the wait's kind.
 		return IDKworker
-	case k == waitsite.Journal:
+	case k == kstack.Journal:
 		return IDJournal
-	case k == waitsite.QueueFreeze:
+	case k == kstack.QueueFreeze:
 		return IDFreeze
-	case k == waitsite.NFS:
+	case k == kstack.NFS:
 		return IDNFS
-	case k == waitsite.IO || k == waitsite.PageLock || k == waitsite.Writeback:
+	case k == kstack.IO || k == kstack.PageLock || k == kstack.Writeback:
 		return IDIO
-	case k == waitsite.Fuse:
+	case k == kstack.Fuse:
 		return IDFuse
 	}
 	return IDGroup
@@ -205,9 +205,9 @@ func lockName(g *Group) string {
 	case g.LockName != "":
 		return g.LockName
 	}
-	noun := map[waitsite.Kind]string{
-		waitsite.Mutex: "a mutex", waitsite.RwsemRead: "an rw-semaphore", waitsite.RwsemWrite: "an rw-semaphore",
-		waitsite.RTMutex: "an rt-mutex", waitsite.Semaphore: "a semaphore",
+	noun := map[kstack.Kind]string{
+		kstack.Mutex: "a mutex", kstack.RwsemRead: "an rw-semaphore", kstack.RwsemWrite: "an rw-semaphore",
+		kstack.RTMutex: "an rt-mutex", kstack.Semaphore: "a semaphore",
 	}[g.Site.Kind]
 	if noun == "" {
 		noun = "a lock"
@@ -220,7 +220,7 @@ func lockName(g *Group) string {
 
 // waitPhrase is the site's description without its " in FUNC" tail, for
 // titles that list the callers separately.
-func waitPhrase(s waitsite.Site) string {
+func waitPhrase(s kstack.Site) string {
 	if s.Func != "" {
 		return strings.TrimSuffix(s.Describe, " in "+s.Func)
 	}
@@ -285,9 +285,9 @@ func title(id string, g *Group) string {
 		return t
 	case IDIO:
 		switch g.Site.Kind {
-		case waitsite.PageLock:
+		case kstack.PageLock:
 			return fmt.Sprintf("%s waiting for a page lock%s%s", who(g), in, list)
-		case waitsite.Writeback:
+		case kstack.Writeback:
 			return fmt.Sprintf("%s waiting for page writeback%s%s", who(g), in, list)
 		}
 		return fmt.Sprintf("%s waiting for I/O%s%s", who(g), in, list)
@@ -392,7 +392,7 @@ func summary(id string, g *Group, a *Analysis, owned map[int][]*Group) string {
 		if !o.Certain {
 			b.WriteString(": it is the one task listing the lock whose own state the log does not show, so it may be waiting for it too")
 		}
-		if o.Site != nil && (o.Site.Func != "" || o.Site.Kind != waitsite.Other) {
+		if o.Site != nil && (o.Site.Func != "" || o.Site.Kind != kstack.Other) {
 			fmt.Fprintf(&b, "; the owner itself %s", o.Site.Describe)
 		}
 		b.WriteString(".")
@@ -424,7 +424,7 @@ func summary(id string, g *Group, a *Analysis, owned map[int][]*Group) string {
 	if id == IDJournal {
 		b.WriteString(journalSentence(g, a))
 	}
-	if g.Site.Kind == waitsite.WorkqueueFlush {
+	if g.Site.Kind == kstack.WorkqueueFlush {
 		b.WriteString(flushSentence(g, a))
 	}
 	if a.Suppressed {

@@ -1,13 +1,13 @@
 package hunglog
 
 // Stack frames as the architectures and eras print them, turned into the
-// one form waitsite reads ("func+0x1f/0x40 [module]", "? func+0x…").
+// one form kstack reads ("func+0x1f/0x40 [module]", "? func+0x…").
 
 import (
 	"regexp"
 	"strings"
 
-	"github.com/wolf-investigator/wolf/internal/hung/waitsite"
+	"github.com/wolf-investigator/wolf/internal/kstack"
 )
 
 var (
@@ -35,7 +35,7 @@ func parseFrame(t string, c *collector) []string {
 		c.arm = true
 		var out []string
 		first := strings.TrimSpace(m[1])
-		if c.lastFrame == "" || waitsite.FuncName(c.lastFrame) != waitsite.FuncName(first) {
+		if c.lastFrame == "" || kstack.FuncName(c.lastFrame) != kstack.FuncName(first) {
 			out = append(out, first)
 		}
 		if m[2] != "" {
@@ -68,7 +68,7 @@ func isFrameText(t string) bool {
 	if isHexAddr(s) {
 		return true // "? 0xffffffffc11f0000": a frame with no symbol
 	}
-	name := waitsite.FuncName(t)
+	name := kstack.FuncName(t)
 	if name == "" {
 		return false
 	}

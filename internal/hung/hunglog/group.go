@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/wolf-investigator/wolf/internal/hung/waitsite"
+	"github.com/wolf-investigator/wolf/internal/kstack"
 )
 
 // buildGroups classifies every report, works out from lockdep which lock
@@ -30,7 +30,7 @@ func buildGroups(a *Analysis, p *parser) {
 	}
 	for _, o := range p.others {
 		if _, ok := stateOf[o.PID]; !ok && o.PID > 0 {
-			o.Site = waitsite.Classify(o.Stack)
+			o.Site = kstack.Classify(o.Stack)
 			stateOf[o.PID] = o
 		}
 	}
@@ -72,30 +72,30 @@ func buildGroups(a *Analysis, p *parser) {
 // siteOf classifies a report's stack, letting the kernel's own words win
 // over inference: "Blocked by coredump." and a blocker line say more than
 // a stack that may be missing (the Cloudflare write-up's reports had none).
-func siteOf(r *Report) waitsite.Site {
-	s := waitsite.Classify(r.Stack)
-	if s.Func == "" && s.Kind == waitsite.Other && len(r.Stack) > 0 {
+func siteOf(r *Report) kstack.Site {
+	s := kstack.Classify(r.Stack)
+	if s.Func == "" && s.Kind == kstack.Other && len(r.Stack) > 0 {
 		// Every frame is marked "?" (old kernels, some unwinders): the
 		// guesses are better than nothing.
 		var all []string
 		for _, f := range r.Stack {
-			if !staleNoise(waitsite.FuncName(f)) {
+			if !staleNoise(kstack.FuncName(f)) {
 				all = append(all, stripUnreliable(f))
 			}
 		}
-		if g := waitsite.Classify(all); g.Func != "" || g.Kind != waitsite.Other {
+		if g := kstack.Classify(all); g.Func != "" || g.Kind != kstack.Other {
 			s = g
 			s.Describe += " (from frames the unwinder marked unreliable)"
 		}
 	}
-	if len(r.Stack) == 0 && s.Kind == waitsite.Other {
+	if len(r.Stack) == 0 && s.Kind == kstack.Other {
 		s.Describe = "is blocked; the log does not include its stack"
 	}
-	if r.Coredump && s.Kind != waitsite.Coredump {
-		s = waitsite.Site{Kind: waitsite.Coredump, Func: s.Func, Frame: s.Frame, LockFunc: "coredump_task_exit",
+	if r.Coredump && s.Kind != kstack.Coredump {
+		s = kstack.Site{Kind: kstack.Coredump, Func: s.Func, Frame: s.Frame, LockFunc: "coredump_task_exit",
 			Describe: `is blocked by coredump (the report says "Blocked by coredump.")`}
 	}
-	if b := r.Blocker; b != nil && !s.Kind.IsLock() && s.Kind != waitsite.Coredump {
+	if b := r.Blocker; b != nil && !s.Kind.IsLock() && s.Kind != kstack.Coredump {
 		s.Kind = blockerKind(b)
 		s.Describe = "waits for " + article(b.Lock) + " (the kernel's blocker report)"
 		if s.Func != "" {
@@ -105,17 +105,17 @@ func siteOf(r *Report) waitsite.Site {
 	return s
 }
 
-func blockerKind(b *Blocker) waitsite.Kind {
+func blockerKind(b *Blocker) kstack.Kind {
 	switch b.Lock {
 	case "mutex":
-		return waitsite.Mutex
+		return kstack.Mutex
 	case "semaphore":
-		return waitsite.Semaphore
+		return kstack.Semaphore
 	}
 	if b.As == "reader" {
-		return waitsite.RwsemRead
+		return kstack.RwsemRead
 	}
-	return waitsite.RwsemWrite
+	return kstack.RwsemWrite
 }
 
 func article(noun string) string {
@@ -141,8 +141,8 @@ func groupKey(r *Report, lockID string) string {
 	}
 	if r.Workqueue != "" {
 		switch s.Kind {
-		case waitsite.Other, waitsite.IO, waitsite.PageLock, waitsite.Writeback, waitsite.Completion,
-			waitsite.WorkqueueFlush:
+		case kstack.Other, kstack.IO, kstack.PageLock, kstack.Writeback, kstack.Completion,
+			kstack.WorkqueueFlush:
 			// For a kworker the workqueue names the subsystem better than
 			// a generic wait does: xfs-sync/dm-6 xfs_log_worker.
 			return "wq:" + r.Workqueue + ":" + r.WorkFunc + "|" + s.Key()
@@ -223,7 +223,7 @@ func completeOwner(o *Owner, stateOf map[int]*Report) {
 		return
 	}
 	if len(o.Stack) > 0 {
-		s := waitsite.Classify(o.Stack)
+		s := kstack.Classify(o.Stack)
 		o.Site = &s
 	}
 }
@@ -338,13 +338,13 @@ func acquiring(r *Report, l HeldLock) bool {
 	// When every frame is a "?" guess, the guesses are all there is.
 	onlyGuesses := true
 	for _, f := range r.Stack {
-		onlyGuesses = onlyGuesses && waitsite.Unreliable(f)
+		onlyGuesses = onlyGuesses && kstack.Unreliable(f)
 	}
 	for _, f := range r.Stack {
-		if waitsite.Unreliable(f) && !onlyGuesses {
+		if kstack.Unreliable(f) && !onlyGuesses {
 			continue
 		}
-		n := waitsite.FuncName(f)
+		n := kstack.FuncName(f)
 		if n == l.At {
 			return true
 		}
@@ -355,7 +355,7 @@ func acquiring(r *Report, l HeldLock) bool {
 	return r.Site.Func == l.At || r.Site.LockFunc == l.At
 }
 
-// sameObject reports whether waitsite's name for a lock and lockdep's
+// sameObject reports whether kstack's name for a lock and lockdep's
 // class can be the same lock: "rtnl_mutex" and "rtnl_mutex", "mmap_lock"
 // and "&mm->mmap_lock", "i_rwsem" and "&sb->s_type->i_mutex_key#8".
 func sameObject(object, class string) bool {
@@ -374,7 +374,7 @@ func sameObject(object, class string) bool {
 	return !globalLocks[class] && !globalLocksByObject[object]
 }
 
-// globalLocksByObject are waitsite objects that are kernel-wide: a
+// globalLocksByObject are kstack objects that are kernel-wide: a
 // lockdep class other than theirs is certainly another lock.
 var globalLocksByObject = map[string]bool{
 	"rtnl_mutex": true, "pernet_ops_rwsem": true, "cgroup_mutex": true, "cpu_hotplug_lock": true,
@@ -482,7 +482,7 @@ func stackHas(stack []string, fn string) bool {
 		return false
 	}
 	for _, f := range stack {
-		if waitsite.FuncName(f) == fn {
+		if kstack.FuncName(f) == fn {
 			return true
 		}
 	}
@@ -493,7 +493,7 @@ func stackHas(stack []string, fn string) bool {
 // only such a stack says for sure what the task waits for.
 func hasReliable(stack []string) bool {
 	for _, f := range stack {
-		if !waitsite.Unreliable(f) {
+		if !kstack.Unreliable(f) {
 			return true
 		}
 	}

@@ -6,7 +6,7 @@
 // holds rtnl_mutex. Dozens of such reports with unrelated-looking
 // stacks are what an SRE finds in the log at 3 a.m. This package reads
 // every report (and sysrq-w dumps, which have no INFO line), classifies
-// each stack with waitsite, puts the tasks that wait on the same thing in
+// each stack with kstack, puts the tasks that wait on the same thing in
 // one group, and names the owner when the log does: the kernel's own
 // "likely owned by task" line (6.15+), or lockdep's "locks held" dump.
 // Coredumps, kworkers and RCU-tasks stalls get the explanations the public
@@ -24,7 +24,7 @@ import (
 
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/hung/hunglog/logline"
-	"github.com/wolf-investigator/wolf/internal/hung/waitsite"
+	"github.com/wolf-investigator/wolf/internal/kstack"
 )
 
 // Bounds on what one analysis keeps. A kernel line is at most about 1 KiB
@@ -67,7 +67,7 @@ type Report struct {
 	// on (CONFIG_DETECT_HUNG_TASK_BLOCKER, 6.15+), nil when not printed.
 	Blocker *Blocker
 	Stack   []string // innermost first, as printed, "?" frames included
-	Site    waitsite.Site
+	Site    kstack.Site
 	// Source is "hung-task" for khungtaskd reports, "sysrq" for a D task
 	// found in a task dump (sysrq-w, sysrq-t, an old kernel's dump after
 	// its reports) with no hung-task report, "blocker line" for a task the
@@ -118,7 +118,7 @@ type HeldLock struct {
 // Group is a set of reports that wait on the same thing.
 type Group struct {
 	Key      string
-	Site     waitsite.Site // the first victim's site
+	Site     kstack.Site // the first victim's site
 	Victims  []*Report
 	Owner    *Owner   // who holds what they wait on, when the log says
 	Holders  []*Owner // other holders (readers), or candidates when the log is ambiguous
@@ -145,8 +145,8 @@ type Owner struct {
 	TGID   int // its process, when the log says; 0 otherwise
 	State  string
 	Stack  []string
-	Site   *waitsite.Site // what the owner itself waits on, when its stack is known
-	Source string         // "the kernel's hung-task blocker report" or "lockdep (…)"
+	Site   *kstack.Site // what the owner itself waits on, when its stack is known
+	Source string       // "the kernel's hung-task blocker report" or "lockdep (…)"
 	// Certain is false for a lockdep candidate whose own state the log
 	// does not show: it lists the lock, but may be waiting for it too.
 	Certain bool

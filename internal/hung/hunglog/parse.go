@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/wolf-investigator/wolf/internal/hung/hunglog/logline"
-	"github.com/wolf-investigator/wolf/internal/hung/waitsite"
+	"github.com/wolf-investigator/wolf/internal/kstack"
 )
 
 // The kernel's own message formats (kernel/hung_task.c, sched_show_task,
@@ -156,7 +156,7 @@ func (p *parser) feed(l logline.Line) {
 	}
 	if st.holder != nil {
 		if m := heldLockRe.FindStringSubmatch(t); m != nil {
-			hl := HeldLock{Addr: m[2], Name: sanitize(m[3]), At: sanitize(waitsite.FuncName(m[4]))}
+			hl := HeldLock{Addr: m[2], Name: sanitize(m[3]), At: sanitize(kstack.FuncName(m[4]))}
 			if len(st.holder.Locks) < MaxLocksPerTask && p.spend(len(hl.Addr)+len(hl.Name)+len(hl.At)) {
 				st.holder.Locks = append(st.holder.Locks, hl)
 			}
@@ -405,7 +405,7 @@ func (p *parser) headerLine(st *stream, c *collector, t, stamp string) bool {
 			rep.Workqueue = sanitize(f[0])
 		}
 		if len(f) >= 2 {
-			rep.WorkFunc = sanitize(waitsite.FuncName(f[1]))
+			rep.WorkFunc = sanitize(kstack.FuncName(f[1]))
 		}
 	case strings.HasPrefix(t, "Stack :"), isStackWords(t):
 		// MIPS and old x86 print raw stack words before the trace.

@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
-	"github.com/wolf-investigator/wolf/internal/hung/waitsite"
+	"github.com/wolf-investigator/wolf/internal/kstack"
 )
 
 // The deadlock of "An Fentry and RCU bug" (Usama Saqib, Datadog, FOSDEM
@@ -25,7 +25,7 @@ func rcuTasksDeadlock(a *Analysis, p *parser) (finding.Finding, []int, bool) {
 	waiter, kthread := -1, -1
 	for i := range a.Groups {
 		g := &a.Groups[i]
-		if g.Site.Kind != waitsite.RCU {
+		if g.Site.Kind != kstack.RCU {
 			continue
 		}
 		switch {
