@@ -200,11 +200,6 @@ func (ev Event) describe() string {
 	return n(string(ev.Kind)+" event", string(ev.Kind)+" events")
 }
 
-// storage reports events of the disks and filesystems.
-func (ev Event) storage() bool {
-	return ev.Kind == EventNVMe || ev.Kind == EventIOError || ev.Kind == EventSCSI
-}
-
 // where says where in the log an event first appears.
 func (ev Event) where() string {
 	if ev.FirstStamp != "" {

@@ -9,9 +9,8 @@ import (
 // reflowing mailer joined. It holds one record back until the next physical
 // line shows whether that line continues it.
 type joiner struct {
-	pend    *record
-	out     []Line
-	pending bool
+	pend *record
+	out  []Line
 }
 
 // record is a Line being built from one or more physical pieces.
