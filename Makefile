@@ -37,7 +37,7 @@ LDFLAGS := -s -w -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COM
 # values say it all, and a worktree and a clone of one commit stamp alike.
 GOBUILD := CGO_ENABLED=0 GOOS=linux GOAMD64=v1 GOARM64=v8.0 go build -trimpath -buildvcs=false -mod=readonly -ldflags '$(LDFLAGS)'
 
-.PHONY: help release binaries man completions debs image checksums release-check \
+.PHONY: help release binaries man completions debs image manifest checksums release-check \
 	generate lint unit live bench
 
 help:
@@ -56,7 +56,7 @@ help:
 release:
 	rm -rf $(DIST)
 	$(MAKE) --no-print-directory binaries man completions
-	$(MAKE) --no-print-directory debs image
+	$(MAKE) --no-print-directory debs image manifest
 	$(MAKE) --no-print-directory checksums
 	@ls -l $(DIST)
 
@@ -104,8 +104,13 @@ image:
 		-label org.opencontainers.image.created=$(DATE) \
 		-label org.opencontainers.image.source=https://github.com/wolf-investigator/wolf
 
+# The DaemonSet with the image this release built, by its exact tag.
+manifest:
+	grep -q '^ *image: $(IMAGE_REPO):' deploy/kubernetes/wolf-daemonset.yaml
+	sed 's|^\( *image: \)$(IMAGE_REPO):.*|\1$(IMAGE_REPO):$(VERSION)|' deploy/kubernetes/wolf-daemonset.yaml > $(DIST)/wolf-daemonset.yaml
+
 checksums:
-	cd $(DIST) && sha256sum wolf-linux-* *.deb wolf-oci-image.tar > SHA256SUMS && cat SHA256SUMS
+	cd $(DIST) && sha256sum wolf-linux-* *.deb wolf-oci-image.tar wolf-daemonset.yaml > SHA256SUMS && cat SHA256SUMS
 
 # Builds the release twice, here and in a fresh clone elsewhere with an
 # empty build cache, and compares every artifact byte for byte; then
