@@ -1,10 +1,17 @@
-// Command startuptime measures how soon wolf is at work: the time from
-// exec to the first progress line of `wolf doctor`, which doctor draws
-// once an investigator has its BPF programs loaded, verified and attached.
-// The progress line is drawn on a terminal only, so wolf's standard error
-// is a pseudo-terminal here. Each run is stopped with SIGINT as soon as
-// the line appears (wolf detaches and exits); the binary's size is
-// printed beside the times.
+// Command startuptime measures how soon wolf is at work, two ways:
+//
+//   - exec to the first progress line of `wolf doctor`: the first
+//     investigator to report progress is up (today that is bpf, which
+//     loads no program of its own). The line is drawn on a terminal only,
+//     so wolf's standard error is a pseudo-terminal here.
+//   - exec to every BPF link attached: /proc/PID/fd is polled every
+//     millisecond for bpf_link descriptors (tracepoint, raw tracepoint,
+//     perf event and uprobe attachments are all links), and the time their
+//     count first reaches its maximum over the settle window is taken:
+//     every investigator has loaded, verified and attached its programs.
+//
+// Each run is stopped with SIGINT after the settle window (wolf detaches
+// and exits 0). The binary's size is printed beside the times.
 //
 //	go run ./release/startuptime -n 10 dist/wolf-linux-amd64   # as root
 //
@@ -30,6 +37,7 @@ import (
 func main() {
 	n := flag.Int("n", 10, "number of runs")
 	timeout := flag.Duration("timeout", 60*time.Second, "give up on a run after this long")
+	settle := flag.Duration("settle", 5*time.Second, "after the first progress line, watch the attachments this long")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: startuptime [-n RUNS] WOLF_BINARY\n")
 		flag.PrintDefaults()
@@ -51,19 +59,27 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
-	var times []time.Duration
+	var first, attached []time.Duration
+	links := 0
 	for i := 0; i < *n; i++ {
-		d, err := once(bin, *timeout)
+		r, err := once(bin, *timeout, *settle)
 		if err != nil {
 			fail(fmt.Errorf("run %d: %w", i+1, err))
 		}
-		times = append(times, d)
-		fmt.Printf("run %2d: %v\n", i+1, d.Round(time.Millisecond))
+		first, attached = append(first, r.firstLine), append(attached, r.allAttached)
+		links = max(links, r.links)
+		fmt.Printf("run %2d: first progress line %v, %d BPF links attached at %v\n", i+1, r.firstLine.Round(time.Millisecond), r.links, r.allAttached.Round(time.Millisecond))
 	}
-	sort.Slice(times, func(i, j int) bool { return times[i] < times[j] })
 	fmt.Printf("binary %s: %d bytes (%.1f MiB)\n", bin, st.Size(), float64(st.Size())/(1<<20))
-	fmt.Printf("exec to first progress line of wolf doctor, %d runs: median %v, min %v, max %v\n",
-		len(times), median(times).Round(time.Millisecond), times[0].Round(time.Millisecond), times[len(times)-1].Round(time.Millisecond))
+	fmt.Printf("wolf doctor, %d runs, from exec:\n", *n)
+	fmt.Printf("  first progress line:     %s\n", summary(first))
+	fmt.Printf("  all %3d BPF links attached: %s\n", links, summary(attached))
+}
+
+func summary(ds []time.Duration) string {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return fmt.Sprintf("median %v, min %v, max %v", median(s).Round(time.Millisecond), s[0].Round(time.Millisecond), s[len(s)-1].Round(time.Millisecond))
 }
 
 func fail(err error) {
@@ -79,38 +95,48 @@ func median(ds []time.Duration) time.Duration {
 	return (ds[m-1] + ds[m]) / 2
 }
 
-// once starts wolf doctor with its standard error on a pseudo-terminal and
-// returns the time from just before exec to the first byte of the first
-// progress line ("\r[" followed by the bar).
-func once(bin string, timeout time.Duration) (time.Duration, error) {
+// result is one run's times, from just before exec.
+type result struct {
+	firstLine   time.Duration // first byte of the first progress line ("\r[")
+	allAttached time.Duration // the bpf_link count first at its maximum
+	links       int           // that maximum
+}
+
+// once starts wolf doctor with its standard error on a pseudo-terminal,
+// waits for the first progress line, watches wolf's BPF links for settle
+// more, then stops it with SIGINT.
+func once(bin string, timeout, settle time.Duration) (result, error) {
 	master, slave, err := openPTY()
 	if err != nil {
-		return 0, err
+		return result{}, err
 	}
 	defer master.Close()
-	cmd := exec.Command(bin, "doctor", "--duration", "30s")
+	cmd := exec.Command(bin, "doctor", "--duration", "60s")
 	cmd.Stdout = nil // /dev/null: the report is not what is measured
 	cmd.Stderr = slave
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		slave.Close()
-		return 0, err
+		return result{}, err
 	}
 	slave.Close()
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 
+	// The reader reports the first progress line, then keeps draining the
+	// terminal so that wolf never blocks writing to it.
 	seen := make(chan time.Time, 1)
 	go func() {
 		var got []byte
 		buf := make([]byte, 4096)
+		reported := false
 		for {
 			k, err := master.Read(buf)
-			if k > 0 {
+			if !reported && k > 0 {
 				got = append(got, buf[:k]...)
 				if bytes.Contains(got, []byte("\r[")) {
 					seen <- time.Now()
-					return
+					reported, got = true, nil
 				}
 			}
 			if err != nil {
@@ -118,20 +144,55 @@ func once(bin string, timeout time.Duration) (time.Duration, error) {
 			}
 		}
 	}()
-	select {
-	case t := <-seen:
-		_ = cmd.Process.Signal(syscall.SIGINT)
-		if err := waitExit(done, timeout); err != nil {
-			return 0, err
+
+	var r result
+	fdDir := fmt.Sprintf("/proc/%d/fd", cmd.Process.Pid)
+	deadline := time.After(timeout)
+	var firstSeen time.Time
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case t := <-seen:
+			firstSeen = t
+			r.firstLine = t.Sub(start)
+		case err := <-done:
+			return r, fmt.Errorf("wolf doctor exited early: %v", err)
+		case <-deadline:
+			_ = cmd.Process.Kill()
+			<-done
+			return r, fmt.Errorf("no progress line, or no end to attaching, within %v", timeout)
+		case now := <-tick.C:
+			if c := countLinks(fdDir); c > r.links {
+				r.links, r.allAttached = c, now.Sub(start)
+			}
+			if !firstSeen.IsZero() && now.Sub(firstSeen) > settle {
+				_ = cmd.Process.Signal(syscall.SIGINT)
+				if err := waitExit(done, timeout); err != nil {
+					return r, err
+				}
+				if r.links == 0 {
+					return r, fmt.Errorf("wolf doctor attached no BPF link within %v of its first progress line", settle)
+				}
+				return r, nil
+			}
 		}
-		return t.Sub(start), nil
-	case err := <-done:
-		return 0, fmt.Errorf("wolf doctor exited before its first progress line: %v", err)
-	case <-time.After(timeout):
-		_ = cmd.Process.Kill()
-		<-done
-		return 0, fmt.Errorf("no progress line within %v", timeout)
 	}
+}
+
+// countLinks counts the bpf_link descriptors open in a /proc/PID/fd.
+func countLinks(dir string) int {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range ents {
+		if t, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil && t == "anon_inode:bpf_link" {
+			n++
+		}
+	}
+	return n
 }
 
 // waitExit waits for wolf to finish after SIGINT; it exits 0 once it has
