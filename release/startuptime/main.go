@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command startuptime measures how soon wolf is at work, two ways:
 //
 //   - exec to the first progress line of `wolf doctor`: the first
