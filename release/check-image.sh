@@ -18,7 +18,7 @@ archive=$(artifact wolf-oci-image.tar)
 ref=$IMAGE_REPO:$VERSION
 
 tmp=$(mktemp -d /tmp/wolf-image.XXXXXX)
-P=(podman --root "$tmp/storage" --runroot "$tmp/run" --tmpdir "$tmp/libpod" --storage-driver vfs
+P=(podman --root "$tmp/storage" --runroot "$tmp/run" --tmpdir "$tmp/libpod" --network-config-dir "$tmp/networks" --storage-driver vfs
 	--cgroup-manager cgroupfs --events-backend file)
 # crun, podman's default runtime on Debian, exits 1 without a word on a
 # host with a hybrid cgroup hierarchy (v1 controllers beside a v2 mount,
@@ -27,6 +27,10 @@ P=(podman --root "$tmp/storage" --runroot "$tmp/run" --tmpdir "$tmp/libpod" --st
 if command -v runc >/dev/null; then
 	P+=(--runtime runc)
 fi
+# netavark makes /run/containers/networks whatever the flags say; it is
+# removed again (when empty) if this run made it.
+made_run_dir=
+[ -e /run/containers ] || made_run_dir=1
 cleanup() {
 	"${P[@]}" rm -af >/dev/null 2>&1 || true
 	"${P[@]}" rmi -af >/dev/null 2>&1 || true
@@ -35,6 +39,9 @@ cleanup() {
 		return
 	fi
 	rm -rf "$tmp"
+	if [ -n "$made_run_dir" ]; then
+		rmdir /run/containers/networks /run/containers 2>/dev/null || true
+	fi
 }
 trap cleanup EXIT
 
