@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/kstack"
 )
 
 // Format is an output format name.
@@ -343,17 +344,10 @@ func plural(n int, one, many string) string {
 // schedulerFrame reports frames every sleeping task has (the scheduler,
 // the generic sleep and lock slow paths, unreliable "?" frames).
 func schedulerFrame(frame string) bool {
-	if strings.HasPrefix(frame, "? ") {
+	if kstack.Unreliable(frame) {
 		return true
 	}
-	name := strings.TrimSpace(frame)
-	if i := strings.IndexAny(name, "+ ("); i > 0 {
-		name = name[:i]
-	}
-	if i := strings.IndexByte(name, '.'); i > 0 {
-		name = name[:i] // __mutex_lock.constprop.0
-	}
-	switch name {
+	switch kstack.FuncName(frame) {
 	case "__schedule", "schedule", "schedule_timeout", "schedule_preempt_disabled", "io_schedule",
 		"io_schedule_timeout", "schedule_hrtimeout_range", "schedule_hrtimeout_range_clock",
 		"preempt_schedule", "preempt_schedule_common", "__switch_to", "__switch_to_asm",
