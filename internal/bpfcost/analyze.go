@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/human"
 )
 
 const refStats = "https://docs.kernel.org/bpf/bpf_design_QA.html (kernel.bpf_stats_enabled, BPF_ENABLE_STATS)"
@@ -47,9 +48,9 @@ func Conclude(s *Snapshot, th Thresholds) []finding.Finding {
 	out = append(out, uprobeRegisterRisk(costs, s.Kernel, th)...)
 	if wolfProgs > 0 {
 		ev := map[string]any{"programs": wolfProgs, "run_ns": wolfRun, "runs": wolfRuns,
-			"one_cpu_pct": round2(float64(wolfRun) / 1e9 / max(s.Window.Seconds(), 1e-9) * 100)}
+			"one_cpu_pct": human.Round(float64(wolfRun)/1e9/max(s.Window.Seconds(), 1e-9)*100, 2)}
 		if wolfRuns > 0 {
-			ev["avg_ns_per_run"] = round2(float64(wolfRun) / float64(wolfRuns))
+			ev["avg_ns_per_run"] = human.Round(float64(wolfRun)/float64(wolfRuns), 2)
 		}
 		out = append(out, finding.Finding{
 			ID: "bpf.wolf-own", Investigator: "bpf", Severity: finding.Info,
@@ -66,8 +67,6 @@ func Conclude(s *Snapshot, th Thresholds) []finding.Finding {
 	return out
 }
 
-func round2(f float64) float64 { return float64(int64(f*100+0.5)) / 100 }
-
 func evidence(c *Cost) map[string]any {
 	ev := map[string]any{
 		"prog_id":          c.ID,
@@ -75,15 +74,15 @@ func evidence(c *Cost) map[string]any {
 		"name":             c.Name,
 		"attach":           c.Where(),
 		"runs":             c.Runs,
-		"runs_per_s":       round2(c.RunsPerS),
-		"avg_ns_per_run":   round2(c.AvgNs),
+		"runs_per_s":       human.Round(c.RunsPerS, 2),
+		"avg_ns_per_run":   human.Round(c.AvgNs, 2),
 		"run_ns":           c.RunNs,
-		"one_cpu_pct":      round2(c.OneCPUPct),
-		"cpu_pct":          round2(c.CPUPct),
+		"one_cpu_pct":      human.Round(c.OneCPUPct, 2),
+		"cpu_pct":          human.Round(c.CPUPct, 2),
 		"recursion_misses": c.Misses,
 	}
 	if c.TrapPct > 0 {
-		ev["trap_one_cpu_pct_estimate"] = round2(c.TrapPct)
+		ev["trap_one_cpu_pct_estimate"] = human.Round(c.TrapPct, 2)
 	}
 	if len(c.Owners) > 0 {
 		ev["owner_pid"] = c.Owners[0].PID
@@ -156,8 +155,8 @@ func hotUprobe(c *Cost, th Thresholds) (finding.Finding, bool) {
 		sev = finding.Warning // hot by rate: the seed's point is that it hides
 	}
 	ev := evidence(c)
-	ev["trap_ns_per_run_estimate"] = round2(per)
-	ev["trap_ns"] = round2(trapNs)
+	ev["trap_ns_per_run_estimate"] = human.Round(per, 2)
+	ev["trap_ns"] = human.Round(trapNs, 2)
 	source := map[string]string{"reference": "the published 1.7 µs per trap, not measured here",
 		"measured": "measured on this machine by a probe wolf attached to itself",
 		"":         "as given with --trap-ns"}[th.TrapSource]
@@ -348,7 +347,7 @@ func uprobeRegisterRisk(costs []Cost, kernel string, th Thresholds) []finding.Fi
 			Mechanism: "uprobe_register walks every mm that maps the file and takes its mmap_lock for writing to insert the breakpoint; rw-semaphores queue readers behind a waiting writer. " +
 				"Seed 002: with a deep mmap_lock queue a blocked registration stalled page faults and uprobe hits in every process mapping the file, until khungtaskd fired.",
 			Subjects: t.ss,
-			Evidence: map[string]any{"file": f, "shared_by_processes": t.shared, "prog_ids": t.ids, "runs_per_s": round2(t.hot)},
+			Evidence: map[string]any{"file": f, "shared_by_processes": t.shared, "prog_ids": t.ids, "runs_per_s": human.Round(t.hot, 2)},
 			Remediation: []string{
 				"Attach uprobes once at agent start, not repeatedly; filter by pid so only target processes get breakpoints",
 				"Prefer USDT or application-level hooks in widely shared libraries; watch mmap_lock contention (wolf locks) while attaching",
@@ -392,8 +391,8 @@ func summary(s *Snapshot, costs []Cost) finding.Finding {
 		ID: "bpf.summary", Investigator: "bpf", Severity: finding.Info,
 		Title:   title,
 		Summary: sum,
-		Evidence: map[string]any{"programs": len(costs), "third_party_programs": third, "runs_per_s": round2(float64(runs) / secs),
-			"run_ns": run, "one_cpu_pct": round2(one), "cpus": s.NumCPU, "window_s": round2(secs)},
+		Evidence: map[string]any{"programs": len(costs), "third_party_programs": third, "runs_per_s": human.Round(float64(runs)/secs, 2),
+			"run_ns": run, "one_cpu_pct": human.Round(one, 2), "cpus": s.NumCPU, "window_s": human.Round(secs, 2)},
 	}
 }
 

@@ -235,20 +235,6 @@ func TestHistograms(t *testing.T) {
 	}
 }
 
-func TestFormatting(t *testing.T) {
-	for v, want := range map[float64]string{0: "0", 0.00293: "0.003", 0.5: "0.5", 46.3: "46"} {
-		if got := pct(v); got != want {
-			t.Errorf("pct(%v) = %q, want %q", v, got, want)
-		}
-	}
-	if got := count(1093267); got != "1.1M" {
-		t.Errorf("count = %q", got)
-	}
-	if got := round(0.0029, 3); got != 0.003 {
-		t.Errorf("round = %v", got)
-	}
-}
-
 func TestScope(t *testing.T) {
 	for _, c := range []struct {
 		sc    scope

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/human"
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/kconfig"
 	"github.com/wolf-investigator/wolf/internal/sysctl"
@@ -192,7 +193,7 @@ func settingsLine(vals map[string]int64, swapBytes int64) string {
 	case swapBytes == 0:
 		parts = append(parts, "no swap")
 	case swapBytes > 0:
-		parts = append(parts, fmt.Sprintf("swap %d MiB", swapBytes>>20))
+		parts = append(parts, "swap "+human.MiB(swapBytes))
 	}
 	return strings.Join(parts, ", ")
 }

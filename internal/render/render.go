@@ -7,13 +7,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"reflect"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/human"
 	"github.com/wolf-investigator/wolf/internal/kstack"
 )
 
@@ -256,20 +255,11 @@ func (t *textWriter) subject(indent string, s *finding.Subject) {
 	}
 	for i, fr := range stack {
 		if i == depth {
-			t.printf("%s          %s\n", indent, t.paint("2", fmt.Sprintf("… %s (--format json has them all)", plural(len(stack)-depth, "more frame", "more frames"))))
+			t.printf("%s          %s\n", indent, t.paint("2", fmt.Sprintf("… %s (--format json has them all)", human.Plural(len(stack)-depth, "more frame", "more frames"))))
 			break
 		}
 		t.printf("%s          %s\n", indent, t.paint("2", fr))
 	}
-}
-
-// shortFloat prints a measurement with the precision a reader needs:
-// whole numbers from 1000 up, three significant digits below.
-func shortFloat(x float64) string {
-	if math.Abs(x) >= 1000 {
-		return strconv.FormatFloat(x, 'f', 0, 64)
-	}
-	return strconv.FormatFloat(x, 'g', 3, 64)
 }
 
 func evidenceLine(ev map[string]any) string {
@@ -283,7 +273,7 @@ func evidenceLine(ev map[string]any) string {
 		var v string
 		switch x := ev[k].(type) {
 		case float64:
-			v = shortFloat(x)
+			v = human.Number(x)
 		default:
 			// Lists and records (a chain of owners, a queue over time) are
 			// told by the subjects or kept for --format json.
@@ -332,13 +322,6 @@ func Wrap(s string, width int) []string {
 		}
 	}
 	return lines
-}
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return "1 " + one
-	}
-	return fmt.Sprintf("%d %s", n, many)
 }
 
 // schedulerFrame reports frames every sleeping task has (the scheduler,

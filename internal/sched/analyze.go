@@ -2,7 +2,6 @@ package sched
 
 import (
 	"fmt"
-	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/hist"
+	"github.com/wolf-investigator/wolf/internal/human"
 )
 
 // Thresholds decide what is worth a finding.
@@ -178,8 +178,6 @@ func Conclude(s *Snapshot) []finding.Finding {
 	return out
 }
 
-func pct(x float64) float64 { return math.Round(x*10) / 10 }
-
 func taskName(t *Task) string {
 	if t.PID != 0 && t.PID != t.TID {
 		return fmt.Sprintf("%s (pid %d, tid %d)", t.Comm, t.PID, t.TID)
@@ -246,12 +244,12 @@ func bounceFinding(t *Task, s *Snapshot, th Thresholds, mismatches []Mismatch) f
 
 	ev := map[string]any{
 		"migrations":             t.Migrations,
-		"migrations_per_s":       pct(rate),
+		"migrations_per_s":       human.Round(rate, 1),
 		"bounces":                t.Bounces,
-		"bounces_per_s":          pct(bounceRate),
+		"bounces_per_s":          human.Round(bounceRate, 1),
 		"bounce_window_ms":       s.BounceWindow.Milliseconds(),
-		"window_s":               pct(t.Window.Seconds()),
-		"cpu_pct":                pct(t.CPUPct),
+		"window_s":               human.Round(t.Window.Seconds(), 1),
+		"cpu_pct":                human.Round(t.CPUPct, 1),
 		"moved_by_third_cpu":     t.Remote,
 		"kernel_nr_migrations":   t.KernelTotal,
 		"initiators":             shares(t),
@@ -259,12 +257,12 @@ func bounceFinding(t *Task, s *Snapshot, th Thresholds, mismatches []Mismatch) f
 		"cpus_allowed":           t.CPUsAllowed,
 		"exited_during_window":   t.Exited,
 		"comm":                   t.Comm,
-		"initiator_wakeup_pct":   pct(t.Share(KindWakeup)),
-		"initiator_balance_pct":  pct(t.Share(KindBalance)),
-		"initiator_newidle_pct":  pct(t.Share(KindNewidle)),
-		"initiator_stopper_pct":  pct(t.Share(KindStopper)),
-		"initiator_affinity_pct": pct(t.Share(KindAffinity)),
-		"initiator_other_pct":    pct(t.Share(KindOther)),
+		"initiator_wakeup_pct":   human.Round(t.Share(KindWakeup), 1),
+		"initiator_balance_pct":  human.Round(t.Share(KindBalance), 1),
+		"initiator_newidle_pct":  human.Round(t.Share(KindNewidle), 1),
+		"initiator_stopper_pct":  human.Round(t.Share(KindStopper), 1),
+		"initiator_affinity_pct": human.Round(t.Share(KindAffinity), 1),
+		"initiator_other_pct":    human.Round(t.Share(KindOther), 1),
 	}
 	if t.Cpuset != "" {
 		ev["cpuset_cpus"] = t.Cpuset
@@ -276,15 +274,15 @@ func bounceFinding(t *Task, s *Snapshot, th Thresholds, mismatches []Mismatch) f
 		ev["bounce_pattern"] = out.Key() + " away, " + back.Key() + " back"
 	}
 	if w := t.ByKind[KindWakeup]; w > 0 {
-		ev["wake_affine_pct"] = pct(100 * float64(t.WakeAffine) / float64(w))
-		ev["wake_wide_pct"] = pct(100 * float64(t.WakeWide) / float64(w))
-		ev["wakee_flips_mean"] = pct(t.WakeeFlips)
+		ev["wake_affine_pct"] = human.Round(100*float64(t.WakeAffine)/float64(w), 1)
+		ev["wake_wide_pct"] = human.Round(100*float64(t.WakeWide)/float64(w), 1)
+		ev["wakee_flips_mean"] = human.Round(t.WakeeFlips, 1)
 		ev["waker_flips_max"] = t.WakerFlips
 	}
 	if t.Runq.Count > 0 {
 		ev["runq_waits"] = t.Runq.Count
-		ev["runq_p99_us"] = pct(float64(t.Runq.Quantile(0.99)) / 1e3)
-		ev["runq_max_us"] = pct(float64(t.Runq.Max) / 1e3)
+		ev["runq_p99_us"] = human.Round(float64(t.Runq.Quantile(0.99))/1e3, 1)
+		ev["runq_max_us"] = human.Round(float64(t.Runq.Max)/1e3, 1)
 	}
 	if a := t.Affinity; a != nil {
 		ev["setaffinity_calls_self"] = a.Self
@@ -308,7 +306,7 @@ func bounceFinding(t *Task, s *Snapshot, th Thresholds, mismatches []Mismatch) f
 
 	summary := fmt.Sprintf("In %.1f s the kernel moved %s %d times (%s).", t.Window.Seconds(), taskName(t), t.Migrations, shares(t))
 	if t.Bounces > 0 {
-		summary += fmt.Sprintf(" %d of the moves undid the previous one within %v (A→B→A).", t.Bounces, s.BounceWindow)
+		summary += fmt.Sprintf(" %d of the moves undid the previous one within %s (A→B→A).", t.Bounces, human.Duration(s.BounceWindow))
 	}
 	if t.CPUPct > 0 {
 		summary += fmt.Sprintf(" It used %.0f%% of a CPU.", t.CPUPct)
@@ -447,12 +445,12 @@ func runqFinding(s *Snapshot, th Thresholds) *finding.Finding {
 			Detail: fmt.Sprintf("run-queue p99 %.1f ms, max %.1f ms over %d waits", float64(b.p99)/1e6, float64(b.t.Runq.Max)/1e6, b.t.Runq.Count)})
 		names = append(names, taskName(b.t))
 	}
-	ev := map[string]any{"tasks": len(tasks), "worst_p99_us": pct(float64(worst) / 1e3), "threshold_p99_us": th.RunqP99.Microseconds()}
+	ev := map[string]any{"tasks": len(tasks), "worst_p99_us": human.Round(float64(worst)/1e3, 1), "threshold_p99_us": th.RunqP99.Microseconds()}
 	for _, cpu := range cpus {
 		h := s.CPURunq[cpu]
 		c := cpu
 		subj = append(subj, finding.Subject{Role: finding.RoleCPU, CPU: &c, Detail: fmt.Sprintf("p99 %.1f ms over %d waits", float64(h.Quantile(0.99))/1e6, h.Count)})
-		ev[fmt.Sprintf("cpu%d_p99_us", cpu)] = pct(float64(h.Quantile(0.99)) / 1e3)
+		ev[fmt.Sprintf("cpu%d_p99_us", cpu)] = human.Round(float64(h.Quantile(0.99))/1e3, 1)
 	}
 	type cg struct {
 		name string
@@ -486,7 +484,7 @@ func runqFinding(s *Snapshot, th Thresholds) *finding.Finding {
 		Investigator: "sched",
 		Severity:     sev,
 		Title:        title,
-		Summary:      fmt.Sprintf("%d task(s) and %d CPU(s) had a run-queue latency p99 of at least %v (from becoming runnable to running).", len(tasks), len(cpus), th.RunqP99),
+		Summary:      fmt.Sprintf("%d task(s) and %d CPU(s) had a run-queue latency p99 of at least %s (from becoming runnable to running).", len(tasks), len(cpus), human.Duration(th.RunqP99)),
 		Mechanism:    "A runnable task waits on its CPU's run queue until the scheduler picks it; with more runnable tasks than CPUs, or with higher-priority work hogging a CPU, the wait grows. Tasks that migrate badly wait too, on CPUs the balancer has not evened out.",
 		Subjects:     subj,
 		Evidence:     ev,

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/human"
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/kconfig"
 )
@@ -181,7 +182,7 @@ func jiffiesNote(in auditInput) *finding.Finding {
 	if hz > 0 {
 		period := time.Duration(float64(1<<32) / float64(hz) * float64(time.Second))
 		ev["hz"] = hz
-		ev["jiffies_period_days"] = pct(period.Hours() / 24)
+		ev["jiffies_period_days"] = human.Round(period.Hours()/24, 1)
 		summary += fmt.Sprintf("At HZ=%d they wrap again every %.1f days. ", hz, period.Hours()/24)
 	}
 	if in.Uptime < jiffiesWrapAfterBoot {

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/wolf-investigator/wolf/internal/human"
 	"github.com/wolf-investigator/wolf/internal/kstack"
 )
 
@@ -115,7 +116,7 @@ func attribute(stacks []Stack, source string) attribution {
 func (a attribution) selfSummary(n int) string {
 	var parts []string
 	for i := 0; i < len(a.Self) && i < n; i++ {
-		parts = append(parts, fmt.Sprintf("%s %s", a.Self[i].Func, pct(a.Self[i].Share)))
+		parts = append(parts, fmt.Sprintf("%s %s", a.Self[i].Func, human.Percent(100*a.Self[i].Share)))
 	}
 	return strings.Join(parts, ", ")
 }

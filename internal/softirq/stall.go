@@ -9,13 +9,14 @@ import (
 
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/hist"
+	"github.com/wolf-investigator/wolf/internal/human"
 )
 
 func stallFinding(s *Snapshot, vec int, h hist.Log2, stalls []Stall) finding.Finding {
 	f := stallFindingOf(s, vec, h, stalls)
 	cov, known := sampleCoverage(s, stalls)
 	if known {
-		f.Evidence["cpu_sample_coverage_pct"] = round2(100 * cov)
+		f.Evidence["cpu_sample_coverage_pct"] = human.Round(100*cov, 2)
 	}
 	switch {
 	case known && cov < mostlyAbsent && s.StealPct >= 1:
@@ -23,7 +24,7 @@ func stallFinding(s *Snapshot, vec int, h hist.Log2, stalls []Stall) finding.Fin
 		// in the softirq was slow: its vCPU was not running.
 		f.Severity = finding.Info
 		f.Evidence["cause"] = causeHypervisor
-		f.Title = fmt.Sprintf("%s softirq runs of up to %s on CPU %v were mostly time the vCPU did not run (hypervisor steal %.1f%% in the window)", Vectors[vec], fmtDur(maxStall(stalls)), f.Evidence["worst_cpu"], s.StealPct)
+		f.Title = fmt.Sprintf("%s softirq runs of up to %s on CPU %v were mostly time the vCPU did not run (hypervisor steal %.1f%% in the window)", Vectors[vec], human.Duration(maxStall(stalls)), f.Evidence["worst_cpu"], s.StealPct)
 		f.Summary += fmt.Sprintf(" Only %.0f%% of the timer samples expected during those runs landed: the CPU was not executing them.", 100*cov)
 		f.Mechanism = "The sampling timer fires only while a CPU runs; a virtual CPU descheduled by the hypervisor in the middle of a softirq takes no samples, yet the softirq's clock keeps running, so the run looks long from inside the guest. Packets and tasks on that CPU did wait."
 		f.Remediation = []string{"Look at the host, not the guest: CPU overcommit or noisy neighbours (steal time: mpstat -P ALL 1, column %steal); dedicated or pinned vCPUs remove it."}
@@ -126,7 +127,7 @@ func stallFindingOf(s *Snapshot, vec int, h hist.Log2, stalls []Stall) finding.F
 		"stalls":              len(stalls),
 		"threshold_us":        us(s.Threshold),
 		"window_s":            s.Window.Seconds(),
-		"stalls_per_s":        round2(float64(len(stalls)) / max(s.Window.Seconds(), 0.001)),
+		"stalls_per_s":        human.Round(float64(len(stalls))/max(s.Window.Seconds(), 0.001), 2),
 		"worst_cpu":           worstCPU,
 		"cause":               causeUnknown,
 		"stalls_lost":         s.StallsLost,
@@ -150,7 +151,7 @@ func stallFindingOf(s *Snapshot, vec int, h hist.Log2, stalls []Stall) finding.F
 	}
 
 	if s.StealPct >= 0 {
-		ev["steal_pct"] = round2(s.StealPct)
+		ev["steal_pct"] = human.Round(s.StealPct, 2)
 	}
 	f := finding.Finding{
 		ID:           "softirq.stall",
@@ -166,16 +167,16 @@ func stallFindingOf(s *Snapshot, vec int, h hist.Log2, stalls []Stall) finding.F
 	if len(cpus) > 1 {
 		where = fmt.Sprintf("CPUs %s", cpuList(cpus, func(c *cpuAgg) int { return c.cpu }))
 	}
-	runs := fmt.Sprintf("%d run%s ≥ %s in %s", len(stalls), plural(len(stalls)), fmtDur(s.Threshold), fmtDur(s.Window))
+	runs := fmt.Sprintf("%s ≥ %s in %s", human.Plural(len(stalls), "run", "runs"), human.Duration(s.Threshold), human.Duration(s.Window))
 	if len(stalls) == 0 {
-		runs = fmt.Sprintf("runs ≥ %s seen, details lost", fmtDur(s.Threshold))
+		runs = fmt.Sprintf("runs ≥ %s seen, details lost", human.Duration(s.Threshold))
 	}
-	head := fmt.Sprintf("%s softirq ran %s on %s (%s)", name, fmtDur(maxD), where, runs)
+	head := fmt.Sprintf("%s softirq ran %s on %s (%s)", name, human.Duration(maxD), where, runs)
 	if vec == vecNetRX {
-		head = fmt.Sprintf("NET_RX softirq (net_rx_action) stalled %s for %s (%s)", where, fmtDur(maxD), runs)
+		head = fmt.Sprintf("NET_RX softirq (net_rx_action) stalled %s for %s (%s)", where, human.Duration(maxD), runs)
 	}
 	f.Summary = fmt.Sprintf("%s ran %d times in %s; %d of them lasted %s or more, up to %s (p99 %s, p50 %s). While a softirq handler runs, that CPU processes no other softirq and runs no task.",
-		handlerName(vec), h.Count, fmtDur(s.Window), len(stalls), fmtDur(s.Threshold), fmtDur(maxD), fmtDur(time.Duration(h.Quantile(0.99))), fmtDur(time.Duration(h.Quantile(0.5))))
+		handlerName(vec), h.Count, human.Duration(s.Window), len(stalls), human.Duration(s.Threshold), human.Duration(maxD), human.Duration(time.Duration(h.Quantile(0.99))), human.Duration(time.Duration(h.Quantile(0.5))))
 
 	if vec != vecNetRX {
 		f.Title = head
@@ -197,7 +198,7 @@ func stallFindingOf(s *Snapshot, vec int, h hist.Log2, stalls []Stall) finding.F
 	if att.Samples > 0 {
 		ev["samples"] = att.Samples
 		ev["samples_from"] = att.Source
-		ev["collapse_share_pct"] = round2(100 * att.Collapse)
+		ev["collapse_share_pct"] = human.Round(100*att.Collapse, 2)
 		ev["top_functions"] = att.selfSummary(5)
 		ev["stall_stacks_folded"] = att.Folded
 	}
@@ -229,7 +230,7 @@ func stallFindingOf(s *Snapshot, vec int, h hist.Log2, stalls []Stall) finding.F
 		ev["cause"] = causeCollapse
 		why := ""
 		if att.Samples > 0 {
-			why = fmt.Sprintf("tcp_collapse/tcp_prune_queue in %s of the stall samples", pct(att.Collapse))
+			why = fmt.Sprintf("tcp_collapse/tcp_prune_queue in %s of the stall samples", human.Percent(100*att.Collapse))
 		} else {
 			why = fmt.Sprintf("TCPRcvCollapsed +%d in the same window", tcp["TCPRcvCollapsed"])
 		}
@@ -239,7 +240,7 @@ func stallFindingOf(s *Snapshot, vec int, h hist.Log2, stalls []Stall) finding.F
 		f.Remediation = collapseRemedies(s)
 	case att.Samples > 0 && att.Netfilter >= 0.25:
 		ev["cause"] = causeNetfilter
-		f.Title = head + fmt.Sprintf(": packet filtering (netfilter in %s of the samples)", pct(att.Netfilter))
+		f.Title = head + fmt.Sprintf(": packet filtering (netfilter in %s of the samples)", human.Percent(100*att.Netfilter))
 		f.Summary += fmt.Sprintf(" Sampled kernel stacks: %s.", att.selfSummary(3))
 		f.Mechanism = "Firewall and conntrack rules run inside NET_RX for every packet: long linear rule sets or conntrack table walks make each packet expensive, and a budget of 300 packets then takes milliseconds."
 		f.Remediation = []string{
@@ -271,7 +272,7 @@ func stallFindingOf(s *Snapshot, vec int, h hist.Log2, stalls []Stall) finding.F
 func collapseSummary(s *Snapshot, tcp map[string]int64, att attribution) string {
 	var parts []string
 	if att.Samples > 0 {
-		parts = append(parts, fmt.Sprintf("Of %d kernel stacks sampled in those runs, %s were pruning a TCP receive queue (tcp_prune_queue → tcp_collapse); the innermost functions were %s.", att.Samples, pct(att.Collapse), att.selfSummary(3)))
+		parts = append(parts, fmt.Sprintf("Of %d kernel stacks sampled in those runs, %s were pruning a TCP receive queue (tcp_prune_queue → tcp_collapse); the innermost functions were %s.", att.Samples, human.Percent(100*att.Collapse), att.selfSummary(3)))
 	}
 	if tcp["PruneCalled"]+tcp["TCPRcvCollapsed"] > 0 {
 		where := ""
@@ -289,7 +290,7 @@ func collapseSummary(s *Snapshot, tcp map[string]int64, att attribution) string 
 func collapseMechanism(set Settings) string {
 	buf := "large receive buffers"
 	if set.TCPRmem[2] > 0 {
-		buf = fmt.Sprintf("receive buffers of up to %s (net.ipv4.tcp_rmem max)", fmtBytes(set.TCPRmem[2]))
+		buf = fmt.Sprintf("receive buffers of up to %s (net.ipv4.tcp_rmem max)", human.Bytes(set.TCPRmem[2]))
 	}
 	return fmt.Sprintf("When a socket's queued segments use more memory than its receive buffer allows (buffer accounting counts each sk_buff's overhead, not just payload), TCP prunes the queue in softirq context: tcp_collapse copies every small segment into compact buffers while that CPU processes no other packet. With %s and small segments from a slow reader, one collapse walks tens of thousands of sk_buffs and takes milliseconds: the seed measured 23 ms at 32 MiB and 3 ms at 2 MiB.", buf)
 }
@@ -393,7 +394,7 @@ func cpuSubjects(stalls []Stall, top *Stack) []finding.Subject {
 		}
 		w := worst[c]
 		cpu := c
-		detail := fmt.Sprintf("%d run%s ≥ threshold, worst %s at %s", count[c], plural(count[c]), fmtDur(w.Duration), w.At.Format("15:04:05.000"))
+		detail := fmt.Sprintf("%s ≥ threshold, worst %s at %s", human.Plural(count[c], "run", "runs"), human.Duration(w.Duration), w.At.Format("15:04:05.000"))
 		if w.Vector == "NET_RX" && w.Polls > 0 {
 			detail += fmt.Sprintf(", %d packets in %d NAPI polls", w.Packets, w.Polls)
 		}
@@ -413,7 +414,7 @@ func stallList(stalls []Stall, n int) []string {
 	var out []string
 	for i := 0; i < len(stalls) && i < n; i++ {
 		st := stalls[i]
-		out = append(out, fmt.Sprintf("%s cpu %d %s %s on %s/%d, %d packets", st.At.Format("15:04:05.000000"), st.CPU, st.Vector, fmtDur(st.Duration), st.Comm, st.PID, st.Packets))
+		out = append(out, fmt.Sprintf("%s cpu %d %s %s on %s/%d, %d packets", st.At.Format("15:04:05.000000"), st.CPU, st.Vector, human.Duration(st.Duration), st.Comm, st.PID, st.Packets))
 	}
 	return out
 }
