@@ -148,7 +148,7 @@ func (s *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 	}
 	if hs, err := p.cpuHists(); err == nil {
 		for cpu, h := range hs {
-			snap.CPURunq[cpu] = toLog2(h)
+			snap.CPURunq[cpu] = hist.FromBPF(&h)
 		}
 	}
 	aff := p.affinityCalls()
@@ -169,7 +169,7 @@ func (s *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 		return fmt.Sprintf("id:%d", id)
 	}
 	for id, h := range cgHists {
-		merge(snap.CgroupRunq, cgName(id), toLog2(h))
+		merge(snap.CgroupRunq, cgName(id), hist.FromBPF(&h))
 	}
 	seen := map[uint32]bool{}
 	for i := range recs {
@@ -243,10 +243,6 @@ func (s *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 	return res, nil
 }
 
-func toLog2(h schedWolfHist) hist.Log2 {
-	return hist.FromSlots(h.Slots[:], h.Count, h.Sum, h.Max)
-}
-
 func merge(m map[string]hist.Log2, key string, h hist.Log2) {
 	if h.Count == 0 {
 		return
@@ -266,7 +262,7 @@ func taskFromRecord(r *schedTaskRec, start uint64) *Task {
 		BounceCPUs: [2]int{int(st.BounceA), int(st.BounceB)},
 		Remote:     uint64(st.Remote), WakeAffine: uint64(st.WakeAffine), WakeWide: uint64(st.WakeWide),
 		WakerFlips: uint64(st.WakerFlipsMax), KernelTotal: r.NrMigrations,
-		Runq: toLog2(st.Runq),
+		Runq: hist.FromBPF(&st.Runq),
 	}
 	for k := 0; k < NKinds; k++ {
 		t.ByKind[k] = uint64(st.ByKind[k])

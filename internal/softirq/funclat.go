@@ -272,7 +272,7 @@ func (fp *funcProbe) result() (FuncResult, error) {
 		return r, fmt.Errorf("softirq: read function histogram: %w", err)
 	}
 	for _, v := range vals {
-		h := hist.FromSlots(v.Slots[:], v.Count, v.Sum, v.Max)
+		h := hist.FromBPF(&v)
 		r.Hist.Merge(&h)
 	}
 	if c, err := readCounters(fp.objs.CPUStates); err == nil {
