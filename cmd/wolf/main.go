@@ -12,9 +12,6 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
-
-	"github.com/wolf-investigator/wolf/internal/lab/coredump"
-	"github.com/wolf-investigator/wolf/internal/lab/mmaplock"
 )
 
 // Exit codes, as DESIGN.md fixes them.
@@ -46,10 +43,8 @@ func privilegeErr(format string, args ...any) error {
 }
 
 func main() {
-	// The coredump lab re-executes this binary as the process that
-	// crashes; in that role it never returns.
-	coredump.MaybeRunCrasher()
-	mmaplock.MaybeRunChild()
+	// The labs that re-execute this binary run their part in an init
+	// function (lab.Child) and never get here.
 	os.Exit(run(os.Args[1:]))
 }
 

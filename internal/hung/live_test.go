@@ -25,11 +25,6 @@ import (
 	"github.com/wolf-investigator/wolf/internal/testutil"
 )
 
-func TestMain(m *testing.M) {
-	coredump.MaybeRunCrasher() // the coredump lab re-executes this binary
-	os.Exit(m.Run())
-}
-
 func requireLive(t *testing.T) {
 	t.Helper()
 	testutil.RequireRoot(t)

@@ -18,12 +18,6 @@ import (
 	"github.com/wolf-investigator/wolf/internal/testutil"
 )
 
-func TestMain(m *testing.M) {
-	mmaplock.MaybeRunChild() // the mmap-lock lab re-executes this binary
-	maybeRunBenchChild()     // so do the cost benchmarks' workloads
-	os.Exit(m.Run())
-}
-
 // run runs l with opts; during, if set, runs once every program is attached.
 func run(t *testing.T, l *Investigator, opts investigator.Options, during func()) *investigator.Result {
 	t.Helper()

@@ -44,7 +44,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -198,9 +197,6 @@ func (in *Instance) Config() Config { return in.cfg }
 // phases run and the cgroup has hit its limit. Options.Victims, when set,
 // is the number of r_memory threads.
 func (l memcgLab) Start(ctx context.Context, opt lab.Options) (_ lab.Instance, err error) {
-	if os.Getenv(workerEnv) != "" {
-		return nil, errors.New("memcgstress: this process is the lab's worker; it cannot start the lab")
-	}
 	cfg := l.cfg
 	if opt.Victims > 0 {
 		cfg.AnonThreads = opt.Victims
@@ -378,16 +374,10 @@ func (in *Instance) startWorker(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("memcgstress: %w", err)
 	}
-	cmd := exec.Command("/proc/self/exe")
-	cmd.Args = []string{workerComm}
-	cmd.Dir = "/"
-	cmd.Env = []string{workerEnv + "=" + string(conf), "GOTRACEBACK=none"}
+	// The worker dies with the lab: Pdeathsig fires when the thread that
+	// forked exits, and Go threads outlive their goroutines unless locked.
+	cmd := lab.ChildCommand(context.Background(), workerPart, workerComm, string(conf), "GOTRACEBACK=none")
 	cmd.Stderr = in.stderr
-	cmd.WaitDelay = time.Second
-	// Pdeathsig: the worker dies with the lab (it fires when the thread
-	// that forked exits; Go threads outlive their goroutines unless locked).
-	// Own process group: a Ctrl-C at the terminal is the lab's to handle.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return fmt.Errorf("memcgstress: worker stdin: %w", err)

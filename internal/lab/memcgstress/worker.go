@@ -1,10 +1,7 @@
 package memcgstress
 
-// The worker: the lab re-executes its own binary (/proc/self/exe) with
-// workerEnv set, and this package's init runs the workload instead of the
-// program. An init rather than a hook in main: every binary that can start
-// the lab imports this package (to register or start it), so every one of
-// them can also be the worker, and no main or TestMain can forget the hook.
+// The worker: the lab re-executes its own binary (lab.ChildCommand), and
+// this package's init runs the workload instead of the program (lab.Child).
 //
 // The worker is seed 003's stress_memcg scaled down: phase 1, "r_file"
 // threads write files, map them and read them page by page, forever; phase
@@ -26,11 +23,12 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/wolf-investigator/wolf/internal/lab"
 	"golang.org/x/sys/unix"
 )
 
 const (
-	workerEnv    = "WOLF_LAB_MEMCG_WORKER" // its value is the worker's JSON config
+	workerPart   = "memcg-worker" // lab.Child's name; its argument is the worker's JSON config
 	workerComm   = "wolf-memcg-lab"
 	fileComm     = "r_file"   // the seed's names
 	anonComm     = "r_memory" // for the two kinds of threads
@@ -42,7 +40,7 @@ const (
 	workerFailed = "error"
 )
 
-// workerConfig is what the lab tells the worker, through workerEnv.
+// workerConfig is what the lab tells the worker, as its argument.
 type workerConfig struct {
 	Dir         string        `json:"dir"`
 	FileBytes   int64         `json:"file_bytes"`
@@ -56,17 +54,15 @@ type workerConfig struct {
 }
 
 func init() {
-	v := os.Getenv(workerEnv)
-	if v == "" {
-		return
-	}
-	var c workerConfig
-	if err := json.Unmarshal([]byte(v), &c); err != nil {
-		fmt.Printf("%s bad config: %v\n", workerFailed, err)
-		os.Exit(2)
-	}
-	runWorker(c)
-	os.Exit(0)
+	lab.Child(workerPart, func(arg string) error {
+		var c workerConfig
+		if err := json.Unmarshal([]byte(arg), &c); err != nil {
+			fmt.Printf("%s bad config: %v\n", workerFailed, err)
+			os.Exit(2)
+		}
+		runWorker(c)
+		return nil
+	})
 }
 
 func runWorker(c workerConfig) {

@@ -34,7 +34,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/wolf-investigator/wolf/internal/lab"
@@ -85,13 +84,7 @@ func (m mmapLab) Start(ctx context.Context, opt lab.Options) (_ lab.Instance, er
 	if m.mb <= 0 || m.mb > 4096 {
 		return nil, fmt.Errorf("mmap-lock: region of %d MiB out of range", m.mb)
 	}
-	cmd := exec.Command("/proc/self/exe")
-	cmd.Args = []string{childComm}
-	cmd.Dir = "/"
-	cmd.Env = []string{ChildEnv + "=1", sizeEnv + "=" + strconv.Itoa(m.mb), "GOMAXPROCS=2"}
-	cmd.WaitDelay = time.Second
-	// Own process group: a Ctrl-C at the terminal is the lab's to handle.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	cmd := lab.ChildCommand(context.Background(), childPart, childComm, strconv.Itoa(m.mb), "GOMAXPROCS=2")
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, fmt.Errorf("mmap-lock: child stdin: %w", err)
@@ -124,7 +117,7 @@ func (m mmapLab) Start(ctx context.Context, opt lab.Options) (_ lab.Instance, er
 	select {
 	case l := <-lines:
 		if err := in.parseReady(l); err != nil {
-			return nil, fmt.Errorf("mmap-lock: %w (is mmaplock.MaybeRunChild called first thing in main/TestMain?) %s", err, stderr.String())
+			return nil, fmt.Errorf("mmap-lock: %w %s", err, stderr.String())
 		}
 	case <-in.done:
 		return nil, fmt.Errorf("mmap-lock: child exited before it was ready: %s", stderr.String())
