@@ -72,94 +72,19 @@ func maxStall(stalls []Stall) time.Duration {
 }
 
 func stallFindingOf(s *Snapshot, vec int, h hist.Log2, stalls []Stall) finding.Finding {
-	name := Vectors[vec]
 	sort.Slice(stalls, func(i, j int) bool { return stalls[i].Duration > stalls[j].Duration })
 	maxD := time.Duration(h.Max)
 	if len(stalls) > 0 && stalls[0].Duration > maxD {
 		maxD = stalls[0].Duration
 	}
-	// Stalls per CPU, worst CPU first.
-	type cpuAgg struct {
-		cpu   int
-		n     int
-		worst time.Duration
-	}
-	byCPU := map[int]*cpuAgg{}
-	for _, st := range stalls {
-		c := byCPU[st.CPU]
-		if c == nil {
-			c = &cpuAgg{cpu: st.CPU}
-			byCPU[st.CPU] = c
-		}
-		c.n++
-		c.worst = max(c.worst, st.Duration)
-	}
-	var cpus []*cpuAgg
-	for _, c := range byCPU {
-		cpus = append(cpus, c)
-	}
-	sort.Slice(cpus, func(i, j int) bool {
-		if cpus[i].worst != cpus[j].worst {
-			return cpus[i].worst > cpus[j].worst
-		}
-		return cpus[i].cpu < cpus[j].cpu
-	})
-	worstCPU := -1
-	if len(cpus) > 0 {
-		worstCPU = cpus[0].cpu
-	} else {
-		// Stall events lost: name the CPU from the per-CPU histograms.
-		var m uint64
-		for cpu := range s.Run[vec] {
-			if s.Run[vec][cpu].Max > m {
-				m, worstCPU = s.Run[vec][cpu].Max, cpu
-			}
-		}
-	}
-
-	ev := map[string]any{
-		"vector":              name,
-		"max_us":              us(maxD),
-		"p99_us":              us(time.Duration(h.Quantile(0.99))),
-		"p50_us":              us(time.Duration(h.Quantile(0.5))),
-		"runs":                h.Count,
-		"run_time_ms":         ms(time.Duration(h.Sum)),
-		"stalls":              len(stalls),
-		"threshold_us":        us(s.Threshold),
-		"window_s":            s.Window.Seconds(),
-		"stalls_per_s":        human.Round(float64(len(stalls))/max(s.Window.Seconds(), 0.001), 2),
-		"worst_cpu":           worstCPU,
-		"cause":               causeUnknown,
-		"stalls_lost":         s.StallsLost,
-		"stall_list":          stallList(stalls, 10),
-		"sample_hz":           s.SampleHz,
-		"netdev_budget":       s.Settings.NetdevBudget,
-		"tcp_rmem_max_bytes":  s.Settings.TCPRmem[2],
-		"netdev_budget_usecs": s.Settings.NetdevBudgetUsecs,
-	}
-	if vec != vecNetRX {
-		for _, k := range []string{"netdev_budget", "tcp_rmem_max_bytes", "netdev_budget_usecs"} {
-			delete(ev, k)
-		}
-	}
-	var packets uint64
-	for _, st := range stalls {
-		packets += st.Packets
-	}
-	if vec == vecNetRX && len(stalls) > 0 {
-		ev["packets_in_stalls"] = packets
-	}
-
-	if s.StealPct >= 0 {
-		ev["steal_pct"] = human.Round(s.StealPct, 2)
-	}
+	cpus, worstCPU := stallCPUs(s, vec, stalls)
+	ev := stallEvidence(s, vec, h, stalls, maxD, worstCPU)
 	f := finding.Finding{
 		ID:           "softirq.stall",
 		Investigator: "softirq",
 		Severity:     finding.Warning,
 		References:   []string{seedRef},
 	}
-
 	if maxD >= CriticalStall {
 		f.Severity = finding.Critical
 	}
@@ -171,24 +96,106 @@ func stallFindingOf(s *Snapshot, vec int, h hist.Log2, stalls []Stall) finding.F
 	if len(stalls) == 0 {
 		runs = fmt.Sprintf("runs ≥ %s seen, details lost", human.Duration(s.Threshold))
 	}
-	head := fmt.Sprintf("%s softirq ran %s on %s (%s)", name, human.Duration(maxD), where, runs)
-	if vec == vecNetRX {
-		head = fmt.Sprintf("NET_RX softirq (net_rx_action) stalled %s for %s (%s)", where, human.Duration(maxD), runs)
-	}
 	f.Summary = fmt.Sprintf("%s ran %d times in %s; %d of them lasted %s or more, up to %s (p99 %s, p50 %s). While a softirq handler runs, that CPU processes no other softirq and runs no task.",
 		handlerName(vec), h.Count, human.Duration(s.Window), len(stalls), human.Duration(s.Threshold), human.Duration(maxD), human.Duration(time.Duration(h.Quantile(0.99))), human.Duration(time.Duration(h.Quantile(0.5))))
-
+	f.Evidence = ev
 	if vec != vecNetRX {
-		f.Title = head
+		f.Title = fmt.Sprintf("%s softirq ran %s on %s (%s)", Vectors[vec], human.Duration(maxD), where, runs)
 		f.Mechanism = vectorMechanism(vec)
 		f.Remediation = vectorRemedies(vec)
 		f.Subjects = cpuSubjects(stalls, nil)
-		f.Evidence = ev
 		return f
 	}
+	netRXStall(s, &f, fmt.Sprintf("NET_RX softirq (net_rx_action) stalled %s for %s (%s)", where, human.Duration(maxD), runs), stalls)
+	return f
+}
 
-	// NET_RX: attribute with samples from the stalls, else from all of
-	// NET_RX, and with the TcpExt counters of the same window.
+// cpuAgg is the stalls of one CPU.
+type cpuAgg struct {
+	cpu   int
+	n     int
+	worst time.Duration
+}
+
+// stallCPUs groups the stalls by CPU, worst CPU first, and names the worst
+// CPU; from the per-CPU histograms when the stall events were lost.
+func stallCPUs(s *Snapshot, vec int, stalls []Stall) (cpus []*cpuAgg, worstCPU int) {
+	byCPU := map[int]*cpuAgg{}
+	for _, st := range stalls {
+		c := byCPU[st.CPU]
+		if c == nil {
+			c = &cpuAgg{cpu: st.CPU}
+			byCPU[st.CPU] = c
+		}
+		c.n++
+		c.worst = max(c.worst, st.Duration)
+	}
+	for _, c := range byCPU {
+		cpus = append(cpus, c)
+	}
+	sort.Slice(cpus, func(i, j int) bool {
+		if cpus[i].worst != cpus[j].worst {
+			return cpus[i].worst > cpus[j].worst
+		}
+		return cpus[i].cpu < cpus[j].cpu
+	})
+	worstCPU = -1
+	if len(cpus) > 0 {
+		return cpus, cpus[0].cpu
+	}
+	var m uint64
+	for cpu := range s.Run[vec] {
+		if s.Run[vec][cpu].Max > m {
+			m, worstCPU = s.Run[vec][cpu].Max, cpu
+		}
+	}
+	return cpus, worstCPU
+}
+
+// stallEvidence is what every stall finding says in numbers; NET_RX's
+// adds its settings and packets (and, in netRXStall, its attribution).
+func stallEvidence(s *Snapshot, vec int, h hist.Log2, stalls []Stall, maxD time.Duration, worstCPU int) map[string]any {
+	ev := map[string]any{
+		"vector":       Vectors[vec],
+		"max_us":       us(maxD),
+		"p99_us":       us(time.Duration(h.Quantile(0.99))),
+		"p50_us":       us(time.Duration(h.Quantile(0.5))),
+		"runs":         h.Count,
+		"run_time_ms":  ms(time.Duration(h.Sum)),
+		"stalls":       len(stalls),
+		"threshold_us": us(s.Threshold),
+		"window_s":     s.Window.Seconds(),
+		"stalls_per_s": human.Round(float64(len(stalls))/max(s.Window.Seconds(), 0.001), 2),
+		"worst_cpu":    worstCPU,
+		"cause":        causeUnknown,
+		"stalls_lost":  s.StallsLost,
+		"stall_list":   stallList(stalls, 10),
+		"sample_hz":    s.SampleHz,
+	}
+	if vec == vecNetRX {
+		ev["netdev_budget"] = s.Settings.NetdevBudget
+		ev["tcp_rmem_max_bytes"] = s.Settings.TCPRmem[2]
+		ev["netdev_budget_usecs"] = s.Settings.NetdevBudgetUsecs
+		if len(stalls) > 0 {
+			var packets uint64
+			for _, st := range stalls {
+				packets += st.Packets
+			}
+			ev["packets_in_stalls"] = packets
+		}
+	}
+	if s.StealPct >= 0 {
+		ev["steal_pct"] = human.Round(s.StealPct, 2)
+	}
+	return ev
+}
+
+// netRXStall completes a NET_RX stall finding titled head: it attributes
+// the stall with samples from the stalls (else from all of NET_RX) and
+// with the TcpExt counters of the same window, and names the cause: TCP
+// receive-queue collapse, packet filtering, or what the samples show.
+func netRXStall(s *Snapshot, f *finding.Finding, head string, stalls []Stall) {
+	ev := f.Evidence
 	att := attribute(s.StallStacks, "stall")
 	if att.Samples == 0 {
 		att = attribute(s.RxStacks, "net_rx")
@@ -221,10 +228,6 @@ func stallFindingOf(s *Snapshot, vec int, h hist.Log2, stalls []Stall) finding.F
 	}
 
 	collapse := (att.Samples > 0 && att.Collapse >= 0.25) || (att.Samples == 0 && tcp["TCPRcvCollapsed"] > 0)
-	var top *Stack
-	if att.Top != nil {
-		top = att.Top
-	}
 	switch {
 	case collapse:
 		ev["cause"] = causeCollapse
@@ -264,9 +267,7 @@ func stallFindingOf(s *Snapshot, vec int, h hist.Log2, stalls []Stall) finding.F
 			"Spread receive work across CPUs (RSS queues, RPS: /sys/class/net/DEV/queues/rx-*/rps_cpus) so one CPU's stall delays fewer flows.",
 		}
 	}
-	f.Subjects = cpuSubjects(stalls, top)
-	f.Evidence = ev
-	return f
+	f.Subjects = cpuSubjects(stalls, att.Top)
 }
 
 func collapseSummary(s *Snapshot, tcp map[string]int64, att attribution) string {
