@@ -122,7 +122,7 @@ type Snapshot struct {
 	After    map[uint32]Stat
 	Window   time.Duration
 	NumCPU   int
-	Kernel   string // release, "6.18.0-…", for the fixes the seed names
+	Kernel   string // release, "6.18.0-…", for the fixes the Datadog talk names
 	// StatsOff is set when the kernel would not turn run statistics on:
 	// run times and counts are then all zero.
 	StatsOff bool

@@ -263,7 +263,7 @@ func (s *Snapshot) groupFinding(g *group) finding.Finding {
 		f.Evidence["workqueue"] = wq
 		f.Remediation = []string{
 			fmt.Sprintf("Look at the subsystem that owns %s (for xfs_log_worker: the filesystem and the device under it; check its latency and errors).", v.WQFunc),
-			"For dm-crypt devices, consider the no_read_workqueue/no_write_workqueue options (the seed's XFS case).",
+			"For dm-crypt devices, consider the no_read_workqueue/no_write_workqueue options (the XFS case in Cloudflare's hung-task write-up).",
 		}
 	case "fuse":
 		f.ID = "hung.fuse"

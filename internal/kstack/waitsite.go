@@ -163,7 +163,7 @@ func Classify(frames []string) Site {
 	switch {
 	case !sawPrim && (s.Func == "do_exit" || s.Func == "exit_mm"):
 		// The only direct sleep in do_exit (exit_mm before 5.16) is the
-		// coredump wait, coredump_task_exit, inlined: the seed's
+		// coredump wait, coredump_task_exit, inlined: Cloudflare's hung-task write-up's
 		// "do_exit (linux/kernel/exit.c:433)" case.
 		s.Kind, s.LockFunc, s.Inferred = Coredump, "coredump_task_exit", true
 	case s.Kind == "":

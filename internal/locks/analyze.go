@@ -508,7 +508,7 @@ func (s *Snapshot) remediation(a *lockAgg) []string {
 	case a.name == "rtnl_mutex":
 		r = append(r, "rtnl_mutex serialises all network configuration: look for a daemon reconfiguring links or routes in a loop (ip monitor, the owner's stack).")
 	case a.lru:
-		r = append(r, "lru_lock contention comes from many threads reclaiming the same memory cgroup at once (seed 003's MGLRU epilogue: evict_folios takes the lock per batch): give the cgroup memory headroom or fewer threads; wolf reclaim shows its reclaim; check MGLRU (/sys/kernel/mm/lru_gen/enabled) and the kernel version.")
+		r = append(r, "lru_lock contention comes from many threads reclaiming the same memory cgroup at once (the MGLRU epilogue of \"The case of the vanishing CPU\": evict_folios takes the lock per batch): give the cgroup memory headroom or fewer threads; wolf reclaim shows its reclaim; check MGLRU (/sys/kernel/mm/lru_gen/enabled) and the kernel version.")
 	case a.mainType.Spins():
 		r = append(r, "Spinlock contention is a scalability limit: fewer CPUs taking the same lock (RPS/RFS, per-CPU data, sharding) or a kernel with the lock split.")
 	}
@@ -516,7 +516,7 @@ func (s *Snapshot) remediation(a *lockAgg) []string {
 	return r
 }
 
-// starvationFinding reports the seed's rw-semaphore pattern: readers queued
+// starvationFinding reports the rw-semaphore pattern of the Datadog talk (uprobe_register vs mmap_lock): readers queued
 // behind a waiting writer while the lock is reader-owned, so one long
 // reader stalls every newcomer.
 func (s *Snapshot) starvationFinding(a *lockAgg) (finding.Finding, bool) {
@@ -768,7 +768,7 @@ func (s *Snapshot) holdFinding(tgid, mmTGID int, holds []Hold) finding.Finding {
 		f.Evidence["on_cpu_pct"] = 100 * float64(h.RuntimeNs) / float64(h.HoldNs)
 	}
 	if h.ReclaimCalls > 0 {
-		// Seed 003: the cgroup's reclaim ran under the process's mmap_lock.
+		// As in "The case of the vanishing CPU": the cgroup's reclaim ran under the process's mmap_lock.
 		f.Evidence["reclaim_calls"] = h.ReclaimCalls
 		f.Evidence["reclaim_ms"] = nsToMs(h.ReclaimNs)
 		f.Evidence["pages_scanned"] = h.PagesScanned

@@ -534,7 +534,7 @@ static __always_inline bool spin_type(__u32 type)
 
 /*
  * The queue model is kept for rw-semaphores, where readers and writers
- * queue differently (seed 002); its counters are shared between CPUs, which
+ * queue differently (Datadog's FOSDEM talk); its counters are shared between CPUs, which
  * under heavy contention costs a cache-line transfer per wait.
  */
 static __always_inline bool queued_type(__u32 type)
@@ -846,7 +846,7 @@ struct mm_thread {
 	__u64 csw;        /* its context switches at acquire */
 	__u32 write;
 	__u32 mm_tgid;
-	/* Memory reclaim done while holding it (seed 003's per-hold table). */
+	/* Memory reclaim done while holding it (ClickHouse's per-hold table). */
 	__u64 reclaim_start_ns;
 	__u64 reclaim_ns;
 	__u64 reclaim_calls;

@@ -2,7 +2,7 @@
 //
 // wolf runs on sick hosts, where a read of /proc can block for minutes:
 // /proc/PID/cmdline, environ, maps and smaps take the target's mmap_lock
-// (seed 003: `ps` hung exactly there behind a reclaim livelock), and
+// (ClickHouse's "The case of the vanishing CPU": `ps` hung exactly there behind a reclaim livelock), and
 // /proc/PID/task/TID/stack takes exec_update_lock. So every read here runs
 // with a per-call timeout, and this package offers no synchronous reader for
 // the mmap_lock files at all: the command line is only available through

@@ -20,7 +20,7 @@ type Snapshot struct {
 	Cgroups []*Cgroup // cgroups whose tasks reclaimed (or were scanned for)
 	Kswapd  Kswapd
 	System  System
-	// Reclaim done while holding an mmap_lock (seed 003's per-hold table)
+	// Reclaim done while holding an mmap_lock (the per-hold table of "The case of the vanishing CPU")
 	// is the locks investigator's: it times the holds (locks.mmap-hold).
 }
 
@@ -108,7 +108,7 @@ type System struct {
 	MGLRU            MGLRU
 }
 
-// Thresholds of the verdicts, in the seed's terms.
+// Thresholds of the verdicts, in the terms of "The case of the vanishing CPU".
 const (
 	// The livelock: a cgroup at its limit whose reclaim frees under 1 % of
 	// what it scans, with calls lasting a second or more, no OOM kill, and
@@ -132,7 +132,7 @@ const (
 	maxProcSubjects = 8
 )
 
-const seedRef = "https://clickhouse.com/blog/a-case-of-the-vanishing-cpu-a-linux-kernel-debugging-story"
+const storyRef = "https://clickhouse.com/blog/a-case-of-the-vanishing-cpu-a-linux-kernel-debugging-story"
 
 // Conclude turns a snapshot into findings.
 func Conclude(s *Snapshot) []finding.Finding {
@@ -312,7 +312,7 @@ func (s *Snapshot) cgroupFinding(c *Cgroup) (finding.Finding, bool) {
 		Investigator: "reclaim",
 		Subjects:     s.cgroupSubjects(c, worst),
 		Evidence:     s.cgroupEvidence(c, total, longest, stall),
-		References:   []string{seedRef},
+		References:   []string{storyRef},
 	}
 	effText := "nothing scanned"
 	if eff >= 0 {
@@ -325,7 +325,7 @@ func (s *Snapshot) cgroupFinding(c *Cgroup) (finding.Finding, bool) {
 			c.name(), human.Duration(longest), human.Percent(eff))
 		f.Summary = fmt.Sprintf("The cgroup is at its memory limit and its tasks spent %s in %d reclaim calls over %s (%.1f threads stalled on average) at %s. ",
 			human.Duration(total), calls+uint64(inFlight), human.Duration(s.Window), stall, effText) + cpuSentence(c) +
-			" This is seed 003's livelock: the cgroup is frozen doing nothing but reclaim, and it will not OOM because each call frees a little."
+			" This is the livelock of ClickHouse's \"The case of the vanishing CPU\": the cgroup is frozen doing nothing but reclaim, and it will not OOM because each call frees a little."
 		f.Mechanism = "Every charge in a cgroup at its limit makes the charging task reclaim synchronously from the cgroup's own LRU lists, and a page is only freed if it was not referenced since the last scan. " +
 			"When the cgroup's threads keep touching nearly every page, scans find them referenced and keep or activate them, so each call scans the whole LRU again and again, waiting for the CPU behind the other threads at every cond_resched, until it finds a few pages to free."
 		f.Remediation = livelockRemediation(s.System.MGLRU)
@@ -479,7 +479,7 @@ func livelockRemediation(m MGLRU) []string {
 	return append(out,
 		"Give the cgroup headroom: raise its limit (v1: memory.limit_in_bytes, v2: memory.max), or shrink its page-cache working set (fewer or smaller mmap'd files); with swap off only file pages can be reclaimed.",
 		"Cut the thread count: with hundreds of threads per CPU a reclaiming task waits behind all of them at every cond_resched, so one call lasts seconds of wall time for milliseconds of CPU.",
-		"On kernels that reclaim with mmap_lock held (the COS 5.10-6.1 kernels of seed 003), upgrade: there `ps` and `perf` hang on /proc/PID/cmdline behind the reclaiming thread.",
+		"On kernels that reclaim with mmap_lock held (the COS 5.10-6.1 kernels of \"The case of the vanishing CPU\"), upgrade: there `ps` and `perf` hang on /proc/PID/cmdline behind the reclaiming thread.",
 		"Meanwhile detect and restart: alert when the cgroup's tasks are ~100% %system with page faults crawling (pidstat 1), or on cgroup v2 when memory.pressure full climbs.")
 }
 
@@ -499,13 +499,13 @@ func pressureRemediation(c *Cgroup, m MGLRU) []string {
 func mglruAdvice(m MGLRU) string {
 	switch m.State {
 	case MGLRUOff:
-		return "Enable the multi-generational LRU: echo y > /sys/kernel/mm/lru_gen/enabled (immediate, no reboot; it cured seed 003's livelock on COS 109), then watch for lru_lock contention in evict_folios."
+		return "Enable the multi-generational LRU: echo y > /sys/kernel/mm/lru_gen/enabled (immediate, no reboot; it cured the livelock of \"The case of the vanishing CPU\" on COS 109), then watch for lru_lock contention in evict_folios."
 	case MGLRUAbsent:
-		return "This kernel has no multi-generational LRU (built without CONFIG_LRU_GEN); a kernel with it enabled (echo y > /sys/kernel/mm/lru_gen/enabled) is the seed's cure."
+		return "This kernel has no multi-generational LRU (built without CONFIG_LRU_GEN); a kernel with it enabled (echo y > /sys/kernel/mm/lru_gen/enabled) cured the livelock of \"The case of the vanishing CPU\"."
 	case MGLRUOn:
-		return "MGLRU is already on (" + m.Raw + "): if reclaim still burns CPU, look for lru_lock spinlock contention in evict_folios (seed 003's epilogue)."
+		return "MGLRU is already on (" + m.Raw + "): if reclaim still burns CPU, look for lru_lock spinlock contention in evict_folios (the epilogue of \"The case of the vanishing CPU\")."
 	}
-	return "Check /sys/kernel/mm/lru_gen/enabled: the multi-generational LRU cured seed 003's livelock."
+	return "Check /sys/kernel/mm/lru_gen/enabled: the multi-generational LRU cured the livelock of \"The case of the vanishing CPU\"."
 }
 
 // directFinding: tasks reclaiming because the host itself is short.

@@ -16,7 +16,7 @@
  *    between, the pages the call scanned and reclaimed;
  *  - lru_shrink_inactive gives, per batch, pages scanned and reclaimed and
  *    why the rest stayed (referenced and kept, activated, dirty, under
- *    writeback, failed to unmap): the seed's nr_ref_keep and nr_activate;
+ *    writeback, failed to unmap): ClickHouse's nr_ref_keep and nr_activate;
  *  - lru_shrink_active: pages taken off the active lists, kept or
  *    deactivated;
  *  - kswapd_wake/sleep and wakeup_kswapd: background reclaim;

@@ -23,7 +23,7 @@ type Thresholds struct {
 	// noted (info): a task that mostly sleeps has cold caches anyway.
 	BusyCPUPct float64
 	// CriticalBouncesPerSec and CriticalCPUPct make a busy task's
-	// ping-pong critical: the seed's iperf thread.
+	// ping-pong critical: the iperf thread of "The Network Is Slow".
 	CriticalBouncesPerSec float64
 	CriticalCPUPct        float64
 	// RunqP99 and RunqCriticalP99: run-queue latency (p99 of a task or CPU)
@@ -138,7 +138,7 @@ type Snapshot struct {
 	BounceWindow time.Duration
 }
 
-const seedRef = "https://www.ericsplace.xyz/posts/network-is-slow/ (seed 001: a task bounced between cores by the load balancer and wake-up placement; CONFIG_SCHED_MC off)"
+const storyRef = "Eric's Place, \"The Network Is Slow: An Adventure in the Linux Kernel\", https://www.ericsplace.xyz/posts/network-is-slow/ (a task bounced between cores by the load balancer and wake-up placement; CONFIG_SCHED_MC off)"
 
 // Conclude turns a snapshot into findings.
 func Conclude(s *Snapshot) []finding.Finding {
@@ -331,7 +331,7 @@ func bounceFinding(t *Task, s *Snapshot, th Thresholds, mismatches []Mismatch) f
 		Subjects:     []finding.Subject{subj},
 		Evidence:     ev,
 		Remediation:  remediation(t, mm, s),
-		References:   []string{seedRef},
+		References:   []string{storyRef},
 	}
 }
 
@@ -341,9 +341,9 @@ func mechanism(t *Task, mismatch bool) string {
 	case dom == KindAffinity:
 		return "Every change of a task's allowed CPUs (sched_setaffinity, a cpuset update) that excludes the CPU it is on forces a migration, through the migration stopper if it is running. Changing it over and over moves the task as often, and each move starts it on cold caches."
 	case bounced && (out == KindBalance || out == KindNewidle || out == KindStopper) && back == KindWakeup:
-		return "The load balancer pulls the task to another CPU, and the next wake-up places it back beside its waker (wake_affine, select_idle_sibling): balancer and wake-up path undo each other, as in seed 001. Each move costs the task its warm L1/L2 caches, and throughput drops though no CPU is saturated."
+		return "The load balancer pulls the task to another CPU, and the next wake-up places it back beside its waker (wake_affine, select_idle_sibling): balancer and wake-up path undo each other, as in \"The Network Is Slow\". Each move costs the task its warm L1/L2 caches, and throughput drops though no CPU is saturated."
 	case dom == KindWakeup && mismatch:
-		return "At each wake-up select_task_rq_fair() keeps the task on its previous CPU only if that CPU is idle and cpus_share_cache() says it shares a cache with the target; the scheduler believes these CPUs share none (sd_llc_size too small), so the wake-up pulls the task to its waker's CPU each time. This is seed 001's CONFIG_SCHED_MC=n board: the task ping-pongs and loses its warm caches at every move."
+		return "At each wake-up select_task_rq_fair() keeps the task on its previous CPU only if that CPU is idle and cpus_share_cache() says it shares a cache with the target; the scheduler believes these CPUs share none (sd_llc_size too small), so the wake-up pulls the task to its waker's CPU each time. This is the CONFIG_SCHED_MC=n board of \"The Network Is Slow\": the task ping-pongs and loses its warm caches at every move."
 	case dom == KindWakeup:
 		return "At each wake-up select_task_rq_fair() picks a CPU: wake_affine() favours the waker's CPU, and select_idle_sibling() keeps the previous CPU only if it is idle. A task woken from alternating CPUs while its previous CPU is busy is moved at every wake-up, losing its warm caches each time."
 	case dom == KindBalance || dom == KindNewidle:
@@ -367,7 +367,7 @@ func remediation(t *Task, mm *Mismatch, s *Snapshot) []string {
 		}
 		r = append(r, "Stop the affinity churn at its source: "+who+". Set the affinity once (taskset -pc CPUS "+strconv.Itoa(t.TID)+", or the cpuset of its cgroup) instead of changing it continually.")
 	default:
-		r = append(r, fmt.Sprintf("Pin the busy thread to one CPU, as the seed's fix did: taskset -pc %d %d (or CPUAffinity= in its systemd unit, or a cpuset).", cpu, t.TID))
+		r = append(r, fmt.Sprintf("Pin the busy thread to one CPU, as the fix in \"The Network Is Slow\" did: taskset -pc %d %d (or CPUAffinity= in its systemd unit, or a cpuset).", cpu, t.TID))
 	}
 	if mm != nil {
 		r = append(r, fmt.Sprintf("Make the scheduler know which CPUs share a cache: CPUs %s share an L%d cache, the scheduler thinks not. Build the kernel with CONFIG_SCHED_MC=y (multi-core scheduler support); then select_idle_sibling() keeps a waking task on its idle previous CPU.", FormatCPUs(mm.Hardware.CPUs), mm.Hardware.Level))
@@ -378,7 +378,7 @@ func remediation(t *Task, mm *Mismatch, s *Snapshot) []string {
 	if t.Dominant() == KindWakeup {
 		r = append(r, "Give wake-ups an idle previous CPU: move other busy work off the CPUs this task alternates between (cpusets), or wake it from one CPU (pin the waker, e.g. the NIC's IRQ and its softirq, to the task's CPU).")
 	}
-	r = append(r, fmt.Sprintf("See each move, the CPU that made it ([NNN]) and its stack, as the seed did: trace-cmd record -T -e sched:sched_migrate_task -f 'pid==%d' sleep 5; trace-cmd report.", t.TID))
+	r = append(r, fmt.Sprintf("See each move, the CPU that made it ([NNN]) and its stack, as \"The Network Is Slow\" did: trace-cmd record -T -e sched:sched_migrate_task -f 'pid==%d' sleep 5; trace-cmd report.", t.TID))
 	return r
 }
 
@@ -521,14 +521,14 @@ func mismatchFinding(ms []Mismatch, v *SchedView) finding.Finding {
 		Severity:     finding.Warning,
 		Title:        fmt.Sprintf("CPUs %s share an L%d cache, but the scheduler thinks they share none", FormatCPUs(m.Hardware.CPUs), m.Hardware.Level),
 		Summary:      "The scheduler's last-level-cache domains (sd_llc_size, sd_llc_id) disagree with the hardware: " + strings.Join(parts, "; ") + ".",
-		Mechanism:    "cpus_share_cache() and wake_wide() use the scheduler's LLC domains: CPUs it believes share no cache are never treated as cheap to move between, so select_idle_sibling() will not keep a woken task on its idle previous CPU. That is seed 001's CONFIG_SCHED_MC=n board, where tasks bounced between cores at every wake-up.",
+		Mechanism:    "cpus_share_cache() and wake_wide() use the scheduler's LLC domains: CPUs it believes share no cache are never treated as cheap to move between, so select_idle_sibling() will not keep a woken task on its idle previous CPU. That is the CONFIG_SCHED_MC=n board of \"The Network Is Slow\", where tasks bounced between cores at every wake-up.",
 		Subjects:     []finding.Subject{{Role: finding.RoleCPU, CPU: &cpus[0], Detail: "first CPU of the group"}},
 		Evidence:     ev,
 		Remediation: []string{
 			"Build the kernel with CONFIG_SCHED_MC=y (multi-core scheduler support), so that the MC domain carries SD_SHARE_LLC.",
 			"Check for isolcpus=/nohz_full= or cpuset partitions that cut these CPUs out of the scheduler's domains on purpose.",
 		},
-		References: []string{seedRef},
+		References: []string{storyRef},
 	}
 }
 

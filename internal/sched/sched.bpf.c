@@ -7,7 +7,7 @@
  * wait for a CPU.
  *
  *  - tp_btf/sched_migrate_task fires in set_task_cpu() on the CPU doing the
- *    move (the "[002]" of the seed's trace). The initiator is read off the
+ *    move (the "[002]" of the write-up's trace). The initiator is read off the
  *    moment, in this order: the task's new affinity no longer allows its old
  *    CPU (an affinity or cpuset change); the task is TASK_WAKING (the wake-up
  *    path, running on the waker's CPU); the current task is the migration

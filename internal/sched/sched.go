@@ -1,4 +1,4 @@
-// Package sched is wolf's scheduler investigator (seed 001): which tasks
+// Package sched is wolf's scheduler investigator (after "The Network Is Slow", Eric's Place): which tasks
 // the scheduler moves between CPUs, how often, whether they bounce straight
 // back, who moves them (the wake-up path, the load balancer, the migration
 // stopper, an affinity change), how long woken tasks wait for a CPU, and

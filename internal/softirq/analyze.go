@@ -9,11 +9,12 @@ import (
 )
 
 // CriticalStall is the run time at which a softirq stall is critical: the
-// seed's 23 ms net_rx_action run turned into 1.8 s ping spikes.
+// 23 ms net_rx_action run in "The story of one latency spike" turned into 1.8 s ping spikes.
 const CriticalStall = 20 * time.Millisecond
 
-// seedRef is the story behind this investigator.
-const seedRef = "https://blog.cloudflare.com/the-story-of-one-latency-spike/"
+// storyRef is the write-up behind this investigator: Cloudflare, "The
+// story of one latency spike" (2015).
+const storyRef = "https://blog.cloudflare.com/the-story-of-one-latency-spike/"
 
 // Settings are the sysctls the analysis quotes; -1 means unknown.
 type Settings struct {

@@ -19,7 +19,7 @@ import (
 	"github.com/wolf-investigator/wolf/internal/investigator"
 )
 
-// FuncTarget is a function whose latency --func measures, the seed's
+// FuncTarget is a function whose latency --func measures, as in Cloudflare's "The story of one latency spike" (its
 // histogram-kernel.stp: a kernel function by name, or a user-space one as
 // BINARY:SYMBOL.
 type FuncTarget struct {
@@ -166,7 +166,7 @@ type funcProbe struct {
 }
 
 // attachTimeout bounds a uprobe attach: registering a uprobe takes the
-// mmap_lock of every process mapping the binary (seed 002), and one may be
+// mmap_lock of every process mapping the binary (the Datadog talk "Performance and reliability pitfalls of eBPF"), and one may be
 // stuck holding it.
 const attachTimeout = 5 * time.Second
 

@@ -47,7 +47,7 @@ func pruneFinding(s *Snapshot, explained bool) (finding.Finding, bool) {
 		Mechanism:    collapseMechanism(s.Settings),
 		Evidence:     ev,
 		Remediation:  collapseRemedies(s)[1:],
-		References:   []string{seedRef},
+		References:   []string{storyRef},
 	}
 	if dropped > 0 {
 		f.Severity = finding.Warning

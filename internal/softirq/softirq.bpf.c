@@ -7,7 +7,7 @@
  *
  *  - raw_tp/softirq_raise, softirq_entry, softirq_exit bracket every
  *    softirq handler: run time (for NET_RX that is net_rx_action's
- *    latency, the seed's histogram, with no kprobe) and raise-to-entry
+ *    latency, Cloudflare's histogram, with no kprobe) and raise-to-entry
  *    wait, as log2 histograms per vector in per-CPU maps. Runs above
  *    threshold_ns cross a ring buffer with their CPU, vector, duration
  *    and start time.
@@ -18,7 +18,7 @@
  *    stall are counted again, apart, when the run ends.
  *  - raw_tp/kfree_skb counts drops by reason, inside NET_RX or not.
  *  - uprobe/uretprobe (or kprobe/kretprobe where the kernel has them)
- *    time one function, the seed's histogram-kernel.stp.
+ *    time one function, like Cloudflare's histogram-kernel.stp.
  *
  * The hot path (softirq entry/exit/raise) touches one per-CPU map value
  * and one per-CPU histogram: no locks, no shared cache lines, and no

@@ -83,7 +83,7 @@ func stallFindingOf(s *Snapshot, vec int, h hist.Log2, stalls []Stall) finding.F
 		ID:           "softirq.stall",
 		Investigator: "softirq",
 		Severity:     finding.Warning,
-		References:   []string{seedRef},
+		References:   []string{storyRef},
 	}
 	if maxD >= CriticalStall {
 		f.Severity = finding.Critical
@@ -293,7 +293,7 @@ func collapseMechanism(set Settings) string {
 	if set.TCPRmem[2] > 0 {
 		buf = fmt.Sprintf("receive buffers of up to %s (net.ipv4.tcp_rmem max)", human.Bytes(set.TCPRmem[2]))
 	}
-	return fmt.Sprintf("When a socket's queued segments use more memory than its receive buffer allows (buffer accounting counts each sk_buff's overhead, not just payload), TCP prunes the queue in softirq context: tcp_collapse copies every small segment into compact buffers while that CPU processes no other packet. With %s and small segments from a slow reader, one collapse walks tens of thousands of sk_buffs and takes milliseconds: the seed measured 23 ms at 32 MiB and 3 ms at 2 MiB.", buf)
+	return fmt.Sprintf("When a socket's queued segments use more memory than its receive buffer allows (buffer accounting counts each sk_buff's overhead, not just payload), TCP prunes the queue in softirq context: tcp_collapse copies every small segment into compact buffers while that CPU processes no other packet. With %s and small segments from a slow reader, one collapse walks tens of thousands of sk_buffs and takes milliseconds: Cloudflare measured 23 ms at 32 MiB and 3 ms at 2 MiB.", buf)
 }
 
 func collapseRemedies(s *Snapshot) []string {

@@ -62,7 +62,7 @@ func waitFinding(s *Snapshot) (finding.Finding, bool) {
 			"See whether ksoftirqd is starved: ps -eLo pid,comm,psr,pcpu,rtprio | grep ksoftirqd, and wolf sched for run-queue latency on that CPU.",
 			"Move heavy tasks off the CPUs that take network interrupts (irqbalance, /proc/irq/N/smp_affinity), or give ksoftirqd a higher priority (chrt -f -p 1 PID) where latency matters more than fairness.",
 		},
-		References: []string{seedRef},
+		References: []string{storyRef},
 	}
 	if s.StealPct >= 1 {
 		f.Severity = finding.Info

@@ -145,7 +145,7 @@ func (a *analysis) network() {
 			Severity:    finding.Warning,
 			Title:       fmt.Sprintf("TCP receive queues collapsed or pruned %s times/s", human.Number(a.rate(collapsed+pruned))),
 			Summary:     "Sockets ran out of receive buffer and the kernel copied their queued data into compact buffers, in softirq context.",
-			Mechanism:   "When a socket's queued data overruns its rcvbuf, tcp_prune_queue collapses the queue by copying every skb. On a long queue that copy stalls NET_RX processing for milliseconds (seed 004: 23 ms).",
+			Mechanism:   "When a socket's queued data overruns its rcvbuf, tcp_prune_queue collapses the queue by copying every skb. On a long queue that copy stalls NET_RX processing for milliseconds (Cloudflare's \"The story of one latency spike\": 23 ms).",
 			Evidence:    map[string]any{"tcp_rcv_collapsed": int64(collapsed), "tcp_prune_called": int64(pruned)},
 			Remediation: []string{"wolf softirq --duration 10s: NET_RX stall lengths and their cause", "read faster, or raise tcp_rmem so the queue fits; check tcp_adv_win_scale"},
 		})

@@ -57,7 +57,7 @@ func (a *analysis) psi() {
 			case full >= psiMemFullCrit:
 				fs = append(fs, psiFinding(res, finding.Critical, full, "full", ev,
 					"Every non-idle task was stalled on memory (reclaim, swap-in, refaults) during that share of the window: the machine did no work then.",
-					[]string{"wolf reclaim --duration 10s: which cgroup reclaims and how efficiently", "wolf locks: mmap_lock held across reclaim (seed 003)"}))
+					[]string{"wolf reclaim --duration 10s: which cgroup reclaims and how efficiently", "wolf locks: mmap_lock held across reclaim (as in \"The case of the vanishing CPU\")"}))
 			case some >= psiMemSomeWarn:
 				fs = append(fs, psiFinding(res, finding.Warning, some, "some", ev,
 					"Some task was stalled on memory (reclaim, swap-in, refaults) during that share of the window.",

@@ -27,7 +27,7 @@ import (
 var BenchOps = []string{"load", "lookup", "update", "delete", "free"}
 
 // DefaultBenchEntries are the dense table sizes of the kernel's benchmark
-// runs in the seed.
+// runs in Cloudflare's LPM trie write-up.
 var DefaultBenchEntries = []int{1, 100, 10_000, 100_000, 1_000_000}
 
 // BenchOptions configure Bench. Zero values take the defaults.

@@ -3,7 +3,7 @@ package memcgstress
 // The worker: the lab re-executes its own binary (lab.ChildCommand), and
 // this package's init runs the workload instead of the program (lab.Child).
 //
-// The worker is seed 003's stress_memcg scaled down: phase 1, "r_file"
+// The worker is the stress_memcg of "The case of the vanishing CPU" scaled down: phase 1, "r_file"
 // threads write files, map them and read them page by page, forever; phase
 // 2, "r_memory" threads map anonymous memory and touch it at random, unmap
 // it and start again, so that every touch is a new charge against a cgroup
@@ -30,7 +30,7 @@ import (
 const (
 	workerPart   = "memcg-worker" // lab.Child's name; its argument is the worker's JSON config
 	workerComm   = "wolf-memcg-lab"
-	fileComm     = "r_file"   // the seed's names
+	fileComm     = "r_file"   // the write-up's names
 	anonComm     = "r_memory" // for the two kinds of threads
 	pageSize     = 4096
 	readyLine    = "ready"
@@ -68,7 +68,7 @@ func init() {
 func runWorker(c workerConfig) {
 	setThreadName(workerComm) // init runs on the main thread: this names the process
 	// Every r_file and r_memory thread must be able to sit in the kernel
-	// (faulting, reclaiming) at once, as the seed's 2000 threads did: each
+	// (faulting, reclaiming) at once, as the write-up's 2000 threads did: each
 	// holds a P while it faults, so there must be one P per thread.
 	runtime.GOMAXPROCS(c.FileThreads + c.AnonThreads + 2)
 	stdin := bufio.NewReader(os.Stdin)
@@ -114,7 +114,7 @@ func runWorker(c workerConfig) {
 }
 
 // fileThread writes its share of files, syncs them (clean pages, as the
-// seed's files were once written: reclaim must not wait for writeback),
+// write-up's files were once written: reclaim must not wait for writeback),
 // maps each one and unlinks it (so that nothing is left on disk however the
 // worker dies: the pages live as long as the mapping), then reads one byte
 // of every page, round and round.

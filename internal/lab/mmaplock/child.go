@@ -80,7 +80,7 @@ func runChild(arg string) error {
 		{"spin", 0, 0, spin},
 		{"spin", 0, 0, spin},
 		// ... starve the holder, niced to 19 on the same CPU: it holds the
-		// lock while it waits for the CPU, the seed's livelock in miniature.
+		// lock while it waits for the CPU, ClickHouse's livelock in miniature.
 		{"holder", 0, 19, func(stop *atomic.Bool) { hold(stop, region) }},
 		// A writer and readers on the other CPU queue behind it.
 		{"writer", other, 0, mapUnmap},

@@ -1,5 +1,5 @@
 // Package mmaplock is the lab for a process whose mmap_lock is held long
-// and fought over: seed 003's livelock in miniature, and seed 002's
+// and fought over: the livelock of ClickHouse's "The case of the vanishing CPU" in miniature, and the Datadog FOSDEM talk's
 // rw-semaphore queue where readers wait behind a writer that waits behind
 // a long reader.
 //
@@ -11,13 +11,13 @@
 //   - two busy threads at normal priority on the holder's CPU, so the
 //     holder gets about 1% of it: what takes it milliseconds of CPU
 //     becomes a hold of hundreds of milliseconds, off CPU, exactly the
-//     seed's "held 564 s, ran 3.7 s";
+//     write-up's "held 564 s, ran 3.7 s";
 //   - a writer (mmap/munmap) and three readers (mincore) on the other CPU,
 //     which queue on the lock: readers behind the waiting writer while the
 //     holder reads.
 //
 // Per-VMA locks (6.4+) keep page faults off the mmap_lock on this kernel,
-// so, unlike in the seed, faulting threads do not pile up here; mincore,
+// so, unlike in the write-up, faulting threads do not pile up here; mincore,
 // mmap/munmap, mprotect and madvise still take it, as do /proc readers.
 //
 // The child dies with the lab (PR_SET_PDEATHSIG), exits when its stdin
