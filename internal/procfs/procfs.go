@@ -124,8 +124,10 @@ func withTimeout[T any](ctx context.Context, r Reader, what string, fn func() (T
 	}
 	done := make(chan result, 1) // buffered: an abandoned goroutine must not block on send
 	go func() {
-		defer func() { <-slots }()
 		v, err := fn()
+		// The read is over: free its slot before the caller can see the
+		// result, so that Outstanding never counts a read already done.
+		<-slots
 		done <- result{v, err}
 	}()
 	select {
