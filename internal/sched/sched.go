@@ -142,9 +142,7 @@ func (s *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 		BounceWindow: s.BounceWindow,
 	}
 	if kinds, err := p.kinds(); err == nil {
-		for k := range kinds {
-			snap.Kinds[k] = kinds[k]
-		}
+		snap.Kinds = kinds
 	}
 	if hs, err := p.cpuHists(); err == nil {
 		for cpu, h := range hs {

@@ -109,8 +109,7 @@ func (a *analysis) cpu() {
 		summary += fmt.Sprintf(", cpu%d %s busy", busiest.CPU, human.Percent(busiest.Busy()))
 	}
 	var fs []finding.Finding
-	var subjects func(pred func(CPUPct) bool, detail func(CPUPct) string) []finding.Subject
-	subjects = func(pred func(CPUPct) bool, detail func(CPUPct) string) []finding.Subject {
+	subjects := func(pred func(CPUPct) bool, detail func(CPUPct) string) []finding.Subject {
 		var out []finding.Subject
 		for _, c := range per {
 			if pred(c) {

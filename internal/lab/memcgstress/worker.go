@@ -20,6 +20,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -175,12 +176,12 @@ func fileThread(dir string, id int, bytes int64, fileSize int, written *sync.Wai
 				sink += m[off]
 			}
 		}
-		keep = sink
+		keep.Store(uint32(sink))
 	}
 }
 
 // keep stops the compiler from dropping the r_file threads' reads.
-var keep byte
+var keep atomic.Uint32
 
 // anonThread maps chunk bytes of anonymous memory, writes to its pages in
 // random order (each first write is a page fault and a charge), unmaps it
