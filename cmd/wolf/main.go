@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// Exit codes, as DESIGN.md fixes them.
+// Exit codes, as ARCHITECTURE.md#exit-codes fixes them.
 const (
 	exitOK        = 0
 	exitFailed    = 1

@@ -34,7 +34,7 @@ func ParseFormat(s string) (Format, error) {
 	return "", fmt.Errorf("unknown format %q (want text, json or html)", s)
 }
 
-// JSON writes the report as indented JSON, the contract in DESIGN.md.
+// JSON writes the report as indented JSON, the contract in ARCHITECTURE.md#the-json-contract.
 func JSON(w io.Writer, r *finding.Report) error {
 	if r.Findings == nil {
 		r.Findings = []finding.Finding{}
