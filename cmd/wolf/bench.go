@@ -62,8 +62,9 @@ mismatches (there should be none).
 Operations: load (bulk fill: the trie by batch syscall, wolf by Load),
 lookup (in BPF), update and delete (the kernel trie in BPF as the selftest
 does, and both from user space: syscall against wolf's Go API), free (the
-kernel's work to free the whole structure after the last close: the seed's
-soft lockup).`,
+kernel's work to free the whole structure after the last close: the soft
+lockup of Cloudflare's "A deep dive into BPF LPM trie performance and
+optimization").`,
 		Example: `  wolf bench lpm                                # dense sets, 1 to 1 M entries
   wolf bench lpm --real --ipv6 --format json -o lpm.json
   wolf bench lpm --entries 10K,1M --ops lookup --repeat 200`,
