@@ -14,7 +14,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/wolf-investigator/wolf/internal/buildinfo"
-	"github.com/wolf-investigator/wolf/internal/investigator"
 )
 
 // Exit codes, as ARCHITECTURE.md#exit-codes fixes them.
@@ -101,13 +100,10 @@ Exit codes: 0 done (findings or not), 1 wolf failed, 2 bad usage,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageErr("%v (see %s --help)", err, c.CommandPath())
 	})
-	root.AddCommand(newDoctorCmd())
-	for _, inv := range investigators() {
-		if c, ok := inv.(investigator.Commander); ok {
-			root.AddCommand(newInvestigatorCmd(inv, c.Command()))
-		}
-	}
-	root.AddCommand(newAnalyzeCmd(), newCheckCmd(), newLabCmd(), newBenchCmd(), newWatchCmd(), newVersionCmd())
+	// The commands that watch the live kernel exist on Linux only; built
+	// for another system, wolf has them say so (live_other.go).
+	addLiveCommands(root)
+	root.AddCommand(newAnalyzeCmd(), newVersionCmd())
 	return root
 }
 
