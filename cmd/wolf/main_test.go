@@ -36,7 +36,6 @@ import (
 var wolfBin string
 
 func TestMain(m *testing.M) {
-	mmaplock.MaybeRunChild() // the mmap-lock lab re-executes this binary
 	dir, err := os.MkdirTemp("", "wolf-cli-test-")
 	if err != nil {
 		panic(err)

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/finding/findingtest"
 )
 
 // A lister of the lock whose own stack waits for something else holds it,
@@ -40,9 +41,9 @@ Showing all locks held in the system:
  #0: ffffffff899a4320 (rtnl_mutex){+.+.}, at: rtnl_lock+0x17/0x20
 `
 	a := analyzeString(t, log)
-	f := only(t, a, IDLockOwner)
-	off := subjectsWith(f, finding.RoleOffender)
-	if len(off) != 1 || off[0].TID != 7 || len(subjectsWith(f, finding.RoleHolder)) != 0 {
+	f := findingtest.Only(t, a.Findings, IDLockOwner)
+	off := findingtest.Subjects(f, finding.RoleOffender)
+	if len(off) != 1 || off[0].TID != 7 || len(findingtest.Subjects(f, finding.RoleHolder)) != 0 {
 		t.Fatalf("subjects %+v", f.Subjects)
 	}
 	mustContain(t, "title", f.Title, "rtnl_mutex held by kworker/u4:0 (pid 7)", "RCU grace period")
@@ -72,10 +73,10 @@ Call Trace:
 INFO: task b:11 is blocked on a mutex likely owned by task a:10.
 `
 	a := analyzeString(t, log)
-	f := only(t, a, IDDeadlock)
+	f := findingtest.Only(t, a.Findings, IDDeadlock)
 	mustContain(t, "title", f.Title, "Deadlock", "a (pid 10)", "b (pid 11)")
 	mustContain(t, "summary", f.Summary, "a (pid 10) waits for", "held by b (pid 11)")
-	if len(subjectsWith(f, finding.RoleOffender)) != 2 || f.Severity != finding.Critical {
+	if len(findingtest.Subjects(f, finding.RoleOffender)) != 2 || f.Severity != finding.Critical {
 		t.Errorf("subjects %+v", f.Subjects)
 	}
 	for _, g := range a.Findings {
@@ -109,7 +110,7 @@ func TestEventsBeforeTheHang(t *testing.T) {
 	if len(a.Events) != 2 || a.Events[0].Kind != EventNVMe || a.Events[0].Count != 3 || a.Events[1].Device != "memcg" {
 		t.Fatalf("events %+v", a.Events)
 	}
-	f := only(t, a, IDJournal)
+	f := findingtest.Only(t, a.Findings, IDJournal)
 	mustContain(t, "title", f.Title, "ext4 journal")
 	mustContain(t, "summary", f.Summary, "NVMe", "nvme0", "OOM kill in a memory cgroup", "likely cause")
 	mustContain(t, "remediation", joined(f.Remediation), "nvme error-log /dev/nvme0", "jbd2/DEV-8", "memory.events")
