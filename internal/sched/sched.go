@@ -1,4 +1,4 @@
-// Package sched is wolf's scheduler investigator (seed 001): which tasks
+// Package sched is wolf's scheduler investigator (after "The Network Is Slow", Eric's Place): which tasks
 // the scheduler moves between CPUs, how often, whether they bounce straight
 // back, who moves them (the wake-up path, the load balancer, the migration
 // stopper, an affinity change), how long woken tasks wait for a CPU, and
@@ -87,11 +87,8 @@ func tgidOf(ctx context.Context, r procfs.Reader, pid int) int {
 	return st.Tgid
 }
 
-// Run watches for opts.Duration and concludes.
-func (s *Investigator) Run(ctx context.Context, opts investigator.Options) (*investigator.Result, error) {
-	if opts.Duration <= 0 {
-		return nil, fmt.Errorf("sched: duration must be positive, got %v", opts.Duration)
-	}
+// Start loads and attaches sched's programs.
+func (s *Investigator) Start(ctx context.Context, opts investigator.Options) (investigator.Session, error) {
 	if s.BounceWindow <= 0 {
 		s.BounceWindow = DefaultBounceWindow
 	}
@@ -101,37 +98,55 @@ func (s *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 	if s.SysCPU == "" {
 		s.SysCPU = "/sys/devices/system/cpu"
 	}
-	meter := overhead.Start()
-	defer meter.Close()
-	cfg := config{BounceWindowNs: uint64(s.BounceWindow), SelfTGID: uint32(os.Getpid()), NoTaskStorage: s.noTaskStorage}
+	ss := &session{inv: *s, opts: opts, meter: overhead.Start()}
+	ss.cfg = config{BounceWindowNs: uint64(s.BounceWindow), SelfTGID: uint32(os.Getpid()), NoTaskStorage: s.noTaskStorage}
 	if s.watchSelf {
-		cfg.SelfTGID = 0
+		ss.cfg.SelfTGID = 0
 	}
 	if opts.PID > 0 {
-		cfg.TargetTGID = uint32(tgidOf(ctx, s.Proc, opts.PID))
+		ss.cfg.TargetTGID = uint32(tgidOf(ctx, s.Proc, opts.PID))
 	}
-	p, err := openProbe(cfg)
-	if err != nil {
+	var err error
+	if ss.p, err = openProbe(ss.cfg); err != nil {
+		ss.meter.Close()
 		return nil, err
 	}
-	defer p.close()
-	// Before closing: doctor's other investigators must be done counting
-	// (investigator.Settle says why).
-	defer investigator.Settle(ctx)
-	topo, topoErr := p.readTopology()
-	if err := p.attach(); err != nil {
+	ss.topo, ss.topoErr = ss.p.readTopology()
+	if err := ss.p.attach(); err != nil {
+		ss.Close()
 		return nil, err
 	}
-	meter.Track(p.programs()...)
-	start := monotonicNow()
+	ss.meter.Track(ss.p.programs()...)
+	ss.start = monotonicNow()
 	if s.attached != nil {
 		s.attached()
 	}
-	if opts.Progress != nil {
-		opts.Progress(0)
-	}
-	investigator.Wait(ctx, opts, time.Now(), time.Second, nil)
+	return ss, nil
+}
 
+// session is sched attached.
+type session struct {
+	inv     Investigator
+	opts    investigator.Options
+	cfg     config
+	meter   *overhead.Meter
+	p       *probe
+	topo    map[int]schedCpuTopo
+	topoErr error
+	start   uint64 // monotonic ns when attached
+}
+
+// Close detaches and frees everything.
+func (ss *session) Close() error {
+	ss.p.close()
+	ss.meter.Close()
+	return nil
+}
+
+// Collect concludes the window since Start.
+func (ss *session) Collect(ctx context.Context) (*investigator.Result, error) {
+	s, p, opts, cfg, start := &ss.inv, ss.p, ss.opts, ss.cfg, ss.start
+	topo, topoErr := ss.topo, ss.topoErr
 	recs, err := p.tasks()
 	if err != nil {
 		return nil, err
@@ -151,13 +166,11 @@ func (s *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 		CPUCoverage:  p.cpuCoverage(),
 	}
 	if kinds, err := p.kinds(); err == nil {
-		for k := range kinds {
-			snap.Kinds[k] = kinds[k]
-		}
+		snap.Kinds = kinds
 	}
 	if hs, err := p.cpuHists(); err == nil {
 		for cpu, h := range hs {
-			snap.CPURunq[cpu] = toLog2(h)
+			snap.CPURunq[cpu] = hist.FromBPF(&h)
 		}
 	}
 	aff := p.affinityCalls()
@@ -178,7 +191,7 @@ func (s *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 		return fmt.Sprintf("id:%d", id)
 	}
 	for id, h := range cgHists {
-		merge(snap.CgroupRunq, cgName(id), toLog2(h))
+		merge(snap.CgroupRunq, cgName(id), hist.FromBPF(&h))
 	}
 	seen := map[uint32]bool{}
 	for i := range recs {
@@ -246,7 +259,7 @@ func (s *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 	dropped := st["no_storage"] + st["exited_full"] + st["cgroup_full"] + st["setaffinity_full"]
 	// Events are the programs' runs (estimated from the sampled run
 	// statistics); without statistics, wolf's own counters.
-	res.Overhead = meter.Finish(0, dropped, p.programs()...)
+	res.Overhead = ss.meter.Lap(0, dropped, p.programs()...)
 	if res.Overhead.Events == 0 {
 		res.Overhead.Events = st["migrations"] + st["runq_samples"]
 	}
@@ -254,10 +267,6 @@ func (s *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 		s.programs(p.programsByName())
 	}
 	return res, nil
-}
-
-func toLog2(h schedWolfHist) hist.Log2 {
-	return hist.FromSlots(h.Slots[:], h.Count, h.Sum, h.Max)
 }
 
 func merge(m map[string]hist.Log2, key string, h hist.Log2) {
@@ -279,7 +288,7 @@ func taskFromRecord(r *schedTaskRec, start uint64) *Task {
 		BounceCPUs: [2]int{int(st.BounceA), int(st.BounceB)},
 		Remote:     uint64(st.Remote), WakeAffine: uint64(st.WakeAffine), WakeWide: uint64(st.WakeWide),
 		WakerFlips: uint64(st.WakerFlipsMax), KernelTotal: r.NrMigrations,
-		Runq: toLog2(st.Runq), IdleLong: uint64(st.IdleLong),
+		Runq: hist.FromBPF(&st.Runq), IdleLong: uint64(st.IdleLong),
 	}
 	for k := 0; k < NKinds; k++ {
 		t.ByKind[k] = uint64(st.ByKind[k])

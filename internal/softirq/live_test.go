@@ -20,6 +20,7 @@ import (
 
 	"github.com/wolf-investigator/wolf/internal/features"
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/finding/findingtest"
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/lab"
 	"github.com/wolf-investigator/wolf/internal/lab/tcpcollapse"
@@ -35,7 +36,7 @@ func requireLive(t *testing.T) {
 // runInv runs inv for d and fails the test on error.
 func runInv(t *testing.T, inv *Investigator, d time.Duration) *investigator.Result {
 	t.Helper()
-	res, err := inv.Run(context.Background(), investigator.Options{Duration: d})
+	res, err := investigator.Run(context.Background(), inv, investigator.Options{Duration: d})
 	if err != nil {
 		t.Fatalf("softirq.Run: %v", err)
 	}
@@ -264,7 +265,7 @@ func TestLiveFuncUprobe(t *testing.T) {
 			b.goAndWait(t)
 		}
 		res := runInv(t, inv, time.Second)
-		f := byID(res.Findings, "softirq.func-latency")
+		f := findingtest.First(res.Findings, "softirq.func-latency")
 		if f == nil {
 			t.Fatalf("no func-latency finding: %+v", res.Findings)
 		}
@@ -344,7 +345,7 @@ func TestKernelFunc(t *testing.T) {
 		}
 	}
 	res := runInv(t, inv, 500*time.Millisecond)
-	f := byID(res.Findings, "softirq.func-latency")
+	f := findingtest.First(res.Findings, "softirq.func-latency")
 	if f == nil || f.Evidence["calls"].(uint64) < 100 {
 		t.Errorf("finding %+v", f)
 	}

@@ -1,9 +1,9 @@
-// Package softirq is wolf's softirq investigator, seed 004: how long each
+// Package softirq is wolf's softirq investigator, after Cloudflare's "The story of one latency spike": how long each
 // softirq vector runs and waits on each CPU, every run above a threshold,
 // and, for NET_RX, what the time went to: kernel stacks sampled only while
 // the CPU is inside NET_RX, TCP's prune and collapse counters, and drop
 // reasons, all from the same window. It also times single functions (the
-// seed's histogram-kernel.stp) with uprobes, or kprobes where the kernel
+// write-up's histogram-kernel.stp) with uprobes, or kprobes where the kernel
 // has them. The BPF side is softirq.bpf.c; Conclude turns what it saw into
 // findings.
 package softirq
@@ -29,7 +29,7 @@ import (
 
 // DefaultThreshold is the run time from which a softirq run is a stall:
 // above netdev_budget_usecs' 2 ms default (8 ms at HZ=250 is the other
-// common default), well under the seed's 23 ms.
+// common default), well under the write-up's 23 ms.
 const DefaultThreshold = 5 * time.Millisecond
 
 // DefaultSampleHz is how often each CPU is sampled; only samples inside
@@ -42,6 +42,9 @@ type Investigator struct {
 	Threshold time.Duration // a run at least this long is a stall
 	SampleHz  int           // stack sampling frequency; 0 turns it off
 	PerCPU    bool          // also report per-CPU histograms
+	// PrintHistograms makes text reports end with the histograms drawn
+	// (--histograms).
+	PrintHistograms bool
 	// Func, if set, is a function to time as well (--func); FuncPID
 	// limits a user-space one to one process.
 	Func    *FuncTarget
@@ -65,56 +68,77 @@ func (*Investigator) Summary() string {
 	return "softirq run and wait times per vector and CPU, long NET_RX stalls and what caused them (TCP collapse, budget)"
 }
 
-// Run attaches, watches for opts.Duration (or until ctx ends), detaches
-// and concludes. opts.PID is ignored: softirqs belong to CPUs, not tasks.
-func (inv *Investigator) Run(ctx context.Context, opts investigator.Options) (*investigator.Result, error) {
-	if opts.Duration <= 0 {
-		return nil, fmt.Errorf("softirq: duration must be positive, got %v", opts.Duration)
-	}
+// Start reads the counters the window is measured against, loads and
+// attaches. opts.PID is ignored: softirqs belong to CPUs, not tasks.
+func (inv *Investigator) Start(ctx context.Context, opts investigator.Options) (investigator.Session, error) {
 	if inv.Threshold <= 0 {
 		inv.Threshold = DefaultThreshold
 	}
-	meter := overhead.Start()
-	defer meter.Close()
-
-	// Counters are read before attaching and after detaching, so the
+	s := &session{inv: *inv, meter: overhead.Start()}
+	// Counters are read before attaching and after the window, so the
 	// window they cover contains the one the BPF side saw.
-	scanner := defaultScanner()
-	netnsBefore, netnsErr := scanner.scan(ctx)
-	softnetBefore, softnetErr := readSoftnet()
-	cpuBefore, cpuErr := readCPUTimes()
+	s.scanner = defaultScanner()
+	s.netnsBefore, s.netnsErr = s.scanner.scan(ctx)
+	s.softnetBefore, s.softnetErr = readSoftnet()
+	s.cpuBefore, s.cpuErr = readCPUTimes()
 
-	p, err := openProbe(probeConfig{Threshold: inv.Threshold, SampleHz: inv.SampleHz})
-	if err != nil {
+	var err error
+	if s.p, err = openProbe(probeConfig{Threshold: inv.Threshold, SampleHz: inv.SampleHz}); err != nil {
+		s.meter.Close()
 		return nil, err
 	}
-	defer p.close()
-	// Before closing: doctor's other investigators must be done counting
-	// (investigator.Settle says why).
-	defer investigator.Settle(ctx)
-	var fp *funcProbe
 	if inv.Func != nil {
-		if fp, err = openFuncProbe(*inv.Func, inv.FuncPID); err != nil {
+		if s.fp, err = openFuncProbe(*inv.Func, inv.FuncPID); err != nil {
+			s.Close()
 			return nil, err
 		}
-		defer fp.close()
 	}
-	tracked := p.objs.programs()
-	if fp != nil {
-		tracked = append(tracked, fp.objs.FuncEntry, fp.objs.FuncReturn)
+	tracked := s.p.objs.programs()
+	if s.fp != nil {
+		tracked = append(tracked, s.fp.objs.FuncEntry, s.fp.objs.FuncReturn)
 	}
-	meter.Track(tracked...)
-	start := time.Now()
+	s.meter.Track(tracked...)
+	s.start = time.Now()
 	if inv.started != nil {
 		inv.started()
 	}
-	investigator.Wait(ctx, opts, time.Now(), 250*time.Millisecond, nil)
-	window := time.Since(start)
-	p.detach()
-	if fp != nil {
-		fp.detach()
+	return s, nil
+}
+
+// session is softirq attached.
+type session struct {
+	inv           Investigator
+	meter         *overhead.Meter
+	scanner       netnsScanner
+	netnsBefore   map[uint64]*Netns
+	netnsErr      error
+	softnetBefore []Softnet
+	softnetErr    error
+	cpuBefore     CPUTimes
+	cpuErr        error
+	p             *probe
+	fp            *funcProbe
+	start         time.Time
+}
+
+// Close detaches and frees everything.
+func (s *session) Close() error {
+	if s.fp != nil {
+		s.fp.close()
 	}
-	p.drain()
+	if s.p != nil {
+		s.p.close()
+	}
+	s.meter.Close()
+	return nil
+}
+
+// Collect concludes the window since Start.
+func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
+	inv, p, fp := &s.inv, s.p, s.fp
+	scanner, netnsBefore, netnsErr := s.scanner, s.netnsBefore, s.netnsErr
+	softnetBefore, softnetErr, cpuBefore, cpuErr := s.softnetBefore, s.softnetErr, s.cpuBefore, s.cpuErr
+	window := time.Since(s.start)
 
 	snap := &Snapshot{
 		Window:      window,
@@ -247,7 +271,7 @@ func (inv *Investigator) Run(ctx context.Context, opts investigator.Options) (*i
 	}
 	events := cnt.Entries + cnt.Exits + cnt.Raises + cnt.NapiPolls + cnt.Drops + cnt.Samples + cnt.SamplesIdle + 2*cnt.FuncCalls
 	dropped := cnt.StallDrops + notKept + cnt.StackErrors + cnt.PendingFull + cnt.MapFull
-	res.Overhead = meter.Finish(events, dropped, progs...)
+	res.Overhead = s.meter.Lap(events, dropped, progs...)
 	return res, nil
 }
 

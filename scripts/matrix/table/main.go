@@ -97,9 +97,7 @@ var investigators = []string{"hung", "locks", "reclaim", "sched", "softirq", "bp
 
 func columns() []string {
 	cols := []string{"kernel-log", "check", "doctor"}
-	for _, i := range investigators {
-		cols = append(cols, i)
-	}
+	cols = append(cols, investigators...)
 	for _, l := range labs {
 		cols = append(cols, "lab:"+l.name)
 	}
