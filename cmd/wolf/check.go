@@ -13,10 +13,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/wolf-investigator/wolf/internal/bpfexplain"
 	"github.com/wolf-investigator/wolf/internal/features"
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/lab"
+	"github.com/wolf-investigator/wolf/internal/probekit"
 	"github.com/wolf-investigator/wolf/internal/render"
 )
 
@@ -129,7 +129,7 @@ func runCheck(cmd *cobra.Command) *checkReport {
 			lost, err := checkOne(ctx, c)
 			ci.Ready, ci.Degraded, ci.Lost = err == nil, len(lost) > 0, lost
 			if err != nil {
-				ci.Why = bpfexplain.Error(err)
+				ci.Why = probekit.Explain(err)
 			}
 		}
 		switch {

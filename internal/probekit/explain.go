@@ -30,6 +30,21 @@ var helperSince = map[string]string{
 	"bpf_loop":                           "5.17",
 	"bpf_ktime_get_tai_ns":               "6.1",
 	"bpf_get_current_ancestor_cgroup_id": "5.6",
+	"bpf_probe_read_kernel":              "5.5",
+	"bpf_probe_read_kernel_str":          "5.5",
+	"bpf_get_stack":                      "4.18",
+}
+
+// helperByID names the helpers above by number (enum bpf_func_id): older
+// kernels' verifiers name a helper they do not know as "unknown#158".
+var helperByID = map[string]string{
+	"27": "bpf_get_stackid", "35": "bpf_get_current_task", "67": "bpf_get_stack",
+	"113": "bpf_probe_read_kernel", "115": "bpf_probe_read_kernel_str",
+	"125": "bpf_ktime_get_boot_ns", "126": "bpf_seq_printf", "127": "bpf_seq_write",
+	"130": "bpf_ringbuf_output", "131": "bpf_ringbuf_reserve", "132": "bpf_ringbuf_submit",
+	"141": "bpf_get_task_stack", "153": "bpf_per_cpu_ptr", "154": "bpf_this_cpu_ptr",
+	"156": "bpf_task_storage_get", "157": "bpf_task_storage_delete", "158": "bpf_get_current_task_btf",
+	"173": "bpf_get_func_ip", "181": "bpf_loop", "208": "bpf_ktime_get_tai_ns",
 }
 
 var (
@@ -70,9 +85,12 @@ func explainVerifier(ve *ebpf.VerifierError) string {
 	if m := unknownFunc.FindStringSubmatch(text); m != nil {
 		name := m[1]
 		if name == "unknown" {
-			name = "helper #" + m[2]
+			name = helperByID[m[2]]
 		}
-		return "the kernel lacks BPF helper " + name + since(m[1])
+		if name == "" {
+			return "the kernel lacks BPF helper #" + m[2] + " (newer than this kernel)"
+		}
+		return "the kernel lacks BPF helper " + name + since(name)
 	}
 	if m := cannotUse.FindStringSubmatch(text); m != nil {
 		return "this kernel does not let this program type call " + m[1] + since(m[1])
