@@ -76,12 +76,40 @@ func Explain(err error) string {
 	case errors.Is(err, os.ErrPermission):
 		return "permission denied (root, or CAP_BPF and CAP_PERFMON, and no lockdown forbidding it): " + err.Error()
 	}
+	if why := explainText(err.Error()); why != "" {
+		return why + " (" + firstLine(err.Error()) + ")"
+	}
 	return err.Error()
+}
+
+// firstLine is s up to its first newline, at most 200 bytes.
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return s
 }
 
 func explainVerifier(ve *ebpf.VerifierError) string {
 	log := ve.Log
-	text := strings.Join(log, "\n")
+	if why := explainText(strings.Join(log, "\n")); why != "" {
+		return why
+	}
+	line := lastMeaningful(log)
+	if strings.Contains(line, "unbounded memory access") || strings.Contains(line, "min value is negative") || strings.Contains(line, "max value is outside") {
+		return "this kernel's verifier could not prove an access in bounds (older verifiers track fewer facts): " + line
+	}
+	if line == "" {
+		return fmt.Sprintf("the kernel's BPF verifier rejected the program: %v", ve.Cause)
+	}
+	return "the kernel's BPF verifier rejected the program: " + line
+}
+
+// explainText recognises the verifier's telling lines in any text: a log,
+// or an error that quotes one without wrapping the VerifierError (wolf's
+// own loaders before the kit did). "" when nothing is recognised.
+func explainText(text string) string {
 	if m := unknownFunc.FindStringSubmatch(text); m != nil {
 		name := m[1]
 		if name == "unknown" {
@@ -101,14 +129,10 @@ func explainVerifier(ve *ebpf.VerifierError) string {
 	if m := kfuncGone.FindStringSubmatch(text); m != nil && (strings.Contains(text, "not allowed") || strings.Contains(text, "not found") || strings.Contains(text, "invalid kernel function")) {
 		return "the kernel lacks kfunc " + m[1] + " or does not allow this program type to call it"
 	}
-	line := lastMeaningful(log)
-	if strings.Contains(line, "unbounded memory access") || strings.Contains(line, "min value is negative") || strings.Contains(line, "max value is outside") {
-		return "this kernel's verifier could not prove an access in bounds (older verifiers track fewer facts): " + line
+	if strings.Contains(text, "unbounded memory access") {
+		return "this kernel's verifier could not prove an access in bounds (older verifiers track fewer facts)"
 	}
-	if line == "" {
-		return fmt.Sprintf("the kernel's BPF verifier rejected the program: %v", ve.Cause)
-	}
-	return "the kernel's BPF verifier rejected the program: " + line
+	return ""
 }
 
 // since says since when a helper exists, when wolf knows.

@@ -219,6 +219,8 @@ func TestExplain(t *testing.T) {
 		{&ebpf.VerifierError{Log: []string{"BPF_STX uses reserved fields"}}, "atomic fetch operations (Linux 5.12+)"},
 		{&ebpf.VerifierError{Log: []string{"R2 unbounded memory access, make sure to bounds check any such access", "processed 90 insns"}}, "could not prove an access in bounds"},
 		{os.ErrNotExist, "this kernel does not have it"},
+		// A loader that quoted the verifier instead of wrapping it.
+		{errors.New("sched: the kernel's BPF verifier rejected the program (load program: invalid argument: invalid func unknown#158 (9 line(s) omitted))"), "bpf_get_current_task_btf (Linux 5.11+)"},
 	}
 	for _, c := range cases {
 		if got := probekit.Explain(c.err); !strings.Contains(got, c.want) {
