@@ -171,6 +171,11 @@ type Snapshot struct {
 	// CPUCoverage is, per CPU, the share of its clock samples that landed
 	// (1: it executed throughout); nil when not measured.
 	CPUCoverage map[int]float64
+	// Virtual names the hypervisor or emulator ("" on bare metal). Only on
+	// a virtual machine do missing clock samples mean a CPU that did not
+	// execute: on bare metal a sample is also lost when another BPF
+	// program was running on that CPU (the kernel runs one at a time).
+	Virtual string
 }
 
 // notExecuting is the clock-sample coverage under which a CPU did not
@@ -181,7 +186,7 @@ const notExecuting = 0.75
 // lowCoverage: the CPUs (cpu, or all when cpu < 0) took fewer than
 // notExecuting of their clock samples, and how many they took.
 func (s *Snapshot) lowCoverage(cpu int) (float64, bool) {
-	if len(s.CPUCoverage) == 0 {
+	if len(s.CPUCoverage) == 0 || s.Virtual == "" {
 		return 0, false
 	}
 	if cpu >= 0 {

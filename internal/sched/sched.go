@@ -25,6 +25,7 @@ import (
 	"github.com/wolf-investigator/wolf/internal/kernelbtf"
 	"github.com/wolf-investigator/wolf/internal/overhead"
 	"github.com/wolf-investigator/wolf/internal/procfs"
+	"github.com/wolf-investigator/wolf/internal/virt"
 )
 
 // DefaultBounceWindow is how soon a move back must follow a move away to
@@ -164,6 +165,7 @@ func (ss *session) Collect(ctx context.Context) (*investigator.Result, error) {
 		BounceWindow: s.BounceWindow,
 		CPUIdleLong:  p.cpuIdleLong(),
 		CPUCoverage:  p.cpuCoverage(),
+		Virtual:      virt.Detect(),
 	}
 	if kinds, err := p.kinds(); err == nil {
 		snap.Kinds = kinds

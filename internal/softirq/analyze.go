@@ -58,7 +58,7 @@ type Snapshot struct {
 	// includes any time its vCPU did not run at all.
 	StealPct float64
 	// Virtual names the hypervisor or emulator ("" on bare metal): its
-	// vCPUs may stop executing with no steal accounted (Virtualized).
+	// vCPUs may stop executing with no steal accounted (virt.Detect).
 	Virtual string
 	// SelfTGID is wolf's own process: a softirq run on top of it ran
 	// while wolf loaded, attached or freed its BPF programs.

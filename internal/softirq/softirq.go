@@ -25,6 +25,7 @@ import (
 	"github.com/wolf-investigator/wolf/internal/kernelbtf"
 	"github.com/wolf-investigator/wolf/internal/overhead"
 	"github.com/wolf-investigator/wolf/internal/sysctl"
+	"github.com/wolf-investigator/wolf/internal/virt"
 )
 
 // DefaultThreshold is the run time from which a softirq run is a stall:
@@ -146,7 +147,7 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 		Settings:    ReadSettings(sysctl.ReadInt, sysctl.Read),
 		RaiseTraced: p.attached["irq/softirq_raise"],
 		StealPct:    -1,
-		Virtual:     Virtualized(),
+		Virtual:     virt.Detect(),
 		SelfTGID:    os.Getpid(),
 	}
 	if cpuErr == nil {

@@ -69,13 +69,15 @@ func waitFinding(s *Snapshot) (finding.Finding, bool) {
 		f.Severity = finding.Info
 		f.Evidence["steal_pct"] = human.Round(s.StealPct, 2)
 		f.Summary += fmt.Sprintf(" The hypervisor took %.1f%% of CPU time (steal) in the window; a vCPU that does not run does not run its softirqs either.", s.StealPct)
-	case s.SampleCoverage > 0 && s.SampleCoverage < notExecuting:
+	case s.SampleCoverage > 0 && s.SampleCoverage < notExecuting && s.Virtual != "":
 		// No steal accounted, but the CPUs took few of their timer samples:
 		// they were not executing much of the window (an emulator, or a
-		// hypervisor that accounts no steal).
+		// hypervisor that accounts no steal). Only on a virtual machine:
+		// on bare metal a sample is also lost while another BPF program
+		// runs on that CPU.
 		f.Severity = finding.Info
 		f.Evidence["cpu_sample_coverage_pct"] = human.Round(100*s.SampleCoverage, 2)
-		f.Summary += fmt.Sprintf(" Only %.0f%% of the timer samples expected on the CPUs over the window landed: they were not executing much of the time (%s), and a CPU that does not run does not run its softirqs either.", 100*s.SampleCoverage, orUnknownVM(s.Virtual))
+		f.Summary += fmt.Sprintf(" Only %.0f%% of the timer samples expected on the CPUs over the window landed: they were not executing much of the time (virtual machine: %s), and a CPU that does not run does not run its softirqs either.", 100*s.SampleCoverage, s.Virtual)
 	}
 	return f, true
 }
@@ -104,10 +106,3 @@ func longWaits(h *hist.Log2, threshold time.Duration) uint64 {
 // timer samples (idle or not), so a quarter missing is a CPU that did not
 // run a quarter of the time.
 const notExecuting = 0.75
-
-func orUnknownVM(v string) string {
-	if v == "" {
-		return "no hypervisor is named"
-	}
-	return "virtual machine: " + v
-}

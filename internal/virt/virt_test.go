@@ -1,4 +1,4 @@
-package softirq
+package virt
 
 import (
 	"os"

@@ -1,16 +1,19 @@
-package softirq
+// Package virt says whether wolf runs on a virtual machine, and under
+// which hypervisor or emulator, for findings that must not blame the host's
+// own tasks for time its virtual CPUs did not run.
+package virt
 
 import (
 	"os"
 	"strings"
 )
 
-// Virtualized names the hypervisor or emulator this kernel runs under, ""
+// Detect names the hypervisor or emulator this kernel runs under, ""
 // on bare metal or when nothing says. A virtual CPU can stop executing at
 // any instant without the guest knowing: steal time says so only where the
 // hypervisor accounts it (KVM with a paravirtual clock does; QEMU's TCG
 // emulation, where the vCPUs take turns on host threads, does not).
-func Virtualized() string { return virtualized(os.ReadFile) }
+func Detect() string { return virtualized(os.ReadFile) }
 
 func virtualized(read func(string) ([]byte, error)) string {
 	first := func(path string) string {
