@@ -63,6 +63,10 @@ type Snapshot struct {
 	// SelfTGID is wolf's own process: a softirq run on top of it ran
 	// while wolf loaded, attached or freed its BPF programs.
 	SelfTGID int
+	// Slowdown is how many times slower than an ordinary machine this one
+	// starts a process (pace.Slowdown; 1 here, 6-8 under QEMU's TCG): an
+	// emulated CPU runs the same softirq work that many times longer.
+	Slowdown float64
 	// SampleCoverage is the share of the sampler's timer samples (every
 	// CPU, the whole window) that landed, 0 when unknown: a CPU that is
 	// not executing (a descheduled or emulated vCPU) takes none.

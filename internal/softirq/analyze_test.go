@@ -469,6 +469,30 @@ func TestStallOnWolf(t *testing.T) {
 	}
 }
 
+// A stall the CPU spent executing, on a machine 7x slower than usual
+// (Debian's 6.12 under QEMU's TCG: SCHED 7.9 ms on swapper, every sample
+// there), is a note; twice the stretched threshold is still a warning.
+func TestStallOnSlowMachine(t *testing.T) {
+	s := idleSnapshot()
+	s.Slowdown = 7
+	s.Run[7][0] = histOf(append(many(500, 20*time.Microsecond), 7900*time.Microsecond)...) // SCHED
+	s.Stalls = []Stall{{CPU: 0, Vector: "SCHED", Duration: 7900 * time.Microsecond, CPUSamples: 8, Comm: "swapper/0"}}
+	f := findingtest.First(Conclude(s), "softirq.stall")
+	if f == nil || f.Severity != finding.Info || f.Evidence["cause"] != causeSlowCPU || !strings.Contains(f.Title, "7x slower") {
+		t.Fatalf("finding %+v", f)
+	}
+	s.Stalls[0].Duration = 80 * time.Millisecond
+	s.Stalls[0].CPUSamples = 80
+	if f := findingtest.First(Conclude(s), "softirq.stall"); f == nil || f.Severity < finding.Warning {
+		t.Fatalf("80 ms on a 7x machine: %+v", f)
+	}
+	s.Slowdown = 1
+	s.Stalls[0].Duration, s.Stalls[0].CPUSamples = 7900*time.Microsecond, 8
+	if f := findingtest.First(Conclude(s), "softirq.stall"); f == nil || f.Severity < finding.Warning {
+		t.Fatalf("an ordinary machine: %+v", f)
+	}
+}
+
 // A stall during which the CPU took almost no timer samples was not the
 // softirq's work: with steal, it is the hypervisor, told as a note.
 func TestStallOffCPU(t *testing.T) {

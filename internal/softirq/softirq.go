@@ -24,6 +24,7 @@ import (
 	"github.com/wolf-investigator/wolf/internal/kallsyms"
 	"github.com/wolf-investigator/wolf/internal/kernelbtf"
 	"github.com/wolf-investigator/wolf/internal/overhead"
+	"github.com/wolf-investigator/wolf/internal/pace"
 	"github.com/wolf-investigator/wolf/internal/sysctl"
 	"github.com/wolf-investigator/wolf/internal/virt"
 )
@@ -148,6 +149,7 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 		RaiseTraced: p.attached["irq/softirq_raise"],
 		StealPct:    -1,
 		Virtual:     virt.Detect(),
+		Slowdown:    pace.Slowdown(),
 		SelfTGID:    os.Getpid(),
 	}
 	if cpuErr == nil {
