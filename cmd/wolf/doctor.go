@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/wolf-investigator/wolf/internal/bpfcost"
+	"github.com/wolf-investigator/wolf/internal/diagnose"
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/hung"
 	"github.com/wolf-investigator/wolf/internal/investigator"
@@ -122,6 +123,8 @@ func runInvestigators(ctx context.Context, command string, invs []investigator.I
 	// count the same CPU seconds once per investigator.
 	rep.Overhead.CPUSeconds = (overhead.CPUTime() - cpuStart).Seconds()
 	finding.Sort(rep.Findings)
+	// Join what the investigators found into root-cause chains.
+	diagnose.Apply(rep)
 	rep.DurationS = float64(time.Since(started).Milliseconds()) / 1000
 	return rep, errs
 }
