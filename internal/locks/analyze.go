@@ -19,15 +19,18 @@ import (
 // into findings without touching the kernel, so it is tested with
 // hand-made snapshots.
 type Snapshot struct {
-	Window        time.Duration
-	Waits         []Wait
-	Waiters       []Waiter
-	Owners        []Owner
-	Queues        []Queue
-	Hists         []LockHist
-	MM            []MMStat
-	Holds         []Hold
-	HoldsLost     uint64
+	Window    time.Duration
+	Waits     []Wait
+	Waiters   []Waiter
+	Owners    []Owner
+	Queues    []Queue
+	Hists     []LockHist
+	MM        []MMStat
+	Holds     []Hold
+	HoldsLost uint64
+	// ThrottleSeen: sched_switch was watched, so Hold.ThrottledNs is a
+	// measurement (0 means the holders were not throttled), not unknown.
+	ThrottleSeen  bool
 	Profile       []ProfileStack
 	HoldThreshold time.Duration
 	Top           int    // locks reported; 0 means DefaultTop
@@ -362,6 +365,9 @@ func (s *Snapshot) contentionFinding(a *lockAgg) finding.Finding {
 	if a.mainType.Spins() {
 		delete(f.Evidence, "waiters") // spinning waiters are not tracked per task
 	}
+	if a.mmTGID != 0 {
+		f.Evidence["mm_pid"] = a.mmTGID // whose mmap_lock: the join key for holds and cgroups
+	}
 	who := ""
 	switch {
 	case a.mainType.Spins():
@@ -405,11 +411,15 @@ func (s *Snapshot) contentionFinding(a *lockAgg) finding.Finding {
 			o.Comm = "(exited)" // an owner whose task was gone when wolf named it
 		}
 		detail := fmt.Sprintf("held it while others waited %s (%d waits)", human(o.TotalNs), o.Count)
+		ev := map[string]any{"owner": "exact", "waited_ms": ms(o.TotalNs), "waits": o.Count}
 		if o.Kind == OwnerReaders {
 			detail = fmt.Sprintf("latest reader holding it while others waited %s (%d waits); other readers may hold it too", human(o.TotalNs), o.Count)
+			ev["owner"], ev["mode"] = "latest_reader", "read"
+		} else if a.mainType == RwsemRead || a.mainType == RwsemWrite {
+			ev["mode"] = "write" // an rw-semaphore owned by a task is writer-owned
 		}
 		f.Subjects = append(f.Subjects, finding.Subject{
-			Role: finding.RoleOwner, PID: o.TGID, TID: o.TID, Comm: o.Comm, Detail: detail, Stack: o.Stack,
+			Role: finding.RoleOwner, PID: o.TGID, TID: o.TID, Comm: o.Comm, Detail: detail, Stack: o.Stack, Evidence: ev,
 		})
 	}
 	if a.mmTGID != 0 {
@@ -427,7 +437,8 @@ func (s *Snapshot) contentionFinding(a *lockAgg) finding.Finding {
 			}
 			f.Subjects = append(f.Subjects, finding.Subject{
 				Role: finding.RoleHolder, PID: h.TGID, TID: h.TID, Comm: h.Comm,
-				Detail: fmt.Sprintf("held it for reading %s (on CPU %s of that)", human(h.HoldNs), human(h.RuntimeNs)),
+				Detail:   fmt.Sprintf("held it for reading %s (on CPU %s of that)", human(h.HoldNs), human(h.RuntimeNs)),
+				Evidence: s.holdEvidence(&h),
 			})
 		}
 		if len(readers) > 0 {
@@ -438,16 +449,32 @@ func (s *Snapshot) contentionFinding(a *lockAgg) finding.Finding {
 		f.Evidence["owners"] = len(a.owners)
 		f.Evidence["owner_wait_ns_total"] = ownerTotal
 	}
+	others := 0
 	for i, w := range a.waiters {
-		if i >= 5 {
-			break
+		// The five who waited most, and up to three waiters from other
+		// processes of an mmap_lock: a ps or monitoring agent reading
+		// /proc/PID/cmdline, the victim people notice first.
+		other := a.mmTGID != 0 && w.TGID != a.mmTGID
+		if i >= 5 && (!other || others >= 3) {
+			continue
+		}
+		if other {
+			others++
 		}
 		sub := finding.Subject{
 			Role: finding.RoleWaiter, PID: w.TGID, TID: w.TID, Comm: w.Comm,
-			Detail: fmt.Sprintf("waited %s in %d waits, longest %s", human(w.TotalNs), w.Count, human(w.MaxNs)),
+			Detail:   fmt.Sprintf("waited %s in %d waits, longest %s", human(w.TotalNs), w.Count, human(w.MaxNs)),
+			Evidence: map[string]any{"wait_ms_total": ms(w.TotalNs), "wait_ms_max": ms(w.MaxNs), "waits": w.Count},
 		}
 		if w.Ongoing {
 			sub.Detail += ", still waiting"
+			sub.Evidence["ongoing"] = true
+		}
+		if m := s.waitMode(a.mmTGID, w.TID); m != "" {
+			sub.Evidence["mode"] = m
+		}
+		if other {
+			sub.Detail += fmt.Sprintf("; another process, reading pid %d's memory map (/proc/%d/cmdline, maps, …)", a.mmTGID, a.mmTGID)
 		}
 		if i == 0 {
 			sub.Stack = a.topWaitStack
@@ -480,6 +507,53 @@ func (s *Snapshot) contentionFinding(a *lockAgg) finding.Finding {
 	}
 	f.Remediation = s.remediation(a)
 	return f
+}
+
+// waitMode says how a thread waited for an mmap_lock: "read", "write" or
+// "read+write", from its per-mode wait histograms; "" when unknown.
+func (s *Snapshot) waitMode(mmTGID, tid int) string {
+	if mmTGID == 0 {
+		return ""
+	}
+	var r, w bool
+	for _, m := range s.MM {
+		if m.TID != tid || m.Wait.Count == 0 || (m.MMTGID != 0 && m.MMTGID != mmTGID) {
+			continue
+		}
+		if m.Write {
+			w = true
+		} else {
+			r = true
+		}
+	}
+	switch {
+	case r && w:
+		return "read+write"
+	case w:
+		return "write"
+	case r:
+		return "read"
+	}
+	return ""
+}
+
+// holdEvidence is one hold's split, for its holder subject: where the
+// holder's wall time went while it held the lock.
+func (s *Snapshot) holdEvidence(h *Hold) map[string]any {
+	ev := map[string]any{
+		"hold_ms":     ms(h.HoldNs),
+		"on_cpu_ms":   ms(h.RuntimeNs),
+		"runnable_ms": ms(h.RunnableNs),
+		"reclaim_ms":  ms(h.ReclaimNs),
+		"mode":        map[bool]string{true: "write", false: "read"}[h.Write],
+	}
+	if s.ThrottleSeen {
+		ev["throttled_ms"] = ms(h.ThrottledNs)
+	}
+	if h.PagesScanned > 0 {
+		ev["pages_scanned"], ev["pages_reclaimed"] = h.PagesScanned, h.PagesReclaimed
+	}
+	return ev
 }
 
 // QueuePoint is one sample of a lock's wait queue, for the report: when
@@ -715,6 +789,11 @@ type HoldRecord struct {
 	RuntimeMs  float64 `json:"runtime_ms"`
 	CSW        uint64  `json:"context_switches"`
 	ReleasedIn string  `json:"released_in,omitempty"`
+	// Where the rest went: waiting on a run queue (throttled included),
+	// throttled by its cgroup's CPU quota, in memory reclaim.
+	RunnableMs  float64 `json:"runnable_ms"`
+	ThrottledMs float64 `json:"throttled_ms,omitempty"`
+	ReclaimMs   float64 `json:"reclaim_ms,omitempty"`
 	// Reclaim under the lock, when there was any.
 	ReclaimCalls   uint64 `json:"reclaim_calls,omitempty"`
 	PagesScanned   uint64 `json:"pages_scanned,omitempty"`
@@ -757,9 +836,15 @@ func (s *Snapshot) holdFinding(tgid, mmTGID int, holds []Hold) finding.Finding {
 	case h.HoldNs >= uint64(100*time.Millisecond):
 		sev = finding.Warning
 	}
-	var total uint64
+	var total, runtime, runnable, throttled, reclaim, scanned, reclaimed uint64
 	for _, x := range holds {
 		total += x.HoldNs
+		runtime += x.RuntimeNs
+		runnable += x.RunnableNs
+		throttled += x.ThrottledNs
+		reclaim += x.ReclaimNs
+		scanned += x.PagesScanned
+		reclaimed += x.PagesReclaimed
 	}
 	f := finding.Finding{
 		ID:           "locks.mmap-hold",
@@ -781,6 +866,27 @@ func (s *Snapshot) holdFinding(tgid, mmTGID int, holds []Hold) finding.Finding {
 	}
 	if h.HoldNs > 0 {
 		f.Evidence["on_cpu_pct"] = 100 * float64(h.RuntimeNs) / float64(h.HoldNs)
+	}
+	// Whose mmap_lock, and where the holders' time went over all their
+	// holds: what the diagnosis stage joins on and weighs.
+	switch {
+	case mmTGID != 0:
+		f.Evidence["mm_pid"] = mmTGID
+	case tgid != 0:
+		f.Evidence["mm_pid"] = tgid
+	}
+	f.Evidence["runtime_ms_total"] = ms(runtime)
+	f.Evidence["runnable_ms_total"] = ms(runnable)
+	f.Evidence["reclaim_ms_total"] = ms(reclaim)
+	if s.ThrottleSeen {
+		f.Evidence["throttled_ms_total"] = ms(throttled)
+	}
+	if scanned > 0 {
+		f.Evidence["pages_scanned_total"] = scanned
+		f.Evidence["pages_reclaimed_total"] = reclaimed
+	}
+	if h.ThrottledNs > 0 {
+		f.Summary += fmt.Sprintf(" It was throttled by its cgroup's CPU quota for %s of that hold.", human(h.ThrottledNs))
 	}
 	if h.ReclaimCalls > 0 {
 		// Seed 003: the cgroup's reclaim ran under the process's mmap_lock.
@@ -810,12 +916,13 @@ func (s *Snapshot) holdFinding(tgid, mmTGID int, holds []Hold) finding.Finding {
 			top = fr[1] // under __mmap_lock_do_trace_released: the releasing function
 		}
 		list = append(list, HoldRecord{TID: x.TID, Write: x.Write, HoldMs: ms(x.HoldNs), RuntimeMs: ms(x.RuntimeNs), CSW: x.CSW, ReleasedIn: top,
+			RunnableMs: ms(x.RunnableNs), ThrottledMs: ms(x.ThrottledNs), ReclaimMs: ms(x.ReclaimNs),
 			ReclaimCalls: x.ReclaimCalls, PagesScanned: x.PagesScanned, PagesReclaimed: x.PagesReclaimed})
 	}
 	f.Evidence["holds"] = list
 	holder := finding.Subject{
 		Role: finding.RoleHolder, PID: tgid, TID: h.TID, Comm: h.Comm,
-		Detail: "stack at release", Stack: waiterFrames(h.Stack),
+		Detail: "stack at release", Stack: waiterFrames(h.Stack), Evidence: s.holdEvidence(&h),
 	}
 	f.Subjects = append(f.Subjects, holder)
 	// What the holders of this process did under the lock.

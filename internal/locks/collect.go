@@ -187,6 +187,7 @@ func (p *probe) collect(syms Symbolizer, s *Snapshot) error {
 			RuntimeNs: e.RuntimeNs, CSW: e.Csw, Stack: sc.get(e.StackId),
 			ReclaimNs: e.ReclaimNs, ReclaimCalls: e.ReclaimCalls, PagesScanned: e.PagesScanned,
 			PagesReclaimed: e.PagesReclaimed, PagesActivated: e.PagesActivated, PagesRefKeep: e.PagesRefKeep,
+			RunnableNs: e.RunnableNs, ThrottledNs: e.ThrottledNs,
 		}
 		s.Holds = append(s.Holds, h)
 	}
@@ -368,7 +369,7 @@ func fromBPF(h *locksWolfHist) hist.Log2 {
 // statNames name enum lock_stat's counters, in order.
 var statNames = []string{"begin", "end", "pending_full", "nested", "unmatched_end", "waits_full",
 	"tasks_full", "owners_full", "queue_full", "stack_err", "mm_events", "mm_holds_full",
-	"mm_stats_full", "mm_unmatched", "hold_drops", "samples", "samples_under_lock", "profile_full", "stale"}
+	"mm_stats_full", "mm_unmatched", "hold_drops", "samples", "samples_under_lock", "profile_full", "stale", "throttled_holds"}
 
 // stats reads the per-CPU counters, summed, by name; nil if unreadable
 // (the report then has no event and drop counts, nothing else is lost).

@@ -197,6 +197,7 @@ loop:
 			return st.Tgid
 		},
 	}
+	snap.ThrottleSeen = p.attached["sched_switch"]
 	if err := p.collect(syms, snap); err != nil {
 		return nil, fmt.Errorf("locks: read maps: %w", err)
 	}

@@ -226,7 +226,13 @@ type Hold struct {
 	HoldNs    uint64
 	RuntimeNs uint64 // CPU time the holder got while holding it
 	CSW       uint64 // its context switches while holding it
-	Stack     []string
+	// RunnableNs is the time it waited on a run queue while holding it
+	// (sched_info.run_delay; its cgroup's throttled time included), and
+	// ThrottledNs the part of that it was switched out with its cgroup
+	// throttled (Snapshot.ThrottleSeen says whether wolf could see it).
+	RunnableNs  uint64
+	ThrottledNs uint64
+	Stack       []string
 	// Memory reclaim the holder did while holding it.
 	ReclaimNs      uint64
 	ReclaimCalls   uint64
