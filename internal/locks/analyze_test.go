@@ -342,11 +342,11 @@ func TestJoinKeys(t *testing.T) {
 	const lock = 0xffff888100000d38
 	s := &Snapshot{
 		Window: 10 * time.Second, HoldThreshold: 20 * time.Millisecond, ThrottleSeen: true,
-		Waits: []Wait{{Lock: lock, Type: RwsemRead, MMTGID: 5, Count: 60, TotalNs: 30e9, MaxNs: 600e6}},
+		Waits:  []Wait{{Lock: lock, Type: RwsemRead, MMTGID: 5, Count: 60, TotalNs: 30e9, MaxNs: 600e6}},
 		Owners: []Owner{{Lock: lock, TID: 6, TGID: 5, Comm: "holder", Kind: OwnerTask, Count: 60, TotalNs: 30e9}},
 		Holds: []Hold{{TGID: 5, TID: 6, MMTGID: 5, Comm: "holder", Write: true, HoldNs: 400e6, RuntimeNs: 20e6,
 			RunnableNs: 370e6, ThrottledNs: 300e6}},
-		MM: []MMStat{{TGID: 9, TID: 9, MMTGID: 5, Comm: "ps"}, {TGID: 5, TID: 7, MMTGID: 5, Write: true, Comm: "w"}},
+		MM:   []MMStat{{TGID: 9, TID: 9, MMTGID: 5, Comm: "ps"}, {TGID: 5, TID: 7, MMTGID: 5, Write: true, Comm: "w"}},
 		Comm: func(int) string { return "app" },
 	}
 	s.MM[0].Wait.Add(400e6)
