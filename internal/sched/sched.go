@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -116,6 +117,8 @@ func (s *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 		return nil, err
 	}
 	meter.Track(p.programs()...)
+	cpuh := findCPUHierarchy(ctx, s.Proc)
+	bwBefore := cpuh.readBandwidths()
 	start := monotonicNow()
 	if s.attached != nil {
 		s.attached()
@@ -130,6 +133,7 @@ func (s *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 		return nil, err
 	}
 	end := monotonicNow()
+	bwAfter := cpuh.readBandwidths()
 	if s.dumped != nil {
 		s.dumped()
 	}
@@ -203,6 +207,16 @@ func (s *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 		snap.Sched = schedViewFromBPF(topo, p.percpu)
 	}
 	snap.SchedMCOff = schedMCOff(snap.Hardware)
+	for _, b := range bandwidthDeltas(bwBefore, bwAfter, cpuh.version) {
+		if b.Periods < throttleMinPer || b.ThrottledPct() < throttleInfoPct {
+			continue // only the throttled ones are reported: read their processes
+		}
+		b.Procs = cpuh.procsOf(ctx, s.Proc, b.Path)
+		if opts.PID > 0 && !slices.ContainsFunc(b.Procs, func(p Proc) bool { return p.PID == int(cfg.TargetTGID) }) {
+			continue
+		}
+		snap.Bandwidth = append(snap.Bandwidth, b)
+	}
 	s.describeMovers(ctx, snap)
 	if s.snapshot != nil {
 		s.snapshot(snap)
