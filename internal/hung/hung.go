@@ -9,10 +9,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/kallsyms"
+	"github.com/wolf-investigator/wolf/internal/kconfig"
 	"github.com/wolf-investigator/wolf/internal/overhead"
 	"github.com/wolf-investigator/wolf/internal/procfs"
 	"github.com/wolf-investigator/wolf/internal/sysctl"
@@ -31,6 +33,8 @@ type Investigator struct {
 	// ignoreBlocker makes the BPF side ignore task->blocker, as on
 	// kernels before 6.14, so tests can exercise that path here.
 	ignoreBlocker bool
+	// first is each task's first record of the current run.
+	first map[int]*Task
 }
 
 // New returns an investigator with the defaults.
@@ -44,6 +48,51 @@ func (*Investigator) Name() string { return "hung" }
 // Summary implements investigator.Investigator.
 func (*Investigator) Summary() string {
 	return "tasks blocked in D state, what they wait on, and who holds it"
+}
+
+// mark keeps the first record of each task seen in the window: deltas
+// from it to the last say where the task's time went meanwhile.
+func (h *Investigator) mark(t *Task) {
+	if h.first == nil {
+		h.first = map[int]*Task{}
+	}
+	if _, ok := h.first[t.TID]; !ok && len(h.first) < maxMarked {
+		h.first[t.TID] = t
+	}
+}
+
+// maxMarked bounds the first records kept.
+const maxMarked = 4096
+
+// needFuse says whether a task blocked at the last walk (or an owner) may
+// wait for a FUSE daemon: asleep in a FUSE request or on a page-cache folio.
+func (h *Investigator) needFuse(seen map[int]*tracked, owners map[int]*Task, scanNo int) bool {
+	for _, tr := range seen {
+		if tr.lastScan == scanNo && tr.last.Blocked >= h.Threshold && fuseWait(tr.last) {
+			return true
+		}
+	}
+	for _, o := range owners {
+		if fuseWait(o) {
+			return true
+		}
+	}
+	return false
+}
+
+// kernelHZ is CONFIG_HZ, for the FUSE requests' ages (in jiffies); 0 when
+// the kernel's config cannot be read.
+func kernelHZ() int {
+	c, err := kconfig.Load()
+	if err != nil {
+		return 0
+	}
+	v, ok := c.Get("CONFIG_HZ")
+	if !ok {
+		return 0
+	}
+	n, _ := strconv.Atoi(v)
+	return n
 }
 
 // tracked is one task seen blocked during the window.
@@ -81,6 +130,7 @@ func (h *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 
 	seen := map[int]*tracked{}
 	var owners map[int]*Task
+	h.first = map[int]*Task{}
 	scanNo := 0
 	deadline := time.Now().Add(opts.Duration)
 	tick := time.NewTicker(h.Interval)
@@ -112,7 +162,23 @@ func (h *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 		}
 	}
 
+	// The requests FUSE daemons owe, read once at the end, and only when
+	// some blocked task could be waiting for one.
+	var fuseReqs []FuseReq
+	fuseExact := false
+	if h.needFuse(seen, owners, scanNo) {
+		if recs, err := p.scanFuse(ctx); err == nil && p.fuse != nil {
+			fuseExact = true
+			hz := kernelHZ()
+			for i := range recs {
+				fuseReqs = append(fuseReqs, decodeFuse(&recs[i], hz))
+			}
+		}
+	}
 	snap := &Snapshot{
+		Fuse:        fuseReqs,
+		FuseExact:   fuseExact,
+		FirstSeen:   h.first,
 		Owners:      owners,
 		Hangs:       p.hangReports(),
 		Threshold:   h.Threshold,
@@ -180,10 +246,21 @@ func (h *Investigator) walk(ctx context.Context, p *probe, syms Symbolizer, seen
 			follow(t.DumperTID)
 		}
 	}
-	blocked := map[int]*Task{}
+	// mmap_lock wait lists name the locks of killable waits that set no
+	// task->blocker, and the readers queued behind a writer.
+	var queues []MMQueue
+	if qs, err := p.scanQueues(ctx); err == nil {
+		for i := range qs {
+			queues = append(queues, decodeQueue(&qs[i]))
+		}
+	}
+	var tasks []*Task
 	for i := range recs {
-		t := decode(&recs[i], syms)
-		blocked[t.TID] = t
+		tasks = append(tasks, decode(&recs[i], syms))
+	}
+	resolveQueues(tasks, queues)
+	nameMMLocks(tasks)
+	for _, t := range tasks {
 		tr := seen[t.TID]
 		if tr == nil {
 			tr = &tracked{}
@@ -191,6 +268,7 @@ func (h *Investigator) walk(ctx context.Context, p *probe, syms Symbolizer, seen
 		}
 		tr.last, tr.lastScan = t, scanNo
 		tr.maxBlocked = max(tr.maxBlocked, t.Blocked)
+		h.mark(t)
 		if t.Blocked >= h.Threshold {
 			addOwner(t)
 		}
@@ -201,12 +279,18 @@ func (h *Investigator) walk(ctx context.Context, p *probe, syms Symbolizer, seen
 			return nil, err
 		}
 		want = nil
+		var found []*Task
 		for i := range recs {
 			if recs[i].Wanted == 0 {
 				continue
 			}
-			t := decode(&recs[i], syms)
+			found = append(found, decode(&recs[i], syms))
+		}
+		resolveQueues(found, queues)
+		nameMMLocks(append(found, tasks...))
+		for _, t := range found {
 			owners[t.TID] = t
+			h.mark(t)
 			addOwner(t)
 		}
 	}

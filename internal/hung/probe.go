@@ -21,9 +21,14 @@ import (
 // and because every link is held only through file descriptors of this
 // process (nothing is pinned), a kill -9 of wolf detaches it all too.
 type probe struct {
-	objs     hungObjects
+	objs     coreObjects
 	links    []link.Link
 	iter     *link.Iter
+	// Optional iterators: mmap_lock wait queues read from the locks, and
+	// the requests FUSE daemons owe. Nil when this kernel refused them.
+	queues     *link.Iter
+	fuse       *link.Iter
+	extraProgs []*ebpf.Program
 	hangs    *ringbuf.Reader
 	attached map[string]bool // tracepoint name -> attached
 	warnings []string        // optional tracepoints that could not attach
@@ -32,6 +37,28 @@ type probe struct {
 	hangSeen  []hangReport
 	readerErr error
 	done      chan struct{}
+}
+
+// coreObjects is what hung cannot do without: every map, the tracepoint
+// programs and the task iterator. The other iterators load on their own
+// (loadExtras), so that a kernel refusing one costs only what it shows.
+type coreObjects struct {
+	hungMaps
+	OnSchedSwitch     *ebpf.Program `ebpf:"on_sched_switch"`
+	OnContentionBegin *ebpf.Program `ebpf:"on_contention_begin"`
+	OnContentionEnd   *ebpf.Program `ebpf:"on_contention_end"`
+	OnProcessHang     *ebpf.Program `ebpf:"on_process_hang"`
+	OnWqStart         *ebpf.Program `ebpf:"on_wq_start"`
+	DumpTasks         *ebpf.Program `ebpf:"dump_tasks"`
+}
+
+func (o *coreObjects) Close() error {
+	for _, p := range []*ebpf.Program{o.OnSchedSwitch, o.OnContentionBegin, o.OnContentionEnd, o.OnProcessHang, o.OnWqStart, o.DumpTasks} {
+		if p != nil {
+			_ = p.Close()
+		}
+	}
+	return o.hungMaps.Close()
 }
 
 // hangReport is one sched_process_hang event: khungtaskd reported a task.
@@ -45,14 +72,14 @@ type hangReport struct {
 // less precision; required ones fail the run.
 var tracepoints = []struct {
 	name     string
-	prog     func(*hungObjects) *ebpf.Program
+	prog     func(*coreObjects) *ebpf.Program
 	required bool
 }{
-	{"sched_switch", func(o *hungObjects) *ebpf.Program { return o.OnSchedSwitch }, true},
-	{"contention_begin", func(o *hungObjects) *ebpf.Program { return o.OnContentionBegin }, false},
-	{"contention_end", func(o *hungObjects) *ebpf.Program { return o.OnContentionEnd }, false},
-	{"sched_process_hang", func(o *hungObjects) *ebpf.Program { return o.OnProcessHang }, false},
-	{"workqueue_execute_start", func(o *hungObjects) *ebpf.Program { return o.OnWqStart }, false},
+	{"sched_switch", func(o *coreObjects) *ebpf.Program { return o.OnSchedSwitch }, true},
+	{"contention_begin", func(o *coreObjects) *ebpf.Program { return o.OnContentionBegin }, false},
+	{"contention_end", func(o *coreObjects) *ebpf.Program { return o.OnContentionEnd }, false},
+	{"sched_process_hang", func(o *coreObjects) *ebpf.Program { return o.OnProcessHang }, false},
+	{"workqueue_execute_start", func(o *coreObjects) *ebpf.Program { return o.OnWqStart }, false},
 }
 
 func openProbe(useBlocker bool) (*probe, error) {
@@ -97,6 +124,7 @@ func openProbe(useBlocker bool) (*probe, error) {
 		return nil, fmt.Errorf("hung: create task iterator (needs Linux 5.8+ with BTF: %v): %w", err, investigator.ErrUnsupported)
 	}
 	p.iter = it
+	p.loadExtras(spec)
 	rd, err := ringbuf.NewReader(p.objs.Hangs)
 	if err != nil {
 		p.close()
@@ -136,6 +164,67 @@ func (p *probe) hangReports() []hangReport {
 	return append([]hangReport(nil), p.hangSeen...)
 }
 
+// loadExtras loads and attaches the optional iterators, each on its own:
+// what fails is said in the notes and the rest goes on.
+func (p *probe) loadExtras(spec *ebpf.CollectionSpec) {
+	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{
+		"queue_scratch": p.objs.QueueScratch, "fuse_scratch": p.objs.FuseScratch, "stats": p.objs.Stats,
+	}}
+	load := func(name, what string) *link.Iter {
+		var o struct {
+			Prog *ebpf.Program `ebpf:"prog"`
+		}
+		s := spec.Copy()
+		ps, ok := s.Programs[name]
+		if !ok {
+			return nil
+		}
+		s.Programs = map[string]*ebpf.ProgramSpec{"prog": ps}
+		if err := s.LoadAndAssign(&o, opts); err != nil {
+			p.warnings = append(p.warnings, fmt.Sprintf("%s not read: %v", what, err))
+			return nil
+		}
+		it, err := link.AttachIter(link.IterOptions{Program: o.Prog})
+		if err != nil {
+			_ = o.Prog.Close()
+			p.warnings = append(p.warnings, fmt.Sprintf("%s not read: %v", what, err))
+			return nil
+		}
+		p.extraProgs = append(p.extraProgs, o.Prog)
+		return it
+	}
+	p.queues = load("dump_mm_queues", "mmap_lock wait queues (waits that began before wolf and set no task->blocker)")
+	p.fuse = load("dump_fuse", "FUSE daemons' pending requests")
+}
+
+// scanQueues reads the wait queue of every process's mmap_lock that has
+// waiters; nil without the iterator.
+func (p *probe) scanQueues(ctx context.Context) ([]hungMmQueueRec, error) {
+	if p.queues == nil || ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	rc, err := p.queues.Open()
+	if err != nil {
+		return nil, fmt.Errorf("hung: run mmap_lock queue iterator: %w", err)
+	}
+	defer rc.Close()
+	return bpfrec.ReadAll[hungMmQueueRec](rc)
+}
+
+// scanFuse reads the requests every FUSE daemon has pending or in
+// processing; nil without the iterator.
+func (p *probe) scanFuse(ctx context.Context) ([]hungFuseReqRec, error) {
+	if p.fuse == nil || ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	rc, err := p.fuse.Open()
+	if err != nil {
+		return nil, fmt.Errorf("hung: run FUSE iterator: %w", err)
+	}
+	defer rc.Close()
+	return bpfrec.ReadAll[hungFuseReqRec](rc)
+}
+
 // scan walks every task once. It returns the tasks in D state and, in any
 // state, the tasks whose tids are in want (lock owners being followed).
 func (p *probe) scan(ctx context.Context, want []uint32) ([]hungTaskRec, error) {
@@ -172,7 +261,7 @@ func (p *probe) stats() (map[string]uint64, error) {
 
 // programs lists wolf's hung programs, for the overhead meter.
 func (p *probe) programs() []*ebpf.Program {
-	return []*ebpf.Program{p.objs.OnSchedSwitch, p.objs.OnContentionBegin, p.objs.OnContentionEnd, p.objs.OnProcessHang, p.objs.OnWqStart, p.objs.DumpTasks}
+	return append([]*ebpf.Program{p.objs.OnSchedSwitch, p.objs.OnContentionBegin, p.objs.OnContentionEnd, p.objs.OnProcessHang, p.objs.OnWqStart, p.objs.DumpTasks}, p.extraProgs...)
 }
 
 func (p *probe) close() {
@@ -180,10 +269,16 @@ func (p *probe) close() {
 		_ = l.Close()
 	}
 	p.links = nil
-	if p.iter != nil {
-		_ = p.iter.Close()
-		p.iter = nil
+	for _, it := range []**link.Iter{&p.iter, &p.queues, &p.fuse} {
+		if *it != nil {
+			_ = (*it).Close()
+			*it = nil
+		}
 	}
+	for _, prog := range p.extraProgs {
+		_ = prog.Close()
+	}
+	p.extraProgs = nil
 	if p.hangs != nil {
 		_ = p.hangs.Close()
 		<-p.done
