@@ -21,17 +21,17 @@ import (
 // and because every link is held only through file descriptors of this
 // process (nothing is pinned), a kill -9 of wolf detaches it all too.
 type probe struct {
-	objs     coreObjects
-	links    []link.Link
-	iter     *link.Iter
+	objs  coreObjects
+	links []link.Link
+	iter  *link.Iter
 	// Optional iterators: mmap_lock wait queues read from the locks, and
 	// the requests FUSE daemons owe. Nil when this kernel refused them.
 	queues     *link.Iter
 	fuse       *link.Iter
 	extraProgs []*ebpf.Program
-	hangs    *ringbuf.Reader
-	attached map[string]bool // tracepoint name -> attached
-	warnings []string        // optional tracepoints that could not attach
+	hangs      *ringbuf.Reader
+	attached   map[string]bool // tracepoint name -> attached
+	warnings   []string        // optional tracepoints that could not attach
 
 	mu        sync.Mutex
 	hangSeen  []hangReport
