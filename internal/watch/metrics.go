@@ -27,6 +27,7 @@ type Metrics struct {
 	findings   map[string]map[findingLabels]int // investigator -> active findings
 	hung       hungState
 	migrations []taskRate // sched.bounce tasks, last window, top N
+	diag       diagMetrics
 
 	buildInfo                                                     *prometheus.Desc
 	success, lastDuration, lastSuccess, window, runs, errs        *prometheus.Desc
@@ -271,6 +272,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	for _, t := range m.migrations {
 		ch <- prometheus.MustNewConstMetric(m.migrationsPerSecDesc, prometheus.GaugeValue, t.rate, t.pid, t.comm)
 	}
+	m.collectDiagnoses(ch)
 	for _, fams := range m.families {
 		for _, f := range fams {
 			f.collect(ch)

@@ -62,7 +62,9 @@ type Event struct {
 	Key          string           `json:"key,omitempty"`
 	Reason       string           `json:"reason,omitempty"` // change: what moved
 	Finding      *finding.Finding `json:"finding,omitempty"`
-	Error        string           `json:"error,omitempty"`
+	// Diagnosis is set on the lines of investigator "diagnose".
+	Diagnosis *finding.Diagnosis `json:"diagnosis,omitempty"`
+	Error     string             `json:"error,omitempty"`
 	// RetryInS is the backoff before the failed investigator runs again.
 	RetryInS float64 `json:"retry_in_s,omitempty"`
 	Failures int     `json:"failures,omitempty"` // consecutive failed windows
@@ -70,9 +72,10 @@ type Event struct {
 
 // Watcher supervises the investigators. Use New, then Run.
 type Watcher struct {
-	cfg Config
-	mu  sync.Mutex // serializes event lines
-	enc *json.Encoder
+	cfg  Config
+	mu   sync.Mutex // serializes event lines
+	enc  *json.Encoder
+	diag diagnoser
 }
 
 // New checks cfg and returns a watcher.
@@ -188,6 +191,7 @@ func (w *Watcher) supervise(ctx context.Context, inv investigator.Investigator) 
 		for _, c := range Diff(active, shown, w.cfg.ClearAfter) {
 			w.emit(Event{Event: c.Event, Time: now, Investigator: name, Key: c.Key, Reason: c.Reason, Finding: c.Finding})
 		}
+		w.joinWindow(name, res.Findings)
 	}
 }
 
