@@ -222,7 +222,38 @@ func (x *facts) chainFrom(lockKey string, victims []*waitFact) *draft {
 	d.subjects = append(d.subjects, lockSubj)
 	seen := map[string]bool{lockKey: true}
 	x.follow(d, l, lockSubj, seen, 0)
+	d.dropHolderFromVictims()
 	return d
+}
+
+// dropHolderFromVictims: a holder may itself have waited for the lock
+// between its holds; in the diagnosis it is the holder, not a victim.
+func (d *draft) dropHolderFromVictims() {
+	if d.holder == nil || d.holder.holder.TID == 0 {
+		return
+	}
+	tid := d.holder.holder.TID
+	keep := d.victims[:0]
+	for _, v := range d.victims {
+		if v.task.TID != tid {
+			keep = append(keep, v)
+		}
+	}
+	d.victims = keep
+	hops := d.hops[:0]
+	for _, h := range d.hops {
+		if !(h.Relation == waitsOn && h.From.TID == tid && h.To.Role == finding.RoleLock && h.To.Lock == d.lock.name) {
+			hops = append(hops, h)
+		}
+	}
+	d.hops = hops
+	subs := d.subjects[:0]
+	for _, s := range d.subjects {
+		if !(s.Role == finding.RoleVictim && s.TID == tid) {
+			subs = append(subs, s)
+		}
+	}
+	d.subjects = subs
 }
 
 // dedupeWaits keeps one wait per task (the worst), hung first.

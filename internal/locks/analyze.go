@@ -472,6 +472,8 @@ func (s *Snapshot) contentionFinding(a *lockAgg) finding.Finding {
 		}
 		if m := s.waitMode(a.mmTGID, w.TID); m != "" {
 			sub.Evidence["mode"] = m
+		} else if m := a.modeOf(w.TID); m != "" {
+			sub.Evidence["mode"] = m // a wait still going: its type, from the wait itself
 		}
 		if other {
 			sub.Detail += fmt.Sprintf("; another process, reading pid %d's memory map (/proc/%d/cmdline, maps, …)", a.mmTGID, a.mmTGID)
@@ -533,6 +535,23 @@ func (s *Snapshot) waitMode(mmTGID, tid int) string {
 		return "write"
 	case r:
 		return "read"
+	}
+	return ""
+}
+
+// modeOf is how a waiter of an rw-semaphore wanted it, from the waits it
+// was the longest waiter of; "" when unknown.
+func (a *lockAgg) modeOf(tid int) string {
+	for _, w := range a.waits {
+		if w.MaxTID != tid {
+			continue
+		}
+		switch w.Type {
+		case RwsemRead:
+			return "read"
+		case RwsemWrite:
+			return "write"
+		}
 	}
 	return ""
 }
