@@ -210,7 +210,11 @@ func spendHop(holder, to finding.Subject, sp *spendFact, kind, mech string) find
 		}
 	}
 	text := fmt.Sprintf("%s is %s", label(holder), to.Detail)
-	if len(parts) > 0 {
+	switch {
+	case len(parts) > 0 && sp.state != "":
+		// A hold still going: what wolf saw of it over its window.
+		text += fmt.Sprintf(": over the %s wolf watched, %s", ms(sp.holdMs), strings.Join(parts, ", "))
+	case len(parts) > 0:
 		text += fmt.Sprintf(": of %s held, %s", ms(sp.holdMs), strings.Join(parts, ", "))
 	}
 	if sp.state != "" && sp.holdMs <= 0 {

@@ -578,6 +578,9 @@ func sleepsOn(t *Task) string {
 	case waitsite.IO, waitsite.Writeback:
 		return "io"
 	}
+	if pageCacheWait(t.Stack) {
+		return "folio"
+	}
 	return "site"
 }
 

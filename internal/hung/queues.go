@@ -2,6 +2,7 @@ package hung
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/wolf-investigator/wolf/internal/bpfrec"
@@ -185,6 +186,27 @@ func fuseWait(t *Task) bool {
 	switch waitsite.Classify(t.Stack).Kind {
 	case waitsite.Fuse, waitsite.PageLock:
 		return true
+	}
+	return pageCacheWait(t.Stack)
+}
+
+// pageCacheFuncs sleep, uninterruptibly, only on a page-cache folio (its
+// lock or its uptodate bit). Kernel stacks leave the scheduler's functions
+// out (__sched), and since the folio waits became __sched (seen on 6.18)
+// the innermost frame of a task asleep on a folio in a page fault is
+// filemap_fault itself.
+var pageCacheFuncs = []string{"filemap_fault", "filemap_read", "filemap_get_pages", "filemap_update_page",
+	"filemap_read_folio", "do_read_cache_folio", "lock_folio_maybe_drop_mmap"}
+
+// pageCacheWait says whether a stack's innermost meaningful frame is one
+// of them.
+func pageCacheWait(stack []string) bool {
+	for _, fr := range stack {
+		fn := waitsite.FuncName(fr)
+		if fn == "" || waitsite.Unreliable(fr) {
+			continue
+		}
+		return slices.Contains(pageCacheFuncs, fn)
 	}
 	return false
 }

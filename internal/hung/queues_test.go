@@ -110,3 +110,23 @@ func TestConcludePsHangChainToTheFuseDaemon(t *testing.T) {
 		t.Errorf("fuse finding subjects %+v", ff.Subjects)
 	}
 }
+
+// On 6.18 the folio waits are scheduler functions, left out of stacks: a
+// task asleep on a folio in a fault shows filemap_fault innermost.
+func TestPageCacheWaitWithoutFolioFrames(t *testing.T) {
+	s := psHangSnapshot()
+	s.Victims[0].Stack = []string{"filemap_fault+0xa0e", "__do_fault+0x34", "do_fault+0x319", "__handle_mm_fault+0x7fc", "handle_mm_fault+0xd0",
+		"__get_user_pages+0x19f", "get_user_pages_remote+0xee", "__access_remote_vm+0xd0", "mem_rw+0x1c4", "vfs_read+0xbb"}
+	s.Owners[401].Stack = s.Victims[0].Stack
+	if !fuseWait(s.Victims[0]) || sleepsOn(s.Victims[0]) != "folio" {
+		t.Fatalf("fuseWait %v sleepsOn %q", fuseWait(s.Victims[0]), sleepsOn(s.Victims[0]))
+	}
+	for _, f := range Conclude(s) {
+		if f.ID == "hung.lock-owner" && !strings.Contains(f.Title, "FUSE daemon fused (pid 600)") {
+			t.Errorf("title %q", f.Title)
+		}
+	}
+	if pageCacheWait([]string{"rwsem_down_read_slowpath+0x1", "filemap_fault+0x2"}) {
+		t.Error("a wait on a lock inside filemap_fault is not a folio wait")
+	}
+}
