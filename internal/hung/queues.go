@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/wolf-investigator/wolf/internal/bpfrec"
-	"github.com/wolf-investigator/wolf/internal/hung/waitsite"
+	"github.com/wolf-investigator/wolf/internal/kstack"
 )
 
 // MMQueue is a process's mmap_lock with sleepers on it, read from the lock
@@ -183,8 +183,8 @@ func (f *FuseReq) OpName() string {
 // in the request itself (request_wait_answer), or on a page-cache folio,
 // which a FUSE read keeps locked until its reply.
 func fuseWait(t *Task) bool {
-	switch waitsite.Classify(t.Stack).Kind {
-	case waitsite.Fuse, waitsite.PageLock:
+	switch kstack.Classify(t.Stack).Kind {
+	case kstack.Fuse, kstack.PageLock:
 		return true
 	}
 	return pageCacheWait(t.Stack)
@@ -202,8 +202,8 @@ var pageCacheFuncs = []string{"filemap_fault", "filemap_read", "filemap_get_page
 // of them.
 func pageCacheWait(stack []string) bool {
 	for _, fr := range stack {
-		fn := waitsite.FuncName(fr)
-		if fn == "" || waitsite.Unreliable(fr) {
+		fn := kstack.FuncName(fr)
+		if fn == "" || kstack.Unreliable(fr) {
 			continue
 		}
 		return slices.Contains(pageCacheFuncs, fn)
