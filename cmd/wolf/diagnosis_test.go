@@ -120,7 +120,9 @@ func TestDoctorDiagnosesMemcgLimitUnderMmapLock(t *testing.T) {
 	if find(d, finding.RoleVictim, func(s *finding.Subject) bool { return s.PID == in.Reader() }) == nil {
 		t.Errorf("the waiting reader (pid %d) is not a victim", in.Reader())
 	}
-	if find(d, finding.RoleLock, func(s *finding.Subject) bool { return strings.HasPrefix(s.Lock, "mmap_lock") && numOf(s.Evidence, "mm_pid") == float64(in.PID()) }) == nil {
+	if find(d, finding.RoleLock, func(s *finding.Subject) bool {
+		return strings.HasPrefix(s.Lock, "mmap_lock") && numOf(s.Evidence, "mm_pid") == float64(in.PID())
+	}) == nil {
 		t.Errorf("the lock is not the lab's mmap_lock")
 	}
 	checkHopNumbers(t, d)
