@@ -159,6 +159,8 @@ struct pending {
 	__u32 flags; /* LCB_F_* of the begin */
 	__u32 tid;   /* the waiter (spin waits are folded by a later one) */
 	char comm[COMM_LEN]; /* the waiter's, sleeping locks only */
+	__u64 owner_rt; /* the owner's CPU time at begin */
+	__u64 owner_rd; /* and its run-queue time */
 };
 
 /*
@@ -263,6 +265,13 @@ struct owner_val {
 	__u64 max_ns;
 	__u32 owner_tgid;
 	char owner_comm[COMM_LEN];
+	/*
+	 * The owner's CPU time and run-queue time at the first and the last
+	 * wait that found it owning the lock: between the two, where its
+	 * time went while others waited (user space takes the deltas).
+	 */
+	__u64 first_ns, first_rt, first_rd;
+	__u64 last_ns, last_rt, last_rd;
 };
 
 struct {
@@ -562,6 +571,14 @@ static __always_inline __s32 waiter_stack(void *ctx, struct pending *c, __u64 lo
 	return id;
 }
 
+/* sched_info.run_delay exists with CONFIG_SCHED_INFO. */
+static __always_inline __u64 task_run_delay(struct task_struct *t)
+{
+	if (bpf_core_field_exists(t->sched_info.run_delay))
+		return BPF_CORE_READ(t, sched_info.run_delay);
+	return 0;
+}
+
 static __always_inline void account(struct pending *p, const bool can_walk);
 
 static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const bool can_walk)
@@ -649,6 +666,8 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 	if (o && p.owner_kind != OWNER_NONE) {
 		p.owner_tid = BPF_CORE_READ(o, pid);
 		p.owner = (__u64)o;
+		p.owner_rt = BPF_CORE_READ(o, se.sum_exec_runtime);
+		p.owner_rd = task_run_delay(o);
 		if (p.owner_kind == OWNER_TASK)
 			p.owner_stack_id = owner_stack(lock, o, p.owner_tid, can_walk);
 	}
@@ -696,6 +715,7 @@ static __always_inline void owner_name(struct pending *p, struct owner_val *ov, 
 static __always_inline void account(struct pending *p, const bool can_walk)
 {
 	__u64 d = p->end_ns - p->start_ns;
+	__u64 start = p->start_ns;
 	__u32 tid = p->tid;
 
 	p->start_ns = 0;
@@ -766,6 +786,16 @@ static __always_inline void account(struct pending *p, const bool can_walk)
 		ov->total_ns += d;
 		if (d > ov->max_ns)
 			ov->max_ns = d;
+		if (!ov->first_ns || start < ov->first_ns) {
+			ov->first_ns = start;
+			ov->first_rt = p->owner_rt;
+			ov->first_rd = p->owner_rd;
+		}
+		if (start > ov->last_ns) {
+			ov->last_ns = start;
+			ov->last_rt = p->owner_rt;
+			ov->last_rd = p->owner_rd;
+		}
 	} else {
 		count(STAT_OWNERS_FULL);
 	}
@@ -944,13 +974,6 @@ struct {
 	__type(value, __u64);
 } throttled_pending SEC(".maps");
 
-/* sched_info.run_delay exists with CONFIG_SCHED_INFO. */
-static __always_inline __u64 task_run_delay(struct task_struct *t)
-{
-	if (bpf_core_field_exists(t->sched_info.run_delay))
-		return BPF_CORE_READ(t, sched_info.run_delay);
-	return 0;
-}
 
 /*
  * Before 6.14 the tracepoints also carried the memcg path, before write.

@@ -134,6 +134,12 @@ type locksOwnerVal struct {
 	OwnerTgid uint32
 	OwnerComm [16]int8
 	_         [4]byte
+	FirstNs   uint64
+	FirstRt   uint64
+	FirstRd   uint64
+	LastNs    uint64
+	LastRt    uint64
+	LastRd    uint64
 }
 
 type locksPending struct {
@@ -159,6 +165,8 @@ type locksPending struct {
 	Tid          uint32
 	Comm         [16]int8
 	_            [4]byte
+	OwnerRt      uint64
+	OwnerRd      uint64
 }
 
 type locksProfKey struct {
