@@ -362,3 +362,22 @@ func TestLockChainThroughOwners(t *testing.T) {
 		t.Errorf("the second lock is not in the chain: %+v", d.Subjects)
 	}
 }
+
+// A mutex owner others waited on, busy on a CPU between the first and the
+// last wait that found it owning the lock: the holder's own work is the
+// root, said with the owner's split.
+func TestOwnerSpanSaysWhereItsTimeWent(t *testing.T) {
+	fs := []finding.Finding{{ID: "locks.contention", Severity: finding.Critical, Evidence: map[string]any{"lock": "rtnl_mutex", "lock_addr": "0xffffffff83e1c5a0"},
+		Subjects: []finding.Subject{
+			{Role: finding.RoleOwner, PID: 38, TID: 38, Comm: "calico-node", Evidence: map[string]any{"owner": "exact", "waited_ms": 21000.0, "span_ms": 9000.0, "on_cpu_ms": 8500.0, "runnable_ms": 300.0}},
+			{Role: finding.RoleWaiter, PID: 40, TID: 40, Comm: "ip", Evidence: map[string]any{"wait_ms_total": 9000.0, "wait_ms_max": 2100.0, "waits": 3}},
+		}}}
+	d := only(t, Diagnose(fs))
+	if d.ID != "diagnose.holder-work" || d.Root.TID != 38 {
+		t.Fatalf("%s root %+v", d.ID, d.Root)
+	}
+	last := d.Chain[len(d.Chain)-1]
+	if last.Relation != spendsHold || num(last.Evidence, "on_cpu_ms") != 8500 || !strings.Contains(last.Text, "between the first and the last wait") {
+		t.Errorf("last hop %+v", last)
+	}
+}

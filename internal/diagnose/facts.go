@@ -62,6 +62,9 @@ type spendFact struct {
 	holdMs, onCPUMs, runnableMs, throttledMs, reclaimMs float64
 	scanned, reclaimed                                  float64
 	throttleKnown                                       bool // the kernel let wolf see throttling per task
+	// span: holdMs is the time between the first and the last wait that
+	// found the holder owning the lock, not a measured hold.
+	span bool
 	// An ongoing hold (hung offender).
 	state    string // "R", "S", "D"
 	sleepsOn string // "lock", "fuse", "folio", "io", "site"
@@ -231,8 +234,14 @@ func (x *facts) readContention(i int) {
 			if s.TID == 0 && s.PID == 0 {
 				continue // exited before wolf could name it
 			}
-			x.holds = append(x.holds, &holdFact{lock: l.key, holder: s, exact: str(s.Evidence, "owner") == "exact",
-				charged: num(s.Evidence, "waited_ms"), mode: str(s.Evidence, "mode"), finding: i})
+			h := &holdFact{lock: l.key, holder: s, exact: str(s.Evidence, "owner") == "exact",
+				charged: num(s.Evidence, "waited_ms"), mode: str(s.Evidence, "mode"), finding: i}
+			if span := num(s.Evidence, "span_ms"); span > 0 {
+				// Between the first and the last wait that found it
+				// owning the lock: where its time went meanwhile.
+				h.spend = &spendFact{holdMs: span, onCPUMs: num(s.Evidence, "on_cpu_ms"), runnableMs: num(s.Evidence, "runnable_ms"), span: true, finding: i}
+			}
+			x.holds = append(x.holds, h)
 		case finding.RoleHolder:
 			x.holds = append(x.holds, &holdFact{lock: l.key, holder: s, exact: true, mode: "read",
 				maxMs: num(s.Evidence, "hold_ms"), totalMs: num(s.Evidence, "hold_ms"), holds: 1, spend: holderSpend(s, i), finding: i})

@@ -211,6 +211,8 @@ func spendHop(holder, to finding.Subject, sp *spendFact, kind, mech string) find
 	}
 	text := fmt.Sprintf("%s is %s", label(holder), to.Detail)
 	switch {
+	case len(parts) > 0 && sp.span:
+		text += fmt.Sprintf(": over the %s between the first and the last wait that found it owning the lock, %s", ms(sp.holdMs), strings.Join(parts, ", "))
 	case len(parts) > 0 && sp.state != "":
 		// A hold still going: what wolf saw of it over its window.
 		text += fmt.Sprintf(": over the %s wolf watched, %s", ms(sp.holdMs), strings.Join(parts, ", "))

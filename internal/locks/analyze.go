@@ -412,6 +412,12 @@ func (s *Snapshot) contentionFinding(a *lockAgg) finding.Finding {
 		}
 		detail := fmt.Sprintf("held it while others waited %s (%d waits)", human(o.TotalNs), o.Count)
 		ev := map[string]any{"owner": "exact", "waited_ms": ms(o.TotalNs), "waits": o.Count}
+		if o.SpanNs > 0 {
+			// Where the owner's time went between the first and the last
+			// wait that found it owning the lock.
+			ev["span_ms"], ev["on_cpu_ms"], ev["runnable_ms"] = ms(o.SpanNs), ms(o.OnCPUNs), ms(o.RunnableNs)
+			detail += fmt.Sprintf("; over the %s between the first and the last of those waits it ran %s and waited for a CPU %s", human(o.SpanNs), human(o.OnCPUNs), human(o.RunnableNs))
+		}
 		if o.Kind == OwnerReaders {
 			detail = fmt.Sprintf("latest reader holding it while others waited %s (%d waits); other readers may hold it too", human(o.TotalNs), o.Count)
 			ev["owner"], ev["mode"] = "latest_reader", "read"

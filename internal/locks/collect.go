@@ -114,6 +114,9 @@ func (p *probe) collect(syms Symbolizer, s *Snapshot) error {
 			Kind: OwnerKind(ok.OwnerKind), Stack: sc.get(ok.OwnerStackId),
 			Count: ov.Count, TotalNs: ov.TotalNs, MaxNs: ov.MaxNs,
 		})
+		if o := &s.Owners[len(s.Owners)-1]; ov.LastNs > ov.FirstNs && ov.LastRt >= ov.FirstRt && ov.LastRd >= ov.FirstRd {
+			o.SpanNs, o.OnCPUNs, o.RunnableNs = ov.LastNs-ov.FirstNs, ov.LastRt-ov.FirstRt, ov.LastRd-ov.FirstRd
+		}
 	}
 	if err := it.Err(); err != nil {
 		return err
@@ -355,6 +358,13 @@ func sumOwners(vs []locksOwnerVal) locksOwnerVal {
 		t.Count += v.Count
 		t.TotalNs += v.TotalNs
 		t.MaxNs = max(t.MaxNs, v.MaxNs)
+		// The first and last waits, across CPUs, with the owner's clocks.
+		if v.FirstNs != 0 && (t.FirstNs == 0 || v.FirstNs < t.FirstNs) {
+			t.FirstNs, t.FirstRt, t.FirstRd = v.FirstNs, v.FirstRt, v.FirstRd
+		}
+		if v.LastNs > t.LastNs {
+			t.LastNs, t.LastRt, t.LastRd = v.LastNs, v.LastRt, v.LastRd
+		}
 		if t.OwnerTgid == 0 && v.OwnerTgid != 0 {
 			t.OwnerTgid, t.OwnerComm = v.OwnerTgid, v.OwnerComm
 		}

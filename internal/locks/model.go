@@ -175,6 +175,10 @@ type Owner struct {
 	Count   uint64
 	TotalNs uint64
 	MaxNs   uint64
+	// SpanNs is the time from the first to the last wait that found it
+	// owning the lock, and OnCPUNs and RunnableNs the CPU time it got and
+	// the time it waited on a run queue meanwhile; 0 with fewer than two.
+	SpanNs, OnCPUNs, RunnableNs uint64
 }
 
 // Queue is the wait queue model of one sleeping lock.
