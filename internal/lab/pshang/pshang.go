@@ -233,10 +233,8 @@ func (in *Instance) stall(ctx context.Context) error {
 	if err := waitD(ctx, pid, in.tids["memreader"], "the memreader to sleep on the folio"); err != nil {
 		return err
 	}
-	// 2. The writer queues behind it.
-	if err := in.child.Send("unmap"); err != nil {
-		return err
-	}
+	// 2. The writer queues behind it (the child starts it once the
+	// memreader sleeps: see child.go).
 	if err := waitD(ctx, pid, in.tids["unmapper"], "the unmapper to queue for the mmap_lock"); err != nil {
 		return err
 	}
