@@ -33,7 +33,7 @@ const (
 	victimTotalWaitMs = 1000
 	// A component of a hold's wall time that explains it.
 	dominantShare = 0.4
-	maxVictimHops = 6
+	maxVictimHops = 4 // victims drawn as hops; the rest are subjects
 	maxDepth      = 6
 )
 

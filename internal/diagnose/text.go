@@ -201,8 +201,12 @@ func spendHop(holder, to finding.Subject, sp *spendFact, kind, mech string) find
 		add("reclaim_ms", "in memory reclaim", sp.reclaimMs, kind == "reclaim")
 		add("on_cpu_ms", "on CPU", sp.onCPUMs, true)
 		add("runnable_ms", "waiting for a CPU", sp.runnableMs, true)
-		if sp.throttleKnown || sp.throttledMs > 0 {
+		switch {
+		case sp.throttledMs > 0:
 			add("throttled_ms", "throttled", sp.throttledMs, true)
+		case sp.throttleKnown:
+			ev["throttled_ms"] = 0.0
+			parts = append(parts, "never throttled")
 		}
 		if sp.scanned > 0 {
 			ev["pages_scanned"], ev["pages_reclaimed"] = sp.scanned, sp.reclaimed
@@ -398,6 +402,9 @@ func quotaShort(ev map[string]any) string {
 func (d *draft) rootRemedy() []string {
 	switch d.kind {
 	case "memcg-limit":
+		if len(d.remedy) > 0 {
+			return nil // the cgroup's finding says what to do about its limit
+		}
 		return []string{fmt.Sprintf("Give cgroup %s memory headroom (v1 memory.limit_in_bytes, v2 memory.max) or shrink what it keeps in memory: its tasks reclaim on every charge, and the one holding %s makes everyone behind the lock wait for that reclaim.", d.cgroup.subject.Cgroup, d.lock.name)}
 	case "cpu-quota":
 		return []string{fmt.Sprintf("Raise the CPU quota of cgroup %s (v1 cpu.cfs_quota_us, v2 cpu.max) or run fewer busy threads in it: a lock holder throttled with its cgroup keeps the lock until the next period.", d.cgroup.subject.Cgroup)}
