@@ -149,6 +149,14 @@ func holderSubject(h *holdFact, l *lockFact) finding.Subject {
 		ev["likely"] = true
 	}
 	s.Evidence = ev
+	switch {
+	case !h.exact:
+		s.Detail = "latest reader of " + l.name + ", likely still holding it"
+	case h.holds > 0 && h.totalMs > 0:
+		s.Detail = fmt.Sprintf("holds %s: %d holds, the longest %s", l.name, h.holds, ms(h.maxMs))
+	default:
+		s.Detail = "holds " + l.name
+	}
 	if len(s.Stack) > 8 {
 		s.Stack = s.Stack[:8]
 	}
