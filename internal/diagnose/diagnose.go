@@ -127,7 +127,6 @@ type draft struct {
 	likely   bool
 	confirm  []string
 	remedy   []string
-	refs     []string
 	// For the title.
 	holder   *holdFact
 	cgroup   *cgroupFact

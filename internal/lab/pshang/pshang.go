@@ -303,6 +303,19 @@ func (in *Instance) Describe() string {
 		Name, in.dir, t.Daemon, childComm, in.PID(), in.tids["memreader"], in.tids["unmapper"], in.Readers(), in.cfg.StallMax)
 }
 
+// Release answers the parked READ, as a daemon coming back to life would:
+// the memreader's fault completes, it drops the lock, and the writer and
+// the readers go through one after the other. The lab stays up until
+// Close.
+func (in *Instance) Release() {
+	in.mu.Lock()
+	if in.watchdog != nil {
+		in.watchdog.Stop()
+	}
+	in.mu.Unlock()
+	in.srv.release()
+}
+
 // abort ends every request on the connection: the parked READ fails, its
 // folio is unlocked, and every task in the chain runs again.
 func (in *Instance) abort() {
