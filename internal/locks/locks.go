@@ -198,6 +198,7 @@ loop:
 		},
 	}
 	snap.ThrottleSeen = p.attached["sched_switch"]
+	snap.TaskThrottle = taskBasedThrottle()
 	if err := p.collect(syms, snap); err != nil {
 		return nil, fmt.Errorf("locks: read maps: %w", err)
 	}

@@ -267,6 +267,26 @@ func kernelHasFunc(name string) bool {
 	return spec.TypeByName(name, &fn) == nil
 }
 
+// taskBasedThrottle says whether this kernel throttles a task only on its
+// way back to user space (6.18+: task_struct has a throttled flag), so that
+// a task holding a kernel lock is never throttled while it holds it.
+func taskBasedThrottle() bool {
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		return false
+	}
+	var ts *btf.Struct
+	if spec.TypeByName("task_struct", &ts) != nil {
+		return false
+	}
+	for _, m := range ts.Members {
+		if m.Name == "throttled" {
+			return true
+		}
+	}
+	return false
+}
+
 // mmapHasMemcgPath says whether this kernel's mmap_lock tracepoints carry
 // a memcg path argument before write (5.14 to 6.13) or not.
 func mmapHasMemcgPath() bool {
