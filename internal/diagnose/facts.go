@@ -239,7 +239,8 @@ func (x *facts) readContention(i int) {
 			if span := num(s.Evidence, "span_ms"); span > 0 {
 				// Between the first and the last wait that found it
 				// owning the lock: where its time went meanwhile.
-				h.spend = &spendFact{holdMs: span, onCPUMs: num(s.Evidence, "on_cpu_ms"), runnableMs: num(s.Evidence, "runnable_ms"), span: true, finding: i}
+				h.spend = &spendFact{holdMs: span, onCPUMs: num(s.Evidence, "on_cpu_ms"), runnableMs: num(s.Evidence, "runnable_ms"), span: true, finding: i,
+					throttledMs: num(s.Evidence, "throttled_ms"), throttleKnown: has(s.Evidence, "throttled_ms")}
 			}
 			x.holds = append(x.holds, h)
 		case finding.RoleHolder:

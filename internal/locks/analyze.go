@@ -30,7 +30,11 @@ type Snapshot struct {
 	HoldsLost uint64
 	// ThrottleSeen: sched_switch was watched, so Hold.ThrottledNs is a
 	// measurement (0 means the holders were not throttled), not unknown.
-	ThrottleSeen  bool
+	ThrottleSeen bool
+	// TaskThrottle: this kernel throttles tasks only on their way back to
+	// user space (6.18+), so no owner of a kernel lock is throttled while
+	// it owns it.
+	TaskThrottle  bool
 	Profile       []ProfileStack
 	HoldThreshold time.Duration
 	Top           int    // locks reported; 0 means DefaultTop
@@ -416,6 +420,9 @@ func (s *Snapshot) contentionFinding(a *lockAgg) finding.Finding {
 			// Where the owner's time went between the first and the last
 			// wait that found it owning the lock.
 			ev["span_ms"], ev["on_cpu_ms"], ev["runnable_ms"] = ms(o.SpanNs), ms(o.OnCPUNs), ms(o.RunnableNs)
+			if s.TaskThrottle {
+				ev["throttled_ms"] = 0.0 // not measured per owner: known to be none on this kernel
+			}
 			detail += fmt.Sprintf("; over the %s between the first and the last of those waits it ran %s and waited for a CPU %s", human(o.SpanNs), human(o.OnCPUNs), human(o.RunnableNs))
 		}
 		if o.Kind == OwnerReaders {
