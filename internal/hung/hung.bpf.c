@@ -20,7 +20,6 @@
 char LICENSE[] SEC("license") = "GPL";
 
 #define MAX_STACK 32
-#define COMM_LEN 16
 #define WQ_NAME_LEN 32
 
 /*
@@ -77,10 +76,10 @@ struct task_rec {
 	__u32 owner_tid;
 	__u32 owner_tgid;
 	__u32 dumper_tid;   /* coredump: the thread writing the core */
-	char owner_comm[COMM_LEN];
+	char owner_comm[WOLF_COMM_LEN];
 	__u64 wq_func;      /* kworker: the work function it runs */
 	char wq_name[WQ_NAME_LEN];
-	char comm[COMM_LEN];
+	char comm[WOLF_COMM_LEN];
 	__u64 stack[MAX_STACK];
 	/*
 	 * Where its time goes, cumulative (user space takes deltas between
@@ -109,7 +108,7 @@ struct hang_event {
 	__u32 tid;
 	__u32 tgid;
 	__u64 ktime;
-	char comm[COMM_LEN];
+	char comm[WOLF_COMM_LEN];
 };
 
 enum stat_index {
@@ -162,12 +161,7 @@ struct {
 	__uint(max_entries, 64 * 1024);
 } hangs SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, STAT_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-} stats SEC(".maps");
+WOLF_STATS()
 
 /* The record is too big for the 512-byte BPF stack. */
 struct {
@@ -176,13 +170,6 @@ struct {
 	__type(key, __u32);
 	__type(value, struct task_rec);
 } scratch SEC(".maps");
-
-static __always_inline void stat_inc(__u32 idx)
-{
-	__u64 *v = bpf_map_lookup_elem(&stats, &idx);
-	if (v)
-		(*v)++;
-}
 
 static __always_inline __u64 task_switches(struct task_struct *t)
 {
@@ -525,8 +512,8 @@ struct mm_queue_rec {
 	__u32 owner_tid;
 	__u32 owner_tgid;
 	__u32 more;        /* the queue went on beyond MAX_QUEUE */
-	char owner_comm[COMM_LEN];
-	char comm[COMM_LEN];
+	char owner_comm[WOLF_COMM_LEN];
+	char comm[WOLF_COMM_LEN];
 	__u32 waiter_tid[MAX_QUEUE];
 	__u32 waiter_write[MAX_QUEUE];
 };
@@ -632,7 +619,7 @@ struct fuse_req_rec {
 	__u64 now_jiffies;
 	__u32 state;
 	__u32 num_waiting;
-	char daemon_comm[COMM_LEN];
+	char daemon_comm[WOLF_COMM_LEN];
 };
 
 const struct fuse_req_rec *unused_fuse_req_rec __attribute__((unused));

@@ -7,15 +7,14 @@ package hung
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/kallsyms"
 	"github.com/wolf-investigator/wolf/internal/kconfig"
-	"github.com/wolf-investigator/wolf/internal/overhead"
 	"github.com/wolf-investigator/wolf/internal/procfs"
 	"github.com/wolf-investigator/wolf/internal/sysctl"
 )
@@ -33,8 +32,6 @@ type Investigator struct {
 	// ignoreBlocker makes the BPF side ignore task->blocker, as on
 	// kernels before 6.14, so tests can exercise that path here.
 	ignoreBlocker bool
-	// first is each task's first record of the current run.
-	first map[int]*Task
 }
 
 // New returns an investigator with the defaults.
@@ -50,14 +47,170 @@ func (*Investigator) Summary() string {
 	return "tasks blocked in D state, what they wait on, and who holds it"
 }
 
-// mark keeps the first record of each task seen in the window: deltas
-// from it to the last say where the task's time went meanwhile.
-func (h *Investigator) mark(t *Task) {
-	if h.first == nil {
-		h.first = map[int]*Task{}
+// tracked is one task seen blocked during the window.
+type tracked struct {
+	last       *Task
+	maxBlocked time.Duration
+	lastScan   int
+}
+
+// Start loads and attaches hung's programs and walks the task list every
+// Interval until Close.
+func (h *Investigator) Start(ctx context.Context, opts investigator.Options) (investigator.Session, error) {
+	if h.Threshold <= 0 {
+		h.Threshold = DefaultThreshold
 	}
-	if _, ok := h.first[t.TID]; !ok && len(h.first) < maxMarked {
-		h.first[t.TID] = t
+	if h.Interval <= 0 {
+		h.Interval = time.Second
+	}
+	syms, err := kallsyms.Load(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("hung: %w", err)
+	}
+	p, err := openProbe(!h.ignoreBlocker, opts.BTF)
+	if err != nil {
+		return nil, err
+	}
+	s := &session{
+		h: *h, opts: opts, p: p, syms: syms,
+		seen: map[int]*tracked{}, stop: make(chan struct{}), done: make(chan struct{}),
+	}
+	go s.loop()
+	return s, nil
+}
+
+// session is hung attached: a walker goroutine keeps seen up to date.
+type session struct {
+	h    Investigator
+	opts investigator.Options
+	p    *probe
+	syms Symbolizer
+	stop chan struct{}
+	done chan struct{}
+
+	mu      sync.Mutex // one walk at a time; guards the fields below
+	seen    map[int]*tracked
+	owners  map[int]*Task
+	scanNo  int
+	walkErr error // the latest background walk's failure
+	// first is each task's first record of the window: with its last,
+	// where its time went meanwhile.
+	first map[int]*Task
+}
+
+func (s *session) loop() {
+	defer close(s.done)
+	tick := time.NewTicker(s.h.Interval)
+	defer tick.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-s.stop
+		cancel()
+	}()
+	for {
+		s.mu.Lock()
+		err := s.walkLocked(ctx)
+		if err != nil && ctx.Err() == nil {
+			s.walkErr = err
+		}
+		s.mu.Unlock()
+		select {
+		case <-s.stop:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// walkLocked walks once and records the owners it found.
+func (s *session) walkLocked(ctx context.Context) error {
+	s.scanNo++
+	owners, err := s.h.walk(ctx, s.p, s.syms, s.seen, s.scanNo, s.mark)
+	if err != nil {
+		return err
+	}
+	s.owners = owners
+	s.walkErr = nil
+	return nil
+}
+
+// Collect walks once more and concludes: tasks blocked now are victims;
+// tasks that were blocked long in this window but ran again are reported
+// as recovered, once.
+func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.walkLocked(ctx); err != nil {
+		if s.walkErr == nil {
+			s.walkErr = err
+		}
+		return nil, s.walkErr
+	}
+	hangs, lostHangs := s.p.hangReports()
+	// The requests FUSE daemons owe, read once per window, and only when
+	// some blocked task could be waiting for one.
+	var fuseReqs []FuseReq
+	fuseExact := false
+	if s.h.needFuse(s.seen, s.owners, s.scanNo) {
+		if recs, err := s.p.scanFuse(ctx); err == nil && s.p.kit.Iter("dump_fuse") != nil {
+			fuseExact = true
+			hz := kernelHZ()
+			for i := range recs {
+				fuseReqs = append(fuseReqs, decodeFuse(&recs[i], hz))
+			}
+		}
+	}
+	first := s.first
+	s.first = nil // the next window starts from its own first records
+	snap := &Snapshot{
+		Fuse:        fuseReqs,
+		FuseExact:   fuseExact,
+		FirstSeen:   first,
+		Owners:      s.owners,
+		Hangs:       hangs,
+		Threshold:   s.h.Threshold,
+		HungTimeout: hungTimeout(),
+		CorePattern: corePattern(),
+		FuseDaemons: func() []Proc { return fuseDaemons(ctx, s.h.Proc) },
+		Comm: func(tid int) string {
+			c, _ := s.h.Proc.Comm(ctx, tid, tid)
+			return c
+		},
+	}
+	for tid, tr := range s.seen {
+		switch {
+		case tr.lastScan == s.scanNo && tr.last.Blocked >= s.h.Threshold && matchPID(tr.last, s.opts.PID):
+			snap.Victims = append(snap.Victims, tr.last)
+		case tr.lastScan != s.scanNo:
+			if tr.maxBlocked >= s.h.Threshold && matchPID(tr.last, s.opts.PID) {
+				t := *tr.last
+				t.Blocked = tr.maxBlocked
+				snap.Recovered = append(snap.Recovered, &t)
+			}
+			delete(s.seen, tid) // it ran again: reported once, forgotten
+		}
+	}
+	res := &investigator.Result{
+		Findings:     Conclude(snap),
+		Capabilities: s.p.kit.Capabilities(attachTable),
+		Notes:        s.p.kit.Notes(),
+	}
+	if prof := snap.Profile(); prof != nil {
+		res.Profiles = append(res.Profiles, *prof)
+	}
+	events, dropped := s.p.counts()
+	res.Overhead = s.p.kit.Overhead(events, dropped+lostHangs)
+	return res, nil
+}
+
+// mark keeps the first record of each task seen in the window.
+func (s *session) mark(t *Task) {
+	if s.first == nil {
+		s.first = map[int]*Task{}
+	}
+	if _, ok := s.first[t.TID]; !ok && len(s.first) < maxMarked {
+		s.first[t.TID] = t
 	}
 }
 
@@ -95,135 +248,18 @@ func kernelHZ() int {
 	return n
 }
 
-// tracked is one task seen blocked during the window.
-type tracked struct {
-	last       *Task
-	maxBlocked time.Duration
-	lastScan   int
-}
-
-// Run watches for opts.Duration, walking the task list every Interval, and
-// concludes from the last walk: tasks still blocked are victims; tasks
-// that were blocked long but ran again are reported as recovered.
-func (h *Investigator) Run(ctx context.Context, opts investigator.Options) (*investigator.Result, error) {
-	if opts.Duration <= 0 {
-		return nil, fmt.Errorf("hung: duration must be positive, got %v", opts.Duration)
-	}
-	if h.Threshold <= 0 {
-		h.Threshold = DefaultThreshold
-	}
-	if h.Interval <= 0 {
-		h.Interval = time.Second
-	}
-	meter := overhead.Start()
-	defer meter.Close()
-	syms, err := kallsyms.Load(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("hung: %w", err)
-	}
-	p, err := openProbe(!h.ignoreBlocker)
-	if err != nil {
-		return nil, err
-	}
-	defer p.close()
-	meter.Track(p.programs()...)
-
-	seen := map[int]*tracked{}
-	var owners map[int]*Task
-	h.first = map[int]*Task{}
-	scanNo := 0
-	deadline := time.Now().Add(opts.Duration)
-	tick := time.NewTicker(h.Interval)
-	defer tick.Stop()
-	for {
-		scanNo++
-		owners, err = h.walk(ctx, p, syms, seen, scanNo)
-		if err != nil {
-			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-				break
-			}
-			return nil, err
-		}
-		left := time.Until(deadline)
-		if opts.Progress != nil {
-			opts.Progress(1 - max(left, 0).Seconds()/opts.Duration.Seconds())
-		}
-		if left <= 0 {
-			break
-		}
-		wait := time.NewTimer(min(left, h.Interval))
-		select {
-		case <-ctx.Done():
-			wait.Stop()
-		case <-wait.C:
-		}
-		if ctx.Err() != nil {
-			break
-		}
-	}
-
-	// The requests FUSE daemons owe, read once at the end, and only when
-	// some blocked task could be waiting for one.
-	var fuseReqs []FuseReq
-	fuseExact := false
-	if h.needFuse(seen, owners, scanNo) {
-		if recs, err := p.scanFuse(ctx); err == nil && p.fuse != nil {
-			fuseExact = true
-			hz := kernelHZ()
-			for i := range recs {
-				fuseReqs = append(fuseReqs, decodeFuse(&recs[i], hz))
-			}
-		}
-	}
-	snap := &Snapshot{
-		Fuse:        fuseReqs,
-		FuseExact:   fuseExact,
-		FirstSeen:   h.first,
-		Owners:      owners,
-		Hangs:       p.hangReports(),
-		Threshold:   h.Threshold,
-		HungTimeout: hungTimeout(),
-		CorePattern: corePattern(),
-		FuseDaemons: func() []Proc { return fuseDaemons(context.Background(), h.Proc) },
-		Comm: func(tid int) string {
-			c, _ := h.Proc.Comm(context.Background(), tid, tid)
-			return c
-		},
-	}
-	for _, tr := range seen {
-		switch {
-		case tr.lastScan == scanNo && tr.last.Blocked >= h.Threshold && matchPID(tr.last, opts.PID):
-			snap.Victims = append(snap.Victims, tr.last)
-		case tr.lastScan != scanNo && tr.maxBlocked >= h.Threshold && matchPID(tr.last, opts.PID):
-			t := *tr.last
-			t.Blocked = tr.maxBlocked
-			snap.Recovered = append(snap.Recovered, &t)
-		}
-	}
-	res := &investigator.Result{
-		Findings:     Conclude(snap),
-		Capabilities: map[string]bool{},
-		Notes:        p.warnings,
-	}
-	if prof := snap.Profile(); prof != nil {
-		res.Profiles = append(res.Profiles, *prof)
-	}
-	for _, tp := range tracepoints {
-		res.Capabilities["tracepoint:"+tp.name] = p.attached[tp.name]
-	}
-	var events, dropped uint64
-	if st, err := p.stats(); err == nil {
-		events = st["d_sleeps"] + st["contentions"] + st["hang_events"] + st["wq_starts"]
-		dropped = st["hang_drops"] + st["map_full"]
-	}
-	res.Overhead = meter.Finish(events, dropped, p.programs()...)
-	return res, nil
+// Close stops the walker and detaches.
+func (s *session) Close() error {
+	close(s.stop)
+	<-s.done
+	s.p.kit.Close()
+	return nil
 }
 
 // walk runs the task iterator, then again for the owners of the locks the
 // blocked tasks wait on (and their owners, up to maxHops), and records
-// what it saw in seen.
-func (h *Investigator) walk(ctx context.Context, p *probe, syms Symbolizer, seen map[int]*tracked, scanNo int) (map[int]*Task, error) {
+// what it saw in seen; mark is told every record.
+func (h *Investigator) walk(ctx context.Context, p *probe, syms Symbolizer, seen map[int]*tracked, scanNo int, mark func(*Task)) (map[int]*Task, error) {
 	recs, err := p.scan(ctx, nil)
 	if err != nil {
 		return nil, err
@@ -268,7 +304,9 @@ func (h *Investigator) walk(ctx context.Context, p *probe, syms Symbolizer, seen
 		}
 		tr.last, tr.lastScan = t, scanNo
 		tr.maxBlocked = max(tr.maxBlocked, t.Blocked)
-		h.mark(t)
+		if mark != nil {
+			mark(t)
+		}
 		if t.Blocked >= h.Threshold {
 			addOwner(t)
 		}
@@ -290,7 +328,9 @@ func (h *Investigator) walk(ctx context.Context, p *probe, syms Symbolizer, seen
 		nameMMLocks(append(found, tasks...))
 		for _, t := range found {
 			owners[t.TID] = t
-			h.mark(t)
+			if mark != nil {
+				mark(t)
+			}
 			addOwner(t)
 		}
 	}

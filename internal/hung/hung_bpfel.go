@@ -69,6 +69,19 @@ type hungMmQueueRec struct {
 	WaiterWrite [16]uint32
 }
 
+type hungStatIndex uint32
+
+const (
+	hungStatIndexSTAT_D_SLEEPS    hungStatIndex = 0
+	hungStatIndexSTAT_CONTENTIONS hungStatIndex = 1
+	hungStatIndexSTAT_HANG_EVENTS hungStatIndex = 2
+	hungStatIndexSTAT_HANG_DROPS  hungStatIndex = 3
+	hungStatIndexSTAT_MAP_FULL    hungStatIndex = 4
+	hungStatIndexSTAT_WQ_STARTS   hungStatIndex = 5
+	hungStatIndexSTAT_RECORDS     hungStatIndex = 6
+	hungStatIndexSTAT_MAX         hungStatIndex = 7
+)
+
 type hungTaskRec struct {
 	_              structs.HostLayout
 	Tid            uint32
@@ -128,6 +141,7 @@ const (
 	hungVarUnusedHangEvent    = "unused_hang_event"
 	hungVarUnusedMmQueueRec   = "unused_mm_queue_rec"
 	hungVarUseBlocker         = "use_blocker"
+	hungVarWolfStatIndexBtf   = "wolf_stat_index_btf"
 )
 
 // loadHung returns the embedded CollectionSpec for hung.
@@ -205,6 +219,7 @@ type hungVariableSpecs struct {
 	UnusedHangEvent  *ebpf.VariableSpec `ebpf:"unused_hang_event"`
 	UnusedMmQueueRec *ebpf.VariableSpec `ebpf:"unused_mm_queue_rec"`
 	UseBlocker       *ebpf.VariableSpec `ebpf:"use_blocker"`
+	WolfStatIndexBtf *ebpf.VariableSpec `ebpf:"wolf_stat_index_btf"`
 }
 
 // hungObjects contains all objects after they have been loaded into the kernel.
@@ -260,6 +275,7 @@ type hungVariables struct {
 	UnusedHangEvent  *ebpf.Variable `ebpf:"unused_hang_event"`
 	UnusedMmQueueRec *ebpf.Variable `ebpf:"unused_mm_queue_rec"`
 	UseBlocker       *ebpf.Variable `ebpf:"use_blocker"`
+	WolfStatIndexBtf *ebpf.Variable `ebpf:"wolf_stat_index_btf"`
 }
 
 // hungPrograms contains all programs after they have been loaded into the kernel.

@@ -36,7 +36,7 @@ func TestWatcherDiagnoses(t *testing.T) {
 	reclaim := &script{name: "reclaim", done: make(chan struct{}), steps: []func() (*investigator.Result, error){
 		found(memcg), found(memcg), found(), found()}}
 	var out syncBuf
-	m := NewMetrics("test", "", 10, nil)
+	m := NewMetrics("test", "", 10, nil, nil)
 	w, err := New(Config{Investigators: []investigator.Investigator{locks, reclaim}, Default: 20 * time.Millisecond, Events: &out, Metrics: m, ClearAfter: 2})
 	if err != nil {
 		t.Fatal(err)
