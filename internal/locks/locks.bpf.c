@@ -956,6 +956,7 @@ struct hold_event {
 	__u64 pages_ref_keep;
 	__u64 runnable_ns;  /* waiting on a run queue during the hold (throttled included) */
 	__u64 throttled_ns; /* of which its cgroup was throttled (scheduler-seen) */
+	__u64 lock;         /* the mmap_lock's address, as contention tracepoints see it */
 };
 
 struct {
@@ -1132,6 +1133,7 @@ int on_mm_released(__u64 *ctx)
 			e->pages_activated = t->pages_activated;
 			e->pages_ref_keep = t->pages_ref_keep;
 			e->runnable_ns = task_run_delay(cur) - t->run_delay;
+			e->lock = t->hold_mm + bpf_core_field_offset(struct mm_struct, mmap_lock);
 			e->throttled_ns = t->throttled_ns;
 			bpf_ringbuf_submit(e, 0);
 		} else {

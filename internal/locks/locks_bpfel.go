@@ -40,6 +40,7 @@ type locksHoldEvent struct {
 	PagesRefKeep   uint64
 	RunnableNs     uint64
 	ThrottledNs    uint64
+	Lock           uint64
 }
 
 type locksLockKey struct {
