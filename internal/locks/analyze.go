@@ -189,8 +189,21 @@ func (s *Snapshot) aggregate() []*lockAgg {
 			a.hist.Merge(&h.Hist)
 		}
 	}
+	// A lock whose waiters are all other processes (/proc readers) is not
+	// named by their own mm; a hold of it says whose mmap_lock it is.
+	holdMM := map[uint64]int{}
+	for _, h := range s.Holds {
+		if h.Lock != 0 {
+			if mm := cmp.Or(h.MMTGID, h.TGID); mm != 0 {
+				holdMM[h.Lock] = mm
+			}
+		}
+	}
 	aggs := slices.Collect(maps.Values(byAddr))
 	for _, a := range aggs {
+		if a.mmTGID == 0 {
+			a.mmTGID = holdMM[a.addr]
+		}
 		var best uint64
 		for t, ns := range a.types {
 			if ns > best || (ns == best && t < a.mainType) {
@@ -906,6 +919,9 @@ func (s *Snapshot) holdFinding(tgid, mmTGID int, holds []Hold) finding.Finding {
 		f.Evidence["mm_pid"] = mmTGID
 	case tgid != 0:
 		f.Evidence["mm_pid"] = tgid
+	}
+	if h.Lock != 0 {
+		f.Evidence["lock_addr"] = fmt.Sprintf("0x%x", h.Lock)
 	}
 	f.Evidence["runtime_ms_total"] = ms(runtime)
 	f.Evidence["runnable_ms_total"] = ms(runnable)

@@ -408,3 +408,26 @@ func TestJoinKeys(t *testing.T) {
 		}
 	}
 }
+
+// A lock only other processes waited on (a ps reading /proc/PID/cmdline)
+// is named as the mmap_lock it is by a hold of it.
+func TestMmapLockNamedByItsHolds(t *testing.T) {
+	const lock = 0xffff888100000d38
+	s := &Snapshot{
+		Window: 10 * time.Second, HoldThreshold: 20 * time.Millisecond,
+		Waits:   []Wait{{Lock: lock, Type: RwsemRead, Count: 5, TotalNs: 9e9, MaxNs: 3e9}},
+		Waiters: []Waiter{{Lock: lock, TID: 9, TGID: 9, Comm: "ps", Count: 5, TotalNs: 9e9, MaxNs: 3e9}},
+		Holds:   []Hold{{TGID: 5, TID: 6, MMTGID: 5, Comm: "holder", Write: true, HoldNs: 3e9, Lock: lock}},
+		Comm:    func(int) string { return "app" },
+	}
+	fs, _ := Conclude(s)
+	for _, f := range fs {
+		if f.ID == "locks.contention" {
+			if f.Evidence["lock"] != "mmap_lock of app (pid 5)" || f.Evidence["mm_pid"] != 5 {
+				t.Errorf("contention on %v, mm_pid %v", f.Evidence["lock"], f.Evidence["mm_pid"])
+			}
+			return
+		}
+	}
+	t.Fatalf("no contention finding: %+v", fs)
+}

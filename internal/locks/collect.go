@@ -190,7 +190,7 @@ func (p *probe) collect(syms Symbolizer, s *Snapshot) error {
 			RuntimeNs: e.RuntimeNs, CSW: e.Csw, Stack: sc.get(e.StackId),
 			ReclaimNs: e.ReclaimNs, ReclaimCalls: e.ReclaimCalls, PagesScanned: e.PagesScanned,
 			PagesReclaimed: e.PagesReclaimed, PagesActivated: e.PagesActivated, PagesRefKeep: e.PagesRefKeep,
-			RunnableNs: e.RunnableNs, ThrottledNs: e.ThrottledNs,
+			RunnableNs: e.RunnableNs, ThrottledNs: e.ThrottledNs, Lock: e.Lock,
 		}
 		s.Holds = append(s.Holds, h)
 	}

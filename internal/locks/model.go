@@ -236,6 +236,9 @@ type Hold struct {
 	// throttled (Snapshot.ThrottleSeen says whether wolf could see it).
 	RunnableNs  uint64
 	ThrottledNs uint64
+	// Lock is the mmap_lock's address: the key that ties holds to the
+	// contention on the same lock.
+	Lock uint64
 	Stack       []string
 	// Memory reclaim the holder did while holding it.
 	ReclaimNs      uint64
