@@ -238,8 +238,8 @@ type Hold struct {
 	ThrottledNs uint64
 	// Lock is the mmap_lock's address: the key that ties holds to the
 	// contention on the same lock.
-	Lock uint64
-	Stack       []string
+	Lock  uint64
+	Stack []string
 	// Memory reclaim the holder did while holding it.
 	ReclaimNs      uint64
 	ReclaimCalls   uint64
