@@ -31,8 +31,8 @@ const volatile bool use_blocker = true;
 
 enum lock_source {
 	LOCK_NONE = 0,
-	LOCK_BLOCKER = 1,    /* task->blocker (6.16+) */
-	LOCK_CONTENTION = 2, /* lock:contention_begin seen while wolf ran */
+	LOCK_BLOCKER = 1,	/* task->blocker (6.16+) */
+	LOCK_CONTENTION = 2,	/* lock:contention_begin seen while wolf ran */
 	LOCK_BLOCKER_MUTEX = 3, /* task->blocker_mutex (6.14, 6.15) */
 };
 
@@ -48,9 +48,9 @@ enum lock_kind {
 
 enum owner_kind {
 	OWNER_NONE = 0,
-	OWNER_TASK = 1,          /* mutex or writer-owned rwsem: exact */
-	OWNER_READERS = 2,       /* reader-owned rwsem; task is the last reader */
-	OWNER_LAST_HOLDER = 3,   /* semaphore's last holder (6.17+) */
+	OWNER_TASK = 1,	       /* mutex or writer-owned rwsem: exact */
+	OWNER_READERS = 2,     /* reader-owned rwsem; task is the last reader */
+	OWNER_LAST_HOLDER = 3, /* semaphore's last holder (6.17+) */
 };
 
 struct task_rec {
@@ -58,26 +58,26 @@ struct task_rec {
 	__u32 tgid;
 	__u32 state;
 	__u32 flags;
-	__u32 stack_bytes; /* <0 from bpf_get_task_stack is stored as 0 */
-	__u32 wanted;      /* emitted because user space asked for this tid */
-	__u64 now_sched;   /* the reading task's sched clock, ~now */
+	__u32 stack_bytes;   /* <0 from bpf_get_task_stack is stored as 0 */
+	__u32 wanted;	     /* emitted because user space asked for this tid */
+	__u64 now_sched;     /* the reading task's sched clock, ~now */
 	__u64 last_arrival;  /* when this task last got a CPU (sched clock) */
 	__u64 last_slice_ns; /* how long it then ran before leaving */
 	__u64 since_ktime;   /* exact D-sleep start seen by sched_switch, or 0 */
 	__u64 now_ktime;
-	__u64 nr_switches;   /* nvcsw + nivcsw */
+	__u64 nr_switches; /* nvcsw + nivcsw */
 	__u64 lock_addr;
 	__u32 lock_source;
 	__u32 lock_kind;
 	__u64 lock_since_ktime; /* from contention_begin, or 0 */
-	__u64 owner_word;   /* raw mutex/rwsem owner word */
-	__u64 count_word;   /* rwsem count word */
+	__u64 owner_word;	/* raw mutex/rwsem owner word */
+	__u64 count_word;	/* rwsem count word */
 	__u32 owner_kind;
 	__u32 owner_tid;
 	__u32 owner_tgid;
-	__u32 dumper_tid;   /* coredump: the thread writing the core */
+	__u32 dumper_tid; /* coredump: the thread writing the core */
 	char owner_comm[WOLF_COMM_LEN];
-	__u64 wq_func;      /* kworker: the work function it runs */
+	__u64 wq_func; /* kworker: the work function it runs */
 	char wq_name[WQ_NAME_LEN];
 	char comm[WOLF_COMM_LEN];
 	__u64 stack[MAX_STACK];
@@ -115,10 +115,10 @@ enum stat_index {
 	STAT_D_SLEEPS = 0,    /* sched_switch into D */
 	STAT_CONTENTIONS = 1, /* sleeping-lock contentions noted */
 	STAT_HANG_EVENTS = 2,
-	STAT_HANG_DROPS = 3,  /* ring buffer full */
-	STAT_MAP_FULL = 4,    /* a bounded map refused an update */
+	STAT_HANG_DROPS = 3, /* ring buffer full */
+	STAT_MAP_FULL = 4,   /* a bounded map refused an update */
 	STAT_WQ_STARTS = 5,
-	STAT_RECORDS = 6,     /* records written by the iterator */
+	STAT_RECORDS = 6, /* records written by the iterator */
 	STAT_MAX = 7,
 };
 
@@ -367,7 +367,8 @@ static __always_inline void find_owner(struct task_rec *r)
 		struct rw_semaphore *s = (struct rw_semaphore *)r->lock_addr;
 		r->owner_word = BPF_CORE_READ(s, owner.counter);
 		r->count_word = BPF_CORE_READ(s, count.counter);
-		struct task_struct *o = (struct task_struct *)(r->owner_word & ~WOLF_RWSEM_OWNER_FLAGS);
+		struct task_struct *o =
+			(struct task_struct *)(r->owner_word & ~WOLF_RWSEM_OWNER_FLAGS);
 		if (r->count_word & WOLF_RWSEM_WRITER_LOCKED) {
 			r->owner_kind = OWNER_TASK;
 			fill_owner(r, o);
@@ -504,14 +505,14 @@ int dump_tasks(struct bpf_iter__task *ctx)
 
 struct mm_queue_rec {
 	__u32 tgid;
-	__u32 nr;          /* waiters recorded, head of the queue first */
+	__u32 nr; /* waiters recorded, head of the queue first */
 	__u64 lock_addr;
 	__u64 count_word;
 	__u64 owner_word;
-	__u32 owner_kind;  /* enum owner_kind */
+	__u32 owner_kind; /* enum owner_kind */
 	__u32 owner_tid;
 	__u32 owner_tgid;
-	__u32 more;        /* the queue went on beyond MAX_QUEUE */
+	__u32 more; /* the queue went on beyond MAX_QUEUE */
 	char owner_comm[WOLF_COMM_LEN];
 	char comm[WOLF_COMM_LEN];
 	__u32 waiter_tid[MAX_QUEUE];
@@ -575,7 +576,8 @@ int dump_mm_queues(struct bpf_iter__task *ctx)
 			__u32 n = r->nr;
 			if (n < MAX_QUEUE) {
 				r->waiter_tid[n] = BPF_CORE_READ(wt, pid);
-				r->waiter_write[n] = BPF_CORE_READ(w, type) == RWSEM_WAITING_FOR_WRITE;
+				r->waiter_write[n] =
+					BPF_CORE_READ(w, type) == RWSEM_WAITING_FOR_WRITE;
 				r->nr = n + 1;
 			}
 		}
@@ -602,7 +604,7 @@ int dump_mm_queues(struct bpf_iter__task *ctx)
 #define WOLF_FUSE_DEVT ((10U << 20) | 229) /* MKDEV(MISC_MAJOR, FUSE_MINOR) */
 
 enum fuse_req_state {
-	FUSE_REQ_PENDING = 1,    /* the daemon has not read it */
+	FUSE_REQ_PENDING = 1,	 /* the daemon has not read it */
 	FUSE_REQ_PROCESSING = 2, /* read, not answered */
 };
 
@@ -661,7 +663,8 @@ int dump_fuse(struct bpf_iter__task_file *ctx)
 	if (!bpf_core_type_exists(struct fuse_dev))
 		return 0; /* FUSE is a module here, or absent */
 	struct inode *ino = BPF_CORE_READ(file, f_inode);
-	if (!ino || BPF_CORE_READ(ino, i_rdev) != WOLF_FUSE_DEVT || (BPF_CORE_READ(ino, i_mode) & 0170000) != 0020000)
+	if (!ino || BPF_CORE_READ(ino, i_rdev) != WOLF_FUSE_DEVT ||
+	    (BPF_CORE_READ(ino, i_mode) & 0170000) != 0020000)
 		return 0;
 	struct fuse_dev *fud = BPF_CORE_READ(file, private_data);
 	if (!fud)

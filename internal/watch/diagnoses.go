@@ -37,7 +37,8 @@ type diagState struct {
 // diagnosis.
 func diagKey(d *finding.Diagnosis) string {
 	if len(d.Chain) > 0 {
-		return "waits_on|" + subjectKey(&d.Chain[0].To)
+		to := &d.Chain[0].To
+		return "waits_on|" + subjectKey(to) + "|" + to.Lock + "|" + to.LockAddr
 	}
 	return d.ID + "|" + subjectKey(&d.Root)
 }
