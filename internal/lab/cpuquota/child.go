@@ -1,11 +1,10 @@
 package cpuquota
 
-// The child: re-executed from this binary with childEnv set, this init runs
-// instead of the program.
+// The child: a part of the lab re-executed from its binary, its argument
+// "SPINNERS,MB" (labproc.Register).
 
 import (
 	"fmt"
-	"os"
 	"runtime"
 	"strconv"
 	"strings"
@@ -16,15 +15,9 @@ import (
 	"github.com/wolf-investigator/wolf/internal/lab/labproc"
 )
 
-func init() {
-	if v := os.Getenv(childEnv); v != "" {
-		runChild(v)
-		os.Exit(0)
-	}
-}
+func init() { labproc.Register(childPart, runChild) }
 
-func runChild(conf string) {
-	lines := labproc.ChildStart()
+func runChild(conf string, lines <-chan string) {
 	if err := labproc.NameProcess(childComm); err != nil {
 		labproc.Fail(err)
 	}
@@ -32,7 +25,7 @@ func runChild(conf string) {
 	spinners, err1 := strconv.Atoi(a)
 	mb, err2 := strconv.Atoi(b)
 	if err1 != nil || err2 != nil {
-		labproc.Fail(fmt.Errorf("%s=%q: want SPINNERS,MB", childEnv, conf))
+		labproc.Fail(fmt.Errorf("cpuquota child %q: want SPINNERS,MB", conf))
 	}
 	// Every spinner must run at once, as threads would in C: one P each.
 	runtime.GOMAXPROCS(spinners + 2)

@@ -46,7 +46,7 @@ const Name = "cpu-quota-lock"
 
 const (
 	childComm    = "wolf-cpuquota"
-	childEnv     = "WOLF_LAB_CPUQUOTA"
+	childPart    = "cpuquota-child"
 	cgroupPrefix = "wolf-lab-cpuquota-"
 	stepTime     = 30 * time.Second
 )
@@ -140,7 +140,7 @@ func (l quotaLab) Start(ctx context.Context, opt lab.Options) (_ lab.Instance, e
 	if err != nil {
 		return nil, fmt.Errorf("cpuquota: %w", err)
 	}
-	in.child, err = labproc.Start(labproc.Spec{Name: childComm, Env: []string{fmt.Sprintf("%s=%d,%d", childEnv, c.Spinners, c.RegionMB)}, MaxLife: c.MaxLife})
+	in.child, err = labproc.Start(labproc.Spec{Part: childPart, Name: childComm, Arg: fmt.Sprintf("%d,%d", c.Spinners, c.RegionMB), MaxLife: c.MaxLife})
 	if err != nil {
 		return nil, fmt.Errorf("cpuquota: %w", err)
 	}

@@ -1,8 +1,7 @@
 // Package labproc runs the processes of the diagnosis labs (memcg-mmap-lock,
-// cpu-quota-lock, ps-hang-fuse): each lab re-executes its own binary with
-// an environment variable naming the role, and the role's package runs it
-// from its init function instead of the program (so every binary that
-// links a lab can also be its child, tests included).
+// cpu-quota-lock, ps-hang-fuse): parts of the lab re-executed from its own
+// binary (lab.ChildCommand, lab.Child), each registered from its
+// package's init with Register.
 //
 // Children are bounded three ways: they die with the lab (PR_SET_PDEATHSIG
 // SIGKILL), they exit when their stdin closes (the lab's Close, or the lab
@@ -21,7 +20,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 	"unsafe"
 
@@ -29,9 +27,6 @@ import (
 
 	"github.com/wolf-investigator/wolf/internal/lab"
 )
-
-// LifeEnv carries a child's MaxLife (a Go duration) to it.
-const LifeEnv = "WOLF_LAB_LIFE"
 
 // Child is a lab process, seen from the lab.
 type Child struct {
@@ -47,25 +42,19 @@ type Child struct {
 
 // Spec says how to start a child.
 type Spec struct {
-	Name    string   // argv[0] and, through the role, the process's comm
-	Env     []string // the role variable and its settings
+	Part    string // the part's name, as Register was given it
+	Name    string // argv[0] and the process's name until it renames itself
+	Arg     string // the part's configuration
 	MaxLife time.Duration
 }
 
-// Start re-executes this binary as a child and returns once it runs.
+// Start re-executes this binary as a child running part spec.Part and
+// returns once it runs.
 func Start(s Spec) (*Child, error) {
-	cmd := exec.Command("/proc/self/exe")
-	cmd.Args = []string{s.Name}
-	cmd.Dir = "/"
-	cmd.Env = append([]string{LifeEnv + "=" + s.MaxLife.String(), "GOTRACEBACK=none", "GOMAXPROCS=4"}, s.Env...)
+	// The part's argument carries its life, then its configuration.
+	cmd := lab.ChildCommand(context.Background(), s.Part, s.Name, s.MaxLife.String()+"|"+s.Arg, "GOTRACEBACK=none", "GOMAXPROCS=4")
 	c := &Child{Name: s.Name, cmd: cmd, lines: make(chan string, 64), done: make(chan struct{}), stderr: &Capped{Max: 4096}}
 	cmd.Stderr = c.stderr
-	cmd.WaitDelay = time.Second
-	// Own process group: a Ctrl-C at the terminal is the lab's to handle.
-	// Pdeathsig fires when the forking thread exits; Go threads outlive
-	// their goroutines unless locked, so labs must not start children
-	// from a goroutine locked to its thread.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, fmt.Errorf("%s: stdin: %w", s.Name, err)
@@ -182,16 +171,26 @@ func (c *Capped) String() string {
 
 // ---- the child side ----
 
-// ChildStart starts a child's life: it dies with its parent, exits after
-// its MaxLife; the returned channel carries the lines the lab sends and
-// closes when its stdin does (the lab ended it). Call it first thing in
-// the role's body.
-func ChildStart() (lines <-chan string) {
+// Register registers part name: a process started by Start(Spec{Part:
+// name}) runs run instead of its program, with the spec's Arg and the
+// lines the lab sends (closed when its stdin closes: the lab ended it).
+// Before run it arranges its end: it dies with the lab (Pdeathsig), and
+// exits after the spec's MaxLife whatever happens. Call it from an init
+// function.
+func Register(name string, run func(arg string, lines <-chan string)) {
+	lab.Child(name, func(arg string) error {
+		life, payload, _ := strings.Cut(arg, "|")
+		run(payload, childStart(life))
+		return nil
+	})
+}
+
+func childStart(lifeArg string) <-chan string {
 	_ = unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0)
 	if os.Getppid() == 1 {
 		os.Exit(1) // the lab died before we could ask to die with it
 	}
-	life, err := time.ParseDuration(os.Getenv(LifeEnv))
+	life, err := time.ParseDuration(lifeArg)
 	if err != nil || life <= 0 {
 		life = time.Minute
 	}

@@ -15,27 +15,21 @@ import (
 // read takes that process's mmap_lock for reading (access_remote_vm), so
 // it waits whenever the lock is held for writing or a writer queues.
 
-// PSReaderEnv names the reader's target and interval: "PID,INTERVAL".
-const PSReaderEnv = "WOLF_LAB_PSREADER"
-
 // PSReaderComm is the reader's process name.
 const PSReaderComm = "wolf-psreader"
 
-func init() {
-	if v := os.Getenv(PSReaderEnv); v != "" {
-		runPSReader(v)
-		os.Exit(0)
-	}
-}
+// psReaderPart is its part: its argument is "PID,INTERVAL".
+const psReaderPart = "labproc-psreader"
 
-func runPSReader(conf string) {
-	lines := ChildStart()
+func init() { Register(psReaderPart, runPSReader) }
+
+func runPSReader(conf string, lines <-chan string) {
 	_ = NameProcess(PSReaderComm)
 	pidS, ivS, _ := strings.Cut(conf, ",")
 	pid, err1 := strconv.Atoi(pidS)
 	iv, err2 := time.ParseDuration(ivS)
 	if err1 != nil || err2 != nil || pid <= 0 || iv <= 0 {
-		Fail(fmt.Errorf("%s=%q: want PID,INTERVAL", PSReaderEnv, conf))
+		Fail(fmt.Errorf("psreader %q: want PID,INTERVAL", conf))
 	}
 	path := "/proc/" + strconv.Itoa(pid) + "/cmdline"
 	fmt.Printf("ready %d\n", os.Getpid())
@@ -79,7 +73,7 @@ type PSReader struct {
 
 // StartPSReader starts a reader of pid's cmdline every interval.
 func StartPSReader(ctx context.Context, pid int, interval, life time.Duration) (*PSReader, error) {
-	c, err := Start(Spec{Name: PSReaderComm, Env: []string{fmt.Sprintf("%s=%d,%s", PSReaderEnv, pid, interval)}, MaxLife: life})
+	c, err := Start(Spec{Part: psReaderPart, Name: PSReaderComm, Arg: fmt.Sprintf("%d,%s", pid, interval), MaxLife: life})
 	if err != nil {
 		return nil, err
 	}

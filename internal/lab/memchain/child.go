@@ -1,7 +1,7 @@
 package memchain
 
-// The child: re-executed from this binary with childEnv set, this init runs
-// instead of the program.
+// The child: a part of the lab re-executed from its binary, its argument
+// its configuration as JSON (labproc.Register).
 
 import (
 	"encoding/json"
@@ -26,15 +26,9 @@ type childConfig struct {
 	PopulateMB      int
 }
 
-func init() {
-	if v := os.Getenv(childEnv); v != "" {
-		runChild(v)
-		os.Exit(0)
-	}
-}
+func init() { labproc.Register(childPart, runChild) }
 
-func runChild(conf string) {
-	lines := labproc.ChildStart()
+func runChild(conf string, lines <-chan string) {
 	if err := labproc.NameProcess(childComm); err != nil {
 		labproc.Fail(err)
 	}

@@ -43,7 +43,7 @@ const Name = "memcg-mmap-lock"
 
 const (
 	childComm    = "wolf-memchain"
-	childEnv     = "WOLF_LAB_MEMCHAIN"
+	childPart    = "memchain-child"
 	cgroupPrefix = "wolf-lab-memchain-"
 	stepTime     = 60 * time.Second
 	tmpfsMagic   = 0x01021994
@@ -146,7 +146,7 @@ func (l memLab) Start(ctx context.Context, opt lab.Options) (_ lab.Instance, err
 		return nil, fmt.Errorf("memchain: %w", err)
 	}
 	conf, _ := json.Marshal(childConfig{Dir: dir, FileMB: c.FileMB, FileThreads: c.FileThreads, PopulateThreads: c.PopulateThreads, PopulateMB: c.PopulateMB})
-	if in.child, err = labproc.Start(labproc.Spec{Name: childComm, Env: []string{childEnv + "=" + string(conf)}, MaxLife: c.MaxLife}); err != nil {
+	if in.child, err = labproc.Start(labproc.Spec{Part: childPart, Name: childComm, Arg: string(conf), MaxLife: c.MaxLife}); err != nil {
 		return nil, fmt.Errorf("memchain: %w", err)
 	}
 	if _, err := in.child.WaitLine(ctx, "ready", stepTime); err != nil {

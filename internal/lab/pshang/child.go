@@ -1,7 +1,7 @@
 package pshang
 
-// The child: the lab re-executes its binary with childEnv set to the FUSE
-// file's path, and this init runs instead of the program.
+// The child: a part of the lab re-executed from its binary, its argument
+// the FUSE file's path (labproc.Register).
 //
 // Once the memreader holds the mmap_lock and sleeps, anything in this
 // process that maps or unmaps memory queues behind it, the Go runtime
@@ -24,15 +24,9 @@ import (
 	"github.com/wolf-investigator/wolf/internal/lab/labproc"
 )
 
-func init() {
-	if path := os.Getenv(childEnv); path != "" {
-		runChild(path)
-		os.Exit(0)
-	}
-}
+func init() { labproc.Register(childPart, runChild) }
 
-func runChild(path string) {
-	lines := labproc.ChildStart()
+func runChild(path string, lines <-chan string) {
 	if err := labproc.NameProcess(childComm); err != nil {
 		labproc.Fail(err)
 	}

@@ -53,7 +53,7 @@ import (
 const (
 	Name       = "ps-hang-fuse"
 	childComm  = "wolf-pshang"
-	childEnv   = "WOLF_LAB_PSHANG"
+	childPart  = "pshang-child"
 	dirPrefix  = "wolf-pshang-"
 	fsType     = "fuse.wolflab"
 	stepTime   = 30 * time.Second
@@ -183,7 +183,7 @@ func (in *Instance) mount(ctx context.Context) error {
 }
 
 func (in *Instance) startChild(ctx context.Context) error {
-	c, err := labproc.Start(labproc.Spec{Name: childComm, Env: []string{childEnv + "=" + filepath.Join(in.dir, fileName)}, MaxLife: childLife})
+	c, err := labproc.Start(labproc.Spec{Part: childPart, Name: childComm, Arg: filepath.Join(in.dir, fileName), MaxLife: childLife})
 	if err != nil {
 		return fmt.Errorf("pshang: %w", err)
 	}
