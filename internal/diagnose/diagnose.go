@@ -444,9 +444,13 @@ func (x *facts) follow(d *draft, l *lockFact, lockSubj finding.Subject, seen map
 			}
 		}
 		d.activity, d.kind = "fuse", "fuse-daemon"
+		conn := "<N>"
+		if f.conn != "" {
+			conn = f.conn
+		}
 		d.remedy = append(d.remedy,
-			"Make the FUSE daemon answer (restart or debug it); its pending requests are in /sys/fs/fuse/connections/*/waiting.",
-			"To unblock the host now: echo 1 > /sys/fs/fuse/connections/<N>/abort fails the pending requests (the mount then returns ENOTCONN); umount -l detaches it.")
+			fmt.Sprintf("Make the FUSE daemon answer (restart or debug it); its pending requests are in /sys/fs/fuse/connections/%s/waiting.", conn),
+			fmt.Sprintf("To unblock the host now: echo 1 > /sys/fs/fuse/connections/%s/abort fails the pending requests (the mount then returns ENOTCONN); umount -l detaches it.", conn))
 	case "blocked":
 		act := activity("blocked", fmt.Sprintf("asleep (%s) in %s while holding %s", sp.state, orDash(sp.site), l.name))
 		d.hops = append(d.hops, spendHop(holder, act, sp, "blocked", mechBlockedHold))

@@ -83,6 +83,7 @@ type fuseFact struct {
 	ageS    float64
 	waiting float64 // requests the connection has waiting
 	exact   bool    // the request was found on the daemon's /dev/fuse queue, sent by this task
+	conn    string  // the connection, its directory under /sys/fs/fuse/connections
 }
 
 // cgroupFact is a cgroup the findings say constrains its tasks.
@@ -338,7 +339,8 @@ func (x *facts) readHungLock(i int) {
 				onCPUMs: num(s.Evidence, "on_cpu_ms"), runnableMs: num(s.Evidence, "runnable_ms"), holdMs: num(s.Evidence, "window_ms")}
 			if (sp.sleepsOn == "fuse" || sp.sleepsOn == "folio") && len(daemons) > 0 {
 				sp.fuse = &fuseFact{daemons: daemons, opcode: str(s.Evidence, "fuse_opcode"), unique: num(s.Evidence, "fuse_unique"),
-					ageS: num(s.Evidence, "fuse_age_s"), waiting: num(s.Evidence, "fuse_waiting"), exact: boolean(s.Evidence, "fuse_request_from_task")}
+					ageS: num(s.Evidence, "fuse_age_s"), waiting: num(s.Evidence, "fuse_waiting"), exact: boolean(s.Evidence, "fuse_request_from_task"),
+					conn: str(s.Evidence, "fuse_conn")}
 			}
 			h.spend = sp
 			x.holds = append(x.holds, h)
