@@ -157,6 +157,7 @@ type Change struct {
 	Key     string           // Key of the finding
 	Reason  string           // for "change": what moved
 	Finding *finding.Finding // the current version (the last one for "clear")
+	Prev    *finding.Finding // for "change": the version emitted before
 }
 
 // Active is a finding the watch has reported started and not yet cleared.
@@ -191,7 +192,7 @@ func Diff(active map[string]*Active, window []finding.Finding, clearAfter int) [
 		default:
 			prev.Missed = 0
 			if why := Material(prev.Finding, f); why != "" {
-				out = append(out, Change{Event: "change", Key: k, Reason: why, Finding: f})
+				out = append(out, Change{Event: "change", Key: k, Reason: why, Finding: f, Prev: prev.Finding})
 				prev.Finding = f
 			}
 		}

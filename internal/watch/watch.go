@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/incident"
 	"github.com/wolf-investigator/wolf/internal/investigator"
 )
 
@@ -48,6 +49,20 @@ type Config struct {
 	// ClearAfter is how many consecutive windows a finding must be
 	// missing before it clears; 0 means DefaultClearAfter.
 	ClearAfter int
+
+	// Incidents, when set, receives a bundle whenever a critical
+	// finding or a diagnosis starts or escalates.
+	Incidents *incident.Store
+	// Header is the header of every report the watch makes (version,
+	// kernel, host); the rest is filled from the windows.
+	Header finding.Report
+	// Diagnose, when set, runs the diagnosis stage over a report of the
+	// latest window of every investigator, filling its diagnoses, and
+	// returns them so that the watch can follow them across windows.
+	Diagnose func(*finding.Report) []Diagnosed
+	// Ring is how many host views before an incident its bundle keeps;
+	// 0 means DefaultRing.
+	Ring int
 }
 
 // DefaultClearAfter: a finding clears after two windows without it, so
@@ -66,6 +81,9 @@ type Event struct {
 	// RetryInS is the backoff before the failed investigator runs again.
 	RetryInS float64 `json:"retry_in_s,omitempty"`
 	Failures int     `json:"failures,omitempty"` // consecutive failed windows
+	// Incident and Path name the bundle an "incident" line announces.
+	Incident string `json:"incident,omitempty"`
+	Path     string `json:"path,omitempty"`
 }
 
 // Watcher supervises the investigators. Use New, then Run.
@@ -73,6 +91,7 @@ type Watcher struct {
 	cfg Config
 	mu  sync.Mutex // serializes event lines
 	enc *json.Encoder
+	rec *recorder
 }
 
 // New checks cfg and returns a watcher.
@@ -98,7 +117,9 @@ func New(cfg Config) (*Watcher, error) {
 	if cfg.Events == nil {
 		cfg.Events = io.Discard
 	}
-	return &Watcher{cfg: cfg, enc: json.NewEncoder(cfg.Events)}, nil
+	w := &Watcher{cfg: cfg, enc: json.NewEncoder(cfg.Events)}
+	w.rec = newRecorder(w)
+	return w, nil
 }
 
 // WindowOf is the window length the named investigator runs with.
@@ -110,9 +131,11 @@ func (w *Watcher) WindowOf(name string) time.Duration {
 }
 
 // Run runs every investigator until ctx is cancelled, then waits for each
-// to finish its window (investigators detach before they return) and
-// returns. Failures never stop the watch; they are reported and retried.
+// to finish its window (investigators detach before they return), writes
+// the incidents still queued, and returns. Failures never stop the watch;
+// they are reported and retried. Run is called once.
 func (w *Watcher) Run(ctx context.Context) {
+	defer w.rec.close()
 	var wg sync.WaitGroup
 	for _, inv := range w.cfg.Investigators {
 		wg.Add(1)
@@ -185,9 +208,11 @@ func (w *Watcher) supervise(ctx context.Context, inv investigator.Investigator) 
 				shown = append(shown, f)
 			}
 		}
-		for _, c := range Diff(active, shown, w.cfg.ClearAfter) {
+		changes := Diff(active, shown, w.cfg.ClearAfter)
+		for _, c := range changes {
 			w.emit(Event{Event: c.Event, Time: now, Investigator: name, Key: c.Key, Reason: c.Reason, Finding: c.Finding})
 		}
+		w.rec.record(&winResult{name: name, start: start, end: start.Add(took), res: res}, changes)
 	}
 }
 

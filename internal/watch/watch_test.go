@@ -147,3 +147,5 @@ func TestCheckListen(t *testing.T) {
 		}
 	}
 }
+
+func (s *syncBuf) String() string { return string(s.Bytes()) }
