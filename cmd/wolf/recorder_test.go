@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/incident"
 	"github.com/wolf-investigator/wolf/internal/lab"
 	"github.com/wolf-investigator/wolf/internal/lab/fusestall"
 	"github.com/wolf-investigator/wolf/internal/testutil"
@@ -178,4 +180,103 @@ func TestWatchOutputSurvivesAFullDisk(t *testing.T) {
 	if starts != 1 {
 		t.Errorf("%d start lines for hung.lock-owner, want exactly 1 (none lost, none repeated)", starts)
 	}
+}
+
+// The flight recorder's acceptance test: a hang that starts and clears
+// between two window boundaries (the fuse-rwsem lab stalled for 8 s
+// inside one 60 s hung window) is captured. Its incident bundle names the
+// offender and the victims, holds their blocked stacks, and its page
+// opens in Chromium with the flame graph drawn.
+func TestWatchCapturesAHangInsideAWindow(t *testing.T) {
+	testutil.RequireRoot(t)
+	_, err := os.Stat("/dev/fuse")
+	testutil.Require(t, err == nil, "needs /dev/fuse")
+	chromium := testutil.Chromium(t)
+	testutil.Exclusive(t)
+
+	dir := filepath.Join(t.TempDir(), "incidents")
+	w := startWatchProc(t, "--investigators", "hung", "--interval", "60s", "--hung-interval", "60s", "--incidents", dir)
+	windowStart := time.Now()
+	time.Sleep(3 * time.Second) // well inside the first window
+
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	inst, err := fusestall.NewRWSem().Start(ctx, lab.Options{Victims: 2, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks := inst.Tasks()
+	stalled := time.Now()
+	time.Sleep(8 * time.Second)
+	inst.(*fusestall.Instance).Release() // the daemon answers: the hang clears by itself
+	cleared := time.Now()
+	if err := inst.Close(); err != nil {
+		t.Error(err)
+	}
+	if cleared.Sub(windowStart) > 55*time.Second {
+		t.Fatalf("the stall ended %v into the window: not inside it", cleared.Sub(windowStart))
+	}
+	t.Logf("stall from %.1f s to %.1f s of a 60 s window", stalled.Sub(windowStart).Seconds(), cleared.Sub(windowStart).Seconds())
+
+	var metas []incident.Meta
+	waitFor(t, "an incident bundle", 70*time.Second, func() bool {
+		metas, _ = incident.List(dir)
+		return len(metas) > 0
+	})
+	m := metas[0]
+	t.Logf("incident %s opened %.1f s into the window: %s", m.ID, m.Time.Sub(windowStart).Seconds(), m.Title)
+	rep, err := incident.ReadReport(dir, m.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var owner *finding.Finding
+	for i := range rep.Findings {
+		if rep.Findings[i].ID == "hung.lock-owner" {
+			owner = &rep.Findings[i]
+		}
+	}
+	if owner == nil {
+		t.Fatalf("the bundle's report has no hung.lock-owner finding: %+v", rep.Findings)
+	}
+	roles := map[string]map[int]bool{}
+	for _, s := range owner.Subjects {
+		if roles[s.Role] == nil {
+			roles[s.Role] = map[int]bool{}
+		}
+		roles[s.Role][s.PID] = true
+		if (s.Role == finding.RoleVictim || s.Role == finding.RoleOffender) && len(s.Stack) == 0 {
+			t.Errorf("%s %d has no stack", s.Role, s.PID)
+		}
+	}
+	if !roles[finding.RoleOffender][tasks.Offender] {
+		t.Errorf("offender %d not named: %+v", tasks.Offender, owner.Subjects)
+	}
+	for _, v := range tasks.Victims {
+		if !roles[finding.RoleVictim][v] {
+			t.Errorf("victim %d not named: %+v", v, owner.Subjects)
+		}
+	}
+	folded, err := os.ReadFile(filepath.Join(dir, m.ID, "profiles", "blocked_stacks.folded"))
+	if err != nil || !strings.Contains(string(folded), "fuse_file_write_iter") {
+		t.Errorf("blocked stacks (profiles/blocked_stacks.folded): %q, %v", folded, err)
+	}
+	page := filepath.Join(dir, m.ID, "report.html")
+	p := testutil.OpenHeadless(t, chromium, page, testutil.ArtifactPath(t, "incident.png"), time.Minute)
+	if len(p.Console) > 0 {
+		t.Errorf("console messages:\n%s", strings.Join(p.Console, "\n"))
+	}
+	if !strings.Contains(p.DOM, `data-ready="1"`) || regexp.MustCompile(`data-drawn="[1-9]`).FindString(p.DOM) == "" {
+		t.Errorf("the incident page's flame graph was not drawn")
+	}
+	index, _ := os.ReadFile(filepath.Join(dir, "index.html"))
+	if !strings.Contains(string(index), m.ID+"/report.html") {
+		t.Errorf("index.html does not list %s", m.ID)
+	}
+	if !strings.Contains(w.out.String(), `"event":"incident"`) {
+		t.Errorf("no incident event line")
+	}
+	if v := w.metric("wolf_incidents_written_total"); v < 1 {
+		t.Errorf("wolf_incidents_written_total = %v", v)
+	}
+	w.stop(t)
 }

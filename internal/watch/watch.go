@@ -63,6 +63,10 @@ type Config struct {
 	// Ring is how many host views before an incident its bundle keeps;
 	// 0 means DefaultRing.
 	Ring int
+	// OnWindow, when set, is called with every successful window's
+	// result, in order per investigator (tests total them; it must not
+	// keep res past the call or change it).
+	OnWindow func(name string, start, end time.Time, res *investigator.Result)
 }
 
 // DefaultClearAfter: a finding clears after two windows without it, so
@@ -200,6 +204,9 @@ func (w *Watcher) supervise(ctx context.Context, inv investigator.Investigator) 
 		failures, backoff = 0, w.cfg.Backoff
 		if w.cfg.Metrics != nil {
 			w.cfg.Metrics.Observe(name, res, took, time.Now())
+		}
+		if w.cfg.OnWindow != nil {
+			w.cfg.OnWindow(name, start, start.Add(took), res)
 		}
 		now := w.cfg.Now()
 		var shown []finding.Finding
