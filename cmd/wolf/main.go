@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/lab/coredump"
 	"github.com/wolf-investigator/wolf/internal/lab/mmaplock"
 )
@@ -103,11 +104,13 @@ Exit codes: 0 done (findings or not), 1 wolf failed, 2 bad usage,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageErr("%v (see %s --help)", err, c.CommandPath())
 	})
-	root.AddCommand(newDoctorCmd(), newHungCmd(), newLocksCmd(), newReclaimCmd(), newSchedCmd(), newAnalyzeCmd(), newCheckCmd(), newLabCmd(), newBenchCmd())
-	root.AddCommand(newSoftirqCmd())
-	root.AddCommand(newWatchCmd())
-	root.AddCommand(newIncidentsCmd())
-	root.AddCommand(newBPFCmd())
+	root.AddCommand(newDoctorCmd())
+	for _, inv := range investigators() {
+		if c, ok := inv.(investigator.Commander); ok {
+			root.AddCommand(newInvestigatorCmd(inv, c.Command()))
+		}
+	}
+	root.AddCommand(newAnalyzeCmd(), newCheckCmd(), newLabCmd(), newBenchCmd(), newWatchCmd(), newIncidentsCmd())
 	return root
 }
 

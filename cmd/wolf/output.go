@@ -27,6 +27,8 @@ type outputFlags struct {
 	// for flame graph tools and `go tool pprof`.
 	folded string
 	pprof  string
+	// text adjusts text rendering (set by the command, not a flag).
+	text func(*render.TextOptions)
 }
 
 func (o *outputFlags) register(c *cobra.Command) {
@@ -75,7 +77,11 @@ func (o *outputFlags) write(stdout io.Writer, r *finding.Report) error {
 	case render.FormatHTML:
 		err = render.HTML(&buf, r)
 	default:
-		err = render.Text(&buf, r, render.TextOptions{Color: o.output == "" && isTerminal(os.Stdout)})
+		to := render.TextOptions{Color: o.output == "" && isTerminal(os.Stdout)}
+		if o.text != nil {
+			o.text(&to)
+		}
+		err = render.Text(&buf, r, to)
 	}
 	if err != nil {
 		return wrapFailure(err)
