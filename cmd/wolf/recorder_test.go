@@ -188,13 +188,6 @@ func TestWatchOutputSurvivesAFullDisk(t *testing.T) {
 // offender and the victims, holds their blocked stacks, and its page
 // opens in Chromium with the flame graph drawn.
 func TestWatchCapturesAHangInsideAWindow(t *testing.T) {
-	if os.Getenv("WOLF_TEST_WINDOWED") == "" {
-		// The windowed watch sees such a hang only at the window's end,
-		// when it has cleared: hung.recovered (info), no incident. It
-		// runs by default once watch keeps hung attached and looks
-		// inside its windows (issue 20); WOLF_TEST_WINDOWED=1 runs it now.
-		t.Skip("needs the persistent watch (issue 20); WOLF_TEST_WINDOWED=1 runs it against the windowed one")
-	}
 	testutil.RequireRoot(t)
 	_, err := os.Stat("/dev/fuse")
 	testutil.Require(t, err == nil, "needs /dev/fuse")

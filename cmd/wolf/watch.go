@@ -18,11 +18,12 @@ import (
 	"github.com/wolf-investigator/wolf/internal/watch"
 )
 
-// Default windows of wolf watch. Loading, verifying, attaching and
-// detaching every investigator's programs costs about 1 CPU-second per
-// round on a 2-core host (README, "wolf watch"): 60 s windows keep that
-// under 2% of one CPU. hung is cheap (a task walk) and is the one alerts
-// want soonest, so it runs shorter windows.
+// Default windows of wolf watch. Each investigator loads and attaches
+// once and concludes a window every window length without detaching: a
+// window is the period the metrics and the JSON lines are computed over,
+// not a cost. hung, the one alerts want soonest, concludes more often;
+// it is also peeked into every few seconds, so a hang inside a window
+// opens an incident while it lasts.
 const (
 	defaultWatchInterval = 60 * time.Second
 	defaultHungInterval  = 20 * time.Second
@@ -48,8 +49,10 @@ func newWatchCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "watch",
 		Short: "Run the investigators continuously: findings as JSON lines, Prometheus metrics",
-		Long: `watch runs wolf's investigators side by side, each in consecutive windows
-of --interval, until interrupted. Findings go out as JSON lines (standard
+		Long: `watch runs wolf's investigators side by side until interrupted. Each
+loads and attaches its programs once and concludes a window every
+--interval without detaching, so no event is missed between windows; one
+that fails is closed and started again with backoff. Findings go out as JSON lines (standard
 output or --output) when they start, change materially (severity changed,
 or a key number moved by 50% or more) and clear (missing from
 --clear-after consecutive windows). One investigator failing
@@ -183,8 +186,9 @@ type watchSettings struct {
 	incidentLimits         incident.Limits
 }
 
-// checkWindow bounds a window: at least a second (shorter windows would
-// spend their time loading programs) and at most an hour.
+// checkWindow bounds a window: at least a second (each window reads and
+// analyses every map: shorter ones would spend their time doing that) and
+// at most an hour.
 func checkWindow(flag string, d time.Duration) error {
 	if d < time.Second || d > time.Hour {
 		return usageErr("%s must be from 1s to 1h, got %v", flag, d)

@@ -193,3 +193,30 @@ func Diff(active map[string]*Active, window []finding.Finding, clearAfter int) [
 	}
 	return out
 }
+
+// DiffPeek compares a look into a window not yet over with the findings
+// active: a finding that is new starts, one whose severity rose changes;
+// nothing clears and nothing counts as missed (the window is not over),
+// and numbers that moved wait for the window's end.
+func DiffPeek(active map[string]*Active, window []finding.Finding) []Change {
+	seen := map[string]bool{}
+	var out []Change
+	for i := range window {
+		f := &window[i]
+		k := Key(f)
+		for n := 2; seen[k]; n++ {
+			k = Key(f) + "#" + strconv.Itoa(n)
+		}
+		seen[k] = true
+		prev, ok := active[k]
+		switch {
+		case !ok:
+			out = append(out, Change{Event: "start", Key: k, Finding: f})
+			active[k] = &Active{Finding: f}
+		case f.Severity > prev.Finding.Severity:
+			out = append(out, Change{Event: "change", Key: k, Reason: fmt.Sprintf("severity %s -> %s", prev.Finding.Severity, f.Severity), Finding: f, Prev: prev.Finding})
+			prev.Finding = f
+		}
+	}
+	return out
+}

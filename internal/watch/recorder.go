@@ -113,12 +113,20 @@ func (r *recorder) record(win *winResult, changes []Change) {
 	if len(triggers) == 0 || r.queue == nil {
 		return
 	}
+	if rep == nil {
+		rep = r.w.hostReport(cur)
+	}
+	r.open(triggers, rep, before)
+}
+
+// open queues an incident for the triggers the store admits.
+func (r *recorder) open(triggers []incident.Trigger, rep *finding.Report, before []view) {
+	if len(triggers) == 0 || r.queue == nil {
+		return
+	}
 	triggers = r.w.cfg.Incidents.Admit(triggers)
 	if len(triggers) == 0 {
 		return
-	}
-	if rep == nil {
-		rep = r.w.hostReport(cur)
 	}
 	b := &incident.Bundle{Time: r.w.cfg.Now(), Triggers: triggers, Report: rep}
 	for _, v := range before {
@@ -133,6 +141,37 @@ func (r *recorder) record(win *winResult, changes []Change) {
 	default:
 		r.w.cfg.Incidents.Drop(incident.DropQueueFull)
 	}
+}
+
+// peeked records a look into a window not yet over that started or
+// escalated findings: the incident's report is the host with this
+// investigator's window so far; the ring and the latest windows keep
+// only concluded windows.
+func (r *recorder) peeked(win *winResult, changes []Change) {
+	if r.queue == nil {
+		return
+	}
+	var triggers []incident.Trigger
+	for _, c := range changes {
+		if t, ok := findingTrigger(win.name, c); ok {
+			triggers = append(triggers, t)
+		}
+	}
+	r.mu.Lock()
+	cur := view{at: win.end, windows: []*winResult{win}}
+	for n, w := range r.latest {
+		if n != win.name {
+			cur.windows = append(cur.windows, w)
+		}
+	}
+	sort.Slice(cur.windows, func(i, j int) bool { return cur.windows[i].name < cur.windows[j].name })
+	before := append([]view(nil), r.views...)
+	rep := r.w.hostReport(cur)
+	if r.w.cfg.Diagnose != nil {
+		triggers = append(triggers, r.trackDiagnoses(r.w.cfg.Diagnose(rep))...)
+	}
+	r.mu.Unlock()
+	r.open(triggers, rep, before)
 }
 
 // findingTrigger: a critical finding that started, or that was less than

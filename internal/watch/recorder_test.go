@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -218,5 +219,85 @@ func TestHostReportShiftsTimelines(t *testing.T) {
 	}
 	if tl.Events[0].AtS != 1 {
 		t.Errorf("the window's own timeline was changed")
+	}
+}
+
+// peeky is a session whose windows end empty while a look inside shows a
+// critical finding: a hang that starts and clears inside one window.
+type peeky struct {
+	mu     sync.Mutex
+	peeks  int
+	hang   finding.Finding
+	collct int
+}
+
+func (p *peeky) Name() string    { return "hung" }
+func (p *peeky) Summary() string { return "fake" }
+func (p *peeky) Start(context.Context, investigator.Options) (investigator.Session, error) {
+	return p, nil
+}
+func (p *peeky) Collect(context.Context) (*investigator.Result, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.collct++
+	return &investigator.Result{}, nil
+}
+func (p *peeky) Peek(context.Context) (*investigator.Result, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.peeks++
+	if p.peeks < 3 || p.collct > 0 {
+		return &investigator.Result{}, nil // before the hang, and after it cleared
+	}
+	return &investigator.Result{Findings: []finding.Finding{p.hang},
+		Profiles: []finding.Profile{{Name: "blocked_stacks", Unit: "tasks", Stacks: []finding.StackCount{{Frames: []string{"[D state]", "rwsem_down_write_slowpath"}, Value: 2}}}}}, nil
+}
+func (p *peeky) Close() error { return nil }
+
+// A critical finding seen by a peek inside a window that ends without it
+// opens an incident with the peek's evidence, is said as a start line at
+// once, and clears only through windows.
+func TestPeekCapturesWhatAWindowMisses(t *testing.T) {
+	p := &peeky{hang: hungGroup([]int{1, 2}, 7, finding.Critical)}
+	dir := t.TempDir()
+	store, err := incident.Open(dir, incident.Limits{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out syncBuf
+	w, err := New(Config{Investigators: []investigator.Investigator{p}, Default: 400 * time.Millisecond, PeekEvery: 20 * time.Millisecond,
+		Events: &out, ClearAfter: 1, Incidents: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { w.Run(ctx); close(done) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(out.String(), `"event":"clear"`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no clear line:\n%s", out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	var kinds []string
+	for _, e := range events(t, out.Bytes()) {
+		kinds = append(kinds, e.Event)
+	}
+	if got := strings.Join(kinds, " "); got != "start incident clear" && got != "start clear incident" {
+		t.Errorf("events %q, want start, incident, clear", got)
+	}
+	metas, err := incident.List(dir)
+	if err != nil || len(metas) != 1 {
+		t.Fatalf("incidents %+v %v", metas, err)
+	}
+	rep, err := incident.ReadReport(dir, metas[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Findings) != 1 || rep.Findings[0].ID != "hung.lock-owner" || len(rep.Profiles) != 1 {
+		t.Errorf("the incident lacks the peek's evidence: %+v", rep)
 	}
 }
