@@ -27,6 +27,7 @@ type winResult struct {
 	name       string
 	start, end time.Time
 	res        *investigator.Result
+	partial    bool // a peek: the window so far
 }
 
 // view is the host as the watch knew it after one window ended: the
@@ -300,7 +301,11 @@ func (w *Watcher) hostReport(v view) *finding.Report {
 		cpu := max(rep.Overhead.CPUSeconds, res.Overhead.CPUSeconds)
 		rep.Overhead.Add(res.Overhead)
 		rep.Overhead.CPUSeconds = cpu
-		rep.Notes = append(rep.Notes, fmt.Sprintf("watch: %s's window %s to %s (%.0f s)", win.name,
+		what := "window"
+		if win.partial {
+			what = "window so far (a look inside it; the window was not over)"
+		}
+		rep.Notes = append(rep.Notes, fmt.Sprintf("watch: %s's %s %s to %s (%.0f s)", win.name, what,
 			win.start.UTC().Format("15:04:05"), win.end.UTC().Format("15:04:05Z"), win.end.Sub(win.start).Seconds()))
 		for _, n := range res.Notes {
 			rep.Notes = append(rep.Notes, win.name+": "+n)

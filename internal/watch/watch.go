@@ -309,7 +309,7 @@ func (w *Watcher) peek(ctx context.Context, p Peeker, st *invState, winStart tim
 		w.emit(Event{Event: c.Event, Time: now, Investigator: st.name, Key: c.Key, Reason: c.Reason, Finding: c.Finding})
 	}
 	if len(changes) > 0 {
-		w.rec.peeked(&winResult{name: st.name, start: winStart, end: time.Now(), res: res}, changes)
+		w.rec.peeked(&winResult{name: st.name, start: winStart, end: time.Now(), res: res, partial: true}, changes)
 	}
 	return nil
 }
