@@ -202,3 +202,24 @@ func TestWatchRefusesBadWebConfig(t *testing.T) {
 		}
 	}
 }
+
+// Incident flags that cannot work are bad usage, said before anything
+// starts.
+func TestWatchRefusesBadIncidentFlags(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"--incidents", file},
+		{"--incidents", "/nonexistent/dir/incidents"},
+		{"--incidents-max", "0"},
+		{"--incidents-max-mib", "0"},
+		{"--incidents-interval", "-1s"},
+	} {
+		r := runWolf(t, 10*time.Second, append([]string{"watch"}, args...)...)
+		if r.code != exitUsage || strings.Count(strings.TrimSpace(r.stderr), "\n") > 0 || !strings.Contains(r.stderr, "--incidents") {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and one line", args, r.code, r.stderr)
+		}
+	}
+}
