@@ -48,19 +48,19 @@ type recorder struct {
 	mu     sync.Mutex
 	latest map[string]*winResult
 	views  []view // oldest first, at most ring
-	diags  map[string]*diagState
+	diags  map[string]*trackedDiag
 
 	queue chan *incident.Bundle
 	done  chan struct{}
 }
 
-type diagState struct {
+type trackedDiag struct {
 	sev    finding.Severity
 	missed int
 }
 
 func newRecorder(w *Watcher) *recorder {
-	r := &recorder{w: w, ring: w.cfg.Ring, latest: map[string]*winResult{}, diags: map[string]*diagState{}}
+	r := &recorder{w: w, ring: w.cfg.Ring, latest: map[string]*winResult{}, diags: map[string]*trackedDiag{}}
 	if r.ring <= 0 {
 		r.ring = DefaultRing
 	}
@@ -206,7 +206,7 @@ func (r *recorder) trackDiagnoses(ds []Diagnosed) []incident.Trigger {
 		st, ok := r.diags[d.Identity]
 		switch {
 		case !ok:
-			r.diags[d.Identity] = &diagState{sev: d.Severity}
+			r.diags[d.Identity] = &trackedDiag{sev: d.Severity}
 			if d.Severity >= finding.Warning {
 				out = append(out, incident.Trigger{Kind: "diagnosis", Identity: d.Identity, Event: "start", Severity: d.Severity, Title: d.Title})
 			}
