@@ -12,7 +12,9 @@ import (
 	"github.com/wolf-investigator/wolf/internal/investigator"
 )
 
-// DefaultRing is how many host views before an incident its bundle keeps.
+// DefaultRing is how many host views before an incident its bundle keeps,
+// a window apart (the longest window): with the defaults, the host 1, 2
+// and 3 minutes before.
 const DefaultRing = 3
 
 // Diagnosed is one diagnosis as the watch tracks it across windows.
@@ -42,8 +44,9 @@ type view struct {
 // Its memory is bounded: at most ring+1 results per investigator are
 // referenced at any time.
 type recorder struct {
-	w    *Watcher
-	ring int
+	w       *Watcher
+	ring    int
+	spacing time.Duration // least time between two views of the ring: the longest window
 
 	mu     sync.Mutex
 	latest map[string]*winResult
@@ -63,6 +66,9 @@ func newRecorder(w *Watcher) *recorder {
 	r := &recorder{w: w, ring: w.cfg.Ring, latest: map[string]*winResult{}, diags: map[string]*trackedDiag{}}
 	if r.ring <= 0 {
 		r.ring = DefaultRing
+	}
+	for _, inv := range w.cfg.Investigators {
+		r.spacing = max(r.spacing, w.WindowOf(inv.Name()))
 	}
 	if w.cfg.Incidents != nil {
 		// A small queue: rendering and writing take a moment, and a
@@ -100,9 +106,15 @@ func (r *recorder) record(win *winResult, changes []Change) {
 	}
 	sort.Slice(cur.windows, func(i, j int) bool { return cur.windows[i].name < cur.windows[j].name })
 	before := append([]view(nil), r.views...)
-	r.views = append(r.views, cur)
-	if len(r.views) > r.ring {
-		r.views = r.views[len(r.views)-r.ring:]
+	// The ring keeps views a window apart: investigators' windows end
+	// at nearly the same moments, and three views a second apart would
+	// show the same host three times.
+	// (A quarter of slack: windows end on their cadence, give or take.)
+	if n := len(r.views); n == 0 || cur.at.Sub(r.views[n-1].at) >= r.spacing*3/4 {
+		r.views = append(r.views, cur)
+		if len(r.views) > r.ring {
+			r.views = r.views[len(r.views)-r.ring:]
+		}
 	}
 	var rep *finding.Report
 	if r.w.cfg.Diagnose != nil {
