@@ -178,7 +178,7 @@ func TestWindowBoundariesLoseNothing(t *testing.T) {
 	if os.Getenv("WOLF_TEST_BOUNDARY") == "" {
 		// Watch's side is done: one session per investigator, a Collect
 		// per window. What each investigator counts per window is the
-		// investigators' side (issue 15/20, the lead's): at kit 4dd25b3
+		// investigators' side (issue 15/20, the lead's): at main d218602 (kit 4dd25b3)
 		// reclaim's first Collect closes its gate and later windows
 		// count nothing (0 of 34460 calls), and on the windowed watch
 		// 2676 of 47953 were lost. WOLF_TEST_BOUNDARY=1 runs it; it runs
