@@ -96,7 +96,7 @@ func Text(w io.Writer, r *finding.Report, o TextOptions) error {
 		o.StackDepth = 4
 	}
 	t := &textWriter{w: w, o: o, color: o.Color}
-	t.printf("%s\n\n", t.paint("1", fmt.Sprintf("wolf %s · %s · %s · kernel %s · %.1f s", r.WolfVersion, r.Command, r.Host, r.Kernel, r.DurationS)))
+	t.printf("%s\n\n", t.paint("1", header(r)))
 	t.checklist(r.Checklist)
 	fs := append([]finding.Finding(nil), r.Findings...)
 	finding.Sort(fs)
@@ -143,6 +143,21 @@ func Text(w io.Writer, r *finding.Report, o TextOptions) error {
 		}
 	}
 	return t.err
+}
+
+// header is the report's first line: who ran what where. A saved log's
+// analysis names the log's host and kernel, which the log may not give.
+func header(r *finding.Report) string {
+	parts := []string{"wolf " + r.WolfVersion, r.Command}
+	if r.Host != "" {
+		parts = append(parts, r.Host)
+	}
+	kernel := r.Kernel
+	if kernel == "" {
+		kernel = "unknown"
+	}
+	parts = append(parts, "kernel "+kernel, fmt.Sprintf("%.1f s", r.DurationS))
+	return strings.Join(parts, " · ")
 }
 
 // dataLine tells what the report holds beyond its findings that text

@@ -553,7 +553,7 @@ func manyGroupsWithLockdep() string {
 	for i := 1; i <= MaxHolders; i++ {
 		fmt.Fprintf(&b, "48 locks held by h/%d:\n", i)
 		for j := 0; j < MaxLocksPerTask; j++ {
-			fmt.Fprintf(&b, " #%d: ffff%08x (l%d){+.+.}-{3:3}, at: f%d+0x1/0x2\n", j, j, j, i)
+			fmt.Fprintf(&b, " #%d: ffff%06x%02x (l%d){+.+.}-{3:3}, at: f%d+0x1/0x2\n", j, i, j, j, i)
 		}
 	}
 	return b.String()
