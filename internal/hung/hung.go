@@ -148,19 +148,7 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 		return nil, s.walkErr
 	}
 	hangs, lostHangs := s.p.hangReports()
-	// The requests FUSE daemons owe, read once per window, and only when
-	// some blocked task could be waiting for one.
-	var fuseReqs []FuseReq
-	fuseExact := false
-	if s.h.needFuse(s.seen, s.owners, s.scanNo) {
-		if recs, err := s.p.scanFuse(ctx); err == nil && s.p.kit.Iter("dump_fuse") != nil {
-			fuseExact = true
-			hz := kernelHZ()
-			for i := range recs {
-				fuseReqs = append(fuseReqs, decodeFuse(&recs[i], hz))
-			}
-		}
-	}
+	fuseReqs, fuseExact := s.fuseRequests(ctx)
 	first := s.first
 	s.first = nil // the next window starts from its own first records
 	snap := &Snapshot{
@@ -202,6 +190,23 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 	events, dropped := s.p.counts()
 	res.Overhead = s.p.kit.Overhead(events, dropped+lostHangs)
 	return res, nil
+}
+
+// fuseRequests reads the requests FUSE daemons owe, only when some blocked
+// task could be waiting for one; exact says they were read.
+func (s *session) fuseRequests(ctx context.Context) (reqs []FuseReq, exact bool) {
+	if !s.h.needFuse(s.seen, s.owners, s.scanNo) {
+		return nil, false
+	}
+	recs, err := s.p.scanFuse(ctx)
+	if err != nil || s.p.kit.Iter("dump_fuse") == nil {
+		return nil, false
+	}
+	hz := kernelHZ()
+	for i := range recs {
+		reqs = append(reqs, decodeFuse(&recs[i], hz))
+	}
+	return reqs, true
 }
 
 // mark keeps the first record of each task seen in the window.
@@ -246,6 +251,46 @@ func kernelHZ() int {
 	}
 	n, _ := strconv.Atoi(v)
 	return n
+}
+
+// Peek concludes from the walker's latest walk without ending the window:
+// tasks blocked now are victims, with their owners followed, as Collect
+// would report them. Nothing is forgotten and nothing drained (khungtaskd
+// reports and the cost wait for Collect), so the window's report stays
+// whole. wolf watch peeks every few seconds, so that a hang that starts
+// and clears inside one window is still seen, with its owner, while it
+// lasts.
+func (s *session) Peek(ctx context.Context) (*investigator.Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.walkErr != nil {
+		return nil, s.walkErr
+	}
+	fuseReqs, fuseExact := s.fuseRequests(ctx)
+	snap := &Snapshot{
+		Fuse:        fuseReqs,
+		FuseExact:   fuseExact,
+		FirstSeen:   s.first,
+		Owners:      s.owners,
+		Threshold:   s.h.Threshold,
+		HungTimeout: hungTimeout(),
+		CorePattern: corePattern(),
+		FuseDaemons: func() []Proc { return fuseDaemons(ctx, s.h.Proc) },
+		Comm: func(tid int) string {
+			c, _ := s.h.Proc.Comm(ctx, tid, tid)
+			return c
+		},
+	}
+	for _, tr := range s.seen {
+		if tr.lastScan == s.scanNo && tr.last.Blocked >= s.h.Threshold && matchPID(tr.last, s.opts.PID) {
+			snap.Victims = append(snap.Victims, tr.last)
+		}
+	}
+	res := &investigator.Result{Findings: Conclude(snap), Capabilities: s.p.kit.Capabilities(attachTable)}
+	if prof := snap.Profile(); prof != nil {
+		res.Profiles = append(res.Profiles, *prof)
+	}
+	return res, nil
 }
 
 // Close stops the walker and detaches.

@@ -132,3 +132,17 @@ func (m *Metrics) collectDiagnoses(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.diag.total, prometheus.CounterValue, float64(n), id)
 	}
 }
+
+// DiagnoseReport is the diagnosis stage for the recorder (Config.Diagnose):
+// it fills the report's diagnoses, so that an incident bundle's report and
+// page carry them, and returns them with their identities (the same keys
+// as the JSON lines: what their victims wait on).
+func DiagnoseReport(r *finding.Report) []Diagnosed {
+	diagnose.Apply(r)
+	out := make([]Diagnosed, 0, len(r.Diagnoses))
+	for i := range r.Diagnoses {
+		d := &r.Diagnoses[i]
+		out = append(out, Diagnosed{Identity: diagKey(d), Title: d.Title, Severity: d.Severity})
+	}
+	return out
+}
