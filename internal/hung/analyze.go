@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
-	"github.com/wolf-investigator/wolf/internal/human"
 	"github.com/wolf-investigator/wolf/internal/kstack"
 )
 
@@ -32,6 +31,13 @@ type Snapshot struct {
 	Threshold   time.Duration
 	HungTimeout time.Duration // kernel.hung_task_timeout_secs; 0 if off or unknown
 	CorePattern string        // kernel.core_pattern, for coredump findings
+	// Fuse is what FUSE daemons owe, read from their /dev/fuse; FuseExact
+	// says it was read (else FuseDaemons, by open file, is all there is).
+	Fuse      []FuseReq
+	FuseExact bool
+	// FirstSeen is each task's first record in the window: with its last,
+	// where its time went meanwhile.
+	FirstSeen map[int]*Task
 }
 
 // group is the victims that wait on one thing.
@@ -49,7 +55,7 @@ const maxHops = 4
 // on, the offender named when it can be known, plus tasks that recovered.
 func Conclude(s *Snapshot) []finding.Finding {
 	var out []finding.Finding
-	for _, g := range groupVictims(s.Victims) {
+	for _, g := range groupVictims(s.Victims, func(tid int) bool { return requestOf(s.Fuse, tid) != nil }) {
 		out = append(out, s.groupFinding(g))
 	}
 	if f, ok := s.recoveredFinding(); ok {
@@ -62,7 +68,10 @@ func Conclude(s *Snapshot) []finding.Finding {
 	return out
 }
 
-func groupVictims(victims []*Task) []*group {
+// groupVictims groups victims by what they wait on; fuseReq says whether
+// a task has a request a FUSE daemon still owes (a task asleep on a folio
+// its own FUSE read is filling waits for the daemon, not for a disk).
+func groupVictims(victims []*Task, fuseReq func(tid int) bool) []*group {
 	byKey := map[string]*group{}
 	var order []*group
 	for _, t := range victims {
@@ -70,6 +79,8 @@ func groupVictims(victims []*Task) []*group {
 		switch {
 		case t.Lock != nil:
 			g.kind, g.key, g.lock = "lock", fmt.Sprintf("lock:%x", t.Lock.Addr), t.Lock
+		case fuseReq != nil && fuseReq(t.TID) && fuseWait(t):
+			g.kind, g.key = "fuse", "fuse"
 		case t.Flags&pfPostCoredump != 0 || g.site.Kind == kstack.Coredump:
 			g.kind, g.key = "coredump", fmt.Sprintf("coredump:%d", t.TGID)
 		case t.Flags&pfWQWorker != 0 && t.WQFunc != "":
@@ -103,6 +114,10 @@ type hop struct {
 	proc  Proc   // set when task is nil
 	what  string // "holds rw-semaphore ffff…", "FUSE daemon"
 	doing string // "sleeping (S) in request_wait_answer: waits for a FUSE daemon's reply"
+	// held is the lock this hop's task holds (nil for a daemon); req the
+	// FUSE request it waits for, read from the daemon's /dev/fuse.
+	held *Lock
+	req  *FuseReq
 }
 
 func (h hop) label() string {
@@ -129,16 +144,25 @@ func (s *Snapshot) chain(start *Lock) (hops []hop, deadlock bool) {
 			// The owner exited or was not fetched: say what the lock word said.
 			o = &Task{TID: tid, TGID: lock.OwnerTGID, Comm: lock.OwnerComm, State: ^uint32(0)}
 		}
-		h := hop{task: o, what: "holds " + lock.Describe()}
+		h := hop{task: o, what: "holds " + lock.Describe(), held: lock}
 		if lock.Owner == OwnerReaders {
 			h.what = fmt.Sprintf("last reader of %s (%d readers hold it)", lock.Describe(), lock.Readers)
 		}
 		h.doing = describeTaskWait(o)
-		hops = append(hops, h)
 		if o.Lock != nil && o.Lock.Owner != OwnerNone {
+			hops = append(hops, h)
 			lock = o.Lock
 			continue
 		}
+		if req := requestOf(s.Fuse, o.TID); req != nil && fuseWait(o) {
+			// Its own request, found where the daemon keeps what it owes.
+			h.req = req
+			h.doing += "; " + req.describe()
+			hops = append(hops, h, hop{proc: Proc{PID: req.DaemonPID, Comm: req.DaemonComm}, what: "FUSE daemon",
+				doing: fmt.Sprintf("has not answered its %s request #%d", req.OpName(), req.Unique), req: req})
+			break
+		}
+		hops = append(hops, h)
 		if site := kstack.Classify(o.Stack); site.Kind == kstack.Fuse && s.FuseDaemons != nil {
 			for _, d := range s.FuseDaemons() {
 				hops = append(hops, hop{proc: d, what: "FUSE daemon", doing: "has not answered the request"})
@@ -193,8 +217,8 @@ func (s *Snapshot) groupFinding(g *group) finding.Finding {
 		Severity:     finding.Warning,
 		Evidence: map[string]any{
 			"victims":       n,
-			"blocked_s":     human.Round(maxB.Seconds(), 1),
-			"blocked_min_s": human.Round(minB.Seconds(), 1),
+			"blocked_s":     round1(maxB.Seconds()),
+			"blocked_min_s": round1(minB.Seconds()),
 			"since_exact":   g.victims[0].BlockedExact,
 			"wait_site":     g.site.Func,
 		},
@@ -209,10 +233,26 @@ func (s *Snapshot) groupFinding(g *group) finding.Finding {
 	if k := s.khungtaskdReported(g.victims); k > 0 {
 		f.Evidence["khungtaskd_reports"] = k
 	}
-	tasks := human.Plural(n, "task", "tasks")
+	tasks := plural(n, "task", "tasks")
 	var victimSubjects []finding.Subject
 	for _, v := range g.victims {
-		victimSubjects = append(victimSubjects, subject(finding.RoleVictim, v, fmt.Sprintf("%s for %s in %s", v.StateLetter(), human.Duration(v.Blocked), kstack.Classify(v.Stack).Func)))
+		sub := subject(finding.RoleVictim, v, fmt.Sprintf("%s for %s in %s", v.StateLetter(), dur(v.Blocked), kstack.Classify(v.Stack).Func))
+		sub.Evidence = s.taskEvidence(v)
+		sub.Evidence["blocked_s"] = round1(v.Blocked.Seconds())
+		if v.Lock != nil {
+			sub.Lock, sub.LockAddr = v.Lock.Describe(), fmt.Sprintf("0x%x", v.Lock.Addr)
+			if m := v.Lock.Kind.Mode(); m != "" {
+				sub.Evidence["mode"] = m
+			}
+			if v.BehindWriter != 0 {
+				sub.Evidence["behind_writer_tid"] = v.BehindWriter
+				sub.Detail += fmt.Sprintf(", queued behind writer tid %d", v.BehindWriter)
+			}
+			if v.Lock.MMPID != 0 {
+				sub.Evidence["mm_pid"] = v.Lock.MMPID
+			}
+		}
+		victimSubjects = append(victimSubjects, sub)
 	}
 
 	switch g.kind {
@@ -238,7 +278,7 @@ func (s *Snapshot) groupFinding(g *group) finding.Finding {
 		if s.CorePattern != "" {
 			f.Evidence["core_pattern"] = s.CorePattern
 		}
-		f.Title = fmt.Sprintf("Blocked by coredump: %s of %s blocked %s while %s writes the core dump", human.Plural(n, "thread", "threads"), taskLabel(v.Comm, v.TGID, v.TGID), human.Duration(maxB), dumper)
+		f.Title = fmt.Sprintf("Blocked by coredump: %s of %s blocked %s while %s writes the core dump", plural(n, "thread", "threads"), taskLabel(v.Comm, v.TGID, v.TGID), dur(maxB), dumper)
 		f.Summary = "The process crashed and the kernel is dumping its memory; its other threads wait until the dump is written. The application is the victim here, not the cause of the hang."
 		if strings.HasPrefix(s.CorePattern, "|") {
 			f.Summary += fmt.Sprintf(" The dump goes to a pipe (%s): if that handler reads slowly or not at all, the dump, and the threads, wait for it.", s.CorePattern)
@@ -256,7 +296,7 @@ func (s *Snapshot) groupFinding(g *group) finding.Finding {
 		if wq == "" {
 			wq = "unknown workqueue"
 		}
-		f.Title = fmt.Sprintf("%s hung %s running %s (workqueue %s)", joinLabels(g.victims, 2), human.Duration(maxB), v.WQFunc, wq)
+		f.Title = fmt.Sprintf("%s hung %s running %s (workqueue %s)", joinLabels(g.victims, 2), dur(maxB), v.WQFunc, wq)
 		f.Summary = fmt.Sprintf("Kernel worker threads are blocked in %s while running the work item %s from workqueue %s: the subsystem behind that function is slowed down or stuck.", g.site.Func, v.WQFunc, wq)
 		f.Mechanism = "A kworker executes deferred work for a subsystem; the work function's name says which. When it blocks, every later item on that workqueue waits too."
 		f.Evidence["work_func"] = v.WQFunc
@@ -268,14 +308,14 @@ func (s *Snapshot) groupFinding(g *group) finding.Finding {
 	case "fuse":
 		f.ID = "hung.fuse"
 		f.Severity = finding.Critical
-		f.Title = fmt.Sprintf("%s hung %s waiting for a FUSE daemon's reply", tasks, human.Duration(maxB))
+		f.Title = fmt.Sprintf("%s hung %s waiting for a FUSE daemon's reply", tasks, dur(maxB))
 		f.Summary = "The tasks sent requests to a FUSE filesystem and its user-space daemon has not answered."
 		f.Mechanism = "A FUSE request parks the caller in request_wait_answer until the daemon writes the reply to /dev/fuse; a stuck or slow daemon stalls every caller, and the locks they hold."
-		s.addFuseDaemons(&f)
+		s.addFuseDaemons(&f, g.victims)
 		f.Remediation = fuseRemedies()
 	case "rcu":
 		f.ID = "hung.rcu"
-		f.Title = fmt.Sprintf("%s hung %s waiting for an RCU grace period (%s)", tasks, human.Duration(maxB), g.site.Func)
+		f.Title = fmt.Sprintf("%s hung %s waiting for an RCU grace period (%s)", tasks, dur(maxB), g.site.Func)
 		f.Summary = "The tasks wait for an RCU grace period that does not end. With synchronize_rcu_tasks, a task that never voluntarily switches (or one stuck in late do_exit) holds it back."
 		f.Mechanism = "RCU-tasks waits until every task has voluntarily context-switched, and for exiting tasks through an SRCU section; detaching BPF trampolines (fentry/fexit) waits for it. Kernels before the 2024 fix \"rcu-tasks: Maintain lists to eliminate RCU-tasks/do_exit() deadlocks\" could deadlock against zap_pid_ns_processes."
 		f.Remediation = []string{
@@ -284,7 +324,7 @@ func (s *Snapshot) groupFinding(g *group) finding.Finding {
 		}
 	case "io":
 		f.ID = "hung.io"
-		f.Title = fmt.Sprintf("%s blocked %s in I/O wait: %s", tasks, human.Duration(maxB), g.site.Describe)
+		f.Title = fmt.Sprintf("%s blocked %s in I/O wait: %s", tasks, dur(maxB), g.site.Describe)
 		f.Summary = "The tasks wait for block I/O or page I/O to complete: the storage under them is slow, stuck or saturated."
 		f.Mechanism = "io_schedule puts a task in D until the device completes its request; a slow or failing device, or a saturated queue, shows up as tasks hung in I/O wait."
 		f.Remediation = []string{
@@ -292,7 +332,7 @@ func (s *Snapshot) groupFinding(g *group) finding.Finding {
 		}
 	default:
 		f.ID = "hung.wait-site"
-		f.Title = fmt.Sprintf("%s blocked %s in %s", tasks, human.Duration(maxB), g.site.Func)
+		f.Title = fmt.Sprintf("%s blocked %s in %s", tasks, dur(maxB), g.site.Func)
 		f.Summary = fmt.Sprintf("The tasks sleep uninterruptibly in %s (%s); wolf could not identify a lock or owner for this wait.", g.site.Func, g.site.Describe)
 		if l := s.lockAt(g.site.Func); l != nil {
 			f.Summary += fmt.Sprintf(" Other tasks blocked at the same place wait on %s owned by %s: these very likely do too. This kernel records which lock a task waits on only for waits that began while wolf watched (no task->blocker before 6.14).", l.Describe(), taskLabel(l.OwnerComm, l.OwnerTGID, l.OwnerTID))
@@ -326,6 +366,15 @@ func (s *Snapshot) lockFinding(f *finding.Finding, g *group, tasks string, maxB 
 		f.Evidence["lock_mode"] = m
 	}
 	f.Evidence["lock_source"] = l.Source.String()
+	if l.MMPID != 0 {
+		// A process's mmap_lock: the key the diagnosis stage joins the
+		// locks investigator's holds and the cgroups on.
+		f.Evidence["mm_pid"] = l.MMPID
+		f.Evidence["lock"] = l.Describe()
+	}
+	if l.Owner == OwnerReaders {
+		f.Evidence["owner_likely"] = true // the owner word names only the latest reader
+	}
 	// Without CONFIG_KALLSYMS_ALL no data symbol names a global lock, but
 	// the waiters' frames can (rtnl_lock -> rtnl_mutex).
 	if l.Name == "" && g.site.Global && g.site.Object != "" {
@@ -347,7 +396,7 @@ func (s *Snapshot) lockFinding(f *finding.Finding, g *group, tasks string, maxB 
 		if l.Owner == OwnerNone && l.Kind == LockSemaphore {
 			why = "semaphores record no owner on this kernel"
 		}
-		f.Title = fmt.Sprintf("%s hung %s on %s; %s", tasks, human.Duration(maxB), lockText, why)
+		f.Title = fmt.Sprintf("%s hung %s on %s; %s", tasks, dur(maxB), lockText, why)
 		f.Summary = fmt.Sprintf("%s wait for %s (%s).", joinLabels(g.victims, 3), l.Describe(), l.Source)
 		f.Remediation = []string{"Look for the holder among tasks running or sleeping with this lock in their stacks: echo w > /proc/sysrq-trigger, or `wolf locks`."}
 		return
@@ -355,12 +404,12 @@ func (s *Snapshot) lockFinding(f *finding.Finding, g *group, tasks string, maxB 
 	f.ID = "hung.lock-owner"
 	f.Severity = finding.Critical
 	off := hops[0]
-	f.Subjects = append(f.Subjects, subjectFromHop(finding.RoleOffender, off))
+	f.Subjects = append(f.Subjects, s.withEvidence(subjectFromHop(finding.RoleOffender, off), off))
 	var chainText []string
 	for i, h := range hops {
 		chainText = append(chainText, fmt.Sprintf("%s %s, %s", h.label(), h.what, h.doing))
 		if i > 0 {
-			f.Subjects = append(f.Subjects, subjectFromHop(finding.RoleOwner, h))
+			f.Subjects = append(f.Subjects, s.withEvidence(subjectFromHop(finding.RoleOwner, h), h))
 		}
 	}
 	f.Evidence["chain"] = chainText
@@ -373,7 +422,7 @@ func (s *Snapshot) lockFinding(f *finding.Finding, g *group, tasks string, maxB 
 	if l.Owner == OwnerReaders {
 		readers = " (reader-owned: the named task is only the latest reader)"
 	}
-	title := fmt.Sprintf("%s hung %s on %s; owner %s%s", tasks, human.Duration(maxB), lockText, off.label(), readers)
+	title := fmt.Sprintf("%s hung %s on %s; owner %s%s", tasks, dur(maxB), lockText, off.label(), readers)
 	last := hops[len(hops)-1]
 	switch {
 	case deadlock:
@@ -406,8 +455,19 @@ func fuseRemedies() []string {
 	}
 }
 
-func (s *Snapshot) addFuseDaemons(f *finding.Finding) {
-	if s.FuseDaemons == nil {
+func (s *Snapshot) addFuseDaemons(f *finding.Finding, victims []*Task) {
+	// The daemons that owe these victims a reply, when their /dev/fuse
+	// says so; else every process holding /dev/fuse open.
+	seen := map[int]bool{}
+	for _, sub := range victims {
+		if req := requestOf(s.Fuse, sub.TID); req != nil && !seen[req.DaemonPID] {
+			seen[req.DaemonPID] = true
+			f.Subjects = append(f.Subjects, finding.Subject{Role: finding.RoleOffender, PID: req.DaemonPID, TID: req.DaemonPID, Comm: req.DaemonComm,
+				Detail:   fmt.Sprintf("FUSE daemon: owes %s (tid %d) the reply to its %s request #%d", sub.Comm, sub.TID, req.OpName(), req.Unique),
+				Evidence: map[string]any{"fuse_daemon": true, "fuse_conn": req.ConnName()}})
+		}
+	}
+	if len(seen) > 0 || s.FuseDaemons == nil {
 		return
 	}
 	for _, d := range s.FuseDaemons() {
@@ -429,12 +489,12 @@ func (s *Snapshot) recoveredFinding() (finding.Finding, bool) {
 		ID:           "hung.recovered",
 		Investigator: "hung",
 		Severity:     finding.Info,
-		Title:        fmt.Sprintf("%s blocked over %s during the window, then ran again (longest %s: %s)", human.Plural(len(s.Recovered), "task was", "tasks were"), human.Duration(s.Threshold), human.Duration(longest.Blocked), longest.Label()),
+		Title:        fmt.Sprintf("%s blocked over %s during the window, then ran again (longest %s: %s)", plural(len(s.Recovered), "task was", "tasks were"), dur(s.Threshold), dur(longest.Blocked), longest.Label()),
 		Summary:      "Long uninterruptible sleeps that ended by themselves: a slow resource rather than a hang, worth watching if it repeats.",
-		Evidence:     map[string]any{"tasks": len(s.Recovered), "blocked_s": human.Round(longest.Blocked.Seconds(), 1)},
+		Evidence:     map[string]any{"tasks": len(s.Recovered), "blocked_s": round1(longest.Blocked.Seconds())},
 	}
 	for _, t := range s.Recovered {
-		f.Subjects = append(f.Subjects, subject(finding.RoleTask, t, fmt.Sprintf("was D for %s in %s", human.Duration(t.Blocked), kstack.Classify(t.Stack).Func)))
+		f.Subjects = append(f.Subjects, subject(finding.RoleTask, t, fmt.Sprintf("was D for %s in %s", dur(t.Blocked), kstack.Classify(t.Stack).Func)))
 	}
 	return f, true
 }
@@ -472,7 +532,7 @@ func (s *Snapshot) unmatchedHangs() (finding.Finding, bool) {
 		ID:           "hung.khungtaskd",
 		Investigator: "hung",
 		Severity:     finding.Warning,
-		Title:        fmt.Sprintf("khungtaskd reported %s during the window", human.Plural(len(left), "hung task", "hung tasks")),
+		Title:        fmt.Sprintf("khungtaskd reported %s during the window", plural(len(left), "hung task", "hung tasks")),
 		Summary:      "The kernel's hung-task detector reported these tasks (sched_process_hang); they were no longer blocked, or below wolf's threshold, when wolf looked. The kernel log has their stacks: `wolf analyze` reads it.",
 		Evidence:     map[string]any{"reports": len(left)},
 		Remediation:  []string{"dmesg > kernel.log && wolf analyze kernel.log"},
@@ -497,6 +557,88 @@ func (s *Snapshot) comm(tid int) string {
 	}
 	return ""
 }
+
+// sleepsOn says in one word what a task sleeps on, for the diagnosis
+// stage: "lock", "fuse" (in a FUSE request), "folio" (a page-cache folio),
+// "io", "running", or "site" (a wait wolf did not place).
+func sleepsOn(t *Task) string {
+	switch {
+	case t.State == ^uint32(0):
+		return ""
+	case t.StateLetter() == "R":
+		return "running"
+	case t.Lock != nil:
+		return "lock"
+	}
+	switch kstack.Classify(t.Stack).Kind {
+	case kstack.Fuse:
+		return "fuse"
+	case kstack.PageLock:
+		return "folio"
+	case kstack.IO, kstack.Writeback:
+		return "io"
+	}
+	if pageCacheWait(t.Stack) {
+		return "folio"
+	}
+	return "site"
+}
+
+// taskEvidence is a task's own numbers: what it sleeps on, where, and
+// where its time went between its first and last records in the window.
+func (s *Snapshot) taskEvidence(t *Task) map[string]any {
+	ev := map[string]any{}
+	if on := sleepsOn(t); on != "" {
+		ev["sleeps_on"] = on
+	}
+	if fn := kstack.Classify(t.Stack).Func; fn != "" {
+		ev["wait_site"] = fn
+	}
+	if f := s.FirstSeen[t.TID]; f != nil && t.At > f.At && t.SumExec >= f.SumExec && t.RunDelay >= f.RunDelay {
+		ev["window_ms"] = ms(t.At - f.At)
+		ev["on_cpu_ms"] = ms(t.SumExec - f.SumExec)
+		ev["runnable_ms"] = ms(t.RunDelay - f.RunDelay)
+	}
+	if req := requestOf(s.Fuse, t.TID); req != nil && fuseWait(t) {
+		ev["fuse_opcode"] = req.OpName()
+		ev["fuse_unique"] = req.Unique
+		ev["fuse_conn"] = req.ConnName()
+		ev["fuse_request_from_task"] = true
+		ev["fuse_waiting"] = req.Waiting
+		if req.Age > 0 {
+			ev["fuse_age_s"] = round1(req.Age.Seconds())
+		}
+	}
+	return ev
+}
+
+// withEvidence adds a chain hop's numbers to its subject.
+func (s *Snapshot) withEvidence(sub finding.Subject, h hop) finding.Subject {
+	if h.task == nil {
+		if h.what == "FUSE daemon" {
+			sub.Evidence = map[string]any{"fuse_daemon": true}
+			if h.req != nil {
+				sub.Evidence["fuse_conn"] = h.req.ConnName()
+			}
+		}
+		return sub
+	}
+	sub.Evidence = s.taskEvidence(h.task)
+	if h.held != nil {
+		switch {
+		case h.held.Owner == OwnerReaders:
+			sub.Evidence["mode"] = "read"
+		case h.held.Kind == LockRWSemRead || h.held.Kind == LockRWSemWrite:
+			sub.Evidence["mode"] = "write"
+		}
+	}
+	if l := h.task.Lock; l != nil {
+		sub.Lock, sub.LockAddr = l.Describe(), fmt.Sprintf("0x%x", l.Addr)
+	}
+	return sub
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func subject(role string, t *Task, detail string) finding.Subject {
 	return finding.Subject{Role: role, PID: t.TGID, TID: t.TID, Comm: t.Comm, State: t.StateLetter(), Detail: detail, Stack: t.Stack}
@@ -538,6 +680,27 @@ func joinLabels(ts []*Task, limit int) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
+
+// dur prints a duration the way a person reads it: 41 s, 1.5 s, 350 ms.
+func dur(d time.Duration) string {
+	switch {
+	case d >= 10*time.Second:
+		return fmt.Sprintf("%.0f s", d.Seconds())
+	case d >= time.Second:
+		return fmt.Sprintf("%.1f s", d.Seconds())
+	default:
+		return fmt.Sprintf("%d ms", d.Milliseconds())
+	}
+}
+
+func round1(v float64) float64 { return float64(int64(v*10+0.5)) / 10 }
 
 // Profile is the kernel stacks of the tasks blocked at least Threshold in
 // the window (still blocked or recovered), one count per task: the flame

@@ -255,4 +255,3 @@ func TestScope(t *testing.T) {
 		}
 	}
 }
-

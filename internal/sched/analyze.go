@@ -176,6 +176,9 @@ type Snapshot struct {
 	// execute: on bare metal a sample is also lost when another BPF
 	// program was running on that CPU (the kernel runs one at a time).
 	Virtual string
+	// Bandwidth is the CPU quota of every cgroup that has one and ran in
+	// the window, with its throttling (cgroupfs, read at both ends).
+	Bandwidth []Bandwidth
 }
 
 // notExecuting is the clock-sample coverage under which a CPU did not
@@ -237,6 +240,7 @@ func Conclude(s *Snapshot) []finding.Finding {
 	if len(mismatches) > 0 && !s.SchedMCOff {
 		out = append(out, mismatchFinding(mismatches, s.Sched))
 	}
+	out = append(out, ThrottleFindings(s.Bandwidth, s.Duration)...)
 	finding.Sort(out)
 	return out
 }
