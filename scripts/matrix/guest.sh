@@ -108,17 +108,21 @@ if has_step labs; then
 		rc=255
 		excl_begin
 		if [ "$order" = wolf ]; then
-			$W "$inv" --duration 20s --format json >"$T/wolf.json" 2>"$T/wolf.err" &
+			# wolf's window ends (SIGTERM: it stops and reports) DURATION
+			# after the lab is up, however long the lab took to start.
+			$W "$inv" --duration 300s --format json >"$T/wolf.json" 2>"$T/wolf.err" &
 			w=$!
 			if attached $w; then
 				note "$r wolf attached ($(links $w) links) uptime=$(up)s"
-				$W lab run "$lab" --duration 40s >"$T/lab.out" 2>"$T/lab.err" &
+				$W lab run "$lab" --duration 45s >"$T/lab.out" 2>"$T/lab.err" &
 				l=$!
-				wait_for "$T/lab.out" 'offender pid' 300 $l && note "$r lab up uptime=$(up)s"
+				wait_for "$T/lab.out" 'offender pid' 240 $l && note "$r lab up uptime=$(up)s"
+				sleep "${DURATION%s}"
 			else
 				echo "wolf did not attach" >>"$T/lab.err"
 				l=
 			fi
+			kill -TERM $w 2>/dev/null
 			wait $w; rc=$?
 		else
 			$W lab run "$lab" --duration 45s >"$T/lab.out" 2>"$T/lab.err" &
