@@ -185,19 +185,36 @@ struct wolf_max {
 	__u32 tag[2]; /* what the caller noted with it (a tid) */
 };
 
-static __always_inline void wolf_max_tag(struct wolf_max *m, __u64 v, __u32 tag)
+/* The window the programs keep maxima for now. */
+static __always_inline __u32 wolf_window_now(void)
 {
-	__u32 w = *(volatile __u32 *)&wolf_window;
+	return *(volatile __u32 *)&wolf_window;
+}
+
+/*
+ * Notes v as a value of window w: the current one, or an earlier one for
+ * an event timed when it happened but accounted later (a slot that holds
+ * a newer window already ignores it: its window has been reported).
+ */
+static __always_inline void wolf_max_tag_at(struct wolf_max *m, __u64 v, __u32 tag, __u32 w)
+{
 	__u32 s = w & 1;
 
-	if (m->win[s] != w) {
+	if (m->win[s] == w) {
+		if (v > m->v[s]) {
+			m->v[s] = v;
+			m->tag[s] = tag;
+		}
+	} else if (m->win[s] < w) {
 		m->win[s] = w;
 		m->v[s] = v;
 		m->tag[s] = tag;
-	} else if (v > m->v[s]) {
-		m->v[s] = v;
-		m->tag[s] = tag;
 	}
+}
+
+static __always_inline void wolf_max_tag(struct wolf_max *m, __u64 v, __u32 tag)
+{
+	wolf_max_tag_at(m, v, tag, wolf_window_now());
 }
 
 static __always_inline void wolf_max_add(struct wolf_max *m, __u64 v)
@@ -268,9 +285,10 @@ static __always_inline void wolf_hist_add(struct wolf_hist *h, __u64 v)
 
 /*
  * The same, for histograms only one thread ever updates (keyed by tid) or
- * kept per CPU: plain adds, no locked instructions.
+ * kept per CPU: plain adds, no locked instructions. _at notes the max in
+ * window w (see wolf_max_tag_at).
  */
-static __always_inline void wolf_hist_add_local(struct wolf_hist *h, __u64 v)
+static __always_inline void wolf_hist_add_local_at(struct wolf_hist *h, __u64 v, __u32 w)
 {
 	__u32 s = wolf_log2_slot(v);
 
@@ -278,7 +296,12 @@ static __always_inline void wolf_hist_add_local(struct wolf_hist *h, __u64 v)
 		h->slots[s] += 1;
 	h->count += 1;
 	h->sum += v;
-	wolf_max_add(&h->max, v);
+	wolf_max_tag_at(&h->max, v, 0, w);
+}
+
+static __always_inline void wolf_hist_add_local(struct wolf_hist *h, __u64 v)
+{
+	wolf_hist_add_local_at(h, v, wolf_window_now());
 }
 
 #endif /* WOLF_H */
