@@ -141,6 +141,14 @@ type Object struct {
 	// Refuse names targets or programs to treat as refused by the kernel,
 	// so that tests can walk the paths of kernels that lack them.
 	Refuse map[string]bool
+	// Load names programs to load but not attach: programs the
+	// investigator runs itself (BPF_PROG_TEST_RUN), such as one that
+	// reads what the attached programs need. One the kernel refuses is
+	// left out (Program returns nil; LoadError says why).
+	Load []string
+	// BeforeAttach, when set, runs once the maps and the Load programs
+	// are loaded, before any row attaches; an error ends Open.
+	BeforeAttach func(*Probe) error
 	// Extra are programs the investigator loaded and attached itself
 	// (uprobes, which the table has no kind for), metered with the
 	// object's own.
@@ -178,6 +186,8 @@ type Probe struct {
 	progs map[string]*ebpf.Program
 	iters map[string]*link.Iter
 	extra []*ebpf.Program
+	// loadErrs are the Load programs the kernel refused.
+	loadErrs map[string]error
 
 	mu       sync.Mutex
 	links    []link.Link
@@ -225,6 +235,11 @@ func Open(o Object) (*Probe, error) {
 	if err := CheckTable(spec, o.Table); err != nil {
 		return nil, fmt.Errorf("%s: %w", o.Name, err)
 	}
+	for _, name := range o.Load {
+		if _, ok := spec.Programs[name]; !ok {
+			return nil, fmt.Errorf("%s: the BPF object has no program %s to load", o.Name, name)
+		}
+	}
 	var opts ebpf.CollectionOptions
 	opts.Cache = btf.NewCache()
 	if o.BTF != "" {
@@ -247,6 +262,20 @@ func Open(o Object) (*Probe, error) {
 		p.Close()
 		return nil, err
 	}
+	for _, name := range o.Load {
+		if _, err := p.program(name, opts); err != nil {
+			if p.loadErrs == nil {
+				p.loadErrs = map[string]error{}
+			}
+			p.loadErrs[name] = err
+		}
+	}
+	if o.BeforeAttach != nil {
+		if err := o.BeforeAttach(p); err != nil {
+			p.Close()
+			return nil, err
+		}
+	}
 	for _, row := range o.Table {
 		err := p.attachRow(row, opts, o.Refuse)
 		if err == nil {
@@ -261,6 +290,10 @@ func Open(o Object) (*Probe, error) {
 	p.meter.Track(p.metered()...)
 	return p, nil
 }
+
+// LoadError is why the kernel refused a program of Object.Load, nil if it
+// loaded.
+func (p *Probe) LoadError(program string) error { return p.loadErrs[program] }
 
 // CheckTable says whether every row's program is in the object, so that a
 // renamed C function fails the tests rather than a user's run.

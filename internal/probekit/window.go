@@ -80,3 +80,15 @@ func Sub(a, b uint64) uint64 {
 	}
 	return a - b
 }
+
+// Envelope is the window of a sum that only grows but whose readings can
+// come short: a value that moves between two maps read one after the
+// other (a wait folded by the programs between the reading of their
+// aggregations and that of the waits not folded yet) is in neither for
+// one reading. The window is what the sum grew by since the largest
+// earlier reading (never negative), and keep is the reading to compare
+// the next one with: what a short reading missed is counted once, when it
+// shows again.
+func Envelope(cur, largest uint64) (window, keep uint64) {
+	return Sub(cur, largest), max(cur, largest)
+}
