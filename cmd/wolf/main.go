@@ -13,12 +13,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/wolf-investigator/wolf/internal/investigator"
-	"github.com/wolf-investigator/wolf/internal/lab/coredump"
-	"github.com/wolf-investigator/wolf/internal/lab/mmaplock"
+	"github.com/wolf-investigator/wolf/internal/buildinfo"
 )
 
-// Exit codes, as DESIGN.md fixes them.
+// Exit codes, as ARCHITECTURE.md#exit-codes fixes them.
 const (
 	exitOK        = 0
 	exitFailed    = 1
@@ -26,8 +24,9 @@ const (
 	exitPrivilege = 3 // missing privilege or kernel feature
 )
 
-// version is set at build time with -ldflags "-X main.version=…".
-var version = "0.1.0-dev"
+// version is this build's (internal/buildinfo: set by make release, else
+// taken from what the Go toolchain recorded).
+var version = buildinfo.Version()
 
 // exitError carries an exit code through cobra.
 type exitError struct {
@@ -47,10 +46,8 @@ func privilegeErr(format string, args ...any) error {
 }
 
 func main() {
-	// The coredump lab re-executes this binary as the process that
-	// crashes; in that role it never returns.
-	coredump.MaybeRunCrasher()
-	mmaplock.MaybeRunChild()
+	// The labs that re-execute this binary run their part in an init
+	// function (lab.Child) and never get here.
 	os.Exit(run(os.Args[1:]))
 }
 
@@ -103,13 +100,10 @@ Exit codes: 0 done (findings or not), 1 wolf failed, 2 bad usage,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageErr("%v (see %s --help)", err, c.CommandPath())
 	})
-	root.AddCommand(newDoctorCmd())
-	for _, inv := range investigators() {
-		if c, ok := inv.(investigator.Commander); ok {
-			root.AddCommand(newInvestigatorCmd(inv, c.Command()))
-		}
-	}
-	root.AddCommand(newAnalyzeCmd(), newCheckCmd(), newLabCmd(), newBenchCmd(), newWatchCmd())
+	// The commands that watch the live kernel exist on Linux only; built
+	// for another system, wolf has them say so (live_other.go).
+	addLiveCommands(root)
+	root.AddCommand(newAnalyzeCmd(), newVersionCmd())
 	return root
 }
 

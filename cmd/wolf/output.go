@@ -145,11 +145,6 @@ func writeFile(path string, fill func(io.Writer) error) error {
 	return nil
 }
 
-func isTerminal(f *os.File) bool {
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
-}
-
 // newReport fills the header of a report.
 func newReport(command string, started time.Time) *finding.Report {
 	host, _ := os.Hostname()

@@ -2,341 +2,20 @@ package bpfcost
 
 import (
 	"fmt"
-	"runtime"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/human"
 )
 
-// Attach kinds, as wolf names where a program runs.
-const (
-	KindUprobe        = "uprobe"
-	KindUretprobe     = "uretprobe"
-	KindKprobe        = "kprobe"
-	KindKretprobe     = "kretprobe"
-	KindTracepoint    = "tracepoint"
-	KindRawTracepoint = "raw_tracepoint"
-	KindFentry        = "fentry"
-	KindFexit         = "fexit"
-	KindFmodRet       = "fmod_ret"
-	KindTPBTF         = "tp_btf"
-	KindLSM           = "lsm"
-	KindKprobeMulti   = "kprobe_multi"
-	KindKretMulti     = "kretprobe_multi"
-	KindUprobeMulti   = "uprobe_multi"
-	KindPerfEvent     = "perf_event"
-	KindCgroup        = "cgroup"
-	KindXDP           = "xdp"
-	KindTCX           = "tcx"
-	KindNetns         = "netns"
-	KindNetfilter     = "netfilter"
-	KindNetkit        = "netkit"
-	KindIter          = "iter"
-	KindStructOps     = "struct_ops"
-	KindOther         = "other"
-)
-
-// Cost model constants: what a probe costs beyond the program's own run
-// time, which the kernel's statistics (run_time_ns) do not include.
-const (
-	// UprobeTrapNs is the cost of one uprobe trap outside the program: the
-	// int3 trap, the uprobe lookup, single-stepping the displaced
-	// instruction (DESIGN.md's reference number, 1.7 µs per hit). It
-	// varies with the CPU and the hypervisor: `wolf lab run hot-uprobe`
-	// measures it on the machine at hand.
-	UprobeTrapNs = 1700
-)
-
-// Thresholds decide when a program is flagged.
-type Thresholds struct {
-	// CostlyPct of one CPU (run time plus estimated trap cost) makes a
-	// program costly (warning); CriticalPct makes it critical.
-	CostlyPct   float64
-	CriticalPct float64
-	// HotRunsPerS makes a kretprobe or uprobe "on a hot path".
-	HotRunsPerS float64
-	// SharedProcs is how many processes running a probed executable make
-	// a uprobe's registration a risk to all of them.
-	SharedProcs int
-	// TrapNs is what one uprobe trap costs outside the program, for the
-	// estimate; UprobeTrapNs when zero. TrapSource says where it came
-	// from: "reference" (DESIGN.md's figure), "measured" (CalibrateTrap on
-	// this machine) or "" (given by the user).
-	TrapNs     float64
-	TrapSource string
-}
-
-// DefaultThresholds are the ones wolf bpf and doctor use.
-var DefaultThresholds = Thresholds{CostlyPct: 5, CriticalPct: 25, HotRunsPerS: 10000, SharedProcs: 20, TrapNs: UprobeTrapNs, TrapSource: "reference"}
-
-// Attach is one place a program runs, from a BPF link.
-type Attach struct {
-	LinkID uint32 `json:"link_id,omitempty"`
-	Kind   string `json:"kind"`
-	// Target is where, in words: "sched/sched_switch", "do_sys_open+0x0",
-	// "/usr/lib/x86_64-linux-gnu/libc.so.6:write+0x0", "cgroup 1234".
-	Target string `json:"target"`
-	// File and Offset for uprobes; Symbol when the file's symbols name it.
-	File   string `json:"file,omitempty"`
-	Offset uint64 `json:"offset,omitempty"`
-	Symbol string `json:"symbol,omitempty"`
-	// Missed counts kprobe/kretprobe hits the kernel skipped (for a
-	// kretprobe: no free return instance).
-	Missed uint64 `json:"missed,omitempty"`
-	// SharedBy is, for a uprobe on an executable, how many processes run
-	// it; -1 for a shared library (every process that links it).
-	SharedBy int `json:"shared_by,omitempty"`
-}
-
-// Owner is a process holding a file descriptor of the program or its link.
-type Owner struct {
-	PID  int    `json:"pid"`
-	Comm string `json:"comm"`
-}
-
-// Program is one loaded BPF program and where it runs.
-type Program struct {
-	ID      uint32    `json:"id"`
-	Type    string    `json:"type"`
-	Name    string    `json:"name"`
-	Tag     string    `json:"tag"`
-	UID     int64     `json:"uid"` // -1 when unknown
-	Loaded  time.Time `json:"loaded,omitzero"`
-	Maps    int       `json:"maps"`
-	Attach  []Attach  `json:"attach,omitempty"`
-	Owners  []Owner   `json:"owners,omitempty"`
-	Wolf    bool      `json:"wolf"` // held by a wolf process
-	Gone    bool      `json:"gone,omitempty"`
-	Created bool      `json:"created,omitempty"` // loaded during the window
-}
-
-// Stat is the kernel's run statistics of one program at one moment.
-type Stat struct {
-	RunNs  uint64
-	Runs   uint64
-	Misses uint64
-}
-
-// Snapshot is what one measurement saw; Conclude needs nothing else.
-type Snapshot struct {
-	Programs []Program
-	Before   map[uint32]Stat
-	After    map[uint32]Stat
-	Window   time.Duration
-	NumCPU   int
-	Kernel   string // release, "6.18.0-…", for the fixes the seed names
-	// StatsOff is set when the kernel would not turn run statistics on:
-	// run times and counts are then all zero.
-	StatsOff bool
-	Top      int // list this many programs as info findings; 0: none
-	PID      int // only programs this process holds; 0: all
-}
-
-// Cost is one program's measured cost over the window.
-type Cost struct {
-	Program
-	Runs      uint64  `json:"runs"`
-	RunNs     uint64  `json:"run_ns"`
-	Misses    uint64  `json:"recursion_misses"`
-	RunsPerS  float64 `json:"runs_per_s"`
-	AvgNs     float64 `json:"avg_ns_per_run"`
-	OneCPUPct float64 `json:"one_cpu_pct"` // run time as % of one CPU
-	CPUPct    float64 `json:"cpu_pct"`     // run time as % of all CPUs
-	// TrapPct estimates, as % of one CPU, what uprobe traps cost on top
-	// of the run time (not measured: runs × UprobeTrapNs).
-	TrapPct float64 `json:"trap_one_cpu_pct_estimate,omitempty"`
-	Traps   float64 `json:"traps_per_run,omitempty"` // uprobe traps each run costs
-}
-
-// TotalOneCPUPct is run time plus estimated trap cost, in % of one CPU.
-func (c *Cost) TotalOneCPUPct() float64 { return c.OneCPUPct + c.TrapPct }
-
-// Kinds lists the program's attach kinds, or its program type when it has
-// no link.
-func (p *Program) Kinds() []string {
-	var ks []string
-	for _, a := range p.Attach {
-		ks = append(ks, a.Kind)
-	}
-	return ks
-}
-
-func (p *Program) has(kinds ...string) bool {
-	for _, a := range p.Attach {
-		for _, k := range kinds {
-			if a.Kind == k {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// Where says where the program runs, in one line.
-func (p *Program) Where() string {
-	if len(p.Attach) == 0 {
-		return "attach point unknown (not attached through a BPF link)"
-	}
-	// The same event on every CPU (perf_event sampling) reads once, counted.
-	var parts []string
-	count := map[string]int{}
-	for _, a := range p.Attach {
-		w := a.Kind + " " + a.Target
-		if count[w] == 0 {
-			parts = append(parts, w)
-		}
-		count[w]++
-	}
-	for i, w := range parts {
-		if n := count[w]; n > 1 {
-			parts[i] = fmt.Sprintf("%s (×%d)", w, n)
-		}
-	}
-	if len(parts) > 3 {
-		parts = append(parts[:3], fmt.Sprintf("and %d more", len(parts)-3))
-	}
-	return strings.Join(parts, ", ")
-}
-
-// Who names the processes holding the program.
-func (p *Program) Who() string {
-	if len(p.Owners) == 0 {
-		return "no process holds it (pinned or attached without a file descriptor)"
-	}
-	var parts []string
-	for _, o := range p.Owners {
-		parts = append(parts, fmt.Sprintf("%s (pid %d)", o.Comm, o.PID))
-	}
-	if len(parts) > 3 {
-		parts = append(parts[:3], fmt.Sprintf("and %d more", len(parts)-3))
-	}
-	return strings.Join(parts, ", ")
-}
-
-// Label is "wolf's own" or the program's name.
-func (p *Program) Label() string {
-	name := p.Name
-	if name == "" {
-		name = "(unnamed)"
-	}
-	s := fmt.Sprintf("%s program %d %q", strings.ToLower(p.Type), p.ID, name)
-	if p.Wolf {
-		s = "wolf's own " + s
-	}
-	return s
-}
-
-// Measure turns the snapshot's two samples into costs, most expensive
-// first (run time plus estimated trap cost).
-func Measure(s *Snapshot) []Cost { return measure(s, DefaultThresholds.TrapNs) }
-
-// probeSite is one probed instruction of a file.
-type probeSite struct {
-	file string
-	off  uint64
-}
-
-// trapsPerRun is how many traps each run of p costs: one per uprobe; a
-// uretprobe pays the entry trap unless a uprobe on the same instruction
-// already does (the breakpoint is shared), plus its return: a trap before
-// 6.11, a plain syscall from the trampoline on x86-64 since (the
-// uretprobe syscall), which is not counted.
-func trapsPerRun(p *Program, entries map[probeSite]bool, returnTraps float64) float64 {
-	var n float64
-	for _, a := range p.Attach {
-		switch a.Kind {
-		case KindUprobe, KindUprobeMulti:
-			n++
-		case KindUretprobe:
-			n += returnTraps
-			if !entries[probeSite{a.File, a.Offset}] {
-				n++
-			}
-		}
-	}
-	return n
-}
-
-// returnTraps is what a uretprobe's return costs, in traps, on kernel.
-func returnTraps(kernel string) float64 {
-	if runtime.GOARCH == "amd64" && kernelAtLeast(kernel, 6, 11) {
-		return 0
-	}
-	return 1
-}
-
-func measure(s *Snapshot, trapNs float64) []Cost {
-	if trapNs <= 0 {
-		trapNs = UprobeTrapNs
-	}
-	entries := map[probeSite]bool{}
-	for _, p := range s.Programs {
-		for _, a := range p.Attach {
-			if a.Kind == KindUprobe {
-				entries[probeSite{a.File, a.Offset}] = true
-			}
-		}
-	}
-	rt := returnTraps(s.Kernel)
-	secs := s.Window.Seconds()
-	if secs <= 0 {
-		secs = 1
-	}
-	ncpu := max(s.NumCPU, 1)
-	var out []Cost
-	for _, p := range s.Programs {
-		if s.PID != 0 && !heldBy(&p, s.PID) {
-			continue
-		}
-		a, ok := s.After[p.ID]
-		if !ok {
-			continue
-		}
-		b := s.Before[p.ID] // zero when loaded during the window
-		c := Cost{Program: p}
-		if a.Runs >= b.Runs && a.RunNs >= b.RunNs {
-			c.Runs, c.RunNs = a.Runs-b.Runs, a.RunNs-b.RunNs
-		}
-		if a.Misses >= b.Misses {
-			c.Misses = a.Misses - b.Misses
-		}
-		c.RunsPerS = float64(c.Runs) / secs
-		if c.Runs > 0 {
-			c.AvgNs = float64(c.RunNs) / float64(c.Runs)
-		}
-		c.OneCPUPct = float64(c.RunNs) / 1e9 / secs * 100
-		c.CPUPct = c.OneCPUPct / float64(ncpu)
-		c.Traps = trapsPerRun(&p, entries, rt)
-		c.TrapPct = c.RunsPerS * c.Traps * trapNs / 1e9 * 100
-		out = append(out, c)
-	}
-	sort.SliceStable(out, func(i, j int) bool {
-		if ti, tj := out[i].TotalOneCPUPct(), out[j].TotalOneCPUPct(); ti != tj {
-			return ti > tj
-		}
-		if out[i].RunsPerS != out[j].RunsPerS {
-			return out[i].RunsPerS > out[j].RunsPerS
-		}
-		return out[i].ID < out[j].ID
-	})
-	return out
-}
-
-func heldBy(p *Program, pid int) bool {
-	for _, o := range p.Owners {
-		if o.PID == pid {
-			return true
-		}
-	}
-	return false
-}
+// talkRef is the write-up behind this investigator.
+const talkRef = `Usama Saqib (Datadog), "Performance and reliability pitfalls of eBPF", FOSDEM 2026`
 
 const refStats = "https://docs.kernel.org/bpf/bpf_design_QA.html (kernel.bpf_stats_enabled, BPF_ENABLE_STATS)"
 
 // Conclude turns a snapshot into findings: the costly programs with the
-// reasons seed 002 gives, the risks of the probe kinds in use, recursion
+// reasons "Performance and reliability pitfalls of eBPF" gives, the risks of the probe kinds in use, recursion
 // misses, wolf's own programs, and (with Top) a bpftop-like list.
 func Conclude(s *Snapshot, th Thresholds) []finding.Finding {
 	costs := measure(s, th.TrapNs)
@@ -372,9 +51,9 @@ func Conclude(s *Snapshot, th Thresholds) []finding.Finding {
 	out = append(out, uprobeRegisterRisk(costs, s.Kernel, th)...)
 	if wolfProgs > 0 {
 		ev := map[string]any{"programs": wolfProgs, "run_ns": wolfRun, "runs": wolfRuns,
-			"one_cpu_pct": round2(float64(wolfRun) / 1e9 / max(s.Window.Seconds(), 1e-9) * 100)}
+			"one_cpu_pct": human.Round(float64(wolfRun)/1e9/max(s.Window.Seconds(), 1e-9)*100, 2)}
 		if wolfRuns > 0 {
-			ev["avg_ns_per_run"] = round2(float64(wolfRun) / float64(wolfRuns))
+			ev["avg_ns_per_run"] = human.Round(float64(wolfRun)/float64(wolfRuns), 2)
 		}
 		out = append(out, finding.Finding{
 			ID: "bpf.wolf-own", Investigator: "bpf", Severity: finding.Info,
@@ -391,8 +70,6 @@ func Conclude(s *Snapshot, th Thresholds) []finding.Finding {
 	return out
 }
 
-func round2(f float64) float64 { return float64(int64(f*100+0.5)) / 100 }
-
 func evidence(c *Cost) map[string]any {
 	ev := map[string]any{
 		"prog_id":          c.ID,
@@ -400,15 +77,15 @@ func evidence(c *Cost) map[string]any {
 		"name":             c.Name,
 		"attach":           c.Where(),
 		"runs":             c.Runs,
-		"runs_per_s":       round2(c.RunsPerS),
-		"avg_ns_per_run":   round2(c.AvgNs),
+		"runs_per_s":       human.Round(c.RunsPerS, 2),
+		"avg_ns_per_run":   human.Round(c.AvgNs, 2),
 		"run_ns":           c.RunNs,
-		"one_cpu_pct":      round2(c.OneCPUPct),
-		"cpu_pct":          round2(c.CPUPct),
+		"one_cpu_pct":      human.Round(c.OneCPUPct, 2),
+		"cpu_pct":          human.Round(c.CPUPct, 2),
 		"recursion_misses": c.Misses,
 	}
 	if c.TrapPct > 0 {
-		ev["trap_one_cpu_pct_estimate"] = round2(c.TrapPct)
+		ev["trap_one_cpu_pct_estimate"] = human.Round(c.TrapPct, 2)
 	}
 	if len(c.Owners) > 0 {
 		ev["owner_pid"] = c.Owners[0].PID
@@ -478,11 +155,11 @@ func hotUprobe(c *Cost, th Thresholds) (finding.Finding, bool) {
 	total := c.TotalOneCPUPct()
 	sev := severity(total, th)
 	if sev == finding.Info {
-		sev = finding.Warning // hot by rate: the seed's point is that it hides
+		sev = finding.Warning // hot by rate: the talk's point is that it hides
 	}
 	ev := evidence(c)
-	ev["trap_ns_per_run_estimate"] = round2(per)
-	ev["trap_ns"] = round2(trapNs)
+	ev["trap_ns_per_run_estimate"] = human.Round(per, 2)
+	ev["trap_ns"] = human.Round(trapNs, 2)
 	source := map[string]string{"reference": "the published 1.7 µs per trap, not measured here",
 		"measured": "measured on this machine by a probe wolf attached to itself",
 		"":         "as given with --trap-ns"}[th.TrapSource]
@@ -510,11 +187,11 @@ func hotUprobe(c *Cost, th Thresholds) (finding.Finding, bool) {
 			"Sample: attach for short windows, or filter the probe to the processes that matter (pid), so other callers do not trap",
 			"The trap cost is an estimate: wolf measures it with a probe on itself (trap_ns_source=measured); wolf bpf --trap-ns N sets it",
 		},
-		References: []string{"seed 002; DESIGN.md: uprobes cost ≈ 1.7 µs per hit", refStats},
+		References: []string{talkRef + ": uprobes cost ≈ 1.7 µs per hit", refStats},
 	}, true
 }
 
-// hotKretprobe flags kretprobes on a hot path (seed 002's first story).
+// hotKretprobe flags kretprobes on a hot path (the Datadog talk's first story).
 func hotKretprobe(c *Cost, th Thresholds) (finding.Finding, bool) {
 	if !c.has(KindKretprobe, KindKretMulti) || c.RunsPerS < th.HotRunsPerS {
 		return finding.Finding{}, false
@@ -535,7 +212,7 @@ func hotKretprobe(c *Cost, th Thresholds) (finding.Finding, bool) {
 		Summary: fmt.Sprintf("Every call of the probed kernel function takes a return instance from a shared pool; held by %s; %d hits missed for want of an instance.",
 			c.Who(), missed),
 		Mechanism: "A kretprobe saves each call's return address in a kretprobe_instance taken from a pool shared by all CPUs: a spinlock before 5.10, a lock-free freelist (cache-line bouncing) until the per-CPU objpool/rethook. " +
-			"On many CPUs a hot function's callers serialise there: seed 002 measured network throughput falling from 4.2 M to 119 K.",
+			"On many CPUs a hot function's callers serialise there: the Datadog talk measured network throughput falling from 4.2 M to 119 K.",
 		Subjects: subjects(c),
 		Evidence: ev,
 		Remediation: []string{
@@ -543,7 +220,7 @@ func hotKretprobe(c *Cost, th Thresholds) (finding.Finding, bool) {
 			"Probe a rarer function, or drop the return probe if the return value is not needed",
 			"On old kernels raise maxactive only to stop misses: it does not remove the lock",
 		},
-		References: []string{"seed 002: kretprobe scaling pains (4.14 spinlock, 6.6 freelist, objpool)"},
+		References: []string{talkRef + ": kretprobe scaling pains (4.14 spinlock, 6.6 freelist, objpool)"},
 	}, true
 }
 
@@ -576,7 +253,7 @@ func kernelAtLeast(release string, major, minor int) bool {
 }
 
 // fentryRisk notes tracing programs (fentry/fexit/fmod_ret): detaching them
-// waits for an RCU-tasks grace period, the seed's container-stop hang.
+// waits for an RCU-tasks grace period, the talk's container-stop hang.
 func fentryRisk(costs []Cost, kernel string) (finding.Finding, bool) {
 	var progs []string
 	var ids []uint32
@@ -604,14 +281,14 @@ func fentryRisk(costs []Cost, kernel string) (finding.Finding, bool) {
 		Title:   fmt.Sprintf("%d fentry/fexit program(s) attached: detaching waits for an RCU-tasks grace period", len(progs)),
 		Summary: "Programs: " + strings.Join(progs, "; ") + ". " + fixed + ".",
 		Mechanism: "Detaching a trampoline program rebuilds the BPF trampoline and waits in synchronize_rcu_tasks() until every task has voluntarily context-switched; tasks late in do_exit are waited for through an SRCU section. " +
-			"Seed 002: a container's pid-1 zapping its namespace held that SRCU section while waiting for the agent, the agent waited in synchronize_rcu_tasks, and docker stop hung.",
+			"In the Datadog talk, a container's pid-1 zapping its namespace held that SRCU section while waiting for the agent, the agent waited in synchronize_rcu_tasks, and docker stop hung.",
 		Subjects: ss,
 		Evidence: map[string]any{"programs": len(progs), "prog_ids": ids, "kernel": kernel},
 		Remediation: []string{
 			"Detach (close the links) before the agent's pid namespace is torn down, not from its exit path",
 			"On kernels before 6.9 backport 'rcu-tasks: Maintain lists to eliminate RCU-tasks/do_exit() deadlocks', or use raw tracepoints",
 		},
-		References: []string{"seed 002: an fentry and RCU bug"},
+		References: []string{talkRef + ": a deadlock in fentry (RCU tasks)"},
 	}, true
 }
 
@@ -671,14 +348,14 @@ func uprobeRegisterRisk(costs []Cost, kernel string, th Thresholds) []finding.Fi
 			Title:   fmt.Sprintf("uprobes on %s (%s): attaching or detaching write-locks each of those processes' mmap_lock", f, who),
 			Summary: fmt.Sprintf("Programs %v probe this file; %s.", t.ids, note),
 			Mechanism: "uprobe_register walks every mm that maps the file and takes its mmap_lock for writing to insert the breakpoint; rw-semaphores queue readers behind a waiting writer. " +
-				"Seed 002: with a deep mmap_lock queue a blocked registration stalled page faults and uprobe hits in every process mapping the file, until khungtaskd fired.",
+				"In the Datadog talk, with a deep mmap_lock queue a blocked registration stalled page faults and uprobe hits in every process mapping the file, until khungtaskd fired.",
 			Subjects: t.ss,
-			Evidence: map[string]any{"file": f, "shared_by_processes": t.shared, "prog_ids": t.ids, "runs_per_s": round2(t.hot)},
+			Evidence: map[string]any{"file": f, "shared_by_processes": t.shared, "prog_ids": t.ids, "runs_per_s": human.Round(t.hot, 2)},
 			Remediation: []string{
 				"Attach uprobes once at agent start, not repeatedly; filter by pid so only target processes get breakpoints",
 				"Prefer USDT or application-level hooks in widely shared libraries; watch mmap_lock contention (wolf locks) while attaching",
 			},
-			References: []string{"seed 002: production impact from uprobe (uprobe_register vs mmap_lock); kernel commit 'uprobes: add speculative lockless VMA-to-inode-to-uprobe resolution'"},
+			References: []string{talkRef + ": a production incident due to uprobe (uprobe_register vs mmap_lock); kernel commit 'uprobes: add speculative lockless VMA-to-inode-to-uprobe resolution'"},
 		})
 	}
 	return out
@@ -717,8 +394,8 @@ func summary(s *Snapshot, costs []Cost) finding.Finding {
 		ID: "bpf.summary", Investigator: "bpf", Severity: finding.Info,
 		Title:   title,
 		Summary: sum,
-		Evidence: map[string]any{"programs": len(costs), "third_party_programs": third, "runs_per_s": round2(float64(runs) / secs),
-			"run_ns": run, "one_cpu_pct": round2(one), "cpus": s.NumCPU, "window_s": round2(secs)},
+		Evidence: map[string]any{"programs": len(costs), "third_party_programs": third, "runs_per_s": human.Round(float64(runs)/secs, 2),
+			"run_ns": run, "one_cpu_pct": human.Round(one, 2), "cpus": s.NumCPU, "window_s": human.Round(secs, 2)},
 	}
 }
 
@@ -735,46 +412,4 @@ func listed(c *Cost) finding.Finding {
 		Subjects: subjects(c),
 		Evidence: evidence(c),
 	}
-}
-
-// Sample is every program's statistics at one moment, At seconds into
-// the window.
-type Sample struct {
-	At    float64
-	Stats map[uint32]Stat
-}
-
-// maxTimelines bounds the runs/s curves in a report.
-const maxTimelines = 5
-
-// RateTimelines turns samples taken through the window into a runs/s
-// curve for each of the n costliest programs that ran: one event per
-// interval, at its end, valued at that interval's rate.
-func RateTimelines(s *Snapshot, samples []Sample, n int) []finding.Timeline {
-	var out []finding.Timeline
-	for _, c := range Measure(s) {
-		if len(out) >= n {
-			break
-		}
-		if c.Runs == 0 {
-			continue
-		}
-		tl := finding.Timeline{Name: "bpf_runs_per_s", Unit: "runs/s",
-			Labels: map[string]string{"prog_id": fmt.Sprint(c.ID), "name": c.Name, "attach": c.Where()}}
-		for i := 1; i < len(samples); i++ {
-			a, b := samples[i-1], samples[i]
-			dt := b.At - a.At
-			if dt <= 0 {
-				continue
-			}
-			prev, next := a.Stats[c.ID], b.Stats[c.ID]
-			rate := 0.0
-			if next.Runs >= prev.Runs {
-				rate = float64(next.Runs-prev.Runs) / dt
-			}
-			tl.Events = append(tl.Events, finding.TimelineEvent{AtS: round2(b.At), Value: round2(rate)})
-		}
-		out = append(out, tl)
-	}
-	return out
 }

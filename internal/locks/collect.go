@@ -216,7 +216,7 @@ func (p *probe) read(w uint32) (*reading, error) {
 	for it.Next(&hk, &hvs) {
 		var h hist.Log2
 		for i := range hvs {
-			x := toLog2(&hvs[i], w)
+			x := hist.FromBPF(&hvs[i], w)
 			h.Merge(&x)
 		}
 		r.hists[hk] = h
@@ -229,7 +229,7 @@ func (p *probe) read(w uint32) (*reading, error) {
 	var mv locksMmVal
 	it = p.maps.MmStats.Iterate()
 	for it.Next(&mk, &mv) {
-		r.mm[mk] = &mmSum{comm: bpfrec.CString(mv.Comm[:]), hold: toLog2(&mv.Hold, w), wait: toLog2(&mv.Wait, w)}
+		r.mm[mk] = &mmSum{comm: bpfrec.CString(mv.Comm[:]), hold: hist.FromBPF(&mv.Hold, w), wait: hist.FromBPF(&mv.Wait, w)}
 	}
 	if err := it.Err(); err != nil {
 		return nil, err
@@ -372,12 +372,6 @@ func (r *reading) addWait(pe *locksPending, tid uint32, d uint64, ongoing bool) 
 	o.count++
 	o.totalNs += d
 	o.maxNs = max(o.maxNs, d)
-}
-
-// toLog2 is a histogram as the map holds it (cumulative) with window w's
-// maximum.
-func toLog2(h *locksWolfHist, w uint32) hist.Log2 {
-	return hist.FromSlots(h.Slots[:], h.Count, h.Sum, probekit.WindowMax(h.Max.V, h.Max.Win, w))
 }
 
 // holdEvents returns the long holds the ring buffer delivered since the

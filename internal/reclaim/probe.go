@@ -180,21 +180,15 @@ func (p *probe) read(w uint32) (*raw, error) {
 	)
 	it = p.maps.Hists.Iterate()
 	for it.Next(&hk, &hv) {
-		r.hists[hk] = toLog2(&hv, w)
+		r.hists[hk] = hist.FromBPF(&hv, w)
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("reclaim: read histograms: %w", err)
 	}
 	if err := p.maps.KswapdHist.Lookup(uint32(0), &hv); err == nil {
-		r.kswapd = toLog2(&hv, w)
+		r.kswapd = hist.FromBPF(&hv, w)
 	}
 	return r, nil
-}
-
-// toLog2 is a histogram as the map holds it (cumulative) with window w's
-// maximum.
-func toLog2(h *reclaimWolfHist, w uint32) hist.Log2 {
-	return hist.FromSlots(h.Slots[:], h.Count, h.Sum, probekit.WindowMax(h.Max.V, h.Max.Win, w))
 }
 
 // cgFields applies op to every cumulative field of a cgroup's stats:

@@ -263,7 +263,7 @@ func (p *probe) cpuHists(w uint32) ([]hist.Log2, error) {
 	}
 	out := make([]hist.Log2, len(vals))
 	for i := range vals {
-		out[i] = toLog2(&vals[i], w)
+		out[i] = hist.FromBPF(&vals[i], w)
 	}
 	return out, nil
 }
@@ -276,7 +276,7 @@ func (p *probe) cgroupHists(w uint32) map[uint64]hist.Log2 {
 	var h schedWolfHist
 	it := p.maps.CgroupRunq.Iterate()
 	for it.Next(&id, &h) {
-		out[id] = toLog2(&h, w)
+		out[id] = hist.FromBPF(&h, w)
 	}
 	return out
 }
@@ -322,9 +322,3 @@ func (p *probe) programsByName() map[string]*ebpf.Program {
 }
 
 func (p *probe) close() { p.kit.Close() }
-
-// toLog2 is a histogram as the map holds it (cumulative) with window w's
-// maximum.
-func toLog2(h *schedWolfHist, w uint32) hist.Log2 {
-	return hist.FromSlots(h.Slots[:], h.Count, h.Sum, probekit.WindowMax(h.Max.V, h.Max.Win, w))
-}

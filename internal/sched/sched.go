@@ -1,4 +1,4 @@
-// Package sched is wolf's scheduler investigator (seed 001): which tasks
+// Package sched is wolf's scheduler investigator (after "The Network Is Slow", Eric's Place): which tasks
 // the scheduler moves between CPUs, how often, whether they bounce straight
 // back, who moves them (the wake-up path, the load balancer, the migration
 // stopper, an affinity change), how long woken tasks wait for a CPU, and
@@ -330,9 +330,9 @@ func merge(m map[string]hist.Log2, key string, h hist.Log2) {
 func taskWindow(r, prev *schedTaskRec, seen bool, start uint64, w uint32) *Task {
 	st, ps := &r.St, &prev.St
 	sub := func(a, b uint32) uint64 { return probekit.Sub(uint64(a), uint64(b)) }
-	runq := toLog2(&st.Runq, w)
+	runq := hist.FromBPF(&st.Runq, w)
 	if seen {
-		p := toLog2(&ps.Runq, w)
+		p := hist.FromBPF(&ps.Runq, w)
 		runq = runq.Sub(&p)
 	}
 	t := &Task{

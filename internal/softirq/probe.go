@@ -211,16 +211,10 @@ func readHists(m *ebpf.Map, n int, w uint32) ([][]hist.Log2, error) {
 			return nil, fmt.Errorf("softirq: read histogram %d: %w", v, err)
 		}
 		for i := range vals {
-			out[v] = append(out[v], toLog2(&vals[i], w))
+			out[v] = append(out[v], hist.FromBPF(&vals[i], w))
 		}
 	}
 	return out, nil
-}
-
-// toLog2 is a histogram as the map holds it (cumulative) with window w's
-// maximum.
-func toLog2(h *softirqWolfHist, w uint32) hist.Log2 {
-	return hist.FromSlots(h.Slots[:], h.Count, h.Sum, probekit.WindowMax(h.Max.V, h.Max.Win, w))
 }
 
 // rawStack is a sampled stack before symbolization.
