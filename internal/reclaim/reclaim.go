@@ -88,10 +88,8 @@ func (iv *Investigator) Start(ctx context.Context, opts investigator.Options) (i
 	if s.sc, err = iv.scope(ctx, h, herr, opts.PID); err != nil {
 		return nil, err
 	}
-	// Before: every cgroup's counters, every process's stat, host PSI.
+	// Before: every cgroup's counters, every process's stat.
 	s.baseline(ctx, nil, nil)
-	s.psi0, s.psiErr = memcg.ReadPSI(memcg.SystemPressure)
-	s.oom0 = vmstatOOMKills()
 
 	refuse := map[string]bool{}
 	for name := range iv.absent {
@@ -100,6 +98,10 @@ func (iv *Investigator) Start(ctx context.Context, opts investigator.Options) (i
 	if s.p, err = openProbe(s.useMemcg, refuse); err != nil {
 		return nil, err
 	}
+	// Host PSI and OOM kills from the window's start: PSI is a share of
+	// the window's time.
+	s.psi0, s.psiErr = memcg.ReadPSI(memcg.SystemPressure)
+	s.oom0 = vmstatOOMKills()
 	s.started = time.Now()
 	if iv.attached != nil {
 		iv.attached()
