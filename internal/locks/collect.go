@@ -81,16 +81,21 @@ type reading struct {
 	// hists and the mm waits have the waits that ended only: a wait still
 	// going is not a value of a histogram yet.
 	hists  map[locksLockKey]hist.Log2
-	mm     map[locksMmKey]*mmSum
+	// histUnfolded are the histograms a wait not folded yet is in.
+	histUnfolded map[locksLockKey]bool
+	mm           map[locksMmKey]*mmSum
 	prof   map[locksProfKey]uint64
 	queues map[uint64]*queueSum
 }
 
+// The sums' unfolded says a wait not folded yet is in them: their key must
+// stay in the programs' maps (see windows.evict).
 type waitSum struct {
 	count, totalNs, ownerReaders, writerHead uint64 // cumulative
 	maxNs                                    uint64 // the window's
 	maxTID                                   int
 	ongoing                                  uint64 // still going now
+	unfolded                                 bool
 }
 
 type waiterSum struct {
@@ -99,6 +104,7 @@ type waiterSum struct {
 	tgid           int
 	comm           string
 	ongoing        bool
+	unfolded       bool
 }
 
 type ownerSum struct {
@@ -106,11 +112,13 @@ type ownerSum struct {
 	maxNs          uint64
 	tgid           int
 	comm           string // "" when the programs could not name it
+	unfolded       bool
 }
 
 type mmSum struct {
 	comm       string
 	hold, wait hist.Log2
+	unfolded   bool
 }
 
 type queueSum struct {
@@ -122,7 +130,8 @@ type queueSum struct {
 func newReading() *reading {
 	return &reading{
 		waits: map[locksWaitKey]*waitSum{}, waiters: map[locksTaskKey]*waiterSum{}, owners: map[locksOwnerKey]*ownerSum{},
-		hists: map[locksLockKey]hist.Log2{}, mm: map[locksMmKey]*mmSum{}, prof: map[locksProfKey]uint64{},
+		hists: map[locksLockKey]hist.Log2{}, histUnfolded: map[locksLockKey]bool{},
+		mm: map[locksMmKey]*mmSum{}, prof: map[locksProfKey]uint64{},
 		queues: map[uint64]*queueSum{},
 	}
 }
@@ -317,6 +326,7 @@ func (r *reading) addWait(pe *locksPending, tid uint32, d uint64, ongoing bool) 
 	}
 	w.count++
 	w.totalNs += d
+	w.unfolded = true
 	if d > w.maxNs {
 		w.maxNs, w.maxTID = d, int(tid)
 	}
@@ -334,6 +344,7 @@ func (r *reading) addWait(pe *locksPending, tid uint32, d uint64, ongoing bool) 
 		h := r.hists[lk]
 		h.Add(d)
 		r.hists[lk] = h
+		r.histUnfolded[lk] = true
 	}
 	if Type(pe.Type).Spins() {
 		return
@@ -349,6 +360,7 @@ func (r *reading) addWait(pe *locksPending, tid uint32, d uint64, ongoing bool) 
 			r.mm[mk] = m
 		}
 		m.wait.Add(d)
+		m.unfolded = true
 	}
 	tk := locksTaskKey{Lock: pe.Lock, Tid: tid}
 	t := r.waiters[tk]
@@ -360,6 +372,7 @@ func (r *reading) addWait(pe *locksPending, tid uint32, d uint64, ongoing bool) 
 	t.totalNs += d
 	t.maxNs = max(t.maxNs, d)
 	t.ongoing = t.ongoing || ongoing
+	t.unfolded = true
 	if OwnerKind(pe.OwnerKind) == OwnerNone {
 		return
 	}
@@ -372,6 +385,7 @@ func (r *reading) addWait(pe *locksPending, tid uint32, d uint64, ongoing bool) 
 	o.count++
 	o.totalNs += d
 	o.maxNs = max(o.maxNs, d)
+	o.unfolded = true
 }
 
 // holdEvents returns the long holds the ring buffer delivered since the

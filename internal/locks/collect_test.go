@@ -99,6 +99,20 @@ func readingOf(folded []pending, unfolded []pending, now uint64) *reading {
 		d, _, _ := pendingWait(&f.pe, now)
 		r.addWait(&f.pe, f.tid, d, false)
 	}
+	// Those are the maps' now, not waits still to fold.
+	for _, v := range r.waits {
+		v.unfolded = false
+	}
+	for _, v := range r.waiters {
+		v.unfolded = false
+	}
+	for _, v := range r.owners {
+		v.unfolded = false
+	}
+	for _, v := range r.mm {
+		v.unfolded = false
+	}
+	clear(r.histUnfolded)
 	for _, u := range unfolded {
 		if d, ongoing, ok := pendingWait(&u.pe, now); ok {
 			r.addWait(&u.pe, u.tid, d, ongoing)
@@ -132,7 +146,7 @@ func TestWindowsOfOneWait(t *testing.T) {
 		{7 * s, nil, []pending{over}, want{0, 1 * s, 0, 1}},
 		{9 * s, []pending{over}, nil, want{}},
 	} {
-		win := w.step(readingOf(c.folded, c.unfolded, c.now))
+		win, _ := w.step(readingOf(c.folded, c.unfolded, c.now))
 		var got want
 		for _, v := range win.waits {
 			got.count += v.count
@@ -171,7 +185,7 @@ func TestWindowsShortReading(t *testing.T) {
 		{[]pending{wait}, []pending{other}, 1}, // shows folded; another wait
 		{[]pending{wait, other}, nil, 0},       // the other one folded
 	} {
-		win := w.step(readingOf(c.folded, c.unfolded, 1000))
+		win, _ := w.step(readingOf(c.folded, c.unfolded, 1000))
 		var got uint64
 		for _, v := range win.waits {
 			got += v.count
@@ -183,5 +197,42 @@ func TestWindowsShortReading(t *testing.T) {
 	}
 	if count != 2 {
 		t.Errorf("%d waits counted in all, 2 were made", count)
+	}
+}
+
+// A key that stops changing is evicted from the programs' maps after
+// evictAfter readings without change, and forgotten: if the lock is waited on again, the
+// new entry counts from zero.
+func TestWindowsEvictIdleKeys(t *testing.T) {
+	wait := pending{locksPending{StartNs: 100, EndNs: 300, Lock: 0x10, Type: uint32(Mutex), StackId: -1}, 7}
+	var w windows
+	// Reading 1 has the wait; readings 2 to evictAfter+1 see no change.
+	for i := 1; i <= evictAfter+1; i++ {
+		win, ev := w.step(readingOf([]pending{wait}, nil, 1000))
+		if i <= evictAfter && len(ev.waits)+len(ev.waiters) != 0 {
+			t.Fatalf("reading %d: evicted %+v early", i, ev)
+		}
+		if i == evictAfter+1 && (len(ev.waits) != 1 || len(ev.waiters) != 1 || len(ev.hists) != 1) {
+			t.Fatalf("reading %d: evicted %+v, want the wait's keys", i, ev)
+		}
+		if n := len(win.waits); (i == 1) != (n == 1) {
+			t.Errorf("reading %d: %d waits in the window", i, n)
+		}
+	}
+	// Deleted from the map, the key comes back with a new wait: one.
+	win, _ := w.step(readingOf([]pending{wait}, nil, 1000))
+	var count uint64
+	for _, v := range win.waits {
+		count += v.count
+	}
+	if count != 1 {
+		t.Errorf("the wait after eviction counts %d, want 1", count)
+	}
+	// A wait not folded yet keeps its keys in the maps.
+	var u windows
+	for range evictAfter + 1 {
+		if _, ev := u.step(readingOf(nil, []pending{wait}, 1000)); len(ev.waits)+len(ev.waiters)+len(ev.hists) != 0 {
+			t.Fatalf("evicted %+v with a wait not folded in them", ev)
+		}
 	}
 }

@@ -232,7 +232,9 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 		return nil, fmt.Errorf("locks: read maps: %w", err)
 	}
 	sc := &stackCache{p: p, syms: syms, memo: map[int32][]string{}}
-	s.win.step(cur).fill(sc, snap)
+	win, ev := s.win.step(cur)
+	win.fill(sc, snap)
+	p.evict(ev)
 	evs, lost, ringErr := p.holdEvents()
 	snap.Holds, snap.HoldsLost = holds(sc, evs), lost
 	for i := range snap.Queues {

@@ -38,6 +38,12 @@ import (
 // only grow; a wait not folded yet, folded between the two reads) is kept
 // one reading more, then forgotten (its thread's entry was evicted, or a
 // lost end replaced the wait).
+//
+// The programs' maps are bounded and their keys (locks, threads, stacks)
+// come and go over hours: a key that has not changed for evictAfter
+// readings, and has no wait in it that the programs have not folded, is
+// deleted from its map (evict), and forgotten here, so that it counts
+// from zero if it comes back.
 type windows struct {
 	waits   map[locksWaitKey]waitSum
 	waiters map[locksTaskKey]waiterSum
@@ -47,6 +53,50 @@ type windows struct {
 	prof    map[locksProfKey]uint64
 	queues  map[uint64]queueSum
 	missed  missed
+	idle    idle
+}
+
+// evictAfter is how many readings in a row a key of the programs' maps
+// must stay unchanged before it is deleted from them: three windows, a
+// few minutes of wolf watch, without a wait on that lock, of that thread.
+const evictAfter = 3
+
+// idle counts, per key, the readings in a row it did not change.
+type idle struct {
+	waits   map[locksWaitKey]int
+	waiters map[locksTaskKey]int
+	owners  map[locksOwnerKey]int
+	hists   map[locksLockKey]int
+	mm      map[locksMmKey]int
+	prof    map[locksProfKey]int
+	queues  map[uint64]int
+}
+
+// evict are the keys to delete from the programs' maps.
+type evict struct {
+	waits   []locksWaitKey
+	waiters []locksTaskKey
+	owners  []locksOwnerKey
+	hists   []locksLockKey
+	mm      []locksMmKey
+	prof    []locksProfKey
+	queues  []uint64
+}
+
+// idleStep notes whether key k changed in this reading, in next (the
+// counts to keep), and says whether it has now been idle long enough to
+// evict; then it is forgotten, in next and in keep.
+func idleStep[K comparable, V any](prev, next map[K]int, keep map[K]V, k K, changed bool, out *[]K) {
+	n := 0
+	if !changed {
+		n = prev[k] + 1
+	}
+	if n >= evictAfter {
+		*out = append(*out, k)
+		delete(keep, k)
+		return
+	}
+	next[k] = n
 }
 
 // missed are the keys kept one reading more, per map.
@@ -83,10 +133,16 @@ func envHist(cur, largest hist.Log2) (window, keep hist.Log2) {
 	return window, keep
 }
 
-// step returns the window of a reading and keeps it for the next.
-func (w *windows) step(cur *reading) *reading {
+// step returns the window of a reading, and the keys to evict from the
+// programs' maps, and keeps the reading for the next.
+func (w *windows) step(cur *reading) (*reading, *evict) {
 	out := newReading()
 	env := probekit.Envelope
+	ev := &evict{}
+	nidle := idle{
+		waits: map[locksWaitKey]int{}, waiters: map[locksTaskKey]int{}, owners: map[locksOwnerKey]int{},
+		hists: map[locksLockKey]int{}, mm: map[locksMmKey]int{}, prof: map[locksProfKey]int{}, queues: map[uint64]int{},
+	}
 
 	waits := make(map[locksWaitKey]waitSum, len(cur.waits))
 	for k, c := range cur.waits {
@@ -101,6 +157,7 @@ func (w *windows) step(cur *reading) *reading {
 		if d.count+d.totalNs+d.ongoing > 0 {
 			out.waits[k] = d
 		}
+		idleStep(w.idle.waits, nidle.waits, waits, k, d.count+d.totalNs > 0 || c.unfolded, &ev.waits)
 	}
 
 	waiters := make(map[locksTaskKey]waiterSum, len(cur.waiters))
@@ -114,6 +171,7 @@ func (w *windows) step(cur *reading) *reading {
 		if d.count+d.totalNs > 0 || d.ongoing {
 			out.waiters[k] = d
 		}
+		idleStep(w.idle.waiters, nidle.waiters, waiters, k, d.count+d.totalNs > 0 || c.unfolded, &ev.waiters)
 	}
 
 	owners := make(map[locksOwnerKey]ownerSum, len(cur.owners))
@@ -127,6 +185,7 @@ func (w *windows) step(cur *reading) *reading {
 		if d.count+d.totalNs > 0 {
 			out.owners[k] = d
 		}
+		idleStep(w.idle.owners, nidle.owners, owners, k, d.count+d.totalNs > 0 || c.unfolded, &ev.owners)
 	}
 
 	hists := make(map[locksLockKey]hist.Log2, len(cur.hists))
@@ -136,6 +195,7 @@ func (w *windows) step(cur *reading) *reading {
 		if d.Count > 0 {
 			out.hists[k] = d
 		}
+		idleStep(w.idle.hists, nidle.hists, hists, k, d.Count > 0 || cur.histUnfolded[k], &ev.hists)
 	}
 
 	mm := make(map[locksMmKey]mmSum, len(cur.mm))
@@ -149,6 +209,7 @@ func (w *windows) step(cur *reading) *reading {
 		if d.hold.Count+d.wait.Count > 0 {
 			out.mm[k] = d
 		}
+		idleStep(w.idle.mm, nidle.mm, mm, k, d.hold.Count+d.wait.Count > 0 || c.unfolded, &ev.mm)
 	}
 
 	prof := make(map[locksProfKey]uint64, len(cur.prof))
@@ -158,6 +219,7 @@ func (w *windows) step(cur *reading) *reading {
 		if d > 0 {
 			out.prof[k] = d
 		}
+		idleStep(w.idle.prof, nidle.prof, prof, k, d > 0, &ev.prof)
 	}
 
 	queues := make(map[uint64]queueSum, len(cur.queues))
@@ -175,6 +237,7 @@ func (w *windows) step(cur *reading) *reading {
 		if d.maxReaders+d.maxWriters > 0 {
 			out.queues[k] = &d
 		}
+		idleStep(w.idle.queues, nidle.queues, queues, k, d.busyPeriods+d.maxReaders+d.maxWriters > 0 || c.readers+c.writers != 0, &ev.queues)
 	}
 
 	w.missed = missed{
@@ -184,8 +247,30 @@ func (w *windows) step(cur *reading) *reading {
 		hists:   carry(hists, w.hists, w.missed.hists),
 		mm:      carry(mm, w.mm, w.missed.mm),
 	}
+	// Evicted keys are not carried: they are gone from the maps too.
+	for _, k := range ev.waits {
+		delete(waits, k)
+		delete(w.missed.waits, k)
+	}
+	for _, k := range ev.waiters {
+		delete(waiters, k)
+		delete(w.missed.waiters, k)
+	}
+	for _, k := range ev.owners {
+		delete(owners, k)
+		delete(w.missed.owners, k)
+	}
+	for _, k := range ev.hists {
+		delete(hists, k)
+		delete(w.missed.hists, k)
+	}
+	for _, k := range ev.mm {
+		delete(mm, k)
+		delete(w.missed.mm, k)
+	}
 	w.waits, w.waiters, w.owners, w.hists, w.mm, w.prof, w.queues = waits, waiters, owners, hists, mm, prof, queues
-	return out
+	w.idle = nidle
+	return out, ev
 }
 
 // fill turns a window into the snapshot's lists, symbolizing stacks and
@@ -253,4 +338,31 @@ func holds(sc *stackCache, evs []locksHoldEvent) []Hold {
 		})
 	}
 	return out
+}
+
+// evict deletes keys from the programs' maps. A wait folded into one of
+// them between its reading and now is lost with it: the key had not
+// changed for evictAfter windows, so that is one event in a blue moon.
+func (p *probe) evict(ev *evict) {
+	for _, k := range ev.waits {
+		_ = p.maps.Waits.Delete(k)
+	}
+	for _, k := range ev.waiters {
+		_ = p.maps.Waiters.Delete(k)
+	}
+	for _, k := range ev.owners {
+		_ = p.maps.Owners.Delete(k)
+	}
+	for _, k := range ev.hists {
+		_ = p.maps.LockHist.Delete(k)
+	}
+	for _, k := range ev.mm {
+		_ = p.maps.MmStats.Delete(k)
+	}
+	for _, k := range ev.prof {
+		_ = p.maps.UnderLock.Delete(k)
+	}
+	for _, k := range ev.queues {
+		_ = p.maps.Queues.Delete(k)
+	}
 }
