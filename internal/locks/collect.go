@@ -80,12 +80,12 @@ type reading struct {
 	owners  map[locksOwnerKey]*ownerSum
 	// hists and the mm waits have the waits that ended only: a wait still
 	// going is not a value of a histogram yet.
-	hists  map[locksLockKey]hist.Log2
+	hists map[locksLockKey]hist.Log2
 	// histUnfolded are the histograms a wait not folded yet is in.
 	histUnfolded map[locksLockKey]bool
 	mm           map[locksMmKey]*mmSum
-	prof   map[locksProfKey]uint64
-	queues map[uint64]*queueSum
+	prof         map[locksProfKey]uint64
+	queues       map[uint64]*queueSum
 }
 
 // The sums' unfolded says a wait not folded yet is in them: their key must
