@@ -92,3 +92,40 @@ func Sub(a, b uint64) uint64 {
 func Envelope(cur, largest uint64) (window, keep uint64) {
 	return Sub(cur, largest), max(cur, largest)
 }
+
+// IdleAfter is how many readings in a row an entry of a cumulative map
+// must stay unchanged before Idle says to delete it: three windows, a few
+// minutes of wolf watch.
+const IdleAfter = 3
+
+// Idle counts, key by key, the readings in a row an entry of a cumulative
+// map did not change. Attached for hours, a bounded map keyed by things
+// that come and go (threads, cgroups) would fill with the long gone and
+// refuse new keys; its investigator deletes what Idle calls idle, and
+// forgets it in its windows, so that a key that comes back counts from
+// zero. Call Step for every key of a reading, then End.
+type Idle[K comparable] struct {
+	n, next map[K]int
+}
+
+// Step notes whether key k changed in this reading, and says whether it
+// has now been unchanged for IdleAfter readings (it is then forgotten).
+func (d *Idle[K]) Step(k K, changed bool) bool {
+	if d.next == nil {
+		d.next = map[K]int{}
+	}
+	n := 0
+	if !changed {
+		n = d.n[k] + 1
+	}
+	if n >= IdleAfter {
+		return true
+	}
+	d.next[k] = n
+	return false
+}
+
+// End closes a reading: keys it did not step are forgotten.
+func (d *Idle[K]) End() {
+	d.n, d.next = d.next, nil
+}

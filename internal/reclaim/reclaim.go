@@ -177,7 +177,8 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	raw := s.win.step(cur)
+	raw, ev := s.win.step(cur)
+	p.evict(ev)
 	c, err := p.kit.WindowCounters()
 	if err != nil {
 		return nil, fmt.Errorf("reclaim: %w", err)

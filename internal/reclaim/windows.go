@@ -23,6 +23,11 @@ import (
 // calls and that of the calls in flight is in neither; the sum then dips,
 // the dip is not taken as negative time (the larger reading is kept), and
 // the call is counted whole in the next window.
+//
+// Entries of cgroups, threads and histograms that have not changed for
+// probekit.IdleAfter readings (and, for a cgroup or thread, have no call
+// in flight) are deleted from the maps, which are bounded and attached for
+// hours, and forgotten here: a key that comes back counts from zero.
 type windows struct {
 	cg      map[uint64]reclaimCgStats
 	cgTime  map[cgKind]uint64
@@ -30,6 +35,17 @@ type windows struct {
 	flights map[flightKey]flight
 	hists   map[reclaimHistKey]hist.Log2
 	kswapd  hist.Log2
+
+	idleCg    probekit.Idle[uint64]
+	idleTasks probekit.Idle[uint32]
+	idleHists probekit.Idle[reclaimHistKey]
+}
+
+// evict are the keys to delete from the maps.
+type evict struct {
+	cgroups []uint64
+	tasks   []uint32
+	hists   []reclaimHistKey
 }
 
 type cgKind struct {
@@ -62,8 +78,10 @@ type flight struct {
 // step turns a reading into its window (a raw of deltas: cgroups' and
 // threads' counts of the window, their Ns[k] and Ns the completed calls'
 // part of the window's time; before tells each call in flight what earlier
-// windows counted of it) and keeps the reading for the next.
-func (w *windows) step(cur *raw) *raw {
+// windows counted of it), keeps the reading for the next, and says which
+// keys to evict.
+func (w *windows) step(cur *raw) (*raw, *evict) {
+	ev := &evict{}
 	out := &raw{
 		cgroups:  map[uint64]*cgRead{},
 		tasks:    map[uint32]reclaimTaskStats{},
@@ -76,6 +94,7 @@ func (w *windows) step(cur *raw) *raw {
 	// Calls in flight: their time so far goes into the sums, and the part
 	// of it in this window is set apart from the completed calls'.
 	flights := map[flightKey]flight{}
+	cgFlying := map[uint64]bool{}
 	cgSum := map[cgKind]uint64{}
 	cgInFlight := map[cgKind]uint64{}
 	tasks := map[uint32]taskSum{}
@@ -90,6 +109,7 @@ func (w *windows) step(cur *raw) *raw {
 		flights[k] = flight{elapsed: e, scanned: f.Scanned, reclaimed: f.Reclaimed}
 		out.before[tid] = was
 		ck := cgKind{f.Cgid, f.Kind}
+		cgFlying[f.Cgid] = true
 		cgSum[ck] += uint64(e)
 		cgInFlight[ck] += probekit.Sub(uint64(e), uint64(was.elapsed))
 		t := tasks[tid]
@@ -164,13 +184,55 @@ func (w *windows) step(cur *raw) *raw {
 		}
 	}
 
+	hists := map[reclaimHistKey]hist.Log2{}
 	for k, h := range cur.hists {
 		prev := w.hists[k]
-		out.hists[k] = h.Sub(&prev)
+		d := h.Sub(&prev)
+		out.hists[k] = d
+		hists[k] = h
+		if w.idleHists.Step(k, d.Count > 0) {
+			ev.hists = append(ev.hists, k)
+			delete(hists, k)
+		}
 	}
 	out.kswapd = cur.kswapd.Sub(&w.kswapd)
 
+	for id, d := range out.cgroups {
+		if w.idleCg.Step(id, d.sum != (reclaimCgStats{}) || cgFlying[id]) {
+			ev.cgroups = append(ev.cgroups, id)
+			delete(cg, id)
+			for k := range uint32(numKinds) {
+				delete(cgTime, cgKind{id, k})
+			}
+		}
+	}
+	for tid, t := range out.tasks {
+		_, flying := cur.inflight[tid]
+		if w.idleTasks.Step(tid, t.Calls+t.Ns+t.Scanned+t.Reclaimed > 0 || flying) {
+			ev.tasks = append(ev.tasks, tid)
+			delete(keep, tid)
+		}
+	}
+	w.idleCg.End()
+	w.idleTasks.End()
+	w.idleHists.End()
+
 	w.cg, w.cgTime, w.tasks, w.flights = cg, cgTime, keep, flights
-	w.hists, w.kswapd = cur.hists, cur.kswapd
-	return out
+	w.hists, w.kswapd = hists, cur.kswapd
+	return out, ev
+}
+
+// evict deletes idle keys from the maps. A call accounted to one of them
+// between its reading and now is lost with it: after three idle windows,
+// rare.
+func (p *probe) evict(ev *evict) {
+	for _, k := range ev.cgroups {
+		_ = p.maps.Cgroups.Delete(k)
+	}
+	for _, k := range ev.tasks {
+		_ = p.maps.Tasks.Delete(k)
+	}
+	for _, k := range ev.hists {
+		_ = p.maps.Hists.Delete(k)
+	}
 }

@@ -3,6 +3,9 @@ package reclaim
 import (
 	"testing"
 	"time"
+
+	"github.com/wolf-investigator/wolf/internal/hist"
+	"github.com/wolf-investigator/wolf/internal/probekit"
 )
 
 // One memcg reclaim call of thread 10 in cgroup 7, from 1 s to 6 s,
@@ -41,7 +44,7 @@ func TestWindowsSplitACallInFlight(t *testing.T) {
 			cur.cgroups[7].sum.Calls[kindMemcg] = 1
 			cur.tasks[10] = reclaimTaskStats{Cgid: 7, Tgid: 10, Calls: 1, Ns: uint64(5 * s), Scanned: 400}
 		}
-		win := w.step(cur)
+		win, _ := w.step(cur)
 		done := time.Duration(win.cgroups[7].sum.Ns[kindMemcg])
 		var fly time.Duration
 		if f, ok := win.inflight[10]; ok {
@@ -72,12 +75,46 @@ func TestWindowsCounters(t *testing.T) {
 	step := func(scanned uint64, maxNs uint64) *cgRead {
 		cur := &raw{cgroups: map[uint64]*cgRead{3: {max: [numKinds]uint64{maxNs}}}}
 		cur.cgroups[3].sum.Scanned = scanned
-		return w.step(cur).cgroups[3]
+		win, _ := w.step(cur)
+		return win.cgroups[3]
 	}
 	if c := step(1000, 50); c.sum.Scanned != 1000 || c.max[0] != 50 {
 		t.Errorf("first window %+v", c)
 	}
 	if c := step(1500, 7); c.sum.Scanned != 500 || c.max[0] != 7 {
 		t.Errorf("second window %+v", c)
+	}
+}
+
+// A cgroup, a thread and a histogram that stop changing are evicted after
+// probekit.IdleAfter readings without change, unless a call is in flight.
+func TestWindowsEvictIdle(t *testing.T) {
+	var w windows
+	reading := func(flying bool) *raw {
+		cur := &raw{cgroups: map[uint64]*cgRead{7: {}}, tasks: map[uint32]reclaimTaskStats{10: {Cgid: 7, Calls: 2, Ns: 50}},
+			inflight: map[uint32]reclaimInflight{}, hists: map[reclaimHistKey]hist.Log2{{Cgid: 7}: {Count: 2}}, now: 100}
+		cur.cgroups[7].sum.Calls[kindMemcg] = 2
+		if flying {
+			cur.inflight[10] = reclaimInflight{StartNs: 50, Cgid: 7, Kind: kindMemcg}
+		}
+		return cur
+	}
+	for i := 1; i <= probekit.IdleAfter+1; i++ {
+		_, ev := w.step(reading(false))
+		n := len(ev.cgroups) + len(ev.tasks) + len(ev.hists)
+		if (i <= probekit.IdleAfter && n != 0) || (i == probekit.IdleAfter+1 && n != 3) {
+			t.Errorf("reading %d: evict %+v", i, ev)
+		}
+	}
+	// Gone from the maps and forgotten: back, it counts from zero.
+	win, _ := w.step(reading(false))
+	if win.cgroups[7].sum.Calls[kindMemcg] != 2 || win.tasks[10].Calls != 2 {
+		t.Errorf("after eviction: %+v %+v", win.cgroups[7].sum.Calls, win.tasks[10])
+	}
+	var f windows
+	for range probekit.IdleAfter + 2 {
+		if _, ev := f.step(reading(true)); len(ev.cgroups)+len(ev.tasks) != 0 {
+			t.Fatalf("evicted %+v with a call in flight", ev)
+		}
 	}
 }
