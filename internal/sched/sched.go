@@ -137,6 +137,11 @@ type session struct {
 	prevCg    map[uint64]hist.Log2
 	prevKinds [NKinds]uint64
 	prevAff   map[uint32]schedAffRec
+	// The cgroup and setaffinity maps are bounded (1024) and keyed by
+	// things that come and go: entries unchanged for a few windows are
+	// deleted, and count from zero if they come back.
+	idleCg  probekit.Idle[uint64]
+	idleAff probekit.Idle[uint32]
 }
 
 // taskKey tells tasks apart across windows: a tid can be reused, the time
@@ -217,8 +222,14 @@ func (ss *session) Collect(ctx context.Context) (*investigator.Result, error) {
 	}
 	for id, h := range cgHists {
 		prev := ss.prevCg[id]
-		merge(snap.CgroupRunq, cgName(id), h.Sub(&prev))
+		d := h.Sub(&prev)
+		merge(snap.CgroupRunq, cgName(id), d)
+		if ss.idleCg.Step(id, d.Count > 0) {
+			_ = p.maps.CgroupRunq.Delete(id)
+			delete(cgHists, id)
+		}
 	}
+	ss.idleCg.End()
 	ss.prevCg = cgHists
 
 	next := map[taskKey]schedTaskRec{}
@@ -263,6 +274,14 @@ func (ss *session) Collect(ctx context.Context) (*investigator.Result, error) {
 			delete(next, k) // gone: nothing more will come of it
 		}
 	}
+	for tid, a := range aff {
+		b := ss.prevAff[tid]
+		if ss.idleAff.Step(tid, a.SelfCalls != b.SelfCalls || a.OtherCalls != b.OtherCalls) {
+			_ = p.maps.Setaff.Delete(tid)
+			delete(aff, tid)
+		}
+	}
+	ss.idleAff.End()
 	ss.prevTasks, ss.prevAff = next, aff
 	sort.Slice(snap.Tasks, func(i, j int) bool { return snap.Tasks[i].TID < snap.Tasks[j].TID })
 
