@@ -137,6 +137,9 @@ type session struct {
 	cpuErr     error
 	prev       reading
 	napi       probekit.Since[uint64, NAPIStat]
+	// Sampled stacks come and go; their bounded maps would fill over
+	// hours (see evictStacks).
+	idleRx, idleStall probekit.Idle[uint32]
 }
 
 // reading is what the maps held at one Collect, cumulative since Start.
@@ -231,6 +234,7 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 			return nil, err
 		}
 		rx, st := subStacks(cur.rx, s.prev.rx), subStacks(cur.stall, s.prev.stall)
+		s.evictStacks(cur.rx, cur.stall)
 		var syms *kallsyms.Table
 		if len(rx)+len(st) > 0 {
 			// Only NET_RX samples need symbols: an idle host skips the
@@ -331,6 +335,37 @@ func subHists(cur, prev []hist.Log2) []hist.Log2 {
 		}
 	}
 	return out
+}
+
+// evictStacks deletes the stacks whose sample counts have not changed for
+// probekit.IdleAfter readings from the count maps and from cur (so that
+// they count from zero if they come back), and from the stack map once
+// neither count map has them. A sample taken between the reading and the
+// delete is lost with them: after three windows without one, rare.
+func (s *session) evictStacks(rx, stall map[uint32]rawStack) {
+	p := s.p
+	var gone []uint32
+	for _, m := range []struct {
+		cur, prev map[uint32]rawStack
+		idle      *probekit.Idle[uint32]
+		counts    *ebpf.Map
+	}{{rx, s.prev.rx, &s.idleRx, p.maps.RxStackCounts}, {stall, s.prev.stall, &s.idleStall, p.maps.StallStackCounts}} {
+		for id, st := range m.cur {
+			if m.idle.Step(id, st.Count != m.prev[id].Count) {
+				_ = m.counts.Delete(id)
+				delete(m.cur, id)
+				gone = append(gone, id)
+			}
+		}
+		m.idle.End()
+	}
+	for _, id := range gone {
+		_, inRx := rx[id]
+		_, inStall := stall[id]
+		if !inRx && !inStall {
+			_ = p.maps.Stacks.Delete(id)
+		}
+	}
 }
 
 // subStacks is the window's samples per stack.
