@@ -149,3 +149,21 @@ func TestEnvironmentKnobsDocumented(t *testing.T) {
 		t.Errorf("only %d knobs found in the code: the scan is broken", len(used))
 	}
 }
+
+// Users have never heard of the seeds, the write-ups wolf was built from:
+// code, help, findings and documents cite a write-up by its title
+// (ARCHITECTURE.md#the-write-ups-behind-the-investigators). Tests may say
+// "seed" for their fixtures; a random seed is another word.
+func TestNoSeedReferences(t *testing.T) {
+	seed := regexp.MustCompile(`(?i)\bseeds?[ -]+[0-9]{3}\b|\bthe seeds?\b|\bseed's\b|\bseeds/`)
+	walk(t, []string{".go", ".c", ".h", ".md", ".sh", ".tmpl", ".js", ".yml", ".yaml"}, []string{"run", "Makefile"}, func(path, text string) {
+		if strings.HasSuffix(path, "_test.go") {
+			return
+		}
+		for i, line := range strings.Split(text, "\n") {
+			if m := seed.FindString(line); m != "" {
+				t.Errorf("%s:%d: %q: cite the write-up by its title", path, i+1, m)
+			}
+		}
+	})
+}

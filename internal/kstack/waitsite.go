@@ -1,5 +1,18 @@
-// Wait sites: what a blocked task waits on, read from its kernel stack.
-
+// Package kstack reads a blocked task's kernel stack and says what the
+// task waits on: a mutex, an rw-semaphore, an RCU grace period, a FUSE
+// daemon, a core dump, I/O.
+//
+// It exists because the hung-task report names the victim, not the thing
+// it waits for: the interesting frames hide under scheduler plumbing,
+// unreliable "?" frames and lock slow paths, and the same wait looks
+// different on every kernel build (inlined wrappers, clone suffixes,
+// tail calls). Classify turns any of those shapes into one Site, and
+// Site.Key lets callers put tasks that wait on the same thing together,
+// which is how three unrelated-looking stacks in rtnetlink_rcv_msg,
+// dev_ethtool and bonding_show_bonds become "3 tasks behind rtnl_mutex".
+//
+// It is pure string work: the live investigator (BPF stacks, symbolized)
+// and the offline log analyzer (dmesg text) both use it.
 package kstack
 
 import "strings"

@@ -15,8 +15,9 @@ import (
 // attachTable is everything reclaim puts into the kernel: vmscan
 // tracepoints, as tp_btf (typed arguments: direct reads). Required rows
 // fail the run; without the others it sees less. A tracepoint this kernel
-// lacks (mm_vmscan_throttled came in 5.16, after seed 003's 5.15) leaves
-// its program unloadable, and the kit drops the row.
+// lacks (mm_vmscan_throttled came in 5.16, after the 5.15 of "The case of
+// the vanishing CPU") leaves its program unloadable, and the kit drops the
+// row.
 var attachTable = []probekit.Attach{
 	{Kind: probekit.BTFTracepoint, Target: "vmscan/mm_vmscan_memcg_reclaim_begin", Program: "on_memcg_begin", Required: true,
 		Why: "a task starts reclaiming in its cgroup, at the limit"},
