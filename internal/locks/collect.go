@@ -113,6 +113,25 @@ type ownerSum struct {
 	tgid           int
 	comm           string // "" when the programs could not name it
 	unfolded       bool
+	// first and last are the window's first and last waits that found
+	// it owning the lock, with its clocks then (ns 0: none).
+	first, last ownerClock
+}
+
+// ownerClock is an owner's CPU and run-queue time at a wait's start.
+type ownerClock struct{ ns, rt, rd uint64 }
+
+// note widens the owner's span to a wait that began at c.
+func (o *ownerSum) note(c ownerClock) {
+	if c.ns == 0 {
+		return
+	}
+	if o.first.ns == 0 || c.ns < o.first.ns {
+		o.first = c
+	}
+	if c.ns > o.last.ns {
+		o.last = c
+	}
 }
 
 type mmSum struct {
@@ -195,6 +214,13 @@ func (p *probe) read(w uint32) (*reading, error) {
 			s.maxNs = max(s.maxNs, probekit.WindowMax(v.MaxNs.V, v.MaxNs.Win, w))
 			if s.tgid == 0 && v.OwnerTgid != 0 {
 				s.tgid, s.comm = int(v.OwnerTgid), bpfrec.CString(v.OwnerComm[:])
+			}
+			// The first and last waits, across CPUs, with the owner's
+			// clocks: the window's slot.
+			if sl := w & 1; v.Span.Win[sl] == w {
+				f, l := v.Span.First[sl], v.Span.Last[sl]
+				s.note(ownerClock{f.Ns, f.Rt, f.Rd})
+				s.note(ownerClock{l.Ns, l.Rt, l.Rd})
 			}
 		}
 		r.owners[ok] = s
@@ -386,6 +412,7 @@ func (r *reading) addWait(pe *locksPending, tid uint32, d uint64, ongoing bool) 
 	o.totalNs += d
 	o.maxNs = max(o.maxNs, d)
 	o.unfolded = true
+	o.note(ownerClock{pe.StartNs, pe.OwnerRt, pe.OwnerRd})
 }
 
 // holdEvents returns the long holds the ring buffer delivered since the

@@ -227,6 +227,8 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 			return st.Tgid
 		},
 	}
+	snap.ThrottleSeen = p.kit.Attached("sched/sched_switch")
+	snap.TaskThrottle = taskBasedThrottle()
 	cur, err := p.read(w)
 	if err != nil {
 		return nil, fmt.Errorf("locks: read maps: %w", err)

@@ -51,6 +51,10 @@ func attachTable(typed bool, profileHz int) []probekit.Attach {
 		{Kind: probekit.RawTracepoint, Target: "vmscan/mm_vmscan_lru_shrink_inactive", Program: "on_shrink_inactive",
 			Why: "pages scanned and reclaimed under an mmap_lock"},
 	}
+	if typed {
+		t = append(t, probekit.Attach{Kind: probekit.BTFTracepoint, Target: "sched/sched_switch", Program: "on_switch",
+			Why: "how long mmap_lock holders wait throttled by their cgroup's CPU quota"})
+	}
 	if profileHz > 0 {
 		t = append(t, probekit.Attach{Kind: probekit.PerfSample, Program: "on_sample", Hz: profileHz,
 			Why: "profile what runs while a thread holds its mmap_lock"})
@@ -171,6 +175,26 @@ func kernelHasFunc(name string) bool {
 	}
 	var fn *btf.Func
 	return spec.TypeByName(name, &fn) == nil
+}
+
+// taskBasedThrottle says whether this kernel throttles a task only on its
+// way back to user space (6.18+: task_struct has a throttled flag), so that
+// a task holding a kernel lock is never throttled while it holds it.
+func taskBasedThrottle() bool {
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		return false
+	}
+	var ts *btf.Struct
+	if spec.TypeByName("task_struct", &ts) != nil {
+		return false
+	}
+	for _, m := range ts.Members {
+		if m.Name == "throttled" {
+			return true
+		}
+	}
+	return false
 }
 
 // mmapHasMemcgPath says whether this kernel's mmap_lock tracepoints carry

@@ -177,7 +177,7 @@ func (w *windows) step(cur *reading) (*reading, *evict) {
 	owners := make(map[locksOwnerKey]ownerSum, len(cur.owners))
 	for k, c := range cur.owners {
 		p := w.owners[k]
-		d := &ownerSum{maxNs: c.maxNs, tgid: c.tgid, comm: c.comm}
+		d := &ownerSum{maxNs: c.maxNs, tgid: c.tgid, comm: c.comm, first: c.first, last: c.last}
 		var keep ownerSum
 		d.count, keep.count = env(c.count, p.count)
 		d.totalNs, keep.totalNs = env(c.totalNs, p.totalNs)
@@ -297,11 +297,15 @@ func (r *reading) fill(sc *stackCache, s *Snapshot) {
 			// locks.bpf.c); otherwise /proc names it if the tid lives.
 			tgid, comm = s.tgidOf(int(k.OwnerTid)), s.comm(int(k.OwnerTid))
 		}
-		s.Owners = append(s.Owners, Owner{
+		o := Owner{
 			Lock: k.Lock, TID: int(k.OwnerTid), TGID: tgid, Comm: comm,
 			Kind: OwnerKind(k.OwnerKind), Stack: sc.get(k.OwnerStackId),
 			Count: v.count, TotalNs: v.totalNs, MaxNs: v.maxNs,
-		})
+		}
+		if f, l := v.first, v.last; l.ns > f.ns && l.rt >= f.rt && l.rd >= f.rd {
+			o.SpanNs, o.OnCPUNs, o.RunnableNs = l.ns-f.ns, l.rt-f.rt, l.rd-f.rd
+		}
+		s.Owners = append(s.Owners, o)
 	}
 	for k, v := range r.queues {
 		s.Queues = append(s.Queues, Queue{
@@ -335,6 +339,7 @@ func holds(sc *stackCache, evs []locksHoldEvent) []Hold {
 			RuntimeNs: e.RuntimeNs, CSW: e.Csw, Stack: sc.get(e.StackId),
 			ReclaimNs: e.ReclaimNs, ReclaimCalls: e.ReclaimCalls, PagesScanned: e.PagesScanned,
 			PagesReclaimed: e.PagesReclaimed, PagesActivated: e.PagesActivated, PagesRefKeep: e.PagesRefKeep,
+			RunnableNs: e.RunnableNs, ThrottledNs: e.ThrottledNs, Lock: e.Lock,
 		})
 	}
 	return out

@@ -107,6 +107,8 @@ func (s *Investigator) Start(ctx context.Context, opts investigator.Options) (in
 	if ss.p, err = openProbe(ss.cfg); err != nil {
 		return nil, err
 	}
+	ss.cpuh = findCPUHierarchy(ctx, s.Proc)
+	ss.bw = ss.cpuh.readBandwidths()
 	ss.start = monotonicNow()
 	if s.attached != nil {
 		s.attached()
@@ -142,6 +144,11 @@ type session struct {
 	// deleted, and count from zero if they come back.
 	idleCg  probekit.Idle[uint64]
 	idleAff probekit.Idle[uint32]
+	// CPU bandwidth: where the cpu controller's cgroups are, and what
+	// their quotas had done when the window opened (one window's after
+	// is the next one's before).
+	cpuh cpuHierarchy
+	bw   map[string]bwReading
 }
 
 // taskKey tells tasks apart across windows: a tid can be reused, the time
@@ -172,6 +179,9 @@ func (ss *session) Collect(ctx context.Context) (*investigator.Result, error) {
 		return nil, err
 	}
 	end := monotonicNow()
+	bwAfter := ss.cpuh.readBandwidths()
+	bwBefore := ss.bw
+	ss.bw = bwAfter // the next window starts here
 	if s.dumped != nil {
 		s.dumped()
 	}
@@ -293,6 +303,16 @@ func (ss *session) Collect(ctx context.Context) (*investigator.Result, error) {
 		snap.Sched = schedViewFromBPF(p.topo, p.percpu)
 	}
 	snap.SchedMCOff = schedMCOff(snap.Hardware)
+	for _, b := range bandwidthDeltas(bwBefore, bwAfter, ss.cpuh.version) {
+		if b.Periods < throttleMinPer || b.ThrottledPct() < throttleInfoPct {
+			continue // only the throttled ones are reported: read their processes
+		}
+		b.Procs = ss.cpuh.procsOf(ctx, s.Proc, b.Path)
+		if opts.PID > 0 && !slices.ContainsFunc(b.Procs, func(p Proc) bool { return p.PID == int(cfg.TargetTGID) }) {
+			continue
+		}
+		snap.Bandwidth = append(snap.Bandwidth, b)
+	}
 	s.describeMovers(ctx, snap)
 	if s.snapshot != nil {
 		s.snapshot(snap)
