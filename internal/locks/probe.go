@@ -4,17 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
-	"github.com/cilium/ebpf/link"
-	"github.com/cilium/ebpf/ringbuf"
-	"github.com/cilium/ebpf/rlimit"
 
-	"github.com/wolf-investigator/wolf/internal/bpfrec"
 	"github.com/wolf-investigator/wolf/internal/investigator"
-	"github.com/wolf-investigator/wolf/internal/perfsample"
+	"github.com/wolf-investigator/wolf/internal/probekit"
 )
 
 // config is what the BPF side is told before load.
@@ -27,144 +22,94 @@ type config struct {
 	rawOnly       bool   // tests: behave like a kernel without BTF tracepoints
 }
 
-// commonProgs are loaded on every kernel.
-type commonProgs struct {
-	OnMmAcquired *ebpf.Program `ebpf:"on_mm_acquired"`
-	OnMmReleased *ebpf.Program `ebpf:"on_mm_released"`
-	OnSample     *ebpf.Program `ebpf:"on_sample"`
-	// Reclaim done while holding an mmap_lock.
-	OnMemcgReclaimBegin  *ebpf.Program `ebpf:"on_memcg_reclaim_begin"`
-	OnMemcgReclaimEnd    *ebpf.Program `ebpf:"on_memcg_reclaim_end"`
-	OnDirectReclaimBegin *ebpf.Program `ebpf:"on_direct_reclaim_begin"`
-	OnDirectReclaimEnd   *ebpf.Program `ebpf:"on_direct_reclaim_end"`
-	OnShrinkInactive     *ebpf.Program `ebpf:"on_shrink_inactive"`
+// attachTable is everything locks attaches. The contention programs come
+// in two builds: BTF tracepoints, which take the owner's stack through
+// kfuncs (6.2+), and raw tracepoints for older kernels; the object is
+// configured for one or the other (owner_stacks), so the table is too.
+func attachTable(typed bool, profileHz int) []probekit.Attach {
+	kind, prefix := probekit.RawTracepoint, "raw_"
+	if typed {
+		kind, prefix = probekit.BTFTracepoint, "btf_"
+	}
+	t := []probekit.Attach{
+		{Kind: kind, Target: "lock/contention_begin", Program: prefix + "contention_begin", Required: true,
+			Why: "every lock wait as it begins (Linux 5.19+)"},
+		{Kind: kind, Target: "lock/contention_end", Program: prefix + "contention_end", Required: true,
+			Why: "every lock wait as it ends"},
+		{Kind: probekit.RawTracepoint, Target: "mmap_lock/mmap_lock_acquire_returned", Program: "on_mm_acquired",
+			Why: "mmap_lock holds and waits per thread"},
+		{Kind: probekit.RawTracepoint, Target: "mmap_lock/mmap_lock_released", Program: "on_mm_released",
+			Why: "mmap_lock hold times and long holds"},
+		{Kind: probekit.RawTracepoint, Target: "vmscan/mm_vmscan_memcg_reclaim_begin", Program: "on_memcg_reclaim_begin",
+			Why: "memory cgroup reclaim done while holding an mmap_lock"},
+		{Kind: probekit.RawTracepoint, Target: "vmscan/mm_vmscan_memcg_reclaim_end", Program: "on_memcg_reclaim_end",
+			Why: "the end of reclaim under an mmap_lock"},
+		{Kind: probekit.RawTracepoint, Target: "vmscan/mm_vmscan_direct_reclaim_begin", Program: "on_direct_reclaim_begin",
+			Why: "direct reclaim done while holding an mmap_lock"},
+		{Kind: probekit.RawTracepoint, Target: "vmscan/mm_vmscan_direct_reclaim_end", Program: "on_direct_reclaim_end",
+			Why: "the end of direct reclaim under an mmap_lock"},
+		{Kind: probekit.RawTracepoint, Target: "vmscan/mm_vmscan_lru_shrink_inactive", Program: "on_shrink_inactive",
+			Why: "pages scanned and reclaimed under an mmap_lock"},
+	}
+	if typed {
+		t = append(t, probekit.Attach{Kind: probekit.BTFTracepoint, Target: "sched/sched_switch", Program: "on_switch",
+			Why: "how long mmap_lock holders wait throttled by their cgroup's CPU quota"})
+	}
+	if profileHz > 0 {
+		t = append(t, probekit.Attach{Kind: probekit.PerfSample, Program: "on_sample", Hz: profileHz,
+			Why: "profile what runs while a thread holds its mmap_lock"})
+	}
+	return t
 }
 
-// The contention programs come in two builds: BTF tracepoints (owner
-// stacks through kfuncs) and raw tracepoints for older kernels.
-type btfProgs struct {
-	Begin *ebpf.Program `ebpf:"btf_contention_begin"`
-	End   *ebpf.Program `ebpf:"btf_contention_end"`
-	// Switch times how long mmap_lock holders are throttled by their
-	// cgroup's CPU quota while holding (BTF tracepoint only).
-	Switch *ebpf.Program `ebpf:"on_switch"`
-}
-
-type rawProgs struct {
-	Begin *ebpf.Program `ebpf:"raw_contention_begin"`
-	End   *ebpf.Program `ebpf:"raw_contention_end"`
-}
-
+// probe is locks' object, loaded and attached through the kit.
 type probe struct {
-	maps    locksMaps
-	common  commonProgs
-	begin   *ebpf.Program
-	end     *ebpf.Program
-	sw      *ebpf.Program // sched_switch, nil without BTF tracepoints
-	btf     bool          // contention via BTF tracepoints, with owner stacks
-	links   []link.Link
-	sampler *perfsample.Sampler
-	rd      *ringbuf.Reader
-	done    chan struct{}
-
-	mu       sync.Mutex
-	events   []locksHoldEvent
-	lost     uint64 // hold events wolf could not keep (its own cap)
-	warnings []string
-	attached map[string]bool
+	kit   *probekit.Probe
+	table []probekit.Attach
+	maps  locksMaps
+	holds *probekit.Ring[locksHoldEvent]
+	btf   bool // contention via BTF tracepoints, with owner stacks
+	notes []string
 }
 
-// maxHoldEvents bounds what user space keeps of the ring buffer.
+// maxHoldEvents bounds what user space keeps of the ring buffer per window.
 const maxHoldEvents = 10000
 
+// openProbe loads and attaches, preferring BTF tracepoints and falling back
+// to raw ones, in an object configured without owner stacks, when this
+// kernel refuses them.
 func openProbe(cfg config) (*probe, error) {
-	if os.Geteuid() != 0 {
-		return nil, fmt.Errorf("locks: loading BPF programs needs root: %w", investigator.ErrPrivilege)
-	}
-	if err := rlimit.RemoveMemlock(); err != nil {
-		return nil, fmt.Errorf("locks: raise memlock limit: %w", err)
-	}
-	p := &probe{attached: map[string]bool{}, done: make(chan struct{})}
-	if err := p.load(cfg); err != nil {
-		return nil, err
-	}
-	attach := func(name string, prog *ebpf.Program, typed bool, required bool) error {
-		var l link.Link
-		var err error
-		if typed {
-			l, err = link.AttachTracing(link.TracingOptions{Program: prog})
-		} else {
-			l, err = link.AttachRawTracepoint(link.RawTracepointOptions{Name: name, Program: prog})
+	var btfErr error
+	if !cfg.rawOnly {
+		p, err := open(cfg, true)
+		if err == nil {
+			return p, nil
 		}
-		if err != nil {
-			if required {
-				return fmt.Errorf("locks: attach tracepoint %s (%v): %w", name, err, investigator.ErrUnsupported)
-			}
-			p.warnings = append(p.warnings, fmt.Sprintf("tracepoint %s unavailable: %v", name, err))
-			return nil
-		}
-		p.links = append(p.links, l)
-		p.attached[name] = true
-		return nil
-	}
-	steps := []struct {
-		name     string
-		prog     *ebpf.Program
-		typed    bool
-		required bool
-	}{
-		{"contention_begin", p.begin, p.btf, true},
-		{"contention_end", p.end, p.btf, true},
-		{"mmap_lock_acquire_returned", p.common.OnMmAcquired, false, false},
-		{"mmap_lock_released", p.common.OnMmReleased, false, false},
-		{"mm_vmscan_memcg_reclaim_begin", p.common.OnMemcgReclaimBegin, false, false},
-		{"mm_vmscan_memcg_reclaim_end", p.common.OnMemcgReclaimEnd, false, false},
-		{"mm_vmscan_direct_reclaim_begin", p.common.OnDirectReclaimBegin, false, false},
-		{"mm_vmscan_direct_reclaim_end", p.common.OnDirectReclaimEnd, false, false},
-		{"mm_vmscan_lru_shrink_inactive", p.common.OnShrinkInactive, false, false},
-	}
-	if p.sw != nil {
-		steps = append(steps, struct {
-			name     string
-			prog     *ebpf.Program
-			typed    bool
-			required bool
-		}{"sched_switch", p.sw, true, false})
-	}
-	for _, s := range steps {
-		if err := attach(s.name, s.prog, s.typed, s.required); err != nil {
-			p.close()
+		if errors.Is(err, investigator.ErrPrivilege) {
 			return nil, err
 		}
+		btfErr = err
 	}
-	if cfg.ProfileHz > 0 && p.attached["mmap_lock_released"] {
-		s, err := perfsample.Attach(p.common.OnSample, cfg.ProfileHz)
-		if err != nil {
-			p.warnings = append(p.warnings, fmt.Sprintf("no profile under lock: %v", err))
-		} else {
-			p.sampler = s
-			p.attached["perf_event"] = true
-		}
-	}
-	rd, err := ringbuf.NewReader(p.maps.Holds)
+	p, err := open(cfg, false)
 	if err != nil {
-		p.close()
-		return nil, fmt.Errorf("locks: open ring buffer: %w", err)
+		return nil, err
 	}
-	p.rd = rd
-	go p.readHolds()
+	if btfErr != nil {
+		why := btfErr.Error()
+		if !kernelHasFunc("bpf_task_from_pid") {
+			why = "the kernel has no bpf_task_from_pid kfunc (Linux 6.2+)"
+		}
+		p.notes = append(p.notes, "owners' stacks not captured: "+why)
+	}
 	return p, nil
 }
 
-// load loads the object, preferring BTF tracepoints and falling back to
-// raw ones when this kernel refuses them.
-func (p *probe) load(cfg config) error {
-	tryLoad := func(typed bool) error {
-		spec, err := loadLocks()
-		if err != nil {
-			return fmt.Errorf("locks: read BPF object: %w", err)
-		}
-		vars := map[string]any{
+func open(cfg config, typed bool) (*probe, error) {
+	p := &probe{table: attachTable(typed, cfg.ProfileHz), btf: typed}
+	kit, err := probekit.Open(probekit.Object{
+		Name: "locks",
+		Spec: loadLocks,
+		Vars: map[string]any{
 			"target_tgid":         cfg.TargetTGID,
 			"self_tgid":           uint32(os.Getpid()),
 			"target_lock":         cfg.TargetLock,
@@ -172,61 +117,26 @@ func (p *probe) load(cfg config) error {
 			"hold_threshold_ns":   cfg.HoldThreshold,
 			"owner_stacks":        typed,
 			"mmap_has_memcg_path": mmapHasMemcgPath(),
-		}
-		for name, v := range vars {
-			if err := spec.Variables[name].Set(v); err != nil {
-				return fmt.Errorf("locks: configure %s: %w", name, err)
-			}
-		}
-		if err := fitPerCPU(spec); err != nil {
-			return err
-		}
-		if typed {
-			var o struct {
-				locksMaps
-				commonProgs
-				btfProgs
-			}
-			if err := spec.LoadAndAssign(&o, nil); err != nil {
-				return err
-			}
-			p.maps, p.common, p.begin, p.end, p.btf = o.locksMaps, o.commonProgs, o.btfProgs.Begin, o.btfProgs.End, true
-			p.sw = o.btfProgs.Switch
-			return nil
-		}
-		var o struct {
-			locksMaps
-			commonProgs
-			rawProgs
-		}
-		if err := spec.LoadAndAssign(&o, nil); err != nil {
-			return err
-		}
-		p.maps, p.common, p.begin, p.end = o.locksMaps, o.commonProgs, o.rawProgs.Begin, o.rawProgs.End
-		return nil
+		},
+		Prepare: fitPerCPU,
+		Table:   p.table,
+	})
+	if err != nil {
+		return nil, err
 	}
-	var btfErr error
-	if !cfg.rawOnly {
-		if btfErr = tryLoad(true); btfErr == nil {
-			return nil
-		}
+	p.kit = kit
+	if err := kit.AssignMaps(&p.maps); err != nil {
+		kit.Close()
+		return nil, err
 	}
-	if err := tryLoad(false); err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			return fmt.Errorf("locks: the kernel's BPF verifier rejected the program (%v): %w", ve, investigator.ErrUnsupported)
-		}
-		return fmt.Errorf("locks: load BPF objects: %w", err)
+	if p.holds, err = probekit.OpenRing[locksHoldEvent](kit, "holds", maxHoldEvents); err != nil {
+		kit.Close()
+		return nil, err
 	}
-	if btfErr != nil {
-		why := btfErr.Error()
-		if !kernelHasFunc("bpf_task_from_pid") {
-			why = "the kernel has no bpf_task_from_pid kfunc (Linux 6.2+)"
-		}
-		p.warnings = append(p.warnings, "owners' stacks not captured: "+why)
-	}
-	return nil
+	return p, nil
 }
+
+func (p *probe) close() { p.kit.Close() }
 
 // perCPUBudget bounds the memory of the per-CPU aggregation maps: their
 // entries are multiplied by the number of possible CPUs, so on big hosts
@@ -236,7 +146,7 @@ const perCPUBudget = 96 << 20
 func fitPerCPU(spec *ebpf.CollectionSpec) error {
 	ncpu, err := ebpf.PossibleCPU()
 	if err != nil {
-		return fmt.Errorf("locks: possible CPUs: %w", err)
+		return fmt.Errorf("possible CPUs: %w", err)
 	}
 	var perEntry uint64
 	var maps []*ebpf.MapSpec
@@ -304,66 +214,4 @@ func mmapHasMemcgPath() bool {
 	}
 	proto, ok := ptr.Target.(*btf.FuncProto)
 	return ok && len(proto.Params) == 4
-}
-
-func (p *probe) readHolds() {
-	defer close(p.done)
-	for {
-		rec, err := p.rd.Read()
-		if err != nil {
-			if !errors.Is(err, ringbuf.ErrClosed) {
-				p.mu.Lock()
-				p.warnings = append(p.warnings, fmt.Sprintf("ring buffer: %v", err))
-				p.mu.Unlock()
-			}
-			return
-		}
-		e, err := bpfrec.Decode[locksHoldEvent](rec.RawSample)
-		if err != nil {
-			continue
-		}
-		p.mu.Lock()
-		if len(p.events) < maxHoldEvents {
-			p.events = append(p.events, e)
-		} else {
-			p.lost++
-		}
-		p.mu.Unlock()
-	}
-}
-
-// holdEvents returns the long holds received so far.
-func (p *probe) holdEvents() ([]locksHoldEvent, uint64) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append([]locksHoldEvent(nil), p.events...), p.lost
-}
-
-func (p *probe) programs() []*ebpf.Program {
-	c := &p.common
-	return []*ebpf.Program{p.begin, p.end, c.OnMmAcquired, c.OnMmReleased, c.OnSample,
-		c.OnMemcgReclaimBegin, c.OnMemcgReclaimEnd, c.OnDirectReclaimBegin, c.OnDirectReclaimEnd, c.OnShrinkInactive, p.sw}
-}
-
-// close detaches first (no new events), then drains and closes.
-func (p *probe) close() {
-	if p.sampler != nil {
-		p.sampler.Close()
-		p.sampler = nil
-	}
-	for _, l := range p.links {
-		_ = l.Close()
-	}
-	p.links = nil
-	if p.rd != nil {
-		_ = p.rd.Close()
-		<-p.done
-		p.rd = nil
-	}
-	for _, prog := range p.programs() {
-		if prog != nil {
-			_ = prog.Close()
-		}
-	}
-	_ = p.maps.Close()
 }

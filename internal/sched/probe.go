@@ -3,19 +3,17 @@ package sched
 import (
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
-	"github.com/cilium/ebpf/link"
-	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
 	"github.com/wolf-investigator/wolf/internal/bpfrec"
-	"github.com/wolf-investigator/wolf/internal/investigator"
+	"github.com/wolf-investigator/wolf/internal/hist"
 	"github.com/wolf-investigator/wolf/internal/perfsample"
+	"github.com/wolf-investigator/wolf/internal/probekit"
 	"github.com/wolf-investigator/wolf/internal/tracefs"
 )
 
@@ -26,30 +24,39 @@ type config struct {
 	SelfTGID       uint32 // wolf itself, ignored unless it is the target
 }
 
-// probe owns everything sched attaches to the kernel. close detaches it all;
-// nothing is pinned, so a kill -9 of wolf detaches it all too.
+// attachTable is everything sched attaches: tp_btf for typed arguments
+// and direct reads, the classic syscall tracepoint (tracefs) for who
+// changes affinities, and the task iterator that reads the per-task
+// counters kept in task-local storage.
+var attachTable = []probekit.Attach{
+	{Kind: probekit.BTFTracepoint, Target: "sched/sched_migrate_task", Program: "on_migrate", Required: true,
+		Why: "every migration, on the CPU that makes it: rates, bounces, initiators"},
+	{Kind: probekit.BTFTracepoint, Target: "sched/sched_switch", Program: "on_switch", Required: true,
+		Why: "run-queue latency: when a waiting task gets the CPU; preempted tasks start waiting"},
+	{Kind: probekit.BTFTracepoint, Target: "sched/sched_wakeup", Program: "on_wakeup", Required: true,
+		Why: "run-queue latency: when a task becomes runnable"},
+	{Kind: probekit.BTFTracepoint, Target: "sched/sched_wakeup_new", Program: "on_wakeup_new",
+		Why: "run-queue latency of new tasks"},
+	{Kind: probekit.BTFTracepoint, Target: "sched/sched_process_exit", Program: "on_exit",
+		Why: "keep what was seen of tasks that exit during the window"},
+	{Kind: probekit.Tracepoint, Target: "syscalls/sys_enter_sched_setaffinity", Program: "on_setaffinity",
+		Why: "who changes a task's affinity (itself or another task)"},
+	{Kind: probekit.Iter, Target: "task", Program: "dump_tasks", Required: true,
+		Why: "read the per-task counters kept in task-local storage"},
+}
+
+// probe owns everything sched attaches to the kernel, through the kit.
 type probe struct {
-	objs     schedObjects
-	links    []link.Link
-	iter     *link.Iter
-	attached map[string]bool
-	warnings []string
+	kit  *probekit.Probe
+	maps schedMaps
+	// topo is each CPU's topology as read_cpu found it, before the
+	// tracepoints attached.
+	topo    map[int]schedCpuTopo
+	topoErr error
 	// percpu says whether the per-CPU variable offsets were found in the
 	// kernel's BTF (the scheduler's LLC view and the softirq test need them).
 	percpu bool
-}
-
-// btfTracepoints are attached with tp_btf: typed arguments, direct reads.
-var btfTracepoints = []struct {
-	name     string
-	prog     func(*schedObjects) *ebpf.Program
-	required bool
-}{
-	{"sched_migrate_task", func(o *schedObjects) *ebpf.Program { return o.OnMigrate }, true},
-	{"sched_switch", func(o *schedObjects) *ebpf.Program { return o.OnSwitch }, true},
-	{"sched_wakeup", func(o *schedObjects) *ebpf.Program { return o.OnWakeup }, true},
-	{"sched_wakeup_new", func(o *schedObjects) *ebpf.Program { return o.OnWakeupNew }, false},
-	{"sched_process_exit", func(o *schedObjects) *ebpf.Program { return o.OnExit }, false},
+	notes  []string
 }
 
 // percpuOffsets reads, from the kernel's BTF, where the per-CPU variables
@@ -74,84 +81,57 @@ func percpuOffsets() (map[string]uint64, error) {
 }
 
 func openProbe(cfg config) (*probe, error) {
-	if os.Geteuid() != 0 {
-		return nil, fmt.Errorf("sched: loading BPF programs needs root: %w", investigator.ErrPrivilege)
-	}
-	if err := rlimit.RemoveMemlock(); err != nil {
-		return nil, fmt.Errorf("sched: raise memlock limit: %w", err)
-	}
-	p := &probe{attached: map[string]bool{}}
-	spec, err := loadSched()
-	if err != nil {
-		return nil, fmt.Errorf("sched: read BPF object: %w", err)
-	}
-	ncpu, err := ebpf.PossibleCPU()
-	if err != nil {
-		return nil, fmt.Errorf("sched: possible CPUs: %w", err)
-	}
-	spec.Maps["topo"].MaxEntries = uint32(ncpu)
+	p := &probe{}
 	offs, err := percpuOffsets()
 	if err != nil {
-		p.warnings = append(p.warnings, fmt.Sprintf("per-CPU variables not located (%v): the scheduler's LLC view is read from its domains only, and softirq balancing is told from newidle balancing by a heuristic", err))
+		p.notes = append(p.notes, fmt.Sprintf("per-CPU variables not located (%v): the scheduler's LLC view is read from its domains only, and softirq balancing is told from newidle balancing by a heuristic", err))
 	}
 	p.percpu = offs["runqueues"] != 0
-	set := map[string]any{
-		"bounce_window_ns":  cfg.BounceWindowNs,
-		"target_tgid":       cfg.TargetTGID,
-		"self_tgid":         cfg.SelfTGID,
-		"timeline_len":      uint32(DefaultTimelineLen),
-		"off_runqueues":     offs["runqueues"],
-		"off_preempt_count": offs["__preempt_count"],
-		"off_sd_llc_size":   offs["sd_llc_size"],
-		"off_sd_llc_id":     offs["sd_llc_id"],
-	}
-	for name, v := range set {
-		if err := spec.Variables[name].Set(v); err != nil {
-			return nil, fmt.Errorf("sched: configure BPF object (%s): %w", name, err)
-		}
-	}
-	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("sched: the kernel's BPF verifier rejected the program (%v): %w", ve, investigator.ErrUnsupported)
-		}
-		return nil, fmt.Errorf("sched: load BPF objects (needs BTF and task storage, Linux 5.11+): %v: %w", err, investigator.ErrUnsupported)
-	}
-	return p, nil
-}
-
-// attach attaches the tracepoints and creates the task iterator.
-func (p *probe) attach() error {
-	for _, tp := range btfTracepoints {
-		l, err := link.AttachTracing(link.TracingOptions{Program: tp.prog(&p.objs)})
-		if err != nil {
-			if tp.required {
-				return fmt.Errorf("sched: attach BTF tracepoint %s (%v): %w", tp.name, err, investigator.ErrUnsupported)
+	// The syscall tracepoint needs tracefs; if it cannot be mounted, that
+	// row fails and its note says why.
+	_, _ = tracefs.Ensure()
+	kit, err := probekit.Open(probekit.Object{
+		Name: "sched",
+		Spec: loadSched,
+		Vars: map[string]any{
+			"bounce_window_ns":  cfg.BounceWindowNs,
+			"target_tgid":       cfg.TargetTGID,
+			"self_tgid":         cfg.SelfTGID,
+			"timeline_len":      uint32(DefaultTimelineLen),
+			"off_runqueues":     offs["runqueues"],
+			"off_preempt_count": offs["__preempt_count"],
+			"off_sd_llc_size":   offs["sd_llc_size"],
+			"off_sd_llc_id":     offs["sd_llc_id"],
+		},
+		Prepare: func(spec *ebpf.CollectionSpec) error {
+			ncpu, err := ebpf.PossibleCPU()
+			if err != nil {
+				return fmt.Errorf("possible CPUs: %w", err)
 			}
-			p.warnings = append(p.warnings, fmt.Sprintf("tracepoint %s unavailable (%v)", tp.name, err))
-			continue
-		}
-		p.links = append(p.links, l)
-		p.attached[tp.name] = true
-	}
-	// Who changes affinities: optional, needs syscall tracepoints (tracefs).
-	if _, err := tracefs.Ensure(); err == nil {
-		l, err := link.Tracepoint("syscalls", "sys_enter_sched_setaffinity", p.objs.OnSetaffinity, nil)
-		if err == nil {
-			p.links = append(p.links, l)
-			p.attached["sys_enter_sched_setaffinity"] = true
-		} else {
-			p.warnings = append(p.warnings, fmt.Sprintf("syscalls:sys_enter_sched_setaffinity unavailable (%v): affinity changes are seen, not who made them", err))
-		}
-	} else {
-		p.warnings = append(p.warnings, fmt.Sprintf("tracefs unavailable (%v): affinity changes are seen, not who made them", err))
-	}
-	it, err := link.AttachIter(link.IterOptions{Program: p.objs.DumpTasks})
+			spec.Maps["topo"].MaxEntries = uint32(ncpu)
+			return nil
+		},
+		Table: attachTable,
+		Load:  []string{"read_cpu"},
+		// The topology first: the migration program classifies with what
+		// read_cpu leaves in percpu_base and llc_size.
+		BeforeAttach: func(k *probekit.Probe) error {
+			if err := k.AssignMaps(&p.maps); err != nil {
+				return err
+			}
+			if prog := k.Program("read_cpu"); prog != nil {
+				p.topo, p.topoErr = p.readTopology(prog)
+			} else {
+				p.topoErr = fmt.Errorf("sched: topology program: %s", probekit.Explain(k.LoadError("read_cpu")))
+			}
+			return nil
+		},
+	})
 	if err != nil {
-		return fmt.Errorf("sched: create task iterator (needs Linux 5.8+ with BTF: %v): %w", err, investigator.ErrUnsupported)
+		return nil, err
 	}
-	p.iter = it
-	return nil
+	p.kit = kit
+	return p, nil
 }
 
 // readTopology runs read_cpu on every online CPU, from a thread pinned to
@@ -160,7 +140,7 @@ func (p *probe) attach() error {
 // fires the parent-death signal of every child it forked: labs' children
 // in the same process would die.) If the affinity cannot be restored, the
 // thread stays locked and ends with its goroutine.
-func (p *probe) readTopology() (map[int]schedCpuTopo, error) {
+func (p *probe) readTopology(readCPU *ebpf.Program) (map[int]schedCpuTopo, error) {
 	cpus, err := perfsample.OnlineCPUs()
 	if err != nil {
 		return nil, fmt.Errorf("sched: online CPUs: %w", err)
@@ -192,7 +172,7 @@ func (p *probe) readTopology() (map[int]schedCpuTopo, error) {
 			}
 			var ret uint32
 			for try := 0; try < 3; try++ {
-				ret, err = p.objs.ReadCpu.Run(&ebpf.RunOptions{Context: schedTopoArgs{Cpu: uint32(cpu)}})
+				ret, err = readCPU.Run(&ebpf.RunOptions{Context: schedTopoArgs{Cpu: uint32(cpu)}})
 				if err != nil || ret != 1 {
 					break
 				}
@@ -207,7 +187,7 @@ func (p *probe) readTopology() (map[int]schedCpuTopo, error) {
 				continue
 			}
 			var t schedCpuTopo
-			if err := p.objs.Topo.Lookup(uint32(cpu), &t); err == nil {
+			if err := p.maps.Topo.Lookup(uint32(cpu), &t); err == nil {
 				out[cpu] = t
 			}
 		}
@@ -220,9 +200,10 @@ func (p *probe) readTopology() (map[int]schedCpuTopo, error) {
 	return r.topo, nil
 }
 
-// tasks runs the iterator once: every task wolf has state for.
+// tasks runs the iterator once: every task wolf has state for, its
+// counters cumulative since wolf first saw it.
 func (p *probe) tasks() ([]schedTaskRec, error) {
-	rc, err := p.iter.Open()
+	rc, err := p.kit.Iter("dump_tasks").Open()
 	if err != nil {
 		return nil, fmt.Errorf("sched: run task iterator: %w", err)
 	}
@@ -230,73 +211,95 @@ func (p *probe) tasks() ([]schedTaskRec, error) {
 	return bpfrec.ReadAll[schedTaskRec](rc)
 }
 
-// exitedTasks returns the records of tasks that migrated and exited.
-func (p *probe) exitedTasks() []schedTaskRec {
-	var out []schedTaskRec
+// takeExited returns the records of tasks that exited since the previous
+// call, and removes them from the map, which then only needs room for one
+// window's exits.
+func (p *probe) takeExited() []schedTaskRec {
+	var keys []uint32
 	var tid uint32
 	var rec schedTaskRec
-	it := p.objs.Exited.Iterate()
+	it := p.maps.Exited.Iterate()
 	for it.Next(&tid, &rec) {
-		out = append(out, rec)
+		keys = append(keys, tid)
+	}
+	var out []schedTaskRec
+	for _, k := range keys {
+		err := p.maps.Exited.LookupAndDelete(k, &rec)
+		if errors.Is(err, ebpf.ErrNotSupported) {
+			// Before 5.14 hash maps cannot do both at once.
+			if err = p.maps.Exited.Lookup(k, &rec); err == nil {
+				_ = p.maps.Exited.Delete(k)
+			}
+		}
+		if err == nil {
+			out = append(out, rec)
+		}
 	}
 	return out
 }
 
-// migrations reads the timeline rings: each task's kept moves, timed from
-// start (bpf_ktime_get_ns, the same clock).
-func (p *probe) migrations(start uint64) map[int][]Migration {
+// migrations reads the timeline rings: each task's moves kept from the
+// window [start, end), timed from start (bpf_ktime_get_ns, the same clock).
+func (p *probe) migrations(start, end uint64) map[int][]Migration {
 	out := map[int][]Migration{}
 	var k schedMigKey
 	var e schedMigEvent
-	it := p.objs.Migs.Iterate()
+	it := p.maps.Migs.Iterate()
 	for it.Next(&k, &e) {
-		if e.Ts < start {
-			continue // moved between attaching and the window's start
+		if e.Ts < start || e.Ts >= end {
+			continue // another window's
 		}
 		out[int(k.Tid)] = append(out[int(k.Tid)], Migration{At: time.Duration(e.Ts - start), From: int(e.From), To: int(e.To), Kind: Kind(e.Kind)})
 	}
 	return out
 }
 
-// cpuHists returns each CPU's run-queue histogram.
-func (p *probe) cpuHists() ([]schedWolfHist, error) {
+// cpuHists returns each CPU's run-queue histogram, cumulative, with
+// window w's maximum.
+func (p *probe) cpuHists(w uint32) ([]hist.Log2, error) {
 	var vals []schedWolfHist
-	if err := p.objs.CpuRunq.Lookup(uint32(0), &vals); err != nil {
+	if err := p.maps.CpuRunq.Lookup(uint32(0), &vals); err != nil {
 		return nil, fmt.Errorf("sched: read per-CPU histograms: %w", err)
 	}
-	return vals, nil
+	out := make([]hist.Log2, len(vals))
+	for i := range vals {
+		out[i] = hist.FromBPF(&vals[i], w)
+	}
+	return out, nil
 }
 
-// cgroupHists returns the run-queue histograms of exited tasks by cgroup id.
-func (p *probe) cgroupHists() map[uint64]schedWolfHist {
-	out := map[uint64]schedWolfHist{}
+// cgroupHists returns the run-queue histograms of exited tasks by cgroup
+// id, cumulative, with window w's maxima.
+func (p *probe) cgroupHists(w uint32) map[uint64]hist.Log2 {
+	out := map[uint64]hist.Log2{}
 	var id uint64
 	var h schedWolfHist
-	it := p.objs.CgroupRunq.Iterate()
+	it := p.maps.CgroupRunq.Iterate()
 	for it.Next(&id, &h) {
-		out[id] = h
+		out[id] = hist.FromBPF(&h, w)
 	}
 	return out
 }
 
-// affinityCalls returns who called sched_setaffinity on whom.
+// affinityCalls returns who called sched_setaffinity on whom (counts
+// cumulative).
 func (p *probe) affinityCalls() map[uint32]schedAffRec {
 	out := map[uint32]schedAffRec{}
 	var tid uint32
 	var a schedAffRec
-	it := p.objs.Setaff.Iterate()
+	it := p.maps.Setaff.Iterate()
 	for it.Next(&tid, &a) {
 		out[tid] = a
 	}
 	return out
 }
 
-// kinds sums the host-wide migrations by initiator.
+// kinds sums the host-wide migrations by initiator (cumulative).
 func (p *probe) kinds() ([NKinds]uint64, error) {
 	var out [NKinds]uint64
 	for k := range NKinds {
 		var vals []uint64
-		if err := p.objs.Kinds.Lookup(uint32(k), &vals); err != nil {
+		if err := p.maps.Kinds.Lookup(uint32(k), &vals); err != nil {
 			return out, fmt.Errorf("sched: read migration kinds: %w", err)
 		}
 		for _, v := range vals {
@@ -306,39 +309,16 @@ func (p *probe) kinds() ([NKinds]uint64, error) {
 	return out, nil
 }
 
-// statNames follow enum stat_index in sched.bpf.c.
-var statNames = []string{"migrations", "same_cpu", "no_storage", "exited_full", "exited_saved", "cgroup_full", "setaffinity", "setaffinity_full", "records", "runq_samples", "big_cpu"}
-
-func (p *probe) stats() (map[string]uint64, error) {
-	out, err := bpfrec.Counters(p.objs.Stats, statNames)
-	if err != nil {
-		return nil, fmt.Errorf("sched: %w", err)
-	}
-	return out, nil
-}
-
-// programs lists the hot programs, for the overhead meter.
-func (p *probe) programs() []*ebpf.Program {
-	return []*ebpf.Program{p.objs.OnMigrate, p.objs.OnSwitch, p.objs.OnWakeup, p.objs.OnWakeupNew, p.objs.OnExit, p.objs.OnSetaffinity, p.objs.DumpTasks}
-}
-
-// programsByName names the programs as sched.bpf.c does.
+// programsByName names the programs as sched.bpf.c does (the cost
+// benchmark reads their run statistics).
 func (p *probe) programsByName() map[string]*ebpf.Program {
-	return map[string]*ebpf.Program{
-		"on_migrate": p.objs.OnMigrate, "on_switch": p.objs.OnSwitch, "on_wakeup": p.objs.OnWakeup,
-		"on_wakeup_new": p.objs.OnWakeupNew, "on_exit": p.objs.OnExit, "on_setaffinity": p.objs.OnSetaffinity,
-		"dump_tasks": p.objs.DumpTasks,
+	out := map[string]*ebpf.Program{}
+	for _, a := range attachTable {
+		if prog := p.kit.Program(a.Program); prog != nil {
+			out[a.Program] = prog
+		}
 	}
+	return out
 }
 
-func (p *probe) close() {
-	for _, l := range p.links {
-		_ = l.Close()
-	}
-	p.links = nil
-	if p.iter != nil {
-		_ = p.iter.Close()
-		p.iter = nil
-	}
-	_ = p.objs.Close()
-}
+func (p *probe) close() { p.kit.Close() }
