@@ -101,27 +101,17 @@ with kprobes where the kernel has them (wolf says why not where it does not).`,
 			if len(errs) > 0 {
 				return investigationErr(errs[0])
 			}
-			if err := out.write(cmd.OutOrStdout(), rep); err != nil {
-				return err
-			}
 			if format != render.FormatText || (!histograms && target == nil) {
-				return nil
+				return out.write(cmd.OutOrStdout(), rep)
 			}
-			w := cmd.OutOrStdout()
-			if out.output != "" {
-				f, err := os.OpenFile(out.output, os.O_APPEND|os.O_WRONLY, 0)
-				if err != nil {
-					return wrapFailure(fmt.Errorf("write report: %w", err))
+			// The histograms go with the report, in one atomic write.
+			return out.writeWith(cmd.OutOrStdout(), rep, func(w io.Writer) {
+				for _, h := range rep.Histograms {
+					if histograms || h.Name == "func_latency_us" {
+						writeHistogram(w, h)
+					}
 				}
-				defer f.Close()
-				w = f
-			}
-			for _, h := range rep.Histograms {
-				if histograms || h.Name == "func_latency_us" {
-					writeHistogram(w, h)
-				}
-			}
-			return nil
+			})
 		},
 	}
 	out.register(c)
