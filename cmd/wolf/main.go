@@ -99,6 +99,9 @@ Exit codes: 0 done (findings or not), 1 wolf failed, 2 bad usage,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	// Values that parse but are mistakes (an empty file name, --pid 0),
+	// refused for every command.
+	root.PersistentPreRunE = func(c *cobra.Command, _ []string) error { return checkFlagValues(c) }
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageErr("%v (see %s --help)", err, c.CommandPath())
 	})
