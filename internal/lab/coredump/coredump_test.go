@@ -475,8 +475,17 @@ func handlers() []int {
 
 // kill9Helper runs the lab, says READY with the pids, and waits to be
 // killed.
-func kill9Helper(base string) {
+func kill9Helper(spec string) {
+	base, mode, _ := strings.Cut(spec, ":")
 	tempBase = base
+	if mode == "crash" {
+		// Die in the window: core_pattern set, no handler yet.
+		afterPatternSet = func(pattern string) {
+			fmt.Println("PATTERN", pattern)
+			time.Sleep(time.Minute)
+			os.Exit(1)
+		}
+	}
 	li, err := New().Start(context.Background(), lab.Options{})
 	if err != nil {
 		fmt.Println("ERROR", err)
@@ -556,5 +565,80 @@ func TestKill9(t *testing.T) {
 	}
 	if l := leftovers(base); len(l) > 0 {
 		t.Errorf("left behind after kill -9: %q", l)
+	}
+}
+
+// TestKill9DuringCrash kills the lab in the window where core_pattern
+// points at its handler and no dump has begun: the next Start puts the
+// pattern back (its ledger recorded it) and removes the dead lab's
+// directory, and runs.
+func TestKill9DuringCrash(t *testing.T) {
+	gate(t)
+	base := privateBase(t)
+	orig := corePattern(t)
+	t.Cleanup(func() {
+		if p := corePattern(t); p != orig {
+			_ = sysctl.Write(corePatternSysctl, orig)
+		}
+	})
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), helperEnv+"="+base+":crash")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	lines := make(chan string, 1)
+	go func() {
+		l, _ := bufio.NewReader(out).ReadString('\n')
+		lines <- l
+	}()
+	var line string
+	select {
+	case line = <-lines:
+	case <-time.After(3 * waitTimeout):
+		t.Fatal("helper did not set core_pattern")
+	}
+	pattern, ok := strings.CutPrefix(strings.TrimSpace(line), "PATTERN ")
+	if !ok {
+		t.Fatalf("helper said %q", line)
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	if p := corePattern(t); p != pattern {
+		t.Fatalf("core_pattern %q after the kill, want the dead lab's %q: the test no longer tests the window", p, pattern)
+	}
+	if l := leftovers(base); len(l) != 1 {
+		t.Fatalf("after the kill: %q, want the dead lab's directory", l)
+	}
+
+	li, err := New().Start(context.Background(), lab.Options{Logf: t.Logf})
+	if err != nil {
+		t.Fatalf("the next Start: %v", err)
+	}
+	in := li.(*Instance)
+	if in.origPattern != orig {
+		t.Errorf("the next Start found core_pattern %q, want the one before the dead lab, %q", in.origPattern, orig)
+	}
+	if err := in.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if p := corePattern(t); p != orig {
+		t.Errorf("core_pattern %q at the end, want %q", p, orig)
+	}
+	if l := leftovers(base); len(l) > 0 {
+		t.Errorf("left behind: %q", l)
 	}
 }
