@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
-	"github.com/wolf-investigator/wolf/internal/hung/waitsite"
+	"github.com/wolf-investigator/wolf/internal/kstack"
 )
 
 // Proc is a process found outside the BPF records (a FUSE daemon).
@@ -38,7 +38,7 @@ type group struct {
 	key     string
 	kind    string // lock, coredump, kworker, fuse, rcu, io, site
 	lock    *Lock
-	site    waitsite.Site
+	site    kstack.Site
 	victims []*Task
 }
 
@@ -65,19 +65,19 @@ func groupVictims(victims []*Task) []*group {
 	byKey := map[string]*group{}
 	var order []*group
 	for _, t := range victims {
-		g := &group{site: waitsite.Classify(t.Stack)}
+		g := &group{site: kstack.Classify(t.Stack)}
 		switch {
 		case t.Lock != nil:
 			g.kind, g.key, g.lock = "lock", fmt.Sprintf("lock:%x", t.Lock.Addr), t.Lock
-		case t.Flags&pfPostCoredump != 0 || g.site.Kind == waitsite.Coredump:
+		case t.Flags&pfPostCoredump != 0 || g.site.Kind == kstack.Coredump:
 			g.kind, g.key = "coredump", fmt.Sprintf("coredump:%d", t.TGID)
 		case t.Flags&pfWQWorker != 0 && t.WQFunc != "":
 			g.kind, g.key = "kworker", "kworker:"+t.WQFunc+":"+g.site.Key()
-		case g.site.Kind == waitsite.Fuse:
+		case g.site.Kind == kstack.Fuse:
 			g.kind, g.key = "fuse", "fuse"
-		case g.site.Kind == waitsite.RCU:
+		case g.site.Kind == kstack.RCU:
 			g.kind, g.key = "rcu", "rcu:"+g.site.Key()
-		case g.site.Kind == waitsite.IO || g.site.Kind == waitsite.PageLock || g.site.Kind == waitsite.Writeback:
+		case g.site.Kind == kstack.IO || g.site.Kind == kstack.PageLock || g.site.Kind == kstack.Writeback:
 			g.kind, g.key = "io", "io:"+g.site.Key()
 		default:
 			g.kind, g.key = "site", "site:"+g.site.Key()
@@ -138,7 +138,7 @@ func (s *Snapshot) chain(start *Lock) (hops []hop, deadlock bool) {
 			lock = o.Lock
 			continue
 		}
-		if site := waitsite.Classify(o.Stack); site.Kind == waitsite.Fuse && s.FuseDaemons != nil {
+		if site := kstack.Classify(o.Stack); site.Kind == kstack.Fuse && s.FuseDaemons != nil {
 			for _, d := range s.FuseDaemons() {
 				hops = append(hops, hop{proc: d, what: "FUSE daemon", doing: "has not answered the request"})
 			}
@@ -156,7 +156,7 @@ func describeTaskWait(t *Task) string {
 	if st == "R" {
 		return "running (R): it holds the lock while on CPU or runnable"
 	}
-	site := waitsite.Classify(t.Stack)
+	site := kstack.Classify(t.Stack)
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s", stateWord(st))
 	if t.Lock != nil {
@@ -211,7 +211,7 @@ func (s *Snapshot) groupFinding(g *group) finding.Finding {
 	tasks := plural(n, "task", "tasks")
 	var victimSubjects []finding.Subject
 	for _, v := range g.victims {
-		victimSubjects = append(victimSubjects, subject(finding.RoleVictim, v, fmt.Sprintf("%s for %s in %s", v.StateLetter(), dur(v.Blocked), waitsite.Classify(v.Stack).Func)))
+		victimSubjects = append(victimSubjects, subject(finding.RoleVictim, v, fmt.Sprintf("%s for %s in %s", v.StateLetter(), dur(v.Blocked), kstack.Classify(v.Stack).Func)))
 	}
 
 	switch g.kind {
@@ -310,7 +310,7 @@ func (s *Snapshot) groupFinding(g *group) finding.Finding {
 // lockAt finds a victim of a known, owned lock whose wait site is fn.
 func (s *Snapshot) lockAt(fn string) *Lock {
 	for _, v := range s.Victims {
-		if v.Lock != nil && v.Lock.Owner != OwnerNone && waitsite.Classify(v.Stack).Func == fn {
+		if v.Lock != nil && v.Lock.Owner != OwnerNone && kstack.Classify(v.Stack).Func == fn {
 			return v.Lock
 		}
 	}
@@ -433,7 +433,7 @@ func (s *Snapshot) recoveredFinding() (finding.Finding, bool) {
 		Evidence:     map[string]any{"tasks": len(s.Recovered), "blocked_s": round1(longest.Blocked.Seconds())},
 	}
 	for _, t := range s.Recovered {
-		f.Subjects = append(f.Subjects, subject(finding.RoleTask, t, fmt.Sprintf("was D for %s in %s", dur(t.Blocked), waitsite.Classify(t.Stack).Func)))
+		f.Subjects = append(f.Subjects, subject(finding.RoleTask, t, fmt.Sprintf("was D for %s in %s", dur(t.Blocked), kstack.Classify(t.Stack).Func)))
 	}
 	return f, true
 }

@@ -11,8 +11,8 @@ import (
 
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/hist"
-	"github.com/wolf-investigator/wolf/internal/hung/waitsite"
 	"github.com/wolf-investigator/wolf/internal/kallsyms"
+	"github.com/wolf-investigator/wolf/internal/kstack"
 )
 
 // Snapshot is everything wolf locks saw in one window; Conclude turns it
@@ -83,7 +83,7 @@ var lruFuncs = []string{"evict_folios", "shrink_inactive_list", "shrink_active_l
 // LRU lock, "" if none does.
 func lruFrame(stack []string) string {
 	for _, fr := range stack {
-		fn := waitsite.FuncName(fr)
+		fn := kstack.FuncName(fr)
 		for _, l := range lruFuncs {
 			if fn == l || (strings.HasSuffix(l, "_") && strings.HasPrefix(fn, l)) || strings.HasPrefix(fn, l+".") {
 				return fn
@@ -222,7 +222,7 @@ func traceFrame(fn string) bool {
 // waiterFrames drops the tracing frames from the top of a waiter's stack.
 func waiterFrames(stack []string) []string {
 	for i := len(stack) - 1; i >= 0; i-- {
-		if traceFrame(waitsite.FuncName(stack[i])) {
+		if traceFrame(kstack.FuncName(stack[i])) {
 			return stack[i+1:]
 		}
 	}
@@ -246,14 +246,14 @@ func spinPlumbing(fn string) bool {
 // machinery: where it asked for the lock.
 func siteFunc(frames []string, t Type) (fn, object string, global bool) {
 	if !t.Spins() {
-		site := waitsite.Classify(frames)
+		site := kstack.Classify(frames)
 		if site.Func != "" || site.Object != "" {
 			return site.Func, site.Object, site.Global
 		}
 	}
 	for _, f := range frames {
-		name := waitsite.FuncName(f)
-		if name != "" && !spinPlumbing(name) && !waitsite.Unreliable(f) {
+		name := kstack.FuncName(f)
+		if name != "" && !spinPlumbing(name) && !kstack.Unreliable(f) {
 			return name, "", false
 		}
 	}
@@ -855,7 +855,7 @@ func hotFunction(prof []ProfileStack) string {
 	for _, p := range prof {
 		seen := map[string]bool{}
 		for _, fr := range p.Stack {
-			fn := waitsite.FuncName(fr)
+			fn := kstack.FuncName(fr)
 			if fn == "" || seen[fn] || irqFrame(fn) {
 				continue
 			}
@@ -872,7 +872,7 @@ func hotFunction(prof []ProfileStack) string {
 	}
 	for _, p := range prof {
 		for _, fr := range p.Stack {
-			fn := waitsite.FuncName(fr)
+			fn := kstack.FuncName(fr)
 			if fn != "" && !irqFrame(fn) && counts[fn]*2 >= total {
 				return fn
 			}

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/wolf-investigator/wolf/internal/hung/waitsite"
+	"github.com/wolf-investigator/wolf/internal/kstack"
 )
 
 // This file holds the words: how each kind of hang works and what to do
@@ -33,32 +33,32 @@ func mechanism(id string, g *Group) string {
 		v := g.Victims[0]
 		return fmt.Sprintf("A kworker runs work items that subsystems queue; the report names the kworker, but its Workqueue line names the queue (%s) and the function it was running (%s). ", v.Workqueue, v.WorkFunc) +
 			"The stall belongs to that subsystem, and usually to whatever it waits on underneath (for filesystems, the block device)."
-	case s.Kind == waitsite.IO || s.Kind == waitsite.PageLock || s.Kind == waitsite.Writeback:
+	case s.Kind == kstack.IO || s.Kind == kstack.PageLock || s.Kind == kstack.Writeback:
 		return "The tasks wait in io_schedule for block I/O to complete, for a page lock held across a read, or for writeback of dirty pages. " +
 			"The storage underneath is slow, stuck or saturated; the hung tasks are victims of its latency, not of each other."
-	case s.Kind == waitsite.Fuse:
+	case s.Kind == kstack.Fuse:
 		return "A FUSE filesystem forwards each request to a user-space daemon and waits, uninterruptibly for most operations, for its reply. " +
 			"If the daemon is stuck, slow or stopped, every task touching the mount hangs, and the inode locks those tasks hold spread the stall to others."
-	case s.Kind == waitsite.RCU && s.Object == "srcu" && rcuTasksKthread(g):
+	case s.Kind == kstack.RCU && s.Object == "srcu" && rcuTasksKthread(g):
 		return "rcu_tasks_kthread ends an RCU-tasks grace period only after synchronize_srcu(&tasks_rcu_exit_srcu) has waited for every task late in do_exit(). " +
 			"A task that blocks inside that exit window (a PID-namespace init reaping its children in zap_pid_ns_processes) stalls RCU-tasks, and with it every fentry/fexit detach and ftrace update."
-	case s.Kind == waitsite.RCU && strings.HasPrefix(s.Object, "rcu-tasks"):
+	case s.Kind == kstack.RCU && strings.HasPrefix(s.Object, "rcu-tasks"):
 		return "An RCU-tasks grace period ends when every task has voluntarily scheduled; ftrace and BPF trampoline updates (attaching or detaching fentry/fexit programs) wait for one. " +
 			"A task that never schedules voluntarily, or rcu_tasks_kthread stuck on an exiting task, holds every such update."
-	case s.Kind == waitsite.RCU:
+	case s.Kind == kstack.RCU:
 		return "synchronize_rcu() and its relatives block until every CPU has passed a quiescent state. " +
 			"A CPU spinning in a long non-preemptible section (look for RCU stall warnings) holds the grace period and every waiter with it."
-	case s.Kind == waitsite.WorkqueueFlush:
+	case s.Kind == kstack.WorkqueueFlush:
 		return "Flushing or cancelling work waits until a work item has run to completion on a kworker. " +
 			"The hang is wherever that work item is stuck, often a kworker waiting on a lock the flusher holds."
-	case s.Kind == waitsite.Completion:
+	case s.Kind == kstack.Completion:
 		return "The task waits for a completion that another context (a kthread, an interrupt handler, a device) must signal. " +
 			"It stays in D until that context finishes; the stack's caller says which one."
-	case s.Kind == waitsite.Freezer:
+	case s.Kind == kstack.Freezer:
 		return "The task is frozen by the cgroup v1 freezer or by system suspend and sleeps until thawed. " +
 			"Kernels before 6.1 keep frozen tasks in D state, so the hung-task detector reports them."
 	}
-	if s.Kind == waitsite.Other && s.LockFunc != "" {
+	if s.Kind == kstack.Other && s.LockFunc != "" {
 		return fmt.Sprintf("The task polls in a sleep loop (%s) inside %s, re-checking a condition that another context must change. ", s.LockFunc, s.Func) +
 			"It stays in D until that happens; what it polls for is in that function's source (napi_disable, for instance, waits for the NAPI poll to stop)."
 	}
@@ -117,7 +117,7 @@ func remediation(id string, g *Group) []string {
 			"Find the daemon behind the mount (`grep fuse /proc/mounts`; the process holding /dev/fuse open) and look at its state and /proc/PID/stack.",
 			"If the daemon is gone or stuck for good, abort the connection: `echo 1 > /sys/fs/fuse/connections/N/abort`, N being the mount's minor device number (`mountpoint -d MOUNT`); the victims then get ENOTCONN instead of hanging.",
 			"`wolf hung` names the FUSE daemon each task waits for.")
-	case s.Kind == waitsite.RCU:
+	case s.Kind == kstack.RCU:
 		out = append(out,
 			`Look for RCU stall warnings in the same log ("rcu: INFO: ... detected stalls", "rcu_tasks_wait_gp: ... grace period ... jiffies old"): they name the CPU or task holding the grace period.`)
 		if strings.HasPrefix(s.Object, "rcu-tasks") || rcuTasksKthread(g) {
@@ -125,9 +125,9 @@ func remediation(id string, g *Group) []string {
 				"RCU-tasks waits come from ftrace and BPF trampoline updates (fentry/fexit attach and detach). If rcu_tasks_kthread is stuck in synchronize_srcu, look for a task exiting in zap_pid_ns_processes (`echo t > /proc/sysrq-trigger`): that is the RCU-tasks/do_exit deadlock fixed in Linux 6.9 (\"rcu-tasks: Maintain lists to eliminate RCU-tasks/do_exit() deadlocks\").")
 		}
 		out = append(out, "Run `wolf hung` while it happens for the live stacks.")
-	case s.Kind == waitsite.WorkqueueFlush:
+	case s.Kind == kstack.WorkqueueFlush:
 		out = append(out, "Find the work item's kworker: a kworker report in the same log, or `wolf hung` live; the flush ends when that work does.")
-	case s.Kind == waitsite.Freezer:
+	case s.Kind == kstack.Freezer:
 		out = append(out, "Look for a frozen cgroup (freezer.state in cgroup v1, cgroup.freeze in v2) and thaw it if nobody meant it to stay frozen.")
 	default:
 		out = append(out, fmt.Sprintf("Run `wolf hung` while it happens to decode the live wait; `cat /proc/PID/stack` for the victims (pids %s).", pidList(g, 6)))
@@ -148,11 +148,11 @@ func remediation(id string, g *Group) []string {
 // ownerAdvice adds what to do about what the owner itself waits on.
 func ownerAdvice(o *Owner) []string {
 	switch o.Site.Kind {
-	case waitsite.Fuse:
+	case kstack.Fuse:
 		return []string{fmt.Sprintf("The owner waits for a FUSE daemon: fix or abort that daemon (`echo 1 > /sys/fs/fuse/connections/N/abort`) and %s releases the lock.", o.Comm)}
-	case waitsite.IO, waitsite.PageLock, waitsite.Writeback:
+	case kstack.IO, kstack.PageLock, kstack.Writeback:
 		return []string{"The owner waits for I/O: the storage under it is the root cause (`iostat -x 1`, /proc/pressure/io)."}
-	case waitsite.Coredump:
+	case kstack.Coredump:
 		return []string{"The owner is dumping core: the lock is released when the dump ends (see kernel.core_pattern)."}
 	}
 	return nil

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
-	"github.com/wolf-investigator/wolf/internal/hung/waitsite"
+	"github.com/wolf-investigator/wolf/internal/kstack"
 )
 
 func analyzeFile(t *testing.T, name string) *Analysis {
@@ -349,7 +349,7 @@ func TestTruncated(t *testing.T) {
 		t.Fatalf("%d reports, %d truncated", len(a.Reports), a.TruncatedStack)
 	}
 	for _, r := range a.Reports {
-		if !r.Truncated || len(r.Stack) != 4 || r.Site.Kind != waitsite.PageLock {
+		if !r.Truncated || len(r.Stack) != 4 || r.Site.Kind != kstack.PageLock {
 			t.Errorf("report %s:%d truncated=%v frames=%d kind=%s", r.Comm, r.PID, r.Truncated, len(r.Stack), r.Site.Kind)
 		}
 	}
@@ -375,7 +375,7 @@ func TestInterleaved(t *testing.T) {
 			t.Errorf("foreign frame %q in the stack", fr)
 		}
 	}
-	if r.Site.Kind != waitsite.Semaphore || r.Site.Func != "xfs_buf_lock" {
+	if r.Site.Kind != kstack.Semaphore || r.Site.Func != "xfs_buf_lock" {
 		t.Errorf("site %+v", r.Site)
 	}
 }
@@ -400,7 +400,7 @@ audit: type=1400 audit(1.2:3): apparmor="DENIED"
  </TASK>
 `
 	a := analyzeString(t, log)
-	if len(a.Reports) != 1 || len(a.Reports[0].Stack) != 8 || a.Reports[0].Site.Kind != waitsite.Writeback {
+	if len(a.Reports) != 1 || len(a.Reports[0].Stack) != 8 || a.Reports[0].Site.Kind != kstack.Writeback {
 		t.Fatalf("reports %+v", a.Reports)
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
-	"github.com/wolf-investigator/wolf/internal/hung/waitsite"
+	"github.com/wolf-investigator/wolf/internal/kstack"
 )
 
 func subjects(g *Group) []finding.Subject {
@@ -44,7 +44,7 @@ func subjects(g *Group) []finding.Subject {
 
 func ownerSubject(role string, o *Owner, lock string) finding.Subject {
 	detail := fmt.Sprintf("holds %s, per %s", lock, o.Source)
-	if o.Site != nil && (o.Site.Func != "" || o.Site.Kind != waitsite.Other) {
+	if o.Site != nil && (o.Site.Func != "" || o.Site.Kind != kstack.Other) {
 		detail += "; itself " + o.Site.Describe
 	}
 	return finding.Subject{Role: role, PID: o.PID, TID: o.PID, Comm: o.Comm, State: o.State,
@@ -63,7 +63,7 @@ func tgidOr(tgid, pid int) int {
 func reliable(stack []string) []string {
 	var out []string
 	for _, f := range stack {
-		if !waitsite.Unreliable(f) {
+		if !kstack.Unreliable(f) {
 			out = append(out, f)
 		}
 	}
@@ -125,7 +125,7 @@ func evidence(g *Group, a *Analysis) map[string]any {
 	if a.Suppressed {
 		ev["later_reports_suppressed"] = true
 	}
-	if g.Site.Kind == waitsite.RCU && a.RCUStalls > 0 {
+	if g.Site.Kind == kstack.RCU && a.RCUStalls > 0 {
 		ev["rcu_stall_lines"] = a.RCUStalls
 	}
 	keys := make([]string, 0, len(sources))

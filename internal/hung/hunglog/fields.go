@@ -8,7 +8,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/wolf-investigator/wolf/internal/hung/waitsite"
+	"github.com/wolf-investigator/wolf/internal/kstack"
 )
 
 // taskFields is a parsed "task:" line.
@@ -98,7 +98,7 @@ func isFrame(t string) bool {
 	if isHexAddr(s) {
 		return true // "? 0xffffffffc11f0000": a frame with no symbol
 	}
-	name := waitsite.FuncName(t)
+	name := kstack.FuncName(t)
 	if name == "" {
 		return false
 	}

@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
-	"github.com/wolf-investigator/wolf/internal/hung/waitsite"
+	"github.com/wolf-investigator/wolf/internal/kstack"
 )
 
 // Finding ids. "log-" marks conclusions drawn from a saved log, as opposed
@@ -104,19 +104,19 @@ func groupFinding(a *Analysis, g *Group, owned map[int][]*Group) finding.Finding
 func findingID(g *Group) string {
 	k := g.Site.Kind
 	switch {
-	case k == waitsite.Coredump:
+	case k == kstack.Coredump:
 		return IDCoredump
 	case k.IsLock() && g.Owner != nil:
 		return IDLockOwner
 	case k.IsLock():
 		return IDGroup
-	case k == waitsite.RCU:
+	case k == kstack.RCU:
 		return IDRCU
 	case allKworkers(g):
 		return IDKworker
-	case k == waitsite.IO || k == waitsite.PageLock || k == waitsite.Writeback:
+	case k == kstack.IO || k == kstack.PageLock || k == kstack.Writeback:
 		return IDIO
-	case k == waitsite.Fuse:
+	case k == kstack.Fuse:
 		return IDFuse
 	}
 	return IDGroup
@@ -175,9 +175,9 @@ func lockName(g *Group) string {
 	case g.LockName != "":
 		return g.LockName
 	}
-	noun := map[waitsite.Kind]string{
-		waitsite.Mutex: "a mutex", waitsite.RwsemRead: "an rw-semaphore", waitsite.RwsemWrite: "an rw-semaphore",
-		waitsite.RTMutex: "an rt-mutex", waitsite.Semaphore: "a semaphore",
+	noun := map[kstack.Kind]string{
+		kstack.Mutex: "a mutex", kstack.RwsemRead: "an rw-semaphore", kstack.RwsemWrite: "an rw-semaphore",
+		kstack.RTMutex: "an rt-mutex", kstack.Semaphore: "a semaphore",
 	}[g.Site.Kind]
 	if noun == "" {
 		noun = "a lock"
@@ -190,7 +190,7 @@ func lockName(g *Group) string {
 
 // waitPhrase is the site's description without its " in FUNC" tail, for
 // titles that list the callers separately.
-func waitPhrase(s waitsite.Site) string {
+func waitPhrase(s kstack.Site) string {
 	if s.Func != "" {
 		return strings.TrimSuffix(s.Describe, " in "+s.Func)
 	}
@@ -333,7 +333,7 @@ func summary(id string, g *Group, a *Analysis, owned map[int][]*Group) string {
 	switch o := g.Owner; {
 	case o != nil:
 		fmt.Fprintf(&b, " %s names %s (pid %d) as the holder", capitalize(o.Source), o.Comm, o.PID)
-		if o.Site != nil && (o.Site.Func != "" || o.Site.Kind != waitsite.Other) {
+		if o.Site != nil && (o.Site.Func != "" || o.Site.Kind != kstack.Other) {
 			fmt.Fprintf(&b, "; the owner itself %s", o.Site.Describe)
 		}
 		b.WriteString(".")

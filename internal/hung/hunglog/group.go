@@ -3,7 +3,7 @@ package hunglog
 import (
 	"strconv"
 
-	"github.com/wolf-investigator/wolf/internal/hung/waitsite"
+	"github.com/wolf-investigator/wolf/internal/kstack"
 )
 
 // buildGroups classifies every report and puts the ones that wait on the
@@ -34,7 +34,7 @@ func buildGroups(a *Analysis, p *parser) {
 	}
 	for _, o := range p.others {
 		if _, ok := byPID[o.PID]; !ok && o.PID > 0 {
-			o.Site = waitsite.Classify(o.Stack)
+			o.Site = kstack.Classify(o.Stack)
 			byPID[o.PID] = o
 		}
 	}
@@ -53,13 +53,13 @@ func buildGroups(a *Analysis, p *parser) {
 // siteOf classifies a report's stack, letting the kernel's own words win
 // over inference: "Blocked by coredump." and a blocker line say more than
 // a stack that may be missing (the seed's reports had none).
-func siteOf(r *Report) waitsite.Site {
-	s := waitsite.Classify(r.Stack)
-	if r.Coredump && s.Kind != waitsite.Coredump {
-		s = waitsite.Site{Kind: waitsite.Coredump, Func: s.Func, Frame: s.Frame, LockFunc: "coredump_task_exit",
+func siteOf(r *Report) kstack.Site {
+	s := kstack.Classify(r.Stack)
+	if r.Coredump && s.Kind != kstack.Coredump {
+		s = kstack.Site{Kind: kstack.Coredump, Func: s.Func, Frame: s.Frame, LockFunc: "coredump_task_exit",
 			Describe: `is blocked by coredump (the report says "Blocked by coredump.")`}
 	}
-	if b := r.Blocker; b != nil && !s.Kind.IsLock() && s.Kind != waitsite.Coredump {
+	if b := r.Blocker; b != nil && !s.Kind.IsLock() && s.Kind != kstack.Coredump {
 		s.Kind = blockerKind(b)
 		s.Describe = "waits for " + article(b.Lock) + " (the kernel's blocker report)"
 		if s.Func != "" {
@@ -69,17 +69,17 @@ func siteOf(r *Report) waitsite.Site {
 	return s
 }
 
-func blockerKind(b *Blocker) waitsite.Kind {
+func blockerKind(b *Blocker) kstack.Kind {
 	switch b.Lock {
 	case "mutex":
-		return waitsite.Mutex
+		return kstack.Mutex
 	case "semaphore":
-		return waitsite.Semaphore
+		return kstack.Semaphore
 	}
 	if b.As == "reader" {
-		return waitsite.RwsemRead
+		return kstack.RwsemRead
 	}
-	return waitsite.RwsemWrite
+	return kstack.RwsemWrite
 }
 
 func article(noun string) string {
@@ -99,8 +99,8 @@ func groupKey(r *Report) string {
 	}
 	if r.Workqueue != "" {
 		switch s.Kind {
-		case waitsite.Other, waitsite.IO, waitsite.PageLock, waitsite.Writeback, waitsite.Completion,
-			waitsite.WorkqueueFlush:
+		case kstack.Other, kstack.IO, kstack.PageLock, kstack.Writeback, kstack.Completion,
+			kstack.WorkqueueFlush:
 			// For a kworker the workqueue names the subsystem better than
 			// a generic wait does: xfs-sync/dm-6 xfs_log_worker.
 			return "wq:" + r.Workqueue + ":" + r.WorkFunc + "|" + s.Key()
@@ -174,7 +174,7 @@ func completeOwner(o *Owner, byPID map[int]*Report) {
 		return
 	}
 	if len(o.Stack) > 0 {
-		s := waitsite.Classify(o.Stack)
+		s := kstack.Classify(o.Stack)
 		o.Site = &s
 	}
 }
@@ -306,7 +306,7 @@ func stackHas(stack []string, fn string) bool {
 		return false
 	}
 	for _, f := range stack {
-		if waitsite.FuncName(f) == fn {
+		if kstack.FuncName(f) == fn {
 			return true
 		}
 	}

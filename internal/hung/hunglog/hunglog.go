@@ -6,7 +6,7 @@
 // holds rtnl_mutex. Dozens of such reports with unrelated-looking
 // stacks are what an SRE finds in the log at 3 a.m. This package reads
 // every report (and sysrq-w dumps, which have no INFO line), classifies
-// each stack with waitsite, puts the tasks that wait on the same thing in
+// each stack with kstack, puts the tasks that wait on the same thing in
 // one group, and names the owner when the log does: the kernel's own
 // "likely owned by task" line (6.15+), or lockdep's "locks held" dump.
 // Coredumps, kworkers and RCU-tasks stalls get the explanations the
@@ -23,7 +23,7 @@ import (
 	"io"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
-	"github.com/wolf-investigator/wolf/internal/hung/waitsite"
+	"github.com/wolf-investigator/wolf/internal/kstack"
 )
 
 // Bounds on what one analysis keeps. A kernel line is at most about 1 KiB
@@ -66,7 +66,7 @@ type Report struct {
 	// on (CONFIG_DETECT_HUNG_TASK_BLOCKER, 6.15+), nil when not printed.
 	Blocker *Blocker
 	Stack   []string // innermost first, as printed, "?" frames included
-	Site    waitsite.Site
+	Site    kstack.Site
 	// Source is "hung-task" for khungtaskd reports, "sysrq" for a D task
 	// found in a sysrq-w / sysrq-t dump with no hung-task report.
 	Source    string
@@ -109,7 +109,7 @@ type HeldLock struct {
 // Group is a set of reports that wait on the same thing.
 type Group struct {
 	Key      string
-	Site     waitsite.Site // the first victim's site
+	Site     kstack.Site // the first victim's site
 	Victims  []*Report
 	Owner    *Owner   // who holds what they wait on, when the log says
 	Holders  []*Owner // other candidates when the log is ambiguous
@@ -122,8 +122,8 @@ type Owner struct {
 	PID    int
 	State  string
 	Stack  []string
-	Site   *waitsite.Site // what the owner itself waits on, when its stack is known
-	Source string         // "hung-task blocker line" or "lockdep"
+	Site   *kstack.Site // what the owner itself waits on, when its stack is known
+	Source string       // "hung-task blocker line" or "lockdep"
 }
 
 // Analysis is everything Analyze found in one log.

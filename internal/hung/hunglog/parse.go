@@ -6,7 +6,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/wolf-investigator/wolf/internal/hung/waitsite"
+	"github.com/wolf-investigator/wolf/internal/kstack"
 )
 
 // The kernel's own message formats (kernel/hung_task.c, sched_show_task,
@@ -135,7 +135,7 @@ func (p *parser) feed(raw []byte) {
 	}
 	if st.holder != nil {
 		if m := heldLockRe.FindStringSubmatch(t); m != nil {
-			l := HeldLock{Addr: m[2], Name: sanitize(m[3]), At: sanitize(waitsite.FuncName(m[4]))}
+			l := HeldLock{Addr: m[2], Name: sanitize(m[3]), At: sanitize(kstack.FuncName(m[4]))}
 			if len(st.holder.Locks) < MaxLocksPerTask && p.spend(len(l.Addr)+len(l.Name)+len(l.At)) {
 				st.holder.Locks = append(st.holder.Locks, l)
 			}
@@ -303,7 +303,7 @@ func (p *parser) headerLine(c *collector, t string) bool {
 			rep.Workqueue = sanitize(f[0])
 		}
 		if len(f) >= 2 {
-			rep.WorkFunc = sanitize(waitsite.FuncName(f[1]))
+			rep.WorkFunc = sanitize(kstack.FuncName(f[1]))
 		}
 	default:
 		if c.role == roleVictim && !c.sawTask {

@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
-	"github.com/wolf-investigator/wolf/internal/hung/waitsite"
+	"github.com/wolf-investigator/wolf/internal/kstack"
 )
 
 // The seed-002 deadlock: an agent detaching an fentry program waits for an
@@ -24,7 +24,7 @@ func rcuTasksDeadlock(a *Analysis, p *parser) (finding.Finding, []int, bool) {
 	waiter, kthread := -1, -1
 	for i := range a.Groups {
 		g := &a.Groups[i]
-		if g.Site.Kind != waitsite.RCU {
+		if g.Site.Kind != kstack.RCU {
 			continue
 		}
 		switch {

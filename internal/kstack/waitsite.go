@@ -1,4 +1,4 @@
-// Package waitsite reads a blocked task's kernel stack and says what the
+// Package kstack reads a blocked task's kernel stack and says what the
 // task waits on: a mutex, an rw-semaphore, an RCU grace period, a FUSE
 // daemon, a core dump, I/O.
 //
@@ -13,7 +13,7 @@
 //
 // It is pure string work: the live investigator (BPF stacks, symbolized)
 // and the offline log analyzer (dmesg text) both use it.
-package waitsite
+package kstack
 
 import "strings"
 

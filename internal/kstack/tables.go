@@ -1,4 +1,4 @@
-package waitsite
+package kstack
 
 import "strings"
 
