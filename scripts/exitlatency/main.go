@@ -25,16 +25,18 @@
 // The timestamps are taken by one thread of this program running at
 // SCHED_FIFO (when allowed), which sleeps in ppoll on an inotify watch of
 // the report's directory and a pidfd of wolf: the measuring instrument
-// must not queue behind the burner it measures under. wolf itself runs at
-// the priority -prio says, the
-// whole run (none, nice10: nice -n -10, nice20, fifo: chrt -f 1), so that
-// the effect of a priority can be measured before wolf is taught to take it.
+// must not queue behind the burner it measures under. Each configuration
+// (-configs) starts wolf at a priority for the whole run (none, nice10:
+// nice -n -10, nice20, fifo: chrt -f 1) with flags of its own, so that
+// the effect of a priority can be measured before wolf is taught to take
+// it, and after, against --nice=0. Configurations run side by side: run by
+// run, one after the other.
 //
 // Usage (as root, with a wolf binary built from the tree under test):
 //
 //	go build -o /tmp/wolf ./cmd/wolf
 //	go run ./scripts/exitlatency -wolf /tmp/wolf -runs 5 -duration 5s
-//	go run ./scripts/exitlatency -wolf /tmp/wolf -commands doctor -loads busy -prio none,nice,fifo
+//	go run ./scripts/exitlatency -wolf /tmp/wolf -commands doctor -loads busy -configs "none --nice=0;nice20 --nice=0;fifo --nice=0;none"
 //
 // The burner slows every other process on the machine for the length of
 // the busy runs, so the tool holds /tmp/wolf-tests.lock (the lock that
@@ -82,9 +84,11 @@ func main() {
 		runs     = flag.Int("runs", 5, "runs per command, load and priority")
 		loads    = flag.String("loads", "idle,busy", "comma-separated: idle, busy")
 		perCPU   = flag.Int("busy-per-cpu", 32, "busy threads per CPU for the busy load")
-		prios    = flag.String("prio", "none", "comma-separated priorities wolf runs at, the whole run: none, nice10 (nice -n -10), nice20 (nice -n -20), fifo (chrt -f 1)")
-		raw      = flag.String("raw", "", "append every run as a JSON line to this file")
-		noLock   = flag.Bool("no-lock", false, "do not take "+testsLock)
+		configs  = flag.String("configs", "none", "semicolon-separated configurations, run side by side (interleaved run by run): "+
+			"PRIO[ WOLF-FLAGS...], PRIO the priority wolf is started at for the whole run (none, nice10: nice -n -10, nice20: nice -n -20, fifo: chrt -f 1), "+
+			"then flags added to the wolf command (e.g. \"none --nice=0;none\")")
+		raw    = flag.String("raw", "", "append every run as a JSON line to this file")
+		noLock = flag.Bool("no-lock", false, "do not take "+testsLock)
 	)
 	flag.Parse()
 	if *wolf == "" {
@@ -116,7 +120,7 @@ func main() {
 	fmt.Println("seconds, median [min..max] of the runs. attach: exec to the first investigator attached (wolf's progress bar);")
 	fmt.Println("the deadline is that plus --duration; late: the last window's end (the bar at 100%) after it;")
 	fmt.Println("after the deadline: wolf's CPU time and run-queue wait (its threads summed), wall time with a thread in D")
-	fmt.Printf("%-8s %-5s %-5s %4s  %-20s %6s  %-20s %6s  %-20s %6s %6s %6s %5s\n", "command", "load", "prio", "ok",
+	fmt.Printf("%-8s %-5s %-14s %4s  %-20s %6s  %-20s %6s  %-20s %6s %6s %6s %5s\n", "command", "load", "config", "ok",
 		"wall - duration", "attach", "deadline->report", "late", "report->exit", "cpu", "rqwait", "D", "busy%")
 	for _, load := range split(*loads) {
 		var stopBurner func()
@@ -128,22 +132,29 @@ func main() {
 		} else if load != "idle" {
 			fail("unknown load %q", load)
 		}
-		for _, prio := range split(*prios) {
-			for _, c := range split(*commands) {
-				var rs []result
-				for i := 0; i < *runs; i++ {
-					r := measure(bin, c, *duration, prio, rt)
+		cfgs := strings.Split(*configs, ";")
+		for _, c := range split(*commands) {
+			rs := make([][]result, len(cfgs))
+			for i := 0; i < *runs; i++ {
+				for k, cfg := range cfgs {
+					f := strings.Fields(cfg)
+					if len(f) == 0 {
+						fail("empty configuration in %q", *configs)
+					}
+					r := measure(bin, c, *duration, f[0], f[1:], rt)
 					r.Load = load
 					if rawOut != nil {
 						b, _ := json.Marshal(r)
 						rawOut.Write(append(b, '\n'))
 					}
 					if r.Err != "" {
-						fmt.Fprintf(os.Stderr, "  %s %s %s run %d: %s\n", c, load, prio, i+1, r.Err)
+						fmt.Fprintf(os.Stderr, "  %s %s %s run %d: %s\n", c, load, cfg, i+1, r.Err)
 					}
-					rs = append(rs, r)
+					rs[k] = append(rs[k], r)
 				}
-				printRow(c, load, prio, rs)
+			}
+			for k, cfg := range cfgs {
+				printRow(c, load, cfg, rs[k])
 			}
 		}
 		if stopBurner != nil {
@@ -157,6 +168,7 @@ type result struct {
 	Command     string  `json:"command"`
 	Load        string  `json:"load"`
 	Prio        string  `json:"prio"`
+	WolfArgs    string  `json:"wolf_args,omitempty"`
 	DurationS   float64 `json:"duration_s"`
 	WallS       float64 `json:"wall_s"`
 	OverrunS    float64 `json:"overrun_s"`          // wall - duration
@@ -174,8 +186,8 @@ type result struct {
 	Err         string  `json:"error,omitempty"`
 }
 
-func measure(bin, command string, d time.Duration, prio string, rt bool) result {
-	r := result{Command: command, Prio: prio, DurationS: d.Seconds()}
+func measure(bin, command string, d time.Duration, prio string, extra []string, rt bool) result {
+	r := result{Command: command, Prio: prio, WolfArgs: strings.Join(extra, " "), DurationS: d.Seconds()}
 	dir, err := os.MkdirTemp("", "wolf-exitlatency-")
 	if err != nil {
 		r.Err = err.Error()
@@ -183,7 +195,7 @@ func measure(bin, command string, d time.Duration, prio string, rt bool) result 
 	}
 	defer os.RemoveAll(dir)
 	report := filepath.Join(dir, "report.json")
-	args := []string{bin, command, "--duration", d.String(), "--format", "json", "--output", report}
+	args := append([]string{bin, command, "--duration", d.String(), "--format", "json", "--output", report}, extra...)
 	switch prio {
 	case "none":
 	case "nice10":
@@ -683,7 +695,7 @@ func printRow(command, load, prio string, rs []result) {
 		d = append(d, r.DAfterS)
 		busy = append(busy, r.HostBusyPct)
 	}
-	fmt.Printf("%-8s %-5s %-5s %d/%d  %-20s %6s  %-20s %6s  %-20s %6s %6s %6s %5s\n", command, load, prio, ok, len(rs),
+	fmt.Printf("%-8s %-5s %-14s %d/%d  %-20s %6s  %-20s %6s  %-20s %6s %6s %6s %5s\n", command, load, prio, ok, len(rs),
 		spread(overrun), med(startup), spread(toRep), med(late), spread(repExit), med(cpu), med(wait), med(d), med(busy))
 }
 
