@@ -464,25 +464,32 @@ func ownedName(path string, owner int) error {
 }
 
 func unmount(it Item) error {
-	mounts, err := proc.Mounts(context.Background(), 0)
-	if err != nil {
-		return err
-	}
-	for _, m := range mounts {
-		if m.Point != it.Path {
-			continue
+	// A point can hold a stack of mounts: the lab's may lie under
+	// another. Detach the top one at a time, each checked, a few at most.
+	for range 8 {
+		mounts, err := proc.Mounts(context.Background(), 0)
+		if err != nil {
+			return err
 		}
-		if m.FSType != it.FSType || m.Source != it.Source {
-			return fmt.Errorf("%s is mounted with %s %s, not the lab's %s %s; not unmounting it", it.Path, m.FSType, m.Source, it.FSType, it.Source)
+		var top *procfs.Mount
+		for i := range mounts {
+			if mounts[i].Point == it.Path {
+				top = &mounts[i] // mountinfo lists a stack bottom first
+			}
+		}
+		if top == nil {
+			return nil
+		}
+		if top.FSType != it.FSType || top.Source != it.Source {
+			return fmt.Errorf("%s is mounted with %s %s, not the lab's %s %s; not unmounting it", it.Path, top.FSType, top.Source, it.FSType, it.Source)
 		}
 		// MNT_DETACH: a dead FUSE mount answers ENOTCONN; a detach
 		// never waits for its users.
-		if err := unix.Unmount(it.Path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+		if err := unix.Unmount(it.Path, unix.MNT_DETACH); err != nil {
 			return err
 		}
-		return unmount(it) // mounted more than once?
 	}
-	return nil
+	return fmt.Errorf("%s: still mounted after 8 unmounts", it.Path)
 }
 
 // mountUnder returns a mount point at or under dir, or "".
