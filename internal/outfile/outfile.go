@@ -202,6 +202,31 @@ func Dir(dir string) error {
 	return checkCreate(dir)
 }
 
+// DirOrNew checks a directory wolf writes files into and creates if
+// need be (wolf watch --incidents): an existing directory it can create
+// files in, or a new one whose parent exists and takes it. It creates
+// nothing.
+func DirOrNew(dir string) error {
+	if dir == "" {
+		return errors.New("empty directory name")
+	}
+	st, err := os.Stat(dir)
+	switch {
+	case err == nil && !st.IsDir():
+		return fmt.Errorf("%s: not a directory", dir)
+	case err == nil:
+		return checkCreate(dir)
+	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR):
+		parent, err := existingDir(filepath.Clean(dir))
+		if err != nil {
+			return err
+		}
+		return checkCreate(parent)
+	default:
+		return pathErr(dir, err)
+	}
+}
+
 // Write writes what fill produces to the target: atomically for a file,
 // in place for a device, FIFO or /proc link. On error nothing at the
 // destination has changed (for a file).

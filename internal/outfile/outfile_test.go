@@ -347,6 +347,16 @@ func TestStreamAndDir(t *testing.T) {
 	}
 	wantErr(t, Dir("/nonexistent-wolf-dir"), "no such file or directory")
 	wantErr(t, Dir("/dev/null"), "not a directory")
+	if err := DirOrNew(dir); err != nil {
+		t.Error(err)
+	}
+	if err := DirOrNew(filepath.Join(dir, "incidents")); err != nil {
+		t.Error(err)
+	}
+	wantErr(t, DirOrNew("/nonexistent-wolf-dir/incidents"), "does not exist")
+	wantErr(t, DirOrNew("/dev/null"), "not a directory")
+	wantErr(t, DirOrNew("/sys/fs/wolf-incidents"), "kernel file system")
+	wantErr(t, DirOrNew(readOnlyDir(t)), "cannot create files in")
 	if got := names(t, dir); len(got) != 0 {
 		t.Errorf("checks created %v", got)
 	}
