@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -103,6 +104,7 @@ the next lab run, or wolf lab clean, undoes what dead labs left.`,
 			if victims < 0 || victims > 64 {
 				return usageErr("--victims must be between 0 and 64, got %d", victims)
 			}
+
 			if why := lab.WhyRoot(l); why != "" && os.Geteuid() != 0 {
 				return privilegeErr("wolf lab run %s needs root: it %s (run it with sudo)", l.Name(), why)
 			}
@@ -179,25 +181,51 @@ lab is left alone. wolf lab run does the same before it starts a lab.`,
 }
 
 func runLab(ctx context.Context, cmd *cobra.Command, l lab.Lab, d time.Duration, victims int) error {
-	out := cmd.OutOrStdout()
-	logf := func(f string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), "lab: "+f+"\n", a...) }
 	if os.Geteuid() == 0 {
 		// What dead labs left (labs with a ledger do it too; this covers
 		// the others). A failure is said, not fatal: the lab may not care.
-		if _, err := lab.Clean(logf); err != nil {
-			logf("cleaning up after dead labs: %v", err)
+		if _, err := lab.Clean(func(f string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), "lab: "+f+"\n", a...) }); err != nil {
+			fmt.Fprintf(cmd.ErrOrStderr(), "lab: cleaning up after dead labs: %v\n", err)
 		}
 	}
+	return runLabEpisodes(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr(), l, d, victims, lab.MaxStall)
+}
+
+// runLabEpisodes runs l for d. A lab that keeps tasks in D state runs in
+// episodes of at most maxStall, each a fresh instance with fresh tasks
+// (the previous one closed first), so that no task stays in D longer.
+func runLabEpisodes(ctx context.Context, out, errw io.Writer, l lab.Lab, d time.Duration, victims int, maxStall time.Duration) error {
+	logf := func(f string, a ...any) { fmt.Fprintf(errw, "lab: "+f+"\n", a...) }
+	episode := d
+	if lab.Stalls(l) && d > maxStall {
+		episode = maxStall
+		fmt.Fprintf(out, "lab %s keeps tasks in D state: it runs in episodes of %v, each with new tasks, so that none stays in D longer\n", l.Name(), maxStall)
+	}
+	end := time.Now().Add(d)
+	for {
+		left := time.Until(end)
+		if left <= 0 {
+			return nil
+		}
+		interrupted, err := runLabOnce(ctx, out, errw, l, min(left, episode), victims, logf)
+		if err != nil || interrupted {
+			return err
+		}
+	}
+}
+
+// runLabOnce starts l, keeps it for d (or until ctx ends) and closes it.
+func runLabOnce(ctx context.Context, out, errw io.Writer, l lab.Lab, d time.Duration, victims int, logf func(string, ...any)) (interrupted bool, err error) {
 	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	inst, err := l.Start(startCtx, lab.Options{Victims: victims, Logf: logf})
 	if err != nil {
-		return wrapFailure(fmt.Errorf("lab %s: %w", l.Name(), err))
+		return false, wrapFailure(fmt.Errorf("lab %s: %w", l.Name(), err))
 	}
 	// Close runs however this function ends; Ctrl-C cancels ctx.
 	defer func() {
 		if err := inst.Close(); err != nil {
-			fmt.Fprintf(cmd.ErrOrStderr(), "lab %s: cleanup: %v\n", l.Name(), err)
+			fmt.Fprintf(errw, "lab %s: cleanup: %v\n", l.Name(), err)
 		}
 	}()
 	fmt.Fprintf(out, "lab %s running for %v (Ctrl-C ends it early and cleans up)\n%s\n", l.Name(), d, inst.Describe())
@@ -206,8 +234,9 @@ func runLab(ctx context.Context, cmd *cobra.Command, l lab.Lab, d time.Duration,
 	select {
 	case <-ctx.Done():
 		fmt.Fprintf(out, "interrupted; cleaning up\n")
+		return true, nil
 	case <-time.After(d):
 		fmt.Fprintf(out, "done; cleaning up\n")
+		return false, nil
 	}
-	return nil
 }

@@ -44,6 +44,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"time"
 )
 
 // Options configure a lab run.
@@ -97,6 +98,25 @@ func WhyRoot(l Lab) string {
 		return p.WhyRoot()
 	}
 	return "changes machine-wide state"
+}
+
+// MaxStall is the longest a lab may keep tasks in uninterruptible sleep
+// (DESIGN.md: no stall, held mmap_lock or D-state task outlives 60 s: a
+// long one can hang every process lister on the machine).
+const MaxStall = 60 * time.Second
+
+// Stalling is implemented by labs whose pathology keeps tasks in D state
+// for as long as the lab runs: `wolf lab run` runs them in episodes of at
+// most MaxStall, each a fresh instance with fresh tasks.
+type Stalling interface {
+	// Stalls says whether the lab's tasks sleep in D while it runs.
+	Stalls() bool
+}
+
+// Stalls says whether l keeps tasks in D state while it runs.
+func Stalls(l Lab) bool {
+	s, ok := l.(Stalling)
+	return ok && s.Stalls()
 }
 
 // Registry maps lab names to labs.

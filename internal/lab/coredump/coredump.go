@@ -737,3 +737,7 @@ func (c *capped) head() string {
 	lines := strings.SplitN(c.buf.String(), "\n", 4)
 	return strings.TrimSpace(strings.Join(lines[:min(len(lines), 3)], " | "))
 }
+
+// Stalls implements lab.Stalling: the parked threads sleep in D for the
+// lab's run on kernels before 6.12 (in TASK_IDLE since).
+func (coredumpLab) Stalls() bool { return true }

@@ -629,3 +629,6 @@ func (in *Instance) fusectlAbort() {
 		in.logf("fusestall: aborted connection via %s", p)
 	}
 }
+
+// Stalls implements lab.Stalling: the victims sleep in D for the lab's run.
+func (fuseLab) Stalls() bool { return true }
