@@ -12,6 +12,38 @@
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_tracing.h>
 
+/* include/linux/sched.h: TASK_COMM_LEN, the size of a task's name. */
+#define WOLF_COMM_LEN 16
+
+/*
+ * Every investigator counts its events and drops in one per-CPU array,
+ * "stats", indexed by its own enum stat_index, whose last entry is
+ * STAT_MAX. WOLF_STATS() declares the array, stat_inc and stat_add, and
+ * keeps the enum in the object's BTF, where user space (probekit) reads
+ * each counter's name from its enumerator: adding a counter is adding an
+ * enumerator, nothing in Go is kept in step by hand. (The array's own key
+ * must stay a __u32: the kernel refuses other key types for arrays.)
+ */
+#define WOLF_STATS()                                                          \
+	struct {                                                              \
+		__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);                      \
+		__uint(max_entries, STAT_MAX);                                \
+		__type(key, __u32);                                           \
+		__type(value, __u64);                                         \
+	} stats SEC(".maps");                                                 \
+	const enum stat_index *wolf_stat_index_btf __attribute__((unused));  \
+	static __always_inline void stat_add(enum stat_index idx, __u64 n)    \
+	{                                                                     \
+		__u32 key = idx;                                              \
+		__u64 *v = bpf_map_lookup_elem(&stats, &key);                 \
+		if (v)                                                        \
+			*v += n;                                              \
+	}                                                                     \
+	static __always_inline void stat_inc(enum stat_index idx)             \
+	{                                                                     \
+		stat_add(idx, 1);                                             \
+	}
+
 /* include/linux/sched.h: task states. */
 #define WOLF_TASK_RUNNING 0x00000000
 #define WOLF_TASK_INTERRUPTIBLE 0x00000001

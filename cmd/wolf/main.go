@@ -13,6 +13,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/wolf-investigator/wolf/internal/buildinfo"
+	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/lab/coredump"
 	"github.com/wolf-investigator/wolf/internal/lab/mmaplock"
 )
@@ -25,8 +27,9 @@ const (
 	exitPrivilege = 3 // missing privilege or kernel feature
 )
 
-// version is set at build time with -ldflags "-X main.version=…".
-var version = "0.1.0-dev"
+// version is this build's (internal/buildinfo: set by make release, else
+// taken from what the Go toolchain recorded).
+var version = buildinfo.Version()
 
 // exitError carries an exit code through cobra.
 type exitError struct {
@@ -112,10 +115,13 @@ Exit codes: 0 done (findings or not), 1 wolf failed, 2 bad usage,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageErr("%v (see %s --help)", err, c.CommandPath())
 	})
-	root.AddCommand(newDoctorCmd(), newHungCmd(), newLocksCmd(), newReclaimCmd(), newSchedCmd(), newAnalyzeCmd(), newCheckCmd(), newLabCmd(), newBenchCmd())
-	root.AddCommand(newSoftirqCmd())
-	root.AddCommand(newWatchCmd())
-	root.AddCommand(newBPFCmd())
+	root.AddCommand(newDoctorCmd())
+	for _, inv := range investigators() {
+		if c, ok := inv.(investigator.Commander); ok {
+			root.AddCommand(newInvestigatorCmd(inv, c.Command()))
+		}
+	}
+	root.AddCommand(newAnalyzeCmd(), newCheckCmd(), newLabCmd(), newBenchCmd(), newWatchCmd(), newVersionCmd())
 	return root
 }
 

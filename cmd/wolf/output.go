@@ -29,6 +29,8 @@ type outputFlags struct {
 	// for flame graph tools and `go tool pprof`.
 	folded string
 	pprof  string
+	// text adjusts text rendering (set by the command, not a flag).
+	text func(*render.TextOptions)
 
 	// Set by validate: where the report and the pprof file go, checked.
 	report, pprofTo *outfile.Target
@@ -74,12 +76,6 @@ func (o *outputFlags) validate() (render.Format, error) {
 // write renders the report to stdout or the --output file, then the
 // --folded and --pprof files.
 func (o *outputFlags) write(stdout io.Writer, r *finding.Report) error {
-	return o.writeWith(stdout, r, nil)
-}
-
-// writeWith is write with more text after the report (extra, when set,
-// appends to the rendered report before it is written).
-func (o *outputFlags) writeWith(stdout io.Writer, r *finding.Report, extra func(io.Writer)) error {
 	f, err := render.ParseFormat(o.format)
 	if err != nil {
 		return usageErr("--format: %v", err)
@@ -91,13 +87,14 @@ func (o *outputFlags) writeWith(stdout io.Writer, r *finding.Report, extra func(
 	case render.FormatHTML:
 		err = render.HTML(&buf, r)
 	default:
-		err = render.Text(&buf, r, render.TextOptions{Color: o.output == "" && isTerminal(os.Stdout)})
+		to := render.TextOptions{Color: o.output == "" && isTerminal(os.Stdout)}
+		if o.text != nil {
+			o.text(&to)
+		}
+		err = render.Text(&buf, r, to)
 	}
 	if err != nil {
 		return wrapFailure(err)
-	}
-	if extra != nil {
-		extra(&buf)
 	}
 	// The report first: a failing export must not cost it.
 	werr := o.writeBytes(stdout, buf.Bytes(), r.Command, string(f))

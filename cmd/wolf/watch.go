@@ -179,7 +179,7 @@ func runWatch(ctx context.Context, stdout io.Writer, invs []investigator.Investi
 		}
 	}
 	rep := newReport("watch", time.Now())
-	metrics := watch.NewMetrics(version, rep.Kernel, s.top, windows)
+	metrics := watch.NewMetrics(version, rep.Kernel, s.top, windows, invs)
 	w, err := watch.New(watch.Config{Investigators: invs, Window: windows, Default: s.interval, Events: events, Metrics: metrics,
 		MinSeverity: s.minSeverity, ClearAfter: s.clearAfter})
 	if err != nil {

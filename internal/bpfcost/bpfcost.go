@@ -15,10 +15,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -68,55 +70,114 @@ func (*Investigator) Requirements() []investigator.Requirement {
 // without changing it).
 func StatsSysctl() (int64, error) { return sysctl.ReadInt("kernel.bpf_stats_enabled") }
 
-// Run measures for opts.Duration: it inventories programs, links and
-// owners, reads every program's statistics at the start and the end, and
-// concludes.
-func (b *Investigator) Run(ctx context.Context, opts investigator.Options) (*investigator.Result, error) {
-	if opts.Duration <= 0 {
-		return nil, fmt.Errorf("bpf: duration must be positive, got %v", opts.Duration)
-	}
+// Start inventories the programs and reads every program's statistics;
+// from then on it samples them once a second, for the runs/s curves.
+func (b *Investigator) Start(ctx context.Context, opts investigator.Options) (investigator.Session, error) {
 	if b.Thresholds == (Thresholds{}) {
 		b.Thresholds = DefaultThresholds
 	}
-	meter := overhead.Start()
-	defer meter.Close()
-	res := &investigator.Result{Capabilities: map[string]bool{}}
+	s := &session{b: *b, opts: opts, meter: overhead.Start()}
 	// The meter holds statistics on too; this second, reference-counted
 	// hold tells whether the kernel has them at all.
 	st, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
-	res.Capabilities["bpf_stats"] = err == nil
+	s.statsOn = err == nil
 	if err == nil {
-		defer st.Close()
+		s.stats = st
 	}
-
-	progs, err := listPrograms()
-	if err != nil {
+	if s.progs, err = listPrograms(); err != nil {
+		s.Close()
 		if errors.Is(err, unix.EPERM) {
 			return nil, fmt.Errorf("bpf: listing programs: %w: %w", err, investigator.ErrPrivilege)
 		}
 		return nil, err
 	}
-	before, err := sampleStats()
-	if err != nil {
+	if s.before, err = sampleStats(); err != nil {
+		s.Close()
 		return nil, err
 	}
-	started := time.Now()
-	samples := []Sample{{At: 0, Stats: before}}
-	// Once a second, for the runs/s curves; not in the window's last half
-	// second, which the final sample covers.
-	investigator.Wait(ctx, opts, started, time.Second, func(left time.Duration) {
-		if left <= 500*time.Millisecond || b.Top <= 0 {
+	s.started = time.Now()
+	s.samples = []Sample{{At: 0, Stats: s.before}}
+	s.stop, s.done = make(chan struct{}), make(chan struct{})
+	go s.sample()
+	return s, nil
+}
+
+// session is wolf bpf measuring.
+type session struct {
+	b       Investigator
+	opts    investigator.Options
+	meter   *overhead.Meter
+	stats   io.Closer
+	statsOn bool
+	stop    chan struct{}
+	done    chan struct{}
+
+	mu      sync.Mutex
+	progs   []Program
+	before  map[uint32]Stat
+	started time.Time
+	samples []Sample
+}
+
+// sample reads every program's statistics once a second.
+func (s *session) sample() {
+	defer close(s.done)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.stop:
 			return
+		case <-tick.C:
+			if s.b.Top <= 0 {
+				continue
+			}
+			if st, err := sampleStats(); err == nil {
+				s.mu.Lock()
+				s.samples = append(s.samples, Sample{At: time.Since(s.started).Seconds(), Stats: st})
+				s.mu.Unlock()
+			}
 		}
-		if st, err := sampleStats(); err == nil {
-			samples = append(samples, Sample{At: time.Since(started).Seconds(), Stats: st})
-		}
-	})
+	}
+}
+
+// Close stops sampling and lets the statistics go off (if nobody else
+// holds them on).
+func (s *session) Close() error {
+	if s.stop != nil {
+		close(s.stop)
+		<-s.done
+		s.stop = nil
+	}
+	if s.stats != nil {
+		_ = s.stats.Close()
+		s.stats = nil
+	}
+	s.meter.Close()
+	return nil
+}
+
+// Collect concludes the window since Start or the previous Collect.
+func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
+	b, opts := &s.b, s.opts
+	res := &investigator.Result{Capabilities: map[string]bool{"bpf_stats": s.statsOn}}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	after, err := sampleStats()
-	window := time.Since(started)
+	window := time.Since(s.started)
 	if err != nil {
 		return nil, err
 	}
+	progs, before := s.progs, s.before
+	// The window's last half second is the final sample's.
+	samples := slices.DeleteFunc(s.samples, func(x Sample) bool { return x.At > 0 && window.Seconds()-x.At < 0.5 })
+	defer func() {
+		s.before, s.started = after, time.Now()
+		s.samples = []Sample{{At: 0, Stats: after}}
+		if now, err := listPrograms(); err == nil {
+			s.progs = now
+		}
+	}()
 	// Programs loaded during the window join the list; programs unloaded
 	// during it stay, marked gone.
 	if later, err := listPrograms(); err == nil {
@@ -172,12 +233,9 @@ func (b *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 	res.Findings = Conclude(snap, th)
 	samples = append(samples, Sample{At: window.Seconds(), Stats: after})
 	res.Timelines = RateTimelines(snap, samples, min(b.Top, maxTimelines))
-	if opts.Progress != nil {
-		opts.Progress(1)
-	}
 	// wolf bpf loads no program: its cost is the CPU of two samples and
 	// the /proc walk; its events are the programs it measured.
-	res.Overhead = meter.Finish(uint64(len(after)), 0)
+	res.Overhead = s.meter.Lap(uint64(len(after)), 0)
 	return res, nil
 }
 

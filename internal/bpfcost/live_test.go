@@ -156,7 +156,7 @@ func TestLiveHotUprobe(t *testing.T) {
 func TestLiveHealthyHost(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.Exclusive(t)
-	res, err := New().Run(context.Background(), investigator.Options{Duration: time.Second})
+	res, err := investigator.Run(context.Background(), New(), investigator.Options{Duration: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -251,3 +251,25 @@ func Worst(fs []Finding) (Severity, bool) {
 	}
 	return w, true
 }
+
+// Number reads an evidence value as a float, whatever numeric type the
+// investigator stored it as.
+func Number(v any) (float64, bool) {
+	switch x := v.(type) {
+	case int:
+		return float64(x), true
+	case int64:
+		return float64(x), true
+	case uint64:
+		return float64(x), true
+	case uint32:
+		return float64(x), true
+	case int32:
+		return float64(x), true
+	case float64:
+		return x, true
+	case float32:
+		return float64(x), true
+	}
+	return 0, false
+}

@@ -6,24 +6,21 @@ import (
 
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/investigator"
+	"github.com/wolf-investigator/wolf/internal/probekit"
 	"github.com/wolf-investigator/wolf/internal/sysctl"
 )
 
-// Requirements implements investigator.Requirer.
+// Requirements implements investigator.Requirer: the attach table's, and
+// what the programs use inside.
 func (*Investigator) Requirements() []investigator.Requirement {
-	return []investigator.Requirement{
+	return append([]investigator.Requirement{
 		{Feature: "btf", Why: "CO-RE: read task_struct, mutex and rw-semaphore fields on any kernel layout"},
-		{Feature: "task_iter", Why: "walk every task to find those already blocked when wolf starts"},
 		{Feature: "bpf_get_task_stack", Why: "kernel stacks of blocked tasks and lock owners"},
 		{Feature: "raw_tracepoint", Why: "attach to scheduler and lock tracepoints"},
-		{Feature: "tracepoint:sched/sched_switch", Why: "exact time each task entered D state"},
 		{Feature: "task_blocker", Why: "the lock a task already blocked waits on (task->blocker, 6.16+)", Optional: true},
-		{Feature: "tracepoint:lock/contention_begin", Why: "the lock a task waits on, for waits that begin while wolf runs", Optional: true},
-		{Feature: "tracepoint:sched/sched_process_hang", Why: "khungtaskd's own reports", Optional: true},
-		{Feature: "tracepoint:workqueue/workqueue_execute_start", Why: "name kworkers by their work function on kernels without worker_private", Optional: true},
 		{Feature: "ringbuf", Why: "khungtaskd reports to user space", Optional: true},
 		{Feature: "hung_task_detector", Why: "audit khungtaskd's settings", Optional: true},
-	}
+	}, probekit.Requirements(attachTable)...)
 }
 
 // Audit implements investigator.Auditor: khungtaskd's settings, read the

@@ -20,7 +20,6 @@
 char LICENSE[] SEC("license") = "GPL";
 
 #define MAX_STACK 32
-#define COMM_LEN 16
 #define WQ_NAME_LEN 32
 
 /*
@@ -77,10 +76,10 @@ struct task_rec {
 	__u32 owner_tid;
 	__u32 owner_tgid;
 	__u32 dumper_tid;   /* coredump: the thread writing the core */
-	char owner_comm[COMM_LEN];
+	char owner_comm[WOLF_COMM_LEN];
 	__u64 wq_func;      /* kworker: the work function it runs */
 	char wq_name[WQ_NAME_LEN];
-	char comm[COMM_LEN];
+	char comm[WOLF_COMM_LEN];
 	__u64 stack[MAX_STACK];
 };
 
@@ -100,7 +99,7 @@ struct hang_event {
 	__u32 tid;
 	__u32 tgid;
 	__u64 ktime;
-	char comm[COMM_LEN];
+	char comm[WOLF_COMM_LEN];
 };
 
 enum stat_index {
@@ -153,12 +152,7 @@ struct {
 	__uint(max_entries, 64 * 1024);
 } hangs SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, STAT_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-} stats SEC(".maps");
+WOLF_STATS()
 
 /* The record is too big for the 512-byte BPF stack. */
 struct {
@@ -167,13 +161,6 @@ struct {
 	__type(key, __u32);
 	__type(value, struct task_rec);
 } scratch SEC(".maps");
-
-static __always_inline void stat_inc(__u32 idx)
-{
-	__u64 *v = bpf_map_lookup_elem(&stats, &idx);
-	if (v)
-		(*v)++;
-}
 
 static __always_inline __u64 task_switches(struct task_struct *t)
 {

@@ -7,13 +7,12 @@ package hung
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/kallsyms"
-	"github.com/wolf-investigator/wolf/internal/overhead"
 	"github.com/wolf-investigator/wolf/internal/procfs"
 	"github.com/wolf-investigator/wolf/internal/sysctl"
 )
@@ -53,105 +52,141 @@ type tracked struct {
 	lastScan   int
 }
 
-// Run watches for opts.Duration, walking the task list every Interval, and
-// concludes from the last walk: tasks still blocked are victims; tasks
-// that were blocked long but ran again are reported as recovered.
-func (h *Investigator) Run(ctx context.Context, opts investigator.Options) (*investigator.Result, error) {
-	if opts.Duration <= 0 {
-		return nil, fmt.Errorf("hung: duration must be positive, got %v", opts.Duration)
-	}
+// Start loads and attaches hung's programs and walks the task list every
+// Interval until Close.
+func (h *Investigator) Start(ctx context.Context, opts investigator.Options) (investigator.Session, error) {
 	if h.Threshold <= 0 {
 		h.Threshold = DefaultThreshold
 	}
 	if h.Interval <= 0 {
 		h.Interval = time.Second
 	}
-	meter := overhead.Start()
-	defer meter.Close()
 	syms, err := kallsyms.Load(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("hung: %w", err)
 	}
-	p, err := openProbe(!h.ignoreBlocker)
+	p, err := openProbe(!h.ignoreBlocker, opts.BTF)
 	if err != nil {
 		return nil, err
 	}
-	defer p.close()
-	meter.Track(p.programs()...)
+	s := &session{
+		h: *h, opts: opts, p: p, syms: syms,
+		seen: map[int]*tracked{}, stop: make(chan struct{}), done: make(chan struct{}),
+	}
+	go s.loop()
+	return s, nil
+}
 
-	seen := map[int]*tracked{}
-	var owners map[int]*Task
-	scanNo := 0
-	deadline := time.Now().Add(opts.Duration)
-	tick := time.NewTicker(h.Interval)
+// session is hung attached: a walker goroutine keeps seen up to date.
+type session struct {
+	h    Investigator
+	opts investigator.Options
+	p    *probe
+	syms Symbolizer
+	stop chan struct{}
+	done chan struct{}
+
+	mu      sync.Mutex // one walk at a time; guards the fields below
+	seen    map[int]*tracked
+	owners  map[int]*Task
+	scanNo  int
+	walkErr error // the latest background walk's failure
+}
+
+func (s *session) loop() {
+	defer close(s.done)
+	tick := time.NewTicker(s.h.Interval)
 	defer tick.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-s.stop
+		cancel()
+	}()
 	for {
-		scanNo++
-		owners, err = h.walk(ctx, p, syms, seen, scanNo)
-		if err != nil {
-			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-				break
-			}
-			return nil, err
+		s.mu.Lock()
+		err := s.walkLocked(ctx)
+		if err != nil && ctx.Err() == nil {
+			s.walkErr = err
 		}
-		left := time.Until(deadline)
-		if opts.Progress != nil {
-			opts.Progress(1 - max(left, 0).Seconds()/opts.Duration.Seconds())
-		}
-		if left <= 0 {
-			break
-		}
-		wait := time.NewTimer(min(left, h.Interval))
+		s.mu.Unlock()
 		select {
-		case <-ctx.Done():
-			wait.Stop()
-		case <-wait.C:
-		}
-		if ctx.Err() != nil {
-			break
+		case <-s.stop:
+			return
+		case <-tick.C:
 		}
 	}
+}
 
+// walkLocked walks once and records the owners it found.
+func (s *session) walkLocked(ctx context.Context) error {
+	s.scanNo++
+	owners, err := s.h.walk(ctx, s.p, s.syms, s.seen, s.scanNo)
+	if err != nil {
+		return err
+	}
+	s.owners = owners
+	s.walkErr = nil
+	return nil
+}
+
+// Collect walks once more and concludes: tasks blocked now are victims;
+// tasks that were blocked long in this window but ran again are reported
+// as recovered, once.
+func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.walkLocked(ctx); err != nil {
+		if s.walkErr == nil {
+			s.walkErr = err
+		}
+		return nil, s.walkErr
+	}
+	hangs, lostHangs := s.p.hangReports()
 	snap := &Snapshot{
-		Owners:      owners,
-		Hangs:       p.hangReports(),
-		Threshold:   h.Threshold,
+		Owners:      s.owners,
+		Hangs:       hangs,
+		Threshold:   s.h.Threshold,
 		HungTimeout: hungTimeout(),
 		CorePattern: corePattern(),
-		FuseDaemons: func() []Proc { return fuseDaemons(context.Background(), h.Proc) },
+		FuseDaemons: func() []Proc { return fuseDaemons(ctx, s.h.Proc) },
 		Comm: func(tid int) string {
-			c, _ := h.Proc.Comm(context.Background(), tid, tid)
+			c, _ := s.h.Proc.Comm(ctx, tid, tid)
 			return c
 		},
 	}
-	for _, tr := range seen {
+	for tid, tr := range s.seen {
 		switch {
-		case tr.lastScan == scanNo && tr.last.Blocked >= h.Threshold && matchPID(tr.last, opts.PID):
+		case tr.lastScan == s.scanNo && tr.last.Blocked >= s.h.Threshold && matchPID(tr.last, s.opts.PID):
 			snap.Victims = append(snap.Victims, tr.last)
-		case tr.lastScan != scanNo && tr.maxBlocked >= h.Threshold && matchPID(tr.last, opts.PID):
-			t := *tr.last
-			t.Blocked = tr.maxBlocked
-			snap.Recovered = append(snap.Recovered, &t)
+		case tr.lastScan != s.scanNo:
+			if tr.maxBlocked >= s.h.Threshold && matchPID(tr.last, s.opts.PID) {
+				t := *tr.last
+				t.Blocked = tr.maxBlocked
+				snap.Recovered = append(snap.Recovered, &t)
+			}
+			delete(s.seen, tid) // it ran again: reported once, forgotten
 		}
 	}
 	res := &investigator.Result{
 		Findings:     Conclude(snap),
-		Capabilities: map[string]bool{},
-		Notes:        p.warnings,
+		Capabilities: s.p.kit.Capabilities(attachTable),
+		Notes:        s.p.kit.Notes(),
 	}
 	if prof := snap.Profile(); prof != nil {
 		res.Profiles = append(res.Profiles, *prof)
 	}
-	for _, tp := range tracepoints {
-		res.Capabilities["tracepoint:"+tp.name] = p.attached[tp.name]
-	}
-	var events, dropped uint64
-	if st, err := p.stats(); err == nil {
-		events = st["d_sleeps"] + st["contentions"] + st["hang_events"] + st["wq_starts"]
-		dropped = st["hang_drops"] + st["map_full"]
-	}
-	res.Overhead = meter.Finish(events, dropped, p.programs()...)
+	events, dropped := s.p.counts()
+	res.Overhead = s.p.kit.Overhead(events, dropped+lostHangs)
 	return res, nil
+}
+
+// Close stops the walker and detaches.
+func (s *session) Close() error {
+	close(s.stop)
+	<-s.done
+	s.p.kit.Close()
+	return nil
 }
 
 // walk runs the task iterator, then again for the owners of the locks the

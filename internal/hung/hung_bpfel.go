@@ -35,6 +35,19 @@ type hungLockWait struct {
 	Pad        uint32
 }
 
+type hungStatIndex uint32
+
+const (
+	hungStatIndexSTAT_D_SLEEPS    hungStatIndex = 0
+	hungStatIndexSTAT_CONTENTIONS hungStatIndex = 1
+	hungStatIndexSTAT_HANG_EVENTS hungStatIndex = 2
+	hungStatIndexSTAT_HANG_DROPS  hungStatIndex = 3
+	hungStatIndexSTAT_MAP_FULL    hungStatIndex = 4
+	hungStatIndexSTAT_WQ_STARTS   hungStatIndex = 5
+	hungStatIndexSTAT_RECORDS     hungStatIndex = 6
+	hungStatIndexSTAT_MAX         hungStatIndex = 7
+)
+
 type hungTaskRec struct {
 	_              structs.HostLayout
 	Tid            uint32
@@ -85,6 +98,7 @@ const (
 	hungProgOnWqStart         = "on_wq_start"
 	hungVarUnusedHangEvent    = "unused_hang_event"
 	hungVarUseBlocker         = "use_blocker"
+	hungVarWolfStatIndexBtf   = "wolf_stat_index_btf"
 )
 
 // loadHung returns the embedded CollectionSpec for hung.
@@ -154,8 +168,9 @@ type hungMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type hungVariableSpecs struct {
-	UnusedHangEvent *ebpf.VariableSpec `ebpf:"unused_hang_event"`
-	UseBlocker      *ebpf.VariableSpec `ebpf:"use_blocker"`
+	UnusedHangEvent  *ebpf.VariableSpec `ebpf:"unused_hang_event"`
+	UseBlocker       *ebpf.VariableSpec `ebpf:"use_blocker"`
+	WolfStatIndexBtf *ebpf.VariableSpec `ebpf:"wolf_stat_index_btf"`
 }
 
 // hungObjects contains all objects after they have been loaded into the kernel.
@@ -203,8 +218,9 @@ func (m *hungMaps) Close() error {
 //
 // It can be passed to loadHungObjects or ebpf.CollectionSpec.LoadAndAssign.
 type hungVariables struct {
-	UnusedHangEvent *ebpf.Variable `ebpf:"unused_hang_event"`
-	UseBlocker      *ebpf.Variable `ebpf:"use_blocker"`
+	UnusedHangEvent  *ebpf.Variable `ebpf:"unused_hang_event"`
+	UseBlocker       *ebpf.Variable `ebpf:"use_blocker"`
+	WolfStatIndexBtf *ebpf.Variable `ebpf:"wolf_stat_index_btf"`
 }
 
 // hungPrograms contains all programs after they have been loaded into the kernel.

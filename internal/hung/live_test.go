@@ -202,7 +202,7 @@ func TestLiveHealthyHostHasNoFinding(t *testing.T) {
 			t.Errorf("healthy host gave %s: %s", f.ID, f.Title)
 		}
 	}
-	if !res.Capabilities["tracepoint:sched_switch"] {
+	if !res.Capabilities["tracepoint:sched/sched_switch"] {
 		t.Errorf("capabilities %v", res.Capabilities)
 	}
 	if res.Overhead.Events == 0 {

@@ -2,36 +2,41 @@ package hung
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
-	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
-	"github.com/cilium/ebpf/ringbuf"
-	"github.com/cilium/ebpf/rlimit"
 
 	"github.com/wolf-investigator/wolf/internal/bpfrec"
-	"github.com/wolf-investigator/wolf/internal/investigator"
+	"github.com/wolf-investigator/wolf/internal/probekit"
 )
 
-// probe owns everything hung attaches to the kernel. close detaches it all;
-// and because every link is held only through file descriptors of this
-// process (nothing is pinned), a kill -9 of wolf detaches it all too.
-type probe struct {
-	objs     hungObjects
-	links    []link.Link
-	iter     *link.Iter
-	hangs    *ringbuf.Reader
-	attached map[string]bool // tracepoint name -> attached
-	warnings []string        // optional tracepoints that could not attach
+// attachTable is everything hung puts into the kernel. Only the scheduler
+// tracepoint and the task iterator are required; without the others the
+// investigation still works, with less precision.
+var attachTable = []probekit.Attach{
+	{Kind: probekit.RawTracepoint, Target: "sched/sched_switch", Program: "on_sched_switch", Required: true,
+		Why: "the exact time each task entered D state"},
+	{Kind: probekit.Iter, Target: "task", Program: "dump_tasks", Required: true,
+		Why: "walking every task to find the blocked ones, with their stacks and lock owners"},
+	{Kind: probekit.RawTracepoint, Target: "lock/contention_begin", Program: "on_contention_begin",
+		Why: "the lock a task waits on, on kernels without task->blocker"},
+	{Kind: probekit.RawTracepoint, Target: "lock/contention_end", Program: "on_contention_end",
+		Why: "the end of a lock wait"},
+	{Kind: probekit.RawTracepoint, Target: "sched/sched_process_hang", Program: "on_process_hang",
+		Why: "khungtaskd's own reports"},
+	{Kind: probekit.RawTracepoint, Target: "workqueue/workqueue_execute_start", Program: "on_wq_start",
+		Why: "kworkers' work functions, on kernels without worker_private"},
+}
 
-	mu        sync.Mutex
-	hangSeen  []hangReport
-	readerErr error
-	done      chan struct{}
+// maxHangReports bounds khungtaskd reports kept per window.
+const maxHangReports = 4096
+
+// probe owns everything hung attaches to the kernel.
+type probe struct {
+	kit   *probekit.Probe
+	maps  hungMaps
+	hangs *probekit.Ring[hungHangEvent]
 }
 
 // hangReport is one sched_process_hang event: khungtaskd reported a task.
@@ -41,99 +46,39 @@ type hangReport struct {
 	At        time.Time
 }
 
-// optional tracepoints: the investigation still works without them, with
-// less precision; required ones fail the run.
-var tracepoints = []struct {
-	name     string
-	prog     func(*hungObjects) *ebpf.Program
-	required bool
-}{
-	{"sched_switch", func(o *hungObjects) *ebpf.Program { return o.OnSchedSwitch }, true},
-	{"contention_begin", func(o *hungObjects) *ebpf.Program { return o.OnContentionBegin }, false},
-	{"contention_end", func(o *hungObjects) *ebpf.Program { return o.OnContentionEnd }, false},
-	{"sched_process_hang", func(o *hungObjects) *ebpf.Program { return o.OnProcessHang }, false},
-	{"workqueue_execute_start", func(o *hungObjects) *ebpf.Program { return o.OnWqStart }, false},
-}
-
-func openProbe(useBlocker bool) (*probe, error) {
-	if os.Geteuid() != 0 {
-		return nil, fmt.Errorf("hung: loading BPF programs needs root: %w", investigator.ErrPrivilege)
-	}
-	// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK.
-	if err := rlimit.RemoveMemlock(); err != nil {
-		return nil, fmt.Errorf("hung: raise memlock limit: %w", err)
-	}
-	p := &probe{attached: map[string]bool{}, done: make(chan struct{})}
-	spec, err := loadHung()
+func openProbe(useBlocker bool, btfPath string) (*probe, error) {
+	kit, err := probekit.Open(probekit.Object{
+		Name:  "hung",
+		Spec:  loadHung,
+		Vars:  map[string]any{"use_blocker": useBlocker},
+		Table: attachTable,
+		BTF:   btfPath,
+	})
 	if err != nil {
-		return nil, fmt.Errorf("hung: read BPF object: %w", err)
+		return nil, err
 	}
-	if err := spec.Variables["use_blocker"].Set(useBlocker); err != nil {
-		return nil, fmt.Errorf("hung: configure BPF object: %w", err)
+	p := &probe{kit: kit}
+	if err := kit.AssignMaps(&p.maps); err != nil {
+		kit.Close()
+		return nil, err
 	}
-	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("hung: the kernel's BPF verifier rejected the program (%v): %w", ve, investigator.ErrUnsupported)
-		}
-		return nil, fmt.Errorf("hung: load BPF objects: %w", err)
+	if p.hangs, err = probekit.OpenRing[hungHangEvent](kit, "hangs", maxHangReports); err != nil {
+		kit.Close()
+		return nil, err
 	}
-	for _, tp := range tracepoints {
-		l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: tp.name, Program: tp.prog(&p.objs)})
-		if err != nil {
-			if tp.required {
-				p.close()
-				return nil, fmt.Errorf("hung: attach raw tracepoint %s (%v): %w", tp.name, err, investigator.ErrUnsupported)
-			}
-			p.warnings = append(p.warnings, fmt.Sprintf("tracepoint %s unavailable (%v): less precise", tp.name, err))
-			continue
-		}
-		p.links = append(p.links, l)
-		p.attached[tp.name] = true
-	}
-	it, err := link.AttachIter(link.IterOptions{Program: p.objs.DumpTasks})
-	if err != nil {
-		p.close()
-		return nil, fmt.Errorf("hung: create task iterator (needs Linux 5.8+ with BTF: %v): %w", err, investigator.ErrUnsupported)
-	}
-	p.iter = it
-	rd, err := ringbuf.NewReader(p.objs.Hangs)
-	if err != nil {
-		p.close()
-		return nil, fmt.Errorf("hung: open ring buffer: %w", err)
-	}
-	p.hangs = rd
-	go p.readHangs()
 	return p, nil
 }
 
-func (p *probe) readHangs() {
-	defer close(p.done)
-	for {
-		rec, err := p.hangs.Read()
-		if err != nil {
-			if !errors.Is(err, ringbuf.ErrClosed) {
-				p.mu.Lock()
-				p.readerErr = err
-				p.mu.Unlock()
-			}
-			return
-		}
-		e, err := bpfrec.Decode[hungHangEvent](rec.RawSample)
-		if err != nil {
-			continue
-		}
-		p.mu.Lock()
-		p.hangSeen = append(p.hangSeen, hangReport{TID: int(e.Tid), TGID: int(e.Tgid), Comm: bpfrec.CString(e.Comm[:]), At: time.Now()})
-		p.mu.Unlock()
+// hangReports returns khungtaskd's reports since the previous call, and
+// how many could not be kept.
+func (p *probe) hangReports() ([]hangReport, uint64) {
+	evs, lost, _ := p.hangs.Take()
+	out := make([]hangReport, 0, len(evs))
+	now := time.Now()
+	for _, e := range evs {
+		out = append(out, hangReport{TID: int(e.Tid), TGID: int(e.Tgid), Comm: bpfrec.CString(e.Comm[:]), At: now})
 	}
-}
-
-// hangReports returns khungtaskd's reports seen so far.
-func (p *probe) hangReports() []hangReport {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append([]hangReport(nil), p.hangSeen...)
+	return out, lost
 }
 
 // scan walks every task once. It returns the tasks in D state and, in any
@@ -145,14 +90,14 @@ func (p *probe) scan(ctx context.Context, want []uint32) ([]hungTaskRec, error) 
 	one := uint8(1)
 	for _, tid := range want {
 		// The map is bounded (256); a full map only loses a chain hop.
-		_ = p.objs.Wanted.Update(tid, one, ebpf.UpdateAny)
+		_ = p.maps.Wanted.Update(tid, one, ebpf.UpdateAny)
 	}
 	defer func() {
 		for _, tid := range want {
-			_ = p.objs.Wanted.Delete(tid)
+			_ = p.maps.Wanted.Delete(tid)
 		}
 	}()
-	rc, err := p.iter.Open()
+	rc, err := p.kit.Iter("dump_tasks").Open()
 	if err != nil {
 		return nil, fmt.Errorf("hung: run task iterator: %w", err)
 	}
@@ -160,34 +105,13 @@ func (p *probe) scan(ctx context.Context, want []uint32) ([]hungTaskRec, error) 
 	return bpfrec.ReadAll[hungTaskRec](rc)
 }
 
-// stats sums the per-CPU counters.
-func (p *probe) stats() (map[string]uint64, error) {
-	names := []string{"d_sleeps", "contentions", "hang_events", "hang_drops", "map_full", "wq_starts", "records"}
-	out, err := bpfrec.Counters(p.objs.Stats, names)
+// counts are the window's events and drops, for wolf's own cost.
+func (p *probe) counts() (events, dropped uint64) {
+	c, err := p.kit.WindowCounters()
 	if err != nil {
-		return nil, fmt.Errorf("hung: %w", err)
+		return 0, 0
 	}
-	return out, nil
-}
-
-// programs lists wolf's hung programs, for the overhead meter.
-func (p *probe) programs() []*ebpf.Program {
-	return []*ebpf.Program{p.objs.OnSchedSwitch, p.objs.OnContentionBegin, p.objs.OnContentionEnd, p.objs.OnProcessHang, p.objs.OnWqStart, p.objs.DumpTasks}
-}
-
-func (p *probe) close() {
-	for _, l := range p.links {
-		_ = l.Close()
-	}
-	p.links = nil
-	if p.iter != nil {
-		_ = p.iter.Close()
-		p.iter = nil
-	}
-	if p.hangs != nil {
-		_ = p.hangs.Close()
-		<-p.done
-		p.hangs = nil
-	}
-	_ = p.objs.Close()
+	events = c[hungStatIndexSTAT_D_SLEEPS] + c[hungStatIndexSTAT_CONTENTIONS] + c[hungStatIndexSTAT_HANG_EVENTS] + c[hungStatIndexSTAT_WQ_STARTS]
+	dropped = c[hungStatIndexSTAT_HANG_DROPS] + c[hungStatIndexSTAT_MAP_FULL]
+	return events, dropped
 }

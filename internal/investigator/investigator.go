@@ -14,10 +14,15 @@ import (
 // Options are the settings every investigator understands. Investigator
 // specific settings (thresholds, filters) live on the investigator value.
 type Options struct {
-	Duration time.Duration // how long to watch; live investigators stop then
-	PID      int           // 0: the whole host; else only this process
-	// Progress, when set, is called now and then with the fraction of
-	// Duration done. It must not block.
+	PID int // 0: the whole host; else only this process
+	// BTF is a file with the kernel's BTF, for kernels that do not ship
+	// it (/sys/kernel/btf/vmlinux); empty means the running kernel's.
+	BTF string
+
+	// Duration and Progress are for Run, which watches one window: how
+	// long, and a callback told now and then the fraction done (it must
+	// not block). Start ignores them: its caller decides when to Collect.
+	Duration time.Duration
 	Progress func(done float64)
 }
 
@@ -34,13 +39,30 @@ type Result struct {
 	Notes []string
 }
 
-// Investigator watches the live kernel for Options.Duration and concludes.
-// Run must detach everything it attached before it returns, whether ctx was
-// cancelled or not.
+// Investigator watches the live kernel. Start loads and attaches its
+// programs and returns once they see events; the session it returns
+// concludes a window at each Collect and keeps watching until Close.
 type Investigator interface {
 	Name() string
 	Summary() string
-	Run(ctx context.Context, opts Options) (*Result, error)
+	Start(ctx context.Context, opts Options) (Session, error)
+}
+
+// Session is an investigator attached to the kernel.
+//
+// Collect concludes the window since Start or since the previous Collect:
+// its findings, histograms, profiles and cost cover that window, no event
+// counted in two windows and none lost between them; the programs stay
+// attached and the next window begins at once. ctx bounds the reads that
+// complete the report; a cancelled ctx (Ctrl-C) still yields a report.
+//
+// Close detaches everything and frees what Start loaded. Callers write
+// their report before they Close: detaching waits for the kernel's RCU
+// grace periods, unbounded on a sick host. Close may be called once,
+// after the last Collect, or without any Collect when the caller gives up.
+type Session interface {
+	Collect(ctx context.Context) (*Result, error)
+	Close() error
 }
 
 // Auditor is an investigator's static check: settings and configuration

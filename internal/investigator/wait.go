@@ -2,8 +2,33 @@ package investigator
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
+
+// Run watches one window: it starts inv, waits opts.Duration (or until ctx
+// ends) telling opts.Progress how far along it is, collects and closes.
+// Commands that write a report use Start and Collect themselves, so that
+// the report is written before Close waits for the kernel.
+func Run(ctx context.Context, inv Investigator, opts Options) (*Result, error) {
+	if opts.Duration <= 0 {
+		return nil, fmt.Errorf("%s: duration must be positive, got %v", inv.Name(), opts.Duration)
+	}
+	s, err := inv.Start(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	Wait(ctx, opts, time.Now(), 250*time.Millisecond, nil)
+	// The window is over, possibly because ctx was cancelled (Ctrl-C): the
+	// reads that complete the report get a context of their own.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CollectTimeout)
+	defer cancel()
+	return s.Collect(cctx)
+}
+
+// CollectTimeout bounds the reads that complete a report after a window.
+const CollectTimeout = 10 * time.Second
 
 // Wait sleeps until opts.Duration has passed since start, or until ctx
 // ends, telling opts.Progress how far along it is every interval and

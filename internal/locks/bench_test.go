@@ -268,7 +268,7 @@ func benchOverhead(b *testing.B, work costbench.Workload) {
 			var once sync.Once
 			done := make(chan error, 1)
 			go func() {
-				res, err := l.Run(ctx, investigator.Options{Duration: time.Hour,
+				res, err := investigator.Run(ctx, l, investigator.Options{Duration: time.Hour,
 					Progress: func(float64) { once.Do(func() { close(attached) }) }})
 				if err == nil {
 					progs.Lock()

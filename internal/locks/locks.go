@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/wolf-investigator/wolf/internal/investigator"
@@ -103,11 +104,9 @@ func ParseLock(spec string) error {
 	return nil
 }
 
-// Run implements investigator.Investigator.
-func (l *Investigator) Run(ctx context.Context, opts investigator.Options) (*investigator.Result, error) {
-	if opts.Duration <= 0 {
-		return nil, fmt.Errorf("locks: duration must be positive, got %v", opts.Duration)
-	}
+// Start loads and attaches locks' programs and samples the rw-semaphore
+// queues every 100 ms until Collect.
+func (l *Investigator) Start(ctx context.Context, opts investigator.Options) (investigator.Session, error) {
 	if l.HoldThreshold <= 0 {
 		l.HoldThreshold = DefaultHoldThreshold
 	}
@@ -115,26 +114,28 @@ func (l *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 	if err != nil {
 		return nil, fmt.Errorf("locks: %w", err)
 	}
-	meter := overhead.Start()
-	defer meter.Close()
-	syms, err := kallsyms.Load(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("locks: %w", err)
+	s := &session{l: l, opts: opts, meter: overhead.Start(), samples: map[uint64][]QueueSample{}}
+	fail := func(err error) (investigator.Session, error) {
+		s.Close()
+		return nil, err
 	}
-	addr, lockName, err := resolveLock(l.Lock, syms)
-	if err != nil {
-		return nil, fmt.Errorf("locks: %w", err)
+	if s.syms, err = kallsyms.Load(ctx); err != nil {
+		return fail(fmt.Errorf("locks: %w", err))
 	}
-	tgid := 0
+	addr, lockName, err := resolveLock(l.Lock, s.syms)
+	if err != nil {
+		return fail(fmt.Errorf("locks: %w", err))
+	}
+	s.lockName = lockName
 	if opts.PID > 0 {
 		// A tid names its process: filter on the thread group.
-		tgid = opts.PID
+		s.tgid = opts.PID
 		if st, err := l.Proc.Status(ctx, opts.PID, opts.PID); err == nil && st.Tgid > 0 {
-			tgid = st.Tgid
+			s.tgid = st.Tgid
 		}
 	}
-	p, err := openProbe(config{
-		TargetTGID:    uint32(tgid),
+	s.p, err = openProbe(config{
+		TargetTGID:    uint32(s.tgid),
 		TargetLock:    addr,
 		TypeMask:      mask,
 		HoldThreshold: uint64(l.HoldThreshold),
@@ -142,42 +143,71 @@ func (l *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 		rawOnly:       l.rawOnly,
 	})
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
-	defer p.close()
-	meter.Track(p.programs()...)
+	s.meter.Track(s.p.programs()...)
+	s.start = time.Now()
+	s.stop, s.done = make(chan struct{}), make(chan struct{})
+	go s.sampleQueues()
+	return s, nil
+}
 
-	start := time.Now()
-	samples := map[uint64][]QueueSample{}
+// session is locks attached.
+type session struct {
+	l        *Investigator
+	opts     investigator.Options
+	meter    *overhead.Meter
+	syms     *kallsyms.Table
+	lockName string
+	tgid     int
+	p        *probe
+	start    time.Time
+	stop     chan struct{}
+	done     chan struct{}
+
+	mu      sync.Mutex
+	samples map[uint64][]QueueSample
+}
+
+// sampleQueues records the rw-semaphore queues every 100 ms.
+func (s *session) sampleQueues() {
+	defer close(s.done)
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
-	deadline := time.NewTimer(opts.Duration)
-	defer deadline.Stop()
-loop:
 	for {
 		select {
-		case <-ctx.Done():
-			break loop
-		case <-deadline.C:
-			break loop
+		case <-s.stop:
+			return
 		case <-tick.C:
-			el := time.Since(start)
-			p.sampleQueues(el, samples)
-			if opts.Progress != nil {
-				opts.Progress(min(1, el.Seconds()/opts.Duration.Seconds()))
-			}
+			s.mu.Lock()
+			s.p.sampleQueues(time.Since(s.start), s.samples)
+			s.mu.Unlock()
 		}
 	}
-	// Stop new events before reading, so the maps are a consistent whole.
-	if p.sampler != nil {
-		p.sampler.Close()
-		p.sampler = nil
+}
+
+// Close detaches and frees everything.
+func (s *session) Close() error {
+	if s.stop != nil {
+		close(s.stop)
+		<-s.done
+		s.stop = nil
 	}
-	for _, lk := range p.links {
-		_ = lk.Close()
+	if s.p != nil {
+		s.p.close()
 	}
-	p.links = nil
-	window := time.Since(start)
+	s.meter.Close()
+	return nil
+}
+
+// Collect concludes the window since Start.
+func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
+	l, p, opts, syms, lockName, tgid := s.l, s.p, s.opts, s.syms, s.lockName, s.tgid
+	window := time.Since(s.start)
+	s.mu.Lock()
+	samples := s.samples
+	s.samples = map[uint64][]QueueSample{}
+	s.mu.Unlock()
 
 	snap := &Snapshot{
 		Window:        window,
@@ -225,7 +255,7 @@ loop:
 	events := st["begin"] + st["end"] + st["mm_events"] + st["samples"]
 	dropped := st["pending_full"] + st["nested"] + st["waits_full"] + st["tasks_full"] + st["owners_full"] +
 		st["queue_full"] + st["mm_holds_full"] + st["mm_stats_full"] + st["hold_drops"] + st["profile_full"] + st["stale"] + snap.HoldsLost
-	res.Overhead = meter.Finish(events, dropped, p.programs()...)
+	res.Overhead = s.meter.Lap(events, dropped, p.programs()...)
 	return res, nil
 }
 

@@ -118,7 +118,7 @@ func TestAgreesWithPerfLock(t *testing.T) {
 	resc := make(chan error, 1)
 	attached := make(chan struct{}, 1)
 	go func() {
-		_, err := l.Run(wctx, investigator.Options{Duration: 40 * time.Second, PID: pid,
+		_, err := investigator.Run(wctx, l, investigator.Options{Duration: 40 * time.Second, PID: pid,
 			Progress: func(float64) {
 				select {
 				case attached <- struct{}{}:

@@ -50,6 +50,15 @@ type Meter struct {
 	stop   chan struct{}
 	done   chan struct{}
 	sample *sampled
+	laps   lapState
+}
+
+// lapState is where the previous Lap left the cumulative readings.
+type lapState struct {
+	done   bool          // a lap was taken: s.base is counted already
+	cpu    time.Duration // process CPU time at the last lap
+	raw    stat          // unsampled run statistics at the last lap
+	missed uint64        // recursion misses at the last lap
 }
 
 // sampled is what the duty cycle measured of the tracked programs.
@@ -196,30 +205,51 @@ func Programs(progs ...*ebpf.Program) (run time.Duration, count, missed uint64) 
 	return run, count, missed
 }
 
-// Finish reads the meter: CPU time since Start, the BPF run time and
-// recursion misses of progs, plus the investigator's own event and drop
-// counts (ring-buffer drops, full maps); events 0 means "the programs'
-// runs". Once Track has sampled, run time and runs are the sample scaled
-// to the window (runs before Track, when statistics were on throughout,
-// are added as they are). Finish stops the duty cycle.
+// Finish reads the meter (see Lap) and stops it.
 func (m *Meter) Finish(events, dropped uint64, progs ...*ebpf.Program) finding.Overhead {
 	m.Close()
-	run, runs, missed := Programs(progs...)
+	return m.Lap(events, dropped, progs...)
+}
+
+// Lap reads the window since Start or the previous Lap: CPU time, the BPF
+// run time and recursion misses of progs, plus the investigator's own
+// event and drop counts (ring-buffer drops, full maps) for that window;
+// events 0 means "the programs' runs". Once Track has sampled, run time and
+// runs are the window's sample scaled to the window (runs before Track,
+// when statistics were on throughout, count in the first lap as they
+// are). The duty cycle goes on, so a long-running investigator can read
+// one window after another.
+func (m *Meter) Lap(events, dropped uint64, progs ...*ebpf.Program) finding.Overhead {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := time.Now()
+	cumRun, cumRuns, missed := Programs(progs...)
+	run, runs := cumRun-m.laps.raw.run, cumRuns-m.laps.raw.runs
 	if s := m.sample; s != nil && s.measured > 0 {
-		scale := float64(time.Since(s.since)) / float64(s.measured)
-		scale = max(scale, 1)
-		run = s.base.run + time.Duration(float64(s.run)*scale)
-		runs = s.base.runs + uint64(float64(s.runs)*scale)
+		scale := max(float64(now.Sub(s.since))/float64(s.measured), 1)
+		run = time.Duration(float64(s.run) * scale)
+		runs = uint64(float64(s.runs) * scale)
+		if !m.laps.done {
+			run += s.base.run
+			runs += s.base.runs
+		}
+		s.run, s.runs, s.measured, s.since = 0, 0, 0, now
 	}
+	cpu := CPUTime()
 	if events == 0 {
 		events = runs
 	}
-	return finding.Overhead{
-		CPUSeconds: (CPUTime() - m.cpuStart).Seconds(),
+	if missed >= m.laps.missed {
+		dropped += missed - m.laps.missed
+	}
+	out := finding.Overhead{
+		CPUSeconds: (cpu - m.cpuStart - m.laps.cpu).Seconds(),
 		BPFRunNs:   uint64(run.Nanoseconds()),
 		Events:     events,
-		Dropped:    dropped + missed,
+		Dropped:    dropped,
 	}
+	m.laps = lapState{done: true, cpu: cpu - m.cpuStart, raw: stat{cumRun, cumRuns}, missed: missed}
+	return out
 }
 
 // PerEvent is the average BPF cost of one program run, the figure the

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -67,11 +68,19 @@ func Attach(prog *ebpf.Program, freqHz int) (*Sampler, error) {
 	return s, nil
 }
 
-// Close detaches every CPU's program and closes its event.
+// Close detaches every CPU's program and closes its event. The links are
+// released side by side: each waits for an RCU-tasks grace period, and
+// waiting for them one after another would add those waits up.
 func (s *Sampler) Close() {
+	var wg sync.WaitGroup
 	for _, l := range s.links {
-		_ = l.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = l.Close()
+		}()
 	}
+	wg.Wait()
 	s.links = nil
 }
 

@@ -51,7 +51,7 @@ func attachWolf(b *testing.B, events *[]float64, bpfNs *[]float64) costbench.Att
 		}
 		done := make(chan out, 1)
 		go func() {
-			res, err := iv.Run(ctx, investigator.Options{Duration: time.Hour})
+			res, err := investigator.Run(ctx, iv, investigator.Options{Duration: time.Hour})
 			done <- out{res, err}
 		}()
 		select {

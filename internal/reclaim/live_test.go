@@ -49,7 +49,7 @@ func readCounters(t *testing.T, h memcg.Hierarchy, path string) counters {
 
 func runWith(t *testing.T, iv *Investigator, d time.Duration, pid int) *investigator.Result {
 	t.Helper()
-	res, err := iv.Run(context.Background(), investigator.Options{Duration: d, PID: pid})
+	res, err := investigator.Run(context.Background(), iv, investigator.Options{Duration: d, PID: pid})
 	if err != nil {
 		t.Fatalf("reclaim.Run: %v", err)
 	}
@@ -208,7 +208,7 @@ func TestLiveHealthyHost(t *testing.T) {
 }
 
 func TestRunNeedsDuration(t *testing.T) {
-	if _, err := New().Run(context.Background(), investigator.Options{}); err == nil {
+	if _, err := investigator.Run(context.Background(), New(), investigator.Options{}); err == nil {
 		t.Error("Run with no duration succeeded")
 	}
 }
@@ -227,7 +227,7 @@ func TestLiveMissingTracepoints(t *testing.T) {
 	}
 	iv = New()
 	iv.absent = map[string]bool{"mm_vmscan_lru_shrink_inactive": true}
-	_, err := iv.Run(context.Background(), investigator.Options{Duration: 100 * time.Millisecond})
+	_, err := investigator.Run(context.Background(), iv, investigator.Options{Duration: 100 * time.Millisecond})
 	if !errors.Is(err, investigator.ErrUnsupported) || !strings.Contains(err.Error(), "mm_vmscan_lru_shrink_inactive") {
 		t.Errorf("without a required tracepoint: %v, want ErrUnsupported naming it", err)
 	}

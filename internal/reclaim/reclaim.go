@@ -77,50 +77,83 @@ type procSample struct {
 	at time.Time
 }
 
-// Run watches for opts.Duration, then concludes.
-func (iv *Investigator) Run(ctx context.Context, opts investigator.Options) (*investigator.Result, error) {
-	if opts.Duration <= 0 {
-		return nil, fmt.Errorf("reclaim: duration must be positive, got %v", opts.Duration)
-	}
-	meter := overhead.Start()
-	defer meter.Close()
-
+// Start reads every cgroup's counters, loads and attaches.
+func (iv *Investigator) Start(ctx context.Context, opts investigator.Options) (investigator.Session, error) {
+	s := &session{iv: *iv, opts: opts, meter: overhead.Start()}
+	ok := false
+	defer func() {
+		if !ok {
+			s.Close()
+		}
+	}()
 	h, herr := memcg.Find(ctx, iv.Proc)
-	useMemcg := herr == nil
-	sc, err := iv.scope(ctx, h, herr, opts.PID)
-	if err != nil {
+	s.h, s.useMemcg = h, herr == nil
+	var err error
+	if s.sc, err = iv.scope(ctx, h, herr, opts.PID); err != nil {
 		return nil, err
 	}
 
 	// Before: every cgroup's counters, every process's stat, host PSI.
-	var idPaths map[uint64]string
-	before := map[string]memcg.State{}
-	if useMemcg {
-		idPaths, _, _ = h.IDs(ctx, maxCgroupsWalked)
-		for _, p := range idPaths {
-			if s, err := h.ReadCounters(p); err == nil {
-				before[p] = s
+	s.before = map[string]memcg.State{}
+	if s.useMemcg {
+		s.idPaths, _, _ = h.IDs(ctx, maxCgroupsWalked)
+		for _, p := range s.idPaths {
+			if st, err := h.ReadCounters(p); err == nil {
+				s.before[p] = st
 			}
 		}
 	}
-	procs0 := iv.sampleProcs(ctx, opts.PID)
-	psi0, psiErr := memcg.ReadPSI(memcg.SystemPressure)
-	oom0 := vmstatOOMKills()
+	s.procs0 = iv.sampleProcs(ctx, opts.PID)
+	s.psi0, s.psiErr = memcg.ReadPSI(memcg.SystemPressure)
+	s.oom0 = vmstatOOMKills()
 
-	p, err := openProbe(useMemcg, iv.absent)
-	if err != nil {
+	if s.p, err = openProbe(s.useMemcg, iv.absent); err != nil {
 		return nil, err
 	}
-	defer p.close()
-	if err := p.setGate(true); err != nil {
+	if err := s.p.setGate(true); err != nil {
 		return nil, err
 	}
-	meter.Track(p.programs()...)
-	started := time.Now()
+	s.meter.Track(s.p.programs()...)
+	s.started = time.Now()
 	if iv.attached != nil {
 		iv.attached()
 	}
-	investigator.Wait(ctx, opts, started, progressInterval, nil)
+	ok = true
+	return s, nil
+}
+
+// session is reclaim attached.
+type session struct {
+	iv       Investigator
+	opts     investigator.Options
+	meter    *overhead.Meter
+	h        memcg.Hierarchy
+	useMemcg bool
+	sc       scope
+	idPaths  map[uint64]string
+	before   map[string]memcg.State
+	procs0   map[int]procSample
+	psi0     memcg.PSI
+	psiErr   error
+	oom0     int64
+	p        *probe
+	started  time.Time
+}
+
+// Close detaches and frees everything.
+func (s *session) Close() error {
+	if s.p != nil {
+		s.p.close()
+	}
+	s.meter.Close()
+	return nil
+}
+
+// Collect concludes the window since Start.
+func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
+	iv, p, opts, started := &s.iv, s.p, s.opts, s.started
+	h, useMemcg, sc, idPaths, before, procs0 := s.h, s.useMemcg, s.sc, s.idPaths, s.before, s.procs0
+	psi0, psiErr, oom0 := s.psi0, s.psiErr, s.oom0
 	if err := p.setGate(false); err != nil {
 		return nil, err
 	}
@@ -128,7 +161,6 @@ func (iv *Investigator) Run(ctx context.Context, opts investigator.Options) (*in
 	if iv.collecting != nil {
 		iv.collecting()
 	}
-	p.detach()
 	raw, err := p.read()
 	if err != nil {
 		return nil, err
@@ -169,7 +201,7 @@ func (iv *Investigator) Run(ctx context.Context, opts investigator.Options) (*in
 		res.Capabilities["tracepoint:vmscan/"+tp.name] = p.attached[tp.name]
 	}
 	dropped := raw.stats[statCgFull] + raw.stats[statTaskFull] + raw.stats[statInflightFull] + raw.stats[statHistFull]
-	res.Overhead = meter.Finish(raw.stats[statEvents], dropped, p.programs()...)
+	res.Overhead = s.meter.Lap(raw.stats[statEvents], dropped, p.programs()...)
 	return res, nil
 }
 

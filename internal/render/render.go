@@ -60,6 +60,9 @@ type TextOptions struct {
 	// StackDepth limits frames printed per subject (offenders get twice
 	// as many); 0 means 4.
 	StackDepth int
+	// Histograms, when set, picks histograms to draw as log2 bars after
+	// the report, as SystemTap's @hist_log prints them.
+	Histograms func(name string) bool
 }
 
 type textWriter struct {
@@ -132,6 +135,13 @@ func Text(w io.Writer, r *finding.Report, o TextOptions) error {
 	}
 	t.printf("wolf's own cost: %.2f s CPU, %.1f ms in BPF programs%s, %d events, %d dropped\n",
 		ov.CPUSeconds, float64(ov.BPFRunNs)/1e6, perEvent, ov.Events, ov.Dropped)
+	if o.Histograms != nil && t.err == nil {
+		for _, h := range r.Histograms {
+			if o.Histograms(h.Name) {
+				Log2Histogram(w, h)
+			}
+		}
+	}
 	return t.err
 }
 

@@ -278,7 +278,7 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchReport, error) {
 		runCtx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() {
-			res, err := s.Run(runCtx, investigator.Options{Duration: time.Hour})
+			res, err := investigator.Run(runCtx, s, investigator.Options{Duration: time.Hour})
 			if err == nil {
 				totalNs += res.Overhead.BPFRunNs
 				totalRuns += res.Overhead.Events

@@ -58,7 +58,7 @@ func watch(t *testing.T, pid int, tid int) watched {
 	s.attached = func() { k0, t0 = bounce.NrMigrations(pid, tid), time.Now() }
 	s.dumped = func() { w.kernel, w.kernelSpan = bounce.NrMigrations(pid, tid)-k0, time.Since(t0) }
 	s.snapshot = func(snap *Snapshot) { w.snap = snap }
-	res, err := s.Run(context.Background(), investigator.Options{Duration: liveWindow, PID: pid})
+	res, err := investigator.Run(context.Background(), s, investigator.Options{Duration: liveWindow, PID: pid})
 	if err != nil {
 		t.Fatalf("sched.Run: %v", err)
 	}
@@ -224,7 +224,7 @@ func TestLiveHealthyHost(t *testing.T) {
 	var snap *Snapshot
 	s := New()
 	s.snapshot = func(sn *Snapshot) { snap = sn }
-	res, err := s.Run(context.Background(), investigator.Options{Duration: 2 * time.Second})
+	res, err := investigator.Run(context.Background(), s, investigator.Options{Duration: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

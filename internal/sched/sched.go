@@ -83,11 +83,8 @@ func tgidOf(ctx context.Context, r procfs.Reader, pid int) int {
 	return st.Tgid
 }
 
-// Run watches for opts.Duration and concludes.
-func (s *Investigator) Run(ctx context.Context, opts investigator.Options) (*investigator.Result, error) {
-	if opts.Duration <= 0 {
-		return nil, fmt.Errorf("sched: duration must be positive, got %v", opts.Duration)
-	}
+// Start loads and attaches sched's programs.
+func (s *Investigator) Start(ctx context.Context, opts investigator.Options) (investigator.Session, error) {
 	if s.BounceWindow <= 0 {
 		s.BounceWindow = DefaultBounceWindow
 	}
@@ -97,34 +94,55 @@ func (s *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 	if s.SysCPU == "" {
 		s.SysCPU = "/sys/devices/system/cpu"
 	}
-	meter := overhead.Start()
-	defer meter.Close()
-	cfg := config{BounceWindowNs: uint64(s.BounceWindow), SelfTGID: uint32(os.Getpid())}
+	ss := &session{inv: *s, opts: opts, meter: overhead.Start()}
+	ss.cfg = config{BounceWindowNs: uint64(s.BounceWindow), SelfTGID: uint32(os.Getpid())}
 	if s.watchSelf {
-		cfg.SelfTGID = 0
+		ss.cfg.SelfTGID = 0
 	}
 	if opts.PID > 0 {
-		cfg.TargetTGID = uint32(tgidOf(ctx, s.Proc, opts.PID))
+		ss.cfg.TargetTGID = uint32(tgidOf(ctx, s.Proc, opts.PID))
 	}
-	p, err := openProbe(cfg)
-	if err != nil {
+	var err error
+	if ss.p, err = openProbe(ss.cfg); err != nil {
+		ss.meter.Close()
 		return nil, err
 	}
-	defer p.close()
-	topo, topoErr := p.readTopology()
-	if err := p.attach(); err != nil {
+	ss.topo, ss.topoErr = ss.p.readTopology()
+	if err := ss.p.attach(); err != nil {
+		ss.Close()
 		return nil, err
 	}
-	meter.Track(p.programs()...)
-	start := monotonicNow()
+	ss.meter.Track(ss.p.programs()...)
+	ss.start = monotonicNow()
 	if s.attached != nil {
 		s.attached()
 	}
-	if opts.Progress != nil {
-		opts.Progress(0)
-	}
-	investigator.Wait(ctx, opts, time.Now(), time.Second, nil)
+	return ss, nil
+}
 
+// session is sched attached.
+type session struct {
+	inv     Investigator
+	opts    investigator.Options
+	cfg     config
+	meter   *overhead.Meter
+	p       *probe
+	topo    map[int]schedCpuTopo
+	topoErr error
+	start   uint64 // monotonic ns when attached
+}
+
+// Close detaches and frees everything.
+func (ss *session) Close() error {
+	ss.p.close()
+	ss.meter.Close()
+	return nil
+}
+
+// Collect concludes the window since Start.
+func (ss *session) Collect(ctx context.Context) (*investigator.Result, error) {
+	s, p, opts, cfg, start := &ss.inv, ss.p, ss.opts, ss.cfg, ss.start
+	topo, topoErr := ss.topo, ss.topoErr
 	recs, err := p.tasks()
 	if err != nil {
 		return nil, err
@@ -233,7 +251,7 @@ func (s *Investigator) Run(ctx context.Context, opts investigator.Options) (*inv
 	dropped := st["no_storage"] + st["exited_full"] + st["cgroup_full"] + st["setaffinity_full"]
 	// Events are the programs' runs (estimated from the sampled run
 	// statistics); without statistics, wolf's own counters.
-	res.Overhead = meter.Finish(0, dropped, p.programs()...)
+	res.Overhead = ss.meter.Lap(0, dropped, p.programs()...)
 	if res.Overhead.Events == 0 {
 		res.Overhead.Events = st["migrations"] + st["runq_samples"]
 	}

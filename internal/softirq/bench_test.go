@@ -339,7 +339,7 @@ func BenchmarkCollapseByRmem(b *testing.B) {
 		}
 		inv := New()
 		inv.SampleHz = 0
-		res, err := inv.Run(context.Background(), investigator.Options{Duration: 5 * time.Second})
+		res, err := investigator.Run(context.Background(), inv, investigator.Options{Duration: 5 * time.Second})
 		inst.Close()
 		if err != nil {
 			b.Fatal(err)

@@ -35,7 +35,7 @@ func requireLive(t *testing.T) {
 // runInv runs inv for d and fails the test on error.
 func runInv(t *testing.T, inv *Investigator, d time.Duration) *investigator.Result {
 	t.Helper()
-	res, err := inv.Run(context.Background(), investigator.Options{Duration: d})
+	res, err := investigator.Run(context.Background(), inv, investigator.Options{Duration: d})
 	if err != nil {
 		t.Fatalf("softirq.Run: %v", err)
 	}

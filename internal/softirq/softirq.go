@@ -40,6 +40,9 @@ type Investigator struct {
 	Threshold time.Duration // a run at least this long is a stall
 	SampleHz  int           // stack sampling frequency; 0 turns it off
 	PerCPU    bool          // also report per-CPU histograms
+	// PrintHistograms makes text reports end with the histograms drawn
+	// (--histograms).
+	PrintHistograms bool
 	// Func, if set, is a function to time as well (--func); FuncPID
 	// limits a user-space one to one process.
 	Func    *FuncTarget
@@ -63,53 +66,77 @@ func (*Investigator) Summary() string {
 	return "softirq run and wait times per vector and CPU, long NET_RX stalls and what caused them (TCP collapse, budget)"
 }
 
-// Run attaches, watches for opts.Duration (or until ctx ends), detaches
-// and concludes. opts.PID is ignored: softirqs belong to CPUs, not tasks.
-func (inv *Investigator) Run(ctx context.Context, opts investigator.Options) (*investigator.Result, error) {
-	if opts.Duration <= 0 {
-		return nil, fmt.Errorf("softirq: duration must be positive, got %v", opts.Duration)
-	}
+// Start reads the counters the window is measured against, loads and
+// attaches. opts.PID is ignored: softirqs belong to CPUs, not tasks.
+func (inv *Investigator) Start(ctx context.Context, opts investigator.Options) (investigator.Session, error) {
 	if inv.Threshold <= 0 {
 		inv.Threshold = DefaultThreshold
 	}
-	meter := overhead.Start()
-	defer meter.Close()
-
-	// Counters are read before attaching and after detaching, so the
+	s := &session{inv: *inv, meter: overhead.Start()}
+	// Counters are read before attaching and after the window, so the
 	// window they cover contains the one the BPF side saw.
-	scanner := defaultScanner()
-	netnsBefore, netnsErr := scanner.scan(ctx)
-	softnetBefore, softnetErr := readSoftnet()
-	cpuBefore, cpuErr := readCPUTimes()
+	s.scanner = defaultScanner()
+	s.netnsBefore, s.netnsErr = s.scanner.scan(ctx)
+	s.softnetBefore, s.softnetErr = readSoftnet()
+	s.cpuBefore, s.cpuErr = readCPUTimes()
 
-	p, err := openProbe(probeConfig{Threshold: inv.Threshold, SampleHz: inv.SampleHz})
-	if err != nil {
+	var err error
+	if s.p, err = openProbe(probeConfig{Threshold: inv.Threshold, SampleHz: inv.SampleHz}); err != nil {
+		s.meter.Close()
 		return nil, err
 	}
-	defer p.close()
-	var fp *funcProbe
 	if inv.Func != nil {
-		if fp, err = openFuncProbe(*inv.Func, inv.FuncPID); err != nil {
+		if s.fp, err = openFuncProbe(*inv.Func, inv.FuncPID); err != nil {
+			s.Close()
 			return nil, err
 		}
-		defer fp.close()
 	}
-	tracked := p.objs.programs()
-	if fp != nil {
-		tracked = append(tracked, fp.objs.FuncEntry, fp.objs.FuncReturn)
+	tracked := s.p.objs.programs()
+	if s.fp != nil {
+		tracked = append(tracked, s.fp.objs.FuncEntry, s.fp.objs.FuncReturn)
 	}
-	meter.Track(tracked...)
-	start := time.Now()
+	s.meter.Track(tracked...)
+	s.start = time.Now()
 	if inv.started != nil {
 		inv.started()
 	}
-	investigator.Wait(ctx, opts, time.Now(), 250*time.Millisecond, nil)
-	window := time.Since(start)
-	p.detach()
-	if fp != nil {
-		fp.detach()
+	return s, nil
+}
+
+// session is softirq attached.
+type session struct {
+	inv           Investigator
+	meter         *overhead.Meter
+	scanner       netnsScanner
+	netnsBefore   map[uint64]*Netns
+	netnsErr      error
+	softnetBefore []Softnet
+	softnetErr    error
+	cpuBefore     CPUTimes
+	cpuErr        error
+	p             *probe
+	fp            *funcProbe
+	start         time.Time
+}
+
+// Close detaches and frees everything.
+func (s *session) Close() error {
+	if s.fp != nil {
+		s.fp.close()
 	}
-	p.drain()
+	if s.p != nil {
+		s.p.close()
+	}
+	s.meter.Close()
+	return nil
+}
+
+// Collect concludes the window since Start.
+func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
+	inv, p, fp := &s.inv, s.p, s.fp
+	scanner, netnsBefore, netnsErr := s.scanner, s.netnsBefore, s.netnsErr
+	softnetBefore, softnetErr, cpuBefore, cpuErr := s.softnetBefore, s.softnetErr, s.cpuBefore, s.cpuErr
+	window := time.Since(s.start)
 
 	snap := &Snapshot{
 		Window:      window,
@@ -236,7 +263,7 @@ func (inv *Investigator) Run(ctx context.Context, opts investigator.Options) (*i
 	}
 	events := cnt.Entries + cnt.Exits + cnt.Raises + cnt.NapiPolls + cnt.Drops + cnt.Samples + cnt.SamplesIdle + 2*cnt.FuncCalls
 	dropped := cnt.StallDrops + notKept + cnt.StackErrors + cnt.PendingFull + cnt.MapFull
-	res.Overhead = meter.Finish(events, dropped, progs...)
+	res.Overhead = s.meter.Lap(events, dropped, progs...)
 	return res, nil
 }
 

@@ -2,47 +2,30 @@ package testutil
 
 import (
 	"context"
-	"sync"
 	"testing"
+	"time"
 
 	"github.com/wolf-investigator/wolf/internal/investigator"
 )
 
-// RunLive runs inv with opts and returns its result, failing t if it
-// fails. during, if set, runs once every program is attached, so that a
-// test can start a pathology wolf must see begin: investigators call
-// opts.Progress for the first time only after attaching.
+// RunLive runs inv for opts.Duration and returns its result, failing t if
+// it fails. during, if set, runs once every program is attached (Start
+// has returned), so that a test can start a pathology wolf must see begin.
 func RunLive(t testing.TB, inv investigator.Investigator, opts investigator.Options, during func()) *investigator.Result {
 	t.Helper()
-	type out struct {
-		res *investigator.Result
-		err error
+	s, err := inv.Start(context.Background(), opts)
+	if err != nil {
+		t.Fatalf("%s: %v", inv.Name(), err)
 	}
-	done := make(chan out, 1)
-	attached := make(chan struct{})
-	var once sync.Once
-	progress := opts.Progress
-	opts.Progress = func(f float64) {
-		once.Do(func() { close(attached) })
-		if progress != nil {
-			progress(f)
-		}
-	}
-	go func() {
-		res, err := inv.Run(context.Background(), opts)
-		done <- out{res, err}
-	}()
+	defer s.Close()
+	start := time.Now()
 	if during != nil {
-		select {
-		case <-attached:
-		case o := <-done:
-			t.Fatalf("%s ended before attaching: %v", inv.Name(), o.err)
-		}
 		during()
 	}
-	o := <-done
-	if o.err != nil {
-		t.Fatalf("%s: %v", inv.Name(), o.err)
+	investigator.Wait(context.Background(), opts, start, 250*time.Millisecond, nil)
+	res, err := s.Collect(context.Background())
+	if err != nil {
+		t.Fatalf("%s: %v", inv.Name(), err)
 	}
-	return o.res
+	return res
 }

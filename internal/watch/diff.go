@@ -116,8 +116,8 @@ func Material(prev, cur *finding.Finding) string {
 		return fmt.Sprintf("severity %s -> %s", prev.Severity, cur.Severity)
 	}
 	for _, k := range keyEvidence {
-		a, okA := number(prev.Evidence[k])
-		b, okB := number(cur.Evidence[k])
+		a, okA := finding.Number(prev.Evidence[k])
+		b, okB := finding.Number(cur.Evidence[k])
 		if !okA || !okB || a == b {
 			continue
 		}
@@ -130,26 +130,6 @@ func Material(prev, cur *finding.Finding) string {
 
 // number reads an evidence value as a float: Go numbers as the
 // investigators put them, or float64 after a JSON round trip.
-func number(v any) (float64, bool) {
-	switch x := v.(type) {
-	case int:
-		return float64(x), true
-	case int64:
-		return float64(x), true
-	case uint64:
-		return float64(x), true
-	case uint32:
-		return float64(x), true
-	case int32:
-		return float64(x), true
-	case float64:
-		return x, true
-	case float32:
-		return float64(x), true
-	}
-	return 0, false
-}
-
 // Change is one line of the watch's finding stream, before it is stamped
 // with a time.
 type Change struct {

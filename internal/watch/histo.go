@@ -9,6 +9,7 @@ import (
 
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/hist"
+	"github.com/wolf-investigator/wolf/internal/investigator"
 )
 
 // family maps one kind of report histogram (its name and label keys) to a
@@ -17,6 +18,7 @@ import (
 // buckets, count and sum only grow and rate() works across windows.
 type family struct {
 	source string   // report histogram name, "reclaim_duration_us"
+	owner  string   // the investigator that fills it
 	labels []string // its label keys, sorted: the family takes only exact matches
 	name   string   // "wolf_reclaim_duration_seconds"
 	help   string
@@ -50,29 +52,29 @@ type series struct {
 // outside the top N.
 const otherValue = "other"
 
-func newFamilies() map[string][]*family {
-	secs := func(source, name, help string, labels []string, capped bool, maxName string) *family {
-		return &family{source: source, labels: labels, name: name, help: help, unitScale: 1000, baseDiv: 1e6,
-			loSlot: 10, hiSlot: 36, capped: capped, maxName: maxName} // 1 µs .. 68.7 s
-	}
-	fams := []*family{
-		secs("reclaim_duration_us", "wolf_reclaim_duration_seconds", "Time tasks spent in memory reclaim, per call, by cgroup and kind (memcg, direct, softlimit), top N cgroups.", []string{"cgroup", "kind"}, true, "wolf_reclaim_duration_max_seconds"),
-		secs("kswapd_awake_us", "wolf_kswapd_awake_seconds", "How long kswapd stayed awake per wake-up.", nil, false, "wolf_kswapd_awake_max_seconds"),
-		secs("lock_wait_us", "wolf_lock_wait_seconds", "Kernel lock contention wait per wait, by lock class and type, top N locks.", []string{"lock", "type"}, true, "wolf_lock_wait_max_seconds"),
-		secs("softirq_runtime_us", "wolf_softirq_runtime_seconds", "Softirq handler run time per run, by vector.", []string{"vector"}, false, "wolf_softirq_runtime_max_seconds"),
-		secs("softirq_wait_us", "wolf_softirq_wait_seconds", "Softirq raise-to-run wait, by vector.", []string{"vector"}, false, "wolf_softirq_wait_max_seconds"),
-		secs("runq_latency_us", "wolf_runqueue_latency_seconds", "Run-queue latency (wakeup to running), by CPU.", []string{"cpu"}, false, "wolf_runqueue_latency_max_seconds"),
-		secs("runq_latency_us", "wolf_cgroup_runqueue_latency_seconds", "Run-queue latency by cgroup, top N cgroups.", []string{"cgroup"}, true, "wolf_cgroup_runqueue_latency_max_seconds"),
-		secs("runq_latency_us", "wolf_task_runqueue_latency_seconds", "Run-queue latency of the tasks with the worst tail, top N tasks.", []string{"comm", "pid", "tid"}, true, "wolf_task_runqueue_latency_max_seconds"),
-		{source: "reclaim_scanned_pages", labels: []string{"cgroup"}, name: "wolf_reclaim_scanned_pages", help: "Pages scanned per reclaim call, by cgroup, top N cgroups.",
-			unitScale: 1, baseDiv: 1, loSlot: 0, hiSlot: 24, capped: true, maxName: "wolf_reclaim_scanned_max_pages"},
-	}
+// newFamilies builds the histogram families the investigators declare,
+// by report histogram name. Report histograms in µs ("_us") become seconds
+// with buckets from 1.023 µs to 68.7 s; others (pages) keep their unit,
+// buckets 1 to 2^24.
+func newFamilies(invs []investigator.Investigator) map[string][]*family {
 	out := map[string][]*family{}
-	for _, f := range fams {
-		f.desc = prometheus.NewDesc(f.name, f.help, f.labels, nil)
-		f.maxDesc = prometheus.NewDesc(f.maxName, "Largest single value of "+f.name+" in the last window.", f.labels, nil)
-		f.series = map[string]*series{}
-		out[f.source] = append(out[f.source], f)
+	for _, inv := range invs {
+		ex, ok := inv.(investigator.Exporter)
+		if !ok {
+			continue
+		}
+		hs, _ := ex.Metrics()
+		for _, h := range hs {
+			f := &family{source: h.Histogram, owner: inv.Name(), labels: h.Labels, name: h.Name, help: h.Help,
+				capped: h.TopN, maxName: h.MaxName, unitScale: 1, baseDiv: 1, loSlot: 0, hiSlot: 24}
+			if strings.HasSuffix(h.Histogram, "_us") {
+				f.unitScale, f.baseDiv, f.loSlot, f.hiSlot = 1000, 1e6, 10, 36 // 1 µs .. 68.7 s
+			}
+			f.desc = prometheus.NewDesc(f.name, f.help, f.labels, nil)
+			f.maxDesc = prometheus.NewDesc(f.maxName, "Largest single value of "+f.name+" in the last window.", f.labels, nil)
+			f.series = map[string]*series{}
+			out[f.source] = append(out[f.source], f)
+		}
 	}
 	return out
 }

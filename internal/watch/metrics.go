@@ -3,7 +3,6 @@ package watch
 import (
 	"runtime"
 	"sort"
-	"strconv"
 	"sync"
 	"time"
 
@@ -24,15 +23,23 @@ type Metrics struct {
 	top        int
 	collectors map[string]*collectorState
 	families   map[string][]*family
+	gauges     []*gauge
 	findings   map[string]map[findingLabels]int // investigator -> active findings
-	hung       hungState
-	migrations []taskRate // sched.bounce tasks, last window, top N
 
-	buildInfo                                                     *prometheus.Desc
-	success, lastDuration, lastSuccess, window, runs, errs        *prometheus.Desc
-	bpfRun, events, dropped                                       *prometheus.Desc
-	findingsDesc, hungTasks, hungBlockedMax, migrationsPerSecDesc *prometheus.Desc
-	version, kernel                                               string
+	buildInfo                                              *prometheus.Desc
+	success, lastDuration, lastSuccess, window, runs, errs *prometheus.Desc
+	bpfRun, events, dropped                                *prometheus.Desc
+	findingsDesc                                           *prometheus.Desc
+	version, kernel                                        string
+}
+
+// gauge is a GaugeMetric an investigator declares, with its last window's
+// values.
+type gauge struct {
+	owner  string
+	spec   investigator.GaugeMetric
+	desc   *prometheus.Desc
+	values []investigator.GaugeValue
 }
 
 type collectorState struct {
@@ -49,28 +56,27 @@ type collectorState struct {
 
 type findingLabels struct{ id, severity string }
 
-type hungState struct {
-	tasks      int
-	blockedMax float64
-}
-
-type taskRate struct {
-	pid, comm string
-	rate      float64
-}
-
-// NewMetrics returns the collector. top bounds the label sets of every
-// per-task, per-cgroup and per-lock series; windows gives each
+// NewMetrics returns the collector of the metrics invs declare (see
+// investigator.Exporter) and wolf's own. top bounds the label sets of
+// every per-task, per-cgroup and per-lock series; windows gives each
 // investigator's window length (exported so dashboards know the delay).
-func NewMetrics(version, kernel string, top int, windows map[string]time.Duration) *Metrics {
+func NewMetrics(version, kernel string, top int, windows map[string]time.Duration, invs []investigator.Investigator) *Metrics {
 	if top <= 0 {
 		top = 10
 	}
 	m := &Metrics{
 		top: top, version: version, kernel: kernel,
 		collectors: map[string]*collectorState{},
-		families:   newFamilies(),
+		families:   newFamilies(invs),
 		findings:   map[string]map[findingLabels]int{},
+	}
+	for _, inv := range invs {
+		if ex, ok := inv.(investigator.Exporter); ok {
+			_, gs := ex.Metrics()
+			for _, g := range gs {
+				m.gauges = append(m.gauges, &gauge{owner: inv.Name(), spec: g, desc: prometheus.NewDesc(g.Name, g.Help, g.Labels, nil)})
+			}
+		}
 	}
 	for name, w := range windows {
 		m.collectors[name] = &collectorState{window: w}
@@ -87,9 +93,6 @@ func NewMetrics(version, kernel string, top int, windows map[string]time.Duratio
 	m.events = prometheus.NewDesc("wolf_events_total", "Kernel events wolf's programs handled.", c, nil)
 	m.dropped = prometheus.NewDesc("wolf_events_dropped_total", "Events lost: ring buffer full, map full, recursion misses.", c, nil)
 	m.findingsDesc = prometheus.NewDesc("wolf_findings", "Findings active after the investigator's last window.", []string{"investigator", "id", "severity"}, nil)
-	m.hungTasks = prometheus.NewDesc("wolf_hung_tasks", "Tasks blocked in D state past the hung threshold at the end of the last hung window.", nil, nil)
-	m.hungBlockedMax = prometheus.NewDesc("wolf_hung_task_blocked_seconds_max", "Longest time a hung task had been blocked, at the end of the last hung window.", nil, nil)
-	m.migrationsPerSecDesc = prometheus.NewDesc("wolf_task_migrations_per_second", "Migrations per second of tasks the sched investigator found bouncing between CPUs, last window, top N.", []string{"pid", "comm"}, nil)
 	return m
 }
 
@@ -131,34 +134,26 @@ func (m *Metrics) Observe(name string, res *investigator.Result, took time.Durat
 	}
 	for _, fams := range m.families {
 		for _, f := range fams {
-			if hs, ok := byFamily[f]; ok || f.belongsTo(name) {
+			// A window with none of its histograms still ages the
+			// family's per-window maxima and top N.
+			if hs, ok := byFamily[f]; ok || f.owner == name {
 				f.add(hs, m.top)
 			}
 		}
 	}
-
-	switch name {
-	case "hung":
-		m.hung = hungFrom(res.Findings)
-	case "sched":
-		m.migrations = migrationsFrom(res.Findings, m.top)
+	for _, g := range m.gauges {
+		if g.owner != name || g.spec.Values == nil {
+			continue
+		}
+		vs := g.spec.Values(res)
+		if g.spec.TopN {
+			sort.SliceStable(vs, func(i, j int) bool { return vs[i].Value > vs[j].Value })
+			if len(vs) > m.top {
+				vs = vs[:m.top]
+			}
+		}
+		g.values = vs
 	}
-}
-
-// belongsTo says which investigator fills a family, so that a window with
-// none of its histograms still ages its per-window maxima and top N.
-func (f *family) belongsTo(investigator string) bool {
-	switch f.source {
-	case "reclaim_duration_us", "kswapd_awake_us", "reclaim_scanned_pages":
-		return investigator == "reclaim"
-	case "lock_wait_us":
-		return investigator == "locks"
-	case "softirq_runtime_us", "softirq_wait_us":
-		return investigator == "softirq"
-	case "runq_latency_us":
-		return investigator == "sched"
-	}
-	return false
 }
 
 // Failed records one investigator window that failed.
@@ -170,68 +165,6 @@ func (m *Metrics) Failed(name string, took time.Duration) {
 	s.lastDuration = took
 	s.runs++
 	s.errors++
-}
-
-// hungFrom counts the distinct tasks still hung (victims of every hung
-// finding but the recovered and khungtaskd history ones) and the longest
-// block among them.
-func hungFrom(fs []finding.Finding) hungState {
-	var st hungState
-	tids := map[int]bool{}
-	for _, f := range fs {
-		if f.Investigator != "hung" || f.ID == "hung.recovered" || f.ID == "hung.khungtaskd" {
-			continue
-		}
-		for _, s := range f.Subjects {
-			if s.Role == finding.RoleVictim {
-				id := s.TID
-				if id == 0 {
-					id = s.PID
-				}
-				tids[id] = true
-			}
-		}
-		if b, ok := number(f.Evidence["blocked_s"]); ok {
-			st.blockedMax = max(st.blockedMax, b)
-		}
-	}
-	st.tasks = len(tids)
-	return st
-}
-
-func migrationsFrom(fs []finding.Finding, top int) []taskRate {
-	var out []taskRate
-	for _, f := range fs {
-		if f.ID != "sched.bounce" {
-			continue
-		}
-		r, ok := number(f.Evidence["migrations_per_s"])
-		if !ok {
-			continue
-		}
-		for _, s := range f.Subjects {
-			if s.Role == finding.RoleTask {
-				out = append(out, taskRate{strconv.Itoa(s.PID), s.Comm, r})
-				break
-			}
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].rate > out[j].rate })
-	// Two bouncing threads of one process share pid and comm: keep the
-	// faster, so label sets stay unique.
-	seen := map[taskRate]bool{}
-	uniq := out[:0]
-	for _, t := range out {
-		k := taskRate{pid: t.pid, comm: t.comm}
-		if !seen[k] {
-			seen[k] = true
-			uniq = append(uniq, t)
-		}
-	}
-	if len(uniq) > top {
-		uniq = uniq[:top]
-	}
-	return uniq
 }
 
 // Describe sends nothing: the metric set changes as findings and top-N
@@ -264,12 +197,13 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(m.findingsDesc, prometheus.GaugeValue, float64(n), inv, l.id, l.severity)
 		}
 	}
-	if hs, ok := m.collectors["hung"]; ok && hs.ran {
-		ch <- prometheus.MustNewConstMetric(m.hungTasks, prometheus.GaugeValue, float64(m.hung.tasks))
-		ch <- prometheus.MustNewConstMetric(m.hungBlockedMax, prometheus.GaugeValue, m.hung.blockedMax)
-	}
-	for _, t := range m.migrations {
-		ch <- prometheus.MustNewConstMetric(m.migrationsPerSecDesc, prometheus.GaugeValue, t.rate, t.pid, t.comm)
+	for _, g := range m.gauges {
+		if s, ok := m.collectors[g.owner]; !ok || !s.ran {
+			continue // no window yet: no value to tell
+		}
+		for _, v := range g.values {
+			ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, v.Value, v.Labels...)
+		}
 	}
 	for _, fams := range m.families {
 		for _, f := range fams {

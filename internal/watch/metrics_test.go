@@ -17,7 +17,12 @@ import (
 
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/hist"
+	"github.com/wolf-investigator/wolf/internal/hung"
 	"github.com/wolf-investigator/wolf/internal/investigator"
+	"github.com/wolf-investigator/wolf/internal/locks"
+	"github.com/wolf-investigator/wolf/internal/reclaim"
+	"github.com/wolf-investigator/wolf/internal/sched"
+	"github.com/wolf-investigator/wolf/internal/softirq"
 )
 
 // reclaimWindow is one reclaim window's result: a histogram per cgroup
@@ -56,7 +61,7 @@ func labelsOf(m *dto.Metric) map[string]string {
 }
 
 func TestHistogramsAccumulateAcrossWindows(t *testing.T) {
-	m := NewMetrics("test", "6.18", 10, map[string]time.Duration{"reclaim": time.Second})
+	m := NewMetrics("test", "6.18", 10, map[string]time.Duration{"reclaim": time.Second}, declared())
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(m)
 	m.Observe("reclaim", reclaimWindow(map[string][]uint64{"/a": {1500, 3_000_000}}), time.Second, time.Now())
@@ -104,7 +109,7 @@ func counterOf(t *testing.T, reg *prometheus.Registry, name string) prometheus.C
 }
 
 func TestTopNEvictsAndAggregatesOther(t *testing.T) {
-	m := NewMetrics("test", "6.18", 2, nil)
+	m := NewMetrics("test", "6.18", 2, nil, declared())
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(m)
 	m.Observe("reclaim", reclaimWindow(map[string][]uint64{"/a": {3e6}, "/b": {2e6}, "/c": {1e6}}), time.Second, time.Now())
@@ -129,7 +134,7 @@ func TestTopNEvictsAndAggregatesOther(t *testing.T) {
 }
 
 func TestFindingsHungAndLint(t *testing.T) {
-	m := NewMetrics("test", "6.18", 10, map[string]time.Duration{"hung": time.Second, "sched": time.Second})
+	m := NewMetrics("test", "6.18", 10, map[string]time.Duration{"hung": time.Second, "sched": time.Second}, declared())
 	reg := Registry(m)
 	res := &investigator.Result{Findings: []finding.Finding{
 		hungGroup([]int{1, 2}, 12.5, finding.Warning),
@@ -178,7 +183,7 @@ func TestFindingsHungAndLint(t *testing.T) {
 // Every metric the shipped dashboard and alerting rules query is one wolf
 // exports (or client_golang's process collector does).
 func TestDeployQueriesUseExportedMetrics(t *testing.T) {
-	m := NewMetrics("test", "6.18", 10, map[string]time.Duration{"hung": time.Second})
+	m := NewMetrics("test", "6.18", 10, map[string]time.Duration{"hung": time.Second}, declared())
 	var h hist.Log2
 	h.Add(5000)
 	res := &investigator.Result{Findings: []finding.Finding{
@@ -239,4 +244,9 @@ func TestDeployQueriesUseExportedMetrics(t *testing.T) {
 			t.Errorf("%s: no metric names found", file)
 		}
 	}
+}
+
+// declared are the investigators whose metrics the tests expect.
+func declared() []investigator.Investigator {
+	return []investigator.Investigator{hung.New(), locks.New(), reclaim.New(), sched.New(), softirq.New()}
 }

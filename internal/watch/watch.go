@@ -199,7 +199,7 @@ func runWindow(ctx context.Context, inv investigator.Investigator, d time.Durati
 			res, err = nil, fmt.Errorf("panic: %v", p)
 		}
 	}()
-	return inv.Run(ctx, investigator.Options{Duration: d})
+	return investigator.Run(ctx, inv, investigator.Options{Duration: d})
 }
 
 func (w *Watcher) emit(e Event) {

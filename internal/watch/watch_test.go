@@ -26,20 +26,26 @@ type script struct {
 
 func (s *script) Name() string    { return s.name }
 func (s *script) Summary() string { return "fake" }
-func (s *script) Run(ctx context.Context, _ investigator.Options) (*investigator.Result, error) {
+func (s *script) Start(ctx context.Context, _ investigator.Options) (investigator.Session, error) {
 	s.mu.Lock()
 	i := s.calls
 	s.calls++
 	s.mu.Unlock()
 	if i < len(s.steps) {
-		return s.steps[i]()
+		return scriptWindow(s.steps[i]), nil
 	}
 	if i == len(s.steps) {
 		close(s.done)
 	}
 	<-ctx.Done()
-	return &investigator.Result{}, nil
+	return nil, ctx.Err()
 }
+
+// scriptWindow is one window of a script: Collect returns its step.
+type scriptWindow func() (*investigator.Result, error)
+
+func (w scriptWindow) Collect(context.Context) (*investigator.Result, error) { return w() }
+func (w scriptWindow) Close() error                                          { return nil }
 
 func found(fs ...finding.Finding) func() (*investigator.Result, error) {
 	return func() (*investigator.Result, error) { return &investigator.Result{Findings: fs}, nil }
@@ -57,7 +63,7 @@ func TestWatcherEventsAndFailures(t *testing.T) {
 		found(),
 	}}
 	var out syncBuf
-	m := NewMetrics("test", "", 10, nil)
+	m := NewMetrics("test", "", 10, nil, declared())
 	w, err := New(Config{Investigators: []investigator.Investigator{good, bad}, Default: 20 * time.Millisecond, Events: &out, Metrics: m,
 		Backoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond, ClearAfter: 1})
 	if err != nil {

@@ -1,0 +1,195 @@
+package probekit_test
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/wolf-investigator/wolf/internal/investigator"
+	"github.com/wolf-investigator/wolf/internal/probekit"
+	"github.com/wolf-investigator/wolf/internal/probekit/kittest"
+	"github.com/wolf-investigator/wolf/internal/testutil"
+)
+
+var (
+	switchRow  = probekit.Attach{Kind: probekit.RawTracepoint, Target: "sched/sched_switch", Program: "on_switch", Required: true, Why: "task switches"}
+	missingRow = probekit.Attach{Kind: probekit.BTFTracepoint, Target: "wolf/wolf_no_such_tracepoint", Program: "on_missing", Why: "nothing real"}
+)
+
+func TestRequirementsFromTable(t *testing.T) {
+	table := []probekit.Attach{
+		switchRow,
+		{Kind: probekit.BTFTracepoint, Target: "sched/sched_switch", Program: "btf_on_switch", Why: "again"},
+		missingRow,
+		{Kind: probekit.PerfSample, Program: "x", Hz: 99, Why: "stacks"},
+		{Kind: probekit.Iter, Target: "task", Program: "y", Required: true, Why: "walk"},
+	}
+	got := probekit.Requirements(table)
+	want := []investigator.Requirement{
+		{Feature: "tracepoint:sched/sched_switch", Why: "task switches"},
+		{Feature: "tracepoint:wolf/wolf_no_such_tracepoint", Why: "nothing real", Optional: true},
+		{Feature: "perf_event", Why: "stacks", Optional: true},
+		{Feature: "task_iter", Why: "walk"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %+v", got)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("requirement %d: got %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
+
+func TestCheckTable(t *testing.T) {
+	spec, err := kittest.Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := probekit.CheckTable(spec, []probekit.Attach{switchRow, missingRow}); err != nil {
+		t.Fatal(err)
+	}
+	bad := switchRow
+	bad.Or = []probekit.Attach{{Kind: probekit.RawTracepoint, Target: "sched/sched_switch", Program: "renamed_in_c"}}
+	if err := probekit.CheckTable(spec, []probekit.Attach{bad}); err == nil || !strings.Contains(err.Error(), "renamed_in_c") {
+		t.Fatalf("want the missing program named, got %v", err)
+	}
+}
+
+func open(t *testing.T, table []probekit.Attach, refuse map[string]bool) (*probekit.Probe, error) {
+	t.Helper()
+	testutil.RequireRoot(t)
+	return probekit.Open(probekit.Object{
+		Name: "kittest", Spec: kittest.Spec, Table: table, Refuse: refuse,
+		Vars: map[string]any{"target_tgid": uint32(os.Getpid())},
+	})
+}
+
+// switchSome makes this process switch out a few dozen times.
+func switchSome() {
+	for range 50 {
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+func TestOpenCountsAndNotesLosses(t *testing.T) {
+	p, err := open(t, []probekit.Attach{switchRow, missingRow}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if !p.Attached("sched/sched_switch") || p.Attached("wolf/wolf_no_such_tracepoint") {
+		t.Fatalf("attached: switch %v, missing %v", p.Attached("sched/sched_switch"), p.Attached("wolf/wolf_no_such_tracepoint"))
+	}
+	notes := p.Notes()
+	if len(notes) != 1 || !strings.Contains(notes[0], "wolf/wolf_no_such_tracepoint") || !strings.Contains(notes[0], "nothing real not seen") {
+		t.Fatalf("notes: %q", notes)
+	}
+	caps := p.Capabilities([]probekit.Attach{switchRow, missingRow})
+	if !caps["tracepoint:sched/sched_switch"] || caps["tracepoint:wolf/wolf_no_such_tracepoint"] {
+		t.Fatalf("capabilities: %v", caps)
+	}
+	switchSome()
+	c, err := p.WindowCounters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	named, err := p.Named(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if named["mine"] < 10 || named["switches"] < named["mine"] || len(named) != 2 {
+		t.Fatalf("counters: %v", named)
+	}
+	if c[kittest.StatMine] != named["mine"] {
+		t.Fatalf("generated index and BTF name disagree: %d vs %d", c[kittest.StatMine], named["mine"])
+	}
+	// The next window starts from zero.
+	c2, err := p.WindowCounters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c2[kittest.StatMine] >= c[kittest.StatMine] {
+		t.Fatalf("second window counted the first again: %d after %d", c2[kittest.StatMine], c[kittest.StatMine])
+	}
+	if ov := p.Overhead(0, 0); ov.Events == 0 {
+		t.Fatalf("no runs metered: %+v", ov)
+	}
+}
+
+func TestAlternativeReplacesRefusedRow(t *testing.T) {
+	row := probekit.Attach{Kind: probekit.BTFTracepoint, Target: "sched/sched_switch", Program: "btf_on_switch", Required: true, Why: "task switches",
+		Or: []probekit.Attach{{Kind: probekit.RawTracepoint, Target: "sched/sched_switch", Program: "on_switch"}}}
+	p, err := open(t, []probekit.Attach{row}, map[string]bool{"btf_on_switch": true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	a, ok := p.Chosen("sched/sched_switch")
+	if !ok || a.Program != "on_switch" || p.Program("btf_on_switch") != nil {
+		t.Fatalf("chosen %+v %v", a, ok)
+	}
+	if len(p.Notes()) != 0 {
+		t.Fatalf("an alternative that attached is no loss: %q", p.Notes())
+	}
+}
+
+func TestRequiredRowFails(t *testing.T) {
+	req := missingRow
+	req.Required = true
+	_, err := open(t, []probekit.Attach{switchRow, req}, nil)
+	if !errors.Is(err, investigator.ErrUnsupported) || !strings.Contains(err.Error(), "wolf/wolf_no_such_tracepoint (nothing real)") {
+		t.Fatalf("want ErrUnsupported naming the row, got %v", err)
+	}
+}
+
+// Close leaves nothing of the probe in the kernel.
+func TestCloseLeavesNothing(t *testing.T) {
+	p, err := open(t, []probekit.Attach{switchRow}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := p.Program("on_switch").Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := info.ID()
+	p.Close()
+	p.Close()
+	// The kernel frees a program after its last reference goes, with an
+	// RCU grace period in between.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		prog, err := ebpf.NewProgramFromID(id)
+		if err != nil {
+			break
+		}
+		prog.Close()
+		if time.Now().After(deadline) {
+			t.Fatalf("program %d still loaded after Close", id)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestExplain(t *testing.T) {
+	cases := []struct {
+		err  error
+		want string
+	}{
+		{&ebpf.VerifierError{Log: []string{"0: (85) call unknown#158", "invalid func unknown#158", "processed 3 insns"}}, "helper #158"},
+		{&ebpf.VerifierError{Log: []string{"unknown func bpf_get_current_task_btf#158"}}, "bpf_get_current_task_btf (Linux 5.11+)"},
+		{&ebpf.VerifierError{Log: []string{"BPF_STX uses reserved fields"}}, "atomic fetch operations (Linux 5.12+)"},
+		{&ebpf.VerifierError{Log: []string{"R2 unbounded memory access, make sure to bounds check any such access", "processed 90 insns"}}, "could not prove an access in bounds"},
+		{os.ErrNotExist, "this kernel does not have it"},
+	}
+	for _, c := range cases {
+		if got := probekit.Explain(c.err); !strings.Contains(got, c.want) {
+			t.Errorf("Explain(%v) = %q, want it to contain %q", c.err, got, c.want)
+		}
+	}
+}

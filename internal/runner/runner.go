@@ -1,0 +1,228 @@
+// Package runner runs a set of investigators over one window and turns
+// what they saw into one report: start them side by side, wait, collect
+// every one's window, merge, and only then detach.
+//
+// The order matters on a sick host. Detaching waits for the kernel's RCU
+// grace periods (one per link, unbounded when RCU itself is stalled), so
+// the report is assembled, and written by the caller, before anything is
+// detached; Close then detaches every investigator at once so that those
+// waits overlap. Collecting is bounded too: an investigator that has not
+// concluded CollectTimeout after the window ends is reported as such and
+// left behind, rather than holding the whole report hostage.
+package runner
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/investigator"
+	"github.com/wolf-investigator/wolf/internal/overhead"
+	"github.com/wolf-investigator/wolf/internal/sysstat"
+)
+
+// DefaultCollectTimeout bounds the time from the window's end to the
+// report, per investigator.
+const DefaultCollectTimeout = 5 * time.Second
+
+// Config is one run.
+type Config struct {
+	// Report is the report to fill: its header (version, kernel, host,
+	// command, start) is the caller's.
+	Report        *finding.Report
+	Investigators []investigator.Investigator
+	Options       investigator.Options
+	Duration      time.Duration
+	// Audit runs every Auditor among the investigators (static checks).
+	Audit bool
+	// Checklist runs doctor's system checklist over the same window.
+	Checklist bool
+	// Progress, when set, is told the fraction of the window done, now and
+	// then. It must not block.
+	Progress func(done float64)
+	// CollectTimeout bounds each investigator's Collect after the window;
+	// 0 means DefaultCollectTimeout.
+	CollectTimeout time.Duration
+}
+
+// Run is a finished window: its report, the investigators that failed, and
+// the sessions still attached until Close.
+type Run struct {
+	Report *finding.Report
+	Errors []error
+
+	closeOnce sync.Once
+	sessions  []*slot
+}
+
+// slot is one investigator's session and the state of its last Collect.
+type slot struct {
+	name    string
+	session investigator.Session
+	done    chan struct{} // closed when Collect has returned (or never ran)
+}
+
+// Start attaches every investigator, waits cfg.Duration (or until ctx
+// ends), collects and assembles the report. It returns when the report is
+// complete; the programs stay attached until Close.
+func Start(ctx context.Context, cfg Config) *Run {
+	rep := cfg.Report
+	started := time.Now()
+	cpuStart := overhead.CPUTime()
+	timeout := cfg.CollectTimeout
+	if timeout <= 0 {
+		timeout = DefaultCollectTimeout
+	}
+	r := &Run{Report: rep}
+
+	var sys *sysstat.Sampler
+	if cfg.Checklist {
+		sys = sysstat.Start(ctx, sysstat.Options{})
+	}
+	// Start side by side: loading and verifying is most of the wait.
+	slots := make([]*slot, len(cfg.Investigators))
+	startErrs := make([]error, len(cfg.Investigators))
+	var wg sync.WaitGroup
+	for i, inv := range cfg.Investigators {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, err := inv.Start(ctx, cfg.Options)
+			if err != nil {
+				startErrs[i] = err
+				return
+			}
+			slots[i] = &slot{name: inv.Name(), session: s, done: make(chan struct{})}
+		}()
+	}
+	var audits []finding.Finding
+	if cfg.Audit {
+		for _, inv := range cfg.Investigators {
+			if a, ok := inv.(investigator.Auditor); ok {
+				audits = append(audits, a.Audit(ctx)...)
+			}
+		}
+	}
+	wg.Wait()
+	for _, s := range slots {
+		if s != nil {
+			r.sessions = append(r.sessions, s)
+		}
+	}
+
+	// The window starts once everything is attached.
+	opts := cfg.Options
+	opts.Duration, opts.Progress = cfg.Duration, cfg.Progress
+	investigator.Wait(ctx, opts, time.Now(), 250*time.Millisecond, nil)
+
+	// Collect side by side, each bounded. The window is over, possibly
+	// because ctx was cancelled (Ctrl-C): the reads that complete the
+	// report get a context of their own.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	results := make([]*investigator.Result, len(slots))
+	collectErrs := make([]error, len(slots))
+	var mu sync.Mutex
+	for i, s := range slots {
+		if s == nil {
+			continue
+		}
+		go func() {
+			defer close(s.done)
+			res, err := s.session.Collect(cctx)
+			mu.Lock()
+			results[i], collectErrs[i] = res, err
+			mu.Unlock()
+		}()
+	}
+	allDone := make(chan struct{})
+	go func() {
+		for _, s := range slots {
+			if s != nil {
+				<-s.done
+			}
+		}
+		close(allDone)
+	}()
+	late := time.NewTimer(timeout)
+	select {
+	case <-allDone:
+	case <-late.C:
+	}
+	late.Stop()
+	var checklist *sysstat.Result
+	if sys != nil {
+		res := sys.Stop(cctx)
+		checklist = &res
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	for i, inv := range cfg.Investigators {
+		err := startErrs[i]
+		if err == nil {
+			err = collectErrs[i]
+		}
+		if err == nil && results[i] == nil {
+			err = fmt.Errorf("did not conclude within %v of the window's end (the kernel or /proc is slow to answer); reported without it", timeout)
+		}
+		if err != nil {
+			r.Errors = append(r.Errors, err)
+			rep.Errors = append(rep.Errors, fmt.Sprintf("%s: %v", inv.Name(), err))
+			continue
+		}
+		Merge(rep, inv.Name(), results[i])
+	}
+	rep.Findings = append(rep.Findings, audits...)
+	if checklist != nil {
+		rep.Checklist = append(rep.Checklist, checklist.Checks...)
+		rep.Findings = append(rep.Findings, checklist.Findings...)
+		for _, n := range checklist.Notes {
+			rep.Notes = append(rep.Notes, "system: "+n)
+		}
+	}
+	// Investigators run side by side in this one process, and each one's
+	// CPU figure is the process's over its window: summed, they would
+	// count the same CPU seconds once per investigator.
+	rep.Overhead.CPUSeconds = (overhead.CPUTime() - cpuStart).Seconds()
+	finding.Sort(rep.Findings)
+	rep.DurationS = float64(time.Since(started).Milliseconds()) / 1000
+	return r
+}
+
+// Merge adds one investigator's result to a report.
+func Merge(rep *finding.Report, name string, res *investigator.Result) {
+	rep.Findings = append(rep.Findings, res.Findings...)
+	rep.Histograms = append(rep.Histograms, res.Histograms...)
+	rep.Profiles = append(rep.Profiles, res.Profiles...)
+	rep.Timelines = append(rep.Timelines, res.Timelines...)
+	if rep.Capabilities == nil {
+		rep.Capabilities = map[string]bool{}
+	}
+	for k, v := range res.Capabilities {
+		rep.Capabilities[k] = rep.Capabilities[k] || v
+	}
+	rep.Overhead.Add(res.Overhead)
+	for _, n := range res.Notes {
+		rep.Notes = append(rep.Notes, name+": "+n)
+	}
+}
+
+// Close detaches every investigator, all at once, after waiting for the
+// Collects still running. Call it after the report is written.
+func (r *Run) Close() {
+	r.closeOnce.Do(func() {
+		var wg sync.WaitGroup
+		for _, s := range r.sessions {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-s.done
+				_ = s.session.Close()
+			}()
+		}
+		wg.Wait()
+	})
+}

@@ -1,0 +1,137 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/investigator"
+)
+
+// fake is an investigator whose session records the order of events.
+type fake struct {
+	name     string
+	startErr error
+	collect  func(ctx context.Context) (*investigator.Result, error)
+	log      *eventLog
+}
+
+type eventLog struct {
+	mu     sync.Mutex
+	events []string
+}
+
+func (l *eventLog) add(e string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = append(l.events, e)
+}
+
+func (l *eventLog) list() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.events...)
+}
+
+func (f *fake) Name() string    { return f.name }
+func (f *fake) Summary() string { return "fake" }
+func (f *fake) Start(context.Context, investigator.Options) (investigator.Session, error) {
+	if f.startErr != nil {
+		return nil, f.startErr
+	}
+	f.log.add(f.name + ":start")
+	return &fakeSession{f: f}, nil
+}
+
+type fakeSession struct{ f *fake }
+
+func (s *fakeSession) Collect(ctx context.Context) (*investigator.Result, error) {
+	s.f.log.add(s.f.name + ":collect")
+	if s.f.collect != nil {
+		return s.f.collect(ctx)
+	}
+	return &investigator.Result{Findings: []finding.Finding{{ID: s.f.name + ".x", Investigator: s.f.name, Severity: finding.Warning}},
+		Capabilities: map[string]bool{s.f.name: true}, Notes: []string{"note"}}, nil
+}
+
+func (s *fakeSession) Close() error {
+	s.f.log.add(s.f.name + ":close")
+	return nil
+}
+
+func TestReportBeforeDetach(t *testing.T) {
+	log := &eventLog{}
+	invs := []investigator.Investigator{&fake{name: "a", log: log}, &fake{name: "b", log: log}}
+	r := Start(context.Background(), Config{Report: &finding.Report{}, Investigators: invs, Duration: time.Millisecond})
+	for _, e := range log.list() {
+		if strings.HasSuffix(e, ":close") {
+			t.Fatalf("%s before the report was complete: %v", e, log.list())
+		}
+	}
+	if len(r.Report.Findings) != 2 || !r.Report.Capabilities["a"] || len(r.Report.Notes) != 2 || r.Report.Notes[0] != "a: note" {
+		t.Fatalf("report not merged: %+v", r.Report)
+	}
+	r.Close()
+	r.Close() // twice is harmless
+	closes := 0
+	for _, e := range log.list() {
+		if strings.HasSuffix(e, ":close") {
+			closes++
+		}
+	}
+	if closes != 2 {
+		t.Fatalf("want each session closed once, got %v", log.list())
+	}
+}
+
+func TestFailuresAreReportedAndOthersStand(t *testing.T) {
+	log := &eventLog{}
+	invs := []investigator.Investigator{
+		&fake{name: "a", log: log},
+		&fake{name: "b", log: log, startErr: errors.New("no tracepoint")},
+		&fake{name: "c", log: log, collect: func(context.Context) (*investigator.Result, error) { return nil, errors.New("map read") }},
+	}
+	r := Start(context.Background(), Config{Report: &finding.Report{}, Investigators: invs, Duration: time.Millisecond})
+	defer r.Close()
+	if len(r.Errors) != 2 || len(r.Report.Errors) != 2 || !strings.HasPrefix(r.Report.Errors[0], "b: no tracepoint") || !strings.HasPrefix(r.Report.Errors[1], "c: map read") {
+		t.Fatalf("errors: %v / %v", r.Errors, r.Report.Errors)
+	}
+	if len(r.Report.Findings) != 1 || r.Report.Findings[0].Investigator != "a" {
+		t.Fatalf("a's findings lost: %+v", r.Report.Findings)
+	}
+}
+
+// A Collect that does not return (a stuck /proc read) costs its
+// investigator, not the report; Close still waits for it before closing.
+func TestSlowCollectIsLeftBehind(t *testing.T) {
+	log := &eventLog{}
+	release := make(chan struct{})
+	stuck := &fake{name: "stuck", log: log, collect: func(context.Context) (*investigator.Result, error) {
+		<-release
+		return &investigator.Result{}, nil
+	}}
+	r := Start(context.Background(), Config{Report: &finding.Report{}, Investigators: []investigator.Investigator{&fake{name: "a", log: log}, stuck},
+		Duration: time.Millisecond, CollectTimeout: 20 * time.Millisecond})
+	if len(r.Report.Errors) != 1 || !strings.Contains(r.Report.Errors[0], "stuck: did not conclude within 20ms") {
+		t.Fatalf("want the stuck investigator reported late, got %v", r.Report.Errors)
+	}
+	if len(r.Report.Findings) != 1 {
+		t.Fatalf("a's findings lost: %+v", r.Report.Findings)
+	}
+	closed := make(chan struct{})
+	go func() { r.Close(); close(closed) }()
+	select {
+	case <-closed:
+		t.Fatal("Close returned while a Collect was still running")
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(release)
+	<-closed
+	if ev := log.list(); ev[len(ev)-1] != "stuck:close" && ev[len(ev)-2] != "stuck:close" {
+		t.Fatalf("stuck session not closed: %v", ev)
+	}
+}
