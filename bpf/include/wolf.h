@@ -24,24 +24,24 @@
  * enumerator, nothing in Go is kept in step by hand. (The array's own key
  * must stay a __u32: the kernel refuses other key types for arrays.)
  */
-#define WOLF_STATS()                                                          \
-	struct {                                                              \
-		__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);                      \
-		__uint(max_entries, STAT_MAX);                                \
-		__type(key, __u32);                                           \
-		__type(value, __u64);                                         \
-	} stats SEC(".maps");                                                 \
-	const enum stat_index *wolf_stat_index_btf __attribute__((unused));  \
-	static __always_inline void stat_add(enum stat_index idx, __u64 n)    \
-	{                                                                     \
-		__u32 key = idx;                                              \
-		__u64 *v = bpf_map_lookup_elem(&stats, &key);                 \
-		if (v)                                                        \
-			*v += n;                                              \
-	}                                                                     \
-	static __always_inline void stat_inc(enum stat_index idx)             \
-	{                                                                     \
-		stat_add(idx, 1);                                             \
+#define WOLF_STATS()                                                        \
+	struct {                                                            \
+		__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);                    \
+		__uint(max_entries, STAT_MAX);                              \
+		__type(key, __u32);                                         \
+		__type(value, __u64);                                       \
+	} stats SEC(".maps");                                               \
+	const enum stat_index *wolf_stat_index_btf __attribute__((unused)); \
+	static __always_inline void stat_add(enum stat_index idx, __u64 n)  \
+	{                                                                   \
+		__u32 key = idx;                                            \
+		__u64 *v = bpf_map_lookup_elem(&stats, &key);               \
+		if (v)                                                      \
+			*v += n;                                            \
+	}                                                                   \
+	static __always_inline void stat_inc(enum stat_index idx)           \
+	{                                                                   \
+		stat_add(idx, 1);                                           \
 	}
 
 /* include/linux/sched.h: task states. */
@@ -123,9 +123,9 @@ static __always_inline struct task_struct *wolf_mutex_owner(void *lock)
 /* What an rw-semaphore's owner and count words say about its holders. */
 struct wolf_rwsem_state {
 	struct task_struct *task; /* the writer, or the latest reader */
-	bool writer;              /* write-locked: task is exact */
-	bool readers;             /* reader-owned: task is only the latest reader */
-	__u32 nr_readers;         /* readers holding it (current layout only) */
+	bool writer;		  /* write-locked: task is exact */
+	bool readers;		  /* reader-owned: task is only the latest reader */
+	__u32 nr_readers;	  /* readers holding it (current layout only) */
 };
 
 static __always_inline struct wolf_rwsem_state wolf_rwsem_owner(void *lock)
@@ -170,11 +170,23 @@ static __always_inline __u32 wolf_log2_slot(__u64 v)
 	__u32 r = 0, shift;
 
 	/* Branch-free binary search, bounded for the verifier. */
-	shift = (v > 0xFFFFFFFFULL) << 5; v >>= shift; r |= shift;
-	shift = (v > 0xFFFF) << 4; v >>= shift; r |= shift;
-	shift = (v > 0xFF) << 3; v >>= shift; r |= shift;
-	shift = (v > 0xF) << 2; v >>= shift; r |= shift;
-	shift = (v > 0x3) << 1; v >>= shift; r |= shift;
+	/* clang-format off: one step a line reads as the table it is */
+	shift = (v > 0xFFFFFFFFULL) << 5;
+	v >>= shift;
+	r |= shift;
+	shift = (v > 0xFFFF) << 4;
+	v >>= shift;
+	r |= shift;
+	shift = (v > 0xFF) << 3;
+	v >>= shift;
+	r |= shift;
+	shift = (v > 0xF) << 2;
+	v >>= shift;
+	r |= shift;
+	shift = (v > 0x3) << 1;
+	v >>= shift;
+	r |= shift;
+	/* clang-format on */
 	r |= (v >> 1);
 	/* r = floor(log2(v)) for v > 0; the slot is the bit length. */
 	return v ? r + 1 : 0;

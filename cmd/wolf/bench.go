@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -15,6 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/wolf-investigator/wolf/internal/human"
 	"github.com/wolf-investigator/wolf/internal/render"
 	"github.com/wolf-investigator/wolf/lpm/bpflpm"
 	"github.com/wolf-investigator/wolf/lpm/realtable"
@@ -61,8 +64,9 @@ mismatches (there should be none).
 Operations: load (bulk fill: the trie by batch syscall, wolf by Load),
 lookup (in BPF), update and delete (the kernel trie in BPF as the selftest
 does, and both from user space: syscall against wolf's Go API), free (the
-kernel's work to free the whole structure after the last close: the seed's
-soft lockup).`,
+kernel's work to free the whole structure after the last close: the soft
+lockup of Cloudflare's "A deep dive into BPF LPM trie performance and
+optimization").`,
 		Example: `  wolf bench lpm                                # dense sets, 1 to 1 M entries
   wolf bench lpm --real --ipv6 --format json -o lpm.json
   wolf bench lpm --entries 10K,1M --ops lookup --repeat 200`,
@@ -229,28 +233,22 @@ func cpuModel() string {
 	return ""
 }
 
-func fmtNs(ns float64) string {
-	switch {
-	case ns < 10_000:
+// nsCell prints a ns/op cell: ns with a decimal (the column's unit) where
+// benchmarks compare tens of ns, a duration from 10 µs up (freeing a
+// table).
+func nsCell(ns float64) string {
+	if ns < 10_000 {
 		return strconv.FormatFloat(ns, 'f', 1, 64)
-	case ns < 10_000_000:
-		return strconv.FormatFloat(ns/1000, 'f', 1, 64) + "µs"
-	default:
-		return strconv.FormatFloat(ns/1e6, 'f', 1, 64) + "ms"
 	}
+	return human.Duration(time.Duration(ns))
 }
 
-func fmtBytes(b uint64) string {
-	switch {
-	case b == 0:
+// bytesCell prints a memory cell; "-" where nothing was measured.
+func bytesCell(b uint64) string {
+	if b == 0 {
 		return "-"
-	case b < 10<<10:
-		return strconv.FormatUint(b, 10)
-	case b < 10<<20:
-		return strconv.FormatFloat(float64(b)/(1<<10), 'f', 1, 64) + "K"
-	default:
-		return strconv.FormatFloat(float64(b)/(1<<20), 'f', 1, 64) + "M"
 	}
+	return human.Bytes(int64(b))
 }
 
 func writeBenchText(w io.Writer, d *benchDoc) error {
@@ -273,7 +271,7 @@ func writeBenchText(w io.Writer, d *benchDoc) error {
 			speed = strconv.FormatFloat(r.Speedup, 'f', 1, 64) + "×"
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.Set, r.Entries, r.Op, r.Via, r.Impl,
-			fmtNs(r.NsPerOp), mops, fmtBytes(r.Bytes), perPrefix(r.Bytes, r.Entries), perPrefix(r.BytesUsed, r.Entries), speed)
+			nsCell(r.NsPerOp), mops, bytesCell(r.Bytes), perPrefix(r.Bytes, r.Entries), perPrefix(r.BytesUsed, r.Entries), speed)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -14,12 +14,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/wolf-investigator/wolf/internal/buildinfo"
-	"github.com/wolf-investigator/wolf/internal/investigator"
-	"github.com/wolf-investigator/wolf/internal/lab/coredump"
-	"github.com/wolf-investigator/wolf/internal/lab/mmaplock"
 )
 
-// Exit codes, as DESIGN.md fixes them.
+// Exit codes, as ARCHITECTURE.md#exit-codes fixes them.
 const (
 	exitOK        = 0
 	exitFailed    = 1
@@ -49,10 +46,8 @@ func privilegeErr(format string, args ...any) error {
 }
 
 func main() {
-	// The coredump lab re-executes this binary as the process that
-	// crashes; in that role it never returns.
-	coredump.MaybeRunCrasher()
-	mmaplock.MaybeRunChild()
+	// The labs that re-execute this binary run their part in an init
+	// function (lab.Child) and never get here.
 	os.Exit(run(os.Args[1:]))
 }
 
@@ -90,7 +85,8 @@ a verdict, the evidence, the mechanism and what to do.
   wolf reclaim          memory reclaim per cgroup: stalls, efficiency, the memcg livelock
   wolf sched            tasks bounced between CPUs, who moves them, run-queue latency
   wolf softirq          softirq stalls per CPU (NET_RX: TCP collapse, budget)
-  wolf watch            always on: findings as JSON lines, Prometheus metrics
+  wolf watch            always on: findings as JSON lines, Prometheus metrics, incidents
+  wolf incidents        the incident bundles watch wrote: list, show, pack
   wolf bpf              what every BPF program on the host costs (like bpftop)
   wolf analyze FILE     hung-task reports in a saved kernel log
   wolf check            what this kernel lets wolf do
@@ -115,13 +111,10 @@ Exit codes: 0 done (findings or not), 1 wolf failed, 2 bad usage,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageErr("%v (see %s --help)", err, c.CommandPath())
 	})
-	root.AddCommand(newDoctorCmd())
-	for _, inv := range investigators() {
-		if c, ok := inv.(investigator.Commander); ok {
-			root.AddCommand(newInvestigatorCmd(inv, c.Command()))
-		}
-	}
-	root.AddCommand(newAnalyzeCmd(), newCheckCmd(), newLabCmd(), newBenchCmd(), newWatchCmd(), newVersionCmd())
+	// The commands that watch the live kernel exist on Linux only; built
+	// for another system, wolf has them say so (live_other.go).
+	addLiveCommands(root)
+	root.AddCommand(newAnalyzeCmd(), newVersionCmd(), newIncidentsCmd())
 	return root
 }
 

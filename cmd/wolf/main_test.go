@@ -36,7 +36,6 @@ import (
 var wolfBin string
 
 func TestMain(m *testing.M) {
-	mmaplock.MaybeRunChild() // the mmap-lock lab re-executes this binary
 	dir, err := os.MkdirTemp("", "wolf-cli-test-")
 	if err != nil {
 		panic(err)
@@ -109,6 +108,9 @@ func TestBadUsageExitsTwoWithOneLine(t *testing.T) {
 		{"analyze"},
 		{"analyze", "/nonexistent/kernel.log"},
 		{"analyze", "/"},
+		{"analyze", "/dev/zero"},
+		{"analyze", "--max-input", "0", "-"},
+		{"analyze", "--max-input", "lots", "-"},
 		{"lab", "run", "nosuchlab"},
 		{"lab", "run"},
 		{"lab"},
@@ -209,6 +211,11 @@ func TestHelpOnEveryCommand(t *testing.T) {
 		r := runWolf(t, 10*time.Second, args...)
 		if r.code != 0 || !strings.Contains(r.stdout, "Usage:") {
 			t.Errorf("wolf %v: exit %d, stdout %q", args, r.code, r.stdout)
+		}
+		// Users have never heard of the project's internal "seeds": help
+		// cites the public write-ups by title.
+		if strings.Contains(strings.ToLower(r.stdout), "seed") {
+			t.Errorf("wolf %v: help mentions seeds:\n%s", args, r.stdout)
 		}
 	}
 }
@@ -533,6 +540,64 @@ func TestAnalyzeCLI(t *testing.T) {
 	}
 	if len(rep.Findings) == 0 || !strings.Contains(rep.Findings[0].Title, "rtnl_mutex") {
 		t.Errorf("findings %+v", rep.Findings)
+	}
+}
+
+// analyze ends on input that never ends or is not a log, with one line and
+// exit 2, and cuts a log beyond --max-input with a note in the report.
+func TestAnalyzeEndsOnOddInput(t *testing.T) {
+	dir := t.TempDir()
+	long := filepath.Join(dir, "long-line")
+	if err := os.WriteFile(long, bytes.Repeat([]byte("a"), 3<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		file, want string
+	}{
+		{"/dev/zero", "binary data"},
+		{"/dev/urandom", "binary data"},
+		{long, "without a newline"},
+	} {
+		r := runWolf(t, 20*time.Second, "analyze", tc.file)
+		if r.code != 2 || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("analyze %s: exit %d, stderr %q", tc.file, r.code, r.stderr)
+		}
+	}
+	big := filepath.Join(dir, "big.log")
+	log, err := os.ReadFile("../../internal/hung/hunglog/testdata/rtnl.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	filler := bytes.Repeat([]byte("[    1.000000] a kernel line that is not a report\n"), 64<<10)
+	if err := os.WriteFile(big, append(log, filler...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := runWolf(t, 20*time.Second, "analyze", "--format", "json", "--max-input", "1M", big)
+	if r.code != 0 || !strings.Contains(r.stderr, "was cut") {
+		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+	}
+	var rep finding.Report
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Notes) == 0 || !strings.Contains(rep.Notes[0], "first 1 MiB") || len(rep.Findings) == 0 {
+		t.Errorf("notes %q, %d findings", rep.Notes, len(rep.Findings))
+	}
+}
+
+// The header names the log's kernel and host, not the analysing machine's.
+func TestAnalyzeHeaderIsTheLogs(t *testing.T) {
+	r := runWolf(t, 10*time.Second, "analyze", "--format", "json", "../../internal/hung/hunglog/testdata/corpus/seen/bugzilla-xfs-syslog-qp-wrapped.log")
+	var rep finding.Report
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("exit %d: %v: %s", r.code, err, r.stderr)
+	}
+	if rep.Kernel != "6.6.0-rc5" || rep.Host != "line-xfs-crc-logdev" {
+		t.Errorf("kernel %q, host %q", rep.Kernel, rep.Host)
+	}
+	r = runWolf(t, 10*time.Second, "analyze", "../../internal/hung/hunglog/testdata/corpus/seen/bugzilla-xfs-syslog-qp-wrapped.log")
+	if first, _, _ := strings.Cut(r.stdout, "\n"); !strings.Contains(first, "line-xfs-crc-logdev · kernel 6.6.0-rc5") {
+		t.Errorf("header %q", first)
 	}
 }
 

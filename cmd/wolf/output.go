@@ -177,11 +177,6 @@ func (o *outputFlags) export(r *finding.Report) error {
 	return errors.Join(errs...)
 }
 
-func isTerminal(f *os.File) bool {
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
-}
-
 // newReport fills the header of a report.
 func newReport(command string, started time.Time) *finding.Report {
 	host, _ := os.Hostname()

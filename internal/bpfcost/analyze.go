@@ -6,12 +6,16 @@ import (
 	"strings"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/human"
 )
+
+// talkRef is the write-up behind this investigator.
+const talkRef = `Usama Saqib (Datadog), "Performance and reliability pitfalls of eBPF", FOSDEM 2026`
 
 const refStats = "https://docs.kernel.org/bpf/bpf_design_QA.html (kernel.bpf_stats_enabled, BPF_ENABLE_STATS)"
 
 // Conclude turns a snapshot into findings: the costly programs with the
-// reasons seed 002 gives, the risks of the probe kinds in use, recursion
+// reasons "Performance and reliability pitfalls of eBPF" gives, the risks of the probe kinds in use, recursion
 // misses, wolf's own programs, and (with Top) a bpftop-like list.
 func Conclude(s *Snapshot, th Thresholds) []finding.Finding {
 	costs := measure(s, th.TrapNs)
@@ -47,9 +51,9 @@ func Conclude(s *Snapshot, th Thresholds) []finding.Finding {
 	out = append(out, uprobeRegisterRisk(costs, s.Kernel, th)...)
 	if wolfProgs > 0 {
 		ev := map[string]any{"programs": wolfProgs, "run_ns": wolfRun, "runs": wolfRuns,
-			"one_cpu_pct": round2(float64(wolfRun) / 1e9 / max(s.Window.Seconds(), 1e-9) * 100)}
+			"one_cpu_pct": human.Round(float64(wolfRun)/1e9/max(s.Window.Seconds(), 1e-9)*100, 2)}
 		if wolfRuns > 0 {
-			ev["avg_ns_per_run"] = round2(float64(wolfRun) / float64(wolfRuns))
+			ev["avg_ns_per_run"] = human.Round(float64(wolfRun)/float64(wolfRuns), 2)
 		}
 		out = append(out, finding.Finding{
 			ID: "bpf.wolf-own", Investigator: "bpf", Severity: finding.Info,
@@ -66,8 +70,6 @@ func Conclude(s *Snapshot, th Thresholds) []finding.Finding {
 	return out
 }
 
-func round2(f float64) float64 { return float64(int64(f*100+0.5)) / 100 }
-
 func evidence(c *Cost) map[string]any {
 	ev := map[string]any{
 		"prog_id":          c.ID,
@@ -75,15 +77,15 @@ func evidence(c *Cost) map[string]any {
 		"name":             c.Name,
 		"attach":           c.Where(),
 		"runs":             c.Runs,
-		"runs_per_s":       round2(c.RunsPerS),
-		"avg_ns_per_run":   round2(c.AvgNs),
+		"runs_per_s":       human.Round(c.RunsPerS, 2),
+		"avg_ns_per_run":   human.Round(c.AvgNs, 2),
 		"run_ns":           c.RunNs,
-		"one_cpu_pct":      round2(c.OneCPUPct),
-		"cpu_pct":          round2(c.CPUPct),
+		"one_cpu_pct":      human.Round(c.OneCPUPct, 2),
+		"cpu_pct":          human.Round(c.CPUPct, 2),
 		"recursion_misses": c.Misses,
 	}
 	if c.TrapPct > 0 {
-		ev["trap_one_cpu_pct_estimate"] = round2(c.TrapPct)
+		ev["trap_one_cpu_pct_estimate"] = human.Round(c.TrapPct, 2)
 	}
 	if len(c.Owners) > 0 {
 		ev["owner_pid"] = c.Owners[0].PID
@@ -153,11 +155,11 @@ func hotUprobe(c *Cost, th Thresholds) (finding.Finding, bool) {
 	total := c.TotalOneCPUPct()
 	sev := severity(total, th)
 	if sev == finding.Info {
-		sev = finding.Warning // hot by rate: the seed's point is that it hides
+		sev = finding.Warning // hot by rate: the talk's point is that it hides
 	}
 	ev := evidence(c)
-	ev["trap_ns_per_run_estimate"] = round2(per)
-	ev["trap_ns"] = round2(trapNs)
+	ev["trap_ns_per_run_estimate"] = human.Round(per, 2)
+	ev["trap_ns"] = human.Round(trapNs, 2)
 	source := map[string]string{"reference": "the published 1.7 µs per trap, not measured here",
 		"measured": "measured on this machine by a probe wolf attached to itself",
 		"":         "as given with --trap-ns"}[th.TrapSource]
@@ -185,11 +187,11 @@ func hotUprobe(c *Cost, th Thresholds) (finding.Finding, bool) {
 			"Sample: attach for short windows, or filter the probe to the processes that matter (pid), so other callers do not trap",
 			"The trap cost is an estimate: wolf measures it with a probe on itself (trap_ns_source=measured); wolf bpf --trap-ns N sets it",
 		},
-		References: []string{"seed 002; DESIGN.md: uprobes cost ≈ 1.7 µs per hit", refStats},
+		References: []string{talkRef + ": uprobes cost ≈ 1.7 µs per hit", refStats},
 	}, true
 }
 
-// hotKretprobe flags kretprobes on a hot path (seed 002's first story).
+// hotKretprobe flags kretprobes on a hot path (the Datadog talk's first story).
 func hotKretprobe(c *Cost, th Thresholds) (finding.Finding, bool) {
 	if !c.has(KindKretprobe, KindKretMulti) || c.RunsPerS < th.HotRunsPerS {
 		return finding.Finding{}, false
@@ -210,7 +212,7 @@ func hotKretprobe(c *Cost, th Thresholds) (finding.Finding, bool) {
 		Summary: fmt.Sprintf("Every call of the probed kernel function takes a return instance from a shared pool; held by %s; %d hits missed for want of an instance.",
 			c.Who(), missed),
 		Mechanism: "A kretprobe saves each call's return address in a kretprobe_instance taken from a pool shared by all CPUs: a spinlock before 5.10, a lock-free freelist (cache-line bouncing) until the per-CPU objpool/rethook. " +
-			"On many CPUs a hot function's callers serialise there: seed 002 measured network throughput falling from 4.2 M to 119 K.",
+			"On many CPUs a hot function's callers serialise there: the Datadog talk measured network throughput falling from 4.2 M to 119 K.",
 		Subjects: subjects(c),
 		Evidence: ev,
 		Remediation: []string{
@@ -218,7 +220,7 @@ func hotKretprobe(c *Cost, th Thresholds) (finding.Finding, bool) {
 			"Probe a rarer function, or drop the return probe if the return value is not needed",
 			"On old kernels raise maxactive only to stop misses: it does not remove the lock",
 		},
-		References: []string{"seed 002: kretprobe scaling pains (4.14 spinlock, 6.6 freelist, objpool)"},
+		References: []string{talkRef + ": kretprobe scaling pains (4.14 spinlock, 6.6 freelist, objpool)"},
 	}, true
 }
 
@@ -251,7 +253,7 @@ func kernelAtLeast(release string, major, minor int) bool {
 }
 
 // fentryRisk notes tracing programs (fentry/fexit/fmod_ret): detaching them
-// waits for an RCU-tasks grace period, the seed's container-stop hang.
+// waits for an RCU-tasks grace period, the talk's container-stop hang.
 func fentryRisk(costs []Cost, kernel string) (finding.Finding, bool) {
 	var progs []string
 	var ids []uint32
@@ -279,14 +281,14 @@ func fentryRisk(costs []Cost, kernel string) (finding.Finding, bool) {
 		Title:   fmt.Sprintf("%d fentry/fexit program(s) attached: detaching waits for an RCU-tasks grace period", len(progs)),
 		Summary: "Programs: " + strings.Join(progs, "; ") + ". " + fixed + ".",
 		Mechanism: "Detaching a trampoline program rebuilds the BPF trampoline and waits in synchronize_rcu_tasks() until every task has voluntarily context-switched; tasks late in do_exit are waited for through an SRCU section. " +
-			"Seed 002: a container's pid-1 zapping its namespace held that SRCU section while waiting for the agent, the agent waited in synchronize_rcu_tasks, and docker stop hung.",
+			"In the Datadog talk, a container's pid-1 zapping its namespace held that SRCU section while waiting for the agent, the agent waited in synchronize_rcu_tasks, and docker stop hung.",
 		Subjects: ss,
 		Evidence: map[string]any{"programs": len(progs), "prog_ids": ids, "kernel": kernel},
 		Remediation: []string{
 			"Detach (close the links) before the agent's pid namespace is torn down, not from its exit path",
 			"On kernels before 6.9 backport 'rcu-tasks: Maintain lists to eliminate RCU-tasks/do_exit() deadlocks', or use raw tracepoints",
 		},
-		References: []string{"seed 002: an fentry and RCU bug"},
+		References: []string{talkRef + ": a deadlock in fentry (RCU tasks)"},
 	}, true
 }
 
@@ -346,14 +348,14 @@ func uprobeRegisterRisk(costs []Cost, kernel string, th Thresholds) []finding.Fi
 			Title:   fmt.Sprintf("uprobes on %s (%s): attaching or detaching write-locks each of those processes' mmap_lock", f, who),
 			Summary: fmt.Sprintf("Programs %v probe this file; %s.", t.ids, note),
 			Mechanism: "uprobe_register walks every mm that maps the file and takes its mmap_lock for writing to insert the breakpoint; rw-semaphores queue readers behind a waiting writer. " +
-				"Seed 002: with a deep mmap_lock queue a blocked registration stalled page faults and uprobe hits in every process mapping the file, until khungtaskd fired.",
+				"In the Datadog talk, with a deep mmap_lock queue a blocked registration stalled page faults and uprobe hits in every process mapping the file, until khungtaskd fired.",
 			Subjects: t.ss,
-			Evidence: map[string]any{"file": f, "shared_by_processes": t.shared, "prog_ids": t.ids, "runs_per_s": round2(t.hot)},
+			Evidence: map[string]any{"file": f, "shared_by_processes": t.shared, "prog_ids": t.ids, "runs_per_s": human.Round(t.hot, 2)},
 			Remediation: []string{
 				"Attach uprobes once at agent start, not repeatedly; filter by pid so only target processes get breakpoints",
 				"Prefer USDT or application-level hooks in widely shared libraries; watch mmap_lock contention (wolf locks) while attaching",
 			},
-			References: []string{"seed 002: production impact from uprobe (uprobe_register vs mmap_lock); kernel commit 'uprobes: add speculative lockless VMA-to-inode-to-uprobe resolution'"},
+			References: []string{talkRef + ": a production incident due to uprobe (uprobe_register vs mmap_lock); kernel commit 'uprobes: add speculative lockless VMA-to-inode-to-uprobe resolution'"},
 		})
 	}
 	return out
@@ -392,8 +394,8 @@ func summary(s *Snapshot, costs []Cost) finding.Finding {
 		ID: "bpf.summary", Investigator: "bpf", Severity: finding.Info,
 		Title:   title,
 		Summary: sum,
-		Evidence: map[string]any{"programs": len(costs), "third_party_programs": third, "runs_per_s": round2(float64(runs) / secs),
-			"run_ns": run, "one_cpu_pct": round2(one), "cpus": s.NumCPU, "window_s": round2(secs)},
+		Evidence: map[string]any{"programs": len(costs), "third_party_programs": third, "runs_per_s": human.Round(float64(runs)/secs, 2),
+			"run_ns": run, "one_cpu_pct": human.Round(one, 2), "cpus": s.NumCPU, "window_s": human.Round(secs, 2)},
 	}
 }
 

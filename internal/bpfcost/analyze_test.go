@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/finding/findingtest"
 )
 
 // fixture: a host with a hot uprobe+uretprobe pair on libc, a cheap
@@ -44,16 +45,6 @@ func fixture() *Snapshot {
 		70: {Runs: 0},
 	}
 	return &Snapshot{Programs: progs, Before: before, After: after, Window: w, NumCPU: 4, Kernel: "6.18.0"}
-}
-
-func byID(fs []finding.Finding, id string) []finding.Finding {
-	var out []finding.Finding
-	for _, f := range fs {
-		if f.ID == id {
-			out = append(out, f)
-		}
-	}
-	return out
 }
 
 func TestMeasure(t *testing.T) {
@@ -102,13 +93,13 @@ func TestUretprobeAlone(t *testing.T) {
 
 func TestConclude(t *testing.T) {
 	fs := Conclude(fixture(), DefaultThresholds)
-	costly := byID(fs, "bpf.costly-program")
+	costly := findingtest.All(fs, "bpf.costly-program")
 	if len(costly) != 1 || costly[0].Evidence["prog_id"] != uint32(21) || costly[0].Severity != finding.Warning {
 		t.Errorf("costly: %+v", costly)
 	} else if costly[0].Subjects[0].PID != 200 || costly[0].Subjects[0].Role != "owner" {
 		t.Errorf("costly subjects %+v", costly[0].Subjects)
 	}
-	hot := byID(fs, "bpf.hot-uprobe")
+	hot := findingtest.All(fs, "bpf.hot-uprobe")
 	if len(hot) != 2 {
 		t.Fatalf("hot uprobes: %d, want 2: %+v", len(hot), hot)
 	}
@@ -117,22 +108,22 @@ func TestConclude(t *testing.T) {
 			t.Errorf("hot uprobe finding %q / %q", f.Title, f.Summary)
 		}
 	}
-	kret := byID(fs, "bpf.hot-kretprobe")
+	kret := findingtest.All(fs, "bpf.hot-kretprobe")
 	if len(kret) != 1 || kret[0].Evidence["kprobe_missed"] != uint64(7) {
 		t.Errorf("kretprobe: %+v", kret)
 	}
-	if m := byID(fs, "bpf.recursion-misses"); len(m) != 1 || m[0].Evidence["recursion_misses"] != uint64(42) {
+	if m := findingtest.All(fs, "bpf.recursion-misses"); len(m) != 1 || m[0].Evidence["recursion_misses"] != uint64(42) {
 		t.Errorf("misses: %+v", m)
 	}
-	fe := byID(fs, "bpf.fentry-detach")
+	fe := findingtest.All(fs, "bpf.fentry-detach")
 	if len(fe) != 1 || fe[0].Severity != finding.Info {
 		t.Errorf("fentry on 6.18: %+v", fe)
 	}
-	sh := byID(fs, "bpf.uprobe-shared-file")
+	sh := findingtest.All(fs, "bpf.uprobe-shared-file")
 	if len(sh) != 1 || sh[0].Severity != finding.Info || sh[0].Evidence["file"] != "/usr/lib/x86_64-linux-gnu/libc.so.6" {
 		t.Errorf("shared file: %+v", sh)
 	}
-	own := byID(fs, "bpf.wolf-own")
+	own := findingtest.All(fs, "bpf.wolf-own")
 	if len(own) != 1 || own[0].Evidence["runs"] != uint64(400000) {
 		t.Errorf("wolf's own: %+v", own)
 	}
@@ -142,8 +133,8 @@ func TestConclude(t *testing.T) {
 			t.Errorf("wolf's own program flagged: %s", f.Title)
 		}
 	}
-	if len(byID(fs, "bpf.summary")) != 1 || len(byID(fs, "bpf.program")) != 0 {
-		t.Errorf("summary/list: %d/%d", len(byID(fs, "bpf.summary")), len(byID(fs, "bpf.program")))
+	if len(findingtest.All(fs, "bpf.summary")) != 1 || len(findingtest.All(fs, "bpf.program")) != 0 {
+		t.Errorf("summary/list: %d/%d", len(findingtest.All(fs, "bpf.summary")), len(findingtest.All(fs, "bpf.program")))
 	}
 }
 
@@ -151,10 +142,10 @@ func TestConcludeOldKernel(t *testing.T) {
 	s := fixture()
 	s.Kernel = "5.15.0-91-generic"
 	fs := Conclude(s, DefaultThresholds)
-	if fe := byID(fs, "bpf.fentry-detach"); len(fe) != 1 || fe[0].Severity != finding.Warning {
+	if fe := findingtest.All(fs, "bpf.fentry-detach"); len(fe) != 1 || fe[0].Severity != finding.Warning {
 		t.Errorf("fentry on 5.15: %+v", fe)
 	}
-	if sh := byID(fs, "bpf.uprobe-shared-file"); len(sh) != 1 || sh[0].Severity != finding.Warning {
+	if sh := findingtest.All(fs, "bpf.uprobe-shared-file"); len(sh) != 1 || sh[0].Severity != finding.Warning {
 		t.Errorf("hot uprobe on a shared library on 5.15: %+v", sh)
 	}
 }
@@ -163,14 +154,14 @@ func TestTopListsAndPID(t *testing.T) {
 	s := fixture()
 	s.Top = 3
 	fs := Conclude(s, DefaultThresholds)
-	list := byID(fs, "bpf.program")
+	list := findingtest.All(fs, "bpf.program")
 	if len(list) != 3 || list[0].Evidence["prog_id"] != uint32(21) {
 		t.Fatalf("list %+v", list)
 	}
 	// A program without a link says so.
 	s.Top = 100
 	var noLink bool
-	for _, f := range byID(Conclude(s, DefaultThresholds), "bpf.program") {
+	for _, f := range findingtest.All(Conclude(s, DefaultThresholds), "bpf.program") {
 		if f.Evidence["prog_id"] == uint32(70) {
 			noLink = strings.Contains(f.Title, "attach point unknown (not attached through a BPF link)")
 		}

@@ -4,7 +4,7 @@
 // the CPUs, from the kernel's BPF run statistics, which it turns on only
 // for the measurement (BPF_ENABLE_STATS: reference-counted, dropped when
 // wolf closes it or dies, the sysctl never written). Conclude flags the
-// costly programs with seed 002's reasons: uprobes and kretprobes on hot
+// costly programs with the reasons of "Performance and reliability pitfalls of eBPF": uprobes and kretprobes on hot
 // paths, fentry detach hangs, uprobe registration against mmap_lock,
 // recursion misses.
 //

@@ -39,7 +39,7 @@ const (
 const (
 	// UprobeTrapNs is the cost of one uprobe trap outside the program: the
 	// int3 trap, the uprobe lookup, single-stepping the displaced
-	// instruction (DESIGN.md's reference number, 1.7 µs per hit). It
+	// instruction (ARCHITECTURE.md#reference-numbers: 1.7 µs per hit). It
 	// varies with the CPU and the hypervisor: `wolf lab run hot-uprobe`
 	// measures it on the machine at hand.
 	UprobeTrapNs = 1700
@@ -58,7 +58,7 @@ type Thresholds struct {
 	SharedProcs int
 	// TrapNs is what one uprobe trap costs outside the program, for the
 	// estimate; UprobeTrapNs when zero. TrapSource says where it came
-	// from: "reference" (DESIGN.md's figure), "measured" (CalibrateTrap on
+	// from: "reference" (ARCHITECTURE.md#reference-numbers), "measured" (CalibrateTrap on
 	// this machine) or "" (given by the user).
 	TrapNs     float64
 	TrapSource string
@@ -122,7 +122,7 @@ type Snapshot struct {
 	After    map[uint32]Stat
 	Window   time.Duration
 	NumCPU   int
-	Kernel   string // release, "6.18.0-…", for the fixes the seed names
+	Kernel   string // release, "6.18.0-…", for the fixes the Datadog talk names
 	// StatsOff is set when the kernel would not turn run statistics on:
 	// run times and counts are then all zero.
 	StatsOff bool

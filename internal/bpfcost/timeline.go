@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/human"
 )
 
 // Sample is every program's statistics at one moment, At seconds into
@@ -41,7 +42,7 @@ func RateTimelines(s *Snapshot, samples []Sample, n int) []finding.Timeline {
 			if next.Runs >= prev.Runs {
 				rate = float64(next.Runs-prev.Runs) / dt
 			}
-			tl.Events = append(tl.Events, finding.TimelineEvent{AtS: round2(b.At), Value: round2(rate)})
+			tl.Events = append(tl.Events, finding.TimelineEvent{AtS: human.Round(b.At, 2), Value: human.Round(rate, 2)})
 		}
 		out = append(out, tl)
 	}

@@ -18,24 +18,25 @@ import (
 	"github.com/google/pprof/profile"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/kstack"
 )
 
 // Folded writes one profile in the folded format. Frames are shortened to
-// their function (offsets dropped: a flame graph merges by function) and
-// the format's separators are kept out of names, since a comm or a cgroup
-// path may hold anything. Lines are sorted by value, largest first, so the
+// their function (kstack.FlameName: offsets and clone suffixes dropped, a
+// flame graph merges by function) and the format's separators are kept out
+// of names, since a comm or a cgroup path may hold anything. Lines are sorted by value, largest first, so the
 // file reads top-down.
 func Folded(w io.Writer, p *finding.Profile) error {
 	lines := map[string]uint64{}
 	for _, s := range p.Stacks {
 		frames := make([]string, len(s.Frames))
 		for i, f := range s.Frames {
-			frames[i] = sanitize(Function(f))
+			frames[i] = kstack.FlameName(f)
 		}
 		if len(frames) == 0 {
 			frames = []string{"[no stack]"}
 		}
-		lines[strings.Join(frames, ";")] += s.Value
+		lines[kstack.FoldedStack(frames)] += s.Value
 	}
 	keys := slices.Collect(maps.Keys(lines))
 	slices.SortFunc(keys, func(a, b string) int {
@@ -65,30 +66,6 @@ func FoldedPath(base, name string) string {
 	return strings.TrimSuffix(base, ext) + "." + name + ext
 }
 
-// Function drops a frame's offset ("down_write+0x1f [ext4]" →
-// "down_write [ext4]").
-func Function(frame string) string {
-	i := strings.Index(frame, "+0x")
-	if i <= 0 {
-		return frame
-	}
-	rest := frame[i:]
-	if j := strings.IndexByte(rest, ' '); j > 0 {
-		return frame[:i] + rest[j:]
-	}
-	return frame[:i]
-}
-
-func sanitize(s string) string {
-	return strings.Map(func(r rune) rune {
-		switch r {
-		case ';', '\n', '\r':
-			return '_'
-		}
-		return r
-	}, s)
-}
-
 // PProf writes every profile into one pprof file. Each profile is a
 // sample type of its own (its name and unit: `go tool pprof
 // -sample_index=lock_wait_stacks`), its samples carry zero in the other
@@ -109,7 +86,7 @@ func PProf(w io.Writer, profiles []finding.Profile, started time.Time, duration 
 	funcs := map[string]*profile.Function{}
 	locs := map[string]*profile.Location{}
 	location := func(frame string) *profile.Location {
-		name := Function(frame)
+		name := kstack.FlameName(frame)
 		if l, ok := locs[name]; ok {
 			return l
 		}

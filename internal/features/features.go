@@ -1,6 +1,6 @@
 // Package features answers "what does this kernel let wolf do, and if not,
 // why not?" for `wolf check` and for investigators deciding at run time how
-// to watch (DESIGN.md principle 4: degrade and say so in plain words).
+// to watch (ARCHITECTURE.md#degrade-and-say-so).
 //
 // Each probe tries the real thing where it can (loads and attaches a tiny
 // BPF program, opens a perf event) rather than guessing from the kernel

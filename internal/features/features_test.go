@@ -293,7 +293,7 @@ func TestThisMachine(t *testing.T) {
 		}
 	}
 
-	// What wolf needs, and DESIGN.md says this kind of machine has.
+	// What wolf needs, and this kind of machine has (ARCHITECTURE.md#tracepoints-first).
 	for _, n := range []string{"btf", "tracefs", "tracepoint:sched/sched_switch", "tracepoint:lock/contention_begin",
 		"raw_tracepoint", "tp_btf", "perf_event", "uprobes", "ringbuf", "task_iter", "bpf_get_task_stack",
 		"config:CONFIG_BPF_SYSCALL"} {

@@ -1,6 +1,6 @@
 // Package finding is wolf's result model: the findings an investigator
 // concludes with, the histograms behind them, and the report that carries
-// both. Its JSON form is the contract in DESIGN.md that scripts, the HTML
+// both. Its JSON form is the contract in ARCHITECTURE.md#the-json-contract that scripts, the HTML
 // report and the tests read, so fields are only ever added, never renamed.
 package finding
 
@@ -62,7 +62,7 @@ func ParseSeverity(name string) (Severity, error) {
 	return Info, fmt.Errorf("unknown severity %q (want critical, warning or info)", name)
 }
 
-// Subject roles, as DESIGN.md lists them.
+// Subject roles, as ARCHITECTURE.md#subject-roles lists them.
 const (
 	RoleOffender = "offender" // the task everyone else is waiting for
 	RoleVictim   = "victim"   // a task hung behind the offender

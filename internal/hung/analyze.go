@@ -77,7 +77,7 @@ func groupVictims(victims []*Task) []*group {
 			g.kind, g.key = "fuse", "fuse"
 		case g.site.Kind == kstack.RCU:
 			g.kind, g.key = "rcu", "rcu:"+g.site.Key()
-		case g.site.Kind == kstack.IO || g.site.Kind == kstack.PageLock || g.site.Kind == kstack.Writeback:
+		case g.site.Kind.IsStorage():
 			g.kind, g.key = "io", "io:"+g.site.Key()
 		default:
 			g.kind, g.key = "site", "site:"+g.site.Key()
@@ -262,7 +262,7 @@ func (s *Snapshot) groupFinding(g *group) finding.Finding {
 		f.Evidence["workqueue"] = wq
 		f.Remediation = []string{
 			fmt.Sprintf("Look at the subsystem that owns %s (for xfs_log_worker: the filesystem and the device under it; check its latency and errors).", v.WQFunc),
-			"For dm-crypt devices, consider the no_read_workqueue/no_write_workqueue options (the seed's XFS case).",
+			"For dm-crypt devices, consider the no_read_workqueue/no_write_workqueue options (the XFS case of Cloudflare's \"Searching for the cause of hung tasks in the Linux kernel\").",
 		}
 	case "fuse":
 		f.ID = "hung.fuse"

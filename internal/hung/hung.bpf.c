@@ -31,8 +31,8 @@ const volatile bool use_blocker = true;
 
 enum lock_source {
 	LOCK_NONE = 0,
-	LOCK_BLOCKER = 1,    /* task->blocker (6.16+) */
-	LOCK_CONTENTION = 2, /* lock:contention_begin seen while wolf ran */
+	LOCK_BLOCKER = 1,	/* task->blocker (6.16+) */
+	LOCK_CONTENTION = 2,	/* lock:contention_begin seen while wolf ran */
 	LOCK_BLOCKER_MUTEX = 3, /* task->blocker_mutex (6.14, 6.15) */
 };
 
@@ -48,9 +48,9 @@ enum lock_kind {
 
 enum owner_kind {
 	OWNER_NONE = 0,
-	OWNER_TASK = 1,          /* mutex or writer-owned rwsem: exact */
-	OWNER_READERS = 2,       /* reader-owned rwsem; task is the last reader */
-	OWNER_LAST_HOLDER = 3,   /* semaphore's last holder (6.17+) */
+	OWNER_TASK = 1,	       /* mutex or writer-owned rwsem: exact */
+	OWNER_READERS = 2,     /* reader-owned rwsem; task is the last reader */
+	OWNER_LAST_HOLDER = 3, /* semaphore's last holder (6.17+) */
 };
 
 struct task_rec {
@@ -58,26 +58,26 @@ struct task_rec {
 	__u32 tgid;
 	__u32 state;
 	__u32 flags;
-	__u32 stack_bytes; /* <0 from bpf_get_task_stack is stored as 0 */
-	__u32 wanted;      /* emitted because user space asked for this tid */
-	__u64 now_sched;   /* the reading task's sched clock, ~now */
+	__u32 stack_bytes;   /* <0 from bpf_get_task_stack is stored as 0 */
+	__u32 wanted;	     /* emitted because user space asked for this tid */
+	__u64 now_sched;     /* the reading task's sched clock, ~now */
 	__u64 last_arrival;  /* when this task last got a CPU (sched clock) */
 	__u64 last_slice_ns; /* how long it then ran before leaving */
 	__u64 since_ktime;   /* exact D-sleep start seen by sched_switch, or 0 */
 	__u64 now_ktime;
-	__u64 nr_switches;   /* nvcsw + nivcsw */
+	__u64 nr_switches; /* nvcsw + nivcsw */
 	__u64 lock_addr;
 	__u32 lock_source;
 	__u32 lock_kind;
 	__u64 lock_since_ktime; /* from contention_begin, or 0 */
-	__u64 owner_word;   /* raw mutex/rwsem owner word */
-	__u64 count_word;   /* rwsem count word */
+	__u64 owner_word;	/* raw mutex/rwsem owner word */
+	__u64 count_word;	/* rwsem count word */
 	__u32 owner_kind;
 	__u32 owner_tid;
 	__u32 owner_tgid;
-	__u32 dumper_tid;   /* coredump: the thread writing the core */
+	__u32 dumper_tid; /* coredump: the thread writing the core */
 	char owner_comm[WOLF_COMM_LEN];
-	__u64 wq_func;      /* kworker: the work function it runs */
+	__u64 wq_func; /* kworker: the work function it runs */
 	char wq_name[WQ_NAME_LEN];
 	char comm[WOLF_COMM_LEN];
 	__u64 stack[MAX_STACK];
@@ -106,10 +106,10 @@ enum stat_index {
 	STAT_D_SLEEPS = 0,    /* sched_switch into D */
 	STAT_CONTENTIONS = 1, /* sleeping-lock contentions noted */
 	STAT_HANG_EVENTS = 2,
-	STAT_HANG_DROPS = 3,  /* ring buffer full */
-	STAT_MAP_FULL = 4,    /* a bounded map refused an update */
+	STAT_HANG_DROPS = 3, /* ring buffer full */
+	STAT_MAP_FULL = 4,   /* a bounded map refused an update */
 	STAT_WQ_STARTS = 5,
-	STAT_RECORDS = 6,     /* records written by the iterator */
+	STAT_RECORDS = 6, /* records written by the iterator */
 	STAT_MAX = 7,
 };
 
@@ -358,7 +358,8 @@ static __always_inline void find_owner(struct task_rec *r)
 		struct rw_semaphore *s = (struct rw_semaphore *)r->lock_addr;
 		r->owner_word = BPF_CORE_READ(s, owner.counter);
 		r->count_word = BPF_CORE_READ(s, count.counter);
-		struct task_struct *o = (struct task_struct *)(r->owner_word & ~WOLF_RWSEM_OWNER_FLAGS);
+		struct task_struct *o =
+			(struct task_struct *)(r->owner_word & ~WOLF_RWSEM_OWNER_FLAGS);
 		if (r->count_word & WOLF_RWSEM_WRITER_LOCKED) {
 			r->owner_kind = OWNER_TASK;
 			fill_owner(r, o);

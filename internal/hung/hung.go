@@ -181,6 +181,42 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 	return res, nil
 }
 
+// Peek concludes from the walker's latest walk without ending the window:
+// tasks blocked now are victims, with their owners followed, as Collect
+// would report them. Nothing is forgotten and nothing drained (khungtaskd
+// reports and the cost wait for Collect), so the window's report stays
+// whole. wolf watch peeks every few seconds, so that a hang that starts
+// and clears inside one window is still seen, with its owner, while it
+// lasts.
+func (s *session) Peek(ctx context.Context) (*investigator.Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.walkErr != nil {
+		return nil, s.walkErr
+	}
+	snap := &Snapshot{
+		Owners:      s.owners,
+		Threshold:   s.h.Threshold,
+		HungTimeout: hungTimeout(),
+		CorePattern: corePattern(),
+		FuseDaemons: func() []Proc { return fuseDaemons(ctx, s.h.Proc) },
+		Comm: func(tid int) string {
+			c, _ := s.h.Proc.Comm(ctx, tid, tid)
+			return c
+		},
+	}
+	for _, tr := range s.seen {
+		if tr.lastScan == s.scanNo && tr.last.Blocked >= s.h.Threshold && matchPID(tr.last, s.opts.PID) {
+			snap.Victims = append(snap.Victims, tr.last)
+		}
+	}
+	res := &investigator.Result{Findings: Conclude(snap), Capabilities: s.p.kit.Capabilities(attachTable)}
+	if prof := snap.Profile(); prof != nil {
+		res.Profiles = append(res.Profiles, *prof)
+	}
+	return res, nil
+}
+
 // Close stops the walker and detaches.
 func (s *session) Close() error {
 	close(s.stop)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/wolf-investigator/wolf/internal/features"
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/finding/findingtest"
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/lab"
 	"github.com/wolf-investigator/wolf/internal/lab/coredump"
@@ -23,11 +24,6 @@ import (
 	"github.com/wolf-investigator/wolf/internal/sysctl"
 	"github.com/wolf-investigator/wolf/internal/testutil"
 )
-
-func TestMain(m *testing.M) {
-	coredump.MaybeRunCrasher() // the coredump lab re-executes this binary
-	os.Exit(m.Run())
-}
 
 func requireLive(t *testing.T) {
 	t.Helper()
@@ -76,15 +72,6 @@ func runWith(t *testing.T, h *Investigator, d time.Duration, during func()) *inv
 	return testutil.RunLive(t, h, investigator.Options{Duration: d}, during)
 }
 
-func findByID(fs []finding.Finding, id string) *finding.Finding {
-	for i := range fs {
-		if fs[i].ID == id {
-			return &fs[i]
-		}
-	}
-	return nil
-}
-
 func pidsWithRole(f *finding.Finding, role string) []int {
 	var out []int
 	for _, s := range f.Subjects {
@@ -129,7 +116,7 @@ func TestLiveRWSemOwnerBeforeAndAfterStart(t *testing.T) {
 		late = pids
 	})
 	dump(t, res.Findings)
-	f := findByID(res.Findings, "hung.lock-owner")
+	f := findingtest.First(res.Findings, "hung.lock-owner")
 	if f == nil {
 		t.Fatalf("no hung.lock-owner finding")
 	}
@@ -177,7 +164,7 @@ func TestLiveMutexOwner(t *testing.T) {
 	time.Sleep(1200 * time.Millisecond)
 	res := runHung(t, 2*time.Second, time.Second, nil)
 	dump(t, res.Findings)
-	f := findByID(res.Findings, "hung.lock-owner")
+	f := findingtest.First(res.Findings, "hung.lock-owner")
 	if f == nil {
 		t.Fatalf("no hung.lock-owner finding")
 	}
@@ -270,7 +257,7 @@ func TestLiveAgreesWithKernelLikelyOwner(t *testing.T) {
 	if kernelOwner == 0 {
 		t.Fatalf("the kernel printed no \"likely owned by task\" line within the window")
 	}
-	f := findByID(res.Findings, "hung.lock-owner")
+	f := findingtest.First(res.Findings, "hung.lock-owner")
 	if f == nil {
 		t.Fatal("no hung.lock-owner finding")
 	}
@@ -309,7 +296,7 @@ func TestLiveWithoutBlockerField(t *testing.T) {
 		t.Fatalf("late victims %v", late)
 	}
 	dump(t, res.Findings)
-	f := findByID(res.Findings, "hung.lock-owner")
+	f := findingtest.First(res.Findings, "hung.lock-owner")
 	if f == nil {
 		t.Fatal("no hung.lock-owner finding for the victim that blocked while wolf watched")
 	}
@@ -322,7 +309,7 @@ func TestLiveWithoutBlockerField(t *testing.T) {
 	if f.Evidence["lock_source"] != "lock:contention_begin" {
 		t.Errorf("lock source %v", f.Evidence["lock_source"])
 	}
-	w := findByID(res.Findings, "hung.wait-site")
+	w := findingtest.First(res.Findings, "hung.wait-site")
 	if w == nil {
 		t.Fatal("the victim that blocked before wolf started is not reported")
 	}
@@ -356,7 +343,7 @@ func TestLiveCoredump(t *testing.T) {
 	time.Sleep(1200 * time.Millisecond)
 	res := runHung(t, 2*time.Second, time.Second, nil)
 	dump(t, res.Findings)
-	f := findByID(res.Findings, "hung.coredump")
+	f := findingtest.First(res.Findings, "hung.coredump")
 	if f == nil {
 		t.Fatal("no hung.coredump finding")
 	}

@@ -2,11 +2,11 @@ package hung
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/wolf-investigator/wolf/internal/bpfrec"
 	"github.com/wolf-investigator/wolf/internal/kallsyms"
+	"github.com/wolf-investigator/wolf/internal/kstack"
 )
 
 // Symbolizer turns kernel addresses into "func+0x1f [module]"; the
@@ -223,7 +223,7 @@ func decode(r *hungTaskRec, sym Symbolizer) *Task {
 		t.Lock = l
 	}
 	if r.WqFunc != 0 {
-		t.WQFunc = funcOf(sym.Symbolize(r.WqFunc))
+		t.WQFunc = kstack.Func(sym.Symbolize(r.WqFunc))
 		t.WQName = bpfrec.CString(r.WqName[:])
 	}
 	t.DumperTID = int(r.DumperTid)
@@ -234,12 +234,4 @@ func decode(r *hungTaskRec, sym Symbolizer) *Task {
 // returns "" for locks inside heap objects, whose address no symbol covers.
 func globalName(sym Symbolizer, addr uint64) string {
 	return kallsyms.GlobalName(sym.Symbolize(addr))
-}
-
-// funcOf strips the offset and module from "func+0x1f [mod]".
-func funcOf(frame string) string {
-	if i := strings.IndexAny(frame, "+ "); i > 0 {
-		return frame[:i]
-	}
-	return frame
 }

@@ -150,16 +150,16 @@ func LoadFiles(ctx context.Context, kallsymsPath, systemMap string) (*Table, err
 func (t *Table) mergeSystemMap(ctx context.Context, path string) error {
 	f, err := os.Open(path)
 	if err != nil {
-		return fmt.Errorf("System.map: %w", err)
+		return fmt.Errorf("the System.map: %w", err)
 	}
 	defer f.Close()
 	m, err := parse(ctx, f, false)
 	if err != nil {
-		return fmt.Errorf("System.map %s: %w", path, err)
+		return fmt.Errorf("the System.map %s: %w", path, err)
 	}
 	slide, err := t.slideFrom(m)
 	if err != nil {
-		return fmt.Errorf("System.map %s does not match the running kernel: %w", path, err)
+		return fmt.Errorf("the System.map %s does not match the running kernel: %w", path, err)
 	}
 	added := 0
 	for _, s := range m {
@@ -171,7 +171,7 @@ func (t *Table) mergeSystemMap(ctx context.Context, path string) error {
 		added++
 	}
 	if added == 0 {
-		return fmt.Errorf("System.map %s holds no data symbols", path)
+		return fmt.Errorf("the System.map %s holds no data symbols", path)
 	}
 	t.finish()
 	t.source += " + " + path

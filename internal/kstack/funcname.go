@@ -64,6 +64,37 @@ func FuncName(frame string) string {
 	return s
 }
 
+// Func is FuncName for people and lists: the bare symbol, or the frame as
+// it is when it names no symbol (a raw address such as
+// "0xffffffffc11f0000", which says more than nothing).
+func Func(frame string) string {
+	if name := FuncName(frame); name != "" {
+		return name
+	}
+	return strings.TrimSpace(frame)
+}
+
+// FlameName is a frame as flame graphs and the folded format show it: the
+// offset and compiler clone suffix dropped, so that samples at different
+// instructions of one function merge, and the module kept
+// ("tcp_collapse.isra.0+0x4b7/0x5a0 [mod]" → "tcp_collapse [mod]"). A frame
+// that is not a symbol with an offset (a raw address, a profile's synthetic
+// root such as "stress (pid 7)") is returned unchanged.
+func FlameName(frame string) string {
+	i := strings.Index(frame, "+0x")
+	if i <= 0 {
+		return frame
+	}
+	name, rest := frame[:i], frame[i:]
+	if j := strings.IndexByte(name, '.'); j > 0 && isSymbol(name[:j]) {
+		name = name[:j]
+	}
+	if j := strings.IndexByte(rest, ' '); j > 0 {
+		return name + rest[j:]
+	}
+	return name
+}
+
 // isSymbol reports whether s looks like a C (or Rust-mangled) symbol, so
 // that free text that happens to sit where a frame is expected is not taken
 // for a function name.

@@ -40,6 +40,15 @@ var prefixPrims = []struct {
 	{"ww_mutex_lock", prim{kind: Mutex, rank: 3, family: "mutex"}},
 	{"rwsem_down_write_slowpath", prim{kind: RwsemWrite, rank: 3, family: "rwsem"}},
 	{"rwsem_down_read_slowpath", prim{kind: RwsemRead, rank: 3, family: "rwsem"}},
+	// Before 5.3: rwsem_down_{read,write}_failed, reached through the
+	// call_rwsem_* assembly thunks on x86.
+	{"rwsem_down_write_failed", prim{kind: RwsemWrite, rank: 3, family: "rwsem"}},
+	{"rwsem_down_read_failed", prim{kind: RwsemRead, rank: 3, family: "rwsem"}},
+	{"call_rwsem_down_write_failed", prim{kind: RwsemWrite, rank: 3, family: "rwsem"}},
+	{"call_rwsem_down_read_failed", prim{kind: RwsemRead, rank: 3, family: "rwsem"}},
+	// The tty line discipline's own rw-semaphore.
+	{"ldsem_down_write", prim{kind: RwsemWrite, rank: 3, family: "rwsem"}},
+	{"ldsem_down_read", prim{kind: RwsemRead, rank: 3, family: "rwsem"}},
 	{"down_write", prim{kind: RwsemWrite, rank: 3, family: "rwsem"}},
 	{"__down_write", prim{kind: RwsemWrite, rank: 3, family: "rwsem"}},
 	{"down_read", prim{kind: RwsemRead, rank: 3, family: "rwsem"}},
@@ -147,13 +156,36 @@ func init() {
 
 	// Block and journal I/O.
 	add(IO, 1, "io_schedule", "io_schedule_timeout", "bit_wait_io", "bit_wait_io_timeout",
+		"sleep_on_buffer", "sync_buffer", "sleep_on_page", "sleep_on_page_killable", "get_request",
 		"__wait_on_bit", "out_of_line_wait_on_bit", "__wait_on_bit_lock",
 		"out_of_line_wait_on_bit_lock", "__wait_on_buffer", "__lock_buffer", "submit_bio_wait",
 		"blk_execute_rq")
 	add(IO, 2, "blk_mq_get_tag", "__blk_mq_alloc_requests", "blk_mq_alloc_request",
-		"rq_qos_wait", "wbt_wait", "__rq_qos_throttle", "blk_queue_enter", "bio_queue_enter",
-		"__bio_queue_enter", "jbd2_log_wait_commit", "wait_transaction_locked",
-		"jbd2_journal_wait_updates", "xlog_wait", "xlog_wait_on_iclog", "xfs_buf_iowait")
+		"rq_qos_wait", "wbt_wait", "__rq_qos_throttle", "xfs_buf_iowait")
+
+	// A frozen request queue: submitters wait in blk_queue_enter until it
+	// thaws; the freezer waits for in-flight requests to complete.
+	add(QueueFreeze, 3, "blk_queue_enter", "bio_queue_enter", "__bio_queue_enter",
+		"blk_mq_freeze_queue_wait", "blk_mq_freeze_queue_wait_timeout", "blk_freeze_queue",
+		"blk_mq_freeze_queue", "blk_mq_freeze_queue_nomemsave")
+
+	// NFS and the sunrpc layer: a request waits for the server's reply, a
+	// page for its write to be acknowledged, the client for recovery.
+	add(NFS, 3, "rpc_wait_bit_killable", "__rpc_wait_for_completion_task", "rpc_wait_for_completion_task",
+		"nfs_wait_bit_killable", "nfs_wait_on_request", "nfs4_wait_clnt_recover",
+		"nfs_wait_client_init_complete", "nfs_wait_atomic_killable", "nfs_page_group_lock",
+		"nfs_wait_on_inode", "nfs4_wait_for_completion_rpc_task", "__nfs_commit_inode",
+		"nfs_commit_inode", "nfs_wb_all", "nfs_wb_page", "nfs_wait_bit_uninterruptible")
+
+	// Filesystem journals: a handle waits for the running transaction to
+	// close and commit, a fsync for a commit, the commit for open handles,
+	// everyone for checkpoint space. Rank 3: it says more than the I/O
+	// under it (jbd2_log_wait_commit sleeps in io_schedule on old kernels).
+	add(Journal, 3, "jbd2_log_wait_commit", "wait_transaction_locked", "wait_transaction_switching",
+		"jbd2_journal_wait_updates", "__jbd2_log_wait_for_space", "jbd2_log_do_checkpoint",
+		"jbd2_complete_transaction", "jbd2_journal_force_commit", "jbd2_journal_force_commit_nested",
+		"xlog_wait", "xlog_wait_on_iclog", "xlog_grant_head_wait", "xlog_grant_head_check",
+		"xfs_log_force", "xfs_log_force_seq", "xfs_log_force_lsn")
 
 	// Freezer: on kernels before 6.1 a frozen task sits in D.
 	add(Freezer, 3, "__refrigerator")

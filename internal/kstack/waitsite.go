@@ -36,7 +36,17 @@ const (
 	PageLock       Kind = "page-lock"
 	Writeback      Kind = "writeback"
 	Freezer        Kind = "freezer" // frozen by the cgroup v1 freezer or suspend (D before 6.1)
-	Other          Kind = "other"
+	// Journal is a wait for a filesystem journal: a jbd2 transaction to
+	// close or commit, journal space, the XFS log.
+	Journal Kind = "journal"
+	// QueueFreeze is a wait on a frozen block queue: I/O submitters wait
+	// in blk_queue_enter while it is frozen, the freezer waits for the
+	// I/O in flight to drain (elevator switch, queue limits update,
+	// device reset or removal).
+	QueueFreeze Kind = "queue-freeze"
+	// NFS is a wait for an NFS server or the RPC layer under it.
+	NFS   Kind = "nfs"
+	Other Kind = "other"
 )
 
 // IsLock reports whether the kind is a sleeping lock, i.e. something with
@@ -44,6 +54,17 @@ const (
 func (k Kind) IsLock() bool {
 	switch k {
 	case Mutex, RwsemWrite, RwsemRead, RTMutex, Semaphore:
+		return true
+	}
+	return false
+}
+
+// IsStorage reports whether the kind is a wait on storage or on what sits
+// right above it (journals, page locks held across reads, writeback): the
+// victims share a cause below them rather than a lock among them.
+func (k Kind) IsStorage() bool {
+	switch k {
+	case IO, PageLock, Writeback, Journal, QueueFreeze:
 		return true
 	}
 	return false
@@ -111,7 +132,7 @@ func (s Site) Key() string {
 		}
 		return "rcu:" + s.Object
 	case s.Kind == Fuse, s.Kind == Coredump, s.Kind == IO, s.Kind == PageLock,
-		s.Kind == Writeback, s.Kind == Freezer:
+		s.Kind == Writeback, s.Kind == Freezer, s.Kind == Journal, s.Kind == QueueFreeze, s.Kind == NFS:
 		return string(s.Kind)
 	}
 	return string(s.Kind) + ":" + s.Func
@@ -176,9 +197,13 @@ func Classify(frames []string) Site {
 	switch {
 	case !sawPrim && (s.Func == "do_exit" || s.Func == "exit_mm"):
 		// The only direct sleep in do_exit (exit_mm before 5.16) is the
-		// coredump wait, coredump_task_exit, inlined: the seed's
+		// coredump wait, coredump_task_exit, inlined: the Cloudflare write-up's
 		// "do_exit (linux/kernel/exit.c:433)" case.
 		s.Kind, s.LockFunc, s.Inferred = Coredump, "coredump_task_exit", true
+	case !sawPrim && s.Func == "jbd2_journal_commit_transaction":
+		// The journal thread sleeping right inside the commit: the waits
+		// for open handles and for the commit's I/O are inlined there.
+		s.Kind, s.LockFunc, s.Inferred = Journal, "jbd2_journal_commit_transaction", true
 	case s.Kind == "":
 		s.Kind = Other
 	}
@@ -261,6 +286,17 @@ func describe(s Site) string {
 		return "waits for a page lock" + via + in
 	case Writeback:
 		return "waits for page writeback" + via + in
+	case Journal:
+		return "waits for " + journalPhrase(s.LockFunc) + via + in
+	case QueueFreeze:
+		switch s.LockFunc {
+		case "blk_mq_freeze_queue_wait", "blk_freeze_queue", "blk_mq_freeze_queue", "blk_mq_freeze_queue_nomemsave",
+			"blk_mq_freeze_queue_wait_timeout":
+			return "freezes a block queue and waits for its I/O in flight to drain" + via + in
+		}
+		return "waits for a frozen block queue to thaw" + via + in
+	case NFS:
+		return "waits for the NFS server (RPC)" + via + in
 	case Completion:
 		return "waits for a completion" + via + in
 	case WorkqueueFlush:
@@ -275,6 +311,26 @@ func describe(s Site) string {
 		return "sleeps, with no meaningful frame on its stack"
 	}
 	return "sleeps in " + s.Func
+}
+
+// journalPhrase says which journal wait a primitive is.
+func journalPhrase(fn string) string {
+	switch fn {
+	case "wait_transaction_locked", "wait_transaction_switching":
+		return "the journal's running transaction to commit before a new one can start"
+	case "jbd2_log_wait_commit", "jbd2_complete_transaction", "jbd2_journal_force_commit", "jbd2_journal_force_commit_nested":
+		return "a journal commit"
+	case "jbd2_journal_wait_updates":
+		return "open journal handles to close before committing"
+	case "jbd2_journal_commit_transaction":
+		return "its journal commit to progress"
+	case "__jbd2_log_wait_for_space", "jbd2_log_do_checkpoint":
+		return "journal space (a checkpoint)"
+	case "xlog_wait", "xlog_wait_on_iclog", "xlog_grant_head_wait", "xlog_grant_head_check", "xfs_log_force",
+		"xfs_log_force_seq", "xfs_log_force_lsn":
+		return "the XFS log"
+	}
+	return "the filesystem journal"
 }
 
 func rcuPhrase(object string) string {

@@ -232,8 +232,100 @@ worker_thread+0x27b/0x3a0
 kthread+0xee/0x120
 ret_from_fork+0x2d/0x50
 ret_from_fork_asm+0x1b/0x30`,
-			kind: IO, fn: "xfs_log_force", lockFunc: "xlog_wait_on_iclog", key: "io",
-			describe: "waits for I/O (xlog_wait_on_iclog) in xfs_log_force",
+			kind: Journal, fn: "xfs_log_worker", lockFunc: "xfs_log_force", key: "journal",
+			describe: "waits for the XFS log (xfs_log_force) in xfs_log_worker",
+		},
+		{
+			name: "4.18 ext4 writer waiting for journal space (Open-CAS issue 746)",
+			frames: `
+__schedule+0x2a6/0x700
+? __wake_up_common_lock+0x89/0xc0
+schedule+0x38/0xa0
+jbd2_log_wait_commit+0xac/0x120 [jbd2]
+? finish_wait+0x80/0x80
+jbd2_log_do_checkpoint+0x392/0x400 [jbd2]
+__jbd2_log_wait_for_space+0x69/0x1a0 [jbd2]
+add_transaction_credits+0x27d/0x290 [jbd2]
+? xas_store+0x1b0/0x5a0
+start_this_handle+0x10a/0x510 [jbd2]`,
+			kind: Journal, fn: "add_transaction_credits", lockFunc: "__jbd2_log_wait_for_space", key: "journal",
+			describe: "waits for journal space (a checkpoint) (__jbd2_log_wait_for_space) in add_transaction_credits",
+		},
+		{
+			name: "4.x rwsem slow path through the call_rwsem thunk",
+			frames: `
+__schedule+0x813/0x1cc0
+schedule+0x92/0x180
+rwsem_down_write_failed+0x774/0xc30
+call_rwsem_down_write_failed+0x17/0x30
+down_write+0x53/0x90
+grab_super+0xb4/0x290
+sget_userns+0x1ab/0x560`,
+			kind: RwsemWrite, fn: "grab_super", lockFunc: "down_write", key: "rwsem:grab_super",
+			describe: "waits for rw-semaphore (write, down_write) in grab_super",
+		},
+		{
+			name: "jbd2 thread sleeping inside its commit",
+			frames: `
+__schedule+0x2eb/0x8d0
+schedule+0x5b/0xd0
+jbd2_journal_commit_transaction+0x301/0x2850 [jbd2]
+? wait_woken+0x70/0x70
+kjournald2+0xb7/0x2a0 [jbd2]
+kthread+0x127/0x150`,
+			kind: Journal, fn: "jbd2_journal_commit_transaction", lockFunc: "jbd2_journal_commit_transaction", key: "journal",
+			describe: "waits for its journal commit to progress",
+		},
+		{
+			name: "4.9 kworker waiting for a frozen queue (lxd issue 5014)",
+			frames: `
+[<ffffffff8780fe79>] ? __schedule+0x239/0x6f0
+[<ffffffff87810362>] ? schedule+0x32/0x80
+[<ffffffff878136ed>] ? schedule_timeout+0x1dd/0x380
+blk_queue_enter+0x1cb/0x280
+generic_make_request+0xa2/0x2d0`,
+			kind: QueueFreeze, fn: "generic_make_request", lockFunc: "blk_queue_enter", key: "queue-freeze",
+			describe: "waits for a frozen block queue to thaw (blk_queue_enter) in generic_make_request",
+		},
+		{
+			name: "queue freezer draining I/O (elevator switch)",
+			frames: `
+__schedule+0x2f0/0x9c0
+schedule+0x28/0x90
+blk_mq_freeze_queue_wait+0x9e/0xe0
+blk_mq_freeze_queue_nomemsave+0x12/0x20
+elv_iosched_store+0x13b/0x370
+queue_attr_store+0x17a/0x1a0`,
+			kind: QueueFreeze, fn: "elv_iosched_store", lockFunc: "blk_mq_freeze_queue_nomemsave", key: "queue-freeze",
+			describe: "freezes a block queue and waits for its I/O in flight to drain",
+		},
+		{
+			name: "NFS write waiting for the server",
+			frames: `
+__schedule+0x2c4/0x700
+schedule+0x38/0xa0
+rpc_wait_bit_killable+0x1e/0xa0 [sunrpc]
+__wait_on_bit+0x7a/0x90
+out_of_line_wait_on_bit+0x91/0xb0
+__rpc_wait_for_completion_task+0x2d/0x30 [sunrpc]
+nfs4_do_close+0x2b8/0x310 [nfsv4]
+__nfs4_close+0x11b/0x1e0 [nfsv4]`,
+			kind: NFS, fn: "nfs4_do_close", lockFunc: "__rpc_wait_for_completion_task", key: "nfs",
+			describe: "waits for the NFS server (RPC) (__rpc_wait_for_completion_task) in nfs4_do_close",
+		},
+		{
+			name: "5.19 jbd2 commit waiting for open handles (systemd CI issue 536)",
+			frames: `
+__schedule+0x356/0x11a0
+? autoremove_wake_function+0x32/0x60
+schedule+0x5e/0xd0
+jbd2_journal_wait_updates+0x77/0xe0 [jbd2 ae888ef92775c4ea4c63d1cd1f51b1b9f7d9f47d]
+? cpuacct_percpu_seq_show+0x20/0x20
+jbd2_journal_commit_transaction+0x2b3/0x1a40 [jbd2 ae888ef92775c4ea4c63d1cd1f51b1b9f7d9f47d]
+? newidle_balance+0x2f4/0x430
+kjournald2+0xb7/0x2a0 [jbd2 ae888ef92775c4ea4c63d1cd1f51b1b9f7d9f47d]`,
+			kind: Journal, fn: "jbd2_journal_commit_transaction", lockFunc: "jbd2_journal_wait_updates", key: "journal",
+			describe: "waits for open journal handles to close before committing",
 		},
 		{
 			name: "6.1 page lock in filemap_fault",

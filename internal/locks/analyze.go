@@ -11,6 +11,7 @@ import (
 
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/hist"
+	"github.com/wolf-investigator/wolf/internal/human"
 	"github.com/wolf-investigator/wolf/internal/kallsyms"
 	"github.com/wolf-investigator/wolf/internal/kstack"
 )
@@ -297,24 +298,8 @@ func (s *Snapshot) nameLock(a *lockAgg) (name, from string) {
 	return fmt.Sprintf("%s %x", noun, a.addr), "address"
 }
 
-func ms(ns uint64) float64 { return float64(ns) / 1e6 }
-
-// human prints a duration the way an SRE reads it: 2.3 s, 41 ms, 350 µs.
-func human(ns uint64) string {
-	d := time.Duration(ns)
-	switch {
-	case d >= 10*time.Second:
-		return fmt.Sprintf("%.0f s", d.Seconds())
-	case d >= time.Second:
-		return fmt.Sprintf("%.1f s", d.Seconds())
-	case d >= 10*time.Millisecond:
-		return fmt.Sprintf("%.0f ms", float64(d)/1e6)
-	case d >= time.Millisecond:
-		return fmt.Sprintf("%.1f ms", float64(d)/1e6)
-	default:
-		return fmt.Sprintf("%.0f µs", float64(d)/1e3)
-	}
-}
+// nsToMs is an evidence value in ms, unrounded.
+func nsToMs(ns uint64) float64 { return float64(ns) / 1e6 }
 
 // severity grades contention: sleeping waits by how long tasks were stuck,
 // spinning waits by the CPU they burned.
@@ -371,7 +356,7 @@ func (s *Snapshot) contentionFinding(a *lockAgg) finding.Finding {
 	default:
 		who = fmt.Sprintf(" by %d tasks", waiters)
 	}
-	f.Title = fmt.Sprintf("%s: %s waited%s", a.name, human(a.totalNs), who)
+	f.Title = fmt.Sprintf("%s: %s waited%s", a.name, human.Duration(time.Duration(a.totalNs)), who)
 	if len(a.owners) > 0 {
 		o := a.owners[0]
 		switch o.Kind {
@@ -382,8 +367,8 @@ func (s *Snapshot) contentionFinding(a *lockAgg) finding.Finding {
 		}
 	}
 	f.Summary = fmt.Sprintf("%d contentions on %s (%s) in %s; the longest wait was %s (tid %d), p99 %s.",
-		a.count, a.name, a.mainType.Noun(), s.Window.Round(time.Millisecond), human(a.maxNs), a.maxTID,
-		human(a.hist.Quantile(0.99)))
+		a.count, a.name, a.mainType.Noun(), human.Duration(s.Window), human.Duration(time.Duration(a.maxNs)), a.maxTID,
+		human.Duration(time.Duration(a.hist.Quantile(0.99))))
 	if a.lru {
 		f.Mechanism = "Each memory cgroup and NUMA node has one lruvec whose lru_lock guards its page lists; every thread reclaiming that cgroup takes it to isolate and put back batches of pages, so many concurrent reclaimers spin on it instead of reclaiming."
 	} else if a.mainType.Spins() {
@@ -404,9 +389,9 @@ func (s *Snapshot) contentionFinding(a *lockAgg) finding.Finding {
 		if o.Comm == "" {
 			o.Comm = "(exited)" // an owner whose task was gone when wolf named it
 		}
-		detail := fmt.Sprintf("held it while others waited %s (%d waits)", human(o.TotalNs), o.Count)
+		detail := fmt.Sprintf("held it while others waited %s (%d waits)", human.Duration(time.Duration(o.TotalNs)), o.Count)
 		if o.Kind == OwnerReaders {
-			detail = fmt.Sprintf("latest reader holding it while others waited %s (%d waits); other readers may hold it too", human(o.TotalNs), o.Count)
+			detail = fmt.Sprintf("latest reader holding it while others waited %s (%d waits); other readers may hold it too", human.Duration(time.Duration(o.TotalNs)), o.Count)
 		}
 		f.Subjects = append(f.Subjects, finding.Subject{
 			Role: finding.RoleOwner, PID: o.TGID, TID: o.TID, Comm: o.Comm, Detail: detail, Stack: o.Stack,
@@ -427,7 +412,7 @@ func (s *Snapshot) contentionFinding(a *lockAgg) finding.Finding {
 			}
 			f.Subjects = append(f.Subjects, finding.Subject{
 				Role: finding.RoleHolder, PID: h.TGID, TID: h.TID, Comm: h.Comm,
-				Detail: fmt.Sprintf("held it for reading %s (on CPU %s of that)", human(h.HoldNs), human(h.RuntimeNs)),
+				Detail: fmt.Sprintf("held it for reading %s (on CPU %s of that)", human.Duration(time.Duration(h.HoldNs)), human.Duration(time.Duration(h.RuntimeNs))),
 			})
 		}
 		if len(readers) > 0 {
@@ -444,7 +429,7 @@ func (s *Snapshot) contentionFinding(a *lockAgg) finding.Finding {
 		}
 		sub := finding.Subject{
 			Role: finding.RoleWaiter, PID: w.TGID, TID: w.TID, Comm: w.Comm,
-			Detail: fmt.Sprintf("waited %s in %d waits, longest %s", human(w.TotalNs), w.Count, human(w.MaxNs)),
+			Detail: fmt.Sprintf("waited %s in %d waits, longest %s", human.Duration(time.Duration(w.TotalNs)), w.Count, human.Duration(time.Duration(w.MaxNs))),
 		}
 		if w.Ongoing {
 			sub.Detail += ", still waiting"
@@ -462,7 +447,7 @@ func (s *Snapshot) contentionFinding(a *lockAgg) finding.Finding {
 			f.Evidence["max_waiters"] = q.MaxReaders + q.MaxWriters
 		}
 		if q.BusyPeriods > 0 {
-			f.Evidence["queue_drain_ms_max"] = ms(q.BusyMaxNs)
+			f.Evidence["queue_drain_ms_max"] = nsToMs(q.BusyMaxNs)
 		}
 		if q.Readers+q.Writers > 0 {
 			f.Evidence["waiting_at_end"] = q.Readers + q.Writers
@@ -523,7 +508,7 @@ func (s *Snapshot) remediation(a *lockAgg) []string {
 	case a.name == "rtnl_mutex":
 		r = append(r, "rtnl_mutex serialises all network configuration: look for a daemon reconfiguring links or routes in a loop (ip monitor, the owner's stack).")
 	case a.lru:
-		r = append(r, "lru_lock contention comes from many threads reclaiming the same memory cgroup at once (seed 003's MGLRU epilogue: evict_folios takes the lock per batch): give the cgroup memory headroom or fewer threads; wolf reclaim shows its reclaim; check MGLRU (/sys/kernel/mm/lru_gen/enabled) and the kernel version.")
+		r = append(r, "lru_lock contention comes from many threads reclaiming the same memory cgroup at once (the MGLRU epilogue of \"The case of the vanishing CPU\": evict_folios takes the lock per batch): give the cgroup memory headroom or fewer threads; wolf reclaim shows its reclaim; check MGLRU (/sys/kernel/mm/lru_gen/enabled) and the kernel version.")
 	case a.mainType.Spins():
 		r = append(r, "Spinlock contention is a scalability limit: fewer CPUs taking the same lock (RPS/RFS, per-CPU data, sharding) or a kernel with the lock split.")
 	}
@@ -531,7 +516,7 @@ func (s *Snapshot) remediation(a *lockAgg) []string {
 	return r
 }
 
-// starvationFinding reports the seed's rw-semaphore pattern: readers queued
+// starvationFinding reports the rw-semaphore pattern of the Datadog talk (uprobe_register vs mmap_lock): readers queued
 // behind a waiting writer while the lock is reader-owned, so one long
 // reader stalls every newcomer.
 func (s *Snapshot) starvationFinding(a *lockAgg) (finding.Finding, bool) {
@@ -548,7 +533,7 @@ func (s *Snapshot) starvationFinding(a *lockAgg) (finding.Finding, bool) {
 		Severity:     sev,
 		Title:        fmt.Sprintf("%s: %d reader waits queued behind a waiting writer", a.name, a.behindWriter),
 		Summary: fmt.Sprintf("Readers of %s found a writer at the head of its wait queue %d times while readers held it; the longest wait was %s.",
-			a.name, a.behindWriter, human(a.maxNs)),
+			a.name, a.behindWriter, human.Duration(time.Duration(a.maxNs))),
 		Mechanism: "An rw-semaphore admits no new reader once a writer waits at the head of its queue (to keep writers from starving), so a single long-running reader holds back the writer and, behind it, every reader that arrives later: reads that should run in parallel are serialised behind the slowest one.",
 		Evidence: map[string]any{
 			"lock":                a.name,
@@ -765,16 +750,16 @@ func (s *Snapshot) holdFinding(tgid, mmTGID int, holds []Hold) finding.Finding {
 		ID:           "locks.mmap-hold",
 		Investigator: "locks",
 		Severity:     sev,
-		Title:        fmt.Sprintf("%s held %s for %s by %s (tid %d)", lockName, human(h.HoldNs), mode, h.Comm, h.TID),
+		Title:        fmt.Sprintf("%s held %s for %s by %s (tid %d)", lockName, human.Duration(time.Duration(h.HoldNs)), mode, h.Comm, h.TID),
 		Summary: fmt.Sprintf("%d holds of %s over %s by %s (pid %d); the longest, %s for %s, got %s of CPU and %d context switches while holding it.",
-			len(holds), whose, s.HoldThreshold, h.Comm, tgid, human(h.HoldNs), mode, human(h.RuntimeNs), h.CSW),
+			len(holds), whose, s.HoldThreshold, h.Comm, tgid, human.Duration(time.Duration(h.HoldNs)), mode, human.Duration(time.Duration(h.RuntimeNs)), h.CSW),
 		Mechanism: "While a thread holds a process's mmap_lock, writers (mmap, munmap, mprotect) wait, and once a writer waits, so do new readers: page faults that fall back from per-VMA locks, and anything reading /proc/PID/cmdline or maps (ps, top, perf). A hold that is mostly off-CPU means the holder is starved of CPU or blocked, not busy.",
 		Evidence: map[string]any{
-			"hold_ms_max":          ms(h.HoldNs),
-			"hold_ms_total":        ms(total),
+			"hold_ms_max":          nsToMs(h.HoldNs),
+			"hold_ms_total":        nsToMs(total),
 			"holds_over_threshold": len(holds),
 			"hold_threshold_ms":    float64(s.HoldThreshold) / 1e6,
-			"runtime_ms":           ms(h.RuntimeNs),
+			"runtime_ms":           nsToMs(h.RuntimeNs),
 			"context_switches":     h.CSW,
 			"write":                h.Write,
 		},
@@ -783,9 +768,9 @@ func (s *Snapshot) holdFinding(tgid, mmTGID int, holds []Hold) finding.Finding {
 		f.Evidence["on_cpu_pct"] = 100 * float64(h.RuntimeNs) / float64(h.HoldNs)
 	}
 	if h.ReclaimCalls > 0 {
-		// Seed 003: the cgroup's reclaim ran under the process's mmap_lock.
+		// As in "The case of the vanishing CPU": the cgroup's reclaim ran under the process's mmap_lock.
 		f.Evidence["reclaim_calls"] = h.ReclaimCalls
-		f.Evidence["reclaim_ms"] = ms(h.ReclaimNs)
+		f.Evidence["reclaim_ms"] = nsToMs(h.ReclaimNs)
 		f.Evidence["pages_scanned"] = h.PagesScanned
 		f.Evidence["pages_reclaimed"] = h.PagesReclaimed
 		f.Evidence["pages_activated"] = h.PagesActivated
@@ -794,7 +779,7 @@ func (s *Snapshot) holdFinding(tgid, mmTGID int, holds []Hold) finding.Finding {
 			f.Evidence["efficiency_pct"] = 100 * float64(h.PagesReclaimed) / float64(h.PagesScanned)
 		}
 		f.Summary += fmt.Sprintf(" It reclaimed memory %d times under the lock (%s): %d pages scanned, %d reclaimed.",
-			h.ReclaimCalls, human(h.ReclaimNs), h.PagesScanned, h.PagesReclaimed)
+			h.ReclaimCalls, human.Duration(time.Duration(h.ReclaimNs)), h.PagesScanned, h.PagesReclaimed)
 		f.Remediation = append(f.Remediation, "Memory reclaim ran while the mmap_lock was held (the memory cgroup is at its limit): raise the cgroup's limit or shrink its page cache; kernels since about 6.1 drop the lock before reclaiming in the fault path, and MGLRU changes which pages are scanned.")
 	}
 	// Every hold over the threshold, longest first (JSON; capped).
@@ -809,7 +794,7 @@ func (s *Snapshot) holdFinding(tgid, mmTGID int, holds []Hold) finding.Finding {
 		if fr := waiterFrames(x.Stack); len(fr) > 1 {
 			top = fr[1] // under __mmap_lock_do_trace_released: the releasing function
 		}
-		list = append(list, HoldRecord{TID: x.TID, Write: x.Write, HoldMs: ms(x.HoldNs), RuntimeMs: ms(x.RuntimeNs), CSW: x.CSW, ReleasedIn: top,
+		list = append(list, HoldRecord{TID: x.TID, Write: x.Write, HoldMs: nsToMs(x.HoldNs), RuntimeMs: nsToMs(x.RuntimeNs), CSW: x.CSW, ReleasedIn: top,
 			ReclaimCalls: x.ReclaimCalls, PagesScanned: x.PagesScanned, PagesReclaimed: x.PagesReclaimed})
 	}
 	f.Evidence["holds"] = list

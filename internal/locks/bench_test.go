@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
@@ -19,29 +18,27 @@ import (
 
 	"github.com/wolf-investigator/wolf/internal/costbench"
 	"github.com/wolf-investigator/wolf/internal/investigator"
+	"github.com/wolf-investigator/wolf/internal/lab"
 	"github.com/wolf-investigator/wolf/internal/overhead"
 	"github.com/wolf-investigator/wolf/internal/testutil"
 )
 
 // The workloads run in a child process (this test binary, re-executed):
 // wolf ignores its own process's events, so a workload in the benchmark's
-// own threads would measure wolf not looking at it.
-const benchChildEnv = "WOLF_LOCKS_BENCH_CHILD"
+// own threads would measure wolf not looking at it. The child runs the
+// workload its argument names (kind:threads:duration) and prints its
+// operations per second.
+const benchPart = "locks-bench-workload"
 
-// maybeRunBenchChild runs the workload the environment names (kind:threads:duration)
-// and prints its operations per second, when this process is such a child.
-func maybeRunBenchChild() {
-	spec := os.Getenv(benchChildEnv)
-	if spec == "" {
-		return
-	}
-	rate, err := runBenchChild(spec)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench child:", err)
-		os.Exit(1)
-	}
-	fmt.Println(rate)
-	os.Exit(0)
+func init() {
+	lab.Child(benchPart, func(spec string) error {
+		rate, err := runBenchChild(spec)
+		if err != nil {
+			return err
+		}
+		fmt.Println(rate)
+		return nil
+	})
 }
 
 func runBenchChild(spec string) (float64, error) {
@@ -49,11 +46,11 @@ func runBenchChild(spec string) (float64, error) {
 	ts, ds, _ := strings.Cut(rest, ":")
 	threads, err := strconv.Atoi(ts)
 	if err != nil || threads <= 0 {
-		return 0, fmt.Errorf("%s=%q: bad thread count", benchChildEnv, spec)
+		return 0, fmt.Errorf("%s=%q: bad thread count", benchPart, spec)
 	}
 	d, err := time.ParseDuration(ds)
 	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("%s=%q: bad duration", benchChildEnv, spec)
+		return 0, fmt.Errorf("%s=%q: bad duration", benchPart, spec)
 	}
 	switch kind {
 	case "mmap":
@@ -77,14 +74,13 @@ func runBenchChild(spec string) (float64, error) {
 		}
 		return createUnlink(dir, threads, d)
 	}
-	return 0, fmt.Errorf("%s=%q: unknown workload", benchChildEnv, spec)
+	return 0, fmt.Errorf("%s=%q: unknown workload", benchPart, spec)
 }
 
 // inChild is a workload that runs kind in a child process.
 func inChild(kind string, threads int, d time.Duration) costbench.Workload {
 	return func(ctx context.Context) (float64, error) {
-		cmd := exec.CommandContext(ctx, os.Args[0])
-		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s:%d:%s", benchChildEnv, kind, threads, d))
+		cmd := lab.ChildCommand(ctx, benchPart, "wolf-locks-bench", fmt.Sprintf("%s:%d:%s", kind, threads, d), os.Environ()...)
 		cmd.Stderr = os.Stderr
 		out, err := cmd.Output()
 		if err != nil {

@@ -141,7 +141,7 @@ func (p *probe) collect(syms Symbolizer, s *Snapshot) error {
 	for it.Next(&hk, &hvs) {
 		var h hist.Log2
 		for i := range hvs {
-			x := fromBPF(&hvs[i])
+			x := hist.FromBPF(&hvs[i])
 			h.Merge(&x)
 		}
 		s.Hists = append(s.Hists, LockHist{Lock: hk.Lock, Type: Type(hk.Type), Hist: h})
@@ -156,7 +156,7 @@ func (p *probe) collect(syms Symbolizer, s *Snapshot) error {
 	for it.Next(&mk, &mv) {
 		s.MM = append(s.MM, MMStat{
 			TGID: int(mk.Tgid), TID: int(mk.Tid), MMTGID: int(mk.MmTgid), Write: mk.Write != 0,
-			Comm: bpfrec.CString(mv.Comm[:]), Hold: fromBPF(&mv.Hold), Wait: fromBPF(&mv.Wait),
+			Comm: bpfrec.CString(mv.Comm[:]), Hold: hist.FromBPF(&mv.Hold), Wait: hist.FromBPF(&mv.Wait),
 		})
 	}
 	if err := it.Err(); err != nil {
@@ -359,10 +359,6 @@ func sumOwners(vs []locksOwnerVal) locksOwnerVal {
 		}
 	}
 	return t
-}
-
-func fromBPF(h *locksWolfHist) hist.Log2 {
-	return hist.FromSlots(h.Slots[:], h.Count, h.Sum, h.Max)
 }
 
 // statNames name enum lock_stat's counters, in order.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/finding/findingtest"
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/lab"
 	"github.com/wolf-investigator/wolf/internal/lab/fusestall"
@@ -17,36 +18,10 @@ import (
 	"github.com/wolf-investigator/wolf/internal/testutil"
 )
 
-func TestMain(m *testing.M) {
-	mmaplock.MaybeRunChild() // the mmap-lock lab re-executes this binary
-	maybeRunBenchChild()     // so do the cost benchmarks' workloads
-	os.Exit(m.Run())
-}
-
 // run runs l with opts; during, if set, runs once every program is attached.
 func run(t *testing.T, l *Investigator, opts investigator.Options, during func()) *investigator.Result {
 	t.Helper()
 	return testutil.RunLive(t, l, opts, during)
-}
-
-func byID(fs []finding.Finding, id string) []finding.Finding {
-	var out []finding.Finding
-	for _, f := range fs {
-		if f.ID == id {
-			out = append(out, f)
-		}
-	}
-	return out
-}
-
-func subjects(f finding.Finding, role string) []finding.Subject {
-	var out []finding.Subject
-	for _, s := range f.Subjects {
-		if s.Role == role {
-			out = append(out, s)
-		}
-	}
-	return out
 }
 
 // Contention that begins while wolf runs is caught with its owner: the FUSE
@@ -76,8 +51,8 @@ func testFuseOwner(t *testing.T, rawOnly bool) {
 	})
 	tasks := inst.Tasks()
 	var hit *finding.Finding
-	for _, f := range byID(res.Findings, "locks.contention") {
-		for _, o := range subjects(f, finding.RoleOwner) {
+	for _, f := range findingtest.All(res.Findings, "locks.contention") {
+		for _, o := range findingtest.Subjects(f, finding.RoleOwner) {
 			if o.PID == tasks.Offender {
 				hit = &f
 			}
@@ -94,14 +69,14 @@ func testFuseOwner(t *testing.T, rawOnly bool) {
 		t.Errorf("lock named %q, want it named after the waiters' caller fuse_file_write_iter", name)
 	}
 	var waiters []int
-	for _, w := range subjects(*hit, finding.RoleWaiter) {
+	for _, w := range findingtest.Subjects(*hit, finding.RoleWaiter) {
 		waiters = append(waiters, w.PID)
 	}
 	slices.Sort(waiters)
 	if want := slices.Sorted(slices.Values(tasks.Victims)); !slices.Equal(waiters, want) {
 		t.Errorf("waiters %v, want the victims %v", waiters, want)
 	}
-	owner := subjects(*hit, finding.RoleOwner)[0]
+	owner := findingtest.Subjects(*hit, finding.RoleOwner)[0]
 	if owner.Comm != "sh" {
 		t.Errorf("owner comm %q, want sh", owner.Comm)
 	}
@@ -146,13 +121,13 @@ func TestLiveMmapLock(t *testing.T) {
 	l.ProfileHz = 499
 	res := run(t, l, investigator.Options{Duration: 5 * time.Second, PID: inst.PID()}, nil)
 
-	holds := byID(res.Findings, "locks.mmap-hold")
+	holds := findingtest.All(res.Findings, "locks.mmap-hold")
 	if len(holds) == 0 {
 		t.Fatalf("no mmap-hold finding; findings: %+v", res.Findings)
 	}
 	h := holds[0]
 	t.Logf("%s: %s", h.Severity, h.Title)
-	holder := subjects(h, finding.RoleHolder)
+	holder := findingtest.Subjects(h, finding.RoleHolder)
 	if len(holder) == 0 || holder[0].TID != inst.Holder() || holder[0].PID != inst.PID() {
 		t.Fatalf("holder %+v, want tid %d of pid %d", holder, inst.Holder(), inst.PID())
 	}
@@ -167,7 +142,7 @@ func TestLiveMmapLock(t *testing.T) {
 		t.Errorf("title %q does not name the process's mmap_lock", h.Title)
 	}
 
-	cont := byID(res.Findings, "locks.contention")
+	cont := findingtest.All(res.Findings, "locks.contention")
 	var mm *finding.Finding
 	for i := range cont {
 		if strings.HasPrefix(cont[i].Evidence["lock"].(string), "mmap_lock of wolf-mmaplock") {
@@ -178,7 +153,7 @@ func TestLiveMmapLock(t *testing.T) {
 		t.Fatalf("no contention finding on the lab's mmap_lock: %+v", cont)
 	}
 	waiters := map[int]bool{}
-	for _, w := range subjects(*mm, finding.RoleWaiter) {
+	for _, w := range findingtest.Subjects(*mm, finding.RoleWaiter) {
 		waiters[w.TID] = true
 	}
 	for _, v := range inst.Tasks().Victims {
@@ -186,7 +161,7 @@ func TestLiveMmapLock(t *testing.T) {
 			t.Errorf("victim tid %d not among the waiters %v", v, waiters)
 		}
 	}
-	if len(byID(res.Findings, "locks.writer-starvation")) == 0 {
+	if len(findingtest.All(res.Findings, "locks.writer-starvation")) == 0 {
 		t.Errorf("no writer-starvation finding for readers queued behind the writer")
 	}
 
@@ -243,9 +218,9 @@ func TestLiveReclaimUnderMmapLock(t *testing.T) {
 	l.ProfileHz = 0
 	res := run(t, l, investigator.Options{Duration: 4 * time.Second, PID: pid}, nil)
 	var best *finding.Finding
-	for i, f := range byID(res.Findings, "locks.mmap-hold") {
+	for i, f := range findingtest.All(res.Findings, "locks.mmap-hold") {
 		if best == nil || f.Evidence["hold_ms_max"].(float64) > best.Evidence["hold_ms_max"].(float64) {
-			best = &byID(res.Findings, "locks.mmap-hold")[i]
+			best = &findingtest.All(res.Findings, "locks.mmap-hold")[i]
 		}
 	}
 	if best == nil {
@@ -257,7 +232,7 @@ func TestLiveReclaimUnderMmapLock(t *testing.T) {
 	}
 	// The longest hold need not have reclaimed; some hold did.
 	var reclaimed bool
-	for _, f := range byID(res.Findings, "locks.mmap-hold") {
+	for _, f := range findingtest.All(res.Findings, "locks.mmap-hold") {
 		for _, h := range f.Evidence["holds"].([]HoldRecord) {
 			if h.ReclaimCalls > 0 && h.PagesScanned > 0 {
 				reclaimed = true

@@ -34,17 +34,17 @@ extern void bpf_task_release(struct task_struct *p) __ksym __weak;
 #define STACK_DEPTH 64
 
 /* Set by user space before load. */
-const volatile __u32 target_tgid = 0;       /* 0: every process */
+const volatile __u32 target_tgid = 0; /* 0: every process */
 /*
  * wolf itself: attaching and detaching BPF programs takes kernel locks
  * (tracepoints_mutex, an RCU grace period), which are wolf's own waits and
  * no finding about the host.
  */
 const volatile __u32 self_tgid = 0;
-const volatile __u64 target_lock = 0;       /* 0: every lock */
+const volatile __u64 target_lock = 0;	     /* 0: every lock */
 const volatile __u32 type_mask = 0xffffffff; /* enum lock_type bits */
 const volatile __u64 hold_threshold_ns = 20 * 1000 * 1000;
-const volatile bool owner_stacks = true;     /* needs bpf_task_from_pid */
+const volatile bool owner_stacks = true;	 /* needs bpf_task_from_pid */
 const volatile bool mmap_has_memcg_path = false; /* 5.14..6.13 tracepoint args */
 const volatile __u64 owner_stack_every_ns = 10 * 1000 * 1000;
 /*
@@ -78,7 +78,7 @@ enum lock_type {
 
 enum owner_kind {
 	OWNER_NONE = 0,
-	OWNER_TASK = 1,    /* mutex or writer-owned rw-semaphore: exact */
+	OWNER_TASK = 1,	   /* mutex or writer-owned rw-semaphore: exact */
 	OWNER_READERS = 2, /* reader-owned rw-semaphore: task is the latest reader */
 };
 
@@ -86,9 +86,9 @@ enum owner_kind {
 enum lock_stat {
 	STAT_BEGIN = 0,
 	STAT_END,
-	STAT_PENDING_FULL,   /* no room to remember a wait */
-	STAT_NESTED,         /* spin contention while another was pending on this CPU */
-	STAT_UNMATCHED_END,  /* end without begin (began before wolf attached) */
+	STAT_PENDING_FULL,  /* no room to remember a wait */
+	STAT_NESTED,	    /* spin contention while another was pending on this CPU */
+	STAT_UNMATCHED_END, /* end without begin (began before wolf attached) */
 	STAT_WAITS_FULL,
 	STAT_TASKS_FULL,
 	STAT_OWNERS_FULL,
@@ -97,12 +97,12 @@ enum lock_stat {
 	STAT_MM_EVENTS,
 	STAT_MM_HOLDS_FULL,
 	STAT_MM_STATS_FULL,
-	STAT_MM_UNMATCHED,   /* released without acquire (held before wolf attached) */
-	STAT_HOLD_DROPS,     /* ring buffer full */
+	STAT_MM_UNMATCHED, /* released without acquire (held before wolf attached) */
+	STAT_HOLD_DROPS,   /* ring buffer full */
 	STAT_SAMPLES,
 	STAT_SAMPLES_UNDER_LOCK,
 	STAT_PROFILE_FULL,
-	STAT_STALE,          /* pending wait whose end was lost */
+	STAT_STALE, /* pending wait whose end was lost */
 	STAT_MAX,
 };
 
@@ -146,17 +146,17 @@ struct pending {
 	__u32 owner_tid;
 	__u32 owner_kind;
 	__s32 owner_stack_id;
-	__u32 mm_tgid;     /* the lock is this process's mmap_lock */
+	__u32 mm_tgid;	     /* the lock is this process's mmap_lock */
 	__u32 behind_writer; /* a reader queued behind a waiting writer */
-	__u64 owner;         /* task_struct *, read only when an owner is new */
-	__u32 tgid;          /* the waiter, for waits still going at the end */
+	__u64 owner;	     /* task_struct *, read only when an owner is new */
+	__u32 tgid;	     /* the waiter, for waits still going at the end */
 	__u32 stack_tid;     /* the stack cache below is this thread's */
 	/* The last stack taken, reused for the same lock within stack_every_ns. */
 	__u64 stack_lock;
 	__u64 stack_ns;
 	__s32 stack_cached;
-	__u32 flags; /* LCB_F_* of the begin */
-	__u32 tid;   /* the waiter (spin waits are folded by a later one) */
+	__u32 flags;	     /* LCB_F_* of the begin */
+	__u32 tid;	     /* the waiter (spin waits are folded by a later one) */
 	char comm[COMM_LEN]; /* the waiter's, sleeping locks only */
 };
 
@@ -287,7 +287,7 @@ struct {
 
 /* The wait queue of each sleeping lock, as seen from begin/end. */
 struct queue {
-	__s64 readers;    /* waiting now */
+	__s64 readers; /* waiting now */
 	__s64 writers;
 	__u64 max_readers;
 	__u64 max_writers;
@@ -307,7 +307,8 @@ struct {
 static __always_inline __u32 lock_type(__u32 flags)
 {
 	if (flags & WOLF_LCB_F_PERCPU)
-		return (flags & WOLF_LCB_F_WRITE) ? TYPE_PERCPU_RWSEM_WRITE : TYPE_PERCPU_RWSEM_READ;
+		return (flags & WOLF_LCB_F_WRITE) ? TYPE_PERCPU_RWSEM_WRITE
+						  : TYPE_PERCPU_RWSEM_READ;
 	if (flags & WOLF_LCB_F_MUTEX)
 		return TYPE_MUTEX;
 	if (flags & WOLF_LCB_F_RT) {
@@ -452,7 +453,7 @@ static __always_inline __s32 owner_stack(__u64 lock, struct task_struct *o, __u3
 			}
 		}
 	}
-	struct owner_seen s = {.at_ns = now, .tid = tid, .stack_id = id};
+	struct owner_seen s = { .at_ns = now, .tid = tid, .stack_id = id };
 	bpf_map_update_elem(&owner_last, &lock, &s, BPF_ANY);
 	return id;
 }
@@ -534,7 +535,7 @@ static __always_inline bool spin_type(__u32 type)
 
 /*
  * The queue model is kept for rw-semaphores, where readers and writers
- * queue differently (seed 002); its counters are shared between CPUs, which
+ * queue differently (Datadog's FOSDEM talk); its counters are shared between CPUs, which
  * under heavy contention costs a cache-line transfer per wait.
  */
 static __always_inline bool queued_type(__u32 type)
@@ -543,7 +544,8 @@ static __always_inline bool queued_type(__u32 type)
 }
 
 /* The waiter's stack id, from the cache in c when it is fresh enough. */
-static __always_inline __s32 waiter_stack(void *ctx, struct pending *c, __u64 lock, __u32 tid, __u64 now)
+static __always_inline __s32 waiter_stack(void *ctx, struct pending *c, __u64 lock, __u32 tid,
+					  __u64 now)
 {
 	__s32 id;
 
@@ -611,13 +613,18 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 		 * one end: keep the first start. Any other begin replaces a
 		 * pending wait, whose end was then lost.
 		 */
-		if (old->lock == lock && (old->flags & WOLF_LCB_F_SPIN) && (flags & WOLF_LCB_F_MUTEX))
+		if (old->lock == lock && (old->flags & WOLF_LCB_F_SPIN) &&
+		    (flags & WOLF_LCB_F_MUTEX))
 			return;
 		count(STAT_STALE);
 	}
 
-	struct pending p = {.start_ns = now, .lock = lock, .type = type, .owner_stack_id = -1, .flags = flags,
-			    .tid = tid};
+	struct pending p = { .start_ns = now,
+			     .lock = lock,
+			     .type = type,
+			     .owner_stack_id = -1,
+			     .flags = flags,
+			     .tid = tid };
 	struct task_struct *o = 0;
 
 	p.stack_id = waiter_stack(ctx, old, lock, tid, now);
@@ -700,8 +707,9 @@ static __always_inline void account(struct pending *p, const bool can_walk)
 	p->start_ns = 0;
 	p->end_ns = 0;
 
-	struct wait_key wk = {.lock = p->lock, .type = p->type, .stack_id = p->stack_id,
-			      .mm_tgid = p->mm_tgid};
+	struct wait_key wk = {
+		.lock = p->lock, .type = p->type, .stack_id = p->stack_id, .mm_tgid = p->mm_tgid
+	};
 	struct wait_val wz = {};
 	struct wait_val *wv = lookup_or_init(&waits, &wk, &wz);
 	if (wv) {
@@ -719,7 +727,7 @@ static __always_inline void account(struct pending *p, const bool can_walk)
 		count(STAT_WAITS_FULL);
 	}
 
-	struct lock_key lk = {.lock = p->lock, .type = p->type};
+	struct lock_key lk = { .lock = p->lock, .type = p->type };
 	struct wolf_hist *h = hist_for(&lock_hist, &lk);
 	if (h)
 		wolf_hist_add_local(h, d); /* per CPU */
@@ -731,10 +739,10 @@ static __always_inline void account(struct pending *p, const bool can_walk)
 	if (p->mm_tgid)
 		account_mm_wait(p, d);
 
-	struct task_key tk = {.lock = p->lock, .tid = tid};
+	struct task_key tk = { .lock = p->lock, .tid = tid };
 	struct task_val *tv = bpf_map_lookup_elem(&waiters, &tk);
 	if (!tv) {
-		struct task_val tz = {.tgid = p->tgid};
+		struct task_val tz = { .tgid = p->tgid };
 
 		__builtin_memcpy(tz.comm, p->comm, sizeof(tz.comm));
 		tv = lookup_or_init(&waiters, &tk, &tz);
@@ -750,8 +758,10 @@ static __always_inline void account(struct pending *p, const bool can_walk)
 
 	if (p->owner_kind == OWNER_NONE)
 		return;
-	struct owner_key ok = {.lock = p->lock, .owner_tid = p->owner_tid,
-			       .owner_stack_id = p->owner_stack_id, .owner_kind = p->owner_kind};
+	struct owner_key ok = { .lock = p->lock,
+				.owner_tid = p->owner_tid,
+				.owner_stack_id = p->owner_stack_id,
+				.owner_kind = p->owner_kind };
 	struct owner_val *ov = bpf_map_lookup_elem(&owners, &ok);
 	if (!ov) {
 		/* Named once per owner entry rather than at every begin. */
@@ -843,10 +853,10 @@ struct mm_thread {
 	__u64 hold_start_ns;
 	__u64 hold_mm;
 	__u64 runtime_ns; /* the holder's CPU time at acquire */
-	__u64 csw;        /* its context switches at acquire */
+	__u64 csw;	  /* its context switches at acquire */
 	__u32 write;
 	__u32 mm_tgid;
-	/* Memory reclaim done while holding it (seed 003's per-hold table). */
+	/* Memory reclaim done while holding it (ClickHouse's per-hold table). */
 	__u64 reclaim_start_ns;
 	__u64 reclaim_ns;
 	__u64 reclaim_calls;
@@ -874,7 +884,7 @@ static __always_inline struct mm_thread *mm_thread_of(__u32 tid)
 }
 
 struct mm_key {
-	__u32 tgid;    /* the holder's process */
+	__u32 tgid; /* the holder's process */
 	__u32 tid;
 	__u32 mm_tgid; /* whose mmap_lock (differs for /proc readers) */
 	__u32 write;
@@ -905,13 +915,13 @@ struct hold_event {
 	__u64 start_ns;
 	__u64 hold_ns;
 	__u64 runtime_ns; /* CPU time the holder got during the hold */
-	__u64 csw;        /* context switches during the hold */
+	__u64 csw;	  /* context switches during the hold */
 	__u64 mm;
 	__u32 tid;
 	__u32 tgid;
 	__u32 mm_tgid;
 	__u32 write;
-	__s32 stack_id;   /* kernel stack at release */
+	__s32 stack_id; /* kernel stack at release */
 	__u32 pad;
 	char comm[COMM_LEN];
 	__u64 reclaim_ns;
@@ -932,11 +942,11 @@ struct {
  * Each read uses a constant offset (the verifier refuses a computed ctx
  * pointer) and the barrier keeps clang from merging the two into one.
  */
-#define WOLF_CTX_ARG(ctx, i)                              \
-	({                                                \
-		__u64 __v = ((__u64 *)(ctx))[i];          \
-		asm volatile("" : "+r"(__v));             \
-		__v;                                      \
+#define WOLF_CTX_ARG(ctx, i)                     \
+	({                                       \
+		__u64 __v = ((__u64 *)(ctx))[i]; \
+		asm volatile("" : "+r"(__v));    \
+		__v;                             \
 	})
 
 static __always_inline bool mm_arg_write(__u64 *ctx)
@@ -983,8 +993,10 @@ static __always_inline struct mm_val *mm_stats_for(struct mm_key *k)
 /* A contended wait for the thread's own mmap_lock, into its histogram. */
 static __always_inline void account_mm_wait(struct pending *p, __u64 d)
 {
-	struct mm_key k = {.tgid = p->tgid, .tid = p->tid, .mm_tgid = p->mm_tgid,
-			   .write = p->type == TYPE_RWSEM_WRITE};
+	struct mm_key k = { .tgid = p->tgid,
+			    .tid = p->tid,
+			    .mm_tgid = p->mm_tgid,
+			    .write = p->type == TYPE_RWSEM_WRITE };
 	struct mm_val *v = mm_stats_for(&k);
 
 	if (v)
@@ -1054,7 +1066,9 @@ int on_mm_released(__u64 *ctx)
 		return 0;
 	}
 	__u64 d = now - t->hold_start_ns;
-	struct mm_key k = {.tgid = pid_tgid >> 32, .tid = tid, .mm_tgid = t->mm_tgid, .write = t->write};
+	struct mm_key k = {
+		.tgid = pid_tgid >> 32, .tid = tid, .mm_tgid = t->mm_tgid, .write = t->write
+	};
 	struct mm_val *v = mm_stats_for(&k);
 	if (v)
 		wolf_hist_add_local(&v->hold, d); /* keyed by tid */
@@ -1159,7 +1173,8 @@ int BPF_PROG(on_shrink_inactive, int nid, unsigned long nr_scanned, unsigned lon
 	if (t) {
 		t->pages_scanned += nr_scanned;
 		t->pages_reclaimed += nr_reclaimed;
-		t->pages_activated += BPF_CORE_READ(stat, nr_activate[0]) + BPF_CORE_READ(stat, nr_activate[1]);
+		t->pages_activated +=
+			BPF_CORE_READ(stat, nr_activate[0]) + BPF_CORE_READ(stat, nr_activate[1]);
 		t->pages_ref_keep += BPF_CORE_READ(stat, nr_ref_keep);
 	}
 	return 0;
@@ -1195,7 +1210,7 @@ int on_sample(struct bpf_perf_event_data *ctx)
 	if (!h || !h->hold_start_ns)
 		return 0;
 	count(STAT_SAMPLES_UNDER_LOCK);
-	struct prof_key k = {.tgid = pid_tgid >> 32, .tid = tid, .write = h->write};
+	struct prof_key k = { .tgid = pid_tgid >> 32, .tid = tid, .write = h->write };
 	k.stack_id = bpf_get_stackid(ctx, &stacks, 0);
 	if (k.stack_id < 0) {
 		count(STAT_STACK_ERR);

@@ -1,5 +1,5 @@
 // Package memcg reads the memory controller of cgroups, v1 or v2, the way
-// seed 003 reads a container at its limit: limit, usage, how often it hit
+// ClickHouse's "The case of the vanishing CPU" reads a container at its limit: limit, usage, how often it hit
 // the limit, OOM kills, the LRU list sizes and (v2) its pressure stall
 // information. It finds where the controller is mounted, maps the cgroup ids
 // the BPF side reports (kernfs ids, which are the directories' inode

@@ -2,7 +2,7 @@
 //
 // wolf runs on sick hosts, where a read of /proc can block for minutes:
 // /proc/PID/cmdline, environ, maps and smaps take the target's mmap_lock
-// (seed 003: `ps` hung exactly there behind a reclaim livelock), and
+// (ClickHouse's "The case of the vanishing CPU": `ps` hung exactly there behind a reclaim livelock), and
 // /proc/PID/task/TID/stack takes exec_update_lock. So every read here runs
 // with a per-call timeout, and this package offers no synchronous reader for
 // the mmap_lock files at all: the command line is only available through
@@ -124,8 +124,10 @@ func withTimeout[T any](ctx context.Context, r Reader, what string, fn func() (T
 	}
 	done := make(chan result, 1) // buffered: an abandoned goroutine must not block on send
 	go func() {
-		defer func() { <-slots }()
 		v, err := fn()
+		// The read is over: free its slot before the caller can see the
+		// result, so that Outstanding never counts a read already done.
+		<-slots
 		done <- result{v, err}
 	}()
 	select {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/hist"
+	"github.com/wolf-investigator/wolf/internal/human"
 	"github.com/wolf-investigator/wolf/internal/memcg"
 )
 
@@ -19,7 +20,7 @@ type Snapshot struct {
 	Cgroups []*Cgroup // cgroups whose tasks reclaimed (or were scanned for)
 	Kswapd  Kswapd
 	System  System
-	// Reclaim done while holding an mmap_lock (seed 003's per-hold table)
+	// Reclaim done while holding an mmap_lock (the per-hold table of "The case of the vanishing CPU")
 	// is the locks investigator's: it times the holds (locks.mmap-hold).
 }
 
@@ -107,7 +108,7 @@ type System struct {
 	MGLRU            MGLRU
 }
 
-// Thresholds of the verdicts, in the seed's terms.
+// Thresholds of the verdicts, in the terms of "The case of the vanishing CPU".
 const (
 	// The livelock: a cgroup at its limit whose reclaim frees under 1 % of
 	// what it scans, with calls lasting a second or more, no OOM kill, and
@@ -131,7 +132,7 @@ const (
 	maxProcSubjects = 8
 )
 
-const seedRef = "https://clickhouse.com/blog/a-case-of-the-vanishing-cpu-a-linux-kernel-debugging-story"
+const storyRef = "https://clickhouse.com/blog/a-case-of-the-vanishing-cpu-a-linux-kernel-debugging-story"
 
 // Conclude turns a snapshot into findings.
 func Conclude(s *Snapshot) []finding.Finding {
@@ -311,28 +312,28 @@ func (s *Snapshot) cgroupFinding(c *Cgroup) (finding.Finding, bool) {
 		Investigator: "reclaim",
 		Subjects:     s.cgroupSubjects(c, worst),
 		Evidence:     s.cgroupEvidence(c, total, longest, stall),
-		References:   []string{seedRef},
+		References:   []string{storyRef},
 	}
 	effText := "nothing scanned"
 	if eff >= 0 {
-		effText = fmt.Sprintf("%s%% efficiency (%s pages reclaimed of %s scanned)", pct(eff), count(r.Reclaimed), count(r.Scanned))
+		effText = fmt.Sprintf("%s efficiency (%s pages reclaimed of %s scanned)", human.Percent(eff), human.Count(r.Reclaimed), human.Count(r.Scanned))
 	}
 	switch {
 	case livelock:
 		f.ID, f.Severity = "reclaim.memcg-livelock", finding.Critical
 		f.Title = fmt.Sprintf("Reclaim livelock in cgroup %s: calls last up to %s and free %s%% of what they scan, no OOM kill",
-			c.name(), roundDur(longest), pct(eff))
+			c.name(), human.Duration(longest), human.Percent(eff))
 		f.Summary = fmt.Sprintf("The cgroup is at its memory limit and its tasks spent %s in %d reclaim calls over %s (%.1f threads stalled on average) at %s. ",
-			roundDur(total), calls+uint64(inFlight), roundDur(s.Window), stall, effText) + cpuSentence(c) +
-			" This is seed 003's livelock: the cgroup is frozen doing nothing but reclaim, and it will not OOM because each call frees a little."
+			human.Duration(total), calls+uint64(inFlight), human.Duration(s.Window), stall, effText) + cpuSentence(c) +
+			" This is the livelock of ClickHouse's \"The case of the vanishing CPU\": the cgroup is frozen doing nothing but reclaim, and it will not OOM because each call frees a little."
 		f.Mechanism = "Every charge in a cgroup at its limit makes the charging task reclaim synchronously from the cgroup's own LRU lists, and a page is only freed if it was not referenced since the last scan. " +
 			"When the cgroup's threads keep touching nearly every page, scans find them referenced and keep or activate them, so each call scans the whole LRU again and again, waiting for the CPU behind the other threads at every cond_resched, until it finds a few pages to free."
 		f.Remediation = livelockRemediation(s.System.MGLRU)
 	case atLimit && costly:
 		f.ID, f.Severity = "reclaim.memcg-pressure", finding.Warning
 		f.Title = fmt.Sprintf("cgroup %s is reclaiming at its memory limit: %.1f threads stalled in reclaim on average, calls up to %s, %s%% efficiency",
-			c.name(), stall, roundDur(longest), pctOrDash(eff))
-		f.Summary = fmt.Sprintf("Its tasks made %d reclaim calls over %s, %s in all, at %s. ", calls+uint64(inFlight), roundDur(s.Window), roundDur(total), effText) + cpuSentence(c)
+			c.name(), stall, human.Duration(longest), pctOrDash(eff))
+		f.Summary = fmt.Sprintf("Its tasks made %d reclaim calls over %s, %s in all, at %s. ", calls+uint64(inFlight), human.Duration(s.Window), human.Duration(total), effText) + cpuSentence(c)
 		if oom > 0 {
 			f.Summary += fmt.Sprintf(" The kernel OOM-killed %d task(s) in it meanwhile.", oom)
 		}
@@ -341,8 +342,8 @@ func (s *Snapshot) cgroupFinding(c *Cgroup) (finding.Finding, bool) {
 		f.Remediation = pressureRemediation(c, s.System.MGLRU)
 	default:
 		f.ID, f.Severity = "reclaim.memcg-activity", finding.Info
-		f.Title = fmt.Sprintf("cgroup %s reclaimed at its limit: %d calls, %s in all, %s%% efficiency", c.name(), calls+uint64(inFlight), roundDur(total), pctOrDash(eff))
-		f.Summary = fmt.Sprintf("Over %s its tasks made %d reclaim calls (longest %s) at %s; cheap enough not to matter.", roundDur(s.Window), calls+uint64(inFlight), roundDur(longest), effText)
+		f.Title = fmt.Sprintf("cgroup %s reclaimed at its limit: %d calls, %s in all, %s efficiency", c.name(), calls+uint64(inFlight), human.Duration(total), pctOrDash(eff))
+		f.Summary = fmt.Sprintf("Over %s its tasks made %d reclaim calls (longest %s) at %s; cheap enough not to matter.", human.Duration(s.Window), calls+uint64(inFlight), human.Duration(longest), effText)
 	}
 	return f, true
 }
@@ -359,13 +360,13 @@ func (s *Snapshot) cgroupEvidence(c *Cgroup, total, longest time.Duration, stall
 	r := &c.Reclaim
 	ev := map[string]any{
 		"cgroup":                      c.name(),
-		"window_s":                    round(s.Window.Seconds(), 3),
+		"window_s":                    human.Round(s.Window.Seconds(), 3),
 		"reclaim_calls":               r.memcgCalls(),
 		"reclaim_calls_in_flight":     len(r.InFlight),
-		"reclaim_s_total":             round(total.Seconds(), 3),
-		"reclaim_cpu_s_total":         round((r.CPU[kindMemcg] + r.CPU[kindSoftlimit]).Seconds(), 3),
-		"max_reclaim_ms":              round(float64(longest)/float64(time.Millisecond), 1),
-		"reclaim_stalled_threads":     round(stall, 2),
+		"reclaim_s_total":             human.Round(total.Seconds(), 3),
+		"reclaim_cpu_s_total":         human.Round((r.CPU[kindMemcg] + r.CPU[kindSoftlimit]).Seconds(), 3),
+		"max_reclaim_ms":              human.Round(float64(longest)/float64(time.Millisecond), 1),
+		"reclaim_stalled_threads":     human.Round(stall, 2),
 		"pages_scanned":               r.Scanned,
 		"pages_reclaimed":             r.Reclaimed,
 		"pages_ref_kept":              r.RefKeep,
@@ -375,11 +376,11 @@ func (s *Snapshot) cgroupEvidence(c *Cgroup, total, longest time.Duration, stall
 		"context_switches_in_reclaim": r.CtxSwitches,
 	}
 	if e := r.Efficiency(); e >= 0 {
-		ev["efficiency_pct"] = round(e, 2)
+		ev["efficiency_pct"] = human.Round(e, 2)
 	}
 	if h := r.Durations[kindMemcg]; h.Count > 0 {
-		ev["p50_reclaim_ms"] = round(float64(h.Quantile(0.5))/1e6, 2)
-		ev["p99_reclaim_ms"] = round(float64(h.Quantile(0.99))/1e6, 2)
+		ev["p50_reclaim_ms"] = human.Round(float64(h.Quantile(0.5))/1e6, 2)
+		ev["p99_reclaim_ms"] = human.Round(float64(h.Quantile(0.99))/1e6, 2)
 	}
 	if r.Worst != nil {
 		ev["longest_call_pages_scanned"] = r.Worst.Scanned
@@ -411,13 +412,13 @@ func (s *Snapshot) cgroupEvidence(c *Cgroup, total, longest time.Duration, stall
 		ev["oom_kills"] = c.oomKills()
 	}
 	if usr, sys, fps, ok := c.cpuAndFaults(); ok {
-		ev["usr_pct"] = round(usr, 1)
-		ev["sys_pct"] = round(sys, 1)
-		ev["faults_per_s"] = round(fps, 1)
+		ev["usr_pct"] = human.Round(usr, 1)
+		ev["sys_pct"] = human.Round(sys, 1)
+		ev["faults_per_s"] = human.Round(fps, 1)
 	}
 	if c.State != nil && c.State.Pressure != nil {
-		ev["psi_some_pct"] = round(c.PSISome, 2)
-		ev["psi_full_pct"] = round(c.PSIFull, 2)
+		ev["psi_some_pct"] = human.Round(c.PSISome, 2)
+		ev["psi_full_pct"] = human.Round(c.PSIFull, 2)
 	}
 	return ev
 }
@@ -427,10 +428,10 @@ func (s *Snapshot) cgroupSubjects(c *Cgroup, worst *Call) []finding.Subject {
 	if st := c.State; st != nil {
 		limit := "no limit"
 		if st.EffectiveLimitBytes != memcg.Unlimited {
-			limit = "limit " + mib(st.EffectiveLimitBytes)
+			limit = "limit " + human.MiB(st.EffectiveLimitBytes)
 		}
 		detail = fmt.Sprintf("cgroup v%d, %s, usage %s; file %s active / %s inactive, anon %s active / %s inactive",
-			st.Version, limit, mib(st.UsageBytes), mibU(st.Stat["active_file"]), mibU(st.Stat["inactive_file"]), mibU(st.Stat["active_anon"]), mibU(st.Stat["inactive_anon"]))
+			st.Version, limit, human.MiB(st.UsageBytes), human.MiB(int64(st.Stat["active_file"])), human.MiB(int64(st.Stat["inactive_file"])), human.MiB(int64(st.Stat["active_anon"])), human.MiB(int64(st.Stat["inactive_anon"])))
 		if n, ok := c.limitHits(); ok {
 			detail += fmt.Sprintf("; hit its limit %d times", n)
 		}
@@ -452,10 +453,10 @@ func (s *Snapshot) cgroupSubjects(c *Cgroup, worst *Call) []finding.Subject {
 		if p.Calls > 0 {
 			eff := "-"
 			if p.Scanned > 0 {
-				eff = pct(100 * float64(p.Reclaimed) / float64(p.Scanned))
+				eff = human.Percent(100 * float64(p.Reclaimed) / float64(p.Scanned))
 			}
 			parts = append(parts, fmt.Sprintf("%d reclaim calls, %s in reclaim (%s on CPU), longest %s, %s pages scanned, %s reclaimed (%s%%)",
-				p.Calls, roundDur(p.InReclaim), roundDur(p.ReclaimCPU), roundDur(p.MaxReclaim), count(p.Scanned), count(p.Reclaimed), eff))
+				p.Calls, human.Duration(p.InReclaim), human.Duration(p.ReclaimCPU), human.Duration(p.MaxReclaim), human.Count(p.Scanned), human.Count(p.Reclaimed), eff))
 		}
 		if p.Threads > 1 {
 			parts = append(parts, fmt.Sprintf("%d threads", p.Threads))
@@ -468,7 +469,7 @@ func (s *Snapshot) cgroupSubjects(c *Cgroup, worst *Call) []finding.Subject {
 			state = "longest reclaim call, still running"
 		}
 		subs = append(subs, finding.Subject{Role: finding.RoleTask, PID: worst.PID, TID: worst.TID, Comm: worst.Comm, Cgroup: c.name(),
-			Detail: fmt.Sprintf("%s: %s %s reclaim, %s pages scanned, %s reclaimed", state, roundDur(worst.Duration), worst.Kind, count(worst.Scanned), count(worst.Reclaimed))})
+			Detail: fmt.Sprintf("%s: %s %s reclaim, %s pages scanned, %s reclaimed", state, human.Duration(worst.Duration), worst.Kind, human.Count(worst.Scanned), human.Count(worst.Reclaimed))})
 	}
 	return subs
 }
@@ -478,7 +479,7 @@ func livelockRemediation(m MGLRU) []string {
 	return append(out,
 		"Give the cgroup headroom: raise its limit (v1: memory.limit_in_bytes, v2: memory.max), or shrink its page-cache working set (fewer or smaller mmap'd files); with swap off only file pages can be reclaimed.",
 		"Cut the thread count: with hundreds of threads per CPU a reclaiming task waits behind all of them at every cond_resched, so one call lasts seconds of wall time for milliseconds of CPU.",
-		"On kernels that reclaim with mmap_lock held (the COS 5.10-6.1 kernels of seed 003), upgrade: there `ps` and `perf` hang on /proc/PID/cmdline behind the reclaiming thread.",
+		"On kernels that reclaim with mmap_lock held (the COS 5.10-6.1 kernels of \"The case of the vanishing CPU\"), upgrade: there `ps` and `perf` hang on /proc/PID/cmdline behind the reclaiming thread.",
 		"Meanwhile detect and restart: alert when the cgroup's tasks are ~100% %system with page faults crawling (pidstat 1), or on cgroup v2 when memory.pressure full climbs.")
 }
 
@@ -498,13 +499,13 @@ func pressureRemediation(c *Cgroup, m MGLRU) []string {
 func mglruAdvice(m MGLRU) string {
 	switch m.State {
 	case MGLRUOff:
-		return "Enable the multi-generational LRU: echo y > /sys/kernel/mm/lru_gen/enabled (immediate, no reboot; it cured seed 003's livelock on COS 109), then watch for lru_lock contention in evict_folios."
+		return "Enable the multi-generational LRU: echo y > /sys/kernel/mm/lru_gen/enabled (immediate, no reboot; it cured the livelock of \"The case of the vanishing CPU\" on COS 109), then watch for lru_lock contention in evict_folios."
 	case MGLRUAbsent:
-		return "This kernel has no multi-generational LRU (built without CONFIG_LRU_GEN); a kernel with it enabled (echo y > /sys/kernel/mm/lru_gen/enabled) is the seed's cure."
+		return "This kernel has no multi-generational LRU (built without CONFIG_LRU_GEN); a kernel with it enabled (echo y > /sys/kernel/mm/lru_gen/enabled) cured the livelock of \"The case of the vanishing CPU\"."
 	case MGLRUOn:
-		return "MGLRU is already on (" + m.Raw + "): if reclaim still burns CPU, look for lru_lock spinlock contention in evict_folios (seed 003's epilogue)."
+		return "MGLRU is already on (" + m.Raw + "): if reclaim still burns CPU, look for lru_lock spinlock contention in evict_folios (the epilogue of \"The case of the vanishing CPU\")."
 	}
-	return "Check /sys/kernel/mm/lru_gen/enabled: the multi-generational LRU cured seed 003's livelock."
+	return "Check /sys/kernel/mm/lru_gen/enabled: the multi-generational LRU cured the livelock of \"The case of the vanishing CPU\"."
 }
 
 // directFinding: tasks reclaiming because the host itself is short.
@@ -533,7 +534,7 @@ func (s *Snapshot) directFinding() (finding.Finding, bool) {
 		if r.Calls[kindDirect]+r.Calls[kindNode] > 0 {
 			names = append(names, c.name())
 			subs = append(subs, finding.Subject{Role: finding.RoleCgroup, Cgroup: c.name(),
-				Detail: fmt.Sprintf("%d direct reclaim calls, %s", r.Calls[kindDirect]+r.Calls[kindNode], roundDur(r.Time[kindDirect]+r.Time[kindNode]))})
+				Detail: fmt.Sprintf("%d direct reclaim calls, %s", r.Calls[kindDirect]+r.Calls[kindNode], human.Duration(r.Time[kindDirect]+r.Time[kindNode]))})
 		}
 	}
 	if calls == 0 {
@@ -541,7 +542,7 @@ func (s *Snapshot) directFinding() (finding.Finding, bool) {
 	}
 	if worst != nil {
 		subs = append(subs, finding.Subject{Role: finding.RoleTask, PID: worst.PID, TID: worst.TID, Comm: worst.Comm,
-			Detail: fmt.Sprintf("longest direct reclaim: %s, %s pages scanned, %s reclaimed", roundDur(worst.Duration), count(worst.Scanned), count(worst.Reclaimed))})
+			Detail: fmt.Sprintf("longest direct reclaim: %s, %s pages scanned, %s reclaimed", human.Duration(worst.Duration), human.Count(worst.Scanned), human.Count(worst.Reclaimed))})
 	}
 	sev := finding.Info
 	if total >= slowCall || longest >= slowCall {
@@ -549,12 +550,12 @@ func (s *Snapshot) directFinding() (finding.Finding, bool) {
 	}
 	return finding.Finding{
 		ID: "reclaim.direct", Investigator: "reclaim", Severity: sev,
-		Title:   fmt.Sprintf("The host is short of memory: %d direct reclaim calls stalled tasks for %s (longest %s)", calls, roundDur(total), roundDur(longest)),
+		Title:   fmt.Sprintf("The host is short of memory: %d direct reclaim calls stalled tasks for %s (longest %s)", calls, human.Duration(total), human.Duration(longest)),
 		Summary: fmt.Sprintf("Allocations outside any cgroup limit found too little free memory and reclaimed themselves, in cgroups %s; kswapd did not keep up.", strings.Join(names, ", ")),
 		Mechanism: "When free memory falls below the min watermark, an allocating task reclaims synchronously (direct reclaim) before it may allocate. " +
 			"kswapd is meant to keep free memory above the low watermark so that this never happens.",
 		Subjects: subs,
-		Evidence: map[string]any{"direct_reclaim_calls": calls, "reclaim_s_total": round(total.Seconds(), 3), "max_reclaim_ms": round(float64(longest)/1e6, 1),
+		Evidence: map[string]any{"direct_reclaim_calls": calls, "reclaim_s_total": human.Round(total.Seconds(), 3), "max_reclaim_ms": human.Round(float64(longest)/1e6, 1),
 			"kswapd_wakes": s.Kswapd.Wakes, "kswapd_pages_scanned": s.Kswapd.Scanned, "kswapd_pages_reclaimed": s.Kswapd.Reclaimed},
 		Remediation: []string{
 			"Raise vm.min_free_kbytes or vm.watermark_scale_factor so that kswapd starts earlier and direct reclaim stays rare.",
@@ -577,7 +578,7 @@ func (s *Snapshot) throttleFinding() (finding.Finding, bool) {
 		}
 		delay += c.Reclaim.ThrottledFor
 		if cn > 0 {
-			subs = append(subs, finding.Subject{Role: finding.RoleCgroup, Cgroup: c.name(), Detail: fmt.Sprintf("throttled %d times, %s", cn, roundDur(c.Reclaim.ThrottledFor))})
+			subs = append(subs, finding.Subject{Role: finding.RoleCgroup, Cgroup: c.name(), Detail: fmt.Sprintf("throttled %d times, %s", cn, human.Duration(c.Reclaim.ThrottledFor))})
 		}
 	}
 	total := n[0] + n[1] + n[2] + n[3]
@@ -585,7 +586,7 @@ func (s *Snapshot) throttleFinding() (finding.Finding, bool) {
 		return finding.Finding{}, false
 	}
 	var parts []string
-	ev := map[string]any{"throttled_total": total, "throttled_s_total": round(delay.Seconds(), 3)}
+	ev := map[string]any{"throttled_total": total, "throttled_s_total": human.Round(delay.Seconds(), 3)}
 	for i, v := range n {
 		if v > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", v, throttleReasons[i]))
@@ -598,7 +599,7 @@ func (s *Snapshot) throttleFinding() (finding.Finding, bool) {
 	}
 	return finding.Finding{
 		ID: "reclaim.throttled", Investigator: "reclaim", Severity: sev,
-		Title:     fmt.Sprintf("Reclaimers were throttled %d times for %s (%s)", total, roundDur(delay), strings.Join(parts, ", ")),
+		Title:     fmt.Sprintf("Reclaimers were throttled %d times for %s (%s)", total, human.Duration(delay), strings.Join(parts, ", ")),
 		Summary:   "Reclaim put the reclaiming tasks to sleep because it could not make progress right away.",
 		Mechanism: "reclaim_throttle() sleeps a reclaimer when too many pages are under writeback (WRITEBACK), too many are isolated by concurrent reclaimers (ISOLATED), or reclaim made no progress (NOPROGRESS). Each sleep is a stall of the allocating task.",
 		Subjects:  subs,
@@ -616,13 +617,13 @@ func (s *Snapshot) kswapdFinding() (finding.Finding, bool) {
 	}
 	eff := "-"
 	if k.Scanned > 0 {
-		eff = pct(100 * float64(k.Reclaimed) / float64(k.Scanned))
+		eff = human.Percent(100 * float64(k.Reclaimed) / float64(k.Scanned))
 	}
 	return finding.Finding{
 		ID: "reclaim.kswapd", Investigator: "reclaim", Severity: finding.Info,
-		Title:   fmt.Sprintf("kswapd woke %d times, awake %s, reclaimed %s of %s pages scanned (%s%%)", k.Wakes, roundDur(k.Awake), count(k.Reclaimed), count(k.Scanned), eff),
+		Title:   fmt.Sprintf("kswapd woke %d times, awake %s, reclaimed %s of %s pages scanned (%s)", k.Wakes, human.Duration(k.Awake), human.Count(k.Reclaimed), human.Count(k.Scanned), eff),
 		Summary: fmt.Sprintf("Background reclaim ran; %d allocations asked for it. kswapd keeps the host's free memory above the watermarks; it does not enforce cgroup limits.", k.Requests),
-		Evidence: map[string]any{"kswapd_wakes": k.Wakes, "kswapd_awake_s": round(k.Awake.Seconds(), 3), "pages_scanned": k.Scanned, "pages_reclaimed": k.Reclaimed,
+		Evidence: map[string]any{"kswapd_wakes": k.Wakes, "kswapd_awake_s": human.Round(k.Awake.Seconds(), 3), "pages_scanned": k.Scanned, "pages_reclaimed": k.Reclaimed,
 			"kswapd_requests": k.Requests},
 	}, true
 }
@@ -635,9 +636,9 @@ func (s *Snapshot) pressureFinding() (finding.Finding, bool) {
 	return finding.Finding{
 		ID: "reclaim.psi", Investigator: "reclaim", Severity: finding.Warning,
 		Title:     fmt.Sprintf("Memory pressure: tasks stalled on memory %.1f%% of the time (all of them %.1f%%)", sys.PSISome, sys.PSIFull),
-		Summary:   fmt.Sprintf("/proc/pressure/memory over the last %s: some %.1f%%, full %.1f%%. Stalls count reclaim, refaults of evicted pages and waits for swap.", roundDur(s.Window), sys.PSISome, sys.PSIFull),
+		Summary:   fmt.Sprintf("/proc/pressure/memory over the last %s: some %.1f%%, full %.1f%%. Stalls count reclaim, refaults of evicted pages and waits for swap.", human.Duration(s.Window), sys.PSISome, sys.PSIFull),
 		Mechanism: "Pressure stall information counts the time tasks could have run but waited on memory: in reclaim, in refaulting a page evicted shortly before (thrashing), or on swap-in.",
-		Evidence:  map[string]any{"psi_some_pct": round(sys.PSISome, 2), "psi_full_pct": round(sys.PSIFull, 2), "window_s": round(s.Window.Seconds(), 3)},
+		Evidence:  map[string]any{"psi_some_pct": human.Round(sys.PSISome, 2), "psi_full_pct": human.Round(sys.PSIFull, 2), "window_s": human.Round(s.Window.Seconds(), 3)},
 		Remediation: []string{
 			"The reclaim findings name the cgroups that stall; on cgroup v2 each has its own memory.pressure to alert on.",
 		},
@@ -663,66 +664,10 @@ func (s *Snapshot) Histograms() []finding.Histogram {
 	return out
 }
 
-func round(v float64, digits int) float64 {
-	p := 1.0
-	for range digits {
-		p *= 10
-	}
-	if v < 0 {
-		return -float64(int64(-v*p+0.5)) / p
-	}
-	return float64(int64(v*p+0.5)) / p
-}
-
-// pct prints a percentage with the precision a small one needs.
-func pct(v float64) string {
-	switch {
-	case v == 0:
-		return "0"
-	case v < 0.1:
-		return fmt.Sprintf("%.3f", v)
-	case v < 10:
-		return fmt.Sprintf("%.1f", v)
-	}
-	return fmt.Sprintf("%.0f", v)
-}
-
+// pctOrDash is an efficiency, or "-" when nothing was scanned (-1).
 func pctOrDash(v float64) string {
 	if v < 0 {
 		return "-"
 	}
-	return pct(v)
+	return human.Percent(v)
 }
-
-func roundDur(d time.Duration) string {
-	switch {
-	case d >= 10*time.Second:
-		return d.Round(100 * time.Millisecond).String()
-	case d >= time.Second:
-		return d.Round(10 * time.Millisecond).String()
-	case d >= time.Millisecond:
-		return d.Round(100 * time.Microsecond).String()
-	}
-	return d.Round(time.Microsecond).String()
-}
-
-func count(n uint64) string {
-	switch {
-	case n >= 10_000_000:
-		return fmt.Sprintf("%.0fM", float64(n)/1e6)
-	case n >= 1_000_000:
-		return fmt.Sprintf("%.1fM", float64(n)/1e6)
-	case n >= 10_000:
-		return fmt.Sprintf("%.0fK", float64(n)/1e3)
-	}
-	return fmt.Sprint(n)
-}
-
-func mib(b int64) string {
-	if b < 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%d MiB", b>>20)
-}
-
-func mibU(b uint64) string { return fmt.Sprintf("%d MiB", b>>20) }

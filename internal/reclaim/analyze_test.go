@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/finding/findingtest"
 	"github.com/wolf-investigator/wolf/internal/hist"
 	"github.com/wolf-investigator/wolf/internal/memcg"
 )
@@ -51,18 +52,9 @@ func seedSnapshot() *Snapshot {
 	}
 }
 
-func byID(fs []finding.Finding, id string) *finding.Finding {
-	for i := range fs {
-		if fs[i].ID == id {
-			return &fs[i]
-		}
-	}
-	return nil
-}
-
 func TestSeedLivelockIsCritical(t *testing.T) {
 	fs := Conclude(seedSnapshot())
-	f := byID(fs, "reclaim.memcg-livelock")
+	f := findingtest.First(fs, "reclaim.memcg-livelock")
 	if f == nil {
 		t.Fatalf("no livelock finding in %+v", fs)
 	}
@@ -136,10 +128,10 @@ func TestNotALivelock(t *testing.T) {
 			s := seedSnapshot()
 			mutate(s)
 			fs := Conclude(s)
-			if f := byID(fs, "reclaim.memcg-livelock"); f != nil {
+			if f := findingtest.First(fs, "reclaim.memcg-livelock"); f != nil {
 				t.Fatalf("livelock found: %s", f.Title)
 			}
-			f := byID(fs, "reclaim.memcg-pressure")
+			f := findingtest.First(fs, "reclaim.memcg-pressure")
 			if f == nil || f.Severity != finding.Warning {
 				t.Fatalf("want a memcg-pressure warning, got %+v", fs)
 			}
@@ -195,12 +187,12 @@ func TestDirectThrottleKswapdPSI(t *testing.T) {
 	}
 	fs := Conclude(s)
 	for id, sev := range map[string]finding.Severity{"reclaim.direct": finding.Warning, "reclaim.throttled": finding.Warning, "reclaim.kswapd": finding.Info, "reclaim.psi": finding.Warning} {
-		f := byID(fs, id)
+		f := findingtest.First(fs, id)
 		if f == nil || f.Severity != sev {
 			t.Errorf("%s: %+v", id, f)
 		}
 	}
-	if f := byID(fs, "reclaim.throttled"); f != nil && (f.Evidence["throttled_isolated"] != uint64(12) || !strings.Contains(f.Title, "12 isolated")) {
+	if f := findingtest.First(fs, "reclaim.throttled"); f != nil && (f.Evidence["throttled_isolated"] != uint64(12) || !strings.Contains(f.Title, "12 isolated")) {
 		t.Errorf("throttle finding %+v", f)
 	}
 	// Direct reclaim alone in the root cgroup is not a cgroup-limit finding.
@@ -232,20 +224,6 @@ func TestHistograms(t *testing.T) {
 	}
 	if sc, ok := names["reclaim_scanned_pages"]; !ok || sc.Max != 1093267 {
 		t.Errorf("scanned histogram %+v", sc)
-	}
-}
-
-func TestFormatting(t *testing.T) {
-	for v, want := range map[float64]string{0: "0", 0.00293: "0.003", 0.5: "0.5", 46.3: "46"} {
-		if got := pct(v); got != want {
-			t.Errorf("pct(%v) = %q, want %q", v, got, want)
-		}
-	}
-	if got := count(1093267); got != "1.1M" {
-		t.Errorf("count = %q", got)
-	}
-	if got := round(0.0029, 3); got != 0.003 {
-		t.Errorf("round = %v", got)
 	}
 }
 

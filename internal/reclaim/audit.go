@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/human"
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/kconfig"
 	"github.com/wolf-investigator/wolf/internal/sysctl"
@@ -80,7 +81,7 @@ func readMGLRU(read func(string) ([]byte, error), cfg func() (*kconfig.Config, e
 }
 
 // Audit implements investigator.Auditor: MGLRU, swap and the vm settings
-// that shape reclaim, read the way seed 003 discusses them.
+// that shape reclaim, read the way "The case of the vanishing CPU" discusses them.
 func (*Investigator) Audit(ctx context.Context) []finding.Finding {
 	return audit(ReadMGLRU(), swapTotal(), sysctl.ReadInt)
 }
@@ -106,15 +107,15 @@ func swapTotal() int64 {
 
 func audit(m MGLRU, swapBytes int64, read func(string) (int64, error)) []finding.Finding {
 	var out []finding.Finding
-	ref := []string{seedRef, "https://docs.kernel.org/admin-guide/mm/multigen_lru.html"}
+	ref := []string{storyRef, "https://docs.kernel.org/admin-guide/mm/multigen_lru.html"}
 	switch m.State {
 	case MGLRUOff:
 		out = append(out, finding.Finding{
 			ID: "audit.mglru-off", Investigator: "audit", Severity: finding.Info,
 			Title:   "The multi-generational LRU is built in but off (" + lruGenEnabled + " = " + m.Raw + ")",
-			Summary: "Reclaim uses the classic active/inactive lists, under which seed 003's cgroups livelocked: reclaim scanning a million pages to free 32.",
+			Summary: "Reclaim uses the classic active/inactive lists, under which the cgroups of \"The case of the vanishing CPU\" livelocked: reclaim scanning a million pages to free 32.",
 			Mechanism: "The classic LRU needs two scans to free a page and rotates every referenced page it meets; with many threads touching a cgroup's pages, reclaim at the limit can scan for seconds per call. " +
-				"MGLRU ages pages by generation and evicts the oldest, which cured the seed's livelock.",
+				"MGLRU ages pages by generation and evicts the oldest, which cured the livelock of \"The case of the vanishing CPU\".",
 			Evidence:    map[string]any{"lru_gen_enabled": m.Raw},
 			Remediation: []string{"echo y > " + lruGenEnabled + " (takes effect at once; check that it reads 0x0007), then watch reclaim for lru_lock contention in evict_folios"},
 			References:  ref,
@@ -123,7 +124,7 @@ func audit(m MGLRU, swapBytes int64, read func(string) (int64, error)) []finding
 		out = append(out, finding.Finding{
 			ID: "audit.mglru-absent", Investigator: "audit", Severity: finding.Info,
 			Title:       "This kernel has no multi-generational LRU: " + m.Detail,
-			Summary:     "Reclaim uses the classic active/inactive lists, under which seed 003's cgroups livelocked; MGLRU, the seed's cure, cannot be turned on here.",
+			Summary:     "Reclaim uses the classic active/inactive lists, under which the cgroups of \"The case of the vanishing CPU\" livelocked; MGLRU, their cure, cannot be turned on here.",
 			Evidence:    map[string]any{"lru_gen": "absent"},
 			Remediation: []string{"For hosts whose cgroups run at their memory limit, prefer a kernel built with CONFIG_LRU_GEN=y (CONFIG_LRU_GEN_ENABLED=y or echo y > " + lruGenEnabled + ")."},
 			References:  ref,
@@ -133,7 +134,7 @@ func audit(m MGLRU, swapBytes int64, read func(string) (int64, error)) []finding
 		out = append(out, finding.Finding{
 			ID: "audit.no-swap", Investigator: "audit", Severity: finding.Info,
 			Title:    "No swap: only file pages can be reclaimed",
-			Summary:  "Anonymous memory stays resident, so a cgroup at its limit reclaims page cache (mapped files, binaries) alone; with a hot page cache that is the setting of seed 003's livelock.",
+			Summary:  "Anonymous memory stays resident, so a cgroup at its limit reclaims page cache (mapped files, binaries) alone; with a hot page cache that is the setting of the livelock in \"The case of the vanishing CPU\".",
 			Evidence: map[string]any{"swap_bytes": 0},
 		})
 	}
@@ -192,7 +193,7 @@ func settingsLine(vals map[string]int64, swapBytes int64) string {
 	case swapBytes == 0:
 		parts = append(parts, "no swap")
 	case swapBytes > 0:
-		parts = append(parts, fmt.Sprintf("swap %d MiB", swapBytes>>20))
+		parts = append(parts, "swap "+human.MiB(swapBytes))
 	}
 	return strings.Join(parts, ", ")
 }

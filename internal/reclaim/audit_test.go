@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/finding/findingtest"
 	"github.com/wolf-investigator/wolf/internal/kconfig"
 )
 
@@ -55,7 +56,7 @@ func TestAudit(t *testing.T) {
 	}
 	// This lab machine: no LRU_GEN, no swap.
 	fs := audit(MGLRU{State: MGLRUAbsent, Detail: "CONFIG_LRU_GEN is not set in this kernel (/proc/config.gz)"}, 0, sysctls(sane))
-	a, s := byID(fs, "audit.mglru-absent"), byID(fs, "audit.no-swap")
+	a, s := findingtest.First(fs, "audit.mglru-absent"), findingtest.First(fs, "audit.no-swap")
 	if a == nil || s == nil || a.Severity != finding.Info || s.Severity != finding.Info {
 		t.Fatalf("findings %+v", fs)
 	}
@@ -64,13 +65,13 @@ func TestAudit(t *testing.T) {
 	}
 	// Built but off: the seed's cure, spelled out.
 	fs = audit(MGLRU{State: MGLRUOff, Raw: "0x0000"}, 1<<30, sysctls(sane))
-	if f := byID(fs, "audit.mglru-off"); f == nil || !strings.Contains(f.Remediation[0], "echo y > /sys/kernel/mm/lru_gen/enabled") {
+	if f := findingtest.First(fs, "audit.mglru-off"); f == nil || !strings.Contains(f.Remediation[0], "echo y > /sys/kernel/mm/lru_gen/enabled") {
 		t.Errorf("mglru-off: %+v", fs)
 	}
 	bad := map[string]int64{"vm.zone_reclaim_mode": 1, "vm.vfs_cache_pressure": 0, "vm.dirty_ratio": 80, "vm.dirty_bytes": 0}
 	fs = audit(MGLRU{State: MGLRUOn}, 1<<30, sysctls(bad))
 	for _, id := range []string{"audit.zone-reclaim", "audit.vfs-cache-pressure", "audit.dirty-ratio"} {
-		if f := byID(fs, id); f == nil || f.Severity != finding.Warning || len(f.Remediation) == 0 {
+		if f := findingtest.First(fs, id); f == nil || f.Severity != finding.Warning || len(f.Remediation) == 0 {
 			t.Errorf("%s: %+v", id, f)
 		}
 	}

@@ -80,7 +80,7 @@ func openProbe(useMemcg bool, absent map[string]bool) (*probe, error) {
 	// A tp_btf program whose tracepoint the kernel lacks does not load,
 	// and would take the whole collection down with it: leave out the
 	// optional ones this kernel does not have (mm_vmscan_throttled came in
-	// 5.16, after seed 003's 5.15).
+	// 5.16, after the 5.15 of "The case of the vanishing CPU").
 	kernel, err := btf.LoadKernelSpec()
 	if err != nil {
 		return nil, fmt.Errorf("reclaim: kernel BTF: %v: %w", err, investigator.ErrUnsupported)

@@ -16,7 +16,7 @@
  *    between, the pages the call scanned and reclaimed;
  *  - lru_shrink_inactive gives, per batch, pages scanned and reclaimed and
  *    why the rest stayed (referenced and kept, activated, dirty, under
- *    writeback, failed to unmap): the seed's nr_ref_keep and nr_activate;
+ *    writeback, failed to unmap): ClickHouse's nr_ref_keep and nr_activate;
  *  - lru_shrink_active: pages taken off the active lists, kept or
  *    deactivated;
  *  - kswapd_wake/sleep and wakeup_kswapd: background reclaim;
@@ -64,22 +64,22 @@ static __always_inline bool counting(void)
 }
 
 enum kind {
-	KIND_MEMCG = 0,     /* a cgroup at its limit: try_to_free_mem_cgroup_pages */
+	KIND_MEMCG = 0,	    /* a cgroup at its limit: try_to_free_mem_cgroup_pages */
 	KIND_DIRECT = 1,    /* the host short of memory: try_to_free_pages */
 	KIND_SOFTLIMIT = 2, /* v1 soft limit, from kswapd */
-	KIND_NODE = 3,      /* node reclaim (vm.zone_reclaim_mode) */
+	KIND_NODE = 3,	    /* node reclaim (vm.zone_reclaim_mode) */
 	KIND_MAX = 4,
-	HIST_SCANNED = 8,   /* histogram of pages scanned per reclaim call */
+	HIST_SCANNED = 8, /* histogram of pages scanned per reclaim call */
 };
 
 struct cg_stats {
-	__u64 calls[KIND_MAX];   /* reclaim calls seen from begin to end */
-	__u64 ns[KIND_MAX];      /* their wall time */
-	__u64 cpu_ns[KIND_MAX];  /* their time on CPU */
+	__u64 calls[KIND_MAX];	/* reclaim calls seen from begin to end */
+	__u64 ns[KIND_MAX];	/* their wall time */
+	__u64 cpu_ns[KIND_MAX]; /* their time on CPU */
 	__u64 max_ns[KIND_MAX];
-	__u64 csw;               /* context switches inside reclaim calls */
-	__u64 end_reclaimed;     /* nr_reclaimed the calls' end events report */
-	__u64 unmatched_ends;    /* memcg/softlimit ends whose begin came before wolf */
+	__u64 csw;		 /* context switches inside reclaim calls */
+	__u64 end_reclaimed;	 /* nr_reclaimed the calls' end events report */
+	__u64 unmatched_ends;	 /* memcg/softlimit ends whose begin came before wolf */
 	__u64 unmatched_last_ns; /* ktime of the latest such end */
 	/* lru_shrink_inactive */
 	__u64 batches;
@@ -93,7 +93,7 @@ struct cg_stats {
 	__u64 congested;
 	__u64 immediate;
 	__u64 unmap_fail;
-	__u64 file_scanned;      /* of scanned, from file lists */
+	__u64 file_scanned; /* of scanned, from file lists */
 	/* lru_shrink_active */
 	__u64 active_taken;
 	__u64 active_kept;
@@ -146,17 +146,17 @@ struct hist_key {
 
 enum stat_index {
 	STAT_EVENTS = 0,
-	STAT_CG_FULL = 1,       /* cg_stats refused a new cgroup */
+	STAT_CG_FULL = 1, /* cg_stats refused a new cgroup */
 	STAT_TASK_FULL = 2,
 	STAT_INFLIGHT_FULL = 3,
 	STAT_HIST_FULL = 4,
 	STAT_KSWAPD_WAKES = 5,
 	STAT_KSWAPD_SLEEPS = 6,
-	STAT_WAKEUP_KSWAPD = 7,  /* allocators asking kswapd to run */
+	STAT_WAKEUP_KSWAPD = 7, /* allocators asking kswapd to run */
 	STAT_KSWAPD_SCANNED = 8,
 	STAT_KSWAPD_RECLAIMED = 9,
-	STAT_KSWAPD_NS = 10,     /* kswapd awake time, wake to sleep */
-	STAT_NESTED_BEGIN = 11,  /* a begin while the task was in reclaim already */
+	STAT_KSWAPD_NS = 10,	/* kswapd awake time, wake to sleep */
+	STAT_NESTED_BEGIN = 11, /* a begin while the task was in reclaim already */
 	STAT_MAX = 12,
 };
 
@@ -256,7 +256,8 @@ static __always_inline struct cg_stats *cg_get(__u64 cgid)
 
 	if (s)
 		return s;
-	if (bpf_map_update_elem(&cgroups, &cgid, &zero_cg, BPF_NOEXIST) && !bpf_map_lookup_elem(&cgroups, &cgid)) {
+	if (bpf_map_update_elem(&cgroups, &cgid, &zero_cg, BPF_NOEXIST) &&
+	    !bpf_map_lookup_elem(&cgroups, &cgid)) {
 		stat_add(STAT_CG_FULL, 1);
 		return NULL;
 	}
@@ -269,7 +270,8 @@ static __always_inline void hist_add(__u64 cgid, __u32 kind, __u64 v)
 	struct wolf_hist *h = bpf_map_lookup_elem(&hists, &k);
 
 	if (!h) {
-		if (bpf_map_update_elem(&hists, &k, &zero_hist, BPF_NOEXIST) && !bpf_map_lookup_elem(&hists, &k)) {
+		if (bpf_map_update_elem(&hists, &k, &zero_hist, BPF_NOEXIST) &&
+		    !bpf_map_lookup_elem(&hists, &k)) {
 			stat_add(STAT_HIST_FULL, 1);
 			return;
 		}
@@ -303,12 +305,14 @@ static __always_inline int reclaim_begin(__u32 kind)
 	return 0;
 }
 
-static __always_inline void task_account(struct task_struct *t, __u32 tid, struct inflight *f, __u64 ns, __u64 cpu, __u64 csw)
+static __always_inline void task_account(struct task_struct *t, __u32 tid, struct inflight *f,
+					 __u64 ns, __u64 cpu, __u64 csw)
 {
 	struct task_stats *ts = bpf_map_lookup_elem(&tasks, &tid);
 
 	if (!ts) {
-		if (bpf_map_update_elem(&tasks, &tid, &zero_task, BPF_NOEXIST) && !bpf_map_lookup_elem(&tasks, &tid)) {
+		if (bpf_map_update_elem(&tasks, &tid, &zero_task, BPF_NOEXIST) &&
+		    !bpf_map_lookup_elem(&tasks, &tid)) {
 			stat_add(STAT_TASK_FULL, 1);
 			return;
 		}

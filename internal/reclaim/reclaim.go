@@ -2,8 +2,8 @@
 // and per task, how often and how long tasks reclaimed, how many pages each
 // reclaim scanned for each one it freed, and what the cgroup and its
 // processes looked like meanwhile (limit, usage, limit hits, OOM kills, LRU
-// sizes, PSI, pidstat's %usr/%sys and fault rates). Its verdict names seed
-// 003's livelock: a cgroup at its limit whose reclaim calls last seconds and
+// sizes, PSI, pidstat's %usr/%sys and fault rates). Its verdict names the
+// livelock of ClickHouse's "The case of the vanishing CPU": a cgroup at its limit whose reclaim calls last seconds and
 // free almost nothing of what they scan, its tasks all in the kernel, and no
 // OOM kill to end it.
 //

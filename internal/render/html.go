@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/human"
 )
 
 // The page's template, style and script are hand-written and embedded, so
@@ -108,7 +109,7 @@ func newHTMLView(r *finding.Report) *htmlView {
 	if !r.StartedAt.IsZero() {
 		v.Started = r.StartedAt.UTC().Format(time.RFC3339)
 	}
-	v.Duration = shortFloat(r.DurationS)
+	v.Duration = human.Number(r.DurationS)
 	fs := append([]finding.Finding(nil), r.Findings...)
 	finding.Sort(fs)
 	for i := range fs {

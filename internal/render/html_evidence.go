@@ -9,12 +9,18 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+
+	"github.com/wolf-investigator/wolf/internal/human"
 )
 
 // evNode is one evidence value, shaped for the template: a scalar, a list
 // of scalars, a table (a list of records), or a record (key/value rows).
 type evNode struct {
-	Scalar  string
+	Scalar string
+	// Human is Scalar humanised by the unit its key names (max_wait_ns
+	// 811885583 → 812 ms), shown with the raw value beside; "" when the
+	// raw value reads as well.
+	Human   string
 	Scalars []string
 	Columns []string
 	Rows    [][]*evNode
@@ -46,7 +52,7 @@ func evidenceNode(m map[string]any) *evNode {
 	if err := dec.Decode(&v); err != nil {
 		return &evNode{Kind: "scalar", Scalar: fmt.Sprintf("(unprintable evidence: %v)", err)}
 	}
-	return toEvNode(v, 0)
+	return toEvNode(v, 0, "")
 }
 
 const (
@@ -54,7 +60,9 @@ const (
 	evFoldRows = 10
 )
 
-func toEvNode(v any, depth int) *evNode {
+// toEvNode shapes v; key is the name v has in its record or table column
+// ("" when none), whose unit humanises numbers.
+func toEvNode(v any, depth int, key string) *evNode {
 	switch x := v.(type) {
 	case nil:
 		return &evNode{Kind: "scalar", Scalar: "null"}
@@ -72,7 +80,7 @@ func toEvNode(v any, depth int) *evNode {
 		sort.Strings(keys)
 		n := &evNode{Kind: "record"}
 		for _, k := range keys {
-			n.Fields = append(n.Fields, evField{Key: k, Value: toEvNode(x[k], depth+1)})
+			n.Fields = append(n.Fields, evField{Key: k, Value: toEvNode(x[k], depth+1, k)})
 		}
 		return n
 	case []any:
@@ -120,7 +128,7 @@ func toEvNode(v any, depth int) *evNode {
 				row := make([]*evNode, len(n.Columns))
 				for i, c := range n.Columns {
 					if cv, ok := rec[c]; ok {
-						row[i] = toEvNode(cv, depth+1)
+						row[i] = toEvNode(cv, depth+1, c)
 					} else {
 						row[i] = &evNode{Kind: "empty"}
 					}
@@ -132,11 +140,17 @@ func toEvNode(v any, depth int) *evNode {
 		}
 		n := &evNode{Kind: "record"} // mixed: index them
 		for i, e := range x {
-			n.Fields = append(n.Fields, evField{Key: strconv.Itoa(i), Value: toEvNode(e, depth+1)})
+			n.Fields = append(n.Fields, evField{Key: strconv.Itoa(i), Value: toEvNode(e, depth+1, key)})
 		}
 		return n
 	default:
-		return &evNode{Kind: "scalar", Scalar: scalarText(x)}
+		n := &evNode{Kind: "scalar", Scalar: scalarText(x)}
+		if num, ok := x.(json.Number); ok && key != "" {
+			if f, err := num.Float64(); err == nil {
+				n.Human, _ = human.Evidence(key, f)
+			}
+		}
+		return n
 	}
 }
 
@@ -155,7 +169,7 @@ func scalarText(v any) string {
 			return string(x)
 		}
 		if f, err := x.Float64(); err == nil {
-			return shortFloat(f)
+			return human.Number(f)
 		}
 		return string(x)
 	case string:

@@ -7,8 +7,10 @@ import (
 	"hash/fnv"
 	"sort"
 	"strconv"
+	"time"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/human"
 )
 
 const (
@@ -65,7 +67,7 @@ func newHTMLProfile(i int, p *finding.Profile) htmlProfile {
 	out := htmlProfile{ID: fmt.Sprintf("flame-%d", i+1), Name: p.Name, Unit: p.Unit, Labels: labelText(p.Labels),
 		Total: valueText(p.Total(), p.Unit), Stacks: len(p.Stacks), W: flameW}
 	if p.Unit == "samples" && p.PeriodNs > 0 {
-		out.CPUTime = shortFloat(float64(p.Total())*float64(p.PeriodNs)/1e9) + " s"
+		out.CPUTime = human.Number(float64(p.Total())*float64(p.PeriodNs)/1e9) + " s"
 	}
 	root := &flameNode{name: "all", children: map[string]*flameNode{}}
 	for _, s := range p.Stacks {
@@ -152,32 +154,19 @@ func newHTMLProfile(i int, p *finding.Profile) htmlProfile {
 			X: f1(x), Y: f1(y), W: f1(w), TextX: f1(x + 3), TextY: f1(y + 12),
 			Fill:  fmt.Sprintf("hsl(%d,75%%,62%%)", d.Hue[j]),
 			Label: fitLabel(d.Names[j], w),
-			Title: fmt.Sprintf("%s: %s (%s%%)", d.Names[j], valueText(d.Values[j], p.Unit), pct(d.Values[j], root.value)),
+			Title: fmt.Sprintf("%s: %s (%.1f%%)", d.Names[j], valueText(d.Values[j], p.Unit), 100*float64(d.Values[j])/float64(root.value)),
 		})
 	}
 	return out
 }
 
 // valueText prints a profile's value in its unit, nanoseconds as time.
+// report.js's valueText prints alike when it redraws.
 func valueText(v uint64, unit string) string {
 	if unit == "ns" {
-		switch x := float64(v); {
-		case x >= 1e9:
-			return strconv.FormatFloat(x/1e9, 'f', 2, 64) + " s"
-		case x >= 1e6:
-			return strconv.FormatFloat(x/1e6, 'f', 1, 64) + " ms"
-		case x >= 1e3:
-			return strconv.FormatFloat(x/1e3, 'f', 1, 64) + " µs"
-		}
+		return human.DurationPrecise(time.Duration(v))
 	}
 	return strconv.FormatUint(v, 10) + " " + unit
-}
-
-func pct(v, total uint64) string {
-	if total == 0 {
-		return "0"
-	}
-	return strconv.FormatFloat(100*float64(v)/float64(total), 'f', 1, 64)
 }
 
 // fitLabel cuts a frame name to what a rectangle w units wide shows; the

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/human"
 )
 
 type htmlHist struct {
@@ -46,9 +47,9 @@ const (
 // report are cumulative (Prometheus' le): each bar is the difference.
 func newHTMLHist(h *finding.Histogram) htmlHist {
 	out := htmlHist{Name: h.Name, Unit: h.Unit, Labels: labelText(h.Labels), Count: h.Count,
-		Sum: shortFloat(h.Sum), Max: shortFloat(h.Max), W: histW, H: histH}
+		Sum: human.Number(h.Sum), Max: human.Number(h.Max), W: histW, H: histH}
 	if h.Count > 0 {
-		out.Mean = shortFloat(h.Sum / float64(h.Count))
+		out.Mean = human.Number(h.Sum / float64(h.Count))
 		out.P50 = quantileLE(h, 0.5)
 		out.P99 = quantileLE(h, 0.99)
 	}
@@ -95,9 +96,9 @@ func newHTMLHist(h *finding.Histogram) htmlHist {
 		y := float64(histTop) + plotH - bh
 		lo := "0"
 		if i > 0 {
-			lo = shortFloat(bs[i-1].le)
+			lo = human.Number(bs[i-1].le)
 		} else if j := bucketIndex(h, b.le); j > 0 {
-			lo = shortFloat(h.Buckets[j-1].LE)
+			lo = human.Number(h.Buckets[j-1].LE)
 		}
 		label := ""
 		if i%every == 0 {
@@ -126,19 +127,15 @@ func bucketIndex(h *finding.Histogram, le float64) int {
 	return -1
 }
 
-// leText prints a bucket bound compactly (1023 → 1023, 1048575 → 1.0M).
+// leText prints a bucket bound compactly (1023 → 1023, 1048575 → 1M).
 func leText(le float64) string {
 	switch {
 	case math.IsInf(le, 1):
 		return "+Inf"
-	case le >= 1e9:
-		return strconv.FormatFloat(le/1e9, 'f', 1, 64) + "G"
-	case le >= 1e6:
-		return strconv.FormatFloat(le/1e6, 'f', 1, 64) + "M"
 	case le >= 1e4:
-		return strconv.FormatFloat(le/1e3, 'f', 0, 64) + "k"
+		return human.Count(uint64(le))
 	}
-	return shortFloat(le)
+	return human.Number(le)
 }
 
 // quantileLE is an upper estimate of a quantile: the bound of the first
@@ -147,8 +144,8 @@ func quantileLE(h *finding.Histogram, q float64) string {
 	want := uint64(math.Ceil(q * float64(h.Count)))
 	for _, b := range h.Buckets {
 		if b.Count >= want {
-			return shortFloat(math.Min(b.LE, h.Max))
+			return human.Number(math.Min(b.LE, h.Max))
 		}
 	}
-	return shortFloat(h.Max)
+	return human.Number(h.Max)
 }

@@ -332,3 +332,24 @@ func TestHTMLFlameGraphHeightFollowsDrawnFrames(t *testing.T) {
 		t.Errorf("total %q, want nanoseconds told as time", h.Total)
 	}
 }
+
+// Evidence numbers are humanised by the unit in their key, with the raw
+// value beside; numbers that read as well raw stay alone.
+func TestHTMLHumanisesEvidence(t *testing.T) {
+	out := renderHTML(t, &finding.Report{Command: "locks", Findings: []finding.Finding{{
+		ID: "locks.contention", Investigator: "locks", Severity: finding.Warning, Title: "t",
+		Evidence: map[string]any{"max_wait_ns": uint64(811885583), "window_s": 10, "tcp_rmem_max_bytes": 33554432,
+			"waits": []map[string]any{{"tid": 7, "wait_ns_total": 2300000000}}},
+	}}})
+	for _, want := range []string{
+		`<span class="ev">812 ms</span> <span class="ev raw">(811885583)</span>`,
+		`<span class="ev">2.3 s</span> <span class="ev raw">(2300000000)</span>`,
+		`<span class="ev">32 MiB</span> <span class="ev raw">(33554432)</span>`,
+		`<span class="ev">10</span>`,
+		`<span class="ev">7</span>`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("page lacks %s", want)
+		}
+	}
+}

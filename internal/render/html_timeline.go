@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/human"
 )
 
 type htmlTimeline struct {
@@ -88,12 +89,12 @@ func newHTMLTimeline(tl *finding.Timeline, durationS float64) htmlTimeline {
 			break
 		}
 		pt := svgPoint{X: f1(xOf(e.AtS)), Y: f1(yOf(e.Value)), LabelX: f1(xOf(e.AtS) + 4), LabelY: f1(yOf(e.Value) - 4),
-			Title: fmt.Sprintf("%s s: %s %s", strconv.FormatFloat(e.AtS, 'f', 3, 64), shortFloat(e.Value), tl.Unit)}
+			Title: fmt.Sprintf("%s s: %s %s", strconv.FormatFloat(e.AtS, 'f', 3, 64), human.Number(e.Value), tl.Unit)}
 		if e.Label != "" {
 			pt.Title += " (" + e.Label + ")"
 		}
 		if len(evs) <= tlMaxText {
-			pt.Label = shortFloat(e.Value)
+			pt.Label = human.Number(e.Value)
 			if e.Label != "" {
 				pt.Label += " " + e.Label
 			}
@@ -105,11 +106,11 @@ func newHTMLTimeline(tl *finding.Timeline, durationS float64) htmlTimeline {
 	out.PlotRight = f1(float64(tlW - tlRight))
 	step := niceStep(end, 8)
 	for s := 0.0; s <= end+1e-9; s += step {
-		out.XTicks = append(out.XTicks, svgTick{Pos: f1(xOf(s)), Label: shortFloat(s)})
+		out.XTicks = append(out.XTicks, svgTick{Pos: f1(xOf(s)), Label: human.Number(s)})
 	}
 	ystep := math.Max(1, niceStep(span, 8))
 	for v := math.Ceil(lo/ystep) * ystep; v <= hi+1e-9; v += ystep {
-		out.YTicks = append(out.YTicks, svgTick{Pos: f1(yOf(v)), Label: shortFloat(v)})
+		out.YTicks = append(out.YTicks, svgTick{Pos: f1(yOf(v)), Label: human.Number(v)})
 	}
 	return out
 }

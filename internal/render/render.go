@@ -7,13 +7,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"reflect"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/human"
+	"github.com/wolf-investigator/wolf/internal/kstack"
 )
 
 // Format is an output format name.
@@ -34,7 +34,7 @@ func ParseFormat(s string) (Format, error) {
 	return "", fmt.Errorf("unknown format %q (want text, json or html)", s)
 }
 
-// JSON writes the report as indented JSON, the contract in DESIGN.md.
+// JSON writes the report as indented JSON, the contract in ARCHITECTURE.md#the-json-contract.
 func JSON(w io.Writer, r *finding.Report) error {
 	if r.Findings == nil {
 		r.Findings = []finding.Finding{}
@@ -96,7 +96,7 @@ func Text(w io.Writer, r *finding.Report, o TextOptions) error {
 		o.StackDepth = 4
 	}
 	t := &textWriter{w: w, o: o, color: o.Color}
-	t.printf("%s\n\n", t.paint("1", fmt.Sprintf("wolf %s · %s · %s · kernel %s · %.1f s", r.WolfVersion, r.Command, r.Host, r.Kernel, r.DurationS)))
+	t.printf("%s\n\n", t.paint("1", header(r)))
 	t.checklist(r.Checklist)
 	fs := append([]finding.Finding(nil), r.Findings...)
 	finding.Sort(fs)
@@ -143,6 +143,21 @@ func Text(w io.Writer, r *finding.Report, o TextOptions) error {
 		}
 	}
 	return t.err
+}
+
+// header is the report's first line: who ran what where. A saved log's
+// analysis names the log's host and kernel, which the log may not give.
+func header(r *finding.Report) string {
+	parts := []string{"wolf " + r.WolfVersion, r.Command}
+	if r.Host != "" {
+		parts = append(parts, r.Host)
+	}
+	kernel := r.Kernel
+	if kernel == "" {
+		kernel = "unknown"
+	}
+	parts = append(parts, "kernel "+kernel, fmt.Sprintf("%.1f s", r.DurationS))
+	return strings.Join(parts, " · ")
 }
 
 // dataLine tells what the report holds beyond its findings that text
@@ -265,20 +280,11 @@ func (t *textWriter) subject(indent string, s *finding.Subject) {
 	}
 	for i, fr := range stack {
 		if i == depth {
-			t.printf("%s          %s\n", indent, t.paint("2", fmt.Sprintf("… %s (--format json has them all)", plural(len(stack)-depth, "more frame", "more frames"))))
+			t.printf("%s          %s\n", indent, t.paint("2", fmt.Sprintf("… %s (--format json has them all)", human.Plural(len(stack)-depth, "more frame", "more frames"))))
 			break
 		}
 		t.printf("%s          %s\n", indent, t.paint("2", fr))
 	}
-}
-
-// shortFloat prints a measurement with the precision a reader needs:
-// whole numbers from 1000 up, three significant digits below.
-func shortFloat(x float64) string {
-	if math.Abs(x) >= 1000 {
-		return strconv.FormatFloat(x, 'f', 0, 64)
-	}
-	return strconv.FormatFloat(x, 'g', 3, 64)
 }
 
 func evidenceLine(ev map[string]any) string {
@@ -292,7 +298,7 @@ func evidenceLine(ev map[string]any) string {
 		var v string
 		switch x := ev[k].(type) {
 		case float64:
-			v = shortFloat(x)
+			v = human.Number(x)
 		default:
 			// Lists and records (a chain of owners, a queue over time) are
 			// told by the subjects or kept for --format json.
@@ -343,27 +349,13 @@ func Wrap(s string, width int) []string {
 	return lines
 }
 
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return "1 " + one
-	}
-	return fmt.Sprintf("%d %s", n, many)
-}
-
 // schedulerFrame reports frames every sleeping task has (the scheduler,
 // the generic sleep and lock slow paths, unreliable "?" frames).
 func schedulerFrame(frame string) bool {
-	if strings.HasPrefix(frame, "? ") {
+	if kstack.Unreliable(frame) {
 		return true
 	}
-	name := strings.TrimSpace(frame)
-	if i := strings.IndexAny(name, "+ ("); i > 0 {
-		name = name[:i]
-	}
-	if i := strings.IndexByte(name, '.'); i > 0 {
-		name = name[:i] // __mutex_lock.constprop.0
-	}
-	switch name {
+	switch kstack.FuncName(frame) {
 	case "__schedule", "schedule", "schedule_timeout", "schedule_preempt_disabled", "io_schedule",
 		"io_schedule_timeout", "schedule_hrtimeout_range", "schedule_hrtimeout_range_clock",
 		"preempt_schedule", "preempt_schedule_common", "__switch_to", "__switch_to_asm",

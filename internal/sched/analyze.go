@@ -2,7 +2,6 @@ package sched
 
 import (
 	"fmt"
-	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/hist"
+	"github.com/wolf-investigator/wolf/internal/human"
 )
 
 // Thresholds decide what is worth a finding.
@@ -23,7 +23,7 @@ type Thresholds struct {
 	// noted (info): a task that mostly sleeps has cold caches anyway.
 	BusyCPUPct float64
 	// CriticalBouncesPerSec and CriticalCPUPct make a busy task's
-	// ping-pong critical: the seed's iperf thread.
+	// ping-pong critical: the iperf thread of "The Network Is Slow".
 	CriticalBouncesPerSec float64
 	CriticalCPUPct        float64
 	// RunqP99 and RunqCriticalP99: run-queue latency (p99 of a task or CPU)
@@ -138,7 +138,7 @@ type Snapshot struct {
 	BounceWindow time.Duration
 }
 
-const seedRef = "https://www.ericsplace.xyz/posts/network-is-slow/ (seed 001: a task bounced between cores by the load balancer and wake-up placement; CONFIG_SCHED_MC off)"
+const storyRef = "Eric's Place, \"The Network Is Slow: An Adventure in the Linux Kernel\", https://www.ericsplace.xyz/posts/network-is-slow/ (a task bounced between cores by the load balancer and wake-up placement; CONFIG_SCHED_MC off)"
 
 // Conclude turns a snapshot into findings.
 func Conclude(s *Snapshot) []finding.Finding {
@@ -177,8 +177,6 @@ func Conclude(s *Snapshot) []finding.Finding {
 	finding.Sort(out)
 	return out
 }
-
-func pct(x float64) float64 { return math.Round(x*10) / 10 }
 
 func taskName(t *Task) string {
 	if t.PID != 0 && t.PID != t.TID {
@@ -246,12 +244,12 @@ func bounceFinding(t *Task, s *Snapshot, th Thresholds, mismatches []Mismatch) f
 
 	ev := map[string]any{
 		"migrations":             t.Migrations,
-		"migrations_per_s":       pct(rate),
+		"migrations_per_s":       human.Round(rate, 1),
 		"bounces":                t.Bounces,
-		"bounces_per_s":          pct(bounceRate),
+		"bounces_per_s":          human.Round(bounceRate, 1),
 		"bounce_window_ms":       s.BounceWindow.Milliseconds(),
-		"window_s":               pct(t.Window.Seconds()),
-		"cpu_pct":                pct(t.CPUPct),
+		"window_s":               human.Round(t.Window.Seconds(), 1),
+		"cpu_pct":                human.Round(t.CPUPct, 1),
 		"moved_by_third_cpu":     t.Remote,
 		"kernel_nr_migrations":   t.KernelTotal,
 		"initiators":             shares(t),
@@ -259,12 +257,12 @@ func bounceFinding(t *Task, s *Snapshot, th Thresholds, mismatches []Mismatch) f
 		"cpus_allowed":           t.CPUsAllowed,
 		"exited_during_window":   t.Exited,
 		"comm":                   t.Comm,
-		"initiator_wakeup_pct":   pct(t.Share(KindWakeup)),
-		"initiator_balance_pct":  pct(t.Share(KindBalance)),
-		"initiator_newidle_pct":  pct(t.Share(KindNewidle)),
-		"initiator_stopper_pct":  pct(t.Share(KindStopper)),
-		"initiator_affinity_pct": pct(t.Share(KindAffinity)),
-		"initiator_other_pct":    pct(t.Share(KindOther)),
+		"initiator_wakeup_pct":   human.Round(t.Share(KindWakeup), 1),
+		"initiator_balance_pct":  human.Round(t.Share(KindBalance), 1),
+		"initiator_newidle_pct":  human.Round(t.Share(KindNewidle), 1),
+		"initiator_stopper_pct":  human.Round(t.Share(KindStopper), 1),
+		"initiator_affinity_pct": human.Round(t.Share(KindAffinity), 1),
+		"initiator_other_pct":    human.Round(t.Share(KindOther), 1),
 	}
 	if t.Cpuset != "" {
 		ev["cpuset_cpus"] = t.Cpuset
@@ -276,15 +274,15 @@ func bounceFinding(t *Task, s *Snapshot, th Thresholds, mismatches []Mismatch) f
 		ev["bounce_pattern"] = out.Key() + " away, " + back.Key() + " back"
 	}
 	if w := t.ByKind[KindWakeup]; w > 0 {
-		ev["wake_affine_pct"] = pct(100 * float64(t.WakeAffine) / float64(w))
-		ev["wake_wide_pct"] = pct(100 * float64(t.WakeWide) / float64(w))
-		ev["wakee_flips_mean"] = pct(t.WakeeFlips)
+		ev["wake_affine_pct"] = human.Round(100*float64(t.WakeAffine)/float64(w), 1)
+		ev["wake_wide_pct"] = human.Round(100*float64(t.WakeWide)/float64(w), 1)
+		ev["wakee_flips_mean"] = human.Round(t.WakeeFlips, 1)
 		ev["waker_flips_max"] = t.WakerFlips
 	}
 	if t.Runq.Count > 0 {
 		ev["runq_waits"] = t.Runq.Count
-		ev["runq_p99_us"] = pct(float64(t.Runq.Quantile(0.99)) / 1e3)
-		ev["runq_max_us"] = pct(float64(t.Runq.Max) / 1e3)
+		ev["runq_p99_us"] = human.Round(float64(t.Runq.Quantile(0.99))/1e3, 1)
+		ev["runq_max_us"] = human.Round(float64(t.Runq.Max)/1e3, 1)
 	}
 	if a := t.Affinity; a != nil {
 		ev["setaffinity_calls_self"] = a.Self
@@ -308,7 +306,7 @@ func bounceFinding(t *Task, s *Snapshot, th Thresholds, mismatches []Mismatch) f
 
 	summary := fmt.Sprintf("In %.1f s the kernel moved %s %d times (%s).", t.Window.Seconds(), taskName(t), t.Migrations, shares(t))
 	if t.Bounces > 0 {
-		summary += fmt.Sprintf(" %d of the moves undid the previous one within %v (A→B→A).", t.Bounces, s.BounceWindow)
+		summary += fmt.Sprintf(" %d of the moves undid the previous one within %s (A→B→A).", t.Bounces, human.Duration(s.BounceWindow))
 	}
 	if t.CPUPct > 0 {
 		summary += fmt.Sprintf(" It used %.0f%% of a CPU.", t.CPUPct)
@@ -333,7 +331,7 @@ func bounceFinding(t *Task, s *Snapshot, th Thresholds, mismatches []Mismatch) f
 		Subjects:     []finding.Subject{subj},
 		Evidence:     ev,
 		Remediation:  remediation(t, mm, s),
-		References:   []string{seedRef},
+		References:   []string{storyRef},
 	}
 }
 
@@ -343,9 +341,9 @@ func mechanism(t *Task, mismatch bool) string {
 	case dom == KindAffinity:
 		return "Every change of a task's allowed CPUs (sched_setaffinity, a cpuset update) that excludes the CPU it is on forces a migration, through the migration stopper if it is running. Changing it over and over moves the task as often, and each move starts it on cold caches."
 	case bounced && (out == KindBalance || out == KindNewidle || out == KindStopper) && back == KindWakeup:
-		return "The load balancer pulls the task to another CPU, and the next wake-up places it back beside its waker (wake_affine, select_idle_sibling): balancer and wake-up path undo each other, as in seed 001. Each move costs the task its warm L1/L2 caches, and throughput drops though no CPU is saturated."
+		return "The load balancer pulls the task to another CPU, and the next wake-up places it back beside its waker (wake_affine, select_idle_sibling): balancer and wake-up path undo each other, as in \"The Network Is Slow\". Each move costs the task its warm L1/L2 caches, and throughput drops though no CPU is saturated."
 	case dom == KindWakeup && mismatch:
-		return "At each wake-up select_task_rq_fair() keeps the task on its previous CPU only if that CPU is idle and cpus_share_cache() says it shares a cache with the target; the scheduler believes these CPUs share none (sd_llc_size too small), so the wake-up pulls the task to its waker's CPU each time. This is seed 001's CONFIG_SCHED_MC=n board: the task ping-pongs and loses its warm caches at every move."
+		return "At each wake-up select_task_rq_fair() keeps the task on its previous CPU only if that CPU is idle and cpus_share_cache() says it shares a cache with the target; the scheduler believes these CPUs share none (sd_llc_size too small), so the wake-up pulls the task to its waker's CPU each time. This is the CONFIG_SCHED_MC=n board of \"The Network Is Slow\": the task ping-pongs and loses its warm caches at every move."
 	case dom == KindWakeup:
 		return "At each wake-up select_task_rq_fair() picks a CPU: wake_affine() favours the waker's CPU, and select_idle_sibling() keeps the previous CPU only if it is idle. A task woken from alternating CPUs while its previous CPU is busy is moved at every wake-up, losing its warm caches each time."
 	case dom == KindBalance || dom == KindNewidle:
@@ -369,7 +367,7 @@ func remediation(t *Task, mm *Mismatch, s *Snapshot) []string {
 		}
 		r = append(r, "Stop the affinity churn at its source: "+who+". Set the affinity once (taskset -pc CPUS "+strconv.Itoa(t.TID)+", or the cpuset of its cgroup) instead of changing it continually.")
 	default:
-		r = append(r, fmt.Sprintf("Pin the busy thread to one CPU, as the seed's fix did: taskset -pc %d %d (or CPUAffinity= in its systemd unit, or a cpuset).", cpu, t.TID))
+		r = append(r, fmt.Sprintf("Pin the busy thread to one CPU, as the fix in \"The Network Is Slow\" did: taskset -pc %d %d (or CPUAffinity= in its systemd unit, or a cpuset).", cpu, t.TID))
 	}
 	if mm != nil {
 		r = append(r, fmt.Sprintf("Make the scheduler know which CPUs share a cache: CPUs %s share an L%d cache, the scheduler thinks not. Build the kernel with CONFIG_SCHED_MC=y (multi-core scheduler support); then select_idle_sibling() keeps a waking task on its idle previous CPU.", FormatCPUs(mm.Hardware.CPUs), mm.Hardware.Level))
@@ -380,7 +378,7 @@ func remediation(t *Task, mm *Mismatch, s *Snapshot) []string {
 	if t.Dominant() == KindWakeup {
 		r = append(r, "Give wake-ups an idle previous CPU: move other busy work off the CPUs this task alternates between (cpusets), or wake it from one CPU (pin the waker, e.g. the NIC's IRQ and its softirq, to the task's CPU).")
 	}
-	r = append(r, fmt.Sprintf("See each move, the CPU that made it ([NNN]) and its stack, as the seed did: trace-cmd record -T -e sched:sched_migrate_task -f 'pid==%d' sleep 5; trace-cmd report.", t.TID))
+	r = append(r, fmt.Sprintf("See each move, the CPU that made it ([NNN]) and its stack, as \"The Network Is Slow\" did: trace-cmd record -T -e sched:sched_migrate_task -f 'pid==%d' sleep 5; trace-cmd report.", t.TID))
 	return r
 }
 
@@ -447,12 +445,12 @@ func runqFinding(s *Snapshot, th Thresholds) *finding.Finding {
 			Detail: fmt.Sprintf("run-queue p99 %.1f ms, max %.1f ms over %d waits", float64(b.p99)/1e6, float64(b.t.Runq.Max)/1e6, b.t.Runq.Count)})
 		names = append(names, taskName(b.t))
 	}
-	ev := map[string]any{"tasks": len(tasks), "worst_p99_us": pct(float64(worst) / 1e3), "threshold_p99_us": th.RunqP99.Microseconds()}
+	ev := map[string]any{"tasks": len(tasks), "worst_p99_us": human.Round(float64(worst)/1e3, 1), "threshold_p99_us": th.RunqP99.Microseconds()}
 	for _, cpu := range cpus {
 		h := s.CPURunq[cpu]
 		c := cpu
 		subj = append(subj, finding.Subject{Role: finding.RoleCPU, CPU: &c, Detail: fmt.Sprintf("p99 %.1f ms over %d waits", float64(h.Quantile(0.99))/1e6, h.Count)})
-		ev[fmt.Sprintf("cpu%d_p99_us", cpu)] = pct(float64(h.Quantile(0.99)) / 1e3)
+		ev[fmt.Sprintf("cpu%d_p99_us", cpu)] = human.Round(float64(h.Quantile(0.99))/1e3, 1)
 	}
 	type cg struct {
 		name string
@@ -486,7 +484,7 @@ func runqFinding(s *Snapshot, th Thresholds) *finding.Finding {
 		Investigator: "sched",
 		Severity:     sev,
 		Title:        title,
-		Summary:      fmt.Sprintf("%d task(s) and %d CPU(s) had a run-queue latency p99 of at least %v (from becoming runnable to running).", len(tasks), len(cpus), th.RunqP99),
+		Summary:      fmt.Sprintf("%d task(s) and %d CPU(s) had a run-queue latency p99 of at least %s (from becoming runnable to running).", len(tasks), len(cpus), human.Duration(th.RunqP99)),
 		Mechanism:    "A runnable task waits on its CPU's run queue until the scheduler picks it; with more runnable tasks than CPUs, or with higher-priority work hogging a CPU, the wait grows. Tasks that migrate badly wait too, on CPUs the balancer has not evened out.",
 		Subjects:     subj,
 		Evidence:     ev,
@@ -523,14 +521,14 @@ func mismatchFinding(ms []Mismatch, v *SchedView) finding.Finding {
 		Severity:     finding.Warning,
 		Title:        fmt.Sprintf("CPUs %s share an L%d cache, but the scheduler thinks they share none", FormatCPUs(m.Hardware.CPUs), m.Hardware.Level),
 		Summary:      "The scheduler's last-level-cache domains (sd_llc_size, sd_llc_id) disagree with the hardware: " + strings.Join(parts, "; ") + ".",
-		Mechanism:    "cpus_share_cache() and wake_wide() use the scheduler's LLC domains: CPUs it believes share no cache are never treated as cheap to move between, so select_idle_sibling() will not keep a woken task on its idle previous CPU. That is seed 001's CONFIG_SCHED_MC=n board, where tasks bounced between cores at every wake-up.",
+		Mechanism:    "cpus_share_cache() and wake_wide() use the scheduler's LLC domains: CPUs it believes share no cache are never treated as cheap to move between, so select_idle_sibling() will not keep a woken task on its idle previous CPU. That is the CONFIG_SCHED_MC=n board of \"The Network Is Slow\", where tasks bounced between cores at every wake-up.",
 		Subjects:     []finding.Subject{{Role: finding.RoleCPU, CPU: &cpus[0], Detail: "first CPU of the group"}},
 		Evidence:     ev,
 		Remediation: []string{
 			"Build the kernel with CONFIG_SCHED_MC=y (multi-core scheduler support), so that the MC domain carries SD_SHARE_LLC.",
 			"Check for isolcpus=/nohz_full= or cpuset partitions that cut these CPUs out of the scheduler's domains on purpose.",
 		},
-		References: []string{seedRef},
+		References: []string{storyRef},
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/finding/findingtest"
 	"github.com/wolf-investigator/wolf/internal/hist"
 )
 
@@ -33,15 +34,6 @@ func quietTask(tid int) *Task {
 	t.ByKind[KindWakeup] = 3
 	t.Runq.Add(5000)
 	return t
-}
-
-func find(fs []finding.Finding, id string) *finding.Finding {
-	for i := range fs {
-		if fs[i].ID == id {
-			return &fs[i]
-		}
-	}
-	return nil
 }
 
 func TestConcludeSeedPingPong(t *testing.T) {
@@ -146,7 +138,7 @@ func TestTooManyMoversAreSummarised(t *testing.T) {
 			n++
 		}
 	}
-	more := find(fs, "sched.bounce-more")
+	more := findingtest.First(fs, "sched.bounce-more")
 	if n != 5 || more == nil || len(more.Subjects) != 3 {
 		t.Errorf("%d bounce findings, more %+v", n, more)
 	}
@@ -169,7 +161,7 @@ func TestRunqLatency(t *testing.T) {
 	}
 	cg := map[string]hist.Log2{"/batch": cpu1}
 	s := &Snapshot{Tasks: []*Task{slow, niced}, CPURunq: map[int]hist.Log2{1: cpu1}, CgroupRunq: cg, Thresholds: DefaultThresholds}
-	f := find(Conclude(s), "sched.runq-latency")
+	f := findingtest.First(Conclude(s), "sched.runq-latency")
 	if f == nil {
 		t.Fatal("no run-queue latency finding")
 	}
@@ -214,11 +206,11 @@ func TestLiveMismatchFinding(t *testing.T) {
 	tk := seedTask()
 	s := &Snapshot{Tasks: []*Task{tk}, Hardware: hw, Sched: v, Thresholds: DefaultThresholds, BounceWindow: DefaultBounceWindow}
 	fs := Conclude(s)
-	mm := find(fs, "sched.llc-mismatch")
+	mm := findingtest.First(fs, "sched.llc-mismatch")
 	if mm == nil || !strings.Contains(mm.Title, "CPUs 0-3 share an L2 cache") || mm.Evidence["cpu0_sd_llc_size"] != 1 {
 		t.Fatalf("mismatch finding %+v", mm)
 	}
-	b := find(fs, "sched.bounce")
+	b := findingtest.First(fs, "sched.bounce")
 	if b.Evidence["scheduler_llc_cpus"] != "0" || b.Evidence["hardware_llc_cpus"] != "0-3" {
 		t.Errorf("bounce evidence %v", b.Evidence)
 	}
@@ -228,13 +220,13 @@ func TestLiveMismatchFinding(t *testing.T) {
 	// When the audit already reports CONFIG_SCHED_MC off, the live view
 	// adds evidence, not a second finding.
 	s.SchedMCOff = true
-	if find(Conclude(s), "sched.llc-mismatch") != nil {
+	if findingtest.First(Conclude(s), "sched.llc-mismatch") != nil {
 		t.Error("duplicate of the audit's finding")
 	}
 	// A scheduler that knows the shared cache: no mismatch.
 	s.SchedMCOff = false
 	s.Sched = &SchedView{LLCSize: map[int]int{0: 4, 1: 4, 2: 4, 3: 4}, LLCID: map[int]int{0: 0, 1: 0, 2: 0, 3: 0}}
-	if find(Conclude(s), "sched.llc-mismatch") != nil {
+	if findingtest.First(Conclude(s), "sched.llc-mismatch") != nil {
 		t.Error("mismatch reported where there is none")
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/human"
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/kconfig"
 )
@@ -99,7 +100,7 @@ func audit(in auditInput) []finding.Finding {
 			Severity:     finding.Warning,
 			Title:        fmt.Sprintf("CONFIG_SCHED_MC is off, but CPUs %s share an L%d cache: the scheduler does not know", FormatCPUs(g.CPUs), g.Level),
 			Summary:      in.Config.Describe("CONFIG_SCHED_MC") + fmt.Sprintf("; the hardware has %d group(s) of CPUs sharing a last-level cache.", len(shared)),
-			Mechanism:    "Without CONFIG_SCHED_MC no scheduling domain carries SD_SHARE_LLC, so sd_llc_size is 1 and cpus_share_cache() is false between cores that do share a cache. Wake-ups then move tasks to the waker's CPU instead of leaving them on their idle previous CPU, and with the load balancer they ping-pong (seed 001: UDP throughput halved).",
+			Mechanism:    "Without CONFIG_SCHED_MC no scheduling domain carries SD_SHARE_LLC, so sd_llc_size is 1 and cpus_share_cache() is false between cores that do share a cache. Wake-ups then move tasks to the waker's CPU instead of leaving them on their idle previous CPU, and with the load balancer they ping-pong (in \"The Network Is Slow\", UDP throughput halved).",
 			Subjects:     []finding.Subject{{Role: finding.RoleCPU, CPU: &g.CPUs[0], Detail: "LLC shared with CPUs " + FormatCPUs(g.CPUs)}},
 			Evidence: map[string]any{
 				"config_sched_mc":    configValue(in.Config, "CONFIG_SCHED_MC"),
@@ -107,8 +108,8 @@ func audit(in auditInput) []finding.Finding {
 				"hardware_llc_level": g.Level,
 				"shared_llc_groups":  len(shared),
 			},
-			Remediation: []string{"Rebuild the kernel with CONFIG_SCHED_MC=y (Processor type and features → Multi-core scheduler support); the seed's bouncing vanished with it."},
-			References:  []string{seedRef},
+			Remediation: []string{"Rebuild the kernel with CONFIG_SCHED_MC=y (Processor type and features → Multi-core scheduler support); on the board of \"The Network Is Slow\" the bouncing vanished with it."},
+			References:  []string{storyRef},
 		})
 	}
 	if !mcReported && in.Domains != nil && in.Hardware != nil {
@@ -158,7 +159,7 @@ func is32Bit(cfg *kconfig.Config, machine string) bool {
 // counter wraps five minutes after boot, whatever HZ is.
 const jiffiesWrapAfterBoot = 300 * time.Second
 
-// jiffiesNote is seed 001's lesson: on a 32-bit kernel, anything that
+// jiffiesNote is the lesson of "The Network Is Slow": on a 32-bit kernel, anything that
 // changed about five minutes after boot may be a jiffies-wrap effect.
 func jiffiesNote(in auditInput) *finding.Finding {
 	if !is32Bit(in.Config, in.Machine) || in.Uptime <= 0 {
@@ -181,7 +182,7 @@ func jiffiesNote(in auditInput) *finding.Finding {
 	if hz > 0 {
 		period := time.Duration(float64(1<<32) / float64(hz) * float64(time.Second))
 		ev["hz"] = hz
-		ev["jiffies_period_days"] = pct(period.Hours() / 24)
+		ev["jiffies_period_days"] = human.Round(period.Hours()/24, 1)
 		summary += fmt.Sprintf("At HZ=%d they wrap again every %.1f days. ", hz, period.Hours()/24)
 	}
 	if in.Uptime < jiffiesWrapAfterBoot {
@@ -195,10 +196,10 @@ func jiffiesNote(in auditInput) *finding.Finding {
 		Severity:     finding.Info,
 		Title:        fmt.Sprintf("32-bit jiffies wrapped 5 minutes after boot (%s): did the problem start then?", wrap.UTC().Format(time.RFC3339)),
 		Summary:      summary,
-		Mechanism:    "In seed 001, task->wakee_flip_decay_ts starts at 0 while jiffies start just below the wrap, so record_wakee() never decays wakee_flips until jiffies wrap; from then on wake_wide() changes its answer and wake-up placement changes with it. Throughput halved three to five minutes after every boot.",
+		Mechanism:    "In \"The Network Is Slow\" (Eric's Place), task->wakee_flip_decay_ts starts at 0 while jiffies start just below the wrap, so record_wakee() never decays wakee_flips until jiffies wrap; from then on wake_wide() changes its answer and wake-up placement changes with it. Throughput halved three to five minutes after every boot.",
 		Evidence:     ev,
 		Remediation:  []string{"Compare the onset of the symptom with the wrap time; reproduce by measuring before and after it (wolf sched at 4 and at 6 minutes of uptime)."},
-		References:   []string{seedRef},
+		References:   []string{storyRef},
 	}
 }
 

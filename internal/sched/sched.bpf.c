@@ -7,7 +7,7 @@
  * wait for a CPU.
  *
  *  - tp_btf/sched_migrate_task fires in set_task_cpu() on the CPU doing the
- *    move (the "[002]" of the seed's trace). The initiator is read off the
+ *    move (the "[002]" of the write-up's trace). The initiator is read off the
  *    moment, in this order: the task's new affinity no longer allows its old
  *    CPU (an affinity or cpuset change); the task is TASK_WAKING (the wake-up
  *    path, running on the waker's CPU); the current task is the migration
@@ -36,9 +36,9 @@
 char LICENSE[] SEC("license") = "GPL";
 
 #define COMM_LEN 16
-#define MAX_CPUS 1024     /* per-CPU arrays below; larger CPU ids are not classified as finely */
-#define MAX_LEVELS 8      /* scheduling-domain levels read per CPU */
-#define SPAN_WORDS 4      /* CPUs 0-255 of a domain's span */
+#define MAX_CPUS 1024 /* per-CPU arrays below; larger CPU ids are not classified as finely */
+#define MAX_LEVELS 8  /* scheduling-domain levels read per CPU */
+#define SPAN_WORDS 4  /* CPUs 0-255 of a domain's span */
 
 #define TASK_WAKING 0x00000200
 #define SOFTIRQ_OFFSET 0x100
@@ -54,29 +54,29 @@ enum kind {
 	KIND_NEWIDLE = 2,  /* a CPU going idle pulled it (newidle balance) */
 	KIND_STOPPER = 3,  /* migration/N: active balance, NUMA, exec */
 	KIND_AFFINITY = 4, /* its allowed CPUs (affinity, cpuset) excluded the old CPU */
-	KIND_OTHER = 5,    /* hard irq, RT/DL push-pull, hotplug */
+	KIND_OTHER = 5,	   /* hard irq, RT/DL push-pull, hotplug */
 	NKINDS = 6,
 };
 
 enum stat_index {
-	STAT_MIGRATIONS = 0,    /* migrations counted (source != destination) */
-	STAT_SAME_CPU = 1,      /* set_task_cpu() to the same CPU: not a migration */
-	STAT_NO_STORAGE = 2,    /* task storage could not be created: events lost */
-	STAT_EXITED_FULL = 3,   /* exited-task map full: a record lost */
+	STAT_MIGRATIONS = 0,  /* migrations counted (source != destination) */
+	STAT_SAME_CPU = 1,    /* set_task_cpu() to the same CPU: not a migration */
+	STAT_NO_STORAGE = 2,  /* task storage could not be created: events lost */
+	STAT_EXITED_FULL = 3, /* exited-task map full: a record lost */
 	STAT_EXITED_SAVED = 4,
-	STAT_CGROUP_FULL = 5,   /* cgroup histogram map full: exited waits unattributed */
-	STAT_SETAFFINITY = 6,   /* sched_setaffinity calls seen */
-	STAT_SETAFF_FULL = 7,   /* setaffinity map full */
-	STAT_RECORDS = 8,       /* records written by the iterator */
+	STAT_CGROUP_FULL = 5, /* cgroup histogram map full: exited waits unattributed */
+	STAT_SETAFFINITY = 6, /* sched_setaffinity calls seen */
+	STAT_SETAFF_FULL = 7, /* setaffinity map full */
+	STAT_RECORDS = 8,     /* records written by the iterator */
 	STAT_RUNQ_SAMPLES = 9,
-	STAT_BIG_CPU = 10,      /* events on CPUs >= MAX_CPUS (classified coarsely) */
+	STAT_BIG_CPU = 10, /* events on CPUs >= MAX_CPUS (classified coarsely) */
 	STAT_MAX = 11,
 };
 
 /* Set by user space before load. */
 const volatile __u64 bounce_window_ns = 50000000ULL;
-const volatile __u32 target_tgid = 0; /* 0: every process */
-const volatile __u32 self_tgid = 0;   /* wolf itself, ignored unless targeted */
+const volatile __u32 target_tgid = 0;	 /* 0: every process */
+const volatile __u32 self_tgid = 0;	 /* wolf itself, ignored unless targeted */
 const volatile __u32 timeline_len = 128; /* migrations kept per task for its timeline; 0: none */
 /*
  * A task's first moves are not written to its ring: most tasks move a few
@@ -99,9 +99,9 @@ __u64 percpu_base[MAX_CPUS];
 __s32 llc_size[MAX_CPUS];
 
 struct tstat {
-	__u64 enq_ts;      /* became runnable (woken or preempted); 0: not waiting */
-	__u64 first_ts;    /* when wolf first saw the task */
-	__u64 runtime0;    /* se.sum_exec_runtime then */
+	__u64 enq_ts;	/* became runnable (woken or preempted); 0: not waiting */
+	__u64 first_ts; /* when wolf first saw the task */
+	__u64 runtime0; /* se.sum_exec_runtime then */
 	__u64 last_mig_ts;
 	__u32 last_from;
 	__u32 last_to;
@@ -111,11 +111,11 @@ struct tstat {
 	__u32 bounces;
 	__u32 bounce_out[NKINDS];  /* kind of the move away */
 	__u32 bounce_back[NKINDS]; /* kind of the move back */
-	__u32 bounce_a;            /* CPUs of the last bounce */
+	__u32 bounce_a;		   /* CPUs of the last bounce */
 	__u32 bounce_b;
-	__u32 remote;        /* moved by a CPU that is neither source nor destination */
-	__u32 wake_affine;   /* wake-up moves onto the waker's own CPU */
-	__u32 wake_wide;     /* wake-up moves where wake_wide() held */
+	__u32 remote;	   /* moved by a CPU that is neither source nor destination */
+	__u32 wake_affine; /* wake-up moves onto the waker's own CPU */
+	__u32 wake_wide;   /* wake-up moves where wake_wide() held */
 	__u32 waker_flips_max;
 	__u64 wakee_flips_sum; /* the task's wakee_flips at its wake-up moves */
 	struct wolf_hist runq; /* run-queue wait, ns */
@@ -140,9 +140,9 @@ struct task_rec {
 	char comm[COMM_LEN];
 	__u64 cgroup_id;
 	__u64 now_ts;
-	__u64 start_ts;       /* when the task was created (same clock) */
-	__u64 runtime_now;    /* se.sum_exec_runtime */
-	__u64 nr_migrations;  /* the kernel's own se.nr_migrations, for reference */
+	__u64 start_ts;	     /* when the task was created (same clock) */
+	__u64 runtime_now;   /* se.sum_exec_runtime */
+	__u64 nr_migrations; /* the kernel's own se.nr_migrations, for reference */
 	__u32 nr_cpus_allowed;
 	__u32 cpu;
 	__u32 policy;
@@ -170,10 +170,10 @@ struct dom_rec {
 };
 
 struct cpu_topo {
-	__u32 cpu;        /* the CPU read_cpu ran on */
-	__u32 rq_cpu;     /* rq->cpu of the run queue found: must equal cpu */
-	__s32 llc_size;   /* per_cpu(sd_llc_size): -1 when unreadable */
-	__s32 llc_id;     /* per_cpu(sd_llc_id) */
+	__u32 cpu;	/* the CPU read_cpu ran on */
+	__u32 rq_cpu;	/* rq->cpu of the run queue found: must equal cpu */
+	__s32 llc_size; /* per_cpu(sd_llc_size): -1 when unreadable */
+	__s32 llc_id;	/* per_cpu(sd_llc_id) */
 	__u32 ndomains;
 	__u32 _pad;
 	struct dom_rec dom[MAX_LEVELS];
@@ -428,7 +428,8 @@ static __always_inline int preempt_count(__u32 cpu)
 	int pc = -1;
 
 	if (off_preempt_count && cpu < MAX_CPUS && percpu_base[cpu]) {
-		if (bpf_probe_read_kernel(&pc, sizeof(pc), (void *)(percpu_base[cpu] + off_preempt_count)))
+		if (bpf_probe_read_kernel(&pc, sizeof(pc),
+					  (void *)(percpu_base[cpu] + off_preempt_count)))
 			return -1;
 		return pc;
 	}
@@ -554,8 +555,8 @@ int BPF_PROG(on_migrate, struct task_struct *p, int dest_cpu)
 		if (factor > 0 && !(slave < (__u32)factor || master < slave * (__u32)factor))
 			st->wake_wide++;
 	}
-	if (st->last_mig_ts && now - st->last_mig_ts <= bounce_window_ns &&
-	    orig == st->last_to && dest == st->last_from) {
+	if (st->last_mig_ts && now - st->last_mig_ts <= bounce_window_ns && orig == st->last_to &&
+	    dest == st->last_from) {
 		__u32 lk = st->last_kind;
 
 		st->bounces++;
@@ -630,7 +631,8 @@ int BPF_PROG(on_exit, struct task_struct *p)
 		cg = cgroup_id_of(p);
 		h = bpf_map_lookup_elem(&cgroup_runq, &cg);
 		if (!h) {
-			if (bpf_map_update_elem(&cgroup_runq, &cg, &zero_hist, BPF_NOEXIST) == -7 /* E2BIG */)
+			if (bpf_map_update_elem(&cgroup_runq, &cg, &zero_hist, BPF_NOEXIST) ==
+			    -7 /* E2BIG */)
 				stat_inc(STAT_CGROUP_FULL);
 			h = bpf_map_lookup_elem(&cgroup_runq, &cg);
 		}
@@ -763,9 +765,11 @@ int read_cpu(struct topo_args *args)
 		if (cpu < MAX_CPUS)
 			percpu_base[cpu] = base;
 		if (off_sd_llc_size)
-			bpf_probe_read_kernel(&t->llc_size, sizeof(t->llc_size), (void *)(base + off_sd_llc_size));
+			bpf_probe_read_kernel(&t->llc_size, sizeof(t->llc_size),
+					      (void *)(base + off_sd_llc_size));
 		if (off_sd_llc_id)
-			bpf_probe_read_kernel(&t->llc_id, sizeof(t->llc_id), (void *)(base + off_sd_llc_id));
+			bpf_probe_read_kernel(&t->llc_id, sizeof(t->llc_id),
+					      (void *)(base + off_sd_llc_id));
 		if (cpu < MAX_CPUS)
 			llc_size[cpu] = t->llc_size;
 	}
@@ -780,9 +784,11 @@ int read_cpu(struct topo_args *args)
 		d->level = BPF_CORE_READ(sd, level);
 		d->flags = BPF_CORE_READ(sd, flags);
 		d->span_weight = BPF_CORE_READ(sd, span_weight);
-		bpf_probe_read_kernel(d->span, sizeof(d->span), (void *)sd + bpf_core_type_size(struct sched_domain));
+		bpf_probe_read_kernel(d->span, sizeof(d->span),
+				      (void *)sd + bpf_core_type_size(struct sched_domain));
 		if (bpf_core_field_exists(sd->name))
-			bpf_probe_read_kernel_str(d->name, sizeof(d->name), BPF_CORE_READ(sd, name));
+			bpf_probe_read_kernel_str(d->name, sizeof(d->name),
+						  BPF_CORE_READ(sd, name));
 		t->ndomains = i + 1;
 		sd = BPF_CORE_READ(sd, parent);
 	}

@@ -1,4 +1,4 @@
-// Package sched is wolf's scheduler investigator (seed 001): which tasks
+// Package sched is wolf's scheduler investigator (after "The Network Is Slow", Eric's Place): which tasks
 // the scheduler moves between CPUs, how often, whether they bounce straight
 // back, who moves them (the wake-up path, the load balancer, the migration
 // stopper, an affinity change), how long woken tasks wait for a CPU, and
@@ -160,13 +160,11 @@ func (ss *session) Collect(ctx context.Context) (*investigator.Result, error) {
 		BounceWindow: s.BounceWindow,
 	}
 	if kinds, err := p.kinds(); err == nil {
-		for k := range kinds {
-			snap.Kinds[k] = kinds[k]
-		}
+		snap.Kinds = kinds
 	}
 	if hs, err := p.cpuHists(); err == nil {
 		for cpu, h := range hs {
-			snap.CPURunq[cpu] = toLog2(h)
+			snap.CPURunq[cpu] = hist.FromBPF(&h)
 		}
 	}
 	aff := p.affinityCalls()
@@ -187,7 +185,7 @@ func (ss *session) Collect(ctx context.Context) (*investigator.Result, error) {
 		return fmt.Sprintf("id:%d", id)
 	}
 	for id, h := range cgHists {
-		merge(snap.CgroupRunq, cgName(id), toLog2(h))
+		merge(snap.CgroupRunq, cgName(id), hist.FromBPF(&h))
 	}
 	seen := map[uint32]bool{}
 	for i := range recs {
@@ -261,10 +259,6 @@ func (ss *session) Collect(ctx context.Context) (*investigator.Result, error) {
 	return res, nil
 }
 
-func toLog2(h schedWolfHist) hist.Log2 {
-	return hist.FromSlots(h.Slots[:], h.Count, h.Sum, h.Max)
-}
-
 func merge(m map[string]hist.Log2, key string, h hist.Log2) {
 	if h.Count == 0 {
 		return
@@ -284,7 +278,7 @@ func taskFromRecord(r *schedTaskRec, start uint64) *Task {
 		BounceCPUs: [2]int{int(st.BounceA), int(st.BounceB)},
 		Remote:     uint64(st.Remote), WakeAffine: uint64(st.WakeAffine), WakeWide: uint64(st.WakeWide),
 		WakerFlips: uint64(st.WakerFlipsMax), KernelTotal: r.NrMigrations,
-		Runq: toLog2(st.Runq),
+		Runq: hist.FromBPF(&st.Runq),
 	}
 	for k := 0; k < NKinds; k++ {
 		t.ByKind[k] = uint64(st.ByKind[k])

@@ -10,7 +10,7 @@ import (
 
 // DefaultTimelineLen is how many of its latest migrations the BPF side keeps
 // per task: at a storm's 1,000 moves a second, the last tenth of a second;
-// at the seed's rates, the whole window.
+// at the rates of "The Network Is Slow", the whole window.
 const DefaultTimelineLen = 128
 
 // Migration is one move of a task, as the timeline ring kept it.

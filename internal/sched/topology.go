@@ -158,7 +158,7 @@ func (v *SchedView) LLCOf(cpu int) ([]int, bool) {
 }
 
 // Mismatch is a group of CPUs that share a cache in hardware but not in the
-// scheduler's eyes: seed 001's CONFIG_SCHED_MC=n board.
+// scheduler's eyes: the CONFIG_SCHED_MC=n board of "The Network Is Slow".
 type Mismatch struct {
 	Hardware CacheGroup
 	// Sched maps each CPU of the group to the CPUs the scheduler thinks

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/finding/findingtest"
 	"github.com/wolf-investigator/wolf/internal/kconfig"
 )
 
@@ -152,7 +153,7 @@ func TestAuditSchedMCOff(t *testing.T) {
 	hw, _ := ReadHardware(fakeSysCPU(t, 4, 4))
 	in := auditInput{Hardware: hw, Config: kcfg(t, "CONFIG_64BIT=y", "# CONFIG_SCHED_MC is not set"), Now: time.Now(), Uptime: time.Hour}
 	fs := audit(in)
-	f := find(fs, "audit.sched-mc-off")
+	f := findingtest.First(fs, "audit.sched-mc-off")
 	if f == nil || f.Severity != finding.Warning || !strings.Contains(f.Title, "CPUs 0-3 share an L2 cache") || f.Evidence["config_sched_mc"] != "n" {
 		t.Fatalf("findings %+v", fs)
 	}
@@ -180,7 +181,7 @@ func TestAuditDomainsWhenVisible(t *testing.T) {
 		v.Domains[c] = []Domain{{Name: "PKG", Flags: []string{"SD_BALANCE_NEWIDLE"}}}
 	}
 	fs := audit(auditInput{Hardware: hw, Config: kcfg(t, "CONFIG_64BIT=y", "CONFIG_SCHED_MC=y"), Domains: v})
-	if f := find(fs, "audit.sched-llc-unknown"); f == nil || f.Investigator != "audit" {
+	if f := findingtest.First(fs, "audit.sched-llc-unknown"); f == nil || f.Investigator != "audit" {
 		t.Errorf("findings %+v", fs)
 	}
 }

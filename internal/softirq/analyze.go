@@ -1,19 +1,20 @@
 package softirq
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/hist"
+	"github.com/wolf-investigator/wolf/internal/human"
 )
 
 // CriticalStall is the run time at which a softirq stall is critical: the
-// seed's 23 ms net_rx_action run turned into 1.8 s ping spikes.
+// 23 ms net_rx_action run in "The story of one latency spike" turned into 1.8 s ping spikes.
 const CriticalStall = 20 * time.Millisecond
 
-// seedRef is the story behind this investigator.
-const seedRef = "https://blog.cloudflare.com/the-story-of-one-latency-spike/"
+// storyRef is the write-up behind this investigator: Cloudflare, "The
+// story of one latency spike" (2015).
+const storyRef = "https://blog.cloudflare.com/the-story-of-one-latency-spike/"
 
 // Settings are the sysctls the analysis quotes; -1 means unknown.
 type Settings struct {
@@ -121,51 +122,6 @@ func Conclude(s *Snapshot) []finding.Finding {
 	return out
 }
 
-func us(d time.Duration) float64 { return round2(float64(d) / 1e3) }
-func ms(d time.Duration) float64 { return round2(float64(d) / 1e6) }
-
-func round2(x float64) float64 {
-	return float64(int64(x*100+0.5)) / 100
-}
-
-func pct(x float64) string { return fmt.Sprintf("%.0f%%", 100*x) }
-
-func plural(n int) string {
-	if n == 1 {
-		return ""
-	}
-	return "s"
-}
-
-// fmtDur prints durations the way the seed does: 23 ms, 1.3 ms, 850 µs.
-func fmtDur(d time.Duration) string {
-	switch {
-	case d >= 10*time.Second:
-		return fmt.Sprintf("%.0f s", d.Seconds())
-	case d >= time.Second && d%time.Second == 0:
-		return fmt.Sprintf("%d s", d/time.Second)
-	case d >= time.Second:
-		return fmt.Sprintf("%.1f s", d.Seconds())
-	case d >= 10*time.Millisecond:
-		return fmt.Sprintf("%.0f ms", float64(d)/1e6)
-	case d >= time.Millisecond && d%time.Millisecond == 0:
-		return fmt.Sprintf("%d ms", d/time.Millisecond)
-	case d >= time.Millisecond:
-		return fmt.Sprintf("%.1f ms", float64(d)/1e6)
-	case d >= time.Microsecond:
-		return fmt.Sprintf("%.0f µs", float64(d)/1e3)
-	}
-	return fmt.Sprintf("%d ns", d.Nanoseconds())
-}
-
-func fmtBytes(b int64) string {
-	switch {
-	case b >= 1<<20 && b%(1<<20) == 0:
-		return fmt.Sprintf("%d MiB", b>>20)
-	case b >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
-	case b >= 1<<10:
-		return fmt.Sprintf("%d KiB", b>>10)
-	}
-	return fmt.Sprintf("%d B", b)
-}
+// us and ms are the evidence's units: durations in µs or ms, to 0.01.
+func us(d time.Duration) float64 { return human.Round(float64(d)/1e3, 2) }
+func ms(d time.Duration) float64 { return human.Round(float64(d)/1e6, 2) }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/finding/findingtest"
 	"github.com/wolf-investigator/wolf/internal/hist"
 )
 
@@ -64,18 +65,9 @@ func collapseSnapshot() *Snapshot {
 	return s
 }
 
-func byID(fs []finding.Finding, id string) *finding.Finding {
-	for i := range fs {
-		if fs[i].ID == id {
-			return &fs[i]
-		}
-	}
-	return nil
-}
-
 func TestConcludeCollapse(t *testing.T) {
 	fs := Conclude(collapseSnapshot())
-	f := byID(fs, "softirq.stall")
+	f := findingtest.First(fs, "softirq.stall")
 	if f == nil {
 		t.Fatalf("no softirq.stall in %+v", fs)
 	}
@@ -113,14 +105,14 @@ func TestConcludeCollapse(t *testing.T) {
 		t.Errorf("mechanism %q", f.Mechanism)
 	}
 	// The timer's 20 ms wait is the stall seen from a queued softirq.
-	if byID(fs, "softirq.wait") != nil || ev["other_softirqs_waited_max_us"] != 20000.0 {
-		t.Errorf("wait not folded into the stall: %v / %+v", ev["other_softirqs_waited_max_us"], byID(fs, "softirq.wait"))
+	if findingtest.First(fs, "softirq.wait") != nil || ev["other_softirqs_waited_max_us"] != 20000.0 {
+		t.Errorf("wait not folded into the stall: %v / %+v", ev["other_softirqs_waited_max_us"], findingtest.First(fs, "softirq.wait"))
 	}
 	// The collapse is explained by the stall; no separate prune note.
-	if byID(fs, "softirq.tcp-prune") != nil {
+	if findingtest.First(fs, "softirq.tcp-prune") != nil {
 		t.Errorf("prune finding duplicates the stall")
 	}
-	if b := byID(fs, "softirq.net-rx-budget"); b == nil || b.Severity != finding.Info || b.Evidence["time_squeeze"] != uint64(14) {
+	if b := findingtest.First(fs, "softirq.net-rx-budget"); b == nil || b.Severity != finding.Info || b.Evidence["time_squeeze"] != uint64(14) {
 		t.Errorf("budget finding %+v", b)
 	}
 	if _, err := json.Marshal(fs); err != nil {
@@ -131,7 +123,7 @@ func TestConcludeCollapse(t *testing.T) {
 func TestConcludeCollapseFromCountersAlone(t *testing.T) {
 	s := collapseSnapshot()
 	s.StallStacks, s.RxStacks, s.SampleHz = nil, nil, 0
-	f := byID(Conclude(s), "softirq.stall")
+	f := findingtest.First(Conclude(s), "softirq.stall")
 	if f == nil || f.Evidence["cause"] != causeCollapse || !strings.Contains(f.Title, "TCPRcvCollapsed +463709") {
 		t.Fatalf("finding %+v", f)
 	}
@@ -145,12 +137,12 @@ func TestConcludeStallOtherCause(t *testing.T) {
 	s.Netns = nil
 	nf := []string{"nft_do_chain+0x50", "nf_hook_slow+0x40", "ip_rcv+0x10", "net_rx_action+0x13b"}
 	s.StallStacks = []Stack{{Frames: nf, Count: 90}, {Frames: []string{"memcpy+0x1", "net_rx_action+0x13b"}, Count: 10}}
-	f := byID(Conclude(s), "softirq.stall")
+	f := findingtest.First(Conclude(s), "softirq.stall")
 	if f == nil || f.Evidence["cause"] != causeNetfilter || !strings.Contains(f.Title, "netfilter in 90%") {
 		t.Fatalf("finding %+v", f)
 	}
 	s.StallStacks = []Stack{{Frames: []string{"memcpy+0x1", "net_rx_action+0x13b"}, Count: 10}}
-	f = byID(Conclude(s), "softirq.stall")
+	f = findingtest.First(Conclude(s), "softirq.stall")
 	if f == nil || f.Evidence["cause"] != causeUnknown || !strings.Contains(f.Title, "time went to memcpy 100%") {
 		t.Fatalf("finding %+v", f)
 	}
@@ -161,7 +153,7 @@ func TestConcludeRCUStall(t *testing.T) {
 	s.Run[9][1] = histOf(append(many(1000, 50*time.Microsecond), 12*time.Millisecond)...)
 	s.Stalls = []Stall{{CPU: 1, Vector: "RCU", Duration: 12 * time.Millisecond, Comm: "ksoftirqd/1", PID: 22, TGID: 22}}
 	fs := Conclude(s)
-	f := byID(fs, "softirq.stall")
+	f := findingtest.First(fs, "softirq.stall")
 	if f == nil || f.Severity != finding.Warning || !strings.HasPrefix(f.Title, "RCU softirq ran 12 ms on CPU 1") {
 		t.Fatalf("findings %+v", fs)
 	}
@@ -179,7 +171,7 @@ func TestConcludeStallEventsLost(t *testing.T) {
 	s := idleSnapshot()
 	s.Run[vecNetRX][1] = histOf(many(3, 7*time.Millisecond)...)
 	s.StallsLost = 3
-	f := byID(Conclude(s), "softirq.stall")
+	f := findingtest.First(Conclude(s), "softirq.stall")
 	if f == nil || f.Evidence["worst_cpu"] != 1 || f.Evidence["stalls_lost"] != uint64(3) || !strings.Contains(f.Title, "details lost") {
 		t.Fatalf("finding %+v", f)
 	}
@@ -200,29 +192,29 @@ func TestConcludeHealthy(t *testing.T) {
 func TestConcludeWaitAlone(t *testing.T) {
 	s := idleSnapshot()
 	s.Wait[vecNetRX][1] = histOf(append(many(100, 10*time.Microsecond), 40*time.Millisecond, 30*time.Millisecond, 9*time.Millisecond)...)
-	f := byID(Conclude(s), "softirq.wait")
+	f := findingtest.First(Conclude(s), "softirq.wait")
 	if f == nil || f.Severity != finding.Warning || !strings.Contains(f.Title, "NET_RX softirq waited up to 40 ms") || f.Evidence["long_waits"] != uint64(3) {
 		t.Fatalf("finding %+v", f)
 	}
 	// With steal, a vCPU that did not run explains it: a note.
 	s.StealPct = 3
-	if f := byID(Conclude(s), "softirq.wait"); f == nil || f.Severity != finding.Info || !strings.Contains(f.Summary, "hypervisor") {
+	if f := findingtest.First(Conclude(s), "softirq.wait"); f == nil || f.Severity != finding.Info || !strings.Contains(f.Summary, "hypervisor") {
 		t.Fatalf("finding %+v", f)
 	}
 	s.StealPct = 0
 	// Rare long waits among many short ones: a note, not a warning.
 	s.Wait[vecNetRX][1] = histOf(append(many(1000, 10*time.Microsecond), 40*time.Millisecond, 30*time.Millisecond, 9*time.Millisecond)...)
-	if f := byID(Conclude(s), "softirq.wait"); f == nil || f.Severity != finding.Info {
+	if f := findingtest.First(Conclude(s), "softirq.wait"); f == nil || f.Severity != finding.Info {
 		t.Fatalf("finding %+v", f)
 	}
 	// One or two are what any machine shows now and then.
 	s.Wait[vecNetRX][1] = histOf(append(many(100, 10*time.Microsecond), 40*time.Millisecond, 30*time.Millisecond)...)
-	if f := byID(Conclude(s), "softirq.wait"); f != nil {
+	if f := findingtest.First(Conclude(s), "softirq.wait"); f != nil {
 		t.Fatalf("two long waits reported: %+v", f)
 	}
 	s.Wait[vecNetRX][1] = histOf(append(many(100, 10*time.Microsecond), 40*time.Millisecond, 30*time.Millisecond, 9*time.Millisecond)...)
 	s.RaiseTraced = false
-	if f := byID(Conclude(s), "softirq.wait"); f != nil {
+	if f := findingtest.First(Conclude(s), "softirq.wait"); f != nil {
 		t.Errorf("wait finding without softirq_raise: %+v", f)
 	}
 }
@@ -230,12 +222,12 @@ func TestConcludeWaitAlone(t *testing.T) {
 func TestConcludePrune(t *testing.T) {
 	s := idleSnapshot()
 	s.Netns = []NetnsDelta{{Inode: 7, PID: 9, Comm: "app", Delta: map[string]int64{"PruneCalled": 4, "TCPRcvCollapsed": 1200}}}
-	f := byID(Conclude(s), "softirq.tcp-prune")
+	f := findingtest.First(Conclude(s), "softirq.tcp-prune")
 	if f == nil || f.Severity != finding.Info || !strings.Contains(f.Title, "pruned receive queues 4 times in network namespace 7") {
 		t.Fatalf("finding %+v", f)
 	}
 	s.Netns[0].Delta["RcvPruned"] = 2
-	f = byID(Conclude(s), "softirq.tcp-prune")
+	f = findingtest.First(Conclude(s), "softirq.tcp-prune")
 	if f == nil || f.Severity != finding.Warning || !strings.Contains(f.Title, "RcvPruned +2") {
 		t.Fatalf("finding %+v", f)
 	}
@@ -244,7 +236,7 @@ func TestConcludePrune(t *testing.T) {
 func TestConcludeBacklogDrops(t *testing.T) {
 	s := idleSnapshot()
 	s.Softnet = []Softnet{{CPU: 0, TimeSqueeze: 50, Dropped: 7}}
-	f := byID(Conclude(s), "softirq.net-rx-budget")
+	f := findingtest.First(Conclude(s), "softirq.net-rx-budget")
 	if f == nil || f.Severity != finding.Warning || !strings.Contains(f.Title, "dropped at the CPU backlog (7)") {
 		t.Fatalf("finding %+v", f)
 	}
@@ -253,12 +245,12 @@ func TestConcludeBacklogDrops(t *testing.T) {
 func TestConcludeDrops(t *testing.T) {
 	s := idleSnapshot()
 	s.Drops = [2]map[string]int{{"NO_SOCKET": 500}, {"SOCKET_RCVBUFF": 150, "TCP_OFO_QUEUE_PRUNE": 20}}
-	f := byID(Conclude(s), "softirq.drops")
+	f := findingtest.First(Conclude(s), "softirq.drops")
 	if f == nil || f.Severity != finding.Warning || !strings.Contains(f.Title, "170 packets dropped") || !strings.Contains(f.Title, "SOCKET_RCVBUFF 150") {
 		t.Fatalf("finding %+v", f)
 	}
 	s.Drops = [2]map[string]int{{"NO_SOCKET": 500}, {}}
-	if f := byID(Conclude(s), "softirq.drops"); f != nil {
+	if f := findingtest.First(Conclude(s), "softirq.drops"); f != nil {
 		t.Errorf("unwanted packets are not overload: %+v", f)
 	}
 }
@@ -407,17 +399,17 @@ func TestFuncFinding(t *testing.T) {
 
 func TestStealNoted(t *testing.T) {
 	s := collapseSnapshot()
-	f := byID(Conclude(s), "softirq.stall")
+	f := findingtest.First(Conclude(s), "softirq.stall")
 	if f.Evidence["steal_pct"] != 0.5 || strings.Contains(f.Summary, "hypervisor") {
 		t.Errorf("low steal: %v / %q", f.Evidence["steal_pct"], f.Summary)
 	}
 	s.StealPct = 12
-	f = byID(Conclude(s), "softirq.stall")
+	f = findingtest.First(Conclude(s), "softirq.stall")
 	if !strings.Contains(f.Summary, "hypervisor took 12%") {
 		t.Errorf("summary %q", f.Summary)
 	}
 	s.StealPct = -1
-	if _, ok := byID(Conclude(s), "softirq.stall").Evidence["steal_pct"]; ok {
+	if _, ok := findingtest.First(Conclude(s), "softirq.stall").Evidence["steal_pct"]; ok {
 		t.Error("unknown steal reported")
 	}
 }
@@ -446,12 +438,12 @@ func TestStallOffCPU(t *testing.T) {
 	s.Run[1][0] = histOf(append(many(500, 20*time.Microsecond), 13*time.Millisecond)...)
 	s.Stalls = []Stall{{CPU: 0, Vector: "TIMER", Duration: 13 * time.Millisecond, CPUSamples: 1, Comm: "swapper/0"}}
 	s.StealPct = 4.3
-	f := byID(Conclude(s), "softirq.stall")
+	f := findingtest.First(Conclude(s), "softirq.stall")
 	if f == nil || f.Severity != finding.Info || f.Evidence["cause"] != causeHypervisor || !strings.Contains(f.Title, "vCPU did not run (hypervisor steal 4.3%") {
 		t.Fatalf("finding %+v", f)
 	}
 	s.StealPct = 0
-	f = byID(Conclude(s), "softirq.stall")
+	f = findingtest.First(Conclude(s), "softirq.stall")
 	if f.Severity != finding.Warning || !strings.Contains(f.Summary, "interrupts were off") {
 		t.Fatalf("finding %+v", f)
 	}
@@ -459,12 +451,12 @@ func TestStallOffCPU(t *testing.T) {
 	s.Run[1][0] = histOf(append(many(500, 20*time.Microsecond), 7900*time.Microsecond)...)
 	s.Stalls = []Stall{{CPU: 1, Vector: "TIMER", Duration: 7900 * time.Microsecond, CPUSamples: 2, Comm: "swapper/1"}}
 	s.StealPct = 19.1
-	f = byID(Conclude(s), "softirq.stall")
+	f = findingtest.First(Conclude(s), "softirq.stall")
 	if f == nil || f.Severity != finding.Info || f.Evidence["cause"] != causeHypervisor {
 		t.Fatalf("2 of 8 samples under steal: %+v", f)
 	}
 	// The collapse stalls were sampled throughout: no such note.
-	c := byID(Conclude(collapseSnapshot()), "softirq.stall")
+	c := findingtest.First(Conclude(collapseSnapshot()), "softirq.stall")
 	if c.Evidence["cpu_sample_coverage_pct"].(float64) < 90 || strings.Contains(c.Summary, "expected") {
 		t.Errorf("collapse: %v %q", c.Evidence["cpu_sample_coverage_pct"], c.Summary)
 	}

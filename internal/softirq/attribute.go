@@ -2,9 +2,12 @@ package softirq
 
 import (
 	"fmt"
+	"slices"
 	"sort"
-	"strconv"
 	"strings"
+
+	"github.com/wolf-investigator/wolf/internal/human"
+	"github.com/wolf-investigator/wolf/internal/kstack"
 )
 
 type Stack struct {
@@ -16,7 +19,7 @@ type Stack struct {
 func (s Stack) Funcs() []string {
 	out := make([]string, len(s.Frames))
 	for i, f := range s.Frames {
-		out[i] = funcName(f)
+		out[i] = kstack.Func(f)
 	}
 	return out
 }
@@ -25,16 +28,8 @@ func (s Stack) Funcs() []string {
 // between functions, then the count.
 func (s Stack) Folded() string {
 	f := s.Funcs()
-	for i, j := 0, len(f)-1; i < j; i, j = i+1, j-1 {
-		f[i], f[j] = f[j], f[i]
-	}
-	return strings.Join(f, ";") + " " + strconv.FormatUint(s.Count, 10)
-}
-
-func funcName(frame string) string {
-	name, _, _ := strings.Cut(frame, "+")
-	name, _, _ = strings.Cut(name, " ")
-	return name
+	slices.Reverse(f)
+	return kstack.FoldedLine(f, s.Count)
 }
 
 const (
@@ -121,7 +116,7 @@ func attribute(stacks []Stack, source string) attribution {
 func (a attribution) selfSummary(n int) string {
 	var parts []string
 	for i := 0; i < len(a.Self) && i < n; i++ {
-		parts = append(parts, fmt.Sprintf("%s %s", a.Self[i].Func, pct(a.Self[i].Share)))
+		parts = append(parts, fmt.Sprintf("%s %s", a.Self[i].Func, human.Percent(100*a.Self[i].Share)))
 	}
 	return strings.Join(parts, ", ")
 }

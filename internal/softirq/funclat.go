@@ -15,10 +15,11 @@ import (
 	"github.com/wolf-investigator/wolf/internal/features"
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/hist"
+	"github.com/wolf-investigator/wolf/internal/human"
 	"github.com/wolf-investigator/wolf/internal/investigator"
 )
 
-// FuncTarget is a function whose latency --func measures, the seed's
+// FuncTarget is a function whose latency --func measures, as in Cloudflare's "The story of one latency spike" (its
 // histogram-kernel.stp: a kernel function by name, or a user-space one as
 // BINARY:SYMBOL.
 type FuncTarget struct {
@@ -165,7 +166,7 @@ type funcProbe struct {
 }
 
 // attachTimeout bounds a uprobe attach: registering a uprobe takes the
-// mmap_lock of every process mapping the binary (seed 002), and one may be
+// mmap_lock of every process mapping the binary (the Datadog talk "Performance and reliability pitfalls of eBPF"), and one may be
 // stuck holding it.
 const attachTimeout = 5 * time.Second
 
@@ -271,7 +272,7 @@ func (fp *funcProbe) result() (FuncResult, error) {
 		return r, fmt.Errorf("softirq: read function histogram: %w", err)
 	}
 	for _, v := range vals {
-		h := hist.FromSlots(v.Slots[:], v.Count, v.Sum, v.Max)
+		h := hist.FromBPF(&v)
 		r.Hist.Merge(&h)
 	}
 	if c, err := readCounters(fp.objs.CPUStates); err == nil {
@@ -294,13 +295,13 @@ func FuncFinding(r FuncResult, window time.Duration) (finding.Finding, finding.H
 		ID:           "softirq.func-latency",
 		Investigator: "softirq",
 		Severity:     finding.Info,
-		Title: fmt.Sprintf("%s: %d calls in %s, avg %s, p99 %s, max %s", r.Target, h.Count, fmtDur(window),
-			fmtDur(time.Duration(h.Mean())), fmtDur(time.Duration(h.Quantile(0.99))), fmtDur(time.Duration(h.Max))),
+		Title: fmt.Sprintf("%s: %d calls in %s, avg %s, p99 %s, max %s", r.Target, h.Count, human.Duration(window),
+			human.Duration(time.Duration(h.Mean())), human.Duration(time.Duration(h.Quantile(0.99))), human.Duration(time.Duration(h.Max))),
 		Summary: fmt.Sprintf("Latency of %s %s, from entry to return, outermost calls only (recursion folded); the log2 histogram is func_latency_us in --format json.", kind, r.Target),
 		Evidence: map[string]any{
 			"func":       r.Target.String(),
 			"calls":      h.Count,
-			"avg_us":     round2(h.Mean() / 1e3),
+			"avg_us":     human.Round(h.Mean()/1e3, 2),
 			"p50_us":     us(time.Duration(h.Quantile(0.5))),
 			"p99_us":     us(time.Duration(h.Quantile(0.99))),
 			"max_us":     us(time.Duration(h.Max)),
@@ -309,7 +310,7 @@ func FuncFinding(r FuncResult, window time.Duration) (finding.Finding, finding.H
 		},
 	}
 	if h.Count == 0 {
-		f.Title = fmt.Sprintf("%s was not called in %s", r.Target, fmtDur(window))
+		f.Title = fmt.Sprintf("%s was not called in %s", r.Target, human.Duration(window))
 	}
 	return f, hg
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/wolf-investigator/wolf/internal/features"
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/finding/findingtest"
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/lab"
 	"github.com/wolf-investigator/wolf/internal/lab/tcpcollapse"
@@ -264,7 +265,7 @@ func TestLiveFuncUprobe(t *testing.T) {
 			b.goAndWait(t)
 		}
 		res := runInv(t, inv, time.Second)
-		f := byID(res.Findings, "softirq.func-latency")
+		f := findingtest.First(res.Findings, "softirq.func-latency")
 		if f == nil {
 			t.Fatalf("no func-latency finding: %+v", res.Findings)
 		}
@@ -344,7 +345,7 @@ func TestKernelFunc(t *testing.T) {
 		}
 	}
 	res := runInv(t, inv, 500*time.Millisecond)
-	f := byID(res.Findings, "softirq.func-latency")
+	f := findingtest.First(res.Findings, "softirq.func-latency")
 	if f == nil || f.Evidence["calls"].(uint64) < 100 {
 		t.Errorf("finding %+v", f)
 	}

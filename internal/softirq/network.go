@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/human"
 )
 
 func pruneFinding(s *Snapshot, explained bool) (finding.Finding, bool) {
@@ -41,12 +42,12 @@ func pruneFinding(s *Snapshot, explained bool) (finding.Finding, bool) {
 		ID:           "softirq.tcp-prune",
 		Investigator: "softirq",
 		Severity:     finding.Info,
-		Title:        fmt.Sprintf("TCP pruned receive queues %d times%s; NET_RX stayed under %s (max %s)", tcp["PruneCalled"], where, fmtDur(s.Threshold), fmtDur(time.Duration(h.Max))),
-		Summary:      fmt.Sprintf("TcpExt counters moved in %s: PruneCalled +%d, TCPRcvCollapsed +%d. Sockets outgrew their receive buffers and TCP compacted their queues; with larger buffers each collapse takes longer.", fmtDur(s.Window), tcp["PruneCalled"], tcp["TCPRcvCollapsed"]),
+		Title:        fmt.Sprintf("TCP pruned receive queues %d times%s; NET_RX stayed under %s (max %s)", tcp["PruneCalled"], where, human.Duration(s.Threshold), human.Duration(time.Duration(h.Max))),
+		Summary:      fmt.Sprintf("TcpExt counters moved in %s: PruneCalled +%d, TCPRcvCollapsed +%d. Sockets outgrew their receive buffers and TCP compacted their queues; with larger buffers each collapse takes longer.", human.Duration(s.Window), tcp["PruneCalled"], tcp["TCPRcvCollapsed"]),
 		Mechanism:    collapseMechanism(s.Settings),
 		Evidence:     ev,
 		Remediation:  collapseRemedies(s)[1:],
-		References:   []string{seedRef},
+		References:   []string{storyRef},
 	}
 	if dropped > 0 {
 		f.Severity = finding.Warning
@@ -73,7 +74,7 @@ func budgetFinding(s *Snapshot) (finding.Finding, bool) {
 	perS := float64(squeeze) / max(s.Window.Seconds(), 0.001)
 	ev := map[string]any{
 		"time_squeeze":          squeeze,
-		"time_squeeze_per_s":    round2(perS),
+		"time_squeeze_per_s":    human.Round(perS, 2),
 		"backlog_drops":         dropped,
 		"per_cpu":               cpus,
 		"netdev_budget":         s.Settings.NetdevBudget,
@@ -82,14 +83,14 @@ func budgetFinding(s *Snapshot) (finding.Finding, bool) {
 		"window_s":              s.Window.Seconds(),
 		"devices_full_polls":    napiSummary(s.NAPI),
 		"net_rx_max_us":         us(time.Duration(s.Merged(true, vecNetRX).Max)),
-		"full_budget_polls_pct": round2(fullShare(s.NAPI)),
+		"full_budget_polls_pct": human.Round(fullShare(s.NAPI), 2),
 	}
 	f := finding.Finding{
 		ID:           "softirq.net-rx-budget",
 		Investigator: "softirq",
 		Severity:     finding.Info,
 		Title:        fmt.Sprintf("NET_RX ran out of budget %d times (%.0f/s; netdev_budget=%d, netdev_budget_usecs=%d)", squeeze, perS, s.Settings.NetdevBudget, s.Settings.NetdevBudgetUsecs),
-		Summary:      fmt.Sprintf("net_rx_action stopped with packets left %d times in %s (/proc/net/softnet_stat time_squeeze) and handed the rest to ksoftirqd.", squeeze, fmtDur(s.Window)),
+		Summary:      fmt.Sprintf("net_rx_action stopped with packets left %d times in %s (/proc/net/softnet_stat time_squeeze) and handed the rest to ksoftirqd.", squeeze, human.Duration(s.Window)),
 		Mechanism:    "net_rx_action polls NAPI instances until it has handled net.core.netdev_budget packets or net.core.netdev_budget_usecs have passed, then re-raises itself; the rest waits, in ksoftirqd when this repeats. Frequent squeezes mean a CPU receives more than one softirq run can handle.",
 		Evidence:     ev,
 		Remediation: []string{
@@ -143,7 +144,7 @@ func dropFinding(s *Snapshot) (finding.Finding, bool) {
 		Investigator: "softirq",
 		Severity:     sev,
 		Title:        fmt.Sprintf("%d packets dropped because the receive path was full (%s)", total, topReasons(overload, 3)),
-		Summary:      fmt.Sprintf("skb:kfree_skb counted %d drops for overload reasons in %s; all drops by reason: %s.", total, fmtDur(s.Window), topReasons(all, 6)),
+		Summary:      fmt.Sprintf("skb:kfree_skb counted %d drops for overload reasons in %s; all drops by reason: %s.", total, human.Duration(s.Window), topReasons(all, 6)),
 		Mechanism:    "These reasons mean memory or queue limits on the receive path: a socket's receive buffer (SOCKET_RCVBUFF, TCP_ZEROWINDOW, TCP_OFO_*), TCP's global memory (PROTO_MEM), a CPU's input backlog (CPU_BACKLOG) or a device ring (FULL_RING).",
 		Evidence: map[string]any{
 			"overload_drops":     total,

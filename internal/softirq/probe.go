@@ -393,18 +393,6 @@ func (p *probe) readDrops() ([2]map[uint32]uint64, error) {
 	return out, nil
 }
 
-// drain reads what the ring buffer still holds and stops the reader; call
-// it after detach, so no stall is lost between the last read and close.
-func (p *probe) drain() {
-	if p.rd == nil {
-		return
-	}
-	if err := p.rd.Flush(); err != nil {
-		return // the reader stops when close closes the buffer
-	}
-	<-p.done
-}
-
 func (p *probe) takeStalls() ([]Stall, uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

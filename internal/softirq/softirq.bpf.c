@@ -7,7 +7,7 @@
  *
  *  - raw_tp/softirq_raise, softirq_entry, softirq_exit bracket every
  *    softirq handler: run time (for NET_RX that is net_rx_action's
- *    latency, the seed's histogram, with no kprobe) and raise-to-entry
+ *    latency, Cloudflare's histogram, with no kprobe) and raise-to-entry
  *    wait, as log2 histograms per vector in per-CPU maps. Runs above
  *    threshold_ns cross a ring buffer with their CPU, vector, duration
  *    and start time.
@@ -18,7 +18,7 @@
  *    stall are counted again, apart, when the run ends.
  *  - raw_tp/kfree_skb counts drops by reason, inside NET_RX or not.
  *  - uprobe/uretprobe (or kprobe/kretprobe where the kernel has them)
- *    time one function, the seed's histogram-kernel.stp.
+ *    time one function, like Cloudflare's histogram-kernel.stp.
  *
  * The hot path (softirq entry/exit/raise) touches one per-CPU map value
  * and one per-CPU histogram: no locks, no shared cache lines, and no
@@ -30,7 +30,7 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
-#define NR_VEC 10     /* NR_SOFTIRQS: HI TIMER NET_TX NET_RX BLOCK IRQ_POLL TASKLET SCHED HRTIMER RCU */
+#define NR_VEC 10 /* NR_SOFTIRQS: HI TIMER NET_TX NET_RX BLOCK IRQ_POLL TASKLET SCHED HRTIMER RCU */
 #define VEC_NET_RX 3
 #define MAX_PENDING 64 /* stacks remembered per NET_RX run */
 #define MAX_STACK 32
@@ -45,11 +45,11 @@ const volatile __u32 func_tgid = 0; /* function latency: only this process (0: a
 struct napi_stat {
 	__u64 polls;
 	__u64 work;
-	__u64 full;       /* polls with work >= budget */
+	__u64 full; /* polls with work >= budget */
 	__u64 max_work;
-	__u64 budget;     /* last budget seen */
+	__u64 budget; /* last budget seen */
 	__u32 ifindex;
-	__u32 cpu;        /* last CPU that polled it */
+	__u32 cpu; /* last CPU that polled it */
 	char dev[IFNAMSIZ];
 };
 
@@ -62,19 +62,19 @@ struct napi_stat {
  */
 struct cpu_state {
 	/* hot: every entry and exit */
-	__u64 entry_ns;          /* current handler's entry, 0 outside */
-	__u32 vec;               /* current handler's vector */
-	__u32 npending;          /* stacks sampled in the current NET_RX run */
-	__u64 rx_work;           /* packets polled in the current NET_RX run */
+	__u64 entry_ns; /* current handler's entry, 0 outside */
+	__u32 vec;	/* current handler's vector */
+	__u32 npending; /* stacks sampled in the current NET_RX run */
+	__u64 rx_work;	/* packets polled in the current NET_RX run */
 	__u32 rx_polls;
-	__u32 rx_full;           /* polls that used their whole budget */
+	__u32 rx_full; /* polls that used their whole budget */
 	__u64 entries;
 	__u64 exits;
 	__u64 raises;
 	__u64 napi_polls;
 	/* raises, samples */
-	__u64 raise_ns[NR_VEC];  /* first raise not yet run, per vector */
-	__u32 run_samples;       /* perf samples in the current run, any vector */
+	__u64 raise_ns[NR_VEC]; /* first raise not yet run, per vector */
+	__u32 run_samples;	/* perf samples in the current run, any vector */
 	__u32 _pad0;
 	/*
 	 * NAPI polls add up here while the CPU keeps polling the same
@@ -82,20 +82,20 @@ struct cpu_state {
 	 * and go to napi_stats only when it changes; user space adds what is
 	 * still pending. One hash operation per change, not per poll.
 	 */
-	__u64 napi_key;          /* napi_struct accumulated in napi_acc, 0 none */
+	__u64 napi_key; /* napi_struct accumulated in napi_acc, 0 none */
 	struct napi_stat napi_acc;
 	/* rare: stalls, samples, drops, function latency */
-	__u64 unpaired_exits;    /* exit without an entry: wolf attached mid-run */
+	__u64 unpaired_exits; /* exit without an entry: wolf attached mid-run */
 	__u64 stalls;
-	__u64 stall_drops;       /* ring buffer full */
-	__u64 samples;           /* perf samples taken while in NET_RX */
-	__u64 samples_idle;      /* perf samples outside NET_RX (discarded) */
-	__u64 stack_errors;      /* bpf_get_stackid failed (bucket taken, no stack) */
-	__u64 pending_full;      /* stall stacks beyond MAX_PENDING in one run */
-	__u64 map_full;          /* a bounded hash refused a new key */
-	__u64 drops;             /* kfree_skb */
+	__u64 stall_drops;  /* ring buffer full */
+	__u64 samples;	    /* perf samples taken while in NET_RX */
+	__u64 samples_idle; /* perf samples outside NET_RX (discarded) */
+	__u64 stack_errors; /* bpf_get_stackid failed (bucket taken, no stack) */
+	__u64 pending_full; /* stall stacks beyond MAX_PENDING in one run */
+	__u64 map_full;	    /* a bounded hash refused a new key */
+	__u64 drops;	    /* kfree_skb */
 	__u64 func_calls;
-	__u64 func_lost;         /* return without a recorded entry */
+	__u64 func_lost; /* return without a recorded entry */
 	__s32 pending[MAX_PENDING];
 };
 
@@ -122,17 +122,17 @@ struct {
 } wait_hist SEC(".maps");
 
 struct stall {
-	__u64 start_ns;     /* bpf_ktime_get_ns at entry */
+	__u64 start_ns; /* bpf_ktime_get_ns at entry */
 	__u64 duration_ns;
-	__u64 rx_work;      /* NET_RX: packets polled during the run */
+	__u64 rx_work; /* NET_RX: packets polled during the run */
 	__u32 rx_polls;
 	__u32 rx_full;
 	__u32 cpu;
 	__u32 vec;
-	__u32 pid;          /* the task it ran on top of (or ksoftirqd) */
+	__u32 pid; /* the task it ran on top of (or ksoftirqd) */
 	__u32 tgid;
-	__u32 samples;      /* NET_RX stacks kept from the run */
-	__u32 cpu_samples;  /* perf samples that landed during the run: few
+	__u32 samples;	   /* NET_RX stacks kept from the run */
+	__u32 cpu_samples; /* perf samples that landed during the run: few
 			     * means the CPU was not running (hypervisor) or
 			     * had interrupts off */
 	char comm[COMM_LEN];
@@ -488,7 +488,7 @@ int func_entry(struct pt_regs *ctx)
 		c->depth++;
 		return 0;
 	}
-	struct func_call fresh = {.start_ns = bpf_ktime_get_ns()};
+	struct func_call fresh = { .start_ns = bpf_ktime_get_ns() };
 	bpf_map_update_elem(&func_calls, &id, &fresh, BPF_ANY);
 	return 0;
 }

@@ -1,9 +1,9 @@
-// Package softirq is wolf's softirq investigator, seed 004: how long each
+// Package softirq is wolf's softirq investigator, after Cloudflare's "The story of one latency spike": how long each
 // softirq vector runs and waits on each CPU, every run above a threshold,
 // and, for NET_RX, what the time went to: kernel stacks sampled only while
 // the CPU is inside NET_RX, TCP's prune and collapse counters, and drop
 // reasons, all from the same window. It also times single functions (the
-// seed's histogram-kernel.stp) with uprobes, or kprobes where the kernel
+// write-up's histogram-kernel.stp) with uprobes, or kprobes where the kernel
 // has them. The BPF side is softirq.bpf.c; Conclude turns what it saw into
 // findings.
 package softirq
@@ -27,7 +27,7 @@ import (
 
 // DefaultThreshold is the run time from which a softirq run is a stall:
 // above netdev_budget_usecs' 2 ms default (8 ms at HZ=250 is the other
-// common default), well under the seed's 23 ms.
+// common default), well under the write-up's 23 ms.
 const DefaultThreshold = 5 * time.Millisecond
 
 // DefaultSampleHz is how often each CPU is sampled; only samples inside

@@ -9,13 +9,14 @@ import (
 
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/hist"
+	"github.com/wolf-investigator/wolf/internal/human"
 )
 
 func stallFinding(s *Snapshot, vec int, h hist.Log2, stalls []Stall) finding.Finding {
 	f := stallFindingOf(s, vec, h, stalls)
 	cov, known := sampleCoverage(s, stalls)
 	if known {
-		f.Evidence["cpu_sample_coverage_pct"] = round2(100 * cov)
+		f.Evidence["cpu_sample_coverage_pct"] = human.Round(100*cov, 2)
 	}
 	switch {
 	case known && cov < mostlyAbsent && s.StealPct >= 1:
@@ -23,7 +24,7 @@ func stallFinding(s *Snapshot, vec int, h hist.Log2, stalls []Stall) finding.Fin
 		// in the softirq was slow: its vCPU was not running.
 		f.Severity = finding.Info
 		f.Evidence["cause"] = causeHypervisor
-		f.Title = fmt.Sprintf("%s softirq runs of up to %s on CPU %v were mostly time the vCPU did not run (hypervisor steal %.1f%% in the window)", Vectors[vec], fmtDur(maxStall(stalls)), f.Evidence["worst_cpu"], s.StealPct)
+		f.Title = fmt.Sprintf("%s softirq runs of up to %s on CPU %v were mostly time the vCPU did not run (hypervisor steal %.1f%% in the window)", Vectors[vec], human.Duration(maxStall(stalls)), f.Evidence["worst_cpu"], s.StealPct)
 		f.Summary += fmt.Sprintf(" Only %.0f%% of the timer samples expected during those runs landed: the CPU was not executing them.", 100*cov)
 		f.Mechanism = "The sampling timer fires only while a CPU runs; a virtual CPU descheduled by the hypervisor in the middle of a softirq takes no samples, yet the softirq's clock keeps running, so the run looks long from inside the guest. Packets and tasks on that CPU did wait."
 		f.Remediation = []string{"Look at the host, not the guest: CPU overcommit or noisy neighbours (steal time: mpstat -P ALL 1, column %steal); dedicated or pinned vCPUs remove it."}
@@ -71,18 +72,54 @@ func maxStall(stalls []Stall) time.Duration {
 }
 
 func stallFindingOf(s *Snapshot, vec int, h hist.Log2, stalls []Stall) finding.Finding {
-	name := Vectors[vec]
 	sort.Slice(stalls, func(i, j int) bool { return stalls[i].Duration > stalls[j].Duration })
 	maxD := time.Duration(h.Max)
 	if len(stalls) > 0 && stalls[0].Duration > maxD {
 		maxD = stalls[0].Duration
 	}
-	// Stalls per CPU, worst CPU first.
-	type cpuAgg struct {
-		cpu   int
-		n     int
-		worst time.Duration
+	cpus, worstCPU := stallCPUs(s, vec, stalls)
+	ev := stallEvidence(s, vec, h, stalls, maxD, worstCPU)
+	f := finding.Finding{
+		ID:           "softirq.stall",
+		Investigator: "softirq",
+		Severity:     finding.Warning,
+		References:   []string{storyRef},
 	}
+	if maxD >= CriticalStall {
+		f.Severity = finding.Critical
+	}
+	where := fmt.Sprintf("CPU %d", worstCPU)
+	if len(cpus) > 1 {
+		where = fmt.Sprintf("CPUs %s", cpuList(cpus, func(c *cpuAgg) int { return c.cpu }))
+	}
+	runs := fmt.Sprintf("%s ≥ %s in %s", human.Plural(len(stalls), "run", "runs"), human.Duration(s.Threshold), human.Duration(s.Window))
+	if len(stalls) == 0 {
+		runs = fmt.Sprintf("runs ≥ %s seen, details lost", human.Duration(s.Threshold))
+	}
+	f.Summary = fmt.Sprintf("%s ran %d times in %s; %d of them lasted %s or more, up to %s (p99 %s, p50 %s). While a softirq handler runs, that CPU processes no other softirq and runs no task.",
+		handlerName(vec), h.Count, human.Duration(s.Window), len(stalls), human.Duration(s.Threshold), human.Duration(maxD), human.Duration(time.Duration(h.Quantile(0.99))), human.Duration(time.Duration(h.Quantile(0.5))))
+	f.Evidence = ev
+	if vec != vecNetRX {
+		f.Title = fmt.Sprintf("%s softirq ran %s on %s (%s)", Vectors[vec], human.Duration(maxD), where, runs)
+		f.Mechanism = vectorMechanism(vec)
+		f.Remediation = vectorRemedies(vec)
+		f.Subjects = cpuSubjects(stalls, nil)
+		return f
+	}
+	netRXStall(s, &f, fmt.Sprintf("NET_RX softirq (net_rx_action) stalled %s for %s (%s)", where, human.Duration(maxD), runs), stalls)
+	return f
+}
+
+// cpuAgg is the stalls of one CPU.
+type cpuAgg struct {
+	cpu   int
+	n     int
+	worst time.Duration
+}
+
+// stallCPUs groups the stalls by CPU, worst CPU first, and names the worst
+// CPU; from the per-CPU histograms when the stall events were lost.
+func stallCPUs(s *Snapshot, vec int, stalls []Stall) (cpus []*cpuAgg, worstCPU int) {
 	byCPU := map[int]*cpuAgg{}
 	for _, st := range stalls {
 		c := byCPU[st.CPU]
@@ -93,7 +130,6 @@ func stallFindingOf(s *Snapshot, vec int, h hist.Log2, stalls []Stall) finding.F
 		c.n++
 		c.worst = max(c.worst, st.Duration)
 	}
-	var cpus []*cpuAgg
 	for _, c := range byCPU {
 		cpus = append(cpus, c)
 	}
@@ -103,91 +139,63 @@ func stallFindingOf(s *Snapshot, vec int, h hist.Log2, stalls []Stall) finding.F
 		}
 		return cpus[i].cpu < cpus[j].cpu
 	})
-	worstCPU := -1
+	worstCPU = -1
 	if len(cpus) > 0 {
-		worstCPU = cpus[0].cpu
-	} else {
-		// Stall events lost: name the CPU from the per-CPU histograms.
-		var m uint64
-		for cpu := range s.Run[vec] {
-			if s.Run[vec][cpu].Max > m {
-				m, worstCPU = s.Run[vec][cpu].Max, cpu
-			}
+		return cpus, cpus[0].cpu
+	}
+	var m uint64
+	for cpu := range s.Run[vec] {
+		if s.Run[vec][cpu].Max > m {
+			m, worstCPU = s.Run[vec][cpu].Max, cpu
 		}
 	}
+	return cpus, worstCPU
+}
 
+// stallEvidence is what every stall finding says in numbers; NET_RX's
+// adds its settings and packets (and, in netRXStall, its attribution).
+func stallEvidence(s *Snapshot, vec int, h hist.Log2, stalls []Stall, maxD time.Duration, worstCPU int) map[string]any {
 	ev := map[string]any{
-		"vector":              name,
-		"max_us":              us(maxD),
-		"p99_us":              us(time.Duration(h.Quantile(0.99))),
-		"p50_us":              us(time.Duration(h.Quantile(0.5))),
-		"runs":                h.Count,
-		"run_time_ms":         ms(time.Duration(h.Sum)),
-		"stalls":              len(stalls),
-		"threshold_us":        us(s.Threshold),
-		"window_s":            s.Window.Seconds(),
-		"stalls_per_s":        round2(float64(len(stalls)) / max(s.Window.Seconds(), 0.001)),
-		"worst_cpu":           worstCPU,
-		"cause":               causeUnknown,
-		"stalls_lost":         s.StallsLost,
-		"stall_list":          stallList(stalls, 10),
-		"sample_hz":           s.SampleHz,
-		"netdev_budget":       s.Settings.NetdevBudget,
-		"tcp_rmem_max_bytes":  s.Settings.TCPRmem[2],
-		"netdev_budget_usecs": s.Settings.NetdevBudgetUsecs,
+		"vector":       Vectors[vec],
+		"max_us":       us(maxD),
+		"p99_us":       us(time.Duration(h.Quantile(0.99))),
+		"p50_us":       us(time.Duration(h.Quantile(0.5))),
+		"runs":         h.Count,
+		"run_time_ms":  ms(time.Duration(h.Sum)),
+		"stalls":       len(stalls),
+		"threshold_us": us(s.Threshold),
+		"window_s":     s.Window.Seconds(),
+		"stalls_per_s": human.Round(float64(len(stalls))/max(s.Window.Seconds(), 0.001), 2),
+		"worst_cpu":    worstCPU,
+		"cause":        causeUnknown,
+		"stalls_lost":  s.StallsLost,
+		"stall_list":   stallList(stalls, 10),
+		"sample_hz":    s.SampleHz,
 	}
-	if vec != vecNetRX {
-		for _, k := range []string{"netdev_budget", "tcp_rmem_max_bytes", "netdev_budget_usecs"} {
-			delete(ev, k)
+	if vec == vecNetRX {
+		ev["netdev_budget"] = s.Settings.NetdevBudget
+		ev["tcp_rmem_max_bytes"] = s.Settings.TCPRmem[2]
+		ev["netdev_budget_usecs"] = s.Settings.NetdevBudgetUsecs
+		if len(stalls) > 0 {
+			var packets uint64
+			for _, st := range stalls {
+				packets += st.Packets
+			}
+			ev["packets_in_stalls"] = packets
 		}
 	}
-	var packets uint64
-	for _, st := range stalls {
-		packets += st.Packets
-	}
-	if vec == vecNetRX && len(stalls) > 0 {
-		ev["packets_in_stalls"] = packets
-	}
-
 	if s.StealPct >= 0 {
-		ev["steal_pct"] = round2(s.StealPct)
+		ev["steal_pct"] = human.Round(s.StealPct, 2)
 	}
-	f := finding.Finding{
-		ID:           "softirq.stall",
-		Investigator: "softirq",
-		Severity:     finding.Warning,
-		References:   []string{seedRef},
-	}
+	return ev
+}
 
-	if maxD >= CriticalStall {
-		f.Severity = finding.Critical
-	}
-	where := fmt.Sprintf("CPU %d", worstCPU)
-	if len(cpus) > 1 {
-		where = fmt.Sprintf("CPUs %s", cpuList(cpus, func(c *cpuAgg) int { return c.cpu }))
-	}
-	runs := fmt.Sprintf("%d run%s ≥ %s in %s", len(stalls), plural(len(stalls)), fmtDur(s.Threshold), fmtDur(s.Window))
-	if len(stalls) == 0 {
-		runs = fmt.Sprintf("runs ≥ %s seen, details lost", fmtDur(s.Threshold))
-	}
-	head := fmt.Sprintf("%s softirq ran %s on %s (%s)", name, fmtDur(maxD), where, runs)
-	if vec == vecNetRX {
-		head = fmt.Sprintf("NET_RX softirq (net_rx_action) stalled %s for %s (%s)", where, fmtDur(maxD), runs)
-	}
-	f.Summary = fmt.Sprintf("%s ran %d times in %s; %d of them lasted %s or more, up to %s (p99 %s, p50 %s). While a softirq handler runs, that CPU processes no other softirq and runs no task.",
-		handlerName(vec), h.Count, fmtDur(s.Window), len(stalls), fmtDur(s.Threshold), fmtDur(maxD), fmtDur(time.Duration(h.Quantile(0.99))), fmtDur(time.Duration(h.Quantile(0.5))))
-
-	if vec != vecNetRX {
-		f.Title = head
-		f.Mechanism = vectorMechanism(vec)
-		f.Remediation = vectorRemedies(vec)
-		f.Subjects = cpuSubjects(stalls, nil)
-		f.Evidence = ev
-		return f
-	}
-
-	// NET_RX: attribute with samples from the stalls, else from all of
-	// NET_RX, and with the TcpExt counters of the same window.
+// netRXStall completes a NET_RX stall finding titled head: it attributes
+// the stall with samples from the stalls (else from all of NET_RX) and
+// with the TcpExt counters of the same window, and names the cause: TCP
+// receive-queue collapse, packet filtering, or what the samples show.
+func netRXStall(s *Snapshot, f *finding.Finding, head string, stalls []Stall) {
+	ev := f.Evidence
 	att := attribute(s.StallStacks, "stall")
 	if att.Samples == 0 {
 		att = attribute(s.RxStacks, "net_rx")
@@ -197,7 +205,7 @@ func stallFindingOf(s *Snapshot, vec int, h hist.Log2, stalls []Stall) finding.F
 	if att.Samples > 0 {
 		ev["samples"] = att.Samples
 		ev["samples_from"] = att.Source
-		ev["collapse_share_pct"] = round2(100 * att.Collapse)
+		ev["collapse_share_pct"] = human.Round(100*att.Collapse, 2)
 		ev["top_functions"] = att.selfSummary(5)
 		ev["stall_stacks_folded"] = att.Folded
 	}
@@ -220,16 +228,12 @@ func stallFindingOf(s *Snapshot, vec int, h hist.Log2, stalls []Stall) finding.F
 	}
 
 	collapse := (att.Samples > 0 && att.Collapse >= 0.25) || (att.Samples == 0 && tcp["TCPRcvCollapsed"] > 0)
-	var top *Stack
-	if att.Top != nil {
-		top = att.Top
-	}
 	switch {
 	case collapse:
 		ev["cause"] = causeCollapse
 		why := ""
 		if att.Samples > 0 {
-			why = fmt.Sprintf("tcp_collapse/tcp_prune_queue in %s of the stall samples", pct(att.Collapse))
+			why = fmt.Sprintf("tcp_collapse/tcp_prune_queue in %s of the stall samples", human.Percent(100*att.Collapse))
 		} else {
 			why = fmt.Sprintf("TCPRcvCollapsed +%d in the same window", tcp["TCPRcvCollapsed"])
 		}
@@ -239,7 +243,7 @@ func stallFindingOf(s *Snapshot, vec int, h hist.Log2, stalls []Stall) finding.F
 		f.Remediation = collapseRemedies(s)
 	case att.Samples > 0 && att.Netfilter >= 0.25:
 		ev["cause"] = causeNetfilter
-		f.Title = head + fmt.Sprintf(": packet filtering (netfilter in %s of the samples)", pct(att.Netfilter))
+		f.Title = head + fmt.Sprintf(": packet filtering (netfilter in %s of the samples)", human.Percent(100*att.Netfilter))
 		f.Summary += fmt.Sprintf(" Sampled kernel stacks: %s.", att.selfSummary(3))
 		f.Mechanism = "Firewall and conntrack rules run inside NET_RX for every packet: long linear rule sets or conntrack table walks make each packet expensive, and a budget of 300 packets then takes milliseconds."
 		f.Remediation = []string{
@@ -263,15 +267,13 @@ func stallFindingOf(s *Snapshot, vec int, h hist.Log2, stalls []Stall) finding.F
 			"Spread receive work across CPUs (RSS queues, RPS: /sys/class/net/DEV/queues/rx-*/rps_cpus) so one CPU's stall delays fewer flows.",
 		}
 	}
-	f.Subjects = cpuSubjects(stalls, top)
-	f.Evidence = ev
-	return f
+	f.Subjects = cpuSubjects(stalls, att.Top)
 }
 
 func collapseSummary(s *Snapshot, tcp map[string]int64, att attribution) string {
 	var parts []string
 	if att.Samples > 0 {
-		parts = append(parts, fmt.Sprintf("Of %d kernel stacks sampled in those runs, %s were pruning a TCP receive queue (tcp_prune_queue → tcp_collapse); the innermost functions were %s.", att.Samples, pct(att.Collapse), att.selfSummary(3)))
+		parts = append(parts, fmt.Sprintf("Of %d kernel stacks sampled in those runs, %s were pruning a TCP receive queue (tcp_prune_queue → tcp_collapse); the innermost functions were %s.", att.Samples, human.Percent(100*att.Collapse), att.selfSummary(3)))
 	}
 	if tcp["PruneCalled"]+tcp["TCPRcvCollapsed"] > 0 {
 		where := ""
@@ -289,9 +291,9 @@ func collapseSummary(s *Snapshot, tcp map[string]int64, att attribution) string 
 func collapseMechanism(set Settings) string {
 	buf := "large receive buffers"
 	if set.TCPRmem[2] > 0 {
-		buf = fmt.Sprintf("receive buffers of up to %s (net.ipv4.tcp_rmem max)", fmtBytes(set.TCPRmem[2]))
+		buf = fmt.Sprintf("receive buffers of up to %s (net.ipv4.tcp_rmem max)", human.Bytes(set.TCPRmem[2]))
 	}
-	return fmt.Sprintf("When a socket's queued segments use more memory than its receive buffer allows (buffer accounting counts each sk_buff's overhead, not just payload), TCP prunes the queue in softirq context: tcp_collapse copies every small segment into compact buffers while that CPU processes no other packet. With %s and small segments from a slow reader, one collapse walks tens of thousands of sk_buffs and takes milliseconds: the seed measured 23 ms at 32 MiB and 3 ms at 2 MiB.", buf)
+	return fmt.Sprintf("When a socket's queued segments use more memory than its receive buffer allows (buffer accounting counts each sk_buff's overhead, not just payload), TCP prunes the queue in softirq context: tcp_collapse copies every small segment into compact buffers while that CPU processes no other packet. With %s and small segments from a slow reader, one collapse walks tens of thousands of sk_buffs and takes milliseconds: Cloudflare measured 23 ms at 32 MiB and 3 ms at 2 MiB.", buf)
 }
 
 func collapseRemedies(s *Snapshot) []string {
@@ -393,7 +395,7 @@ func cpuSubjects(stalls []Stall, top *Stack) []finding.Subject {
 		}
 		w := worst[c]
 		cpu := c
-		detail := fmt.Sprintf("%d run%s ≥ threshold, worst %s at %s", count[c], plural(count[c]), fmtDur(w.Duration), w.At.Format("15:04:05.000"))
+		detail := fmt.Sprintf("%s ≥ threshold, worst %s at %s", human.Plural(count[c], "run", "runs"), human.Duration(w.Duration), w.At.Format("15:04:05.000"))
 		if w.Vector == "NET_RX" && w.Polls > 0 {
 			detail += fmt.Sprintf(", %d packets in %d NAPI polls", w.Packets, w.Polls)
 		}
@@ -413,7 +415,7 @@ func stallList(stalls []Stall, n int) []string {
 	var out []string
 	for i := 0; i < len(stalls) && i < n; i++ {
 		st := stalls[i]
-		out = append(out, fmt.Sprintf("%s cpu %d %s %s on %s/%d, %d packets", st.At.Format("15:04:05.000000"), st.CPU, st.Vector, fmtDur(st.Duration), st.Comm, st.PID, st.Packets))
+		out = append(out, fmt.Sprintf("%s cpu %d %s %s on %s/%d, %d packets", st.At.Format("15:04:05.000000"), st.CPU, st.Vector, human.Duration(st.Duration), st.Comm, st.PID, st.Packets))
 	}
 	return out
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/hist"
+	"github.com/wolf-investigator/wolf/internal/human"
 )
 
 func waitFinding(s *Snapshot) (finding.Finding, bool) {
@@ -27,7 +28,7 @@ func waitFinding(s *Snapshot) (finding.Finding, bool) {
 		long += n
 		p99 := time.Duration(h.Quantile(0.99))
 		frequent = frequent || p99 >= s.Threshold
-		slow = append(slow, fmt.Sprintf("%s max %s p99 %s, %d of %d waits ≥ ~%s", Vectors[vec], fmtDur(time.Duration(h.Max)), fmtDur(p99), n, h.Count, fmtDur(s.Threshold)))
+		slow = append(slow, fmt.Sprintf("%s max %s p99 %s, %d of %d waits ≥ ~%s", Vectors[vec], human.Duration(time.Duration(h.Max)), human.Duration(p99), n, h.Count, human.Duration(s.Threshold)))
 		if worstVec < 0 || h.Max > worst.Max {
 			worst, worstVec = h, vec
 		}
@@ -45,8 +46,8 @@ func waitFinding(s *Snapshot) (finding.Finding, bool) {
 		ID:           "softirq.wait",
 		Investigator: "softirq",
 		Severity:     sev,
-		Title:        fmt.Sprintf("%s softirq waited up to %s between being raised and running", name, fmtDur(maxD)),
-		Summary:      fmt.Sprintf("Raise-to-run waits at or above %s: %s. Work raised in that time (packets for NET_RX) waited with it.", fmtDur(s.Threshold), strings.Join(slow, "; ")),
+		Title:        fmt.Sprintf("%s softirq waited up to %s between being raised and running", name, human.Duration(maxD)),
+		Summary:      fmt.Sprintf("Raise-to-run waits at or above %s: %s. Work raised in that time (packets for NET_RX) waited with it.", human.Duration(s.Threshold), strings.Join(slow, "; ")),
 		Mechanism:    "A raised softirq runs at the next interrupt exit or bottom-half enable, unless softirqs have already run too long (about 2 ms or 10 restarts): then ksoftirqd, an ordinary SCHED_OTHER thread, takes over and waits its turn behind the CPU's other tasks. Long waits mean a busy ksoftirqd CPU, or code that disables bottom halves for long.",
 		Evidence: map[string]any{
 			"vector":        name,
@@ -61,11 +62,11 @@ func waitFinding(s *Snapshot) (finding.Finding, bool) {
 			"See whether ksoftirqd is starved: ps -eLo pid,comm,psr,pcpu,rtprio | grep ksoftirqd, and wolf sched for run-queue latency on that CPU.",
 			"Move heavy tasks off the CPUs that take network interrupts (irqbalance, /proc/irq/N/smp_affinity), or give ksoftirqd a higher priority (chrt -f -p 1 PID) where latency matters more than fairness.",
 		},
-		References: []string{seedRef},
+		References: []string{storyRef},
 	}
 	if s.StealPct >= 1 {
 		f.Severity = finding.Info
-		f.Evidence["steal_pct"] = round2(s.StealPct)
+		f.Evidence["steal_pct"] = human.Round(s.StealPct, 2)
 		f.Summary += fmt.Sprintf(" The hypervisor took %.1f%% of CPU time (steal) in the window; a vCPU that does not run does not run its softirqs either.", s.StealPct)
 	}
 	return f, true

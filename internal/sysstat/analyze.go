@@ -2,7 +2,6 @@ package sysstat
 
 import (
 	"fmt"
-	"math"
 	"sort"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
@@ -125,42 +124,6 @@ func sub(b, a uint64) float64 {
 		return 0
 	}
 	return float64(b - a)
-}
-
-func round(x float64, digits int) float64 {
-	p := math.Pow(10, float64(digits))
-	return math.Round(x*p) / p
-}
-
-// pct prints a percentage the way a person reads one: 0.3%, 4.2%, 37%.
-func pct(x float64) string {
-	if x < 10 && x != 0 {
-		return fmt.Sprintf("%.1f%%", x)
-	}
-	return fmt.Sprintf("%.0f%%", x)
-}
-
-// num prints a rate or a count with sensible precision.
-func num(x float64) string {
-	switch {
-	case x == 0:
-		return "0"
-	case math.Abs(x) < 10:
-		return fmt.Sprintf("%.1f", x)
-	default:
-		return fmt.Sprintf("%.0f", x)
-	}
-}
-
-func mib(kb uint64) string {
-	switch {
-	case kb >= 10<<20:
-		return fmt.Sprintf("%.0f GiB", float64(kb)/(1<<20))
-	case kb >= 1<<20:
-		return fmt.Sprintf("%.1f GiB", float64(kb)/(1<<20))
-	default:
-		return fmt.Sprintf("%d MiB", kb>>10)
-	}
 }
 
 func (a *analysis) cpuCount() int {

@@ -8,6 +8,7 @@ import (
 	"sort"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/human"
 )
 
 // CPUPct is one CPU's time over the window, in percent.
@@ -26,7 +27,7 @@ func cpuPct(cpu int, a, b CPUTimes) (CPUPct, bool) {
 	if total == 0 {
 		return CPUPct{}, false
 	}
-	p := func(x float64) float64 { return round(100*x/total, 1) }
+	p := func(x float64) float64 { return human.Round(100*x/total, 1) }
 	guest := sub(b.Guest, a.Guest)
 	guestNice := sub(b.GuestNice, a.GuestNice)
 	return CPUPct{
@@ -99,17 +100,16 @@ func (a *analysis) cpu() {
 		}
 	}
 	v["per_cpu"] = perVals
-	summary := fmt.Sprintf("usr %s sys %s iowait %s", pct(m.Usr+m.Nice), pct(m.Sys), pct(m.IOWait))
+	summary := fmt.Sprintf("usr %s sys %s iowait %s", human.Percent(m.Usr+m.Nice), human.Percent(m.Sys), human.Percent(m.IOWait))
 	if m.IRQ > 0 {
-		summary += " irq " + pct(m.IRQ)
+		summary += " irq " + human.Percent(m.IRQ)
 	}
-	summary += fmt.Sprintf(" soft %s steal %s idle %s", pct(m.Soft), pct(m.Steal), pct(m.Idle))
+	summary += fmt.Sprintf(" soft %s steal %s idle %s", human.Percent(m.Soft), human.Percent(m.Steal), human.Percent(m.Idle))
 	if len(per) > 1 && busiest.Busy() >= cpuHotPct && m.Busy() < cpuBusyWarnPct {
-		summary += fmt.Sprintf(", cpu%d %s busy", busiest.CPU, pct(busiest.Busy()))
+		summary += fmt.Sprintf(", cpu%d %s busy", busiest.CPU, human.Percent(busiest.Busy()))
 	}
 	var fs []finding.Finding
-	var subjects func(pred func(CPUPct) bool, detail func(CPUPct) string) []finding.Subject
-	subjects = func(pred func(CPUPct) bool, detail func(CPUPct) string) []finding.Subject {
+	subjects := func(pred func(CPUPct) bool, detail func(CPUPct) string) []finding.Subject {
 		var out []finding.Subject
 		for _, c := range per {
 			if pred(c) {
@@ -119,18 +119,18 @@ func (a *analysis) cpu() {
 		return out
 	}
 	busyDetail := func(c CPUPct) string {
-		return fmt.Sprintf("%s busy: usr %s sys %s soft %s", pct(c.Busy()), pct(c.Usr+c.Nice), pct(c.Sys), pct(c.Soft))
+		return fmt.Sprintf("%s busy: usr %s sys %s soft %s", human.Percent(c.Busy()), human.Percent(c.Usr+c.Nice), human.Percent(c.Sys), human.Percent(c.Soft))
 	}
 	switch {
 	case m.Busy() >= cpuBusyWarnPct:
 		fs = append(fs, finding.Finding{
 			ID:        "system.cpu-saturated",
 			Severity:  finding.Warning,
-			Title:     fmt.Sprintf("All %d CPUs saturated: %s busy over %.0f s", len(per), pct(m.Busy()), a.dt),
-			Summary:   fmt.Sprintf("The CPUs were idle only %s of the window (usr %s, sys %s, soft %s, steal %s): new work waits for a CPU.", pct(m.Idle+m.IOWait), pct(m.Usr+m.Nice), pct(m.Sys), pct(m.Soft), pct(m.Steal)),
+			Title:     fmt.Sprintf("All %d CPUs saturated: %s busy over %.0f s", len(per), human.Percent(m.Busy()), a.dt),
+			Summary:   fmt.Sprintf("The CPUs were idle only %s of the window (usr %s, sys %s, soft %s, steal %s): new work waits for a CPU.", human.Percent(m.Idle+m.IOWait), human.Percent(m.Usr+m.Nice), human.Percent(m.Sys), human.Percent(m.Soft), human.Percent(m.Steal)),
 			Mechanism: "With no idle CPU, every wakeup queues behind running tasks. Throughput may hold, but latency grows with the run queue.",
 			Subjects:  subjects(func(CPUPct) bool { return true }, busyDetail),
-			Evidence:  map[string]any{"busy_pct": round(m.Busy(), 1), "usr_pct": m.Usr + m.Nice, "sys_pct": m.Sys, "soft_pct": m.Soft, "steal_pct": m.Steal, "cpus": len(per)},
+			Evidence:  map[string]any{"busy_pct": human.Round(m.Busy(), 1), "usr_pct": m.Usr + m.Nice, "sys_pct": m.Sys, "soft_pct": m.Soft, "steal_pct": m.Steal, "cpus": len(per)},
 			Remediation: []string{
 				"find the consumers: top, or pidstat 1",
 				"wolf sched --duration 10s: how long tasks wait to run",
@@ -141,11 +141,11 @@ func (a *analysis) cpu() {
 		fs = append(fs, finding.Finding{
 			ID:        "system.cpu-hot",
 			Severity:  finding.Info,
-			Title:     fmt.Sprintf("cpu%d saturated (%s busy) while the machine was %s busy", busiest.CPU, pct(busiest.Busy()), pct(m.Busy())),
+			Title:     fmt.Sprintf("cpu%d saturated (%s busy) while the machine was %s busy", busiest.CPU, human.Percent(busiest.Busy()), human.Percent(m.Busy())),
 			Summary:   "One CPU did most of the work: a single-threaded hot spot, or interrupts all steered to one CPU.",
 			Mechanism: "A task or an interrupt bound to one CPU cannot use the idle ones. Work queued there waits although the machine looks idle.",
 			Subjects:  []finding.Subject{cpuSubject(busiest, busyDetail(busiest))},
-			Evidence:  map[string]any{"busy_pct": round(busiest.Busy(), 1), "machine_busy_pct": round(m.Busy(), 1)},
+			Evidence:  map[string]any{"busy_pct": human.Round(busiest.Busy(), 1), "machine_busy_pct": human.Round(m.Busy(), 1)},
 			Remediation: []string{
 				"pidstat 1 / top -H: which thread runs there",
 				"high soft or irq time there: cat /proc/interrupts, spread IRQs (irqbalance, RPS), and wolf softirq",
@@ -156,10 +156,10 @@ func (a *analysis) cpu() {
 		fs = append(fs, finding.Finding{
 			ID:        "system.iowait",
 			Severity:  finding.Warning,
-			Title:     fmt.Sprintf("CPUs idle waiting for I/O %s of the time", pct(m.IOWait)),
-			Summary:   fmt.Sprintf("iowait was %s machine-wide: tasks are blocked on storage with nothing else to run.", pct(m.IOWait)),
+			Title:     fmt.Sprintf("CPUs idle waiting for I/O %s of the time", human.Percent(m.IOWait)),
+			Summary:   fmt.Sprintf("iowait was %s machine-wide: tasks are blocked on storage with nothing else to run.", human.Percent(m.IOWait)),
 			Mechanism: "iowait is idle time while a task that last ran on the CPU waits for block I/O. High iowait means storage, not CPU, bounds the work.",
-			Subjects:  subjects(func(c CPUPct) bool { return c.IOWait >= iowaitWarnPct }, func(c CPUPct) string { return "iowait " + pct(c.IOWait) }),
+			Subjects:  subjects(func(c CPUPct) bool { return c.IOWait >= iowaitWarnPct }, func(c CPUPct) string { return "iowait " + human.Percent(c.IOWait) }),
 			Evidence:  map[string]any{"iowait_pct": m.IOWait},
 			Remediation: []string{
 				"see the disk area: which device, how long requests wait (await) and how busy it is",
@@ -167,11 +167,11 @@ func (a *analysis) cpu() {
 			},
 		})
 	}
-	if hot := subjects(func(c CPUPct) bool { return c.Soft >= softirqWarnPct }, func(c CPUPct) string { return "soft " + pct(c.Soft) }); len(hot) > 0 {
+	if hot := subjects(func(c CPUPct) bool { return c.Soft >= softirqWarnPct }, func(c CPUPct) string { return "soft " + human.Percent(c.Soft) }); len(hot) > 0 {
 		fs = append(fs, finding.Finding{
 			ID:        "system.softirq",
 			Severity:  finding.Warning,
-			Title:     fmt.Sprintf("Softirq processing took %s or more of %d CPU(s)", pct(softirqWarnPct), len(hot)),
+			Title:     fmt.Sprintf("Softirq processing took %s or more of %d CPU(s)", human.Percent(softirqWarnPct), len(hot)),
 			Summary:   "Softirqs (network receive, timers, block completions, RCU) ate a large share of some CPUs; tasks there ran late.",
 			Mechanism: "Softirqs run before the interrupted task resumes, or in ksoftirqd when they keep coming. Long softirq runs delay everything on that CPU.",
 			Subjects:  hot,
@@ -182,11 +182,11 @@ func (a *analysis) cpu() {
 			},
 		})
 	}
-	if hot := subjects(func(c CPUPct) bool { return c.IRQ >= hardirqWarnPct }, func(c CPUPct) string { return "irq " + pct(c.IRQ) }); len(hot) > 0 {
+	if hot := subjects(func(c CPUPct) bool { return c.IRQ >= hardirqWarnPct }, func(c CPUPct) string { return "irq " + human.Percent(c.IRQ) }); len(hot) > 0 {
 		fs = append(fs, finding.Finding{
 			ID:          "system.hardirq",
 			Severity:    finding.Warning,
-			Title:       fmt.Sprintf("Hardware interrupts took %s or more of %d CPU(s)", pct(hardirqWarnPct), len(hot)),
+			Title:       fmt.Sprintf("Hardware interrupts took %s or more of %d CPU(s)", human.Percent(hardirqWarnPct), len(hot)),
 			Summary:     "Interrupt handlers ate a large share of some CPUs.",
 			Mechanism:   "Hard interrupt handlers preempt everything on their CPU. An interrupt storm or one device's interrupts pinned to one CPU starves its tasks.",
 			Subjects:    hot,
@@ -198,7 +198,7 @@ func (a *analysis) cpu() {
 		fs = append(fs, finding.Finding{
 			ID:          "system.cpu-steal",
 			Severity:    finding.Warning,
-			Title:       fmt.Sprintf("The hypervisor took %s of this VM's CPU time", pct(m.Steal)),
+			Title:       fmt.Sprintf("The hypervisor took %s of this VM's CPU time", human.Percent(m.Steal)),
 			Summary:     "Steal time is time this VM's virtual CPUs were ready to run but the host ran something else.",
 			Mechanism:   "The host is overcommitted or the VM exceeds its CPU quota. Everything in the guest runs slower and nothing inside it can fix that.",
 			Evidence:    map[string]any{"steal_pct": m.Steal},

@@ -8,6 +8,7 @@ import (
 	"sort"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/human"
 )
 
 // DiskRate is one device's I/O over the window, as iostat -x prints it.
@@ -72,15 +73,15 @@ func DiskRates(first, last Snapshot) []DiskRate {
 
 func (d DiskRate) values() map[string]any {
 	return map[string]any{"device": d.Name, "partition": d.Partition,
-		"r_per_s": round(d.ReadsPerS, 1), "w_per_s": round(d.WritesPerS, 1),
-		"r_kb_per_s": round(d.ReadKBPerS, 1), "w_kb_per_s": round(d.WriteKBPerS, 1),
-		"r_await_ms": round(d.ReadAwaitMs, 2), "w_await_ms": round(d.WriteAwaitMs, 2), "await_ms": round(d.AwaitMs, 2),
-		"util_pct": round(d.UtilPct, 1), "aqu_sz": round(d.QueueSize, 2)}
+		"r_per_s": human.Round(d.ReadsPerS, 1), "w_per_s": human.Round(d.WritesPerS, 1),
+		"r_kb_per_s": human.Round(d.ReadKBPerS, 1), "w_kb_per_s": human.Round(d.WriteKBPerS, 1),
+		"r_await_ms": human.Round(d.ReadAwaitMs, 2), "w_await_ms": human.Round(d.WriteAwaitMs, 2), "await_ms": human.Round(d.AwaitMs, 2),
+		"util_pct": human.Round(d.UtilPct, 1), "aqu_sz": human.Round(d.QueueSize, 2)}
 }
 
 func (d DiskRate) line() string {
-	return fmt.Sprintf("%s r %s/s w %s/s %s kB/s await %s ms util %s", d.Name, num(d.ReadsPerS), num(d.WritesPerS),
-		num(d.ReadKBPerS+d.WriteKBPerS), num(d.AwaitMs), pct(d.UtilPct))
+	return fmt.Sprintf("%s r %s/s w %s/s %s kB/s await %s ms util %s", d.Name, human.Number(d.ReadsPerS), human.Number(d.WritesPerS),
+		human.Number(d.ReadKBPerS+d.WriteKBPerS), human.Number(d.AwaitMs), human.Percent(d.UtilPct))
 }
 
 func (a *analysis) disk() {
@@ -127,8 +128,8 @@ func (a *analysis) disk() {
 			fs = append(fs, finding.Finding{
 				ID:        "system.disk-saturated",
 				Severity:  finding.Warning,
-				Title:     fmt.Sprintf("%s busy %s of the time (await %s ms, queue %s)", d.Name, pct(d.UtilPct), num(d.AwaitMs), num(d.QueueSize)),
-				Summary:   fmt.Sprintf("%s had I/O in flight %s of the window: %s reads/s, %s writes/s, %s kB/s.", d.Name, pct(d.UtilPct), num(d.ReadsPerS), num(d.WritesPerS), num(d.ReadKBPerS+d.WriteKBPerS)),
+				Title:     fmt.Sprintf("%s busy %s of the time (await %s ms, queue %s)", d.Name, human.Percent(d.UtilPct), human.Number(d.AwaitMs), human.Number(d.QueueSize)),
+				Summary:   fmt.Sprintf("%s had I/O in flight %s of the window: %s reads/s, %s writes/s, %s kB/s.", d.Name, human.Percent(d.UtilPct), human.Number(d.ReadsPerS), human.Number(d.WritesPerS), human.Number(d.ReadKBPerS+d.WriteKBPerS)),
 				Mechanism: "Utilisation is the share of time at least one request was outstanding. For a single-queue disk near 100% means requests queue; devices that serve requests in parallel (SSD, NVMe, RAID) may still have headroom, so read it with await and the queue size.",
 				Evidence:  ev,
 				Remediation: []string{
@@ -141,8 +142,8 @@ func (a *analysis) disk() {
 			fs = append(fs, finding.Finding{
 				ID:        "system.disk-latency",
 				Severity:  finding.Warning,
-				Title:     fmt.Sprintf("%s requests took %s ms on average", d.Name, num(d.AwaitMs)),
-				Summary:   fmt.Sprintf("%d requests completed with an average wait of %s ms (reads %s ms, writes %s ms), queueing included.", d.IOs, num(d.AwaitMs), num(d.ReadAwaitMs), num(d.WriteAwaitMs)),
+				Title:     fmt.Sprintf("%s requests took %s ms on average", d.Name, human.Number(d.AwaitMs)),
+				Summary:   fmt.Sprintf("%d requests completed with an average wait of %s ms (reads %s ms, writes %s ms), queueing included.", d.IOs, human.Number(d.AwaitMs), human.Number(d.ReadAwaitMs), human.Number(d.WriteAwaitMs)),
 				Mechanism: "await is the time from a request's submission to its completion, queueing included. Every task that reads or syncs through this device waits that long per request.",
 				Evidence:  ev,
 				Remediation: []string{

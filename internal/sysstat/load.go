@@ -7,6 +7,7 @@ import (
 	"math"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/human"
 )
 
 func (a *analysis) load() {
@@ -29,20 +30,20 @@ func (a *analysis) load() {
 		}
 		run /= float64(n)
 		blk /= float64(n)
-		v["runnable_mean"], v["runnable_max"] = round(run, 2), runMax
-		v["blocked_mean"], v["blocked_max"] = round(blk, 2), blkMax
+		v["runnable_mean"], v["runnable_max"] = human.Round(run, 2), runMax
+		v["blocked_mean"], v["blocked_max"] = human.Round(blk, 2), blkMax
 		v["samples"] = n
-		summary += fmt.Sprintf(", runnable %s avg %d max, blocked %s", num(run), runMax, num(blk))
+		summary += fmt.Sprintf(", runnable %s avg %d max, blocked %s", human.Number(run), runMax, human.Number(blk))
 		// procs_running counts the reading thread itself.
 		if perCPU := (run - 1) / float64(cpus); n >= 2 && perCPU >= runqPerCPUWarn {
 			fs = append(fs, finding.Finding{
 				ID:       "system.run-queue",
 				Severity: finding.Warning,
-				Title:    fmt.Sprintf("%s runnable tasks per CPU: tasks queue for CPU time", num(perCPU)),
+				Title:    fmt.Sprintf("%s runnable tasks per CPU: tasks queue for CPU time", human.Number(perCPU)),
 				Summary: fmt.Sprintf("On average %s tasks were runnable on %d CPUs over %.0f s (at most %d); each waited for the others' time slices.",
-					num(run), cpus, a.dt, runMax),
+					human.Number(run), cpus, a.dt, runMax),
 				Mechanism: "procs_running counts the tasks running or waiting on a run queue. Beyond one per CPU the rest wait, so scheduling latency grows with the queue length.",
-				Evidence:  map[string]any{"runnable_mean": round(run, 2), "runnable_max": runMax, "cpus": cpus, "load1": l.Load1},
+				Evidence:  map[string]any{"runnable_mean": human.Round(run, 2), "runnable_max": runMax, "cpus": cpus, "load1": l.Load1},
 				Remediation: []string{
 					"wolf sched --duration 10s: run-queue latency per task and migrations",
 					"find the CPU consumers: top, or pidstat 1",
@@ -54,10 +55,10 @@ func (a *analysis) load() {
 			fs = append(fs, finding.Finding{
 				ID:        "system.io-blocked",
 				Severity:  finding.Warning,
-				Title:     fmt.Sprintf("%s tasks waiting for I/O throughout the window", num(blk)),
-				Summary:   fmt.Sprintf("At least %d task(s) were in I/O wait in every sample (%s on average, %d at most): they add to the load average without using CPU.", blkMin, num(blk), blkMax),
+				Title:     fmt.Sprintf("%s tasks waiting for I/O throughout the window", human.Number(blk)),
+				Summary:   fmt.Sprintf("At least %d task(s) were in I/O wait in every sample (%s on average, %d at most): they add to the load average without using CPU.", blkMin, human.Number(blk), blkMax),
 				Mechanism: "procs_blocked counts tasks sleeping uninterruptibly on block I/O. A steady queue of them means storage is slower than the demand, or a task is stuck.",
-				Evidence:  map[string]any{"blocked_mean": round(blk, 2), "blocked_min": blkMin, "blocked_max": blkMax},
+				Evidence:  map[string]any{"blocked_mean": human.Round(blk, 2), "blocked_min": blkMin, "blocked_max": blkMax},
 				Remediation: []string{
 					"see the disk area above: which device is busy and how long requests wait",
 					"wolf hung --duration 10s: what the blocked tasks wait on",

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/human"
 )
 
 func (a *analysis) memory() {
@@ -28,20 +29,20 @@ func (a *analysis) memory() {
 	_, hasOOM := vm1["oom_kill"]
 	ooms := delta("oom_kill")
 	v := map[string]any{
-		"total_mib": total >> 10, "available_mib": avail >> 10, "available_pct": round(availPct, 1),
+		"total_mib": total >> 10, "available_mib": avail >> 10, "available_pct": human.Round(availPct, 1),
 		"used_mib": (total - min(total, avail)) >> 10, "dirty_mib": mem["Dirty"] >> 10, "writeback_mib": mem["Writeback"] >> 10,
 		"swap_total_mib": mem["SwapTotal"] >> 10, "swap_used_mib": swapUsed >> 10,
-		"swap_in_pages_per_s": round(swapIn, 1), "swap_out_pages_per_s": round(swapOut, 1),
-		"direct_scan_pages_per_s": round(directScan, 1),
+		"swap_in_pages_per_s": human.Round(swapIn, 1), "swap_out_pages_per_s": human.Round(swapOut, 1),
+		"direct_scan_pages_per_s": human.Round(directScan, 1),
 	}
-	summary := fmt.Sprintf("avail %s of %s (%s), dirty %s", mib(avail), mib(total), pct(availPct), mib(mem["Dirty"]))
+	summary := fmt.Sprintf("avail %s of %s (%s), dirty %s", human.Bytes(int64(avail<<10)), human.Bytes(int64(total<<10)), human.Percent(availPct), human.Bytes(int64(mem["Dirty"]<<10)))
 	if mem["SwapTotal"] > 0 {
-		summary += fmt.Sprintf(", swap %s used, si/so %s/%s pages/s", mib(swapUsed), num(swapIn), num(swapOut))
+		summary += fmt.Sprintf(", swap %s used, si/so %s/%s pages/s", human.Bytes(int64(swapUsed<<10)), human.Number(swapIn), human.Number(swapOut))
 	} else {
 		summary += ", no swap"
 	}
 	if directScan > 0 {
-		summary += fmt.Sprintf(", direct reclaim %s pages/s", num(directScan))
+		summary += fmt.Sprintf(", direct reclaim %s pages/s", human.Number(directScan))
 	}
 	if hasOOM {
 		v["oom_kills"] = int64(ooms)
@@ -58,10 +59,10 @@ func (a *analysis) memory() {
 		fs = append(fs, finding.Finding{
 			ID:        "system.memory-low",
 			Severity:  sev,
-			Title:     fmt.Sprintf("Only %s of memory available (%s of %s)", pct(availPct), mib(avail), mib(total)),
+			Title:     fmt.Sprintf("Only %s of memory available (%s of %s)", human.Percent(availPct), human.Bytes(int64(avail<<10)), human.Bytes(int64(total<<10))),
 			Summary:   "MemAvailable, the kernel's estimate of what can be allocated without swapping, is low: allocations will reclaim page cache, swap, or end in the OOM killer.",
 			Mechanism: "Below the watermarks, allocating tasks reclaim memory themselves (direct reclaim) and stall. The page cache that made I/O fast is evicted first.",
-			Evidence:  map[string]any{"available_mib": avail >> 10, "total_mib": total >> 10, "available_pct": round(availPct, 1), "direct_scan_pages_per_s": round(directScan, 1)},
+			Evidence:  map[string]any{"available_mib": avail >> 10, "total_mib": total >> 10, "available_pct": human.Round(availPct, 1), "direct_scan_pages_per_s": human.Round(directScan, 1)},
 			Remediation: []string{
 				"wolf reclaim --duration 10s: who reclaims, how efficiently, and in which cgroup",
 				"find the consumers: ps -eo pid,rss,comm --sort=-rss | head, and memory.current of the cgroups",
@@ -72,10 +73,10 @@ func (a *analysis) memory() {
 		fs = append(fs, finding.Finding{
 			ID:          "system.swapping",
 			Severity:    finding.Warning,
-			Title:       fmt.Sprintf("Swapping in %s pages/s", num(swapIn)),
-			Summary:     fmt.Sprintf("%s pages/s came back from swap (%s/s went out): tasks wait for memory they had.", num(swapIn), num(swapOut)),
+			Title:       fmt.Sprintf("Swapping in %s pages/s", human.Number(swapIn)),
+			Summary:     fmt.Sprintf("%s pages/s came back from swap (%s/s went out): tasks wait for memory they had.", human.Number(swapIn), human.Number(swapOut)),
 			Mechanism:   "Swap-in is a major page fault served from the swap device. The faulting task sleeps for the read, so steady swap-in is steady latency.",
-			Evidence:    map[string]any{"swap_in_pages_per_s": round(swapIn, 1), "swap_out_pages_per_s": round(swapOut, 1), "swap_used_mib": swapUsed >> 10},
+			Evidence:    map[string]any{"swap_in_pages_per_s": human.Round(swapIn, 1), "swap_out_pages_per_s": human.Round(swapOut, 1), "swap_used_mib": swapUsed >> 10},
 			Remediation: []string{"wolf reclaim --duration 10s", "reduce the working set or add memory; lower vm.swappiness if anonymous memory is swapped while cache is kept"},
 		})
 	}
@@ -83,10 +84,10 @@ func (a *analysis) memory() {
 		fs = append(fs, finding.Finding{
 			ID:          "system.direct-reclaim",
 			Severity:    finding.Warning,
-			Title:       fmt.Sprintf("Direct reclaim scanning %s pages/s", num(directScan)),
+			Title:       fmt.Sprintf("Direct reclaim scanning %s pages/s", human.Number(directScan)),
 			Summary:     "Allocating tasks reclaimed memory themselves instead of leaving it to kswapd: each of them stalled while it did.",
 			Mechanism:   "When free memory falls below the min watermark, or a cgroup reaches its limit, the allocating task scans LRU lists itself. Its latency then includes the scan.",
-			Evidence:    map[string]any{"direct_scan_pages_per_s": round(directScan, 1), "available_pct": round(availPct, 1)},
+			Evidence:    map[string]any{"direct_scan_pages_per_s": human.Round(directScan, 1), "available_pct": human.Round(availPct, 1)},
 			Remediation: []string{"wolf reclaim --duration 10s: which cgroup and task reclaim and how efficiently", "raise vm.min_free_kbytes / vm.watermark_scale_factor so kswapd starts earlier"},
 		})
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/human"
 )
 
 func (a *analysis) network() {
@@ -71,9 +72,9 @@ func (a *analysis) network() {
 	pruned := d("TcpExt.PruneCalled")
 	udpRcvbuf := d("Udp.RcvbufErrors") + d("Udp6.RcvbufErrors")
 	v := map[string]any{
-		"rx_kb_per_s": round(a.rate(rxKB), 1), "tx_kb_per_s": round(a.rate(txKB), 1),
+		"rx_kb_per_s": human.Round(a.rate(rxKB), 1), "tx_kb_per_s": human.Round(a.rate(txKB), 1),
 		"if_errors": int64(errs), "if_drops": int64(drops), "interfaces_with_errors": bad,
-		"tcp_out_segs_per_s": round(a.rate(outSegs), 1), "tcp_retrans_per_s": round(a.rate(retrans), 2), "tcp_retrans_pct": round(retransPct, 2),
+		"tcp_out_segs_per_s": human.Round(a.rate(outSegs), 1), "tcp_retrans_per_s": human.Round(a.rate(retrans), 2), "tcp_retrans_pct": human.Round(retransPct, 2),
 		"listen_overflows_drops": int64(listen), "tcp_backlog_drops": int64(backlog),
 		"tcp_rcv_collapsed": int64(collapsed), "tcp_prune_called": int64(pruned), "udp_rcvbuf_errors": int64(udpRcvbuf),
 	}
@@ -81,7 +82,7 @@ func (a *analysis) network() {
 		v["interfaces_with_errors"] = []map[string]any{}
 	}
 	summary := fmt.Sprintf("rx %s tx %s kB/s, errors %d drops %d, tcp retrans %s/s (%s)",
-		num(a.rate(rxKB)), num(a.rate(txKB)), int64(errs), int64(drops), num(a.rate(retrans)), pct(retransPct))
+		human.Number(a.rate(rxKB)), human.Number(a.rate(txKB)), int64(errs), int64(drops), human.Number(a.rate(retrans)), human.Percent(retransPct))
 	for _, c := range []struct {
 		n    float64
 		what string
@@ -98,7 +99,7 @@ func (a *analysis) network() {
 			Title:     fmt.Sprintf("Network interfaces: %d errors, %d drops in %.0f s", int64(errs), int64(drops), a.dt),
 			Summary:   strings.Join(badSubjects, "; ") + ".",
 			Mechanism: "Interface errors (CRC, frame, FIFO overruns, carrier losses) are lost packets the sender must retransmit; drops are packets the driver or the stack had no room for. Either shows up as latency and retransmits.",
-			Evidence:  map[string]any{"if_errors": int64(errs), "if_drops": int64(drops), "drops_per_s": round(a.rate(drops), 1), "interfaces": bad},
+			Evidence:  map[string]any{"if_errors": int64(errs), "if_drops": int64(drops), "drops_per_s": human.Round(a.rate(drops), 1), "interfaces": bad},
 			Remediation: []string{
 				"ip -s -s link; ethtool -S IFACE: which counter grows",
 				"rx fifo/drops: larger rings (ethtool -G), spread receive (RSS/RPS); wolf softirq if NET_RX is slow",
@@ -109,10 +110,10 @@ func (a *analysis) network() {
 		fs = append(fs, finding.Finding{
 			ID:          "system.tcp-retransmits",
 			Severity:    finding.Warning,
-			Title:       fmt.Sprintf("TCP retransmitting %s segments/s (%s of sent)", num(a.rate(retrans)), pct(retransPct)),
+			Title:       fmt.Sprintf("TCP retransmitting %s segments/s (%s of sent)", human.Number(a.rate(retrans)), human.Percent(retransPct)),
 			Summary:     "Segments were lost or acknowledged late: each retransmission costs the flow at least a round trip, and timeouts cost 200 ms or more.",
 			Mechanism:   "TCP retransmits when duplicate ACKs or a timeout say a segment was lost. Loss comes from the network, from drops on either host, or from receivers too slow to ACK.",
-			Evidence:    map[string]any{"tcp_retrans_per_s": round(a.rate(retrans), 2), "tcp_retrans_pct": round(retransPct, 2), "tcp_out_segs_per_s": round(a.rate(outSegs), 1)},
+			Evidence:    map[string]any{"tcp_retrans_per_s": human.Round(a.rate(retrans), 2), "tcp_retrans_pct": human.Round(retransPct, 2), "tcp_out_segs_per_s": human.Round(a.rate(outSegs), 1)},
 			Remediation: []string{"ss -ti: which connections retransmit (retrans:, rto:)", "check interface errors and drops on both ends"},
 		})
 	}
@@ -142,9 +143,9 @@ func (a *analysis) network() {
 		fs = append(fs, finding.Finding{
 			ID:          "system.tcp-collapse",
 			Severity:    finding.Warning,
-			Title:       fmt.Sprintf("TCP receive queues collapsed or pruned %s times/s", num(a.rate(collapsed+pruned))),
+			Title:       fmt.Sprintf("TCP receive queues collapsed or pruned %s times/s", human.Number(a.rate(collapsed+pruned))),
 			Summary:     "Sockets ran out of receive buffer and the kernel copied their queued data into compact buffers, in softirq context.",
-			Mechanism:   "When a socket's queued data overruns its rcvbuf, tcp_prune_queue collapses the queue by copying every skb. On a long queue that copy stalls NET_RX processing for milliseconds (seed 004: 23 ms).",
+			Mechanism:   "When a socket's queued data overruns its rcvbuf, tcp_prune_queue collapses the queue by copying every skb. On a long queue that copy stalls NET_RX processing for milliseconds (Cloudflare's \"The story of one latency spike\": 23 ms).",
 			Evidence:    map[string]any{"tcp_rcv_collapsed": int64(collapsed), "tcp_prune_called": int64(pruned)},
 			Remediation: []string{"wolf softirq --duration 10s: NET_RX stall lengths and their cause", "read faster, or raise tcp_rmem so the queue fits; check tcp_adv_win_scale"},
 		})

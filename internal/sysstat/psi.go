@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/human"
 )
 
 func (a *analysis) psi() {
@@ -32,18 +33,18 @@ func (a *analysis) psi() {
 		window := a.dt * 1e6
 		some := math.Min(100, 100*sub(b.SomeTotalUs, f.SomeTotalUs)/window)
 		full := math.Min(100, 100*sub(b.FullTotalUs, f.FullTotalUs)/window)
-		v[res+"_some_pct"] = round(some, 2)
+		v[res+"_some_pct"] = human.Round(some, 2)
 		v[res+"_some_avg10_pct"] = b.SomeAvg10
-		part := fmt.Sprintf("%s %s", res, pct(some))
+		part := fmt.Sprintf("%s %s", res, human.Percent(some))
 		// The system-level cpu "full" line is always zero (some task
 		// always runs); it is kept out of the summary.
 		if b.HasFull && res != "cpu" {
-			v[res+"_full_pct"] = round(full, 2)
+			v[res+"_full_pct"] = human.Round(full, 2)
 			v[res+"_full_avg10_pct"] = b.FullAvg10
-			part += "/" + pct(full)
+			part += "/" + human.Percent(full)
 		}
 		parts = append(parts, part)
-		ev := map[string]any{"some_pct": round(some, 2), "full_pct": round(full, 2), "some_avg10_pct": b.SomeAvg10, "window_s": round(a.dt, 2)}
+		ev := map[string]any{"some_pct": human.Round(some, 2), "full_pct": human.Round(full, 2), "some_avg10_pct": b.SomeAvg10, "window_s": human.Round(a.dt, 2)}
 		switch res {
 		case "cpu":
 			if some >= psiCPUSomeWarn {
@@ -56,7 +57,7 @@ func (a *analysis) psi() {
 			case full >= psiMemFullCrit:
 				fs = append(fs, psiFinding(res, finding.Critical, full, "full", ev,
 					"Every non-idle task was stalled on memory (reclaim, swap-in, refaults) during that share of the window: the machine did no work then.",
-					[]string{"wolf reclaim --duration 10s: which cgroup reclaims and how efficiently", "wolf locks: mmap_lock held across reclaim (seed 003)"}))
+					[]string{"wolf reclaim --duration 10s: which cgroup reclaims and how efficiently", "wolf locks: mmap_lock held across reclaim (as in \"The case of the vanishing CPU\")"}))
 			case some >= psiMemSomeWarn:
 				fs = append(fs, psiFinding(res, finding.Warning, some, "some", ev,
 					"Some task was stalled on memory (reclaim, swap-in, refaults) during that share of the window.",
@@ -84,7 +85,7 @@ func psiFinding(res string, sev finding.Severity, share float64, kind string, ev
 	return finding.Finding{
 		ID:        "system.psi-" + res,
 		Severity:  sev,
-		Title:     fmt.Sprintf("%s pressure: tasks stalled on %s %s of the window (%s)", psiNames[res], res, pct(share), kind),
+		Title:     fmt.Sprintf("%s pressure: tasks stalled on %s %s of the window (%s)", psiNames[res], res, human.Percent(share), kind),
 		Summary:   summary,
 		Mechanism: "PSI counts the wall-clock time tasks could not run for lack of a resource (\"some\": at least one task; \"full\": all non-idle tasks at once). It measures lost time directly, whatever the cause.",
 		Evidence:  ev,

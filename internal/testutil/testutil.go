@@ -15,8 +15,15 @@ const RequireEnv = "WOLF_REQUIRE_BPF"
 
 // Require skips t with reason when ok is false, or fails it when the
 // environment says this machine must be able to run it.
+//
+// Under `go test -short` it skips t whatever ok is: the short tier runs
+// only what needs no root, BPF, lab or outside tool, so that it is fast
+// and leaves the machine alone even when run as root.
 func Require(t testing.TB, ok bool, reason string) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: this test needs root, BPF, a lab or an outside tool (" + reason + ")")
+	}
 	if ok {
 		return
 	}
@@ -39,9 +46,13 @@ const exclusiveLock = "/tmp/wolf-tests.lock"
 // (labs that hang tasks, "a healthy host has no finding", "nothing stays
 // attached"): `go test ./...` runs packages in parallel, and one package's
 // lab would otherwise be another package's unexpected finding. It blocks
-// until no other such test runs, and releases at the end of t.
+// until no other such test runs, and releases at the end of t. Under
+// `go test -short` it skips t: such a test is not a unit test.
 func Exclusive(t testing.TB) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: this test changes or asserts machine-wide state")
+	}
 	f, err := os.OpenFile(exclusiveLock, os.O_CREATE|os.O_RDWR, 0o666)
 	if err != nil {
 		t.Fatalf("open %s: %v", exclusiveLock, err)

@@ -1,11 +1,12 @@
 // Package tracefs finds the kernel's tracing filesystem, mounting it when
 // the host booted without it.
 //
-// Tracepoints are wolf's first choice of probe (DESIGN.md: "tracepoints
-// first"), and attaching a BPF program to one needs the event id that only
-// tracefs publishes (cilium/ebpf reads events/GROUP/NAME/id). Some hosts,
-// this lab machine among them, boot without tracefs mounted; Ensure mounts
-// it at /sys/kernel/tracing so that everything after it just works.
+// Tracepoints are wolf's first choice of probe
+// (ARCHITECTURE.md#tracepoints-first), and attaching a BPF program to one
+// needs the event id that only tracefs publishes (cilium/ebpf reads
+// events/GROUP/NAME/id). Some hosts, this lab machine among them, boot
+// without tracefs mounted; Ensure mounts it at /sys/kernel/tracing so that
+// everything after it just works.
 //
 // Call Ensure before the first tracepoint or kprobe attach through
 // cilium/ebpf: cilium looks for tracefs once per process and caches the

@@ -117,9 +117,9 @@ struct bench_out {
 	__u64 ops;  /* operations done */
 	__u64 sink; /* answers summed, so nothing is optimized away */
 	__u64 mismatches;
-	__u64 cursor;        /* first key or probe of the next run */
+	__u64 cursor;	     /* first key or probe of the next run */
 	__u64 last_mismatch; /* key or probe index + 1 */
-	__s64 err;          /* last error from a map update or delete */
+	__s64 err;	     /* last error from a map update or delete */
 };
 
 struct {

@@ -27,7 +27,7 @@ import (
 var BenchOps = []string{"load", "lookup", "update", "delete", "free"}
 
 // DefaultBenchEntries are the dense table sizes of the kernel's benchmark
-// runs in the seed.
+// runs in Cloudflare's LPM trie write-up.
 var DefaultBenchEntries = []int{1, 100, 10_000, 100_000, 1_000_000}
 
 // BenchOptions configure Bench. Zero values take the defaults.
@@ -175,7 +175,7 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchReport, error) {
 		if err := ctx.Err(); err != nil {
 			return rep, err
 		}
-		if err := benchDense(ctx, &o, rep, ft, n); err != nil {
+		if err := benchSetOps(ctx, &o, rep, ft, denseSet(n)); err != nil {
 			return rep, fmt.Errorf("dense %d: %w", n, err)
 		}
 	}
@@ -188,14 +188,20 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchReport, error) {
 			}
 		}
 		v4, v6 := realtable.Split(ps)
-		if o.Real {
-			if err := benchReal(ctx, &o, rep, ft, IPv4, v4); err != nil {
-				return rep, fmt.Errorf("real IPv4: %w", err)
+		for _, r := range []struct {
+			want bool
+			fam  Family
+			ps   []netip.Prefix
+		}{{o.Real, IPv4, v4}, {o.IPv6, IPv6, v6}} {
+			if !r.want {
+				continue
 			}
-		}
-		if o.IPv6 {
-			if err := benchReal(ctx, &o, rep, ft, IPv6, v6); err != nil {
-				return rep, fmt.Errorf("real IPv6: %w", err)
+			s, err := realSet(r.fam, r.ps, o.Probes)
+			if err == nil {
+				err = benchSetOps(ctx, &o, rep, ft, s)
+			}
+			if err != nil {
+				return rep, fmt.Errorf("real %v: %w", r.fam, err)
 			}
 		}
 	}
@@ -537,68 +543,268 @@ func timeIt(f func() error) (time.Duration, error) {
 	return time.Since(t0), err
 }
 
-// benchDense runs every operation on the dense set of n /32s.
-func benchDense(ctx context.Context, o *BenchOptions, rep *BenchReport, ft *freeTracer, n int) error {
-	const set = "dense-v4"
-	o.Log("dense IPv4, %d entries", n)
-	w4, err := New(Options{Family: IPv4, MaxPrefixes: n, DirBits: o.DirBits4})
+// benchSet is one set of prefixes the benchmark runs every operation on:
+// n dense /32s, or a real routing table of one family.
+type benchSet struct {
+	name string // "dense-v4", "real-v4", "real-v6"
+	fam  Family
+	ps   []netip.Prefix
+	vs   []uint32 // ps[i]'s value, i until an update changes it
+	keys any      // the kernel trie's keys in ps's order: []benchTrieKey4 or []benchTrieKey6
+	key  func(i int) any
+	rng  *rand.Rand
+	// Lookups draw random keys of the dense set (probes nil), or read
+	// probes drawn from the table's announced space; a real table is also
+	// compared at every prefix's edges.
+	probes, edge []netip.Addr
+}
+
+// denseSet is n /32s, 0.0.0.0, 0.0.0.1, …, each its index as its value.
+func denseSet(n int) *benchSet {
+	s := &benchSet{name: "dense-v4", fam: IPv4, ps: make([]netip.Prefix, n), vs: make([]uint32, n)}
+	keys := make([]benchTrieKey4, n)
+	for i := range n {
+		s.ps[i] = netip.PrefixFrom(denseAddr(i), 32)
+		s.vs[i] = uint32(i)
+		keys[i] = trieKey4(uint32(i), 32)
+	}
+	s.keys, s.key = keys, func(i int) any { return &keys[i] }
+	s.rng = rand.New(rand.NewPCG(uint64(n), 1))
+	return s
+}
+
+// realSet is a real table's prefixes of family fam, masked and without
+// duplicates, and nprobes probes drawn from them.
+func realSet(fam Family, all []netip.Prefix, nprobes int) (*benchSet, error) {
+	s := &benchSet{name: "real-v4", fam: fam}
+	if fam == IPv6 {
+		s.name = "real-v6"
+	}
+	seen := map[netip.Prefix]bool{}
+	for _, p := range all {
+		p = p.Masked()
+		if !seen[p] {
+			seen[p] = true
+			s.ps = append(s.ps, p)
+		}
+	}
+	n := len(s.ps)
+	if n == 0 {
+		return nil, errors.New("no prefixes")
+	}
+	s.vs = make([]uint32, n)
+	for i := range s.vs {
+		s.vs[i] = uint32(i)
+	}
+	s.rng = rand.New(rand.NewPCG(uint64(n), 2))
+	s.probes = probesFrom(s.rng, s.ps, nprobes)
+	s.edge = edges(s.ps)
+	if fam == IPv4 {
+		k4 := make([]benchTrieKey4, n)
+		for i, p := range s.ps {
+			b := p.Addr().As4()
+			k4[i] = trieKey4(binary.BigEndian.Uint32(b[:]), p.Bits())
+		}
+		s.keys, s.key = k4, func(i int) any { return &k4[i] }
+	} else {
+		k6 := make([]benchTrieKey6, n)
+		for i, p := range s.ps {
+			k6[i] = benchTrieKey6{Prefixlen: uint32(p.Bits()), Data: p.Addr().As16()}
+		}
+		s.keys, s.key = k6, func(i int) any { return &k6[i] }
+	}
+	return s, nil
+}
+
+func (s *benchSet) dense() bool { return s.probes == nil }
+
+// benchSetOps runs every operation on s: loads, lookups, updates and
+// deletes (in BPF for the dense set's kernel trie, from user space for
+// every set), and frees, each in the kernel trie and in wolf's table, and
+// compares the two after every change.
+func benchSetOps(ctx context.Context, o *BenchOptions, rep *BenchReport, ft *freeTracer, s *benchSet) error {
+	n := len(s.ps)
+	if s.dense() {
+		o.Log("dense IPv4, %d entries", n)
+	} else {
+		o.Log("real %v table, %d prefixes", s.fam, n)
+	}
+	// The set's table, and a placeholder of the other family: the
+	// benchmark's programs use both.
+	dirBits, otherFam := o.DirBits4, IPv6
+	if s.fam == IPv6 {
+		dirBits, otherFam = o.DirBits6, IPv4
+	}
+	w, err := New(Options{Family: s.fam, MaxPrefixes: n, DirBits: dirBits})
 	if err != nil {
 		return err
 	}
-	defer w4.Close()
-	w6, err := New(Options{Family: IPv6, MaxPrefixes: 1})
+	defer w.Close()
+	other, err := New(Options{Family: otherFam, MaxPrefixes: 1})
 	if err != nil {
 		return err
 	}
-	defer w6.Close()
-	c, err := openBench(w4, w6, n+1024, 1, 1, 1)
+	defer other.Close()
+	slots := max(len(s.probes), len(s.edge), 1)
+	var c *benchColl
+	if s.fam == IPv4 {
+		c, err = openBench(w, other, n+1024, 1, slots, 1)
+	} else {
+		c, err = openBench(other, w, 1, n+1024, 1, slots)
+	}
 	if err != nil {
 		return err
 	}
 	defer c.close()
-
-	ps := make([]netip.Prefix, n)
-	vs := make([]uint32, n)
-	keys := make([]benchTrieKey4, n)
-	for i := range n {
-		ps[i] = netip.PrefixFrom(denseAddr(i), 32)
-		vs[i] = uint32(i)
-		keys[i] = trieKey4(uint32(i), 32)
+	trie, otherTrie := c.objs.Trie4, c.objs.Trie6
+	if s.fam == IPv6 {
+		trie, otherTrie = otherTrie, trie
 	}
-	trie := c.objs.Trie4
-	dk, km, err := fillTrie(trie, keys, vs)
+
+	dk, km, err := fillTrie(trie, s.keys, s.vs)
 	if err != nil {
 		return err
 	}
-	dw, err := timeIt(func() error { return w4.Load(ps, vs) })
+	dw, err := timeIt(func() error { return w.Load(s.ps, s.vs) })
 	if err != nil {
 		return fmt.Errorf("load wolf: %w", err)
 	}
-	wm := wolfMem(w4)
+	wm := wolfMem(w)
 	if o.has("load") {
 		rep.Results = append(rep.Results,
-			result(set, "kernel-trie", "load", "syscall", n, float64(dk.Nanoseconds())/float64(n), uint64(n)).with(km),
-			result(set, "wolf", "load", "user", n, float64(dw.Nanoseconds())/float64(n), uint64(n)).with(wm))
+			result(s.name, "kernel-trie", "load", "syscall", n, float64(dk.Nanoseconds())/float64(n), uint64(n)).with(km),
+			result(s.name, "wolf", "load", "user", n, float64(dw.Nanoseconds())/float64(n), uint64(n)).with(wm))
 	}
-	// Every key the random lookups can draw, and some that miss.
-	cmpN := n + n/8 + 16
-	if err := c.compare(ctx, rep, opCmpSeq4, cmpN, fmt.Sprintf("dense %d after load", n)); err != nil {
+	// check compares the two tables: at every dense key and some that
+	// miss, or at a real table's prefix edges and its probes.
+	check := func(what string) error {
+		if s.dense() {
+			return c.compare(ctx, rep, opCmpSeq4, n+n/8+16, fmt.Sprintf("dense %d %s", n, what))
+		}
+		cmpOp := opCmpProbe4
+		if s.fam == IPv6 {
+			cmpOp = opCmpProbe6
+		}
+		if err := c.setProbes(s.fam, s.edge); err != nil {
+			return err
+		}
+		if err := c.compare(ctx, rep, cmpOp, len(s.edge), s.name+" prefix edges "+what); err != nil {
+			return err
+		}
+		if err := c.setProbes(s.fam, s.probes); err != nil {
+			return err
+		}
+		return c.compare(ctx, rep, cmpOp, len(s.probes), s.name+" probes "+what)
+	}
+	if err := check("after load"); err != nil {
 		return err
 	}
 
 	baseRand := -1.0
 	if o.has("lookup") {
-		b, k, w, err := c.lookups(ctx, o, opBaseRand4, opTrieRand4, opWolfRand4, n, false)
+		base, trieOp, wolfOp, keys, lookupN, ops := opBaseRand4, opTrieRand4, opWolfRand4, "random", n, o.Loops*o.Repeat
+		switch {
+		case !s.dense() && s.fam == IPv4:
+			base, trieOp, wolfOp, keys = opBaseProbe4, opTrieProbe4, opWolfProbe4, "probes"
+		case !s.dense():
+			base, trieOp, wolfOp, keys = opBaseProbe6, opTrieProbe6, opWolfProbe6, "probes"
+		}
+		if !s.dense() {
+			lookupN = len(s.probes)
+			ops = min(o.Loops, lookupN) * o.Repeat
+		}
+		b, k, wl, err := c.lookups(ctx, o, base, trieOp, wolfOp, lookupN, !s.dense())
 		if err != nil {
 			return err
 		}
-		baseRand = b
-		rep.Harness = append(rep.Harness, BenchHarness{Set: set, Entries: n, Keys: "random", NsPerOp: b})
-		rep.Results = append(rep.Results, lookupRows(set, n, b, k, w, uint64(o.Loops*o.Repeat), km, wm)...)
+		if s.dense() {
+			baseRand = b
+		}
+		rep.Harness = append(rep.Harness, BenchHarness{Set: s.name, Entries: n, Keys: keys, NsPerOp: b})
+		rep.Results = append(rep.Results, lookupRows(s.name, n, b, k, wl, uint64(ops), km, wm)...)
 	}
 
-	// In-BPF updates and deletes of the kernel trie, as the selftest does
-	// them (wolf's structure is written by user space, not by BPF).
+	if s.dense() {
+		if err := c.bpfWrites(ctx, o, rep, s, trie, baseRand); err != nil {
+			return err
+		}
+	}
+
+	// The same updates and deletes from user space: the kernel trie by
+	// syscall, wolf by its Go API.
+	if o.has("update") {
+		idx := make([]int, o.UserOps)
+		for i := range idx {
+			idx[i] = s.rng.IntN(n)
+		}
+		dk, dw, err := userOps("update", trie, s.key, w, s.ps, s.vs, n, idx)
+		if err != nil {
+			return err
+		}
+		userRows(rep, s.name, "update", n, dk, dw, len(idx))
+		if err := check("after updates"); err != nil {
+			return err
+		}
+	}
+	if o.has("delete") {
+		var tk, tw time.Duration
+		ops := 0
+		for ops < o.UserOps {
+			idx := s.rng.Perm(n)[:min(n, o.UserOps-ops)]
+			dk, dw, err := userOps("delete", trie, s.key, w, s.ps, s.vs, n, idx)
+			if err != nil {
+				return err
+			}
+			tk += dk
+			tw += dw
+			ops += len(idx)
+			if err := check("after deletes"); err != nil {
+				return err
+			}
+			// Put them back, for the next round and so that free frees
+			// the whole table.
+			rp := make([]netip.Prefix, len(idx))
+			rv := make([]uint32, len(idx))
+			for j, i := range idx {
+				if err := trie.Update(s.key(i), &s.vs[i], ebpf.UpdateAny); err != nil {
+					return err
+				}
+				rp[j], rv[j] = s.ps[i], s.vs[i]
+			}
+			if err := w.Update(rp, rv); err != nil {
+				return err
+			}
+		}
+		userRows(rep, s.name, "delete", n, tk, tw, ops)
+	}
+	if o.has("free") && ft != nil {
+		wm.used = w.Stats().BytesUsed
+		c.closeProgs()
+		otherTrie.Close()
+		other.Close()
+		dk, err := ft.measure(ctx, trie.Close, 1)
+		if err != nil {
+			return err
+		}
+		c.closed = true
+		dw, err := ft.measure(ctx, w.Close, wolfMaps)
+		if err != nil {
+			return err
+		}
+		rep.Results = append(rep.Results,
+			result(s.name, "kernel-trie", "free", "close", n, float64(dk.Nanoseconds()), 1).with(km),
+			result(s.name, "wolf", "free", "close", n, float64(dw.Nanoseconds()), 1).with(wm))
+	}
+	return nil
+}
+
+// bpfWrites times updates and deletes of the dense set's kernel trie in
+// BPF, as the kernel's selftest does them (wolf's structure is written by
+// user space, not by BPF). baseRand is the harness's cost with random keys,
+// or negative when the lookups did not measure it.
+func (c *benchColl) bpfWrites(ctx context.Context, o *BenchOptions, rep *BenchReport, s *benchSet, trie *ebpf.Map, baseRand float64) error {
+	n := len(s.ps)
+	keys := s.keys.([]benchTrieKey4)
 	bpfRuns := max(1, o.Repeat/10)
 	if o.has("update") {
 		if baseRand < 0 {
@@ -612,7 +818,7 @@ func benchDense(ctx context.Context, o *BenchOptions, rep *BenchReport, ft *free
 		if err != nil {
 			return err
 		}
-		k := result(set, "kernel-trie", "update", "bpf", n, max(nsPer(r)-baseRand, 0.01), r.Ops)
+		k := result(s.name, "kernel-trie", "update", "bpf", n, max(nsPer(r)-baseRand, 0.01), r.Ops)
 		k.RawNsPerOp = nsPer(r)
 		rep.Results = append(rep.Results, k)
 	}
@@ -628,7 +834,7 @@ func benchDense(ctx context.Context, o *BenchOptions, rep *BenchReport, ft *free
 			}
 			del.Ops += r.Ops
 			del.Ns += r.Ns
-			if _, err := trie.BatchUpdate(keys[:m], vs[:m], nil); err != nil {
+			if _, err := trie.BatchUpdate(keys[:m], s.vs[:m], nil); err != nil {
 				return fmt.Errorf("refill the kernel trie: %w", err)
 			}
 			r, err = c.exec(ctx, opBaseSeq4, m, o.Loops, (m+o.Loops-1)/o.Loops, 0)
@@ -638,78 +844,10 @@ func benchDense(ctx context.Context, o *BenchOptions, rep *BenchReport, ft *free
 			base.Ops += r.Ops
 			base.Ns += r.Ns
 		}
-		rep.Harness = append(rep.Harness, BenchHarness{Set: set, Entries: n, Keys: "sequential", NsPerOp: nsPer(base)})
-		k := result(set, "kernel-trie", "delete", "bpf", n, max(nsPer(del)-nsPer(base), 0.01), del.Ops)
+		rep.Harness = append(rep.Harness, BenchHarness{Set: s.name, Entries: n, Keys: "sequential", NsPerOp: nsPer(base)})
+		k := result(s.name, "kernel-trie", "delete", "bpf", n, max(nsPer(del)-nsPer(base), 0.01), del.Ops)
 		k.RawNsPerOp = nsPer(del)
 		rep.Results = append(rep.Results, k)
-	}
-
-	// The same updates and deletes from user space: the kernel trie by
-	// syscall, wolf by its Go API.
-	rng := rand.New(rand.NewPCG(uint64(n), 1))
-	key := func(i int) any { return &keys[i] }
-	if o.has("update") {
-		idx := make([]int, o.UserOps)
-		for i := range idx {
-			idx[i] = rng.IntN(n)
-		}
-		dk, dw, err := userOps("update", trie, key, w4, ps, vs, n, idx)
-		if err != nil {
-			return err
-		}
-		userRows(rep, set, "update", n, dk, dw, len(idx))
-		if err := c.compare(ctx, rep, opCmpSeq4, cmpN, fmt.Sprintf("dense %d after updates", n)); err != nil {
-			return err
-		}
-	}
-	if o.has("delete") {
-		var tk, tw time.Duration
-		ops := 0
-		for ops < o.UserOps {
-			idx := rng.Perm(n)[:min(n, o.UserOps-ops)]
-			dk, dw, err := userOps("delete", trie, key, w4, ps, vs, n, idx)
-			if err != nil {
-				return err
-			}
-			tk += dk
-			tw += dw
-			ops += len(idx)
-			if err := c.compare(ctx, rep, opCmpSeq4, cmpN, fmt.Sprintf("dense %d after deletes", n)); err != nil {
-				return err
-			}
-			// Put them back for the next round and for free.
-			rk := make([]benchTrieKey4, len(idx))
-			rp := make([]netip.Prefix, len(idx))
-			rv := make([]uint32, len(idx))
-			for j, i := range idx {
-				rk[j], rp[j], rv[j] = keys[i], ps[i], vs[i]
-			}
-			if _, err := trie.BatchUpdate(rk, rv, nil); err != nil {
-				return err
-			}
-			if err := w4.Update(rp, rv); err != nil {
-				return err
-			}
-		}
-		userRows(rep, set, "delete", n, tk, tw, ops)
-	}
-	if o.has("free") && ft != nil {
-		wm.used = w4.Stats().BytesUsed
-		c.closeProgs()
-		c.objs.Trie6.Close()
-		w6.Close()
-		dk, err := ft.measure(ctx, func() error { return trie.Close() }, 1)
-		if err != nil {
-			return err
-		}
-		c.closed = true
-		dw, err := ft.measure(ctx, w4.Close, wolfMaps)
-		if err != nil {
-			return err
-		}
-		rep.Results = append(rep.Results,
-			result(set, "kernel-trie", "free", "close", n, float64(dk.Nanoseconds()), 1).with(km),
-			result(set, "wolf", "free", "close", n, float64(dw.Nanoseconds()), 1).with(wm))
 	}
 	return nil
 }
@@ -840,185 +978,4 @@ func (c *benchColl) setProbes(fam Family, addrs []netip.Addr) error {
 	}
 	_, err := c.objs.Probes6.BatchUpdate(keys, vals, nil)
 	return err
-}
-
-// benchReal runs the real routing table of one family.
-func benchReal(ctx context.Context, o *BenchOptions, rep *BenchReport, ft *freeTracer, fam Family, all []netip.Prefix) error {
-	set := "real-v4"
-	if fam == IPv6 {
-		set = "real-v6"
-	}
-	seen := map[netip.Prefix]bool{}
-	var ps []netip.Prefix
-	for _, p := range all {
-		p = p.Masked()
-		if !seen[p] {
-			seen[p] = true
-			ps = append(ps, p)
-		}
-	}
-	n := len(ps)
-	if n == 0 {
-		return errors.New("no prefixes")
-	}
-	o.Log("real %v table, %d prefixes", fam, n)
-	vs := make([]uint32, n)
-	for i := range vs {
-		vs[i] = uint32(i)
-	}
-	rng := rand.New(rand.NewPCG(uint64(n), 2))
-	probes := probesFrom(rng, ps, o.Probes)
-	edge := edges(ps)
-	slots := max(len(probes), len(edge))
-
-	var w4, w6 *Table
-	var err error
-	if fam == IPv4 {
-		w4, err = New(Options{Family: IPv4, MaxPrefixes: n, DirBits: o.DirBits4})
-		if err == nil {
-			w6, err = New(Options{Family: IPv6, MaxPrefixes: 1})
-		}
-	} else {
-		w6, err = New(Options{Family: IPv6, MaxPrefixes: n, DirBits: o.DirBits6})
-		if err == nil {
-			w4, err = New(Options{Family: IPv4, MaxPrefixes: 1})
-		}
-	}
-	for _, t := range []*Table{w4, w6} {
-		if t != nil {
-			defer t.Close()
-		}
-	}
-	if err != nil {
-		return err
-	}
-	w := w4
-	trieMax4, trieMax6, p4, p6 := n+1024, 1, slots, 1
-	base, trieOp, wolfOp, cmpOp := opBaseProbe4, opTrieProbe4, opWolfProbe4, opCmpProbe4
-	if fam == IPv6 {
-		w = w6
-		trieMax4, trieMax6, p4, p6 = 1, n+1024, 1, slots
-		base, trieOp, wolfOp, cmpOp = opBaseProbe6, opTrieProbe6, opWolfProbe6, opCmpProbe6
-	}
-	c, err := openBench(w4, w6, trieMax4, trieMax6, p4, p6)
-	if err != nil {
-		return err
-	}
-	defer c.close()
-	trie := c.objs.Trie4
-	var keys any
-	var key = func(i int) any { return nil }
-	if fam == IPv4 {
-		k4 := make([]benchTrieKey4, n)
-		for i, p := range ps {
-			b := p.Addr().As4()
-			k4[i] = trieKey4(binary.BigEndian.Uint32(b[:]), p.Bits())
-		}
-		keys, key = k4, func(i int) any { return &k4[i] }
-	} else {
-		trie = c.objs.Trie6
-		k6 := make([]benchTrieKey6, n)
-		for i, p := range ps {
-			k6[i] = benchTrieKey6{Prefixlen: uint32(p.Bits()), Data: p.Addr().As16()}
-		}
-		keys, key = k6, func(i int) any { return &k6[i] }
-	}
-	dk, km, err := fillTrie(trie, keys, vs)
-	if err != nil {
-		return err
-	}
-	dw, err := timeIt(func() error { return w.Load(ps, vs) })
-	if err != nil {
-		return fmt.Errorf("load wolf: %w", err)
-	}
-	wm := wolfMem(w)
-	if o.has("load") {
-		rep.Results = append(rep.Results,
-			result(set, "kernel-trie", "load", "syscall", n, float64(dk.Nanoseconds())/float64(n), uint64(n)).with(km),
-			result(set, "wolf", "load", "user", n, float64(dw.Nanoseconds())/float64(n), uint64(n)).with(wm))
-	}
-	check := func(what string) error {
-		if err := c.setProbes(fam, edge); err != nil {
-			return err
-		}
-		if err := c.compare(ctx, rep, cmpOp, len(edge), set+" prefix edges "+what); err != nil {
-			return err
-		}
-		if err := c.setProbes(fam, probes); err != nil {
-			return err
-		}
-		return c.compare(ctx, rep, cmpOp, len(probes), set+" probes "+what)
-	}
-	if err := check("after load"); err != nil {
-		return err
-	}
-	if o.has("lookup") {
-		b, k, wl, err := c.lookups(ctx, o, base, trieOp, wolfOp, len(probes), true)
-		if err != nil {
-			return err
-		}
-		rep.Harness = append(rep.Harness, BenchHarness{Set: set, Entries: n, Keys: "probes", NsPerOp: b})
-		rep.Results = append(rep.Results, lookupRows(set, n, b, k, wl, uint64(min(o.Loops, len(probes))*o.Repeat), km, wm)...)
-	}
-	if o.has("update") {
-		idx := make([]int, o.UserOps)
-		for i := range idx {
-			idx[i] = rng.IntN(n)
-		}
-		dk, dw, err := userOps("update", trie, key, w, ps, vs, n, idx)
-		if err != nil {
-			return err
-		}
-		userRows(rep, set, "update", n, dk, dw, len(idx))
-	}
-	if o.has("delete") {
-		idx := rng.Perm(n)[:min(n, o.UserOps)]
-		dk, dw, err := userOps("delete", trie, key, w, ps, vs, n, idx)
-		if err != nil {
-			return err
-		}
-		userRows(rep, set, "delete", n, dk, dw, len(idx))
-		if err := check("after updates and deletes"); err != nil {
-			return err
-		}
-		// Put them back, so that free frees the whole table.
-		rp := make([]netip.Prefix, len(idx))
-		rv := make([]uint32, len(idx))
-		for j, i := range idx {
-			if err := trie.Update(key(i), &vs[i], ebpf.UpdateAny); err != nil {
-				return err
-			}
-			rp[j], rv[j] = ps[i], vs[i]
-		}
-		if err := w.Update(rp, rv); err != nil {
-			return err
-		}
-	} else if o.has("update") {
-		if err := check("after updates"); err != nil {
-			return err
-		}
-	}
-	if o.has("free") && ft != nil {
-		wm.used = w.Stats().BytesUsed
-		c.closeProgs()
-		other, otherTrie := w6, c.objs.Trie6
-		if fam == IPv6 {
-			other, otherTrie = w4, c.objs.Trie4
-		}
-		otherTrie.Close()
-		other.Close()
-		dk, err := ft.measure(ctx, trie.Close, 1)
-		if err != nil {
-			return err
-		}
-		c.closed = true
-		dw, err := ft.measure(ctx, w.Close, wolfMaps)
-		if err != nil {
-			return err
-		}
-		rep.Results = append(rep.Results,
-			result(set, "kernel-trie", "free", "close", n, float64(dk.Nanoseconds()), 1).with(km),
-			result(set, "wolf", "free", "close", n, float64(dw.Nanoseconds()), 1).with(wm))
-	}
-	return nil
 }

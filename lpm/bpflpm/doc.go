@@ -5,7 +5,7 @@
 // # Why not the kernel's trie
 //
 // BPF_MAP_TYPE_LPM_TRIE is a binary Patricia trie of individually
-// allocated nodes (seed 000): a lookup in a million dense /32s follows
+// allocated nodes (Cloudflare, "A deep dive into BPF LPM trie performance and optimization"): a lookup in a million dense /32s follows
 // about 20 pointers to scattered nodes, each a likely cache miss; updates
 // take one lock; and freeing a big trie walks every node in one work item,
 // long enough for soft-lockup warnings. `wolf bench lpm` measures all of

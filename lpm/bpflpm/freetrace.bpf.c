@@ -4,7 +4,7 @@
 /*
  * How long the kernel takes to free a map. Closing the last reference
  * queues bpf_map_free_deferred on a workqueue, which calls the map's
- * map_free (trie_free walks and frees every node of an LPM trie; the seed's
+ * map_free (trie_free walks and frees every node of an LPM trie; Cloudflare's
  * soft lockup). The workqueue tracepoints bracket that work item; the
  * kernel's selftest uses fentry/fexit instead, which this kernel refuses.
  */

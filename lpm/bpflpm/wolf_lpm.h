@@ -103,37 +103,37 @@ struct wolf_lpm_node {
  * per read would store the index to the stack and load it back on the
  * lookup's critical path.
  */
-#define WOLF_LPM_TABLE(name)                                                   \
-	struct {                                                               \
-		__uint(type, BPF_MAP_TYPE_ARRAY);                              \
-		__uint(map_flags, BPF_F_MMAPABLE);                             \
-		__uint(max_entries, 1);                                        \
-		__type(key, __u32);                                            \
-		__type(value, __u32);                                          \
-	} name##_root SEC(".maps");                                            \
-	struct {                                                               \
-		__uint(type, BPF_MAP_TYPE_ARRAY);                              \
-		__uint(map_flags, BPF_F_MMAPABLE);                             \
-		__uint(max_entries, 1);                                        \
-		__type(key, __u32);                                            \
-		__uint(value_size, 8);                                         \
-	} name##_dir SEC(".maps");                                             \
-	struct {                                                               \
-		__uint(type, BPF_MAP_TYPE_ARRAY);                              \
-		__uint(map_flags, BPF_F_MMAPABLE);                             \
-		__uint(max_entries, 1);                                        \
-		__type(key, __u32);                                            \
-		__uint(value_size, 24);                                        \
-	} name##_nodes SEC(".maps");                                           \
-	struct {                                                               \
-		__uint(type, BPF_MAP_TYPE_ARRAY);                              \
-		__uint(map_flags, BPF_F_MMAPABLE);                             \
-		__uint(max_entries, 1);                                        \
-		__type(key, __u32);                                            \
-		__uint(value_size, 8);                                         \
-	} name##_leaves SEC(".maps");                                          \
-	const volatile __u32 name##_dir_cap = 0;                               \
-	const volatile __u32 name##_nodes_cap = 0;                             \
+#define WOLF_LPM_TABLE(name)                       \
+	struct {                                   \
+		__uint(type, BPF_MAP_TYPE_ARRAY);  \
+		__uint(map_flags, BPF_F_MMAPABLE); \
+		__uint(max_entries, 1);            \
+		__type(key, __u32);                \
+		__type(value, __u32);              \
+	} name##_root SEC(".maps");                \
+	struct {                                   \
+		__uint(type, BPF_MAP_TYPE_ARRAY);  \
+		__uint(map_flags, BPF_F_MMAPABLE); \
+		__uint(max_entries, 1);            \
+		__type(key, __u32);                \
+		__uint(value_size, 8);             \
+	} name##_dir SEC(".maps");                 \
+	struct {                                   \
+		__uint(type, BPF_MAP_TYPE_ARRAY);  \
+		__uint(map_flags, BPF_F_MMAPABLE); \
+		__uint(max_entries, 1);            \
+		__type(key, __u32);                \
+		__uint(value_size, 24);            \
+	} name##_nodes SEC(".maps");               \
+	struct {                                   \
+		__uint(type, BPF_MAP_TYPE_ARRAY);  \
+		__uint(map_flags, BPF_F_MMAPABLE); \
+		__uint(max_entries, 1);            \
+		__type(key, __u32);                \
+		__uint(value_size, 8);             \
+	} name##_leaves SEC(".maps");              \
+	const volatile __u32 name##_dir_cap = 0;   \
+	const volatile __u32 name##_nodes_cap = 0; \
 	const volatile __u32 name##_leaves_cap = 0
 
 static __always_inline __u64 wolf_lpm__popcount(__u64 x)
@@ -162,8 +162,8 @@ static __always_inline __u32 wolf_lpm__word(const __u32 *a, __u64 i, __u64 cap)
  * caps and a constant level bound.
  */
 static __always_inline __u32 wolf_lpm__lookup(void *rootm, void *dirm, void *nodesm, void *leavesm,
-					      __u32 dcap, __u32 ncap, __u32 lcap,
-					      __u64 hi, __u64 lo, const int levels)
+					      __u32 dcap, __u32 ncap, __u32 lcap, __u64 hi,
+					      __u64 lo, const int levels)
 {
 	struct wolf_lpm_node *nodes, *n;
 	__u32 zero = 0, *r, *dir, *leaves, w, s, e, j;
@@ -214,17 +214,18 @@ static __always_inline __u32 wolf_lpm__lookup(void *rootm, void *dirm, void *nod
 			lo <<= 6;
 			continue;
 		}
-		return wolf_lpm__word(leaves, (__u64)n->base0 + wolf_lpm__popcount(n->leafvec & mask) - 1, lcap);
+		return wolf_lpm__word(
+			leaves, (__u64)n->base0 + wolf_lpm__popcount(n->leafvec & mask) - 1, lcap);
 	}
 	return WOLF_LPM_MISS;
 }
 
-#define wolf_lpm__maps(name)                                                   \
+#define wolf_lpm__maps(name)                                                      \
 	&name##_root, &name##_dir, &name##_nodes, &name##_leaves, name##_dir_cap, \
 		name##_nodes_cap, name##_leaves_cap
 
 /* Look up an IPv4 address in network byte order (iph->daddr). */
-#define wolf_lpm_lookup4(name, be32_addr)                                      \
+#define wolf_lpm_lookup4(name, be32_addr)                                            \
 	wolf_lpm__lookup(wolf_lpm__maps(name), (__u64)bpf_ntohl(be32_addr) << 32, 0, \
 			 WOLF_LPM_LEVELS4)
 
@@ -243,10 +244,10 @@ static __always_inline void wolf_lpm__key6(const void *addr, __u64 *hi, __u64 *l
 	*lo = (__u64)bpf_ntohl(a[2]) << 32 | bpf_ntohl(a[3]);
 }
 
-#define wolf_lpm_lookup6(name, addr16)                                         \
-	({                                                                     \
-		__u64 __hi, __lo;                                              \
-		wolf_lpm__key6((addr16), &__hi, &__lo);                        \
+#define wolf_lpm_lookup6(name, addr16)                                                \
+	({                                                                            \
+		__u64 __hi, __lo;                                                     \
+		wolf_lpm__key6((addr16), &__hi, &__lo);                               \
 		wolf_lpm__lookup(wolf_lpm__maps(name), __hi, __lo, WOLF_LPM_LEVELS6); \
 	})
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/finding/findingtest"
 	"github.com/wolf-investigator/wolf/internal/kstack"
 )
 
@@ -35,38 +36,9 @@ func analyzeString(t *testing.T, s string) *Analysis {
 	return a
 }
 
-// only returns the single finding with the given id, failing otherwise.
-func only(t *testing.T, a *Analysis, id string) finding.Finding {
-	t.Helper()
-	var got []finding.Finding
-	for _, f := range a.Findings {
-		if f.ID == id {
-			got = append(got, f)
-		}
-	}
-	if len(got) != 1 {
-		var ids []string
-		for _, f := range a.Findings {
-			ids = append(ids, f.ID+": "+f.Title)
-		}
-		t.Fatalf("want exactly one %s finding, have:\n  %s", id, strings.Join(ids, "\n  "))
-	}
-	return got[0]
-}
-
-func subjectsWith(f finding.Finding, role string) []finding.Subject {
-	var out []finding.Subject
-	for _, s := range f.Subjects {
-		if s.Role == role {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
 func victimPIDs(f finding.Finding) map[int]bool {
 	m := map[int]bool{}
-	for _, s := range subjectsWith(f, finding.RoleVictim) {
+	for _, s := range findingtest.Subjects(f, finding.RoleVictim) {
 		m[s.TID] = true
 	}
 	return m
@@ -86,7 +58,7 @@ func joined(ss []string) string { return strings.Join(ss, "\n") }
 // Seed 000, example 1: a kworker on xfs-sync; the workqueue names XFS.
 func TestXFSKworker(t *testing.T) {
 	a := analyzeFile(t, "xfs_kworker.log")
-	f := only(t, a, IDKworker)
+	f := findingtest.Only(t, a.Findings, IDKworker)
 	if f.Severity != finding.Warning {
 		t.Errorf("severity %v, want warning", f.Severity)
 	}
@@ -104,7 +76,7 @@ func TestXFSKworker(t *testing.T) {
 // Seed 000, example 2: the decoded trace with do_exit and no timestamps.
 func TestCoredumpDecoded(t *testing.T) {
 	a := analyzeFile(t, "coredump_decoded.log")
-	f := only(t, a, IDCoredump)
+	f := findingtest.Only(t, a.Findings, IDCoredump)
 	mustContain(t, "title", f.Title, "test (pid 964)", "core dump", "not by the application")
 	mustContain(t, "remediation", joined(f.Remediation), "core_pattern", "systemd-coredump", "ulimit -c")
 	r := a.Reports[0]
@@ -115,7 +87,7 @@ func TestCoredumpDecoded(t *testing.T) {
 		t.Errorf("site %+v", r.Site)
 	}
 	// The subject's stack drops the unwinder's "?" guesses.
-	v := subjectsWith(f, finding.RoleVictim)[0]
+	v := findingtest.Subjects(f, finding.RoleVictim)[0]
 	for _, fr := range v.Stack {
 		if strings.HasPrefix(fr, "?") {
 			t.Errorf("unreliable frame in subject stack: %q", fr)
@@ -127,7 +99,7 @@ func TestCoredumpDecoded(t *testing.T) {
 // dmesg -T stamps and CRLF line ends.
 func TestCoredumpDmesgT(t *testing.T) {
 	a := analyzeFile(t, "coredump_dmesg_T.log")
-	f := only(t, a, IDCoredump)
+	f := findingtest.Only(t, a.Findings, IDCoredump)
 	if got := victimPIDs(f); !got[8734] || !got[8736] || len(got) != 2 {
 		t.Errorf("victims %v", got)
 	}
@@ -148,14 +120,14 @@ func TestRTNLGroup(t *testing.T) {
 	if len(a.Groups) != 1 {
 		t.Fatalf("%d groups, want 1: %+v", len(a.Groups), a.Groups)
 	}
-	f := only(t, a, IDGroup)
+	f := findingtest.Only(t, a.Findings, IDGroup)
 	if want := "6 tasks hung behind rtnl_mutex (rtnetlink_rcv_msg, dev_ethtool, bonding_show_bonds)"; f.Title != want {
 		t.Errorf("title %q, want %q", f.Title, want)
 	}
 	if f.Severity != finding.Critical {
 		t.Errorf("severity %v, want critical (a lock with 6 victims)", f.Severity)
 	}
-	if len(subjectsWith(f, finding.RoleOffender)) != 0 {
+	if len(findingtest.Subjects(f, finding.RoleOffender)) != 0 {
 		t.Error("an offender was invented; the log does not name one")
 	}
 	if f.Evidence["blocked_s"] != 245 || f.Evidence["victims"] != 6 || f.Evidence["reports"] != 9 {
@@ -174,8 +146,8 @@ func TestRTNLGroup(t *testing.T) {
 // The same storm with a lockdep dump: the owner is named.
 func TestRTNLLockdepOwner(t *testing.T) {
 	a := analyzeFile(t, "rtnl_lockdep.log")
-	f := only(t, a, IDLockOwner)
-	off := subjectsWith(f, finding.RoleOffender)
+	f := findingtest.Only(t, a.Findings, IDLockOwner)
+	off := findingtest.Subjects(f, finding.RoleOffender)
 	if len(off) != 1 || off[0].PID != 3895365 || off[0].Comm != "calico-node" {
 		t.Fatalf("offender %+v", off)
 	}
@@ -198,8 +170,8 @@ func TestRTNLLockdepOwner(t *testing.T) {
 // 6.15+: the kernel names the mutex owner and dumps its stack.
 func TestMutexOwner618(t *testing.T) {
 	a := analyzeFile(t, "mutex_owner_618.log")
-	f := only(t, a, IDLockOwner)
-	off := subjectsWith(f, finding.RoleOffender)
+	f := findingtest.Only(t, a.Findings, IDLockOwner)
+	off := findingtest.Subjects(f, finding.RoleOffender)
 	if len(off) != 1 || off[0].PID != 6744 || off[0].Comm != "sh" {
 		t.Fatalf("offender %+v", off)
 	}
@@ -223,8 +195,8 @@ func TestMutexOwner618(t *testing.T) {
 // 6.16+: rw-semaphore reader/writer lines, and an owner that is not found.
 func TestRwsemOwner618(t *testing.T) {
 	a := analyzeFile(t, "rwsem_owner_618.log")
-	f := only(t, a, IDLockOwner)
-	off := subjectsWith(f, finding.RoleOffender)
+	f := findingtest.Only(t, a.Findings, IDLockOwner)
+	off := findingtest.Subjects(f, finding.RoleOffender)
 	if len(off) != 1 || off[0].PID != 46249 || off[0].Comm != "VLLM::EngineCor" {
 		t.Fatalf("offender %+v", off)
 	}
@@ -246,7 +218,7 @@ func TestRwsemOwner618(t *testing.T) {
 	if readers != 1 || writers != 2 || notFound != 1 {
 		t.Errorf("readers %d writers %d not-found %d", readers, writers, notFound)
 	}
-	g := only(t, a, IDGroup)
+	g := findingtest.Only(t, a.Findings, IDGroup)
 	mustContain(t, "modprobe finding", g.Title+g.Summary, "modprobe", "pernet_ops_rwsem", "could not find the owner")
 }
 
@@ -254,7 +226,7 @@ func TestRwsemOwner618(t *testing.T) {
 // shows the container's init zapping its namespace. One deadlock.
 func TestSysrqRCUTasks(t *testing.T) {
 	a := analyzeFile(t, "sysrq_rcu_tasks.log")
-	f := only(t, a, IDRCU)
+	f := findingtest.Only(t, a.Findings, IDRCU)
 	if len(a.Findings) != 1 {
 		t.Errorf("%d findings, want the two halves merged into 1", len(a.Findings))
 	}
@@ -264,7 +236,7 @@ func TestSysrqRCUTasks(t *testing.T) {
 	mustContain(t, "title", f.Title, "fentry", "RCU-tasks", "system-probe")
 	mustContain(t, "mechanism", f.Mechanism, "do_exit", "PID-namespace")
 	mustContain(t, "remediation", joined(f.Remediation), "rcu-tasks: Maintain lists to eliminate RCU-tasks/do_exit() deadlocks", "tracepoints")
-	off := subjectsWith(f, finding.RoleOffender)
+	off := findingtest.Subjects(f, finding.RoleOffender)
 	if len(off) != 1 || off[0].Comm != "s6-svscan" || off[0].PID != 2776 {
 		t.Errorf("offender %+v", off)
 	}
@@ -320,7 +292,7 @@ func TestSeed002Verbatim(t *testing.T) {
 [ 183.865856] RTP: 0033:0x1ce792e
 `
 	a := analyzeString(t, log)
-	f := only(t, a, IDRCU)
+	f := findingtest.Only(t, a.Findings, IDRCU)
 	mustContain(t, "title", f.Title, "fentry", "system-probe")
 	mustContain(t, "summary", f.Summary, "zap_pid_ns_processes")
 	if len(a.Reports) != 2 || len(a.Reports[1].Stack) != 14 || !a.Reports[1].Truncated {
@@ -331,7 +303,7 @@ func TestSeed002Verbatim(t *testing.T) {
 // journalctl -k, with user-space lines from a full journal mixed in.
 func TestJournalctlFuse(t *testing.T) {
 	a := analyzeFile(t, "journalctl_fuse.log")
-	f := only(t, a, IDFuse)
+	f := findingtest.Only(t, a.Findings, IDFuse)
 	mustContain(t, "title", f.Title, "2 tasks", "FUSE daemon", "fuse_do_getattr", "fuse_lookup_name")
 	mustContain(t, "remediation", joined(f.Remediation), "/sys/fs/fuse/connections/")
 	if a.Kernel != "6.8.0-45-generic" || a.Reports[0].Stamp != "Nov 22 02:28:40" {
@@ -353,7 +325,7 @@ func TestTruncated(t *testing.T) {
 			t.Errorf("report %s:%d truncated=%v frames=%d kind=%s", r.Comm, r.PID, r.Truncated, len(r.Stack), r.Site.Kind)
 		}
 	}
-	f := only(t, a, IDIO)
+	f := findingtest.Only(t, a.Findings, IDIO)
 	if f.Evidence["truncated_stacks"] != 2 {
 		t.Errorf("evidence %v", f.Evidence)
 	}
@@ -424,7 +396,7 @@ func TestSeedHeaderOnly(t *testing.T) {
 		k.Kernel != "6.6.39-cloudflare-2024.7.3" {
 		t.Errorf("kworker %+v", k)
 	}
-	only(t, a, IDKworker)
+	findingtest.Only(t, a.Findings, IDKworker)
 	if x := a.Reports[1]; x.Comm != "XXX" || x.PID != 1495882 || x.PPID != 1 {
 		t.Errorf("XXX %+v", x)
 	}
@@ -468,7 +440,7 @@ Call Trace:
 INFO: task bash:52508 <writer> blocked on an rw-semaphore likely owned by task bash:52508 <writer>
 `
 	a := analyzeString(t, log)
-	f := only(t, a, IDLockOwner)
+	f := findingtest.Only(t, a.Findings, IDLockOwner)
 	mustContain(t, "title", f.Title, "waits for a lock it holds itself")
 }
 
@@ -490,8 +462,8 @@ Showing all locks held in the system:
 =============================================
 `
 	a := analyzeString(t, log)
-	f := only(t, a, IDGroup)
-	if len(subjectsWith(f, finding.RoleOffender)) != 0 || len(subjectsWith(f, finding.RoleHolder)) != 2 {
+	f := findingtest.Only(t, a.Findings, IDGroup)
+	if len(findingtest.Subjects(f, finding.RoleOffender)) != 0 || len(findingtest.Subjects(f, finding.RoleHolder)) != 2 {
 		t.Errorf("subjects %+v", f.Subjects)
 	}
 	if f.Evidence["lockdep_class"] != "&foo->lock" {
@@ -515,7 +487,7 @@ Future hung task reports are suppressed, see sysctl kernel.hung_task_warnings
 	if !a.Suppressed || a.RCUStalls != 1 {
 		t.Errorf("suppressed %v, rcu stalls %d", a.Suppressed, a.RCUStalls)
 	}
-	f := only(t, a, IDRCU)
+	f := findingtest.Only(t, a.Findings, IDRCU)
 	mustContain(t, "summary", f.Summary, "lower bound")
 	if f.Evidence["rcu_stall_lines"] != 1 {
 		t.Errorf("evidence %v", f.Evidence)
@@ -558,7 +530,7 @@ func TestReportCap(t *testing.T) {
 	if len(a.Reports) != MaxReports || a.ReportsDropped != 10 {
 		t.Errorf("%d reports kept, %d dropped", len(a.Reports), a.ReportsDropped)
 	}
-	f := only(t, a, IDLimits)
+	f := findingtest.Only(t, a.Findings, IDLimits)
 	mustContain(t, "summary", f.Summary, "10 hung tasks beyond the first 4096")
 }
 
@@ -581,7 +553,7 @@ func manyGroupsWithLockdep() string {
 	for i := 1; i <= MaxHolders; i++ {
 		fmt.Fprintf(&b, "48 locks held by h/%d:\n", i)
 		for j := 0; j < MaxLocksPerTask; j++ {
-			fmt.Fprintf(&b, " #%d: ffff%08x (l%d){+.+.}-{3:3}, at: f%d+0x1/0x2\n", j, j, j, i)
+			fmt.Fprintf(&b, " #%d: ffff%06x%02x (l%d){+.+.}-{3:3}, at: f%d+0x1/0x2\n", j, i, j, j, i)
 		}
 	}
 	return b.String()

@@ -25,7 +25,7 @@ func subjects(g *Group) []finding.Subject {
 		if v.BlockedS > 0 {
 			detail += fmt.Sprintf(" for more than %d s", v.BlockedS)
 		} else {
-			detail += " (sysrq dump)"
+			detail += " (in a dump of blocked tasks)"
 		}
 		detail += ": " + v.Site.Describe
 		if v.Workqueue != "" {
@@ -43,11 +43,17 @@ func subjects(g *Group) []finding.Subject {
 }
 
 func ownerSubject(role string, o *Owner, lock string) finding.Subject {
-	detail := fmt.Sprintf("holds %s, per %s", lock, o.Source)
+	verb := "holds"
+	if !o.Certain {
+		verb = "likely holds"
+	}
+	detail := fmt.Sprintf("%s %s, per %s", verb, lock, o.Source)
 	if o.Site != nil && (o.Site.Func != "" || o.Site.Kind != kstack.Other) {
 		detail += "; itself " + o.Site.Describe
 	}
-	return finding.Subject{Role: role, PID: o.PID, TID: o.PID, Comm: o.Comm, State: o.State,
+	// Victims and owners are shown alike: the process (tgid, when the log
+	// gives it) and the thread id the kernel printed.
+	return finding.Subject{Role: role, PID: tgidOr(o.TGID, o.PID), TID: o.PID, Comm: o.Comm, State: o.State,
 		Detail: detail, Stack: reliable(o.Stack)}
 }
 
@@ -71,7 +77,7 @@ func reliable(stack []string) []string {
 }
 
 func evidence(g *Group, a *Analysis) map[string]any {
-	reports, truncated := 0, 0
+	reports, truncated, firstLine := 0, 0, 0
 	first, last := "", ""
 	sources := map[string]bool{}
 	for _, v := range g.Victims {
@@ -81,6 +87,9 @@ func evidence(g *Group, a *Analysis) map[string]any {
 		}
 		if first == "" {
 			first = v.Stamp
+		}
+		if v.FirstLine > 0 && (firstLine == 0 || v.FirstLine < firstLine) {
+			firstLine = v.FirstLine
 		}
 		if v.LastStamp != "" {
 			last = v.LastStamp
@@ -99,6 +108,10 @@ func evidence(g *Group, a *Analysis) map[string]any {
 		if v != "" {
 			ev[k] = v
 		}
+	}
+	if firstLine > 0 {
+		// Where to look in the file: the first report's line.
+		ev["first_report_line"] = firstLine
 	}
 	if g.Site.Kind.IsLock() {
 		put("lock", lockName(g))

@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
-
-	"github.com/wolf-investigator/wolf/internal/kstack"
 )
 
 // taskFields is a parsed "task:" line.
@@ -73,7 +71,9 @@ func parseTaskLine(t string) (taskFields, bool) {
 }
 
 // parseTaint splits "Tainted: G   O   6.6.39-cloudflare-2024.7.3 #1" into
-// the taint and the release: the release is the word before "#N".
+// the taint and the release: the release is the word before "#N", and only
+// if it looks like one (a taint letter such as "E" left alone by a wrapped
+// line is not a kernel).
 func parseTaint(t string) (taint, release string) {
 	f := strings.Fields(t)
 	rel := -1
@@ -86,65 +86,97 @@ func parseTaint(t string) (taint, release string) {
 	if rel < 0 {
 		rel = len(f) - 1
 	}
-	if rel <= 0 {
-		return sanitize(strings.Join(f, " ")), ""
+	if rel <= 0 || !looksLikeRelease(f[rel]) {
+		taintEnd := len(f)
+		if rel > 0 && rel < len(f) && strings.HasPrefix(f[min(rel+1, len(f)-1)], "#") {
+			taintEnd = rel + 1
+		}
+		return sanitize(strings.Join(f[:taintEnd], " ")), ""
 	}
 	return sanitize(strings.Join(f[:rel], " ")), sanitize(f[rel])
 }
 
-// isFrame reports whether a line inside a Call Trace is a stack frame.
-func isFrame(t string) bool {
-	s := strings.TrimSpace(strings.TrimPrefix(t, "?"))
-	if isHexAddr(s) {
-		return true // "? 0xffffffffc11f0000": a frame with no symbol
-	}
-	name := kstack.FuncName(t)
-	if name == "" {
+// looksLikeRelease reports a kernel release: "6.6.92", "4.4.223-rc2-…",
+// "5.14.0-31.rt14.31.el9.x86_64", "7.0.0.-rc2-sdm845".
+func looksLikeRelease(w string) bool {
+	if len(w) < 3 || w[0] < '0' || w[0] > '9' {
 		return false
 	}
-	switch {
-	case strings.Contains(t, "+0x"):
-		return true
-	case strings.Contains(t, " ("):
-		// decode_stacktrace.sh: "func (path/file.c:123 …)".
-		_, loc, _ := strings.Cut(t, " (")
-		return strings.Contains(loc, ".c:") || strings.Contains(loc, ".h:") ||
-			strings.Contains(loc, ".S:") || strings.Contains(loc, ".rs:")
-	}
-	// A bare symbol on its own (decoded output without line info).
-	return !strings.ContainsAny(strings.TrimLeft(t, "?[ "), " \t")
+	dot := strings.IndexByte(w, '.')
+	return dot > 0 && dot < 4
 }
 
-func isHexAddr(s string) bool {
-	if !strings.HasPrefix(s, "0x") || len(s) < 3 || len(s) > 18 {
-		return false
+// parseOldTaskLine reads the task line of kernels before 4.14 and of old
+// dumps, "%-15.15s %c" then numbers whose set changed over the years:
+//
+//	init            D ffff88008ad8f5b0     0  2293      1 0x00000000   (3.x–4.13 x86: pc, free stack, pid, ppid)
+//	auditd          D    0   377      1 0x00000020                      (4.14+: stack, pid, ppid, flags)
+//	syz-executor0   D23984 10244   4352 0x80000004                      (the stack glued to the state)
+//	kinteractiveup  D 00000000     0    64      2 0x00100000            (MIPS)
+//	nfsd          D ffff81023dc3fb88     0  3269      1          3270  3268 (L-TLB)   (2.6.18)
+//
+// The name is at most 15 characters and may contain spaces.
+func parseOldTaskLine(t string) (taskFields, bool) {
+	var tl taskFields
+	// The state letter follows the padded name after one or more spaces;
+	// try each candidate, leftmost first, as names may contain spaces.
+	for i := 1; i < len(t) && i <= 17; i++ {
+		if t[i-1] != ' ' || t[i] < 'A' || t[i] > 'Z' {
+			continue
+		}
+		if i+1 < len(t) && t[i+1] != ' ' && !isDigit(t[i+1]) {
+			continue
+		}
+		comm := strings.TrimRight(t[:i], " ")
+		if comm == "" || len(comm) > 16 {
+			continue
+		}
+		nums := strings.Fields(t[i+1:])
+		var dec []int
+		for j, w := range nums {
+			if j == 0 && len(w) >= 8 && isHex(w) && !allDigits(w) {
+				continue // the saved program counter
+			}
+			if j == 0 && len(w) == 8 && allDigits(w) && len(nums) >= 5 {
+				continue // a 32-bit pc of digits only (MIPS "00000000")
+			}
+			if !allDigits(w) {
+				break
+			}
+			dec = append(dec, atoi(w))
+		}
+		if len(dec) < 3 {
+			continue
+		}
+		tl.comm, tl.state = sanitize(comm), t[i:i+1]
+		tl.pid, tl.ppid = dec[1], dec[2]
+		if tl.pid <= 0 {
+			continue
+		}
+		return tl, true
 	}
-	for i := 2; i < len(s); i++ {
+	return taskFields{}, false
+}
+
+func isHex(s string) bool {
+	for i := 0; i < len(s); i++ {
 		c := s[i] | 0x20
 		if !isDigit(s[i]) && (c < 'a' || c > 'f') {
 			return false
 		}
 	}
-	return true
+	return s != ""
 }
 
-// isRegisterLine reports register dump lines ("RIP: 0033:0x1ce792e",
-// "RAX: ffffffffffffffda RBX: …", "Code: …", arm64 "pc : …") that sysrq
-// prints at the end of a user task's trace.
-func isRegisterLine(t string) bool {
-	f, _, _ := strings.Cut(t, " ")
-	if f == "pc" || f == "lr" || f == "sp" {
-		return true
-	}
-	if !strings.HasSuffix(f, ":") || len(f) < 3 || len(f) > 5 {
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+func allDigits(s string) bool {
+	if s == "" {
 		return false
 	}
-	for i := 0; i < len(f)-1; i++ {
-		c := f[i]
-		if !(c >= 'A' && c <= 'Z') && !isDigit(c) && c != 'x' {
-			if f[:len(f)-1] != "Code" {
-				return false
-			}
+	for i := 0; i < len(s); i++ {
+		if !isDigit(s[i]) {
+			return false
 		}
 	}
 	return true

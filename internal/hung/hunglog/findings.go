@@ -20,10 +20,18 @@ const (
 	IDRCU       = "hung.log-rcu"
 	IDFuse      = "hung.log-fuse"
 	IDGroup     = "hung.log-group"
+	IDJournal   = "hung.log-journal"
+	IDFreeze    = "hung.log-queue-freeze"
+	IDNFS       = "hung.log-nfs"
+	IDDeadlock  = "hung.log-deadlock"
 	IDLimits    = "hung.log-limits" // info: the log was bigger than the caps
 )
 
-const seedHungURL = "https://blog.cloudflare.com/searching-for-the-cause-of-hung-tasks-in-the-linux-kernel/"
+// The public write-ups the explanations rest on, cited by title and link.
+const (
+	refHungTasks = `Cloudflare, "Searching for the cause of hung tasks in the Linux kernel" (2025), https://blog.cloudflare.com/searching-for-the-cause-of-hung-tasks-in-the-linux-kernel/`
+	refFentryRCU = `Usama Saqib (Datadog), "Performance and reliability pitfalls of eBPF", FOSDEM 2026: "An Fentry and RCU bug"`
+)
 
 // buildFindings turns groups into findings: one per group, except that the
 // two halves of an RCU-tasks/do_exit deadlock become one.
@@ -34,6 +42,11 @@ func buildFindings(a *Analysis, p *parser) []finding.Finding {
 		out = append(out, f)
 		for _, i := range groups {
 			used[i] = true
+		}
+	}
+	for _, d := range deadlocks(a) {
+		if f, ok := deadlockFinding(a, d, used); ok {
+			out = append(out, f)
 		}
 	}
 	// owned maps an owner's pid to the groups it blocks, so that a hung
@@ -86,17 +99,25 @@ func groupFinding(a *Analysis, g *Group, owned map[int][]*Group) finding.Finding
 	if g.Site.Kind.IsLock() && (len(g.Victims) >= 2 || g.Owner != nil) {
 		sev = finding.Critical
 	}
+	before := precedingEvents(g, a)
 	f := finding.Finding{
 		ID:           id,
 		Investigator: "hung",
 		Severity:     sev,
 		Title:        title(id, g),
-		Summary:      summary(id, g, a, owned),
+		Summary:      summary(id, g, a, owned) + eventSentence(g, before),
 		Mechanism:    mechanism(id, g),
 		Subjects:     subjects(g),
 		Evidence:     evidence(g, a),
-		Remediation:  remediation(id, g),
-		References:   []string{seedHungURL},
+		Remediation:  append(remediation(id, g, a), eventAdvice(before)...),
+		References:   []string{refHungTasks},
+	}
+	if len(before) > 0 {
+		var evs []string
+		for _, ev := range before {
+			evs = append(evs, ev.describe()+" from "+ev.where()+": "+ev.Sample)
+		}
+		f.Evidence["preceding_events"] = evs
 	}
 	return f
 }
@@ -113,7 +134,15 @@ func findingID(g *Group) string {
 	case k == kstack.RCU:
 		return IDRCU
 	case allKworkers(g):
+		// The workqueue names the subsystem (xfs-sync/dm-6 runs
+		// xfs_log_worker), which says more than the wait's kind.
 		return IDKworker
+	case k == kstack.Journal:
+		return IDJournal
+	case k == kstack.QueueFreeze:
+		return IDFreeze
+	case k == kstack.NFS:
+		return IDNFS
 	case k == kstack.IO || k == kstack.PageLock || k == kstack.Writeback:
 		return IDIO
 	case k == kstack.Fuse:
@@ -149,7 +178,8 @@ func who(g *Group) string {
 }
 
 // callers lists the distinct functions the victims wait in, the detail
-// that let the seed's engineers see three stacks were one problem.
+// that let the engineers of the Cloudflare write-up see that three stacks
+// were one problem.
 func callers(g *Group, max int) string {
 	seen := map[string]bool{}
 	var names []string
@@ -199,8 +229,8 @@ func waitPhrase(s kstack.Site) string {
 
 func title(id string, g *Group) string {
 	single := len(g.Victims) == 1
-	// Plural titles list the callers, the detail that showed the seed's
-	// engineers that three different stacks were one problem; a single
+	// Plural titles list the callers, the detail that showed the
+	// Cloudflare write-up's engineers that three stacks were one problem; a single
 	// victim's title names its caller in the phrase itself.
 	list, in := "", ""
 	if c := callers(g, 3); !single && c != "" {
@@ -211,10 +241,20 @@ func title(id string, g *Group) string {
 	switch id {
 	case IDLockOwner:
 		o := g.Owner
-		t := fmt.Sprintf("%s behind %s held by %s (pid %d)", who(g), lockName(g), o.Comm, o.PID)
+		held := "held by"
+		if !o.Certain {
+			held = "likely held by"
+		}
+		t := fmt.Sprintf("%s behind %s %s %s (pid %d)", who(g), lockName(g), held, o.Comm, o.PID)
 		switch {
 		case o.PID > 0 && victimPID(g, o.PID):
 			t += ": the task waits for a lock it holds itself"
+		case len(g.Chain) > 1:
+			end := g.Chain[len(g.Chain)-1].Holder
+			t += fmt.Sprintf(", which waits for %s held by %s (pid %d)", g.Chain[1].Lock, g.Chain[1].Holder.Comm, g.Chain[1].Holder.PID)
+			if len(g.Chain) > 2 {
+				t += fmt.Sprintf(" … held by %s (pid %d)", end.Comm, end.PID)
+			}
 		case o.Site != nil && o.Site.Func != "":
 			t += "; the owner itself " + o.Site.Describe
 		}
@@ -244,7 +284,23 @@ func title(id string, g *Group) string {
 		}
 		return t
 	case IDIO:
+		switch g.Site.Kind {
+		case kstack.PageLock:
+			return fmt.Sprintf("%s waiting for a page lock%s%s", who(g), in, list)
+		case kstack.Writeback:
+			return fmt.Sprintf("%s waiting for page writeback%s%s", who(g), in, list)
+		}
 		return fmt.Sprintf("%s waiting for I/O%s%s", who(g), in, list)
+	case IDJournal:
+		return fmt.Sprintf("%s waiting for %s%s%s", who(g), journalName(g), in, list)
+	case IDFreeze:
+		t := fmt.Sprintf("%s on a frozen block queue%s%s", who(g), in, list)
+		if fz := freezer(g); fz != nil {
+			t += fmt.Sprintf("; %s (pid %d) froze it and waits for its I/O to drain", fz.Comm, fz.PID)
+		}
+		return t
+	case IDNFS:
+		return fmt.Sprintf("%s waiting for the NFS server%s%s", who(g), in, list)
 	case IDFuse:
 		return fmt.Sprintf("%s waiting for a FUSE daemon%s%s", who(g), in, list)
 	}
@@ -319,7 +375,7 @@ func summary(id string, g *Group, a *Analysis, owned map[int][]*Group) string {
 	case m > 0:
 		fmt.Fprintf(&b, " for up to %d s", m)
 	default:
-		b.WriteString(" (seen in a sysrq dump)")
+		b.WriteString(" (seen in a dump of blocked tasks, which gives no duration)")
 	}
 	if n == 1 {
 		fmt.Fprintf(&b, "; it %s.", g.Site.Describe)
@@ -333,14 +389,18 @@ func summary(id string, g *Group, a *Analysis, owned map[int][]*Group) string {
 	switch o := g.Owner; {
 	case o != nil:
 		fmt.Fprintf(&b, " %s names %s (pid %d) as the holder", capitalize(o.Source), o.Comm, o.PID)
+		if !o.Certain {
+			b.WriteString(": it is the one task listing the lock whose own state the log does not show, so it may be waiting for it too")
+		}
 		if o.Site != nil && (o.Site.Func != "" || o.Site.Kind != kstack.Other) {
 			fmt.Fprintf(&b, "; the owner itself %s", o.Site.Describe)
 		}
 		b.WriteString(".")
+		b.WriteString(chainSentence(g))
 	case len(g.Holders) > 0:
-		fmt.Fprintf(&b, " Lockdep lists %d other tasks holding it; the log cannot say which one blocks the rest.", len(g.Holders))
+		fmt.Fprintf(&b, " Lockdep lists %d other tasks with this lock whose own state the log does not show; one of them holds it, the others wait, and the log cannot say which.", len(g.Holders))
 	case g.Site.Kind.IsLock():
-		b.WriteString(" The log names the victims only, not who holds the lock: run `wolf hung` while it happens to decode the owner.")
+		b.WriteString(" The log does not say who holds the lock: run `wolf hung` while it happens to decode the owner.")
 	}
 	for _, v := range g.Victims {
 		if v.Blocker != nil && v.Blocker.NotFound {
@@ -360,6 +420,12 @@ func summary(id string, g *Group, a *Analysis, owned map[int][]*Group) string {
 				fmt.Fprintf(&b, " %s (pid %d) holds %s, which %d other hung task(s) wait for.", v.Comm, v.PID, lockName(other), len(other.Victims))
 			}
 		}
+	}
+	if id == IDJournal {
+		b.WriteString(journalSentence(g, a))
+	}
+	if g.Site.Kind == kstack.WorkqueueFlush {
+		b.WriteString(flushSentence(g, a))
 	}
 	if a.Suppressed {
 		b.WriteString(" The kernel suppressed later hung-task reports (kernel.hung_task_warnings), so the count is a lower bound.")

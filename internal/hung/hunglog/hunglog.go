@@ -9,20 +9,21 @@
 // each stack with kstack, puts the tasks that wait on the same thing in
 // one group, and names the owner when the log does: the kernel's own
 // "likely owned by task" line (6.15+), or lockdep's "locks held" dump.
-// Coredumps, kworkers and RCU-tasks stalls get the explanations the
-// seed stories earned.
+// Coredumps, kworkers and RCU-tasks stalls get the explanations the public
+// write-ups earned (Cloudflare's "Searching for the cause of hung tasks in
+// the Linux kernel", Datadog's "Performance and reliability pitfalls of
+// eBPF").
 //
 // Logs are untrusted input of any size: lines are read with a cap, every
 // collection is bounded, and what was cut is counted in Analysis.
 package hunglog
 
 import (
-	"bufio"
-	"errors"
 	"fmt"
 	"io"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/hung/hunglog/logline"
 	"github.com/wolf-investigator/wolf/internal/kstack"
 )
 
@@ -31,18 +32,18 @@ import (
 // these the input is not a kernel log or is pathological, and memory stays
 // bounded regardless.
 const (
-	MaxLineBytes    = 64 << 10 // longer lines are cut here and counted in LongLines
-	MaxReports      = 4096     // distinct hung tasks kept; the rest are counted in ReportsDropped
-	MaxFrames       = 128      // frames kept per stack
-	MaxHolders      = 4096     // lockdep "locks held by" entries kept
-	MaxLocksPerTask = 48       // lockdep held locks kept per task
-	MaxOtherTasks   = 4096     // non-D task dumps kept (to find RCU-tasks offenders)
-	MaxStoredBytes  = 32 << 20 // frames and lockdep entries kept, all reports together
-	maxFrameBytes   = 512      // a kept frame is cut here (decoded frames run to ~300)
-	maxNameBytes    = 128      // task, lock and workqueue names are cut here
-	maxSubjects     = 24       // victims listed per finding
-	maxStreams      = 256      // printk caller ids tracked separately
-	maxTextBytes    = 4 << 10  // parsing looks at no more of a line than this
+	MaxLineBytes    = logline.DefaultMaxLineBytes // longer lines are cut here and counted in LongLines
+	MaxReports      = 4096                        // distinct hung tasks kept; the rest are counted in ReportsDropped
+	MaxFrames       = 128                         // frames kept per stack
+	MaxHolders      = 4096                        // lockdep "locks held by" entries kept
+	MaxLocksPerTask = 48                          // lockdep held locks kept per task
+	MaxOtherTasks   = 4096                        // non-D task dumps kept (to find RCU-tasks offenders)
+	MaxStoredBytes  = 32 << 20                    // frames and lockdep entries kept, all reports together
+	maxFrameBytes   = 512                         // a kept frame is cut here (decoded frames run to ~300)
+	maxNameBytes    = 128                         // task, lock and workqueue names are cut here
+	maxSubjects     = 24                          // victims listed per finding
+	maxStreams      = 256                         // printk caller ids tracked separately
+	maxTextBytes    = 4 << 10                     // parsing looks at no more of a line than this
 )
 
 // Report is one hung (or sysrq-dumped D-state) task, after merging repeated
@@ -68,7 +69,9 @@ type Report struct {
 	Stack   []string // innermost first, as printed, "?" frames included
 	Site    kstack.Site
 	// Source is "hung-task" for khungtaskd reports, "sysrq" for a D task
-	// found in a sysrq-w / sysrq-t dump with no hung-task report.
+	// found in a task dump (sysrq-w, sysrq-t, an old kernel's dump after
+	// its reports) with no hung-task report, "blocker line" for a task the
+	// log names only in a blocker line.
 	Source    string
 	FirstLine int    // 1-based line of the report's first line
 	Stamp     string // timestamp of that line as written, "" when none
@@ -87,6 +90,7 @@ type Blocker struct {
 	OwnerAs    string // rw-semaphore: how the owner holds it
 	NotFound   bool   // "… but the owner is not found."
 	OwnerState string // from the owner's dump that follows, when printed
+	OwnerTGID  int    // likewise (6.6+ task lines print tgid)
 	OwnerStack []string
 }
 
@@ -94,8 +98,13 @@ type Blocker struct {
 // blocked acquiring a lock lists it too (lockdep records the acquire before
 // the wait), as its last entry.
 type HeldLocks struct {
-	Comm  string
-	PID   int
+	Comm string
+	PID  int
+	// Count is the number the "N locks held by" line gives. Lockdep does
+	// not list the locks of a task that is running on another CPU, so a
+	// Count above len(Locks) means the list was left out, not that the
+	// task holds nothing.
+	Count int
 	Locks []HeldLock
 }
 
@@ -112,18 +121,36 @@ type Group struct {
 	Site     kstack.Site // the first victim's site
 	Victims  []*Report
 	Owner    *Owner   // who holds what they wait on, when the log says
-	Holders  []*Owner // other candidates when the log is ambiguous
+	Holders  []*Owner // other holders (readers), or candidates when the log is ambiguous
 	LockName string   // lockdep class of the lock waited on, when known
+	// Chain follows the owner when it is itself blocked: the first link
+	// is this group's owner, each next one the owner of what the previous
+	// waits for. Deadlock is set when the chain comes back to a victim.
+	Chain    []ChainLink
+	Deadlock bool
+	lockID   string // the lock lockdep shows the victims acquiring
+}
+
+// ChainLink is one step of a wait chain: Holder holds Lock.
+type ChainLink struct {
+	Holder *Owner
+	Lock   string
+	group  *Group
 }
 
 // Owner is a task named as holding what a group waits on.
 type Owner struct {
 	Comm   string
-	PID    int
+	PID    int // the id the kernel printed: a thread id
+	TGID   int // its process, when the log says; 0 otherwise
 	State  string
 	Stack  []string
 	Site   *kstack.Site // what the owner itself waits on, when its stack is known
-	Source string       // "hung-task blocker line" or "lockdep"
+	Source string       // "the kernel's hung-task blocker report" or "lockdep (…)"
+	// Certain is false for a lockdep candidate whose own state the log
+	// does not show: it lists the lock, but may be waiting for it too.
+	Certain bool
+	hung    bool // the owner is itself a blocked task of the log
 }
 
 // Analysis is everything Analyze found in one log.
@@ -132,7 +159,17 @@ type Analysis struct {
 	Groups   []Group
 	Findings []finding.Finding
 	Held     []HeldLocks // lockdep dumps, latest per task
-	Lines    int         // lines read
+	Lines    int         // physical lines read
+	// BytesRead is how much of the input was read; Cut says why reading
+	// stopped before its end ("" when it did not), Binary that the input
+	// was not text at all.
+	BytesRead int64
+	Cut       string
+	Binary    bool
+	Host      string // the host name the log's syslog lines carry, "" when none
+	// Events are the other kernel-log events that may explain a hang
+	// (device timeouts, I/O errors, lockups, stalls, OOM kills).
+	Events []Event
 
 	Kernel         string // the kernel release the reports name
 	ReportsDropped int    // reports not kept because MaxReports was reached
@@ -147,57 +184,32 @@ type Analysis struct {
 
 // Analyze reads a kernel log and returns the hung-task reports in it,
 // grouped, with findings. It fails only when reading fails; input that is
-// not a kernel log yields an empty analysis.
+// not a kernel log yields an empty analysis, and input beyond the limits of
+// package logline is left unread and said so in Analysis.Cut.
 func Analyze(r io.Reader) (*Analysis, error) {
+	return AnalyzeLimited(r, logline.Limits{})
+}
+
+// AnalyzeLimited is Analyze with explicit input limits.
+func AnalyzeLimited(r io.Reader, lim logline.Limits) (*Analysis, error) {
 	p := newParser()
-	br := bufio.NewReaderSize(r, MaxLineBytes)
+	lr := logline.NewReader(r, lim)
 	for {
-		raw, long, err := readLine(br)
-		if len(raw) > 0 || err == nil {
-			p.lines++
-			if long {
-				p.a.LongLines++
-			}
-			p.feed(raw)
-		}
-		if errors.Is(err, io.EOF) {
+		l, ok := lr.Next()
+		if !ok {
 			break
 		}
-		if err != nil {
-			return nil, fmt.Errorf("hunglog: read line %d: %w", p.lines+1, err)
-		}
+		p.feed(l)
 	}
+	if err := lr.Err(); err != nil {
+		return nil, fmt.Errorf("hunglog: %w", err)
+	}
+	st := lr.Stats()
 	p.finish()
 	a := p.a
-	a.Lines = p.lines
+	a.Lines, a.LongLines, a.Cut, a.Binary, a.BytesRead = st.Lines, st.LongLines, st.Cut, st.Binary, st.Bytes
 	buildGroups(a, p)
 	a.Findings = buildFindings(a, p)
 	finding.Sort(a.Findings)
 	return a, nil
-}
-
-// readLine returns one line without its newline, at most MaxLineBytes of
-// it; the rest of a longer line is read and thrown away so that a binary
-// file or a giant single line costs no more memory than a normal one.
-func readLine(br *bufio.Reader) (line []byte, long bool, err error) {
-	b, err := br.ReadSlice('\n')
-	if !errors.Is(err, bufio.ErrBufferFull) {
-		return trimNL(b), false, err
-	}
-	keep := make([]byte, len(b))
-	copy(keep, b)
-	for errors.Is(err, bufio.ErrBufferFull) {
-		_, err = br.ReadSlice('\n')
-	}
-	if errors.Is(err, io.EOF) {
-		err = nil // the long line was the last; report EOF on the next call
-	}
-	return keep, true, err
-}
-
-func trimNL(b []byte) []byte {
-	if n := len(b); n > 0 && b[n-1] == '\n' {
-		return b[:n-1]
-	}
-	return b
 }

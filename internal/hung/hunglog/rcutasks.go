@@ -8,7 +8,8 @@ import (
 	"github.com/wolf-investigator/wolf/internal/kstack"
 )
 
-// The seed-002 deadlock: an agent detaching an fentry program waits for an
+// The deadlock of "An Fentry and RCU bug" (Usama Saqib, Datadog, FOSDEM
+// 2026): an agent detaching an fentry program waits for an
 // RCU-tasks grace period (synchronize_rcu_tasks under bpf_trampoline_*),
 // rcu_tasks_kthread waits in synchronize_srcu for tasks late in do_exit,
 // and one of those — the container's init, in zap_pid_ns_processes —
@@ -101,7 +102,7 @@ func rcuTasksDeadlock(a *Analysis, p *parser) (finding.Finding, []int, bool) {
 			"Confirm with `echo t > /proc/sysrq-trigger`: a task in zap_pid_ns_processes under do_exit (the container's init, e.g. s6-svscan) is the other half. `wolf hung` shows the chain live.",
 			"The stuck tasks cannot be killed; only a reboot clears this deadlock.",
 		},
-		References: []string{seedHungURL, "seeds/002: An Fentry and RCU bug (RCU-tasks vs do_exit)"},
+		References: []string{refHungTasks, refFentryRCU},
 	}
 	return f, []int{waiter, kthread}, true
 }

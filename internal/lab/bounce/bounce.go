@@ -1,4 +1,4 @@
-// Package bounce is the lab for seed 001's pathology: a busy task that the
+// Package bounce is the lab for the pathology of "The Network Is Slow": a busy task that the
 // scheduler keeps moving between two CPUs, and the same work pinned as a
 // healthy baseline.
 //
@@ -10,12 +10,12 @@
 //     waker's CPU then holds only the waker, about to sleep (a sync wake-up
 //     through a pipe), and the task's previous CPU is busy: wake-up placement
 //     (wake_affine, select_idle_sibling) puts the task on the waker's CPU, so
-//     it moves A->B->A at every wake-up. That is the seed's wake-up half of
+//     it moves A->B->A at every wake-up. That is the wake-up half of
 //     the ping-pong, decided by the kernel's own heuristics.
 //   - sched-affinity: a thread ("bounce-affinity") changes its own affinity
 //     between A and B AffinityHz times a second with sched_setaffinity(0, …):
 //     every change migrates it, through the migration stopper.
-//   - sched-pinned: sched-bounce with the task pinned to CPU A (the seed's
+//   - sched-pinned: sched-bounce with the task pinned to CPU A (the write-up's
 //     fix, taskset): the same wake-ups, work and hogs, no migrations.
 //
 // sched-bounce's tasks are /bin/sh processes using only builtins (read, echo,
@@ -94,7 +94,7 @@ func (l bounceLab) Summary() string {
 	case variantPinned:
 		return "healthy baseline: sched-bounce's wake-ups and work with the task pinned to one CPU (no migrations)"
 	}
-	return "a busy thread woken alternately from two busy CPUs, which wake-up placement moves back and forth (seed 001's ping-pong)"
+	return "a busy thread woken alternately from two busy CPUs, which wake-up placement moves back and forth (the ping-pong of \"The Network Is Slow\")"
 }
 
 // Instance is a running lab. Start returns it as a lab.Instance; type-assert

@@ -6,7 +6,7 @@
 // consumes it.
 //
 // How the lab does it. It re-executes its own binary as the crasher
-// (MaybeRunCrasher must run first thing in main or TestMain): a Go process
+// (lab.ChildCommand): a Go process
 // with a few goroutines locked to threads of their own, every thread named
 // "wolf-crasher". It points kernel.core_pattern at a handler script of its
 // own, "|/bin/sh DIR/handler CRASHERPID %p %i", and makes the crasher panic
@@ -178,12 +178,6 @@ type child struct {
 // behind the dumping thread. Options.Victims is how many goroutines the
 // crasher locks to threads (DefaultVictims when 0).
 func (coredumpLab) Start(ctx context.Context, opt lab.Options) (_ lab.Instance, err error) {
-	// A binary that lacks the MaybeRunCrasher hook runs as usual when
-	// started as the crasher; if that starts the lab again (a test
-	// package's TestMain without the hook), it must not recurse.
-	if os.Getenv(CrasherEnv) == "1" {
-		return nil, errors.New("coredump: this process was started as the lab's crasher but did not run coredump.MaybeRunCrasher first thing")
-	}
 	n := opt.Victims
 	if n < 0 || n > maxThreads {
 		return nil, fmt.Errorf("coredump: %d victims, want 0 to %d", n, maxThreads)
@@ -332,17 +326,11 @@ func (in *Instance) startCrasher(ctx context.Context, threads int) error {
 		return errors.New("coredump: start crasher: lab closed")
 	}
 	c := &child{stderr: &capped{max: 16 << 10}, done: make(chan struct{})}
-	cmd := exec.Command("/proc/self/exe")
-	cmd.Args = []string{crasherComm}
-	cmd.Dir = "/"
-	cmd.Env = []string{CrasherEnv + "=1", threadsEnv + "=" + strconv.Itoa(threads), "PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
-	cmd.Stderr = c.stderr // the crash prints every goroutine: keep the start
-	cmd.WaitDelay = time.Second
-	// Pdeathsig: the crasher dies with the lab (fires when the thread that
+	// The crasher dies with the lab (Pdeathsig fires when the thread that
 	// forked exits; Go threads live on unless a locked goroutine ends, so
-	// don't call Start from one). Own process group: a Ctrl-C at the
-	// terminal is the lab's to handle, not the crasher's.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	// don't call Start from one).
+	cmd := lab.ChildCommand(context.Background(), crasherPart, crasherComm, strconv.Itoa(threads), "PATH=/usr/sbin:/usr/bin:/sbin:/bin")
+	cmd.Stderr = c.stderr // the crash prints every goroutine: keep the start
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		in.mu.Unlock()
@@ -383,7 +371,7 @@ func (in *Instance) startCrasher(ctx context.Context, threads int) error {
 			case <-c.done:
 			case <-time.After(time.Second):
 			}
-			return fmt.Errorf("coredump: crasher pid %d said %q, want %q: is coredump.MaybeRunCrasher called first thing in main/TestMain? (%v) %s",
+			return fmt.Errorf("coredump: crasher pid %d said %q, want %q (%v) %s",
 				c.pid, l, readyLine+" "+strconv.Itoa(c.pid), c.err, c.stderr.head())
 		}
 	case <-ctx.Done():

@@ -1,7 +1,6 @@
 package coredump
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -17,24 +16,18 @@ import (
 	"time"
 
 	"github.com/wolf-investigator/wolf/internal/lab"
+	"github.com/wolf-investigator/wolf/internal/lab/labtest"
 	"github.com/wolf-investigator/wolf/internal/procfs"
 	"github.com/wolf-investigator/wolf/internal/sysctl"
 	"github.com/wolf-investigator/wolf/internal/testutil"
 	"golang.org/x/sys/unix"
 )
 
-// helperEnv makes the test binary a lab process that TestKill9 kills; its
-// value is the temp base to use.
-const helperEnv = "WOLF_COREDUMP_KILL9_HELPER"
+// kill9Part runs a lab in a child of the test binary that TestKill9 kills;
+// its argument is the temp base to use.
+const kill9Part = "coredump-kill9"
 
-func TestMain(m *testing.M) {
-	MaybeRunCrasher()
-	if v := os.Getenv(helperEnv); v != "" {
-		kill9Helper(v)
-		return
-	}
-	os.Exit(m.Run())
-}
+func init() { lab.Child(kill9Part, kill9Helper) }
 
 func gate(t *testing.T) {
 	t.Helper()
@@ -475,28 +468,27 @@ func handlers() []int {
 
 // kill9Helper runs the lab, says READY with the pids, and waits to be
 // killed.
-func kill9Helper(spec string) {
+func kill9Helper(spec string) error {
 	base, mode, _ := strings.Cut(spec, ":")
 	tempBase = base
 	if mode == "crash" {
 		// Die in the window: core_pattern set, no handler yet.
 		afterPatternSet = func(pattern string) {
-			fmt.Println("PATTERN", pattern)
+			fmt.Println("READY", pattern)
 			time.Sleep(time.Minute)
 			os.Exit(1)
 		}
 	}
 	li, err := New().Start(context.Background(), lab.Options{})
 	if err != nil {
-		fmt.Println("ERROR", err)
-		os.Exit(1)
+		return err
 	}
 	in := li.(*Instance)
 	t := in.Tasks()
 	fmt.Println("READY", in.Process(), t.Daemon, in.handlerSt)
 	time.Sleep(time.Minute)
 	in.Close()
-	os.Exit(1)
+	return errors.New("not killed in a minute")
 }
 
 // TestKill9 checks what the package comment says a kill -9 of the lab
@@ -505,46 +497,15 @@ func TestKill9(t *testing.T) {
 	gate(t)
 	base := privateBase(t)
 	orig := corePattern(t)
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), helperEnv+"="+base)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Wait()
-	defer cmd.Process.Kill()
-	lines := make(chan string, 1)
-	go func() {
-		l, _ := bufio.NewReader(out).ReadString('\n')
-		lines <- l
-	}()
-	var line string
-	select {
-	case line = <-lines:
-	case <-time.After(3 * waitTimeout):
-		t.Fatal("helper did not start the lab")
-	}
+	f, kill := labtest.Start(t, kill9Part, base, 3*waitTimeout)
 	var crasher, handler int
 	var handlerSt time.Duration
-	if _, err := fmt.Sscanf(line, "READY %d %d %d", &crasher, &handler, &handlerSt); err != nil {
-		t.Fatalf("helper said %q", line)
+	if _, err := fmt.Sscanf(strings.Join(f, " "), "%d %d %d", &crasher, &handler, &handlerSt); err != nil {
+		t.Fatalf("helper said READY %q, want the crasher's and the handler's pids and the handler's start", f)
 	}
-	t.Logf("lab up: crasher pid %d, handler pid %d; kill -9 of the lab pid %d", crasher, handler, cmd.Process.Pid)
 	crasherSt, _ := processStart(crasher)
 
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	cmd.Wait()
+	kill()
 
 	for _, p := range []struct {
 		what  string
@@ -581,42 +542,9 @@ func TestKill9DuringCrash(t *testing.T) {
 			_ = sysctl.Write(corePatternSysctl, orig)
 		}
 	})
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), helperEnv+"="+base+":crash")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Wait()
-	defer cmd.Process.Kill()
-	lines := make(chan string, 1)
-	go func() {
-		l, _ := bufio.NewReader(out).ReadString('\n')
-		lines <- l
-	}()
-	var line string
-	select {
-	case line = <-lines:
-	case <-time.After(3 * waitTimeout):
-		t.Fatal("helper did not set core_pattern")
-	}
-	pattern, ok := strings.CutPrefix(strings.TrimSpace(line), "PATTERN ")
-	if !ok {
-		t.Fatalf("helper said %q", line)
-	}
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	cmd.Wait()
+	f, kill := labtest.Start(t, kill9Part, base+":crash", 3*waitTimeout)
+	pattern := strings.Join(f, " ")
+	kill()
 	if p := corePattern(t); p != pattern {
 		t.Fatalf("core_pattern %q after the kill, want the dead lab's %q: the test no longer tests the window", p, pattern)
 	}

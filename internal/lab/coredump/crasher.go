@@ -1,8 +1,8 @@
 package coredump
 
-// The crasher: the lab re-executes its own binary (/proc/self/exe) with
-// CrasherEnv=1 and this code runs instead of the program. It is the
-// multi-threaded process that crashes.
+// The crasher: the lab re-executes its own binary (lab.ChildCommand) and
+// this code runs instead of the program. It is the multi-threaded process
+// that crashes.
 
 import (
 	"bufio"
@@ -15,18 +15,18 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/wolf-investigator/wolf/internal/lab"
 	"golang.org/x/sys/unix"
 )
 
 const (
-	// CrasherEnv, set to "1", makes MaybeRunCrasher run the crasher.
-	CrasherEnv = "WOLF_LAB_CRASHER"
-	// threadsEnv says how many goroutines the crasher locks to threads.
-	threadsEnv = "WOLF_LAB_CRASHER_THREADS"
+	// crasherPart names the crasher among the labs' parts (lab.Child); its
+	// argument is how many goroutines it locks to threads.
+	crasherPart = "coredump-crasher"
 	// crasherComm names every thread of the crasher (comm is at most 15
 	// bytes), so that ps, the hung-task log and wolf show what it is.
 	crasherComm = "wolf-crasher"
-	// maxThreads bounds threadsEnv.
+	// maxThreads bounds the crasher's threads.
 	maxThreads = 64
 )
 
@@ -38,29 +38,19 @@ const (
 	crashLine = "crash"
 )
 
-// MaybeRunCrasher runs the coredump lab's crasher and never returns when the
-// environment says this process is one (CrasherEnv=1); otherwise it returns
-// at once. Programs that run the coredump lab call it first thing in main
-// (and tests in TestMain), because the lab starts its crasher by
-// re-executing its own binary.
-func MaybeRunCrasher() {
-	if os.Getenv(CrasherEnv) != "1" {
-		return
-	}
-	runCrasher()
-	os.Exit(3) // not reached: runCrasher crashes or exits
-}
+func init() { lab.Child(crasherPart, runCrasher) }
 
-func runCrasher() {
+// runCrasher crashes or exits; it returns only when its argument is bad.
+func runCrasher(arg string) error {
 	// No core file, whatever core_pattern says: RLIMIT_CORE 0 stops dumps
 	// to files (vfs_coredump compares it with the binfmt's min_coredump),
 	// while dumps to a pipe ignore it (only the value 1, which marks a
 	// crashing core_pattern helper, aborts them). The lab sets it too.
 	_ = unix.Setrlimit(unix.RLIMIT_CORE, &unix.Rlimit{})
 
-	n := 3
-	if v, err := strconv.Atoi(os.Getenv(threadsEnv)); err == nil && v > 0 && v <= maxThreads {
-		n = v
+	n, err := strconv.Atoi(arg)
+	if err != nil || n <= 0 || n > maxThreads {
+		return fmt.Errorf("%q threads: want 1 to %d", arg, maxThreads)
 	}
 	// Threads of our own, parked: goroutines locked to their OS threads for
 	// good, blocked on a channel (the thread sleeps in futex_wait). The
@@ -82,7 +72,7 @@ func runCrasher() {
 
 	line, _ := bufio.NewReader(os.Stdin).ReadString('\n')
 	if strings.TrimSpace(line) != crashLine {
-		os.Exit(0)
+		return nil
 	}
 	// Threads the runtime started since inherit the name of the thread that
 	// cloned them, which may have been unnamed then.

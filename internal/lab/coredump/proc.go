@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/wolf-investigator/wolf/internal/kstack"
 	"github.com/wolf-investigator/wolf/internal/lab"
 	"github.com/wolf-investigator/wolf/internal/procfs"
 )
@@ -67,14 +68,12 @@ func stackFuncs(pid, tid int) []string {
 	return funcNames(frames)
 }
 
-// funcNames strips offsets and module names from procfs stack frames
-// ("do_exit+0x86f" -> "do_exit").
+// funcNames strips offsets, clone suffixes and module names from procfs
+// stack frames ("do_exit+0x86f" -> "do_exit").
 func funcNames(frames []string) []string {
 	var out []string
 	for _, f := range frames {
-		f, _, _ = strings.Cut(f, " ")
-		f, _, _ = strings.Cut(f, "+")
-		out = append(out, f)
+		out = append(out, kstack.Func(f))
 	}
 	return out
 }

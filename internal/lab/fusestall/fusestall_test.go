@@ -1,12 +1,10 @@
 package fusestall
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -17,21 +15,16 @@ import (
 	"time"
 
 	"github.com/wolf-investigator/wolf/internal/lab"
+	"github.com/wolf-investigator/wolf/internal/lab/labtest"
 	"github.com/wolf-investigator/wolf/internal/procfs"
 	"github.com/wolf-investigator/wolf/internal/testutil"
 	"golang.org/x/sys/unix"
 )
 
-// helperEnv makes the test binary act as a lab process that TestKill9 kills.
-const helperEnv = "WOLF_FUSESTALL_KILL9_HELPER"
+// kill9Part runs a lab in a child of the test binary that TestKill9 kills.
+const kill9Part = "fusestall-kill9"
 
-func TestMain(m *testing.M) {
-	if v := os.Getenv(helperEnv); v != "" {
-		kill9Helper(v)
-		return
-	}
-	os.Exit(m.Run())
-}
+func init() { lab.Child(kill9Part, kill9Helper) }
 
 func gate(t *testing.T) {
 	t.Helper()
@@ -324,10 +317,6 @@ func leftovers(base string) []string {
 // leaves: children gone, connection aborted (no access hangs), a dead mount.
 func TestKill9(t *testing.T) {
 	gate(t)
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, name := range []string{"fuse-rwsem", "fuse-mutex"} {
 		t.Run(name, func(t *testing.T) {
 			base := privateBase(t)
@@ -335,50 +324,24 @@ func TestKill9(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cmd := exec.Command(self)
 			// The helper makes its mount point in base too.
-			cmd.Env = append(os.Environ(), helperEnv+"="+name, "TMPDIR="+base)
-			cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-			cmd.Stderr = os.Stderr
-			out, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
+			t.Setenv("TMPDIR", base)
+			f, kill := labtest.Start(t, kill9Part, name, 2*waitTimeout)
+			if len(f) < 2 {
+				t.Fatalf("helper said READY %q, want the mount point and pids", f)
 			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			defer cmd.Wait()
-			defer cmd.Process.Kill()
-			lines := make(chan string, 1)
-			go func() {
-				l, _ := bufio.NewReader(out).ReadString('\n')
-				lines <- l
-			}()
-			var line string
-			select {
-			case line = <-lines:
-			case <-time.After(2 * waitTimeout):
-				t.Fatal("helper did not start the lab")
-			}
-			f := strings.Fields(line)
-			if len(f) < 3 || f[0] != "READY" {
-				t.Fatalf("helper said %q", line)
-			}
-			dir := f[1]
+			dir := f[0]
 			defer func() { // what a person would do
 				unix.Unmount(dir, unix.MNT_DETACH)
 				os.Remove(dir)
 			}()
 			var pids []int
-			for _, s := range f[2:] {
+			for _, s := range f[1:] {
 				pid, _ := strconv.Atoi(s)
 				pids = append(pids, pid)
 			}
 
-			if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-				t.Fatal(err)
-			}
-			cmd.Wait()
+			kill()
 
 			for _, pid := range pids {
 				err := lab.WaitFor(context.Background(), waitTimeout, fmt.Sprintf("pid %d to die", pid), func() (bool, error) {
@@ -426,9 +389,10 @@ func TestKill9(t *testing.T) {
 }
 
 // kill9Helper runs a lab until killed. spec is NAME[:VICTIMS]; running it by
-// hand (WOLF_FUSESTALL_KILL9_HELPER=fuse-mutex:1 ./fusestall.test) keeps a
-// lab up for ten minutes, long enough for the hung-task detector.
-func kill9Helper(spec string) {
+// hand (WOLF_LAB_CHILD=fusestall-kill9 WOLF_LAB_CHILD_ARG=fuse-mutex:1
+// ./fusestall.test) keeps a lab up for ten minutes, long enough for the
+// hung-task detector.
+func kill9Helper(spec string) error {
 	name, nv, _ := strings.Cut(spec, ":")
 	victims, _ := strconv.Atoi(nv)
 	l := NewRWSem()
@@ -437,13 +401,12 @@ func kill9Helper(spec string) {
 	}
 	li, err := l.Start(context.Background(), lab.Options{Victims: victims})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		return err
 	}
 	in := li.(*Instance)
 	tasks := in.Tasks()
 	fmt.Printf("READY %s %d %s\n", in.MountPoint(), tasks.Offender, strings.Trim(fmt.Sprint(tasks.Victims), "[]"))
 	time.Sleep(10 * time.Minute) // TestKill9 kills it long before
 	in.Close()
-	os.Exit(2)
+	return errors.New("not killed in 10 minutes")
 }

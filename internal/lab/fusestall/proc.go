@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/wolf-investigator/wolf/internal/kstack"
 	"github.com/wolf-investigator/wolf/internal/lab"
 	"github.com/wolf-investigator/wolf/internal/procfs"
 )
@@ -60,9 +61,7 @@ func stackFuncs(pid int) []string {
 	frames, _ := proc.Stack(context.Background(), pid, 0)
 	var out []string
 	for _, f := range frames {
-		f, _, _ = strings.Cut(f, " ") // module
-		f, _, _ = strings.Cut(f, "+") // offset
-		out = append(out, f)
+		out = append(out, kstack.Func(f))
 	}
 	return out
 }

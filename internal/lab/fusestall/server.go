@@ -441,17 +441,6 @@ func (s *server) release() {
 	}
 }
 
-func (s *server) parkedList() []parkedReq {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]parkedReq, 0, len(s.parked))
-	for _, p := range s.parked {
-		out = append(out, *p)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Unique < out[j].Unique })
-	return out
-}
-
 // lookupOrCreate returns the root's child name, creating a regular file; mu held.
 func (s *server) lookupOrCreate(name string, perm uint32) *node {
 	if ino, ok := s.names[name]; ok {

@@ -1,4 +1,4 @@
-// Package hotuprobe is the lab for seed 002's costliest probe: a uprobe and
+// Package hotuprobe is the lab for the costliest probe of the Datadog talk "Performance and reliability pitfalls of eBPF": a uprobe and
 // a uretprobe on a function that a process calls in a tight loop. Every
 // call traps into the kernel twice (the breakpoint at the entry, the
 // trampoline at the return), a cost that the kernel's BPF run statistics do
@@ -50,7 +50,7 @@ func New() lab.Lab { return hotLab{} }
 func (hotLab) Name() string { return "hot-uprobe" }
 
 func (hotLab) Summary() string {
-	return "uprobe + uretprobe on libc write() called in a tight loop (seed 002's costly probe)"
+	return "uprobe + uretprobe on libc write() called in a tight loop (the costly probe of \"Performance and reliability pitfalls of eBPF\")"
 }
 
 // Instance is a running hot-uprobe lab.

@@ -1,5 +1,5 @@
 // Package memcgstress is the lab for memory-cgroup reclaim at the limit,
-// seed 003's stress_memcg scaled to a 2-CPU machine: a memory cgroup with a
+// the stress_memcg of ClickHouse's "The case of the vanishing CPU" scaled to a 2-CPU machine: a memory cgroup with a
 // small limit (256 MiB by default), a worker process inside it whose r_file
 // threads map files nearly as large as the limit and read them page by page
 // without end (phase 1), then whose r_memory threads touch anonymous memory
@@ -14,7 +14,7 @@
 // cgroup hits its limit ~20,000 times a second, its threads make ~500
 // reclaim calls a second that stall 1-2 threads on average and last up to
 // 100-250 ms, and reclaim frees 40-50 % of the pages it scans. That is
-// steady reclaim at the limit (wolf: warning), not the seed's livelock
+// steady reclaim at the limit (wolf: warning), not the write-up's livelock
 // (under 1 % freed, calls of seconds), which needed the COS kernels'
 // reclaim under mmap_lock and 1000 threads per 4 CPUs.
 //
@@ -46,7 +46,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -70,14 +69,14 @@ type Config struct {
 	MaxLife     time.Duration // the worker exits after this long whatever happens
 	// Populate makes the r_memory threads map with MAP_POPULATE: the
 	// kernel then faults their pages in under the process's mmap_lock, so
-	// their reclaim runs with it held, as faults did in seed 003's kernel
+	// their reclaim runs with it held, as faults did in the write-up's kernel
 	// (on 6.18 an ordinary fault holds only the VMA's lock).
 	Populate bool
 }
 
 // Defaults: 256 MiB limit, files 7/8 of it, anonymous memory 3/16, 32 + 32
-// threads (the seed ran 1000 + 1000 on 4 CPUs; 64 on 2 keep each CPU's run
-// queue long enough that a reclaiming thread waits for its turn). The seed's
+// threads (the write-up ran 1000 + 1000 on 4 CPUs; 64 on 2 keep each CPU's run
+// queue long enough that a reclaiming thread waits for its turn). The write-up's
 // files were a page each; 16 KiB files reclaim alike here (about 45 % of
 // the pages scanned are freed either way) but are a quarter as many inodes
 // to create and, when the worker exits, to free: seconds, not tens.
@@ -156,9 +155,9 @@ func (l memcgLab) Name() string {
 
 func (l memcgLab) Summary() string {
 	if l.cfg.Populate {
-		return "memcg-stress whose anonymous mappings are populated under the mmap_lock: the cgroup's reclaim runs with the lock held (seed 003)"
+		return "memcg-stress whose anonymous mappings are populated under the mmap_lock: the cgroup's reclaim runs with the lock held (as in \"The case of the vanishing CPU\")"
 	}
-	return "a memory cgroup at its limit whose threads read mmap'd files and fault anonymous memory: reclaim scans hot pages and frees few (seed 003)"
+	return "a memory cgroup at its limit whose threads read mmap'd files and fault anonymous memory: reclaim scans hot pages and frees few (as in \"The case of the vanishing CPU\")"
 }
 
 // Instance is a running lab. Start returns it as a lab.Instance; type-assert
@@ -201,9 +200,6 @@ func (in *Instance) Config() Config { return in.cfg }
 // phases run and the cgroup has hit its limit. Options.Victims, when set,
 // is the number of r_memory threads.
 func (l memcgLab) Start(ctx context.Context, opt lab.Options) (_ lab.Instance, err error) {
-	if os.Getenv(workerEnv) != "" {
-		return nil, errors.New("memcgstress: this process is the lab's worker; it cannot start the lab")
-	}
 	cfg := l.cfg
 	if opt.Victims > 0 {
 		cfg.AnonThreads = opt.Victims
@@ -304,7 +300,7 @@ func (in *Instance) makeCgroup() error {
 	var writes [][2]string
 	if in.h.Version == 1 {
 		// swappiness 0: memcg reclaim leaves anonymous pages alone even
-		// on a host with swap, as on the seed's swapless hosts.
+		// on a host with swap, as on the write-up's swapless hosts.
 		writes = [][2]string{{"memory.limit_in_bytes", limit}, {"memory.swappiness", "0"}}
 	} else {
 		writes = [][2]string{{"memory.max", limit}, {"memory.swap.max", "0"}}
@@ -357,16 +353,10 @@ func (in *Instance) startWorker(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("memcgstress: %w", err)
 	}
-	cmd := exec.Command("/proc/self/exe")
-	cmd.Args = []string{workerComm}
-	cmd.Dir = "/"
-	cmd.Env = []string{workerEnv + "=" + string(conf), "GOTRACEBACK=none"}
+	// The worker dies with the lab: Pdeathsig fires when the thread that
+	// forked exits, and Go threads outlive their goroutines unless locked.
+	cmd := lab.ChildCommand(context.Background(), workerPart, workerComm, string(conf), "GOTRACEBACK=none")
 	cmd.Stderr = in.stderr
-	cmd.WaitDelay = time.Second
-	// Pdeathsig: the worker dies with the lab (it fires when the thread
-	// that forked exits; Go threads outlive their goroutines unless locked).
-	// Own process group: a Ctrl-C at the terminal is the lab's to handle.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return fmt.Errorf("memcgstress: worker stdin: %w", err)

@@ -1,12 +1,10 @@
 package memcgstress
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,21 +13,16 @@ import (
 	"time"
 
 	"github.com/wolf-investigator/wolf/internal/lab"
+	"github.com/wolf-investigator/wolf/internal/lab/labtest"
 	"github.com/wolf-investigator/wolf/internal/memcg"
 	"github.com/wolf-investigator/wolf/internal/procfs"
 	"github.com/wolf-investigator/wolf/internal/testutil"
 )
 
-// helperEnv makes the test binary a lab process that TestKill9 kills.
-const helperEnv = "WOLF_MEMCG_KILL9_HELPER"
+// kill9Part runs a lab in a child of the test binary that TestKill9 kills.
+const kill9Part = "memcgstress-kill9"
 
-func TestMain(m *testing.M) {
-	if os.Getenv(helperEnv) != "" {
-		kill9Helper()
-		return
-	}
-	os.Exit(m.Run())
-}
+func init() { lab.Child(kill9Part, kill9Helper) }
 
 func gate(t *testing.T) memcg.Hierarchy {
 	t.Helper()
@@ -193,17 +186,16 @@ func leftovers() []string {
 
 // kill9Helper runs the lab, says READY with its pids and paths, and waits
 // to be killed.
-func kill9Helper() {
+func kill9Helper(string) error {
 	li, err := NewWithConfig(small).Start(context.Background(), lab.Options{})
 	if err != nil {
-		fmt.Println("ERROR", err)
-		os.Exit(1)
+		return err
 	}
 	in := li.(*Instance)
 	fmt.Println("READY", in.PID(), in.Cgroup(), in.dir)
 	time.Sleep(time.Minute)
 	in.Close()
-	os.Exit(1)
+	return errors.New("not killed in a minute")
 }
 
 // TestKill9 checks what the package comment says a kill -9 of the lab
@@ -211,33 +203,14 @@ func kill9Helper() {
 // directory stay until the next Start sweeps them away.
 func TestKill9(t *testing.T) {
 	h := gate(t)
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
+	f, kill := labtest.Start(t, kill9Part, "", time.Minute)
+	if len(f) != 3 {
+		t.Fatalf("helper said READY %q, want the worker's pid, its cgroup and directory", f)
 	}
-	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), helperEnv+"=1")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	line, _ := bufio.NewReader(out).ReadString('\n')
-	f := strings.Fields(line)
-	if len(f) != 4 || f[0] != "READY" {
-		t.Fatalf("helper said %q", line)
-	}
-	worker, _ := strconv.Atoi(f[1])
-	cgPath, dir := f[2], f[3]
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	cmd.Wait()
-	err = lab.WaitFor(context.Background(), 10*time.Second, "the worker to die", func() (bool, error) {
+	worker, _ := strconv.Atoi(f[0])
+	cgPath, dir := f[1], f[2]
+	kill()
+	err := lab.WaitFor(context.Background(), 10*time.Second, "the worker to die", func() (bool, error) {
 		return errors.Is(syscall.Kill(worker, 0), syscall.ESRCH), nil
 	})
 	if err != nil {

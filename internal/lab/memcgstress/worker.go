@@ -1,12 +1,9 @@
 package memcgstress
 
-// The worker: the lab re-executes its own binary (/proc/self/exe) with
-// workerEnv set, and this package's init runs the workload instead of the
-// program. An init rather than a hook in main: every binary that can start
-// the lab imports this package (to register or start it), so every one of
-// them can also be the worker, and no main or TestMain can forget the hook.
+// The worker: the lab re-executes its own binary (lab.ChildCommand), and
+// this package's init runs the workload instead of the program (lab.Child).
 //
-// The worker is seed 003's stress_memcg scaled down: phase 1, "r_file"
+// The worker is the stress_memcg of "The case of the vanishing CPU" scaled down: phase 1, "r_file"
 // threads write files, map them and read them page by page, forever; phase
 // 2, "r_memory" threads map anonymous memory and touch it at random, unmap
 // it and start again, so that every touch is a new charge against a cgroup
@@ -23,16 +20,18 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
+	"github.com/wolf-investigator/wolf/internal/lab"
 	"golang.org/x/sys/unix"
 )
 
 const (
-	workerEnv    = "WOLF_LAB_MEMCG_WORKER" // its value is the worker's JSON config
+	workerPart   = "memcg-worker" // lab.Child's name; its argument is the worker's JSON config
 	workerComm   = "wolf-memcg-lab"
-	fileComm     = "r_file"   // the seed's names
+	fileComm     = "r_file"   // the write-up's names
 	anonComm     = "r_memory" // for the two kinds of threads
 	pageSize     = 4096
 	readyLine    = "ready"
@@ -42,7 +41,7 @@ const (
 	workerFailed = "error"
 )
 
-// workerConfig is what the lab tells the worker, through workerEnv.
+// workerConfig is what the lab tells the worker, as its argument.
 type workerConfig struct {
 	Dir         string        `json:"dir"`
 	FileBytes   int64         `json:"file_bytes"`
@@ -56,23 +55,21 @@ type workerConfig struct {
 }
 
 func init() {
-	v := os.Getenv(workerEnv)
-	if v == "" {
-		return
-	}
-	var c workerConfig
-	if err := json.Unmarshal([]byte(v), &c); err != nil {
-		fmt.Printf("%s bad config: %v\n", workerFailed, err)
-		os.Exit(2)
-	}
-	runWorker(c)
-	os.Exit(0)
+	lab.Child(workerPart, func(arg string) error {
+		var c workerConfig
+		if err := json.Unmarshal([]byte(arg), &c); err != nil {
+			fmt.Printf("%s bad config: %v\n", workerFailed, err)
+			os.Exit(2)
+		}
+		runWorker(c)
+		return nil
+	})
 }
 
 func runWorker(c workerConfig) {
 	setThreadName(workerComm) // init runs on the main thread: this names the process
 	// Every r_file and r_memory thread must be able to sit in the kernel
-	// (faulting, reclaiming) at once, as the seed's 2000 threads did: each
+	// (faulting, reclaiming) at once, as the write-up's 2000 threads did: each
 	// holds a P while it faults, so there must be one P per thread.
 	runtime.GOMAXPROCS(c.FileThreads + c.AnonThreads + 2)
 	stdin := bufio.NewReader(os.Stdin)
@@ -118,7 +115,7 @@ func runWorker(c workerConfig) {
 }
 
 // fileThread writes its share of files, syncs them (clean pages, as the
-// seed's files were once written: reclaim must not wait for writeback),
+// write-up's files were once written: reclaim must not wait for writeback),
 // maps each one and unlinks it (so that nothing is left on disk however the
 // worker dies: the pages live as long as the mapping), then reads one byte
 // of every page, round and round.
@@ -179,12 +176,12 @@ func fileThread(dir string, id int, bytes int64, fileSize int, written *sync.Wai
 				sink += m[off]
 			}
 		}
-		keep = sink
+		keep.Store(uint32(sink))
 	}
 }
 
 // keep stops the compiler from dropping the r_file threads' reads.
-var keep byte
+var keep atomic.Uint32
 
 // anonThread maps chunk bytes of anonymous memory, writes to its pages in
 // random order (each first write is a page fault and a charge), unmaps it

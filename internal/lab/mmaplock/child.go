@@ -1,7 +1,7 @@
 package mmaplock
 
-// The child: the lab re-executes its own binary (/proc/self/exe) with
-// ChildEnv=1 and this code runs instead of the program. It is the process
+// The child: the lab re-executes its own binary (lab.ChildCommand) and
+// this code runs instead of the program. It is the process
 // whose mmap_lock is held long and fought over.
 
 import (
@@ -15,13 +15,14 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/wolf-investigator/wolf/internal/lab"
 	"golang.org/x/sys/unix"
 )
 
 const (
-	// ChildEnv, set to "1", makes MaybeRunChild run the child.
-	ChildEnv = "WOLF_LAB_MMAPLOCK"
-	sizeEnv  = "WOLF_LAB_MMAPLOCK_MB"
+	// childPart names the child among the labs' parts (lab.Child); its
+	// argument is the region's size in MiB.
+	childPart = "mmap-lock-child"
 	// childComm names the child's threads in ps and in wolf's reports.
 	childComm = "wolf-mmaplock"
 	// goLine on stdin starts the threads' work (once).
@@ -33,21 +34,7 @@ const (
 	maxLife = 10 * time.Minute
 )
 
-// MaybeRunChild runs the mmap-lock lab's child and never returns when the
-// environment says this process is one (ChildEnv=1); otherwise it returns
-// at once. Programs that run the lab call it first thing in main (and
-// tests in TestMain), because the lab starts its child by re-executing its
-// own binary.
-func MaybeRunChild() {
-	if os.Getenv(ChildEnv) != "1" {
-		return
-	}
-	if err := runChild(); err != nil {
-		fmt.Fprintln(os.Stderr, "wolf-mmaplock:", err)
-		os.Exit(1)
-	}
-	os.Exit(0)
-}
+func init() { lab.Child(childPart, runChild) }
 
 // role is one thread's job.
 type role struct {
@@ -57,10 +44,10 @@ type role struct {
 	body func(stop *atomic.Bool)
 }
 
-func runChild() error {
-	mb, err := strconv.Atoi(os.Getenv(sizeEnv))
+func runChild(arg string) error {
+	mb, err := strconv.Atoi(arg)
 	if err != nil || mb <= 0 || mb > 4096 {
-		return fmt.Errorf("%s=%q: want 1..4096", sizeEnv, os.Getenv(sizeEnv))
+		return fmt.Errorf("region of %q MiB: want 1..4096", arg)
 	}
 	_ = unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0)
 	// Re-executed as /proc/self/exe, every thread is named "exe". The
@@ -93,7 +80,7 @@ func runChild() error {
 		{"spin", 0, 0, spin},
 		{"spin", 0, 0, spin},
 		// ... starve the holder, niced to 19 on the same CPU: it holds the
-		// lock while it waits for the CPU, the seed's livelock in miniature.
+		// lock while it waits for the CPU, ClickHouse's livelock in miniature.
 		{"holder", 0, 19, func(stop *atomic.Bool) { hold(stop, region) }},
 		// A writer and readers on the other CPU queue behind it.
 		{"writer", other, 0, mapUnmap},

@@ -1,5 +1,5 @@
 // Package mmaplock is the lab for a process whose mmap_lock is held long
-// and fought over: seed 003's livelock in miniature, and seed 002's
+// and fought over: the livelock of ClickHouse's "The case of the vanishing CPU" in miniature, and the Datadog FOSDEM talk's
 // rw-semaphore queue where readers wait behind a writer that waits behind
 // a long reader.
 //
@@ -11,13 +11,13 @@
 //   - two busy threads at normal priority on the holder's CPU, so the
 //     holder gets about 1% of it: what takes it milliseconds of CPU
 //     becomes a hold of hundreds of milliseconds, off CPU, exactly the
-//     seed's "held 564 s, ran 3.7 s";
+//     write-up's "held 564 s, ran 3.7 s";
 //   - a writer (mmap/munmap) and three readers (mincore) on the other CPU,
 //     which queue on the lock: readers behind the waiting writer while the
 //     holder reads.
 //
 // Per-VMA locks (6.4+) keep page faults off the mmap_lock on this kernel,
-// so, unlike in the seed, faulting threads do not pile up here; mincore,
+// so, unlike in the write-up, faulting threads do not pile up here; mincore,
 // mmap/munmap, mprotect and madvise still take it, as do /proc readers.
 //
 // The child dies with the lab (PR_SET_PDEATHSIG), exits when its stdin
@@ -34,7 +34,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/wolf-investigator/wolf/internal/lab"
@@ -85,13 +84,7 @@ func (m mmapLab) Start(ctx context.Context, opt lab.Options) (_ lab.Instance, er
 	if m.mb <= 0 || m.mb > 4096 {
 		return nil, fmt.Errorf("mmap-lock: region of %d MiB out of range", m.mb)
 	}
-	cmd := exec.Command("/proc/self/exe")
-	cmd.Args = []string{childComm}
-	cmd.Dir = "/"
-	cmd.Env = []string{ChildEnv + "=1", sizeEnv + "=" + strconv.Itoa(m.mb), "GOMAXPROCS=2"}
-	cmd.WaitDelay = time.Second
-	// Own process group: a Ctrl-C at the terminal is the lab's to handle.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	cmd := lab.ChildCommand(context.Background(), childPart, childComm, strconv.Itoa(m.mb), "GOMAXPROCS=2")
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, fmt.Errorf("mmap-lock: child stdin: %w", err)
@@ -124,7 +117,7 @@ func (m mmapLab) Start(ctx context.Context, opt lab.Options) (_ lab.Instance, er
 	select {
 	case l := <-lines:
 		if err := in.parseReady(l); err != nil {
-			return nil, fmt.Errorf("mmap-lock: %w (is mmaplock.MaybeRunChild called first thing in main/TestMain?) %s", err, stderr.String())
+			return nil, fmt.Errorf("mmap-lock: %w %s", err, stderr.String())
 		}
 	case <-in.done:
 		return nil, fmt.Errorf("mmap-lock: child exited before it was ready: %s", stderr.String())

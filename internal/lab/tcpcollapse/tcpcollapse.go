@@ -1,13 +1,13 @@
-// Package tcpcollapse is the lab for seed 004: a TCP socket whose receive
+// Package tcpcollapse is the lab for Cloudflare's "The story of one latency spike": a TCP socket whose receive
 // queue fills with tiny segments faster than its reader drains it, so that
 // the kernel prunes it, collapsing tens of thousands of sk_buffs in one
-// NET_RX softirq run: a softirq stall of several milliseconds, the seed's
+// NET_RX softirq run: a softirq stall of several milliseconds, the write-up's
 // 23 ms net_rx_action.
 //
 // How the lab does it. Everything happens in a network namespace of its
 // own (one thread of this process unshares it; the host's network and
 // sysctls are untouched): loopback up with a 1500-byte MTU, like an
-// Ethernet link, net.ipv4.tcp_rmem = "4096 32M 32M" (the seed's 32 MiB
+// Ethernet link, net.ipv4.tcp_rmem = "4096 32M 32M" (the write-up's 32 MiB
 // maximum, as the default so the buffer is large from the start), and
 // tcp_autocorking off so that tiny writes leave as tiny segments. One TCP
 // connection over loopback:
@@ -69,7 +69,7 @@ type Lab struct {
 	PruneTimeout time.Duration
 }
 
-// New returns the lab with the settings that reproduce the seed.
+// New returns the lab with the settings that reproduce the write-up's stall.
 func New() *Lab {
 	return &Lab{
 		RmemMax:      32 << 20,

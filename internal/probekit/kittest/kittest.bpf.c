@@ -14,7 +14,7 @@ const volatile __u32 target_tgid = 0;
 
 enum stat_index {
 	STAT_SWITCHES = 0, /* sched_switch runs seen */
-	STAT_MINE = 1,     /* of those, switches out of target_tgid */
+	STAT_MINE = 1,	   /* of those, switches out of target_tgid */
 	STAT_MAX = 2,
 };
 
