@@ -101,8 +101,9 @@ func WhyRoot(l Lab) string {
 }
 
 // MaxStall is the longest a lab may keep tasks in uninterruptible sleep
-// (DESIGN.md: no stall, held mmap_lock or D-state task outlives 60 s: a
-// long one can hang every process lister on the machine).
+// (ARCHITECTURE.md#every-pathology-has-a-lab: no stall, held lock or
+// D-state task outlives 60 s: a long one can hang every process lister on
+// the machine).
 const MaxStall = 60 * time.Second
 
 // Stalling is implemented by labs whose pathology keeps tasks in D state

@@ -2,7 +2,9 @@ package lab
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -18,17 +20,12 @@ import (
 	"github.com/wolf-investigator/wolf/internal/testutil"
 )
 
-// helperEnv makes the test binary a lab that records things in a ledger,
-// makes them and waits to be killed: "STATEDIR:BASE:WHAT,WHAT".
-const helperEnv = "WOLF_LEDGER_HELPER"
+// ledgerPart is a lab in a child of the test binary that records things
+// in a ledger, makes them and waits to be killed; its argument is
+// "STATEDIR:BASE:WHAT,WHAT".
+const ledgerPart = "ledger-test"
 
-func TestMain(m *testing.M) {
-	if v := os.Getenv(helperEnv); v != "" {
-		ledgerHelper(v)
-		return
-	}
-	os.Exit(m.Run())
-}
+func init() { Child(ledgerPart, ledgerHelper) }
 
 func useStateDir(t *testing.T) string {
 	t.Helper()
@@ -44,14 +41,8 @@ func useStateDir(t *testing.T) string {
 // pid and the paths it made.
 func killedLab(t *testing.T, stateDir, base, what string) (int, []string) {
 	t.Helper()
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), helperEnv+"="+stateDir+":"+base+":"+what)
+	cmd := ChildCommand(context.Background(), ledgerPart, ledgerPart, stateDir+":"+base+":"+what, "PATH="+os.Getenv("PATH"))
 	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -87,14 +78,16 @@ func killedLab(t *testing.T, stateDir, base, what string) (int, []string) {
 	return cmd.Process.Pid, f[1:]
 }
 
-func ledgerHelper(spec string) {
+func ledgerHelper(spec string) error {
 	parts := strings.SplitN(spec, ":", 3)
+	if len(parts) != 3 {
+		return fmt.Errorf("argument %q, want STATEDIR:BASE:WHAT", spec)
+	}
 	StateDir = parts[0]
 	base := parts[1]
 	l, err := NewLedger("test", nil)
 	if err != nil {
-		fmt.Println(err)
-		os.Exit(1)
+		return err
 	}
 	var made []string
 	must := func(err error) {
@@ -156,7 +149,7 @@ func ledgerHelper(spec string) {
 	}
 	fmt.Println("READY " + strings.Join(made, " "))
 	time.Sleep(10 * time.Minute)
-	os.Exit(2)
+	return errors.New("not killed in 10 minutes")
 }
 
 func TestCleanAfterKill9(t *testing.T) {

@@ -2,11 +2,11 @@ package outfile
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -14,18 +14,15 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/wolf-investigator/wolf/internal/lab"
 )
 
-// helperEnv makes the test binary write a report slowly, for TestKill9.
-const helperEnv = "WOLF_OUTFILE_SLOW_WRITER"
+// slowWriterPart is a child of the test binary that writes half a report
+// and waits to be killed (TestKill9); its argument is the report's path.
+const slowWriterPart = "outfile-slow-writer"
 
-func TestMain(m *testing.M) {
-	if p := os.Getenv(helperEnv); p != "" {
-		slowWriter(p)
-		return
-	}
-	os.Exit(m.Run())
-}
+func init() { lab.Child(slowWriterPart, slowWriter) }
 
 func write(t *testing.T, path, content string) error {
 	t.Helper()
@@ -365,18 +362,12 @@ func TestStreamAndDir(t *testing.T) {
 // TestKill9 kills a process in the middle of writing a report over an
 // older one: the old report must be whole and alone in its directory.
 func TestKill9(t *testing.T) {
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
 	p := filepath.Join(dir, "r.json")
 	if err := os.WriteFile(p, []byte("old report"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), helperEnv+"="+p)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd := lab.ChildCommand(context.Background(), slowWriterPart, slowWriterPart, p)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -406,11 +397,10 @@ func TestKill9(t *testing.T) {
 }
 
 // slowWriter writes half a report to path, says so and waits to be killed.
-func slowWriter(path string) {
+func slowWriter(path string) error {
 	tg, err := File(path)
 	if err != nil {
-		fmt.Println(err)
-		os.Exit(1)
+		return err
 	}
 	_ = tg.Write(func(w io.Writer) error {
 		io.WriteString(w, strings.Repeat("half a report ", 100000))
@@ -419,5 +409,5 @@ func slowWriter(path string) {
 		time.Sleep(time.Minute)
 		return nil
 	})
-	os.Exit(1)
+	return errors.New("not killed in a minute")
 }
