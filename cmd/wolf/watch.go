@@ -263,7 +263,8 @@ func runWatch(ctx context.Context, stdout io.Writer, invs []investigator.Investi
 	rep := newReport("watch", time.Now())
 	metrics := watch.NewMetrics(version, rep.Kernel, s.top, windows, invs)
 	w, err := watch.New(watch.Config{Investigators: invs, Window: windows, Default: s.interval, Events: out, Metrics: metrics,
-		MinSeverity: s.minSeverity, ClearAfter: s.clearAfter, Incidents: store, Header: *rep})
+		MinSeverity: s.minSeverity, ClearAfter: s.clearAfter, Incidents: store, Header: *rep,
+		Diagnose: watch.DiagnoseReport})
 	if err != nil {
 		return wrapFailure(err)
 	}

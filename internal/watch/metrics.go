@@ -25,6 +25,7 @@ type Metrics struct {
 	families   map[string][]*family
 	gauges     []*gauge
 	findings   map[string]map[findingLabels]int // investigator -> active findings
+	diag       diagMetrics
 
 	buildInfo                                              *prometheus.Desc
 	success, lastDuration, lastSuccess, window, runs, errs *prometheus.Desc
@@ -217,6 +218,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, v.Value, v.Labels...)
 		}
 	}
+	m.collectDiagnoses(ch)
 	for _, fams := range m.families {
 		for _, f := range fams {
 			f.collect(ch)

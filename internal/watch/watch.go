@@ -87,7 +87,9 @@ type Event struct {
 	Key          string           `json:"key,omitempty"`
 	Reason       string           `json:"reason,omitempty"` // change: what moved
 	Finding      *finding.Finding `json:"finding,omitempty"`
-	Error        string           `json:"error,omitempty"`
+	// Diagnosis is set on the lines of investigator "diagnose".
+	Diagnosis *finding.Diagnosis `json:"diagnosis,omitempty"`
+	Error     string             `json:"error,omitempty"`
 	// RetryInS is the backoff before the failed investigator runs again.
 	RetryInS float64 `json:"retry_in_s,omitempty"`
 	Failures int     `json:"failures,omitempty"` // consecutive failed windows
@@ -98,10 +100,11 @@ type Event struct {
 
 // Watcher supervises the investigators. Use New, then Run.
 type Watcher struct {
-	cfg Config
-	mu  sync.Mutex // serializes event lines
-	enc *json.Encoder
-	rec *recorder
+	cfg  Config
+	mu   sync.Mutex // serializes event lines
+	enc  *json.Encoder
+	rec  *recorder
+	diag diagnoser
 }
 
 // New checks cfg and returns a watcher.
@@ -291,6 +294,7 @@ func (w *Watcher) window(st *invState, start, end time.Time, took time.Duration,
 		w.emit(Event{Event: c.Event, Time: now, Investigator: st.name, Key: c.Key, Reason: c.Reason, Finding: c.Finding})
 	}
 	w.rec.record(&winResult{name: st.name, start: start, end: end, res: res}, changes)
+	w.joinWindow(st.name, res.Findings)
 }
 
 // peek looks into the window so far: findings that start or escalate are
