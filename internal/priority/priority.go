@@ -14,8 +14,9 @@
 // included, on exactly the sick host wolf is there to examine.
 //
 // Linux keeps a nice value per thread, and a new thread takes its
-// creator's: Set changes every thread there is, twice over, so that one
-// created meanwhile by a thread not yet changed is caught.
+// creator's: Set changes every thread there is, pass after pass until one
+// finds nothing to change, so that a thread created meanwhile by a thread
+// not yet changed is caught.
 package priority
 
 import (
@@ -44,26 +45,45 @@ func Set(nice int) error {
 	if nice < -20 || nice > 19 {
 		return fmt.Errorf("nice %d: want -20 to 19", nice)
 	}
-	var errs []error
-	for pass := 0; pass < 2; pass++ {
-		ents, err := os.ReadDir("/proc/self/task")
+	// Passes until one finds every thread at nice already: a thread made
+	// during a pass by a thread not yet changed is caught by the next.
+	for range maxPasses {
+		changed, err := setPass(nice)
 		if err != nil {
-			return fmt.Errorf("list threads: %w", err)
+			return fmt.Errorf("set nice %d: %w", nice, err)
 		}
-		errs = errs[:0]
-		for _, e := range ents {
-			tid, err := strconv.Atoi(e.Name())
-			if err != nil {
-				continue
-			}
-			err = unix.Setpriority(unix.PRIO_PROCESS, tid, nice)
-			if err != nil && !errors.Is(err, unix.ESRCH) { // ESRCH: it exited meanwhile
-				errs = append(errs, fmt.Errorf("thread %d: %w", tid, err))
-			}
+		if !changed {
+			return nil
 		}
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("set nice %d: %w", nice, errors.Join(errs...))
+	return fmt.Errorf("set nice %d: threads still being made after %d passes", nice, maxPasses)
+}
+
+// maxPasses bounds Set: the Go runtime makes a handful of threads at most
+// while a pass runs.
+const maxPasses = 10
+
+// setPass sets nice on every thread not at it and says whether it set any.
+func setPass(nice int) (changed bool, err error) {
+	ents, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return false, fmt.Errorf("list threads: %w", err)
 	}
-	return nil
+	var errs []error
+	for _, e := range ents {
+		tid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		raw, err := unix.Getpriority(unix.PRIO_PROCESS, tid)
+		if err == nil && 20-raw == nice {
+			continue
+		}
+		changed = true
+		err = unix.Setpriority(unix.PRIO_PROCESS, tid, nice)
+		if err != nil && !errors.Is(err, unix.ESRCH) { // ESRCH: it exited meanwhile
+			errs = append(errs, fmt.Errorf("thread %d: %w", tid, err))
+		}
+	}
+	return changed, errors.Join(errs...)
 }
