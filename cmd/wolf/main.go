@@ -98,6 +98,16 @@ Exit codes: 0 done (findings or not), 1 wolf failed, 2 bad usage,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	// Values that parse but are mistakes (an empty file name, --pid 0),
+	// refused for every command; then wolf's priority (--nice).
+	var prio priorityFlag
+	prio.register(root)
+	root.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
+		if err := checkFlagValues(c); err != nil {
+			return err
+		}
+		return prio.apply(c)
+	}
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageErr("%v (see %s --help)", err, c.CommandPath())
 	})
