@@ -350,7 +350,7 @@ func (t *Target) writeAtomic(fill func(io.Writer) error) (err error) {
 // createTemp opens an unnamed file in dir (O_TMPFILE) or, where the file
 // system has none, the file name; named says which.
 func createTemp(dir, name string, mode fs.FileMode) (f *os.File, named bool, err error) {
-	fd, err := unix.Open(dir, unix.O_TMPFILE|unix.O_WRONLY|unix.O_CLOEXEC, uint32(mode))
+	fd, err := openTmpfile(dir, mode)
 	if err == nil {
 		return os.NewFile(uintptr(fd), name), false, nil
 	}
@@ -359,20 +359,6 @@ func createTemp(dir, name string, mode fs.FileMode) (f *os.File, named bool, err
 	}
 	f, err = os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
 	return f, true, err
-}
-
-// linkTemp gives the unnamed file f the name name.
-func linkTemp(f *os.File, name string) error {
-	fd := int(f.Fd())
-	// AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; the /proc link does not.
-	err := unix.Linkat(fd, "", unix.AT_FDCWD, name, unix.AT_EMPTY_PATH)
-	if err == nil {
-		return nil
-	}
-	if err2 := unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", fd), unix.AT_FDCWD, name, unix.AT_SYMLINK_FOLLOW); err2 != nil {
-		return fmt.Errorf("link %s: %w", name, err2)
-	}
-	return nil
 }
 
 func noTmpfile(err error) bool {
@@ -399,7 +385,7 @@ func checkCreate(dir string) error {
 	}
 	// access(2) is not the whole truth: root passes it for /proc and /sys,
 	// where nothing can be created.
-	fd, err := unix.Open(dir, unix.O_TMPFILE|unix.O_WRONLY|unix.O_CLOEXEC, 0o600)
+	fd, err := openTmpfile(dir, 0o600)
 	switch {
 	case err == nil:
 		unix.Close(fd)
@@ -503,23 +489,6 @@ func procLink(path string) bool {
 	return fdLinkRE.MatchString(abs)
 }
 
-// kernelFS names the file systems whose files are the kernel's knobs and
-// views: a report written there would be a write to a sysctl or a cgroup
-// setting, never a file.
-var kernelFS = map[int64]string{
-	unix.PROC_SUPER_MAGIC:    "procfs",
-	unix.SYSFS_MAGIC:         "sysfs",
-	unix.CGROUP_SUPER_MAGIC:  "cgroupfs",
-	unix.CGROUP2_SUPER_MAGIC: "cgroup2",
-	unix.DEBUGFS_MAGIC:       "debugfs",
-	unix.TRACEFS_MAGIC:       "tracefs",
-	unix.SECURITYFS_MAGIC:    "securityfs",
-	unix.BPF_FS_MAGIC:        "bpffs",
-	unix.PSTOREFS_MAGIC:      "pstore",
-	unix.EFIVARFS_MAGIC:      "efivarfs",
-	0x62656570:               "configfs",
-}
-
 // refuseKernelFS refuses a path (following symlinks) on a kernel file
 // system.
 func refuseKernelFS(path string) error {
@@ -527,15 +496,6 @@ func refuseKernelFS(path string) error {
 		return fmt.Errorf("%s: is a kernel file (%s), not a place for a report", path, name)
 	}
 	return nil
-}
-
-// kernelFSOf names the kernel file system path is on, or "".
-func kernelFSOf(path string) string {
-	var s unix.Statfs_t
-	if err := unix.Statfs(path, &s); err != nil {
-		return ""
-	}
-	return kernelFS[int64(s.Type)]
 }
 
 func pathErr(path string, err error) error {
