@@ -24,24 +24,24 @@
  * enumerator, nothing in Go is kept in step by hand. (The array's own key
  * must stay a __u32: the kernel refuses other key types for arrays.)
  */
-#define WOLF_STATS()                                                        \
-	struct {                                                            \
-		__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);                    \
-		__uint(max_entries, STAT_MAX);                              \
-		__type(key, __u32);                                         \
-		__type(value, __u64);                                       \
-	} stats SEC(".maps");                                               \
-	const enum stat_index *wolf_stat_index_btf __attribute__((unused)); \
-	static __always_inline void stat_add(enum stat_index idx, __u64 n)  \
-	{                                                                   \
-		__u32 key = idx;                                            \
-		__u64 *v = bpf_map_lookup_elem(&stats, &key);               \
-		if (v)                                                      \
-			*v += n;                                            \
-	}                                                                   \
-	static __always_inline void stat_inc(enum stat_index idx)           \
-	{                                                                   \
-		stat_add(idx, 1);                                           \
+#define WOLF_STATS()                                                                               \
+	struct {                                                                                   \
+		__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);                                           \
+		__uint(max_entries, STAT_MAX);                                                     \
+		__type(key, __u32);                                                                \
+		__type(value, __u64);                                                              \
+	} stats SEC(".maps");                                                                      \
+	const enum stat_index *wolf_stat_index_btf __attribute__((unused));                        \
+	static __always_inline __attribute__((unused)) void stat_add(enum stat_index idx, __u64 n) \
+	{                                                                                          \
+		__u32 key = idx;                                                                   \
+		__u64 *v = bpf_map_lookup_elem(&stats, &key);                                      \
+		if (v)                                                                             \
+			*v += n;                                                                   \
+	}                                                                                          \
+	static __always_inline __attribute__((unused)) void stat_inc(enum stat_index idx)          \
+	{                                                                                          \
+		stat_add(idx, 1);                                                                  \
 	}
 
 /* include/linux/sched.h: task states. */
@@ -208,6 +208,84 @@ static __always_inline __u32 wolf_bound(__u32 v, __u32 mask)
 }
 
 /*
+ * Windows. `wolf watch` keeps the programs attached for hours and ends a
+ * window at every Collect. Counts and sums stay cumulative: user space
+ * subtracts its previous reading. A maximum cannot be subtracted, so it is
+ * kept per window, in one of two slots picked by the window's number:
+ * user space increments wolf_window (probekit's EndWindow) and then reads
+ * the slot of the window that just ended, which the programs no longer
+ * write (a program that read the number just before the increment may
+ * still finish its update: one event per CPU at the boundary, as with any
+ * racy max). A slot stamped with an older window is reset at its first use.
+ * The variable has a section of its own, so that user space can write it
+ * without touching the object's other globals. It is static and not
+ * marked used (SEC() would), so that objects that keep no maxima do not
+ * get it, and it is read through a volatile access: the programs never
+ * write it, and the compiler must not fold it to its initial 0.
+ */
+static __u32 wolf_window __attribute__((section(".data.wolf_window")));
+
+struct wolf_max {
+	__u64 v[2]; /* the largest value of window win[i] */
+	__u32 win[2];
+	__u32 tag[2]; /* what the caller noted with it (a tid) */
+};
+
+/* The window the programs keep maxima for now. */
+static __always_inline __u32 wolf_window_now(void)
+{
+	return *(volatile __u32 *)&wolf_window;
+}
+
+/*
+ * Notes v as a value of window w: the current one, or an earlier one for
+ * an event timed when it happened but accounted later (a slot that holds
+ * a newer window already ignores it: its window has been reported).
+ */
+static __always_inline void wolf_max_tag_at(struct wolf_max *m, __u64 v, __u32 tag, __u32 w)
+{
+	__u32 s = w & 1;
+
+	if (m->win[s] == w) {
+		if (v > m->v[s]) {
+			m->v[s] = v;
+			m->tag[s] = tag;
+		}
+	} else if (m->win[s] < w) {
+		m->win[s] = w;
+		m->v[s] = v;
+		m->tag[s] = tag;
+	}
+}
+
+static __always_inline void wolf_max_tag(struct wolf_max *m, __u64 v, __u32 tag)
+{
+	wolf_max_tag_at(m, v, tag, wolf_window_now());
+}
+
+static __always_inline void wolf_max_add(struct wolf_max *m, __u64 v)
+{
+	wolf_max_tag(m, v, 0);
+}
+
+/*
+ * Folds src's slots into dst's: a per-CPU accumulator flushed into a
+ * shared entry. A slot of a later window replaces one of an earlier.
+ */
+static __always_inline void wolf_max_merge(struct wolf_max *dst, const struct wolf_max *src)
+{
+	for (int s = 0; s < 2; s++) {
+		if (src->win[s] == dst->win[s] && src->v[s] <= dst->v[s])
+			continue;
+		if (src->win[s] < dst->win[s])
+			continue;
+		dst->win[s] = src->win[s];
+		dst->v[s] = src->v[s];
+		dst->tag[s] = src->tag[s];
+	}
+}
+
+/*
  * Log2 histograms: a value's slot is its bit length (0 for 0), so slot i
  * holds [2^(i-1), 2^i - 1]. Go's internal/hist turns the slots into
  * cumulative buckets with upper bound 2^i - 1. 65 slots cover every u64.
@@ -219,7 +297,6 @@ static __always_inline __u32 wolf_log2_slot(__u64 v)
 	__u32 r = 0, shift;
 
 	/* Branch-free binary search, bounded for the verifier. */
-	/* clang-format off: one step a line reads as the table it is */
 	shift = (v > 0xFFFFFFFFULL) << 5;
 	v >>= shift;
 	r |= shift;
@@ -235,18 +312,20 @@ static __always_inline __u32 wolf_log2_slot(__u64 v)
 	shift = (v > 0x3) << 1;
 	v >>= shift;
 	r |= shift;
-	/* clang-format on */
 	r |= (v >> 1);
 	/* r = floor(log2(v)) for v > 0; the slot is the bit length. */
 	return v ? r + 1 : 0;
 }
 
-/* A log2 histogram kept in a map value; sum and max ride along. */
+/*
+ * A log2 histogram kept in a map value; sum and the window's max ride
+ * along (slots, count and sum are cumulative).
+ */
 struct wolf_hist {
 	__u64 slots[WOLF_HIST_SLOTS];
 	__u64 count;
 	__u64 sum;
-	__u64 max;
+	struct wolf_max max;
 };
 
 static __always_inline void wolf_hist_add(struct wolf_hist *h, __u64 v)
@@ -257,15 +336,15 @@ static __always_inline void wolf_hist_add(struct wolf_hist *h, __u64 v)
 		__sync_fetch_and_add(&h->slots[s], 1);
 	__sync_fetch_and_add(&h->count, 1);
 	__sync_fetch_and_add(&h->sum, v);
-	if (v > h->max)
-		h->max = v; /* racy by design: a lost max is within one event */
+	wolf_max_add(&h->max, v); /* racy by design: a lost max is within one event */
 }
 
 /*
  * The same, for histograms only one thread ever updates (keyed by tid) or
- * kept per CPU: plain adds, no locked instructions.
+ * kept per CPU: plain adds, no locked instructions. _at notes the max in
+ * window w (see wolf_max_tag_at).
  */
-static __always_inline void wolf_hist_add_local(struct wolf_hist *h, __u64 v)
+static __always_inline void wolf_hist_add_local_at(struct wolf_hist *h, __u64 v, __u32 w)
 {
 	__u32 s = wolf_log2_slot(v);
 
@@ -273,8 +352,12 @@ static __always_inline void wolf_hist_add_local(struct wolf_hist *h, __u64 v)
 		h->slots[s] += 1;
 	h->count += 1;
 	h->sum += v;
-	if (v > h->max)
-		h->max = v;
+	wolf_max_tag_at(&h->max, v, 0, w);
+}
+
+static __always_inline void wolf_hist_add_local(struct wolf_hist *h, __u64 v)
+{
+	wolf_hist_add_local_at(h, v, wolf_window_now());
 }
 
 #endif /* WOLF_H */

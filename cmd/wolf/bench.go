@@ -122,13 +122,8 @@ optimization").`,
 			if err != nil {
 				return wrapFailure(err)
 			}
-			if out.output == "" {
-				_, err = cmd.OutOrStdout().Write(buf.Bytes())
-			} else {
-				err = os.WriteFile(out.output, buf.Bytes(), 0o644)
-			}
-			if err != nil {
-				return wrapFailure(err)
+			if err := out.writeBytes(cmd.OutOrStdout(), buf.Bytes(), "bench-lpm", string(f)); err != nil {
+				return err
 			}
 			if interrupted {
 				return wrapFailure(errors.New("interrupted; the results are partial"))

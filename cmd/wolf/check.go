@@ -91,14 +91,7 @@ cgroups, sysctls). Without root nothing loads, and that is what it says.`,
 			} else {
 				printCheck(&b, rep)
 			}
-			if out.output != "" {
-				if err := os.WriteFile(out.output, []byte(b.String()), 0o644); err != nil {
-					return wrapFailure(fmt.Errorf("write %s: %w", out.output, err))
-				}
-				return nil
-			}
-			_, err = io.WriteString(cmd.OutOrStdout(), b.String())
-			return wrapFailure(err)
+			return out.writeBytes(cmd.OutOrStdout(), []byte(b.String()), "check", string(format))
 		},
 	}
 	out.register(c)

@@ -99,21 +99,28 @@ Exit codes: 0 done (findings or not), 1 wolf failed, 2 bad usage,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return usageErr("%v (see %s --help)", err, c.CommandPath())
-	})
-	// --btf: the kernel's types from a file, for kernels built without BTF.
+	// Before any command: values that parse but are mistakes (an empty
+	// file name, --pid 0) are refused; --btf, the kernel's types from a
+	// file for kernels built without BTF, is read; then wolf's priority
+	// (--nice) is set.
+	var prio priorityFlag
+	prio.register(root)
 	var btfFile string
 	root.PersistentFlags().StringVar(&btfFile, "btf", "", "the kernel's BTF from `FILE` (for kernels without /sys/kernel/btf/vmlinux; BTFHub has them)")
 	root.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
-		if btfFile == "" {
-			return nil
+		if err := checkFlagValues(c); err != nil {
+			return err
 		}
-		if err := kernelbtf.Use(btfFile); err != nil {
-			return usageErr("%v", err)
+		if btfFile != "" {
+			if err := kernelbtf.Use(btfFile); err != nil {
+				return usageErr("%v", err)
+			}
 		}
-		return nil
+		return prio.apply(c)
 	}
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return usageErr("%v (see %s --help)", err, c.CommandPath())
+	})
 	// The commands that watch the live kernel exist on Linux only; built
 	// for another system, wolf has them say so (live_other.go).
 	addLiveCommands(root)

@@ -160,6 +160,29 @@ func TestBadUsageExitsTwoWithOneLine(t *testing.T) {
 		{"bpf", "--pid", "2147483000"},
 		{"bpf", "--trap-ns", "-5"},
 		{"bpf", "extra-arg"},
+		// Output paths are checked before the run: with --duration 24h a
+		// check after it would time this test out.
+		{"doctor", "--duration", "24h", "--output", "/nonexistent/r.json"},
+		{"doctor", "--duration", "24h", "--output", "/"},
+		{"doctor", "--duration", "24h", "--output", "/proc/sys/kernel/core_pattern"},
+		{"doctor", "--duration", "24h", "--output", "/proc/wolf-report.json"},
+		{"hung", "--duration", "24h", "--output", "/etc/passwd/r.json"},
+		{"doctor", "--duration", "24h", "--folded", "/dev/full"},
+		{"locks", "--duration", "24h", "--folded", "/dev/stdout"},
+		{"hung", "--duration", "24h", "--pprof", "/nonexistent/p.pb.gz"},
+		{"check", "--output", "/nonexistent/check.txt"},
+		{"analyze", "-", "--output", "/nonexistent/r.json"},
+		{"watch", "--output", "/"},
+		// Values that parse but are mistakes.
+		{"doctor", "--duration", "24h", "--output", ""},
+		{"doctor", "--duration", "24h", "--folded", ""},
+		{"hung", "--duration", "24h", "--pprof", ""},
+		{"watch", "--output", ""},
+		{"hung", "--duration", "24h", "--pid", "0"},
+		{"locks", "--duration", "24h", "--pid", "0"},
+		{"sched", "--duration", "24h", "--pid", "0"},
+		{"reclaim", "--duration", "24h", "--pid", "0"},
+		{"bpf", "--duration", "24h", "--pid", "0"},
 	} {
 		r := runWolf(t, 10*time.Second, args...)
 		if r.code != exitUsage {

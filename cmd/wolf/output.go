@@ -1,8 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,10 +11,12 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
 
 	"github.com/wolf-investigator/wolf/internal/export"
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/outfile"
 	"github.com/wolf-investigator/wolf/internal/render"
 )
 
@@ -29,6 +31,9 @@ type outputFlags struct {
 	pprof  string
 	// text adjusts text rendering (set by the command, not a flag).
 	text func(*render.TextOptions)
+
+	// Set by validate: where the report and the pprof file go, checked.
+	report, pprofTo *outfile.Target
 }
 
 func (o *outputFlags) register(c *cobra.Command) {
@@ -39,7 +44,8 @@ func (o *outputFlags) register(c *cobra.Command) {
 }
 
 // validate checks the flags before any work starts, so bad usage fails in
-// milliseconds, not after a 10 s investigation.
+// milliseconds, not after a 10 s investigation: the format, and that every
+// file the run will write can be written (see internal/outfile).
 func (o *outputFlags) validate() (render.Format, error) {
 	f, err := render.ParseFormat(o.format)
 	if err != nil {
@@ -48,27 +54,31 @@ func (o *outputFlags) validate() (render.Format, error) {
 	if f == render.FormatHTML && o.output == "" && isTerminal(os.Stdout) {
 		return "", usageErr("--format html needs --output FILE (a terminal full of HTML helps nobody)")
 	}
+	o.report, o.pprofTo = nil, nil
 	if o.output != "" {
-		if st, err := os.Stat(o.output); err == nil && st.IsDir() {
-			return "", usageErr("--output %s: is a directory", o.output)
+		if o.report, err = outfile.File(o.output); err != nil {
+			return "", usageErr("--output %v", err)
 		}
 	}
-	for _, e := range []struct{ flag, path string }{{"--folded", o.folded}, {"--pprof", o.pprof}} {
-		if e.path == "" {
-			continue
+	if o.folded != "" {
+		if err := outfile.Derived(o.folded); err != nil {
+			return "", usageErr("--folded %v", err)
 		}
-		if err := checkWritable(e.path); err != nil {
-			return "", usageErr("%s: %v", e.flag, err)
+	}
+	if o.pprof != "" {
+		if o.pprofTo, err = outfile.File(o.pprof); err != nil {
+			return "", usageErr("--pprof %v", err)
 		}
 	}
 	return f, nil
 }
 
-// write renders the report to stdout or the --output file.
+// write renders the report to stdout or the --output file, then the
+// --folded and --pprof files.
 func (o *outputFlags) write(stdout io.Writer, r *finding.Report) error {
-	f, err := o.validate()
+	f, err := render.ParseFormat(o.format)
 	if err != nil {
-		return err
+		return usageErr("--format: %v", err)
 	}
 	var buf bytes.Buffer
 	switch f {
@@ -86,23 +96,57 @@ func (o *outputFlags) write(stdout io.Writer, r *finding.Report) error {
 	if err != nil {
 		return wrapFailure(err)
 	}
+	// The report first: a failing export must not cost it.
+	werr := o.writeBytes(stdout, buf.Bytes(), r.Command, string(f))
 	if err := o.export(r); err != nil {
-		return &exitError{code: exitFailed, err: err}
+		return wrapFailure(errors.Join(werr, err))
 	}
+	return werr
+}
+
+// writeBytes writes a rendered report to stdout or the --output file. If
+// the file cannot be written after all (the disk filled, the directory
+// went away during the run), the report is saved in the temporary
+// directory instead, and the error says where: a run's findings are not
+// thrown away for a path.
+func (o *outputFlags) writeBytes(stdout io.Writer, b []byte, command, ext string) error {
 	if o.output == "" {
-		_, err = stdout.Write(buf.Bytes())
+		_, err := stdout.Write(b)
 		return wrapFailure(err)
 	}
-	if err := os.WriteFile(o.output, buf.Bytes(), 0o644); err != nil {
-		return &exitError{code: exitFailed, err: fmt.Errorf("write report: %w", err)}
+	if o.report == nil {
+		t, err := outfile.File(o.output)
+		if err != nil {
+			return saveElsewhere(fmt.Errorf("--output %w", err), b, command, ext)
+		}
+		o.report = t
+	}
+	if err := o.report.Write(func(w io.Writer) error { _, err := w.Write(b); return err }); err != nil {
+		return saveElsewhere(err, b, command, ext)
 	}
 	return nil
+}
+
+// saveElsewhere keeps a report that could not be written where asked.
+func saveElsewhere(cause error, b []byte, command, ext string) error {
+	if command == "" {
+		command = "report"
+	}
+	if ext == "" || ext == string(render.FormatText) {
+		ext = "txt"
+	}
+	name := filepath.Join(os.TempDir(), fmt.Sprintf("wolf-%s-%s.%s", command, time.Now().Format("20060102-150405.000"), ext))
+	if err := outfile.WriteFile(name, func(w io.Writer) error { _, err := w.Write(b); return err }); err != nil {
+		return &exitError{code: exitFailed, err: fmt.Errorf("%w; saving it in %s failed too: %v", cause, name, err)}
+	}
+	return &exitError{code: exitFailed, err: fmt.Errorf("%w; the report is saved in %s instead", cause, name)}
 }
 
 // export writes --folded and --pprof. A run that collected no stacks
 // still writes a (sample-less) pprof file, so a script finds what it
 // asked for; folded files exist one per profile, so there are none.
 func (o *outputFlags) export(r *finding.Report) error {
+	var errs []error
 	if o.folded != "" {
 		if len(r.Profiles) == 0 {
 			fmt.Fprintln(os.Stderr, "wolf: --folded: no stacks collected in this run; no folded file written")
@@ -110,39 +154,27 @@ func (o *outputFlags) export(r *finding.Report) error {
 		for i := range r.Profiles {
 			p := &r.Profiles[i]
 			path := export.FoldedPath(o.folded, p.Name)
-			if err := writeFile(path, func(w io.Writer) error { return export.Folded(w, p) }); err != nil {
-				return err
+			if err := outfile.WriteFile(path, func(w io.Writer) error { return export.Folded(w, p) }); err != nil {
+				errs = append(errs, fmt.Errorf("--folded: %w", err))
+				continue
 			}
 			fmt.Fprintf(os.Stderr, "wolf: wrote %s (%d stacks, %d %s)\n", path, len(p.Stacks), p.Total(), p.Unit)
 		}
 	}
 	if o.pprof != "" {
+		t := o.pprofTo
+		if t == nil {
+			var err error
+			if t, err = outfile.File(o.pprof); err != nil {
+				return errors.Join(append(errs, fmt.Errorf("--pprof %w", err))...)
+			}
+		}
 		dur := time.Duration(r.DurationS * float64(time.Second))
-		if err := writeFile(o.pprof, func(w io.Writer) error { return export.PProf(w, r.Profiles, r.StartedAt, dur) }); err != nil {
-			return err
+		if err := t.Write(func(w io.Writer) error { return export.PProf(w, r.Profiles, r.StartedAt, dur) }); err != nil {
+			errs = append(errs, fmt.Errorf("--pprof: %w", err))
 		}
 	}
-	return nil
-}
-
-func writeFile(path string, fill func(io.Writer) error) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("export: %w", err)
-	}
-	w := bufio.NewWriter(f)
-	if err := fill(w); err != nil {
-		f.Close()
-		return fmt.Errorf("export %s: %w", path, err)
-	}
-	if err := w.Flush(); err != nil {
-		f.Close()
-		return fmt.Errorf("export %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("export %s: %w", path, err)
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // newReport fills the header of a report.
@@ -196,20 +228,37 @@ func requireRoot(what string) error {
 	return nil
 }
 
-// checkWritable rejects an output path that cannot be a file: a directory,
-// or one in a directory that does not exist. It creates nothing, so a
-// failed run leaves no empty file behind.
+// checkWritable checks, before the run, a file that wolf appends to as it
+// goes (watch's --output): see outfile.Stream. It creates nothing.
 func checkWritable(path string) error {
-	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		return fmt.Errorf("%s: is a directory", path)
-	}
-	dir := filepath.Dir(path)
-	st, err := os.Stat(dir)
-	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	if !st.IsDir() {
-		return fmt.Errorf("%s: %s is not a directory", path, dir)
-	}
-	return nil
+	return outfile.Stream(path)
+}
+
+// fileFlags are the flags that name a file or directory wolf writes.
+var fileFlags = map[string]string{
+	"output":    "to write to standard output",
+	"folded":    "to write no folded files",
+	"pprof":     "to write no pprof file",
+	"incidents": "to keep no incidents",
+	"btf":       "to use the kernel's own BTF",
+}
+
+// checkFlagValues refuses values that parse but are mistakes, for every
+// command (the root command runs it before any): an empty file name, which
+// would silently mean "standard output" or "none" (--output "$UNSET"), and
+// --pid 0, which would silently mean "every process".
+func checkFlagValues(cmd *cobra.Command) error {
+	var err error
+	cmd.Flags().Visit(func(f *pflag.Flag) { // only the flags given
+		if err != nil {
+			return
+		}
+		if alt, ok := fileFlags[f.Name]; ok && f.Value.Type() == "string" && f.Value.String() == "" {
+			err = usageErr("--%s: empty file name (leave --%s out %s)", f.Name, f.Name, alt)
+		}
+		if f.Name == "pid" && f.Value.String() == "0" {
+			err = usageErr("--pid 0 is no process (leave --pid out for every process)")
+		}
+	})
+	return err
 }

@@ -143,3 +143,25 @@ func (h *Log2) Report(name, unit string, labels map[string]string, scale float64
 	}
 	return out
 }
+
+// Sub returns h minus an earlier reading of the same cumulative histogram:
+// the values added between the two. Max is left to the caller: a maximum
+// cannot be subtracted (the BPF side keeps one per window, wolf.h's
+// struct wolf_max). A slot that went back (its entry was recreated) counts
+// from zero.
+func (h *Log2) Sub(earlier *Log2) Log2 {
+	out := *h
+	for i := range out.Slots {
+		out.Slots[i] = sub(h.Slots[i], earlier.Slots[i])
+	}
+	out.Count = sub(h.Count, earlier.Count)
+	out.Sum = sub(h.Sum, earlier.Sum)
+	return out
+}
+
+func sub(a, b uint64) uint64 {
+	if b > a {
+		return 0
+	}
+	return a - b
+}

@@ -346,6 +346,15 @@ func (s *Snapshot) severity(a *lockAgg) finding.Severity {
 	return finding.Info
 }
 
+// p99 is the 99th percentile of the window's waits: of those that ended
+// (the histogram), or, when all are still going, their longest.
+func (a *lockAgg) p99() uint64 {
+	if a.hist.Count == 0 {
+		return a.maxNs
+	}
+	return a.hist.Quantile(0.99)
+}
+
 func (s *Snapshot) contentionFinding(a *lockAgg) finding.Finding {
 	waiters := len(a.waiters)
 	f := finding.Finding{
@@ -360,7 +369,7 @@ func (s *Snapshot) contentionFinding(a *lockAgg) finding.Finding {
 			"contentions":    a.count,
 			"wait_ns_total":  a.totalNs,
 			"max_wait_ns":    a.maxNs,
-			"p99_wait_ns":    a.hist.Quantile(0.99),
+			"p99_wait_ns":    a.p99(),
 			"waiters":        waiters,
 		},
 	}
@@ -391,7 +400,7 @@ func (s *Snapshot) contentionFinding(a *lockAgg) finding.Finding {
 	}
 	f.Summary = fmt.Sprintf("%d contentions on %s (%s) in %s; the longest wait was %s (tid %d), p99 %s.",
 		a.count, a.name, a.mainType.Noun(), human.Duration(s.Window), human.Duration(time.Duration(a.maxNs)), a.maxTID,
-		human.Duration(time.Duration(a.hist.Quantile(0.99))))
+		human.Duration(time.Duration(a.p99())))
 	if a.lru {
 		f.Mechanism = "Each memory cgroup and NUMA node has one lruvec whose lru_lock guards its page lists; every thread reclaiming that cgroup takes it to isolate and put back batches of pages, so many concurrent reclaimers spin on it instead of reclaiming."
 	} else if a.mainType.Spins() {
@@ -516,7 +525,7 @@ func (s *Snapshot) contentionFinding(a *lockAgg) finding.Finding {
 	}
 	if a.ongoing > 0 {
 		f.Evidence["still_waiting"] = a.ongoing
-		f.Summary += fmt.Sprintf(" %d still waiting when wolf stopped.", a.ongoing)
+		f.Summary += fmt.Sprintf(" %d still waiting at the end of the window.", a.ongoing)
 	}
 	f.Remediation = s.remediation(a)
 	return f

@@ -337,16 +337,6 @@ func TestParseTypesAndLock(t *testing.T) {
 	}
 }
 
-// The user-space counter names follow enum lock_stat in locks.bpf.c.
-func TestStatNamesMatchBPF(t *testing.T) {
-	if int(locksLockStatSTAT_MAX) != len(statNames) {
-		t.Fatalf("%d stat names, BPF has %d counters", len(statNames), locksLockStatSTAT_MAX)
-	}
-	if statNames[locksLockStatSTAT_HOLD_DROPS] != "hold_drops" || statNames[locksLockStatSTAT_PROFILE_FULL] != "profile_full" {
-		t.Fatal("stat names out of order")
-	}
-}
-
 // The keys the diagnosis stage joins on: whose mmap_lock, each waiter's
 // numbers and mode, the owner's kind, and where the holders' time went
 // (throttled time measured because sched_switch was watched). A reader

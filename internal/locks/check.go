@@ -1,6 +1,9 @@
 package locks
 
-import "context"
+import (
+	"context"
+	"slices"
+)
 
 // Check implements investigator.Checker: the programs load and attach
 // (with the profile under lock, as a run with the defaults does).
@@ -14,7 +17,5 @@ func (l *Investigator) Check(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	defer p.close()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append([]string(nil), p.warnings...), nil
+	return append(slices.Clone(p.notes), p.kit.Notes()...), nil
 }

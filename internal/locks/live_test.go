@@ -93,8 +93,8 @@ func testFuseOwner(t *testing.T, rawOnly bool) {
 	if !strings.HasPrefix(hit.Title, hit.Evidence["lock"].(string)+": ") || !strings.Contains(hit.Title, "owner sh (pid ") {
 		t.Errorf("title %q", hit.Title)
 	}
-	if res.Capabilities["locks:owner_stacks"] != canStack {
-		t.Errorf("owner_stacks capability %v, want %v", res.Capabilities["locks:owner_stacks"], canStack)
+	if res.Capabilities["owner_stacks"] != canStack {
+		t.Errorf("owner_stacks capability %v, want %v", res.Capabilities["owner_stacks"], canStack)
 	}
 }
 

@@ -21,12 +21,14 @@
  * Spinning-lock contention keeps its pending state per CPU: the waiter
  * spins with preemption off, and a hash update keyed by task there would
  * take a bucket lock inside another lock's slow path.
+ *
+ * The aggregations are cumulative: user space ends a window by
+ * subtracting its previous reading, and maxima are kept per window
+ * (struct wolf_max, wolf.h).
  */
 #include "wolf.h"
 
 char LICENSE[] SEC("license") = "GPL";
-
-#define COMM_LEN 16
 
 /* kfuncs (6.2+); only the BTF-tracepoint programs call them. */
 extern struct task_struct *bpf_task_from_pid(s32 pid) __ksym __weak;
@@ -82,8 +84,8 @@ enum owner_kind {
 	OWNER_READERS = 2, /* reader-owned rw-semaphore: task is the latest reader */
 };
 
-/* Counters in the stats array; user space names them. */
-enum lock_stat {
+/* Counters in the stats array (WOLF_STATS); user space reads their names. */
+enum stat_index {
 	STAT_BEGIN = 0,
 	STAT_END,
 	STAT_PENDING_FULL,  /* no room to remember a wait */
@@ -107,20 +109,7 @@ enum lock_stat {
 	STAT_MAX,
 };
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, STAT_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-} stats SEC(".maps");
-
-static __always_inline void count(__u32 s)
-{
-	__u64 *v = bpf_map_lookup_elem(&stats, &s);
-
-	if (v)
-		*v += 1;
-}
+WOLF_STATS()
 
 struct {
 	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
@@ -156,12 +145,13 @@ struct pending {
 	__u64 stack_lock;
 	__u64 stack_ns;
 	__s32 stack_cached;
-	__u32 flags;	     /* LCB_F_* of the begin */
-	__u32 tid;	     /* the waiter (spin waits are folded by a later one) */
-	char comm[COMM_LEN]; /* the waiter's, sleeping locks only */
-	__u32 slept;	     /* a slow-path kprobe's wait: the waiter slept in the slow path */
-	__u64 owner_rt;	     /* the owner's CPU time at begin */
-	__u64 owner_rd;	     /* and its run-queue time */
+	__u32 flags;		  /* LCB_F_* of the begin */
+	__u32 tid;		  /* the waiter (spin waits are folded by a later one) */
+	__u32 end_win;		  /* the window it ended in: its maxima are that window's */
+	__u32 slept;		  /* a slow-path kprobe's wait: the waiter slept in the slow path */
+	char comm[WOLF_COMM_LEN]; /* the waiter's, sleeping locks only */
+	__u64 owner_rt;		  /* the owner's CPU time at begin */
+	__u64 owner_rd;		  /* and its run-queue time */
 };
 
 /*
@@ -202,10 +192,10 @@ struct wait_key {
 struct wait_val {
 	__u64 count;
 	__u64 total_ns;
-	__u64 max_ns;
-	__u32 max_tid;
-	__u32 owner_readers; /* waits that found the lock reader-owned */
 	__u64 writer_head;   /* reader waits that found a writer at the queue's head */
+	__u32 owner_readers; /* waits that found the lock reader-owned */
+	__u32 pad;
+	struct wolf_max max; /* the window's longest wait; tag: its waiter */
 };
 
 struct {
@@ -239,9 +229,9 @@ struct task_key {
 struct task_val {
 	__u64 count;
 	__u64 total_ns;
-	__u64 max_ns;
+	struct wolf_max max_ns;
 	__u32 tgid;
-	char comm[COMM_LEN];
+	char comm[WOLF_COMM_LEN];
 };
 
 struct {
@@ -260,19 +250,52 @@ struct owner_key {
 	__u32 pad;
 };
 
+/* An owner's clocks at one wait that found it owning the lock. */
+struct owner_clock {
+	__u64 ns; /* the wait's start */
+	__u64 rt; /* the owner's CPU time then */
+	__u64 rd; /* its run-queue time then */
+};
+
+/* The first and last such waits of each window (two slots, by window). */
+struct owner_span {
+	__u32 win[2];
+	struct owner_clock first[2];
+	struct owner_clock last[2];
+};
+
+static __always_inline void span_add(struct owner_span *sp, __u32 w, __u64 ns, __u64 rt, __u64 rd)
+{
+	__u32 s = w & 1;
+	struct owner_clock c = { .ns = ns, .rt = rt, .rd = rd };
+
+	if (sp->win[s] < w || (sp->win[s] == w && !sp->first[s].ns)) {
+		sp->win[s] = w;
+		sp->first[s] = c;
+		sp->last[s] = c;
+		return;
+	}
+	if (sp->win[s] != w)
+		return; /* a newer window holds the slot: this one was reported */
+	if (ns < sp->first[s].ns)
+		sp->first[s] = c;
+	if (ns > sp->last[s].ns)
+		sp->last[s] = c;
+}
+
 struct owner_val {
 	__u64 count;
 	__u64 total_ns;
-	__u64 max_ns;
+	struct wolf_max max_ns;
 	__u32 owner_tgid;
-	char owner_comm[COMM_LEN];
+	char owner_comm[WOLF_COMM_LEN];
 	/*
 	 * The owner's CPU time and run-queue time at the first and the last
-	 * wait that found it owning the lock: between the two, where its
-	 * time went while others waited (user space takes the deltas).
+	 * wait of a window that found it owning the lock: between the two,
+	 * where its time went while others waited (user space takes the
+	 * deltas). Per window, as the maxima.
 	 */
-	__u64 first_ns, first_rt, first_rd;
-	__u64 last_ns, last_rt, last_rd;
+	struct owner_span span;
 };
 
 struct {
@@ -300,12 +323,12 @@ struct {
 struct queue {
 	__s64 readers; /* waiting now */
 	__s64 writers;
-	__u64 max_readers;
-	__u64 max_writers;
 	__u64 busy_since; /* first waiter of the current busy period */
-	__u64 busy_max_ns;
 	__u64 busy_total_ns;
 	__u64 busy_periods;
+	struct wolf_max max_readers; /* per window, as every max here */
+	struct wolf_max max_writers;
+	struct wolf_max busy_max_ns;
 };
 
 struct {
@@ -391,6 +414,17 @@ struct {
 	__type(value, struct frames);
 } scratch SEC(".maps");
 
+/*
+ * A new owner entry is built here: with its per-window span it is too big
+ * for the BPF stack beside everything on_begin inlines.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct owner_val);
+} owner_scratch SEC(".maps");
+
 /* Always zero: a new histogram is too big for the BPF stack. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -460,7 +494,7 @@ static __always_inline __s32 owner_stack(__u64 lock, struct task_struct *o, __u3
 				if (bpf_map_update_elem(&owner_frames, &key, f, BPF_ANY) == 0)
 					id = (__s32)key;
 				else
-					count(STAT_STACK_ERR);
+					stat_inc(STAT_STACK_ERR);
 			}
 		}
 	}
@@ -487,7 +521,7 @@ static __always_inline void queue_enter(__u64 lock, __u32 type, __u64 now)
 	__s64 before, n;
 
 	if (!q) {
-		count(STAT_QUEUE_FULL);
+		stat_inc(STAT_QUEUE_FULL);
 		return;
 	}
 	before = q->readers + q->writers;
@@ -499,13 +533,13 @@ static __always_inline void queue_enter(__u64 lock, __u32 type, __u64 now)
 	if (type == TYPE_RWSEM_READ) {
 		__sync_fetch_and_add(&q->readers, 1);
 		n = q->readers;
-		if (n > 0 && (__u64)n > q->max_readers)
-			q->max_readers = n;
+		if (n > 0)
+			wolf_max_add(&q->max_readers, n);
 	} else {
 		__sync_fetch_and_add(&q->writers, 1);
 		n = q->writers;
-		if (n > 0 && (__u64)n > q->max_writers)
-			q->max_writers = n;
+		if (n > 0)
+			wolf_max_add(&q->max_writers, n);
 	}
 	if (before <= 0)
 		q->busy_since = now;
@@ -527,8 +561,7 @@ static __always_inline void queue_leave(__u64 lock, __u32 type, __u64 now)
 		q->busy_since = 0;
 		q->busy_total_ns += busy;
 		q->busy_periods += 1;
-		if (busy > q->busy_max_ns)
-			q->busy_max_ns = busy;
+		wolf_max_add(&q->busy_max_ns, busy);
 	}
 }
 
@@ -571,7 +604,7 @@ static __always_inline __s32 waiter_stack(void *ctx, struct pending *c, __u64 lo
 		return c->stack_cached;
 	id = bpf_get_stackid(ctx, &stacks, 0);
 	if (id < 0)
-		count(STAT_STACK_ERR);
+		stat_inc(STAT_STACK_ERR);
 	if (c) {
 		c->stack_tid = tid;
 		c->stack_lock = lock;
@@ -597,7 +630,7 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 	__u64 now = bpf_ktime_get_ns();
 	__u32 zero = 0;
 
-	count(STAT_BEGIN);
+	stat_inc(STAT_BEGIN);
 	if (!wanted(lock, type))
 		return;
 	if (spinning(flags)) {
@@ -610,10 +643,10 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 		} else if (p->start_ns) {
 			if (now - p->start_ns < max_spin_ns) {
 				/* A spin wait in an interrupt on top of another. */
-				count(STAT_NESTED);
+				stat_inc(STAT_NESTED);
 				return;
 			}
-			count(STAT_STALE);
+			stat_inc(STAT_STALE);
 		}
 		p->start_ns = now;
 		p->end_ns = 0;
@@ -642,7 +675,7 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 		if (old->lock == lock && (old->flags & WOLF_LCB_F_SPIN) &&
 		    (flags & WOLF_LCB_F_MUTEX))
 			return;
-		count(STAT_STALE);
+		stat_inc(STAT_STALE);
 		/* Out of the queue model too, or its depth only grows. */
 		if (queued_type(old->type))
 			queue_leave(old->lock, old->type, now);
@@ -692,7 +725,7 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 	if (old) {
 		*old = p;
 	} else if (bpf_map_update_elem(&pending_task, &tid, &p, BPF_ANY)) {
-		count(STAT_PENDING_FULL);
+		stat_inc(STAT_PENDING_FULL);
 		return;
 	}
 	if (queued_type(type))
@@ -729,7 +762,12 @@ static __always_inline void owner_name(struct pending *p, struct owner_val *ov, 
 	BPF_CORE_READ_STR_INTO(&ov->owner_comm, o, comm);
 }
 
-/* Fold a wait that is over into the aggregations; p->start_ns is cleared. */
+/*
+ * Fold a wait that is over into the aggregations; p->start_ns is cleared.
+ * Counts and sums go to the window the fold happens in, maxima to the one
+ * the wait ended in (user space folded it into that window's report
+ * already if it was still unfolded then: see collect.go).
+ */
 static __always_inline void account(struct pending *p, const bool can_walk)
 {
 	__u64 d = p->end_ns - p->start_ns;
@@ -747,24 +785,21 @@ static __always_inline void account(struct pending *p, const bool can_walk)
 	if (wv) {
 		wv->count += 1;
 		wv->total_ns += d;
-		if (d > wv->max_ns) {
-			wv->max_ns = d;
-			wv->max_tid = tid;
-		}
+		wolf_max_tag_at(&wv->max, d, tid, p->end_win);
 		if (p->owner_kind == OWNER_READERS)
 			wv->owner_readers += 1;
 		if (p->behind_writer)
 			wv->writer_head += 1;
 	} else {
-		count(STAT_WAITS_FULL);
+		stat_inc(STAT_WAITS_FULL);
 	}
 
 	struct lock_key lk = { .lock = p->lock, .type = p->type };
 	struct wolf_hist *h = hist_for(&lock_hist, &lk);
 	if (h)
-		wolf_hist_add_local(h, d); /* per CPU */
+		wolf_hist_add_local_at(h, d, p->end_win); /* per CPU */
 	else
-		count(STAT_WAITS_FULL);
+		stat_inc(STAT_WAITS_FULL);
 
 	if (spin_type(p->type))
 		return; /* per-task and owner detail for sleeping locks only */
@@ -782,10 +817,9 @@ static __always_inline void account(struct pending *p, const bool can_walk)
 	if (tv) {
 		tv->count += 1;
 		tv->total_ns += d;
-		if (d > tv->max_ns)
-			tv->max_ns = d;
+		wolf_max_tag_at(&tv->max_ns, d, 0, p->end_win);
 	} else {
-		count(STAT_TASKS_FULL);
+		stat_inc(STAT_TASKS_FULL);
 	}
 
 	if (p->owner_kind == OWNER_NONE)
@@ -797,28 +831,22 @@ static __always_inline void account(struct pending *p, const bool can_walk)
 	struct owner_val *ov = bpf_map_lookup_elem(&owners, &ok);
 	if (!ov) {
 		/* Named once per owner entry rather than at every begin. */
-		struct owner_val oz = {};
+		__u32 zero = 0;
+		struct owner_val *oz = bpf_map_lookup_elem(&owner_scratch, &zero);
 
-		owner_name(p, &oz, can_walk);
-		ov = lookup_or_init(&owners, &ok, &oz);
+		if (oz) {
+			__builtin_memset(oz, 0, sizeof(*oz));
+			owner_name(p, oz, can_walk);
+			ov = lookup_or_init(&owners, &ok, oz);
+		}
 	}
 	if (ov) {
 		ov->count += 1;
 		ov->total_ns += d;
-		if (d > ov->max_ns)
-			ov->max_ns = d;
-		if (!ov->first_ns || start < ov->first_ns) {
-			ov->first_ns = start;
-			ov->first_rt = p->owner_rt;
-			ov->first_rd = p->owner_rd;
-		}
-		if (start > ov->last_ns) {
-			ov->last_ns = start;
-			ov->last_rt = p->owner_rt;
-			ov->last_rd = p->owner_rd;
-		}
+		wolf_max_tag_at(&ov->max_ns, d, 0, p->end_win);
+		span_add(&ov->span, p->end_win, start, p->owner_rt, p->owner_rd);
 	} else {
-		count(STAT_OWNERS_FULL);
+		stat_inc(STAT_OWNERS_FULL);
 	}
 }
 
@@ -830,13 +858,14 @@ static __always_inline void on_end(__u64 lock)
 	__u32 zero = 0;
 	struct pending *p;
 
-	count(STAT_END);
+	stat_inc(STAT_END);
 	p = bpf_map_lookup_elem(&pending_cpu, &zero);
 	if (p && p->start_ns && !p->end_ns && p->lock == lock) {
 		if (now - p->start_ns < max_spin_ns) {
 			p->end_ns = now;
+			p->end_win = wolf_window_now();
 		} else {
-			count(STAT_STALE);
+			stat_inc(STAT_STALE);
 			p->start_ns = 0;
 		}
 		return;
@@ -844,10 +873,11 @@ static __always_inline void on_end(__u64 lock)
 	p = bpf_map_lookup_elem(&pending_task, &tid);
 	if (!p || !p->start_ns || p->end_ns || p->lock != lock) {
 		if (!target_tgid && !target_lock)
-			count(STAT_UNMATCHED_END);
+			stat_inc(STAT_UNMATCHED_END);
 		return;
 	}
 	p->end_ns = now;
+	p->end_win = wolf_window_now();
 	/* The queue model needs the waiter gone now, not at its next wait. */
 	if (queued_type(p->type))
 		queue_leave(lock, p->type, now);
@@ -955,11 +985,13 @@ int BPF_PROG(kp_switch, bool preempt, struct task_struct *prev, struct task_stru
 	if (p && p->slept && p->start_ns && !p->end_ns) {
 		p->slept = 0;
 		p->end_ns = bpf_ktime_get_ns();
+		p->end_win = wolf_window_now();
 		if (queued_type(p->type))
 			queue_leave(p->lock, p->type, p->end_ns);
 	}
 	return 0;
 }
+
 SEC("kprobe")
 int kp_mutex_begin(void *ctx)
 {
@@ -1022,7 +1054,7 @@ static __always_inline struct mm_thread *mm_thread_of(__u32 tid)
 	struct mm_thread *t = lookup_or_init(&mm_threads, &tid, &z);
 
 	if (!t)
-		count(STAT_MM_HOLDS_FULL);
+		stat_inc(STAT_MM_HOLDS_FULL);
 	return t;
 }
 
@@ -1036,7 +1068,7 @@ struct mm_key {
 struct mm_val {
 	struct wolf_hist hold;
 	struct wolf_hist wait;
-	char comm[COMM_LEN];
+	char comm[WOLF_COMM_LEN];
 };
 
 struct {
@@ -1066,7 +1098,7 @@ struct hold_event {
 	__u32 write;
 	__s32 stack_id; /* kernel stack at release */
 	__u32 pad;
-	char comm[COMM_LEN];
+	char comm[WOLF_COMM_LEN];
 	__u64 reclaim_ns;
 	__u64 reclaim_calls;
 	__u64 pages_scanned;
@@ -1141,7 +1173,7 @@ static __always_inline struct mm_val *mm_stats_for(struct mm_key *k)
 		return 0;
 	v = lookup_or_init(&mm_stats, k, z);
 	if (!v)
-		count(STAT_MM_STATS_FULL);
+		stat_inc(STAT_MM_STATS_FULL);
 	else if (!v->comm[0])
 		bpf_get_current_comm(&v->comm, sizeof(v->comm));
 	return v;
@@ -1157,7 +1189,7 @@ static __always_inline void account_mm_wait(struct pending *p, __u64 d)
 	struct mm_val *v = mm_stats_for(&k);
 
 	if (v)
-		wolf_hist_add_local(&v->wait, d); /* keyed by tid */
+		wolf_hist_add_local_at(&v->wait, d, p->end_win); /* keyed by tid */
 }
 
 static __always_inline bool mm_wanted(__u64 pid_tgid)
@@ -1177,7 +1209,7 @@ int on_mm_acquired(__u64 *ctx)
 	bool write = mm_arg_write(ctx);
 	struct mm_thread *t;
 
-	count(STAT_MM_EVENTS);
+	stat_inc(STAT_MM_EVENTS);
 	if (!mm_wanted(pid_tgid) || !mm_arg_success(ctx))
 		return 0;
 	t = mm_thread_of(tid);
@@ -1217,12 +1249,12 @@ int on_mm_released(__u64 *ctx)
 	__u32 tid = (__u32)pid_tgid;
 	struct mm_thread *t;
 
-	count(STAT_MM_EVENTS);
+	stat_inc(STAT_MM_EVENTS);
 	if (!mm_wanted(pid_tgid))
 		return 0;
 	t = bpf_map_lookup_elem(&mm_threads, &tid);
 	if (!t || !t->hold_start_ns || t->hold_mm != ctx[0]) {
-		count(STAT_MM_UNMATCHED);
+		stat_inc(STAT_MM_UNMATCHED);
 		return 0;
 	}
 	__u64 d = now - t->hold_start_ns;
@@ -1259,7 +1291,7 @@ int on_mm_released(__u64 *ctx)
 			e->throttled_ns = t->throttled_ns;
 			bpf_ringbuf_submit(e, 0);
 		} else {
-			count(STAT_HOLD_DROPS);
+			stat_inc(STAT_HOLD_DROPS);
 		}
 	}
 	t->hold_start_ns = 0;
@@ -1383,7 +1415,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 		if (t && t->hold_start_ns && !t->throttled_since) {
 			t->throttled_since = bpf_ktime_get_ns();
 			__sync_fetch_and_add(pending, 1);
-			count(STAT_THROTTLED_HOLDS);
+			stat_inc(STAT_THROTTLED_HOLDS);
 		}
 	}
 	if (!*pending)
@@ -1422,17 +1454,17 @@ int on_sample(struct bpf_perf_event_data *ctx)
 	__u32 tid = (__u32)pid_tgid;
 	struct mm_thread *h;
 
-	count(STAT_SAMPLES);
+	stat_inc(STAT_SAMPLES);
 	if (!tid)
 		return 0; /* idle */
 	h = bpf_map_lookup_elem(&mm_threads, &tid);
 	if (!h || !h->hold_start_ns)
 		return 0;
-	count(STAT_SAMPLES_UNDER_LOCK);
+	stat_inc(STAT_SAMPLES_UNDER_LOCK);
 	struct prof_key k = { .tgid = pid_tgid >> 32, .tid = tid, .write = h->write };
 	k.stack_id = bpf_get_stackid(ctx, &stacks, 0);
 	if (k.stack_id < 0) {
-		count(STAT_STACK_ERR);
+		stat_inc(STAT_STACK_ERR);
 		return 0;
 	}
 	__u64 one = 1;
@@ -1440,10 +1472,9 @@ int on_sample(struct bpf_perf_event_data *ctx)
 	if (c)
 		__sync_fetch_and_add(c, 1);
 	else if (bpf_map_update_elem(&under_lock, &k, &one, BPF_NOEXIST))
-		count(STAT_PROFILE_FULL);
+		stat_inc(STAT_PROFILE_FULL);
 	return 0;
 }
 
 /* Keep types that only user space reads in the object's BTF, for bpf2go. */
 const struct hold_event *unused_hold_event __attribute__((unused));
-const enum lock_stat *unused_lock_stat __attribute__((unused));

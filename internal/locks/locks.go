@@ -8,6 +8,7 @@ package locks
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,7 +16,7 @@ import (
 
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/kallsyms"
-	"github.com/wolf-investigator/wolf/internal/overhead"
+	"github.com/wolf-investigator/wolf/internal/probekit"
 	"github.com/wolf-investigator/wolf/internal/procfs"
 )
 
@@ -52,18 +53,16 @@ func (*Investigator) Summary() string {
 	return "kernel lock contention with owners, and mmap_lock holds"
 }
 
-// Requirements implements investigator.Requirer.
+// Requirements implements investigator.Requirer: the attach table's (the
+// BTF build's, which takes owners' stacks; the raw build needs the same
+// tracepoints), and what the programs use inside.
 func (*Investigator) Requirements() []investigator.Requirement {
-	return []investigator.Requirement{
+	reqs := []investigator.Requirement{
 		{Feature: "btf", Why: "CO-RE: decode mutex and rw-semaphore owners on any kernel layout"},
-		{Feature: "tracepoint:lock/contention_begin", Why: "every lock wait as it begins (Linux 5.19+)"},
-		{Feature: "tracepoint:lock/contention_end", Why: "every lock wait as it ends"},
 		{Feature: "tp_btf", Why: "typed tracepoints, so the owner's stack can be taken (bpf_task_from_pid)", Optional: true},
-		{Feature: "tracepoint:mmap_lock/mmap_lock_acquire_returned", Why: "mmap_lock holds and waits per thread", Optional: true},
-		{Feature: "tracepoint:mmap_lock/mmap_lock_released", Why: "mmap_lock hold times and long holds", Optional: true},
-		{Feature: "perf_event", Why: "profile what runs while a thread holds its mmap_lock", Optional: true},
-		{Feature: "ringbuf", Why: "long mmap_lock holds to user space", Optional: true},
 	}
+	reqs = append(reqs, probekit.Requirements(attachTable(btfMode, DefaultProfileHz))...)
+	return append(reqs, investigator.Requirement{Feature: "ringbuf", Why: "long mmap_lock holds to user space", Optional: true})
 }
 
 // resolveLock turns --lock into an address for the kernel filter, or a
@@ -105,7 +104,7 @@ func ParseLock(spec string) error {
 }
 
 // Start loads and attaches locks' programs and samples the rw-semaphore
-// queues every 100 ms until Collect.
+// queues every 100 ms until Close.
 func (l *Investigator) Start(ctx context.Context, opts investigator.Options) (investigator.Session, error) {
 	if l.HoldThreshold <= 0 {
 		l.HoldThreshold = DefaultHoldThreshold
@@ -114,17 +113,13 @@ func (l *Investigator) Start(ctx context.Context, opts investigator.Options) (in
 	if err != nil {
 		return nil, fmt.Errorf("locks: %w", err)
 	}
-	s := &session{l: l, opts: opts, meter: overhead.Start(), samples: map[uint64][]QueueSample{}}
-	fail := func(err error) (investigator.Session, error) {
-		s.Close()
-		return nil, err
-	}
+	s := &session{l: l, opts: opts, samples: map[uint64][]QueueSample{}}
 	if s.syms, err = kallsyms.Load(ctx); err != nil {
-		return fail(fmt.Errorf("locks: %w", err))
+		return nil, fmt.Errorf("locks: %w", err)
 	}
 	addr, lockName, err := resolveLock(l.Lock, s.syms)
 	if err != nil {
-		return fail(fmt.Errorf("locks: %w", err))
+		return nil, fmt.Errorf("locks: %w", err)
 	}
 	s.lockName = lockName
 	if opts.PID > 0 {
@@ -143,29 +138,29 @@ func (l *Investigator) Start(ctx context.Context, opts investigator.Options) (in
 		rawOnly:       l.rawOnly,
 	})
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
-	s.meter.Track(s.p.programs()...)
 	s.start = time.Now()
 	s.stop, s.done = make(chan struct{}), make(chan struct{})
 	go s.sampleQueues()
 	return s, nil
 }
 
-// session is locks attached.
+// session is locks attached; windows (windows.go) says how each Collect
+// concludes the window since the previous one.
 type session struct {
 	l        *Investigator
 	opts     investigator.Options
-	meter    *overhead.Meter
 	syms     *kallsyms.Table
 	lockName string
 	tgid     int
 	p        *probe
-	start    time.Time
 	stop     chan struct{}
 	done     chan struct{}
+	win      windows
 
 	mu      sync.Mutex
+	start   time.Time // the window's
 	samples map[uint64][]QueueSample
 }
 
@@ -196,24 +191,29 @@ func (s *session) Close() error {
 	if s.p != nil {
 		s.p.close()
 	}
-	s.meter.Close()
 	return nil
 }
 
-// Collect concludes the window since Start.
+// Collect concludes the window since Start or the previous Collect.
 func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
-	l, p, opts, syms, lockName, tgid := s.l, s.p, s.opts, s.syms, s.lockName, s.tgid
-	window := time.Since(s.start)
+	l, p, opts, syms := s.l, s.p, s.opts, s.syms
+	// The window's maxima stop here; the maps are read after.
+	w, err := p.kit.EndWindow()
+	if err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
+	now := time.Now()
+	window := now.Sub(s.start)
 	samples := s.samples
-	s.samples = map[uint64][]QueueSample{}
+	s.samples, s.start = map[uint64][]QueueSample{}, now
 	s.mu.Unlock()
 
 	snap := &Snapshot{
 		Window:        window,
 		HoldThreshold: l.HoldThreshold,
 		Top:           l.Top,
-		LockName:      lockName,
+		LockName:      s.lockName,
 		Symbol:        syms.Symbolize,
 		Comm: func(pid int) string {
 			c, _ := l.Proc.Comm(context.Background(), pid, pid)
@@ -227,42 +227,53 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 			return st.Tgid
 		},
 	}
-	snap.ThrottleSeen = p.attached["sched_switch"]
+	snap.ThrottleSeen = p.kit.Attached("sched/sched_switch")
 	snap.TaskThrottle = taskBasedThrottle()
-	if err := p.collect(syms, snap); err != nil {
+	cur, err := p.read(w)
+	if err != nil {
 		return nil, fmt.Errorf("locks: read maps: %w", err)
 	}
+	sc := &stackCache{p: p, syms: syms, memo: map[int32][]string{}}
+	win, ev := s.win.step(cur)
+	win.fill(sc, snap)
+	p.evict(ev)
+	evs, lost, ringErr := p.holdEvents()
+	snap.Holds, snap.HoldsLost = holds(sc, evs), lost
+	snap.Holds = append(snap.Holds, p.ongoingHolds(snap.HoldThreshold)...)
 	for i := range snap.Queues {
 		snap.Queues[i].Samples = samples[snap.Queues[i].Lock]
 	}
 	if opts.PID > 0 {
-		snap.keepPID(opts.PID, tgid)
+		snap.keepPID(opts.PID, s.tgid)
 	}
 	l.last = snap
 	findings, hists := Conclude(snap)
 	res := &investigator.Result{
 		Findings:     findings,
 		Histograms:   hists,
-		Capabilities: map[string]bool{},
+		Capabilities: p.kit.Capabilities(p.table),
+		Notes:        append(slices.Clone(p.notes), p.kit.Notes()...),
 	}
-	for name, ok := range p.attached {
-		res.Capabilities["locks:"+name] = ok
+	res.Capabilities["owner_stacks"] = p.btf
+	if ringErr != nil {
+		res.Notes = append(res.Notes, fmt.Sprintf("ring buffer: %v", ringErr))
 	}
-	res.Capabilities["locks:owner_stacks"] = p.btf
-	p.mu.Lock()
-	res.Notes = append(res.Notes, p.warnings...)
-	p.mu.Unlock()
 	res.Profiles = snap.Profiles(l.ProfileHz)
-	st := p.stats()
-	events := st["begin"] + st["end"] + st["mm_events"] + st["samples"]
-	dropped := st["pending_full"] + st["nested"] + st["waits_full"] + st["tasks_full"] + st["owners_full"] +
-		st["queue_full"] + st["mm_holds_full"] + st["mm_stats_full"] + st["hold_drops"] + st["profile_full"] + snap.HoldsLost
-	// With slow-path kprobes a wait that never slept has no end by design
-	// (said in the notes); with the tracepoints a missing end is a loss.
-	if !p.attached["lock_slowpath_kprobes"] {
-		dropped += st["stale"]
+	var events, dropped uint64
+	if c, err := p.kit.WindowCounters(); err == nil {
+		events = c[locksStatIndexSTAT_BEGIN] + c[locksStatIndexSTAT_END] + c[locksStatIndexSTAT_MM_EVENTS] + c[locksStatIndexSTAT_SAMPLES]
+		dropped = c[locksStatIndexSTAT_PENDING_FULL] + c[locksStatIndexSTAT_NESTED] + c[locksStatIndexSTAT_WAITS_FULL] +
+			c[locksStatIndexSTAT_TASKS_FULL] + c[locksStatIndexSTAT_OWNERS_FULL] + c[locksStatIndexSTAT_QUEUE_FULL] +
+			c[locksStatIndexSTAT_MM_HOLDS_FULL] + c[locksStatIndexSTAT_MM_STATS_FULL] + c[locksStatIndexSTAT_HOLD_DROPS] +
+			c[locksStatIndexSTAT_PROFILE_FULL]
+		// With slow-path kprobes a wait that never slept has no end by
+		// design (said in the notes); with the tracepoints a missing end
+		// is a loss.
+		if !p.slowpath {
+			dropped += c[locksStatIndexSTAT_STALE]
+		}
 	}
-	res.Overhead = s.meter.Lap(events, dropped, p.programs()...)
+	res.Overhead = p.kit.Overhead(events, dropped+snap.HoldsLost)
 	return res, nil
 }
 

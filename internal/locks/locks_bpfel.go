@@ -50,32 +50,6 @@ type locksLockKey struct {
 	Pad  uint32
 }
 
-type locksLockStat uint32
-
-const (
-	locksLockStatSTAT_BEGIN              locksLockStat = 0
-	locksLockStatSTAT_END                locksLockStat = 1
-	locksLockStatSTAT_PENDING_FULL       locksLockStat = 2
-	locksLockStatSTAT_NESTED             locksLockStat = 3
-	locksLockStatSTAT_UNMATCHED_END      locksLockStat = 4
-	locksLockStatSTAT_WAITS_FULL         locksLockStat = 5
-	locksLockStatSTAT_TASKS_FULL         locksLockStat = 6
-	locksLockStatSTAT_OWNERS_FULL        locksLockStat = 7
-	locksLockStatSTAT_QUEUE_FULL         locksLockStat = 8
-	locksLockStatSTAT_STACK_ERR          locksLockStat = 9
-	locksLockStatSTAT_MM_EVENTS          locksLockStat = 10
-	locksLockStatSTAT_MM_HOLDS_FULL      locksLockStat = 11
-	locksLockStatSTAT_MM_STATS_FULL      locksLockStat = 12
-	locksLockStatSTAT_MM_UNMATCHED       locksLockStat = 13
-	locksLockStatSTAT_HOLD_DROPS         locksLockStat = 14
-	locksLockStatSTAT_SAMPLES            locksLockStat = 15
-	locksLockStatSTAT_SAMPLES_UNDER_LOCK locksLockStat = 16
-	locksLockStatSTAT_PROFILE_FULL       locksLockStat = 17
-	locksLockStatSTAT_STALE              locksLockStat = 18
-	locksLockStatSTAT_THROTTLED_HOLDS    locksLockStat = 19
-	locksLockStatSTAT_MAX                locksLockStat = 20
-)
-
 type locksMmKey struct {
 	_      structs.HostLayout
 	Tgid   uint32
@@ -128,19 +102,34 @@ type locksOwnerSeen struct {
 }
 
 type locksOwnerVal struct {
-	_         structs.HostLayout
-	Count     uint64
-	TotalNs   uint64
-	MaxNs     uint64
+	_       structs.HostLayout
+	Count   uint64
+	TotalNs uint64
+	MaxNs   struct {
+		_   structs.HostLayout
+		V   [2]uint64
+		Win [2]uint32
+		Tag [2]uint32
+	}
 	OwnerTgid uint32
 	OwnerComm [16]int8
 	_         [4]byte
-	FirstNs   uint64
-	FirstRt   uint64
-	FirstRd   uint64
-	LastNs    uint64
-	LastRt    uint64
-	LastRd    uint64
+	Span      struct {
+		_     structs.HostLayout
+		Win   [2]uint32
+		First [2]struct {
+			_  structs.HostLayout
+			Ns uint64
+			Rt uint64
+			Rd uint64
+		}
+		Last [2]struct {
+			_  structs.HostLayout
+			Ns uint64
+			Rt uint64
+			Rd uint64
+		}
+	}
 }
 
 type locksPending struct {
@@ -164,8 +153,10 @@ type locksPending struct {
 	StackCached  int32
 	Flags        uint32
 	Tid          uint32
-	Comm         [16]int8
+	EndWin       uint32
 	Slept        uint32
+	Comm         [16]int8
+	_            [4]byte
 	OwnerRt      uint64
 	OwnerRd      uint64
 }
@@ -182,12 +173,27 @@ type locksQueue struct {
 	_           structs.HostLayout
 	Readers     int64
 	Writers     int64
-	MaxReaders  uint64
-	MaxWriters  uint64
 	BusySince   uint64
-	BusyMaxNs   uint64
 	BusyTotalNs uint64
 	BusyPeriods uint64
+	MaxReaders  struct {
+		_   structs.HostLayout
+		V   [2]uint64
+		Win [2]uint32
+		Tag [2]uint32
+	}
+	MaxWriters struct {
+		_   structs.HostLayout
+		V   [2]uint64
+		Win [2]uint32
+		Tag [2]uint32
+	}
+	BusyMaxNs struct {
+		_   structs.HostLayout
+		V   [2]uint64
+		Win [2]uint32
+		Tag [2]uint32
+	}
 }
 
 type locksSlowRange struct {
@@ -195,6 +201,32 @@ type locksSlowRange struct {
 	Start uint64
 	End   uint64
 }
+
+type locksStatIndex uint32
+
+const (
+	locksStatIndexSTAT_BEGIN              locksStatIndex = 0
+	locksStatIndexSTAT_END                locksStatIndex = 1
+	locksStatIndexSTAT_PENDING_FULL       locksStatIndex = 2
+	locksStatIndexSTAT_NESTED             locksStatIndex = 3
+	locksStatIndexSTAT_UNMATCHED_END      locksStatIndex = 4
+	locksStatIndexSTAT_WAITS_FULL         locksStatIndex = 5
+	locksStatIndexSTAT_TASKS_FULL         locksStatIndex = 6
+	locksStatIndexSTAT_OWNERS_FULL        locksStatIndex = 7
+	locksStatIndexSTAT_QUEUE_FULL         locksStatIndex = 8
+	locksStatIndexSTAT_STACK_ERR          locksStatIndex = 9
+	locksStatIndexSTAT_MM_EVENTS          locksStatIndex = 10
+	locksStatIndexSTAT_MM_HOLDS_FULL      locksStatIndex = 11
+	locksStatIndexSTAT_MM_STATS_FULL      locksStatIndex = 12
+	locksStatIndexSTAT_MM_UNMATCHED       locksStatIndex = 13
+	locksStatIndexSTAT_HOLD_DROPS         locksStatIndex = 14
+	locksStatIndexSTAT_SAMPLES            locksStatIndex = 15
+	locksStatIndexSTAT_SAMPLES_UNDER_LOCK locksStatIndex = 16
+	locksStatIndexSTAT_PROFILE_FULL       locksStatIndex = 17
+	locksStatIndexSTAT_STALE              locksStatIndex = 18
+	locksStatIndexSTAT_THROTTLED_HOLDS    locksStatIndex = 19
+	locksStatIndexSTAT_MAX                locksStatIndex = 20
+)
 
 type locksTaskKey struct {
 	_    structs.HostLayout
@@ -207,10 +239,15 @@ type locksTaskVal struct {
 	_       structs.HostLayout
 	Count   uint64
 	TotalNs uint64
-	MaxNs   uint64
-	Tgid    uint32
-	Comm    [16]int8
-	_       [4]byte
+	MaxNs   struct {
+		_   structs.HostLayout
+		V   [2]uint64
+		Win [2]uint32
+		Tag [2]uint32
+	}
+	Tgid uint32
+	Comm [16]int8
+	_    [4]byte
 }
 
 type locksWaitKey struct {
@@ -226,10 +263,15 @@ type locksWaitVal struct {
 	_            structs.HostLayout
 	Count        uint64
 	TotalNs      uint64
-	MaxNs        uint64
-	MaxTid       uint32
-	OwnerReaders uint32
 	WriterHead   uint64
+	OwnerReaders uint32
+	Pad          uint32
+	Max          struct {
+		_   structs.HostLayout
+		V   [2]uint64
+		Win [2]uint32
+		Tag [2]uint32
+	}
 }
 
 type locksWolfHist struct {
@@ -237,7 +279,12 @@ type locksWolfHist struct {
 	Slots [65]uint64
 	Count uint64
 	Sum   uint64
-	Max   uint64
+	Max   struct {
+		_   structs.HostLayout
+		V   [2]uint64
+		Win [2]uint32
+		Tag [2]uint32
+	}
 }
 
 // Names of all BPF objects in the ELF.
@@ -250,6 +297,7 @@ const (
 	locksMapMmThreads             = "mm_threads"
 	locksMapOwnerFrames           = "owner_frames"
 	locksMapOwnerLast             = "owner_last"
+	locksMapOwnerScratch          = "owner_scratch"
 	locksMapOwners                = "owners"
 	locksMapPendingCpu            = "pending_cpu"
 	locksMapPendingTask           = "pending_task"
@@ -293,7 +341,7 @@ const (
 	locksVarTargetTgid            = "target_tgid"
 	locksVarTypeMask              = "type_mask"
 	locksVarUnusedHoldEvent       = "unused_hold_event"
-	locksVarUnusedLockStat        = "unused_lock_stat"
+	locksVarWolfStatIndexBtf      = "wolf_stat_index_btf"
 )
 
 // loadLocks returns the embedded CollectionSpec for locks.
@@ -367,6 +415,7 @@ type locksMapSpecs struct {
 	MmThreads        *ebpf.MapSpec `ebpf:"mm_threads"`
 	OwnerFrames      *ebpf.MapSpec `ebpf:"owner_frames"`
 	OwnerLast        *ebpf.MapSpec `ebpf:"owner_last"`
+	OwnerScratch     *ebpf.MapSpec `ebpf:"owner_scratch"`
 	Owners           *ebpf.MapSpec `ebpf:"owners"`
 	PendingCpu       *ebpf.MapSpec `ebpf:"pending_cpu"`
 	PendingTask      *ebpf.MapSpec `ebpf:"pending_task"`
@@ -399,7 +448,7 @@ type locksVariableSpecs struct {
 	TargetTgid        *ebpf.VariableSpec `ebpf:"target_tgid"`
 	TypeMask          *ebpf.VariableSpec `ebpf:"type_mask"`
 	UnusedHoldEvent   *ebpf.VariableSpec `ebpf:"unused_hold_event"`
-	UnusedLockStat    *ebpf.VariableSpec `ebpf:"unused_lock_stat"`
+	WolfStatIndexBtf  *ebpf.VariableSpec `ebpf:"wolf_stat_index_btf"`
 }
 
 // locksObjects contains all objects after they have been loaded into the kernel.
@@ -428,6 +477,7 @@ type locksMaps struct {
 	MmThreads        *ebpf.Map `ebpf:"mm_threads"`
 	OwnerFrames      *ebpf.Map `ebpf:"owner_frames"`
 	OwnerLast        *ebpf.Map `ebpf:"owner_last"`
+	OwnerScratch     *ebpf.Map `ebpf:"owner_scratch"`
 	Owners           *ebpf.Map `ebpf:"owners"`
 	PendingCpu       *ebpf.Map `ebpf:"pending_cpu"`
 	PendingTask      *ebpf.Map `ebpf:"pending_task"`
@@ -452,6 +502,7 @@ func (m *locksMaps) Close() error {
 		m.MmThreads,
 		m.OwnerFrames,
 		m.OwnerLast,
+		m.OwnerScratch,
 		m.Owners,
 		m.PendingCpu,
 		m.PendingTask,
@@ -485,7 +536,7 @@ type locksVariables struct {
 	TargetTgid        *ebpf.Variable `ebpf:"target_tgid"`
 	TypeMask          *ebpf.Variable `ebpf:"type_mask"`
 	UnusedHoldEvent   *ebpf.Variable `ebpf:"unused_hold_event"`
-	UnusedLockStat    *ebpf.Variable `ebpf:"unused_lock_stat"`
+	WolfStatIndexBtf  *ebpf.Variable `ebpf:"wolf_stat_index_btf"`
 }
 
 // locksPrograms contains all programs after they have been loaded into the kernel.

@@ -148,7 +148,9 @@ type Wait struct {
 	// BehindWriter reader waits that found a writer queued at the head.
 	ReaderOwned  uint64
 	BehindWriter uint64
-	Ongoing      uint64 // of Count, waits still going when wolf stopped
+	// Ongoing are the waits still going at the end of the window (a
+	// gauge: counted in Count in the window they were first seen in).
+	Ongoing uint64
 }
 
 // Waiter is one task's waits on one lock.
@@ -160,7 +162,7 @@ type Waiter struct {
 	Count   uint64
 	TotalNs uint64
 	MaxNs   uint64
-	Ongoing bool // still waiting when wolf stopped
+	Ongoing bool // still waiting at the end of the window
 }
 
 // Owner is waiting time attributed to the task that held the lock when
@@ -186,7 +188,7 @@ type Queue struct {
 	Lock        uint64
 	MaxReaders  uint64
 	MaxWriters  uint64
-	Readers     int64 // waiting when wolf stopped
+	Readers     int64 // waiting at the end of the window
 	Writers     int64
 	BusyMaxNs   uint64 // longest time from a first waiter to an empty queue
 	BusyTotalNs uint64

@@ -6,19 +6,14 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
-	"github.com/cilium/ebpf/link"
-	"github.com/cilium/ebpf/ringbuf"
-	"github.com/cilium/ebpf/rlimit"
 
-	"github.com/wolf-investigator/wolf/internal/bpfrec"
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/kernelbtf"
 	"github.com/wolf-investigator/wolf/internal/lockslow"
-	"github.com/wolf-investigator/wolf/internal/perfsample"
+	"github.com/wolf-investigator/wolf/internal/probekit"
 )
 
 // config is what the BPF side is told before load.
@@ -31,288 +26,202 @@ type config struct {
 	rawOnly       bool   // tests: behave like a kernel without BTF tracepoints
 }
 
-// commonProgs are loaded on every kernel.
-type commonProgs struct {
-	OnMmAcquired *ebpf.Program `ebpf:"on_mm_acquired"`
-	OnMmReleased *ebpf.Program `ebpf:"on_mm_released"`
-	OnSample     *ebpf.Program `ebpf:"on_sample"`
-	// Reclaim done while holding an mmap_lock.
-	OnMemcgReclaimBegin  *ebpf.Program `ebpf:"on_memcg_reclaim_begin"`
-	OnMemcgReclaimEnd    *ebpf.Program `ebpf:"on_memcg_reclaim_end"`
-	OnDirectReclaimBegin *ebpf.Program `ebpf:"on_direct_reclaim_begin"`
-	OnDirectReclaimEnd   *ebpf.Program `ebpf:"on_direct_reclaim_end"`
-	OnShrinkInactive     *ebpf.Program `ebpf:"on_shrink_inactive"`
+// mode is how locks sees lock waits on this kernel.
+type mode int
+
+const (
+	// btfMode: BTF tracepoints on lock:contention_*, which take the
+	// owner's stack through kfuncs (6.2+).
+	btfMode mode = iota
+	// rawMode: raw tracepoints on lock:contention_* (5.19+), no owner
+	// stacks.
+	rawMode
+	// kprobeMode: before 5.19 there are no contention tracepoints;
+	// kprobes on the sleeping locks' slow paths begin a wait, and
+	// sched_switch ends it when the waiter that slept there runs again
+	// (no kretprobes: their trampoline would cut every waiter's stack
+	// short).
+	kprobeMode
+)
+
+// attachTable is everything locks attaches in mode. The object is
+// configured for the mode too (owner_stacks, slow_ranges).
+func attachTable(m mode, profileHz int) []probekit.Attach {
+	kind, prefix := probekit.RawTracepoint, "raw_"
+	if m == btfMode {
+		kind, prefix = probekit.BTFTracepoint, "btf_"
+	}
+	var t []probekit.Attach
+	if m == kprobeMode {
+		t = append(t, probekit.Attach{Kind: probekit.RawTracepoint, Target: "sched/sched_switch", Program: "kp_switch", Required: true,
+			Why: "the end of a lock wait: its waiter, asleep in a lock's slow path, runs again"})
+		progs := map[lockslow.Kind]string{lockslow.Mutex: "kp_mutex_begin", lockslow.RWSemRead: "kp_rwsem_read_begin", lockslow.RWSemWrite: "kp_rwsem_write_begin"}
+		for _, k := range []lockslow.Kind{lockslow.Mutex, lockslow.RWSemRead, lockslow.RWSemWrite} {
+			for _, fn := range lockslow.Funcs[k] {
+				t = append(t, probekit.Attach{Kind: probekit.Kprobe, Target: fn, Program: progs[k],
+					Why: "waits on a " + k.String() + " as they begin (no lock:contention_begin before Linux 5.19)"})
+			}
+		}
+	} else {
+		t = append(t, probekit.Attach{Kind: kind, Target: "lock/contention_begin", Program: prefix + "contention_begin", Required: true,
+			Why: "every lock wait as it begins (Linux 5.19+)"},
+			probekit.Attach{Kind: kind, Target: "lock/contention_end", Program: prefix + "contention_end", Required: true,
+				Why: "every lock wait as it ends"})
+	}
+	t = append(t, []probekit.Attach{
+		{Kind: probekit.RawTracepoint, Target: "mmap_lock/mmap_lock_acquire_returned", Program: "on_mm_acquired",
+			Why: "mmap_lock holds and waits per thread"},
+		{Kind: probekit.RawTracepoint, Target: "mmap_lock/mmap_lock_released", Program: "on_mm_released",
+			Why: "mmap_lock hold times and long holds"},
+		{Kind: probekit.RawTracepoint, Target: "vmscan/mm_vmscan_memcg_reclaim_begin", Program: "on_memcg_reclaim_begin",
+			Why: "memory cgroup reclaim done while holding an mmap_lock"},
+		{Kind: probekit.RawTracepoint, Target: "vmscan/mm_vmscan_memcg_reclaim_end", Program: "on_memcg_reclaim_end",
+			Why: "the end of reclaim under an mmap_lock"},
+		{Kind: probekit.RawTracepoint, Target: "vmscan/mm_vmscan_direct_reclaim_begin", Program: "on_direct_reclaim_begin",
+			Why: "direct reclaim done while holding an mmap_lock"},
+		{Kind: probekit.RawTracepoint, Target: "vmscan/mm_vmscan_direct_reclaim_end", Program: "on_direct_reclaim_end",
+			Why: "the end of direct reclaim under an mmap_lock"},
+		{Kind: probekit.RawTracepoint, Target: "vmscan/mm_vmscan_lru_shrink_inactive", Program: "on_shrink_inactive",
+			Why: "pages scanned and reclaimed under an mmap_lock"},
+	}...)
+	if m == btfMode {
+		t = append(t, probekit.Attach{Kind: probekit.BTFTracepoint, Target: "sched/sched_switch", Program: "on_switch",
+			Why: "how long mmap_lock holders wait throttled by their cgroup's CPU quota"})
+	}
+	if profileHz > 0 {
+		t = append(t, probekit.Attach{Kind: probekit.PerfSample, Program: "on_sample", Hz: profileHz,
+			Why: "profile what runs while a thread holds its mmap_lock"})
+	}
+	return t
 }
 
-// The contention programs come in two builds: BTF tracepoints (owner
-// stacks through kfuncs) and raw tracepoints for older kernels.
-type btfProgs struct {
-	Begin *ebpf.Program `ebpf:"btf_contention_begin"`
-	End   *ebpf.Program `ebpf:"btf_contention_end"`
-	// Switch times how long mmap_lock holders are throttled by their
-	// cgroup's CPU quota while holding (BTF tracepoint only).
-	Switch *ebpf.Program `ebpf:"on_switch"`
-}
-
-type rawProgs struct {
-	Begin *ebpf.Program `ebpf:"raw_contention_begin"`
-	End   *ebpf.Program `ebpf:"raw_contention_end"`
-}
-
-// kprobeProgs stand in for the contention tracepoints where the kernel
-// has none (before 5.19): kprobes on the sleeping locks' slow paths.
-type kprobeProgs struct {
-	Mutex      *ebpf.Program `ebpf:"kp_mutex_begin"`
-	RWSemRead  *ebpf.Program `ebpf:"kp_rwsem_read_begin"`
-	RWSemWrite *ebpf.Program `ebpf:"kp_rwsem_write_begin"`
-	// Switch ends the waits (on sched_switch): no kretprobes, whose
-	// trampoline would cut every waiter's stack short.
-	Switch *ebpf.Program `ebpf:"kp_switch"`
-}
-
+// probe is locks' object, loaded and attached through the kit.
 type probe struct {
-	maps    locksMaps
-	common  commonProgs
-	begin   *ebpf.Program
-	end     *ebpf.Program
-	sw      *ebpf.Program    // sched_switch, nil without BTF tracepoints
-	btf     bool             // contention via BTF tracepoints, with owner stacks
-	kp      *kprobeProgs     // contention via kprobes (no contention tracepoints)
-	slow    *lockslow.Probes // those kprobes, attached
-	links   []link.Link
-	sampler *perfsample.Sampler
-	rd      *ringbuf.Reader
-	done    chan struct{}
-
-	mu       sync.Mutex
-	events   []locksHoldEvent
-	lost     uint64 // hold events wolf could not keep (its own cap)
-	warnings []string
-	attached map[string]bool
+	kit   *probekit.Probe
+	table []probekit.Attach
+	maps  locksMaps
+	holds *probekit.Ring[locksHoldEvent]
+	btf   bool // contention via BTF tracepoints, with owner stacks
+	// slowpath: waits seen through kprobes on the slow paths, where a
+	// wait that never slept has no end by design (said in the notes).
+	slowpath bool
+	notes    []string
 }
 
-// maxHoldEvents bounds what user space keeps of the ring buffer.
+// maxHoldEvents bounds what user space keeps of the ring buffer per window.
 const maxHoldEvents = 10000
 
+// openProbe loads and attaches, preferring BTF tracepoints and falling back
+// to raw ones, in an object configured without owner stacks, when this
+// kernel refuses them.
 func openProbe(cfg config) (*probe, error) {
-	if os.Geteuid() != 0 {
-		return nil, fmt.Errorf("locks: loading BPF programs needs root: %w", investigator.ErrPrivilege)
-	}
-	if err := rlimit.RemoveMemlock(); err != nil {
-		return nil, fmt.Errorf("locks: raise memlock limit: %w", err)
-	}
-	p := &probe{attached: map[string]bool{}, done: make(chan struct{})}
-	if err := p.load(cfg); err != nil {
-		return nil, err
-	}
-	attach := func(name string, prog *ebpf.Program, typed bool, required bool) error {
-		var l link.Link
-		var err error
-		if typed {
-			l, err = link.AttachTracing(link.TracingOptions{Program: prog})
-		} else {
-			l, err = link.AttachRawTracepoint(link.RawTracepointOptions{Name: name, Program: prog})
-		}
-		if err != nil {
-			if required {
-				return fmt.Errorf("locks: attach tracepoint %s (%v): %w", name, err, investigator.ErrUnsupported)
-			}
-			if strings.HasPrefix(name, "mmap_lock_") {
-				// Said once, for both.
-				if name == "mmap_lock_acquire_returned" {
-					p.warnings = append(p.warnings, fmt.Sprintf("mmap_lock holds not timed: no mmap_lock tracepoints (Linux 5.11+; %v); waits behind a held mmap_lock are still seen", err))
-				}
-				return nil
-			}
-			p.warnings = append(p.warnings, fmt.Sprintf("tracepoint %s unavailable: %v", name, err))
-			return nil
-		}
-		p.links = append(p.links, l)
-		p.attached[name] = true
-		return nil
-	}
-	type step struct {
-		name     string
-		prog     *ebpf.Program
-		typed    bool
-		required bool
-	}
-	var steps []step
-	if p.kp == nil {
-		steps = append(steps, step{"contention_begin", p.begin, p.btf, true}, step{"contention_end", p.end, p.btf, true})
-	} else {
-		l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "sched_switch", Program: p.kp.Switch})
-		if err != nil {
-			p.close()
-			return nil, fmt.Errorf("locks: attach tracepoint sched_switch (%v): %w", err, investigator.ErrUnsupported)
-		}
-		p.links = append(p.links, l)
-		slow, err := lockslow.Attach(context.Background(), map[lockslow.Kind]*ebpf.Program{
-			lockslow.Mutex: p.kp.Mutex, lockslow.RWSemRead: p.kp.RWSemRead, lockslow.RWSemWrite: p.kp.RWSemWrite,
-		})
-		if err != nil {
-			p.close()
-			return nil, fmt.Errorf("locks: this kernel has no lock:contention_begin/end tracepoints (Linux 5.19+), and kprobes on the lock slow paths failed (%v): %w", err, investigator.ErrUnsupported)
-		}
-		p.slow = slow
-		p.attached["lock_slowpath_kprobes"] = true
-		p.warnings = append(p.warnings, fmt.Sprintf("no lock:contention_* tracepoints (Linux 5.19+): waits on mutexes and rw-semaphores seen through kprobes on %s, timed until the waiter that slept there runs again; spin locks, semaphores, per-CPU rw-semaphores and waits that never sleep are not seen", strings.Join(slow.Funcs, ", ")))
-	}
-	steps = append(steps, []step{
-		{"mmap_lock_acquire_returned", p.common.OnMmAcquired, false, false},
-		{"mmap_lock_released", p.common.OnMmReleased, false, false},
-		{"mm_vmscan_memcg_reclaim_begin", p.common.OnMemcgReclaimBegin, false, false},
-		{"mm_vmscan_memcg_reclaim_end", p.common.OnMemcgReclaimEnd, false, false},
-		{"mm_vmscan_direct_reclaim_begin", p.common.OnDirectReclaimBegin, false, false},
-		{"mm_vmscan_direct_reclaim_end", p.common.OnDirectReclaimEnd, false, false},
-		{"mm_vmscan_lru_shrink_inactive", p.common.OnShrinkInactive, false, false},
-	}...)
-	if p.sw != nil {
-		steps = append(steps, step{"sched_switch", p.sw, true, false})
-	}
-	for _, s := range steps {
-		if err := attach(s.name, s.prog, s.typed, s.required); err != nil {
-			p.close()
-			return nil, err
-		}
-	}
-	if cfg.ProfileHz > 0 && p.attached["mmap_lock_released"] {
-		s, err := perfsample.Attach(p.common.OnSample, cfg.ProfileHz)
-		if err != nil {
-			p.warnings = append(p.warnings, fmt.Sprintf("no profile under lock: %v", err))
-		} else {
-			p.sampler = s
-			p.attached["perf_event"] = true
-		}
-	}
-	rd, err := ringbuf.NewReader(p.maps.Holds)
-	if err != nil {
-		p.close()
-		return nil, fmt.Errorf("locks: open ring buffer: %w", err)
-	}
-	p.rd = rd
-	go p.readHolds()
-	return p, nil
-}
-
-// load loads the object, preferring BTF tracepoints and falling back to
-// raw ones when this kernel refuses them.
-func (p *probe) load(cfg config) error {
-	configure := func(spec *ebpf.CollectionSpec, typed bool) error {
-		vars := map[string]any{
-			"target_tgid":         cfg.TargetTGID,
-			"self_tgid":           uint32(os.Getpid()),
-			"target_lock":         cfg.TargetLock,
-			"type_mask":           cfg.TypeMask,
-			"hold_threshold_ns":   cfg.HoldThreshold,
-			"owner_stacks":        typed,
-			"mmap_has_memcg_path": mmapHasMemcgPath(),
-		}
-		for name, v := range vars {
-			if err := spec.Variables[name].Set(v); err != nil {
-				return fmt.Errorf("locks: configure %s: %w", name, err)
-			}
-		}
-		return fitPerCPU(spec)
-	}
-	tryLoad := func(typed bool) error {
-		spec, err := loadLocks()
-		if err != nil {
-			return fmt.Errorf("locks: read BPF object: %w", err)
-		}
-		if err := configure(spec, typed); err != nil {
-			return err
-		}
-		if typed {
-			var o struct {
-				locksMaps
-				commonProgs
-				btfProgs
-			}
-			if err := spec.LoadAndAssign(&o, kernelbtf.Options()); err != nil {
-				return err
-			}
-			p.maps, p.common, p.begin, p.end, p.btf = o.locksMaps, o.commonProgs, o.btfProgs.Begin, o.btfProgs.End, true
-			p.sw = o.btfProgs.Switch
-			return nil
-		}
-		var o struct {
-			locksMaps
-			commonProgs
-			rawProgs
-		}
-		if err := spec.LoadAndAssign(&o, kernelbtf.Options()); err != nil {
-			return err
-		}
-		p.maps, p.common, p.begin, p.end = o.locksMaps, o.commonProgs, o.rawProgs.Begin, o.rawProgs.End
-		return nil
-	}
-	tryKprobes := func() error {
-		spec, err := loadLocks()
-		if err != nil {
-			return fmt.Errorf("locks: read BPF object: %w", err)
-		}
-		if err := configure(spec, false); err != nil {
-			return err
-		}
-		// The slow paths' text: a waiter asleep there is still waiting.
-		ranges, err := lockslow.Ranges(context.Background(), 8)
-		if err != nil {
-			return err
-		}
-		var rs [8]struct{ Start, End uint64 }
-		for i, r := range ranges {
-			rs[i].Start, rs[i].End = r.Start, r.End
-		}
-		if err := spec.Variables["slow_ranges"].Set(rs); err != nil {
-			return fmt.Errorf("locks: configure slow_ranges: %w", err)
-		}
-		var o struct {
-			locksMaps
-			commonProgs
-			kprobeProgs
-		}
-		if err := spec.LoadAndAssign(&o, kernelbtf.Options()); err != nil {
-			return err
-		}
-		p.maps, p.common, p.kp = o.locksMaps, o.commonProgs, &o.kprobeProgs
-		return nil
-	}
 	if !hasContentionTracepoints() {
-		if err := tryKprobes(); err != nil {
-			var ve *ebpf.VerifierError
-			if errors.As(err, &ve) {
-				return fmt.Errorf("locks: the kernel's BPF verifier rejected the program (%v): %w", ve, investigator.ErrUnsupported)
-			}
-			return fmt.Errorf("locks: load BPF objects: %w", err)
-		}
-		// Owners' stacks need kfuncs in BTF-tracepoint programs (6.2+);
-		// kernels without contention tracepoints are older still.
-		p.warnings = append(p.warnings, "owners' stacks not captured: the kernel has no bpf_task_from_pid kfunc (Linux 6.2+)")
-		return nil
+		return openKprobes(cfg)
 	}
 	var btfErr error
 	if !cfg.rawOnly {
-		if btfErr = tryLoad(true); btfErr == nil {
-			return nil
+		p, err := open(cfg, btfMode)
+		if err == nil {
+			return p, nil
 		}
+		if errors.Is(err, investigator.ErrPrivilege) {
+			return nil, err
+		}
+		btfErr = err
 	}
-	if err := tryLoad(false); err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			return fmt.Errorf("locks: the kernel's BPF verifier rejected the program (%v): %w", ve, investigator.ErrUnsupported)
-		}
-		return fmt.Errorf("locks: load BPF objects: %w", err)
+	p, err := open(cfg, rawMode)
+	if err != nil {
+		return nil, err
 	}
 	if btfErr != nil {
 		why := btfErr.Error()
 		if !kernelHasFunc("bpf_task_from_pid") {
 			why = "the kernel has no bpf_task_from_pid kfunc (Linux 6.2+)"
 		}
-		p.warnings = append(p.warnings, "owners' stacks not captured: "+why)
+		p.notes = append(p.notes, "owners' stacks not captured: "+why)
 	}
-	return nil
+	return p, nil
 }
+
+// openKprobes opens locks on a kernel without contention tracepoints
+// (before 5.19): kprobes on the lock slow paths, where the kernel has
+// kprobes; at least one of them must attach.
+func openKprobes(cfg config) (*probe, error) {
+	// The slow paths' text: a waiter asleep there is still waiting.
+	ranges, err := lockslow.Ranges(context.Background(), maxSlowRanges)
+	if err != nil {
+		return nil, fmt.Errorf("locks: no lock:contention_begin/end tracepoints (Linux 5.19+), and the lock slow paths are not in kallsyms (%v): %w", err, investigator.ErrUnsupported)
+	}
+	var rs [maxSlowRanges]struct{ Start, End uint64 }
+	for i, r := range ranges {
+		rs[i].Start, rs[i].End = r.Start, r.End
+	}
+	p, err := open(cfg, kprobeMode, map[string]any{"slow_ranges": rs})
+	if err != nil {
+		return nil, err
+	}
+	var fns []string
+	for _, row := range p.table {
+		if row.Kind == probekit.Kprobe && p.kit.Attached(row.Target) {
+			fns = append(fns, row.Target)
+		}
+	}
+	if len(fns) == 0 {
+		p.close()
+		return nil, fmt.Errorf("locks: this kernel has no lock:contention_begin/end tracepoints (Linux 5.19+), and no kprobe on the lock slow paths attached: %w", investigator.ErrUnsupported)
+	}
+	p.slowpath = true
+	p.notes = append(p.notes,
+		fmt.Sprintf("no lock:contention_* tracepoints (Linux 5.19+): waits on mutexes and rw-semaphores seen through kprobes on %s, timed until the waiter that slept there runs again; spin locks, semaphores, per-CPU rw-semaphores and waits that never sleep are not seen", strings.Join(fns, ", ")),
+		// Owners' stacks need kfuncs in BTF-tracepoint programs (6.2+);
+		// kernels without contention tracepoints are older still.
+		"owners' stacks not captured: the kernel has no bpf_task_from_pid kfunc (Linux 6.2+)")
+	return p, nil
+}
+
+// maxSlowRanges is the size of slow_ranges in locks.bpf.c.
+const maxSlowRanges = 8
+
+func open(cfg config, m mode, extra ...map[string]any) (*probe, error) {
+	p := &probe{table: attachTable(m, cfg.ProfileHz), btf: m == btfMode}
+	vars := map[string]any{
+		"target_tgid":         cfg.TargetTGID,
+		"self_tgid":           uint32(os.Getpid()),
+		"target_lock":         cfg.TargetLock,
+		"type_mask":           cfg.TypeMask,
+		"hold_threshold_ns":   cfg.HoldThreshold,
+		"owner_stacks":        m == btfMode,
+		"mmap_has_memcg_path": mmapHasMemcgPath(),
+	}
+	for _, e := range extra {
+		for k, v := range e {
+			vars[k] = v
+		}
+	}
+	kit, err := probekit.Open(probekit.Object{
+		Name:    "locks",
+		Spec:    loadLocks,
+		Vars:    vars,
+		Prepare: fitPerCPU,
+		Table:   p.table,
+		BTF:     kernelbtf.External(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	p.kit = kit
+	if err := kit.AssignMaps(&p.maps); err != nil {
+		kit.Close()
+		return nil, err
+	}
+	if p.holds, err = probekit.OpenRing[locksHoldEvent](kit, "holds", maxHoldEvents); err != nil {
+		kit.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *probe) close() { p.kit.Close() }
 
 // perCPUBudget bounds the memory of the per-CPU aggregation maps: their
 // entries are multiplied by the number of possible CPUs, so on big hosts
@@ -322,7 +231,7 @@ const perCPUBudget = 96 << 20
 func fitPerCPU(spec *ebpf.CollectionSpec) error {
 	ncpu, err := ebpf.PossibleCPU()
 	if err != nil {
-		return fmt.Errorf("locks: possible CPUs: %w", err)
+		return fmt.Errorf("possible CPUs: %w", err)
 	}
 	var perEntry uint64
 	var maps []*ebpf.MapSpec
@@ -369,7 +278,7 @@ func kernelHasFunc(name string) bool {
 // way back to user space (6.18+: task_struct has a throttled flag), so that
 // a task holding a kernel lock is never throttled while it holds it.
 func taskBasedThrottle() bool {
-	spec, err := btf.LoadKernelSpec()
+	spec, err := kernelbtf.Spec()
 	if err != nil {
 		return false
 	}
@@ -402,72 +311,4 @@ func mmapHasMemcgPath() bool {
 	}
 	proto, ok := ptr.Target.(*btf.FuncProto)
 	return ok && len(proto.Params) == 4
-}
-
-func (p *probe) readHolds() {
-	defer close(p.done)
-	for {
-		rec, err := p.rd.Read()
-		if err != nil {
-			if !errors.Is(err, ringbuf.ErrClosed) {
-				p.mu.Lock()
-				p.warnings = append(p.warnings, fmt.Sprintf("ring buffer: %v", err))
-				p.mu.Unlock()
-			}
-			return
-		}
-		e, err := bpfrec.Decode[locksHoldEvent](rec.RawSample)
-		if err != nil {
-			continue
-		}
-		p.mu.Lock()
-		if len(p.events) < maxHoldEvents {
-			p.events = append(p.events, e)
-		} else {
-			p.lost++
-		}
-		p.mu.Unlock()
-	}
-}
-
-// holdEvents returns the long holds received so far.
-func (p *probe) holdEvents() ([]locksHoldEvent, uint64) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append([]locksHoldEvent(nil), p.events...), p.lost
-}
-
-func (p *probe) programs() []*ebpf.Program {
-	c := &p.common
-	out := []*ebpf.Program{p.begin, p.end, c.OnMmAcquired, c.OnMmReleased, c.OnSample,
-		c.OnMemcgReclaimBegin, c.OnMemcgReclaimEnd, c.OnDirectReclaimBegin, c.OnDirectReclaimEnd, c.OnShrinkInactive, p.sw}
-	if p.kp != nil {
-		out = append(out, p.kp.Mutex, p.kp.RWSemRead, p.kp.RWSemWrite, p.kp.Switch)
-	}
-	return out
-}
-
-// close detaches first (no new events), then drains and closes.
-func (p *probe) close() {
-	if p.sampler != nil {
-		p.sampler.Close()
-		p.sampler = nil
-	}
-	for _, l := range p.links {
-		_ = l.Close()
-	}
-	p.links = nil
-	p.slow.Close()
-	p.slow = nil
-	if p.rd != nil {
-		_ = p.rd.Close()
-		<-p.done
-		p.rd = nil
-	}
-	for _, prog := range p.programs() {
-		if prog != nil {
-			_ = prog.Close()
-		}
-	}
-	_ = p.maps.Close()
 }

@@ -148,6 +148,18 @@ type Object struct {
 	// Refuse names targets or programs to treat as refused by the kernel,
 	// so that tests can walk the paths of kernels that lack them.
 	Refuse map[string]bool
+	// Load names programs to load but not attach: programs the
+	// investigator runs itself (BPF_PROG_TEST_RUN), such as one that
+	// reads what the attached programs need. One the kernel refuses is
+	// left out (Program returns nil; LoadError says why).
+	Load []string
+	// BeforeAttach, when set, runs once the maps and the Load programs
+	// are loaded, before any row attaches; an error ends Open.
+	BeforeAttach func(*Probe) error
+	// Extra are programs the investigator loaded and attached itself
+	// (uprobes, which the table has no kind for), metered with the
+	// object's own.
+	Extra []*ebpf.Program
 }
 
 // Requirements lists what the table needs, for `wolf check`: one entry per
@@ -180,6 +192,9 @@ type Probe struct {
 	maps  map[string]*ebpf.Map
 	progs map[string]*ebpf.Program
 	iters map[string]*link.Iter
+	extra []*ebpf.Program
+	// loadErrs are the Load programs the kernel refused.
+	loadErrs map[string]error
 
 	mu       sync.Mutex
 	links    []link.Link
@@ -192,6 +207,7 @@ type Probe struct {
 	losses   []Loss
 	meter    *overhead.Meter
 	counters counterWindow
+	window   uint32 // wolf_window: the window whose maxima the programs keep
 }
 
 // Open loads o's programs, attaches them as its table says, and starts
@@ -227,6 +243,11 @@ func Open(o Object) (*Probe, error) {
 	if err := CheckTable(spec, o.Table); err != nil {
 		return nil, fmt.Errorf("%s: %w", o.Name, err)
 	}
+	for _, name := range o.Load {
+		if _, ok := spec.Programs[name]; !ok {
+			return nil, fmt.Errorf("%s: the BPF object has no program %s to load", o.Name, name)
+		}
+	}
 	var opts ebpf.CollectionOptions
 	opts.Cache = btf.NewCache()
 	if o.BTF != "" {
@@ -243,11 +264,25 @@ func Open(o Object) (*Probe, error) {
 		name: o.Name, spec: spec,
 		progs: map[string]*ebpf.Program{}, iters: map[string]*link.Iter{},
 		attached: map[string]bool{}, chosen: map[string]Attach{}, stoodIn: map[string][]string{},
-		meter: overhead.Start(),
+		extra: o.Extra, meter: overhead.Start(),
 	}
 	if err := p.loadMaps(opts); err != nil {
 		p.Close()
 		return nil, err
+	}
+	for _, name := range o.Load {
+		if _, err := p.program(name, opts); err != nil {
+			if p.loadErrs == nil {
+				p.loadErrs = map[string]error{}
+			}
+			p.loadErrs[name] = err
+		}
+	}
+	if o.BeforeAttach != nil {
+		if err := o.BeforeAttach(p); err != nil {
+			p.Close()
+			return nil, err
+		}
 	}
 	for _, row := range o.Table {
 		if row.Unless != "" && p.attached[row.Unless] {
@@ -266,9 +301,13 @@ func Open(o Object) (*Probe, error) {
 		}
 		p.losses = append(p.losses, Loss{Attach: row, Err: err})
 	}
-	p.meter.Track(p.Programs()...)
+	p.meter.Track(p.metered()...)
 	return p, nil
 }
+
+// LoadError is why the kernel refused a program of Object.Load, nil if it
+// loaded.
+func (p *Probe) LoadError(program string) error { return p.loadErrs[program] }
 
 // CheckTable says whether every row's program is in the object, so that a
 // renamed C function fails the tests rather than a user's run.
@@ -414,6 +453,11 @@ func (p *Probe) Programs() []*ebpf.Program {
 	return out
 }
 
+// metered are the programs the meter reads: the object's and Extra.
+func (p *Probe) metered() []*ebpf.Program {
+	return append(p.Programs(), p.extra...)
+}
+
 // Iter returns the iterator made of program, nil if it could not be made.
 func (p *Probe) Iter(program string) *link.Iter { return p.iters[program] }
 
@@ -470,7 +514,8 @@ func (p *Probe) Notes() []string {
 		if len(p.stoodIn[l.Attach.Target]) > 0 {
 			continue
 		}
-		out = append(out, fmt.Sprintf("%s %s unavailable (%s): %s not seen", l.Attach.Kind, l.Attach.Target, Explain(l.Err), l.Attach.Why))
+		what := strings.TrimSpace(l.Attach.Kind.String() + " " + l.Attach.Target)
+		out = append(out, fmt.Sprintf("%s unavailable (%s): %s not seen", what, Explain(l.Err), l.Attach.Why))
 	}
 	return out
 }
@@ -478,7 +523,7 @@ func (p *Probe) Notes() []string {
 // Overhead is what the programs cost since Open or the previous call,
 // with the investigator's own event and drop counts for that window.
 func (p *Probe) Overhead(events, dropped uint64) finding.Overhead {
-	return p.meter.Lap(events, dropped, p.Programs()...)
+	return p.meter.Lap(events, dropped, p.metered()...)
 }
 
 // Detach takes every program out of the kernel's hooks, all at once: each

@@ -64,10 +64,14 @@ type Reclaim struct {
 
 // Call is one reclaim call.
 type Call struct {
-	TID, PID           int
-	Comm               string
-	Kind               string
-	Duration           time.Duration // so far, for calls in flight
+	TID, PID int
+	Comm     string
+	Kind     string
+	Duration time.Duration // so far, for calls in flight
+	// Before is, of a call in flight, the time an earlier window counted
+	// already (it was in flight then too): the window's part is Duration
+	// minus Before.
+	Before             time.Duration
 	Scanned, Reclaimed uint64
 	InFlight           bool
 }
@@ -167,16 +171,22 @@ func (r *Reclaim) Efficiency() float64 {
 	return 100 * float64(r.Reclaimed) / float64(r.Scanned)
 }
 
-// TotalTime is the wall time in completed calls of the cgroup-driven kinds
-// (memcg, soft limit) plus the calls still in flight.
+// memcgTime is the window's wall time in reclaim calls of the
+// cgroup-driven kinds (memcg, soft limit): completed calls and the calls
+// still in flight.
 func (r *Reclaim) memcgTime() time.Duration {
 	t := r.Time[kindMemcg] + r.Time[kindSoftlimit]
 	for _, f := range r.InFlight {
 		if f.Kind == kindNames[kindMemcg] || f.Kind == kindNames[kindSoftlimit] {
-			t += f.Duration
+			t += f.inWindow()
 		}
 	}
 	return t
+}
+
+// inWindow is the part of a call in flight that falls in the window.
+func (c *Call) inWindow() time.Duration {
+	return max(c.Duration-c.Before, 0)
 }
 
 func (r *Reclaim) memcgCalls() uint64 {
@@ -532,7 +542,7 @@ func (s *Snapshot) directFinding() (finding.Finding, bool) {
 		total += r.Time[kindDirect] + r.Time[kindNode]
 		for _, f := range r.InFlight {
 			if k := kindIndex(f.Kind); k == kindDirect || k == kindNode {
-				total += f.Duration
+				total += f.inWindow()
 				calls++
 			}
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/wolf-investigator/wolf/internal/human"
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/kconfig"
+	"github.com/wolf-investigator/wolf/internal/probekit"
 	"github.com/wolf-investigator/wolf/internal/sysctl"
 )
 
@@ -22,9 +23,7 @@ func (*Investigator) Requirements() []investigator.Requirement {
 		{Feature: "btf", Why: "CO-RE: read the task's memory cgroup and reclaim statistics on any kernel layout"},
 		{Feature: "tp_btf", Why: "attach to the vmscan tracepoints with typed arguments: direct reads, no helper call per field"},
 	}
-	for _, tp := range tracepoints {
-		reqs = append(reqs, investigator.Requirement{Feature: "tracepoint:vmscan/" + tp.name, Why: tp.why, Optional: !tp.required})
-	}
+	reqs = append(reqs, probekit.Requirements(attachTable)...)
 	return append(reqs,
 		investigator.Requirement{Feature: "cgroup_v1", Why: "limits, usage, failcnt and OOM kills of v1 memory cgroups", Optional: true},
 		investigator.Requirement{Feature: "cgroup_v2", Why: "memory.max, memory.events and per-cgroup PSI of v2 memory cgroups", Optional: true},

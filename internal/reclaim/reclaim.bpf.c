@@ -33,7 +33,6 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
-#define COMM_LEN 16
 #define MAX_NODES 64
 #define WOLF_PF_KSWAPD 0x00020000
 
@@ -42,11 +41,12 @@ char LICENSE[] SEC("license") = "GPL";
 const volatile bool use_memcg = true;
 
 /*
- * The window's edges: user space sets gate[0] once every program is
- * attached and clears it before the first detaches, so what wolf counts
- * starts and stops at one moment (attaching and detaching fourteen
- * programs takes long enough, under memory pressure, to skew a count by
- * more than 10%).
+ * The session's start: user space sets gate[0] once every program is
+ * attached, so that what wolf counts starts at one moment (attaching
+ * fourteen programs takes long enough, under memory pressure, to skew a
+ * count by more than 10%). It stays open until the programs detach:
+ * windows are cut in user space, from readings of the cumulative maps
+ * (maxima per window: struct wolf_max, wolf.h).
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -72,11 +72,19 @@ enum kind {
 	HIST_SCANNED = 8, /* histogram of pages scanned per reclaim call */
 };
 
+/* The longest call of each window (two slots, as in struct wolf_max). */
+struct worst_call {
+	struct wolf_max ns; /* tag: the thread */
+	__u64 scanned[2];
+	__u64 reclaimed[2];
+	__u32 kind[2];
+};
+
 struct cg_stats {
 	__u64 calls[KIND_MAX];	/* reclaim calls seen from begin to end */
 	__u64 ns[KIND_MAX];	/* their wall time */
 	__u64 cpu_ns[KIND_MAX]; /* their time on CPU */
-	__u64 max_ns[KIND_MAX];
+	struct wolf_max max_ns[KIND_MAX];
 	__u64 csw;		 /* context switches inside reclaim calls */
 	__u64 end_reclaimed;	 /* nr_reclaimed the calls' end events report */
 	__u64 unmatched_ends;	 /* memcg/softlimit ends whose begin came before wolf */
@@ -103,12 +111,8 @@ struct cg_stats {
 	__u64 throttled[4];
 	__u64 throttled_us;
 	/* the longest call (this CPU's view; user space takes the max) */
-	__u64 worst_ns;
-	__u64 worst_scanned;
-	__u64 worst_reclaimed;
-	__u32 worst_tid;
-	__u32 worst_kind;
-	__u64 max_call_scanned;
+	struct worst_call worst;
+	struct wolf_max max_call_scanned;
 };
 
 struct inflight {
@@ -131,11 +135,11 @@ struct task_stats {
 	__u64 calls;
 	__u64 ns;
 	__u64 cpu_ns;
-	__u64 max_ns;
+	struct wolf_max max_ns;
 	__u64 csw;
 	__u64 scanned;
 	__u64 reclaimed;
-	char comm[COMM_LEN];
+	char comm[WOLF_COMM_LEN];
 };
 
 struct hist_key {
@@ -203,25 +207,12 @@ struct {
 	__type(value, struct wolf_hist);
 } kswapd_hist SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, STAT_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-} stats SEC(".maps");
+WOLF_STATS()
 
 /* Zero values for inserts (maps copy them). */
 static const struct cg_stats zero_cg;
 static const struct task_stats zero_task;
 static const struct wolf_hist zero_hist;
-
-static __always_inline void stat_add(__u32 idx, __u64 v)
-{
-	__u64 *c = bpf_map_lookup_elem(&stats, &idx);
-
-	if (c)
-		*c += v;
-}
 
 /* The id of the memory cgroup the task is charged to: its memory css's
  * cgroup's kernfs id. */
@@ -319,6 +310,9 @@ static __always_inline void task_account(struct task_struct *t, __u32 tid, struc
 		ts = bpf_map_lookup_elem(&tasks, &tid);
 		if (!ts)
 			return;
+	}
+	if (ts->tgid != f->tgid || !ts->comm[0]) {
+		/* New, or its tid reused by another process since. */
 		ts->tgid = f->tgid;
 		ts->kswapd = (BPF_CORE_READ(t, flags) & WOLF_PF_KSWAPD) != 0;
 		bpf_get_current_comm(ts->comm, sizeof(ts->comm));
@@ -328,10 +322,25 @@ static __always_inline void task_account(struct task_struct *t, __u32 tid, struc
 	ts->ns += ns;
 	ts->cpu_ns += cpu;
 	ts->csw += csw;
-	if (ns > ts->max_ns)
-		ts->max_ns = ns;
+	wolf_max_add(&ts->max_ns, ns);
 	ts->scanned += f->scanned;
 	ts->reclaimed += f->reclaimed;
+}
+
+static __always_inline void worst_add(struct worst_call *w, __u64 ns, __u32 tid, __u64 scanned,
+				      __u64 reclaimed, __u32 kind)
+{
+	__u32 win = wolf_window_now();
+	__u32 s = win & 1;
+
+	if (w->ns.win[s] == win && ns <= w->ns.v[s])
+		return;
+	w->ns.win[s] = win;
+	w->ns.v[s] = ns;
+	w->ns.tag[s] = tid;
+	w->scanned[s] = scanned;
+	w->reclaimed[s] = reclaimed;
+	w->kind[s] = kind;
 }
 
 static __always_inline int reclaim_end(__u32 kind, unsigned long nr_reclaimed)
@@ -370,19 +379,11 @@ static __always_inline int reclaim_end(__u32 kind, unsigned long nr_reclaimed)
 		s->calls[kind]++;
 		s->ns[kind] += ns;
 		s->cpu_ns[kind] += cpu;
-		if (ns > s->max_ns[kind])
-			s->max_ns[kind] = ns;
+		wolf_max_add(&s->max_ns[kind], ns);
 		s->csw += csw;
 		s->end_reclaimed += nr_reclaimed;
-		if (f->scanned > s->max_call_scanned)
-			s->max_call_scanned = f->scanned;
-		if (ns > s->worst_ns) {
-			s->worst_ns = ns;
-			s->worst_scanned = f->scanned;
-			s->worst_reclaimed = f->reclaimed;
-			s->worst_tid = tid;
-			s->worst_kind = kind;
-		}
+		wolf_max_add(&s->max_call_scanned, f->scanned);
+		worst_add(&s->worst, ns, tid, f->scanned, f->reclaimed, kind);
 	}
 	hist_add(f->cgid, kind, ns);
 	hist_add(f->cgid, HIST_SCANNED, f->scanned);

@@ -27,7 +27,7 @@ import (
 	"github.com/wolf-investigator/wolf/internal/bpfrec"
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/memcg"
-	"github.com/wolf-investigator/wolf/internal/overhead"
+	"github.com/wolf-investigator/wolf/internal/probekit"
 	"github.com/wolf-investigator/wolf/internal/procfs"
 )
 
@@ -56,6 +56,8 @@ type Investigator struct {
 	attached, collecting func()
 	// absent makes tracepoints look missing from the kernel (tests).
 	absent map[string]bool
+	// snapshot sees each window's snapshot before it is concluded (tests).
+	snapshot func(*Snapshot)
 }
 
 // New returns an investigator with the defaults.
@@ -79,54 +81,45 @@ type procSample struct {
 
 // Start reads every cgroup's counters, loads and attaches.
 func (iv *Investigator) Start(ctx context.Context, opts investigator.Options) (investigator.Session, error) {
-	s := &session{iv: *iv, opts: opts, meter: overhead.Start()}
-	ok := false
-	defer func() {
-		if !ok {
-			s.Close()
-		}
-	}()
+	s := &session{iv: *iv, opts: opts}
 	h, herr := memcg.Find(ctx, iv.Proc)
 	s.h, s.useMemcg = h, herr == nil
 	var err error
 	if s.sc, err = iv.scope(ctx, h, herr, opts.PID); err != nil {
 		return nil, err
 	}
+	// Before: every cgroup's counters, every process's stat.
+	s.baseline(ctx, nil, nil)
 
-	// Before: every cgroup's counters, every process's stat, host PSI.
-	s.before = map[string]memcg.State{}
-	if s.useMemcg {
-		s.idPaths, _, _ = h.IDs(ctx, maxCgroupsWalked)
-		for _, p := range s.idPaths {
-			if st, err := h.ReadCounters(p); err == nil {
-				s.before[p] = st
-			}
-		}
+	refuse := map[string]bool{}
+	for name := range iv.absent {
+		refuse["vmscan/"+name] = true
 	}
-	s.procs0 = iv.sampleProcs(ctx, opts.PID)
+	if s.p, err = openProbe(s.useMemcg, refuse); err != nil {
+		return nil, err
+	}
+	// Host PSI and OOM kills from the window's start: PSI is a share of
+	// the window's time.
 	s.psi0, s.psiErr = memcg.ReadPSI(memcg.SystemPressure)
 	s.oom0 = vmstatOOMKills()
-
-	if s.p, err = openProbe(s.useMemcg, iv.absent); err != nil {
-		return nil, err
-	}
-	if err := s.p.setGate(true); err != nil {
-		return nil, err
-	}
-	s.meter.Track(s.p.programs()...)
 	s.started = time.Now()
 	if iv.attached != nil {
 		iv.attached()
 	}
-	ok = true
 	return s, nil
 }
 
-// session is reclaim attached.
+// session is reclaim attached. Its windows: the maps are cumulative (the
+// gate opens once, at Start) and each window is the reading at its Collect
+// minus the previous one; maxima and the longest call are kept per window
+// by the programs (wolf.h's struct wolf_max). A call in flight at Collect
+// is shown as such, its time so far counted in the window; when it ends,
+// the window it ends in counts only the rest (see windows). cgroupfs,
+// /proc and PSI are read at each Collect: one window's after is the next
+// one's before.
 type session struct {
 	iv       Investigator
 	opts     investigator.Options
-	meter    *overhead.Meter
 	h        memcg.Hierarchy
 	useMemcg bool
 	sc       scope
@@ -137,7 +130,26 @@ type session struct {
 	psiErr   error
 	oom0     int64
 	p        *probe
-	started  time.Time
+	started  time.Time // the window's start
+	win      windows
+}
+
+// baseline reads what the next window is measured against: every
+// cgroup's counters and every process's stat, except those the window
+// that just ended read already (states, procs), which are kept as read.
+func (s *session) baseline(ctx context.Context, states map[string]memcg.State, procs map[int]procSample) {
+	s.before = map[string]memcg.State{}
+	if s.useMemcg {
+		s.idPaths, _, _ = s.h.IDs(ctx, maxCgroupsWalked)
+		for _, p := range s.idPaths {
+			if st, ok := states[p]; ok {
+				s.before[p] = st
+			} else if st, err := s.h.ReadCounters(p); err == nil {
+				s.before[p] = st
+			}
+		}
+	}
+	s.procs0 = s.iv.sampleProcs(ctx, s.opts.PID, procs)
 }
 
 // Close detaches and frees everything.
@@ -145,64 +157,77 @@ func (s *session) Close() error {
 	if s.p != nil {
 		s.p.close()
 	}
-	s.meter.Close()
 	return nil
 }
 
-// Collect concludes the window since Start.
+// Collect concludes the window since Start or the previous Collect.
 func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
-	iv, p, opts, started := &s.iv, s.p, s.opts, s.started
-	h, useMemcg, sc, idPaths, before, procs0 := s.h, s.useMemcg, s.sc, s.idPaths, s.before, s.procs0
-	psi0, psiErr, oom0 := s.psi0, s.psiErr, s.oom0
-	if err := p.setGate(false); err != nil {
-		return nil, err
-	}
-	window := time.Since(started)
-	if iv.collecting != nil {
-		iv.collecting()
-	}
-	raw, err := p.read()
+	iv, p, opts := &s.iv, s.p, s.opts
+	// The window's maxima stop here; the maps are read after.
+	w, err := p.kit.EndWindow()
 	if err != nil {
 		return nil, err
 	}
+	now := time.Now()
+	window := now.Sub(s.started)
+	if iv.collecting != nil {
+		iv.collecting()
+	}
+	cur, err := p.read(w)
+	if err != nil {
+		return nil, err
+	}
+	raw, ev := s.win.step(cur)
+	p.evict(ev)
+	c, err := p.kit.WindowCounters()
+	if err != nil {
+		return nil, fmt.Errorf("reclaim: %w", err)
+	}
 
 	snap := &Snapshot{Window: window}
-	if psiErr == nil {
+	if s.psiErr == nil {
 		if psi1, err := memcg.ReadPSI(memcg.SystemPressure); err == nil {
 			snap.System.HasPSI = true
-			snap.System.PSISome = memcg.StallPct(psi0, psi1, window, false)
-			snap.System.PSIFull = memcg.StallPct(psi0, psi1, window, true)
+			snap.System.PSISome = memcg.StallPct(s.psi0, psi1, window, false)
+			snap.System.PSIFull = memcg.StallPct(s.psi0, psi1, window, true)
+			s.psi0 = psi1
 		}
 	}
-	if oom1 := vmstatOOMKills(); oom1 >= oom0 && oom0 >= 0 {
-		snap.System.OOMKills = uint64(oom1 - oom0)
+	if oom1 := vmstatOOMKills(); oom1 >= s.oom0 && s.oom0 >= 0 {
+		snap.System.OOMKills = uint64(oom1 - s.oom0)
+		s.oom0 = oom1
 	}
 	if sw := swapTotal(); sw >= 0 {
 		snap.System.SwapTotalBytes = uint64(sw)
 	}
 	snap.System.MGLRU = ReadMGLRU()
 	snap.Kswapd = Kswapd{
-		Wakes: raw.stats[statKswapdWakes], Sleeps: raw.stats[statKswapdSleeps], Requests: raw.stats[statWakeupKswapd],
-		Awake: time.Duration(raw.stats[statKswapdNs]), Scanned: raw.stats[statKswapdScanned], Reclaimed: raw.stats[statKswapdReclaimed],
+		Wakes: c[reclaimStatIndexSTAT_KSWAPD_WAKES], Sleeps: c[reclaimStatIndexSTAT_KSWAPD_SLEEPS], Requests: c[reclaimStatIndexSTAT_WAKEUP_KSWAPD],
+		Awake: time.Duration(c[reclaimStatIndexSTAT_KSWAPD_NS]), Scanned: c[reclaimStatIndexSTAT_KSWAPD_SCANNED], Reclaimed: c[reclaimStatIndexSTAT_KSWAPD_RECLAIMED],
 		AwakeHist: raw.kswapd,
 	}
 	// The window is over, possibly because ctx was cancelled (Ctrl-C): the
 	// reads that complete the report get a context of their own.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), collectTimeout)
 	defer cancel()
-	iv.buildCgroups(cctx, snap, raw, h, useMemcg, idPaths, before, procs0, sc, opts.PID)
+	states, procs := map[string]memcg.State{}, map[int]procSample{}
+	iv.buildCgroups(cctx, snap, raw, s.h, s.useMemcg, s.idPaths, s.before, s.procs0, s.sc, opts.PID, states, procs)
 
+	if iv.snapshot != nil {
+		iv.snapshot(snap)
+	}
 	res := &investigator.Result{
 		Findings:     Conclude(snap),
 		Histograms:   snap.Histograms(),
-		Capabilities: map[string]bool{"memcg": useMemcg},
-		Notes:        p.warnings,
+		Capabilities: p.kit.Capabilities(attachTable),
+		Notes:        p.kit.Notes(),
 	}
-	for _, tp := range tracepoints {
-		res.Capabilities["tracepoint:vmscan/"+tp.name] = p.attached[tp.name]
-	}
-	dropped := raw.stats[statCgFull] + raw.stats[statTaskFull] + raw.stats[statInflightFull] + raw.stats[statHistFull]
-	res.Overhead = s.meter.Lap(raw.stats[statEvents], dropped, p.programs()...)
+	res.Capabilities["memcg"] = s.useMemcg
+	dropped := c[reclaimStatIndexSTAT_CG_FULL] + c[reclaimStatIndexSTAT_TASK_FULL] + c[reclaimStatIndexSTAT_INFLIGHT_FULL] + c[reclaimStatIndexSTAT_HIST_FULL]
+	res.Overhead = p.kit.Overhead(c[reclaimStatIndexSTAT_EVENTS], dropped)
+	// What the next window is measured against.
+	s.baseline(cctx, states, procs)
+	s.started = now
 	return res, nil
 }
 
@@ -251,9 +276,13 @@ func (iv *Investigator) scope(ctx context.Context, h memcg.Hierarchy, herr error
 }
 
 // sampleProcs reads /proc/PID/stat of every process (or only pid), for
-// pidstat-like deltas at the end. Unreadable processes are skipped.
-func (iv *Investigator) sampleProcs(ctx context.Context, pid int) map[int]procSample {
+// pidstat-like deltas at the end, except those in read (kept as read).
+// Unreadable processes are skipped.
+func (iv *Investigator) sampleProcs(ctx context.Context, pid int, read map[int]procSample) map[int]procSample {
 	out := map[int]procSample{}
+	for p, ps := range read {
+		out[p] = ps
+	}
 	pids := []int{pid}
 	if pid == 0 {
 		var err error
@@ -265,6 +294,9 @@ func (iv *Investigator) sampleProcs(ctx context.Context, pid int) map[int]procSa
 		if i == maxProcsSnapshot || ctx.Err() != nil {
 			break
 		}
+		if _, ok := out[p]; ok {
+			continue
+		}
 		if st, err := iv.Proc.Stat(ctx, p, 0); err == nil {
 			out[p] = procSample{st, time.Now()}
 		}
@@ -272,10 +304,13 @@ func (iv *Investigator) sampleProcs(ctx context.Context, pid int) map[int]procSa
 	return out
 }
 
-// buildCgroups fills snap.Cgroups from the maps: one entry per cgroup the
-// BPF side saw, with its state, its processes and their reclaim.
+// buildCgroups fills snap.Cgroups from the window of the maps (raw, from
+// windows.step): one entry per cgroup the BPF side saw, with its state,
+// its processes and their reclaim. The cgroup states and process stats it
+// reads go to states and procs, to measure the next window from.
 func (iv *Investigator) buildCgroups(ctx context.Context, snap *Snapshot, raw *raw, h memcg.Hierarchy, useMemcg bool,
-	idPaths map[uint64]string, before map[string]memcg.State, procs0 map[int]procSample, sc scope, pid int) {
+	idPaths map[uint64]string, before map[string]memcg.State, procs0 map[int]procSample, sc scope, pid int,
+	states map[string]memcg.State, procs map[int]procSample) {
 	// Ids first seen during the window (new cgroups) need a second walk.
 	if useMemcg {
 		for id := range raw.cgroups {
@@ -300,12 +335,15 @@ func (iv *Investigator) buildCgroups(ctx context.Context, snap *Snapshot, raw *r
 		}
 		return pr
 	}
-	for _, ts := range raw.tasks {
+	for tid, ts := range raw.tasks {
+		if ts.Calls == 0 && ts.Ns == 0 && ts.Scanned == 0 {
+			continue // nothing this window
+		}
 		pr := procOf(int(ts.Tgid), ts.Cgid)
 		pr.Calls += ts.Calls
 		pr.InReclaim += time.Duration(ts.Ns)
 		pr.ReclaimCPU += time.Duration(ts.CpuNs)
-		pr.MaxReclaim = max(pr.MaxReclaim, time.Duration(ts.MaxNs))
+		pr.MaxReclaim = max(pr.MaxReclaim, time.Duration(raw.taskMax[tid]))
 		pr.Scanned += ts.Scanned
 		pr.Reclaimed += ts.Reclaimed
 		if pr.Comm == "" {
@@ -318,17 +356,22 @@ func (iv *Investigator) buildCgroups(ctx context.Context, snap *Snapshot, raw *r
 			continue
 		}
 		d := raw.now - time.Duration(f.StartNs)
-		c := Call{TID: int(tid), PID: int(f.Tgid), Kind: kindNames[f.Kind], Duration: d, Scanned: f.Scanned, Reclaimed: f.Reclaimed, InFlight: true}
+		was := raw.before[tid]
+		c := Call{TID: int(tid), PID: int(f.Tgid), Kind: kindNames[f.Kind], Duration: d, Before: min(was.elapsed, d),
+			Scanned: f.Scanned, Reclaimed: f.Reclaimed, InFlight: true}
 		c.Comm, _ = iv.Proc.Comm(ctx, c.PID, c.TID)
 		inflight[f.Cgid] = append(inflight[f.Cgid], c)
 		pr := procOf(c.PID, f.Cgid)
-		pr.InReclaim += d
+		pr.InReclaim += d - c.Before
 		pr.MaxReclaim = max(pr.MaxReclaim, d)
-		pr.Scanned += f.Scanned
-		pr.Reclaimed += f.Reclaimed
+		pr.Scanned += probekit.Sub(f.Scanned, was.scanned)
+		pr.Reclaimed += probekit.Sub(f.Reclaimed, was.reclaimed)
 	}
 
 	for id, s := range raw.cgroups {
+		if s.sum == (reclaimCgStats{}) && s.worst == nil && len(inflight[id]) == 0 {
+			continue // nothing in this window
+		}
 		path, known := idPaths[id]
 		if !useMemcg {
 			path, known = "", false
@@ -348,6 +391,7 @@ func (iv *Investigator) buildCgroups(ctx context.Context, snap *Snapshot, raw *r
 		if known {
 			if st, err := h.Read(path); err == nil {
 				c.State = &st
+				states[path] = st
 				if b, ok := before[path]; ok {
 					c.Before = &b
 					if b.Pressure != nil && st.Pressure != nil {
@@ -391,6 +435,7 @@ func (iv *Investigator) buildCgroups(ctx context.Context, snap *Snapshot, raw *r
 				pr = x.Proc
 			}
 			if st, err := iv.Proc.Stat(ctx, p, 0); err == nil {
+				procs[p] = procSample{st, time.Now()}
 				pr.Comm, pr.Threads = st.Comm, st.NumThreads
 				prev, ok := procs0[p]
 				if !ok || prev.st.StartTime != st.StartTime {
@@ -414,30 +459,31 @@ func (iv *Investigator) buildCgroups(ctx context.Context, snap *Snapshot, raw *r
 	slices.SortFunc(snap.Cgroups, func(a, b *Cgroup) int { return strings.Compare(a.Path, b.Path) })
 }
 
-// reclaimOf converts one cgroup's map entries.
-func reclaimOf(s *reclaimCgStats, raw *raw, id uint64, inflight []Call) Reclaim {
+// reclaimOf converts one cgroup's window.
+func reclaimOf(c *cgRead, raw *raw, id uint64, inflight []Call) Reclaim {
+	s := &c.sum
 	r := Reclaim{
 		CtxSwitches: s.Csw, Scanned: s.Scanned, Reclaimed: s.Reclaimed, FileScanned: s.FileScanned,
 		RefKeep: s.RefKeep, ActivateAnon: s.ActivateAnon, ActivateFile: s.ActivateFile,
 		Dirty: s.Dirty, Writeback: s.Writeback, Congested: s.Congested, Immediate: s.Immediate, Unmap: s.UnmapFail,
 		ActiveTaken: s.ActiveTaken, ActiveKept: s.ActiveKept, Deactivated: s.Deactivated,
 		Throttled: s.Throttled, ThrottledFor: time.Duration(s.ThrottledUs) * time.Microsecond,
-		MaxCallScanned: s.MaxCallScanned, InFlight: inflight, UnmatchedEnds: s.UnmatchedEnds,
+		MaxCallScanned: c.maxCallScanned, InFlight: inflight, UnmatchedEnds: s.UnmatchedEnds,
 	}
 	for k := range numKinds {
 		r.Calls[k] = s.Calls[k]
 		r.Time[k] = time.Duration(s.Ns[k])
 		r.CPU[k] = time.Duration(s.CpuNs[k])
-		r.Max[k] = time.Duration(s.MaxNs[k])
+		r.Max[k] = time.Duration(c.max[k])
 		r.Durations[k] = raw.hists[reclaimHistKey{Cgid: id, Kind: uint32(k)}]
 	}
 	r.ScannedPerCall = raw.hists[reclaimHistKey{Cgid: id, Kind: histScanned}]
-	if s.WorstNs > 0 && s.WorstKind < numKinds {
-		w := &Call{TID: int(s.WorstTid), Kind: kindNames[s.WorstKind], Duration: time.Duration(s.WorstNs), Scanned: s.WorstScanned, Reclaimed: s.WorstReclaimed}
-		if ts, ok := raw.tasks[s.WorstTid]; ok {
+	if c.worst != nil {
+		w := *c.worst
+		if ts, ok := raw.tasks[uint32(w.TID)]; ok {
 			w.PID = int(ts.Tgid)
 		}
-		r.Worst = w
+		r.Worst = &w
 	}
 	return r
 }

@@ -14,11 +14,16 @@ import (
 )
 
 type reclaimCgStats struct {
-	_                structs.HostLayout
-	Calls            [4]uint64
-	Ns               [4]uint64
-	CpuNs            [4]uint64
-	MaxNs            [4]uint64
+	_     structs.HostLayout
+	Calls [4]uint64
+	Ns    [4]uint64
+	CpuNs [4]uint64
+	MaxNs [4]struct {
+		_   structs.HostLayout
+		V   [2]uint64
+		Win [2]uint32
+		Tag [2]uint32
+	}
 	Csw              uint64
 	EndReclaimed     uint64
 	UnmatchedEnds    uint64
@@ -41,12 +46,24 @@ type reclaimCgStats struct {
 	ActiveReferenced uint64
 	Throttled        [4]uint64
 	ThrottledUs      uint64
-	WorstNs          uint64
-	WorstScanned     uint64
-	WorstReclaimed   uint64
-	WorstTid         uint32
-	WorstKind        uint32
-	MaxCallScanned   uint64
+	Worst            struct {
+		_  structs.HostLayout
+		Ns struct {
+			_   structs.HostLayout
+			V   [2]uint64
+			Win [2]uint32
+			Tag [2]uint32
+		}
+		Scanned   [2]uint64
+		Reclaimed [2]uint64
+		Kind      [2]uint32
+	}
+	MaxCallScanned struct {
+		_   structs.HostLayout
+		V   [2]uint64
+		Win [2]uint32
+		Tag [2]uint32
+	}
 }
 
 type reclaimHistKey struct {
@@ -70,15 +87,38 @@ type reclaimInflight struct {
 	Tgid         uint32
 }
 
+type reclaimStatIndex uint32
+
+const (
+	reclaimStatIndexSTAT_EVENTS           reclaimStatIndex = 0
+	reclaimStatIndexSTAT_CG_FULL          reclaimStatIndex = 1
+	reclaimStatIndexSTAT_TASK_FULL        reclaimStatIndex = 2
+	reclaimStatIndexSTAT_INFLIGHT_FULL    reclaimStatIndex = 3
+	reclaimStatIndexSTAT_HIST_FULL        reclaimStatIndex = 4
+	reclaimStatIndexSTAT_KSWAPD_WAKES     reclaimStatIndex = 5
+	reclaimStatIndexSTAT_KSWAPD_SLEEPS    reclaimStatIndex = 6
+	reclaimStatIndexSTAT_WAKEUP_KSWAPD    reclaimStatIndex = 7
+	reclaimStatIndexSTAT_KSWAPD_SCANNED   reclaimStatIndex = 8
+	reclaimStatIndexSTAT_KSWAPD_RECLAIMED reclaimStatIndex = 9
+	reclaimStatIndexSTAT_KSWAPD_NS        reclaimStatIndex = 10
+	reclaimStatIndexSTAT_NESTED_BEGIN     reclaimStatIndex = 11
+	reclaimStatIndexSTAT_MAX              reclaimStatIndex = 12
+)
+
 type reclaimTaskStats struct {
-	_         structs.HostLayout
-	Cgid      uint64
-	Tgid      uint32
-	Kswapd    uint32
-	Calls     uint64
-	Ns        uint64
-	CpuNs     uint64
-	MaxNs     uint64
+	_      structs.HostLayout
+	Cgid   uint64
+	Tgid   uint32
+	Kswapd uint32
+	Calls  uint64
+	Ns     uint64
+	CpuNs  uint64
+	MaxNs  struct {
+		_   structs.HostLayout
+		V   [2]uint64
+		Win [2]uint32
+		Tag [2]uint32
+	}
 	Csw       uint64
 	Scanned   uint64
 	Reclaimed uint64
@@ -90,7 +130,12 @@ type reclaimWolfHist struct {
 	Slots [65]uint64
 	Count uint64
 	Sum   uint64
-	Max   uint64
+	Max   struct {
+		_   structs.HostLayout
+		V   [2]uint64
+		Win [2]uint32
+		Tag [2]uint32
+	}
 }
 
 // Names of all BPF objects in the ELF.
@@ -120,6 +165,7 @@ const (
 	reclaimProgOnThrottled      = "on_throttled"
 	reclaimProgOnWakeupKswapd   = "on_wakeup_kswapd"
 	reclaimVarUseMemcg          = "use_memcg"
+	reclaimVarWolfStatIndexBtf  = "wolf_stat_index_btf"
 )
 
 // loadReclaim returns the embedded CollectionSpec for reclaim.
@@ -198,7 +244,8 @@ type reclaimMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type reclaimVariableSpecs struct {
-	UseMemcg *ebpf.VariableSpec `ebpf:"use_memcg"`
+	UseMemcg         *ebpf.VariableSpec `ebpf:"use_memcg"`
+	WolfStatIndexBtf *ebpf.VariableSpec `ebpf:"wolf_stat_index_btf"`
 }
 
 // reclaimObjects contains all objects after they have been loaded into the kernel.
@@ -248,7 +295,8 @@ func (m *reclaimMaps) Close() error {
 //
 // It can be passed to loadReclaimObjects or ebpf.CollectionSpec.LoadAndAssign.
 type reclaimVariables struct {
-	UseMemcg *ebpf.Variable `ebpf:"use_memcg"`
+	UseMemcg         *ebpf.Variable `ebpf:"use_memcg"`
+	WolfStatIndexBtf *ebpf.Variable `ebpf:"wolf_stat_index_btf"`
 }
 
 // reclaimPrograms contains all programs after they have been loaded into the kernel.

@@ -14,22 +14,18 @@ import (
 	"github.com/wolf-investigator/wolf/internal/human"
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/kconfig"
+	"github.com/wolf-investigator/wolf/internal/probekit"
 )
 
-// Requirements implements investigator.Requirer.
+// Requirements implements investigator.Requirer: the attach table's, and
+// what the programs use inside.
 func (*Investigator) Requirements() []investigator.Requirement {
-	return []investigator.Requirement{
+	reqs := []investigator.Requirement{
 		{Feature: "btf", Why: "CO-RE and typed (tp_btf) tracepoint arguments: task_struct, run queues, scheduling domains"},
 		{Feature: "tp_btf", Why: "attach to the scheduler's tracepoints with typed arguments and task-local storage"},
-		{Feature: "tracepoint:sched/sched_migrate_task", Why: "every migration, on the CPU that makes it: rates, bounces, initiators"},
-		{Feature: "tracepoint:sched/sched_switch", Why: "run-queue latency: when a waiting task gets the CPU; preempted tasks start waiting"},
-		{Feature: "tracepoint:sched/sched_wakeup", Why: "run-queue latency: when a task becomes runnable"},
-		{Feature: "task_iter", Why: "read the per-task counters kept in task-local storage"},
-		{Feature: "tracepoint:sched/sched_wakeup_new", Why: "run-queue latency of new tasks", Optional: true},
-		{Feature: "tracepoint:sched/sched_process_exit", Why: "keep what was seen of tasks that exit during the window", Optional: true},
-		{Feature: "tracepoint:syscalls/sys_enter_sched_setaffinity", Why: "who changes a task's affinity (itself or another task)", Optional: true},
-		{Feature: "bpf_stats", Why: "wolf's own cost per event (kernel.bpf_stats_enabled)", Optional: true},
 	}
+	reqs = append(reqs, probekit.Requirements(attachTable)...)
+	return append(reqs, investigator.Requirement{Feature: "bpf_stats", Why: "wolf's own cost per event (kernel.bpf_stats_enabled)", Optional: true})
 }
 
 // Audit implements investigator.Auditor: the cache topology against the

@@ -2,7 +2,6 @@ package sched
 
 import (
 	"context"
-	"fmt"
 	"os"
 )
 
@@ -14,13 +13,5 @@ func (s *Investigator) Check(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	defer p.close()
-	_, topoErr := p.readTopology()
-	if err := p.attach(); err != nil {
-		return nil, err
-	}
-	lost := append([]string(nil), p.warnings...)
-	if topoErr != nil {
-		lost = append(lost, fmt.Sprintf("the scheduler's own cache topology not read (%v): only the hardware's is known", topoErr))
-	}
-	return lost, nil
+	return p.notesNow(), nil
 }

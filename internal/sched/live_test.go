@@ -144,7 +144,7 @@ func testAffinityLab(t *testing.T, s *Investigator) {
 	if ev["bounces_per_s"].(float64) <= 0 || ev["comm"] != "bounce-affinity" {
 		t.Errorf("evidence %v", ev)
 	}
-	if w.res.Capabilities["tracepoint:sys_enter_sched_setaffinity"] && ev["setaffinity_calls_self"].(uint64) == 0 {
+	if w.res.Capabilities["tracepoint:syscalls/sys_enter_sched_setaffinity"] && ev["setaffinity_calls_self"].(uint64) == 0 {
 		t.Errorf("the thread calls sched_setaffinity on itself; evidence %v", ev)
 	}
 	if w.res.Overhead.Events == 0 || w.res.Overhead.BPFRunNs == 0 {

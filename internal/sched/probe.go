@@ -4,22 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
+	"slices"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/features"
-	"github.com/cilium/ebpf/link"
-	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
 	"github.com/wolf-investigator/wolf/internal/bpfrec"
-	"github.com/wolf-investigator/wolf/internal/investigator"
+	"github.com/wolf-investigator/wolf/internal/hist"
 	"github.com/wolf-investigator/wolf/internal/kallsyms"
 	"github.com/wolf-investigator/wolf/internal/kernelbtf"
 	"github.com/wolf-investigator/wolf/internal/perfsample"
+	"github.com/wolf-investigator/wolf/internal/probekit"
 	"github.com/wolf-investigator/wolf/internal/tracefs"
 )
 
@@ -33,37 +32,52 @@ type config struct {
 	NoTaskStorage bool
 }
 
-// probe owns everything sched attaches to the kernel. close detaches it all;
-// nothing is pinned, so a kill -9 of wolf detaches it all too.
-type probe struct {
-	objs schedObjects
-	// ticker samples every CPU's clock (on_tick) from tickStart on.
-	ticker    *perfsample.Sampler
-	tickStart time.Time
-	links     []link.Link
-	iter      *link.Iter
-	attached  map[string]bool
-	warnings  []string
-	// percpu says whether the per-CPU variable offsets were found in the
-	// kernel's BTF (the scheduler's LLC view and the softirq test need them).
-	percpu bool
+// attachTable is everything sched attaches: tp_btf for typed arguments
+// and direct reads, the classic syscall tracepoint (tracefs) for who
+// changes affinities, and the task iterator that reads the per-task
+// counters kept in task-local storage.
+var attachTable = []probekit.Attach{
+	{Kind: probekit.BTFTracepoint, Target: "sched/sched_migrate_task", Program: "on_migrate", Required: true,
+		Why: "every migration, on the CPU that makes it: rates, bounces, initiators"},
+	{Kind: probekit.BTFTracepoint, Target: "sched/sched_switch", Program: "on_switch", Required: true,
+		Why: "run-queue latency: when a waiting task gets the CPU; preempted tasks start waiting"},
+	{Kind: probekit.BTFTracepoint, Target: "sched/sched_wakeup", Program: "on_wakeup", Required: true,
+		Why: "run-queue latency: when a task becomes runnable"},
+	{Kind: probekit.BTFTracepoint, Target: "sched/sched_wakeup_new", Program: "on_wakeup_new",
+		Why: "run-queue latency of new tasks"},
+	{Kind: probekit.BTFTracepoint, Target: "sched/sched_process_exit", Program: "on_exit",
+		Why: "keep what was seen of tasks that exit during the window"},
+	{Kind: probekit.Tracepoint, Target: "syscalls/sys_enter_sched_setaffinity", Program: "on_setaffinity",
+		Why: "who changes a task's affinity (itself or another task)"},
+	{Kind: probekit.Iter, Target: "task", Program: "dump_tasks", Required: true,
+		Why: "read the per-task counters kept in task-local storage"},
+	{Kind: probekit.PerfSample, Program: "on_tick", Hz: tickHz,
+		Why: "whether each CPU executed: a wait on a CPU that was not executing (a vCPU descheduled) is not contention"},
 }
 
 // maxHashTasks bounds the per-task hash used where the kernel has no
 // task-local storage (before 5.11): ~700 bytes a task, allocated as used.
 const maxHashTasks = 16384
 
-// btfTracepoints are attached with tp_btf: typed arguments, direct reads.
-var btfTracepoints = []struct {
-	name     string
-	prog     func(*schedObjects) *ebpf.Program
-	required bool
-}{
-	{"sched_migrate_task", func(o *schedObjects) *ebpf.Program { return o.OnMigrate }, true},
-	{"sched_switch", func(o *schedObjects) *ebpf.Program { return o.OnSwitch }, true},
-	{"sched_wakeup", func(o *schedObjects) *ebpf.Program { return o.OnWakeup }, true},
-	{"sched_wakeup_new", func(o *schedObjects) *ebpf.Program { return o.OnWakeupNew }, false},
-	{"sched_process_exit", func(o *schedObjects) *ebpf.Program { return o.OnExit }, false},
+// probe owns everything sched attaches to the kernel, through the kit.
+type probe struct {
+	kit  *probekit.Probe
+	maps schedMaps
+	// topo is each CPU's topology as read_cpu found it, before the
+	// tracepoints attached.
+	topo    map[int]schedCpuTopo
+	topoErr error
+	// percpu says whether the per-CPU variable offsets were found in the
+	// kernel's BTF (the scheduler's LLC view and the softirq test need them).
+	percpu bool
+	notes  []string
+	// tickCPUs are the CPUs on_tick samples (nil when it did not attach);
+	// tickPrev and idlePrev are the per-CPU counters at the previous
+	// window's end, tickAt its time.
+	tickCPUs []int
+	tickAt   time.Time
+	tickPrev []uint64
+	idlePrev []uint64
 }
 
 // percpuOffsets reads, from the kernel's BTF, where the per-CPU variables
@@ -117,101 +131,75 @@ func percpuFromKallsyms(want map[string]bool) (map[string]uint64, error) {
 }
 
 func openProbe(cfg config) (*probe, error) {
-	if os.Geteuid() != 0 {
-		return nil, fmt.Errorf("sched: loading BPF programs needs root: %w", investigator.ErrPrivilege)
-	}
-	if err := rlimit.RemoveMemlock(); err != nil {
-		return nil, fmt.Errorf("sched: raise memlock limit: %w", err)
-	}
-	p := &probe{attached: map[string]bool{}}
-	spec, err := loadSched()
-	if err != nil {
-		return nil, fmt.Errorf("sched: read BPF object: %w", err)
-	}
-	ncpu, err := ebpf.PossibleCPU()
-	if err != nil {
-		return nil, fmt.Errorf("sched: possible CPUs: %w", err)
-	}
-	spec.Maps["topo"].MaxEntries = uint32(ncpu)
+	p := &probe{}
 	offs, err := percpuOffsets()
 	if err != nil {
-		p.warnings = append(p.warnings, fmt.Sprintf("per-CPU variables not located (%v): the scheduler's LLC view is read from its domains only, and softirq balancing is told from newidle balancing by a heuristic", err))
+		p.notes = append(p.notes, fmt.Sprintf("per-CPU variables not located (%v): the scheduler's LLC view is read from its domains only, and softirq balancing is told from newidle balancing by a heuristic", err))
 	}
 	p.percpu = offs["runqueues"] != 0
-	set := map[string]any{
-		"bounce_window_ns":  cfg.BounceWindowNs,
-		"target_tgid":       cfg.TargetTGID,
-		"self_tgid":         cfg.SelfTGID,
-		"timeline_len":      uint32(DefaultTimelineLen),
-		"off_runqueues":     offs["runqueues"],
-		"off_preempt_count": offs["__preempt_count"],
-		"off_sd_llc_size":   offs["sd_llc_size"],
-		"off_sd_llc_id":     offs["sd_llc_id"],
-	}
 	// Task-local storage came in 5.11; before, per-task state lives in a
 	// bounded hash by thread id, and tstore (still named by the pruned
 	// branches) becomes a one-entry hash the kernel can create.
-	if cfg.NoTaskStorage || features.HaveMapType(ebpf.TaskStorage) != nil {
-		set["use_task_storage"] = false
-		ts := spec.Maps["tstore"]
-		ts.Type, ts.MaxEntries = ebpf.Hash, 1
-		spec.Maps["tstore_hash"].MaxEntries = maxHashTasks
-		p.warnings = append(p.warnings, fmt.Sprintf("no task-local storage (Linux 5.11+): per-task state is kept in a hash of at most %d tasks; tasks beyond are not followed (counted)", maxHashTasks))
+	noTaskStorage := cfg.NoTaskStorage || features.HaveMapType(ebpf.TaskStorage) != nil
+	if noTaskStorage {
+		p.notes = append(p.notes, fmt.Sprintf("no task-local storage (Linux 5.11+): per-task state is kept in a hash of at most %d tasks; tasks beyond are not followed (counted)", maxHashTasks))
 	}
-	for name, v := range set {
-		if err := spec.Variables[name].Set(v); err != nil {
-			return nil, fmt.Errorf("sched: configure BPF object (%s): %w", name, err)
-		}
+	// The syscall tracepoint needs tracefs; if it cannot be mounted, that
+	// row fails and its note says why.
+	_, _ = tracefs.Ensure()
+	kit, err := probekit.Open(probekit.Object{
+		Name: "sched",
+		Spec: loadSched,
+		Vars: map[string]any{
+			"bounce_window_ns":  cfg.BounceWindowNs,
+			"target_tgid":       cfg.TargetTGID,
+			"self_tgid":         cfg.SelfTGID,
+			"timeline_len":      uint32(DefaultTimelineLen),
+			"off_runqueues":     offs["runqueues"],
+			"off_preempt_count": offs["__preempt_count"],
+			"off_sd_llc_size":   offs["sd_llc_size"],
+			"off_sd_llc_id":     offs["sd_llc_id"],
+			"use_task_storage":  !noTaskStorage,
+		},
+		BTF: kernelbtf.External(),
+		Prepare: func(spec *ebpf.CollectionSpec) error {
+			if noTaskStorage {
+				ts := spec.Maps["tstore"]
+				ts.Type, ts.MaxEntries = ebpf.Hash, 1
+				spec.Maps["tstore_hash"].MaxEntries = maxHashTasks
+			}
+			ncpu, err := ebpf.PossibleCPU()
+			if err != nil {
+				return fmt.Errorf("possible CPUs: %w", err)
+			}
+			spec.Maps["topo"].MaxEntries = uint32(ncpu)
+			return nil
+		},
+		Table: attachTable,
+		Load:  []string{"read_cpu"},
+		// The topology first: the migration program classifies with what
+		// read_cpu leaves in percpu_base and llc_size.
+		BeforeAttach: func(k *probekit.Probe) error {
+			if err := k.AssignMaps(&p.maps); err != nil {
+				return err
+			}
+			if prog := k.Program("read_cpu"); prog != nil {
+				p.topo, p.topoErr = p.readTopology(prog)
+			} else {
+				p.topoErr = fmt.Errorf("sched: topology program: %s", probekit.Explain(k.LoadError("read_cpu")))
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		return nil, err
 	}
-	if err := spec.LoadAndAssign(&p.objs, kernelbtf.Options()); err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("sched: the kernel's BPF verifier rejected the program (%v): %w", ve, investigator.ErrUnsupported)
-		}
-		return nil, fmt.Errorf("sched: load BPF objects (needs BTF and task storage, Linux 5.11+): %v: %w", err, investigator.ErrUnsupported)
+	p.kit = kit
+	if kit.Attached("perf_event") {
+		p.tickCPUs, _ = perfsample.OnlineCPUs()
+		p.tickAt = time.Now()
 	}
 	return p, nil
-}
-
-// attach attaches the tracepoints and creates the task iterator.
-func (p *probe) attach() error {
-	for _, tp := range btfTracepoints {
-		l, err := link.AttachTracing(link.TracingOptions{Program: tp.prog(&p.objs)})
-		if err != nil {
-			if tp.required {
-				return fmt.Errorf("sched: attach BTF tracepoint %s (%v): %w", tp.name, err, investigator.ErrUnsupported)
-			}
-			p.warnings = append(p.warnings, fmt.Sprintf("tracepoint %s unavailable (%v)", tp.name, err))
-			continue
-		}
-		p.links = append(p.links, l)
-		p.attached[tp.name] = true
-	}
-	// Who changes affinities: optional, needs syscall tracepoints (tracefs).
-	if _, err := tracefs.Ensure(); err == nil {
-		l, err := link.Tracepoint("syscalls", "sys_enter_sched_setaffinity", p.objs.OnSetaffinity, nil)
-		if err == nil {
-			p.links = append(p.links, l)
-			p.attached["sys_enter_sched_setaffinity"] = true
-		} else {
-			p.warnings = append(p.warnings, fmt.Sprintf("syscalls:sys_enter_sched_setaffinity unavailable (%v): affinity changes are seen, not who made them", err))
-		}
-	} else {
-		p.warnings = append(p.warnings, fmt.Sprintf("tracefs unavailable (%v): affinity changes are seen, not who made them", err))
-	}
-	it, err := link.AttachIter(link.IterOptions{Program: p.objs.DumpTasks})
-	if err != nil {
-		return fmt.Errorf("sched: create task iterator (needs Linux 5.8+ with BTF: %v): %w", err, investigator.ErrUnsupported)
-	}
-	p.iter = it
-	// Whether the CPUs executed: optional (without perf events, waits on
-	// a CPU that was not executing read as contention).
-	if s, err := perfsample.Attach(p.objs.OnTick, tickHz); err == nil {
-		p.ticker, p.tickStart = s, time.Now()
-	} else {
-		p.warnings = append(p.warnings, fmt.Sprintf("no clock samples (%v): a wait on a CPU that was not executing is not told from contention", err))
-	}
-	return nil
 }
 
 // tickHz is on_tick's rate: enough samples in a few seconds to tell a CPU
@@ -219,27 +207,64 @@ func (p *probe) attach() error {
 const tickHz = 100
 
 // cpuCoverage returns, per CPU, the share of on_tick's samples that
-// landed since attach: under 1 where the CPU was not executing. nil when
-// it was not measured.
+// landed in the window that ends now: under 1 where the CPU was not
+// executing. nil when it was not measured.
 func (p *probe) cpuCoverage() map[int]float64 {
-	if p.ticker == nil {
+	if p.tickCPUs == nil {
 		return nil
 	}
-	span := time.Since(p.tickStart).Seconds()
+	now := time.Now()
+	span := now.Sub(p.tickAt).Seconds()
+	cur, ok := p.perCPUStat(schedStatIndexSTAT_TICKS)
+	if !ok {
+		return nil
+	}
+	prev := p.tickPrev
+	p.tickPrev, p.tickAt = cur, now
 	if span < 1 {
 		return nil
 	}
-	var vals []uint64
-	if err := p.objs.Stats.Lookup(uint32(statTicks), &vals); err != nil {
-		return nil
-	}
 	out := map[int]float64{}
-	for _, cpu := range p.ticker.CPUs {
-		if cpu < len(vals) {
-			out[cpu] = min(float64(vals[cpu])/(span*tickHz), 1)
+	for _, cpu := range p.tickCPUs {
+		if cpu < len(cur) {
+			out[cpu] = min(float64(cur[cpu]-at(prev, cpu))/(span*tickHz), 1)
 		}
 	}
 	return out
+}
+
+// cpuIdleLong returns, per CPU, the long waits that ended on it while it
+// was idle (or behind wolf) in the window that ends now.
+func (p *probe) cpuIdleLong() map[int]uint64 {
+	cur, ok := p.perCPUStat(schedStatIndexSTAT_IDLE_LONG)
+	if !ok {
+		return nil
+	}
+	prev := p.idlePrev
+	p.idlePrev = cur
+	out := map[int]uint64{}
+	for cpu, v := range cur {
+		if d := v - at(prev, cpu); d > 0 {
+			out[cpu] = d
+		}
+	}
+	return out
+}
+
+// perCPUStat reads one counter of the stats map, CPU by CPU.
+func (p *probe) perCPUStat(idx schedStatIndex) ([]uint64, bool) {
+	var vals []uint64
+	if err := p.maps.Stats.Lookup(uint32(idx), &vals); err != nil {
+		return nil, false
+	}
+	return vals, true
+}
+
+func at(vals []uint64, i int) uint64 {
+	if i < len(vals) {
+		return vals[i]
+	}
+	return 0
 }
 
 // readTopology runs read_cpu on every online CPU, from a thread pinned to
@@ -248,7 +273,7 @@ func (p *probe) cpuCoverage() map[int]float64 {
 // fires the parent-death signal of every child it forked: labs' children
 // in the same process would die.) If the affinity cannot be restored, the
 // thread stays locked and ends with its goroutine.
-func (p *probe) readTopology() (map[int]schedCpuTopo, error) {
+func (p *probe) readTopology(readCPU *ebpf.Program) (map[int]schedCpuTopo, error) {
 	cpus, err := perfsample.OnlineCPUs()
 	if err != nil {
 		return nil, fmt.Errorf("sched: online CPUs: %w", err)
@@ -280,7 +305,7 @@ func (p *probe) readTopology() (map[int]schedCpuTopo, error) {
 			}
 			var ret uint32
 			for try := 0; try < 3; try++ {
-				ret, err = p.objs.ReadCpu.Run(&ebpf.RunOptions{Context: schedTopoArgs{Cpu: uint64(cpu)}})
+				ret, err = readCPU.Run(&ebpf.RunOptions{Context: schedTopoArgs{Cpu: uint64(cpu)}})
 				if err != nil || ret != 1 {
 					break
 				}
@@ -295,7 +320,7 @@ func (p *probe) readTopology() (map[int]schedCpuTopo, error) {
 				continue
 			}
 			var t schedCpuTopo
-			if err := p.objs.Topo.Lookup(uint32(cpu), &t); err == nil {
+			if err := p.maps.Topo.Lookup(uint32(cpu), &t); err == nil {
 				out[cpu] = t
 			}
 		}
@@ -308,9 +333,10 @@ func (p *probe) readTopology() (map[int]schedCpuTopo, error) {
 	return r.topo, nil
 }
 
-// tasks runs the iterator once: every task wolf has state for.
+// tasks runs the iterator once: every task wolf has state for, its
+// counters cumulative since wolf first saw it.
 func (p *probe) tasks() ([]schedTaskRec, error) {
-	rc, err := p.iter.Open()
+	rc, err := p.kit.Iter("dump_tasks").Open()
 	if err != nil {
 		return nil, fmt.Errorf("sched: run task iterator: %w", err)
 	}
@@ -318,73 +344,95 @@ func (p *probe) tasks() ([]schedTaskRec, error) {
 	return bpfrec.ReadAll[schedTaskRec](rc)
 }
 
-// exitedTasks returns the records of tasks that migrated and exited.
-func (p *probe) exitedTasks() []schedTaskRec {
-	var out []schedTaskRec
+// takeExited returns the records of tasks that exited since the previous
+// call, and removes them from the map, which then only needs room for one
+// window's exits.
+func (p *probe) takeExited() []schedTaskRec {
+	var keys []uint32
 	var tid uint32
 	var rec schedTaskRec
-	it := p.objs.Exited.Iterate()
+	it := p.maps.Exited.Iterate()
 	for it.Next(&tid, &rec) {
-		out = append(out, rec)
+		keys = append(keys, tid)
+	}
+	var out []schedTaskRec
+	for _, k := range keys {
+		err := p.maps.Exited.LookupAndDelete(k, &rec)
+		if errors.Is(err, ebpf.ErrNotSupported) {
+			// Before 5.14 hash maps cannot do both at once.
+			if err = p.maps.Exited.Lookup(k, &rec); err == nil {
+				_ = p.maps.Exited.Delete(k)
+			}
+		}
+		if err == nil {
+			out = append(out, rec)
+		}
 	}
 	return out
 }
 
-// migrations reads the timeline rings: each task's kept moves, timed from
-// start (bpf_ktime_get_ns, the same clock).
-func (p *probe) migrations(start uint64) map[int][]Migration {
+// migrations reads the timeline rings: each task's moves kept from the
+// window [start, end), timed from start (bpf_ktime_get_ns, the same clock).
+func (p *probe) migrations(start, end uint64) map[int][]Migration {
 	out := map[int][]Migration{}
 	var k schedMigKey
 	var e schedMigEvent
-	it := p.objs.Migs.Iterate()
+	it := p.maps.Migs.Iterate()
 	for it.Next(&k, &e) {
-		if e.Ts < start {
-			continue // moved between attaching and the window's start
+		if e.Ts < start || e.Ts >= end {
+			continue // another window's
 		}
 		out[int(k.Tid)] = append(out[int(k.Tid)], Migration{At: time.Duration(e.Ts - start), From: int(e.From), To: int(e.To), Kind: Kind(e.Kind)})
 	}
 	return out
 }
 
-// cpuHists returns each CPU's run-queue histogram.
-func (p *probe) cpuHists() ([]schedWolfHist, error) {
+// cpuHists returns each CPU's run-queue histogram, cumulative, with
+// window w's maximum.
+func (p *probe) cpuHists(w uint32) ([]hist.Log2, error) {
 	var vals []schedWolfHist
-	if err := p.objs.CpuRunq.Lookup(uint32(0), &vals); err != nil {
+	if err := p.maps.CpuRunq.Lookup(uint32(0), &vals); err != nil {
 		return nil, fmt.Errorf("sched: read per-CPU histograms: %w", err)
 	}
-	return vals, nil
+	out := make([]hist.Log2, len(vals))
+	for i := range vals {
+		out[i] = hist.FromBPF(&vals[i], w)
+	}
+	return out, nil
 }
 
-// cgroupHists returns the run-queue histograms of exited tasks by cgroup id.
-func (p *probe) cgroupHists() map[uint64]schedWolfHist {
-	out := map[uint64]schedWolfHist{}
+// cgroupHists returns the run-queue histograms of exited tasks by cgroup
+// id, cumulative, with window w's maxima.
+func (p *probe) cgroupHists(w uint32) map[uint64]hist.Log2 {
+	out := map[uint64]hist.Log2{}
 	var id uint64
 	var h schedWolfHist
-	it := p.objs.CgroupRunq.Iterate()
+	it := p.maps.CgroupRunq.Iterate()
 	for it.Next(&id, &h) {
-		out[id] = h
+		out[id] = hist.FromBPF(&h, w)
 	}
 	return out
 }
 
-// affinityCalls returns who called sched_setaffinity on whom.
+// affinityCalls returns who called sched_setaffinity on whom (counts
+// cumulative).
 func (p *probe) affinityCalls() map[uint32]schedAffRec {
 	out := map[uint32]schedAffRec{}
 	var tid uint32
 	var a schedAffRec
-	it := p.objs.Setaff.Iterate()
+	it := p.maps.Setaff.Iterate()
 	for it.Next(&tid, &a) {
 		out[tid] = a
 	}
 	return out
 }
 
-// kinds sums the host-wide migrations by initiator.
+// kinds sums the host-wide migrations by initiator (cumulative).
 func (p *probe) kinds() ([NKinds]uint64, error) {
 	var out [NKinds]uint64
 	for k := range NKinds {
 		var vals []uint64
-		if err := p.objs.Kinds.Lookup(uint32(k), &vals); err != nil {
+		if err := p.maps.Kinds.Lookup(uint32(k), &vals); err != nil {
 			return out, fmt.Errorf("sched: read migration kinds: %w", err)
 		}
 		for _, v := range vals {
@@ -394,65 +442,26 @@ func (p *probe) kinds() ([NKinds]uint64, error) {
 	return out, nil
 }
 
-// statNames follow enum stat_index in sched.bpf.c.
-var statNames = []string{"migrations", "same_cpu", "no_storage", "exited_full", "exited_saved", "cgroup_full", "setaffinity", "setaffinity_full", "records", "runq_samples", "big_cpu", "idle_long", "ticks"}
-
-// statIdleLong and statTicks index STAT_IDLE_LONG and STAT_TICKS: kept
-// per CPU.
-const (
-	statIdleLong = 11
-	statTicks    = 12
-)
-
-// cpuIdleLong returns, per CPU, the long waits that ended on it while idle.
-func (p *probe) cpuIdleLong() map[int]uint64 {
-	var vals []uint64
-	if err := p.objs.Stats.Lookup(uint32(statIdleLong), &vals); err != nil {
-		return nil
-	}
-	out := map[int]uint64{}
-	for cpu, v := range vals {
-		if v > 0 {
-			out[cpu] = v
+// programsByName names the programs as sched.bpf.c does (the cost
+// benchmark reads their run statistics).
+func (p *probe) programsByName() map[string]*ebpf.Program {
+	out := map[string]*ebpf.Program{}
+	for _, a := range attachTable {
+		if prog := p.kit.Program(a.Program); prog != nil {
+			out[a.Program] = prog
 		}
 	}
 	return out
 }
 
-func (p *probe) stats() (map[string]uint64, error) {
-	out, err := bpfrec.Counters(p.objs.Stats, statNames)
-	if err != nil {
-		return nil, fmt.Errorf("sched: %w", err)
-	}
-	return out, nil
-}
+func (p *probe) close() { p.kit.Close() }
 
-// programs lists the hot programs, for the overhead meter.
-func (p *probe) programs() []*ebpf.Program {
-	return []*ebpf.Program{p.objs.OnMigrate, p.objs.OnSwitch, p.objs.OnWakeup, p.objs.OnWakeupNew, p.objs.OnExit, p.objs.OnSetaffinity, p.objs.DumpTasks, p.objs.OnTick}
-}
-
-// programsByName names the programs as sched.bpf.c does.
-func (p *probe) programsByName() map[string]*ebpf.Program {
-	return map[string]*ebpf.Program{
-		"on_migrate": p.objs.OnMigrate, "on_switch": p.objs.OnSwitch, "on_wakeup": p.objs.OnWakeup,
-		"on_wakeup_new": p.objs.OnWakeupNew, "on_exit": p.objs.OnExit, "on_setaffinity": p.objs.OnSetaffinity,
-		"dump_tasks": p.objs.DumpTasks, "on_tick": p.objs.OnTick,
+// notesNow are what sched runs without here: its own notes, the kit's
+// (rows that did not attach) and the topology it could not read.
+func (p *probe) notesNow() []string {
+	out := append(slices.Clone(p.notes), p.kit.Notes()...)
+	if p.topoErr != nil {
+		out = append(out, fmt.Sprintf("the scheduler's own cache topology not read (%v): only the hardware's is known", p.topoErr))
 	}
-}
-
-func (p *probe) close() {
-	if p.ticker != nil {
-		p.ticker.Close()
-		p.ticker = nil
-	}
-	for _, l := range p.links {
-		_ = l.Close()
-	}
-	p.links = nil
-	if p.iter != nil {
-		_ = p.iter.Close()
-		p.iter = nil
-	}
-	_ = p.objs.Close()
+	return out
 }

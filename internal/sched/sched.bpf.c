@@ -21,9 +21,13 @@
  *    from becoming runnable (woken, or preempted) to getting the CPU.
  *
  * Per-task state lives in task-local storage (bounded by the number of
- * tasks, freed with them); a task iterator dumps it on demand. When a task
- * that migrated exits, its record moves to a bounded hash and its run-queue
- * histogram is folded into its cgroup's. Every refusal is counted.
+ * tasks, freed with them); a task iterator dumps it on demand. Everything
+ * is cumulative: user space ends a window by subtracting its previous
+ * reading (maxima per window: struct wolf_max, wolf.h). When a task exits
+ * that migrated, or that the iterator has reported, its record moves to a
+ * bounded hash (user space takes the rest of it from there); the run-queue
+ * histogram of a task never reported is folded into its cgroup's. Every
+ * refusal is counted.
  *
  * The latest timeline_len migrations of each task are kept, with their
  * time, CPUs and initiator, in an LRU hash keyed by task and slot (a ring
@@ -35,7 +39,6 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
-#define COMM_LEN 16
 #define MAX_CPUS \
 	1024 /* per-CPU arrays below (a power of two: wolf_bound); larger CPU ids are not classified as finely */
 #define MAX_LEVELS 8 /* scheduling-domain levels read per CPU */
@@ -131,9 +134,11 @@ struct tstat {
 	__u32 remote;	   /* moved by a CPU that is neither source nor destination */
 	__u32 wake_affine; /* wake-up moves onto the waker's own CPU */
 	__u32 wake_wide;   /* wake-up moves where wake_wide() held */
-	__u32 waker_flips_max;
-	__u32 idle_long;       /* waits >= IDLE_LONG_NS that ended on an idle CPU, or behind wolf */
+	__u32 dumped;	   /* the iterator has reported it: see on_exit */
+	__u32 idle_long;   /* waits >= IDLE_LONG_NS that ended on an idle CPU, or behind wolf */
+	__u32 pad;
 	__u64 wakee_flips_sum; /* the task's wakee_flips at its wake-up moves */
+	struct wolf_max waker_flips_max;
 	struct wolf_hist runq; /* run-queue wait, ns */
 };
 
@@ -153,7 +158,7 @@ struct mig_event {
 struct task_rec {
 	__u32 tid;
 	__u32 tgid;
-	char comm[COMM_LEN];
+	char comm[WOLF_COMM_LEN];
 	__u64 cgroup_id;
 	__u64 now_ts;
 	__u64 start_ts;	     /* when the task was created (same clock) */
@@ -173,7 +178,7 @@ struct aff_rec {
 	__u32 other_calls; /* another task changed it */
 	__u32 last_caller_tid;
 	__u32 last_caller_tgid;
-	char last_caller_comm[COMM_LEN];
+	char last_caller_comm[WOLF_COMM_LEN];
 };
 
 struct dom_rec {
@@ -182,7 +187,7 @@ struct dom_rec {
 	__u32 span_weight;
 	__u32 _pad;
 	__u64 span[SPAN_WORDS];
-	char name[COMM_LEN];
+	char name[WOLF_COMM_LEN];
 };
 
 struct cpu_topo {
@@ -277,12 +282,7 @@ struct {
 	__type(value, struct cpu_topo);
 } topo SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, STAT_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-} stats SEC(".maps");
+WOLF_STATS()
 
 /* Records are too big for the 512-byte BPF stack. */
 struct {
@@ -327,26 +327,6 @@ struct task_struct___ti {
 struct cfs_rq___grp {
 	struct rq *rq;
 } __attribute__((preserve_access_index));
-
-static __always_inline void stat_inc(__u32 idx)
-{
-	__u64 *v = bpf_map_lookup_elem(&stats, &idx);
-	if (v)
-		(*v)++;
-}
-
-/* wolf_hist_add without atomics, for histograms only one CPU writes at a time. */
-static __always_inline void hist_add_local(struct wolf_hist *h, __u64 v)
-{
-	__u32 s = wolf_log2_slot(v);
-
-	if (s < WOLF_HIST_SLOTS)
-		h->slots[s]++;
-	h->count++;
-	h->sum += v;
-	if (v > h->max)
-		h->max = v;
-}
 
 static __always_inline bool wanted(struct task_struct *p)
 {
@@ -484,14 +464,14 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 		return 0;
 	d = now > st->enq_ts ? now - st->enq_ts : 0;
 	st->enq_ts = 0;
-	hist_add_local(&st->runq, d);
+	wolf_hist_add_local(&st->runq, d);
 	if (d >= IDLE_LONG_NS && (prev->pid == 0 || (self_tgid && prev->tgid == self_tgid))) {
 		st->idle_long++;
 		stat_inc(STAT_IDLE_LONG);
 	}
 	h = bpf_map_lookup_elem(&cpu_runq, &zero);
 	if (h)
-		hist_add_local(h, d);
+		wolf_hist_add_local(h, d);
 	return 0;
 }
 
@@ -532,7 +512,7 @@ static __always_inline bool cpu_allowed(struct task_struct *p, __u32 cpu)
 
 static __always_inline bool is_stopper(struct task_struct *t)
 {
-	char c[COMM_LEN] = {};
+	char c[WOLF_COMM_LEN] = {};
 
 	bpf_probe_read_kernel(c, sizeof(c), t->comm);
 	return c[0] == 'm' && c[1] == 'i' && c[2] == 'g' && c[3] == 'r' && c[4] == 'a' &&
@@ -541,7 +521,7 @@ static __always_inline bool is_stopper(struct task_struct *t)
 
 static __always_inline bool is_ksoftirqd(struct task_struct *t)
 {
-	char c[COMM_LEN] = {};
+	char c[WOLF_COMM_LEN] = {};
 
 	bpf_probe_read_kernel(c, sizeof(c), t->comm);
 	return c[0] == 'k' && c[1] == 's' && c[2] == 'o' && c[3] == 'f' && c[4] == 't' &&
@@ -622,8 +602,7 @@ int BPF_PROG(on_migrate, struct task_struct *p, int dest_cpu)
 		if (dest == this_cpu)
 			st->wake_affine++;
 		st->wakee_flips_sum += slave;
-		if (master > st->waker_flips_max)
-			st->waker_flips_max = master;
+		wolf_max_add(&st->waker_flips_max, master);
 		if (master < slave) {
 			tmp = master;
 			master = slave;
@@ -705,7 +684,12 @@ static __always_inline void save_exited(struct task_struct *p)
 
 	if (!st)
 		return;
-	if (st->runq.count) {
+	/*
+	 * Its run-queue waits go to its cgroup's histogram only if user space
+	 * never read them: a task the iterator reported has an exit record
+	 * instead, from which user space takes what it has not read yet.
+	 */
+	if (st->runq.count && !st->dumped) {
 		cg = cgroup_id_of(p);
 		h = bpf_map_lookup_elem(&cgroup_runq, &cg);
 		if (!h) {
@@ -720,12 +704,11 @@ static __always_inline void save_exited(struct task_struct *p)
 					__sync_fetch_and_add(&h->slots[i], st->runq.slots[i]);
 			__sync_fetch_and_add(&h->count, st->runq.count);
 			__sync_fetch_and_add(&h->sum, st->runq.sum);
-			if (st->runq.max > h->max)
-				h->max = st->runq.max;
+			wolf_max_merge(&h->max, &st->runq.max);
 		}
 	}
 	/* Only tasks that moved at least twice could have bounced. */
-	if (st->migrations < 2)
+	if (st->migrations < 2 && !st->dumped)
 		return;
 	r = bpf_map_lookup_elem(&scratch, &zero);
 	if (!r)
@@ -777,6 +760,7 @@ int dump_tasks(struct bpf_iter__task *ctx)
 		return 0;
 	fill_rec(r, t, st);
 	r->exited = 0;
+	st->dumped = 1;
 	bpf_seq_write(ctx->meta->seq, r, sizeof(*r));
 	stat_inc(STAT_RECORDS);
 	return 0;

@@ -24,7 +24,7 @@ import (
 	"github.com/wolf-investigator/wolf/internal/hist"
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/kernelbtf"
-	"github.com/wolf-investigator/wolf/internal/overhead"
+	"github.com/wolf-investigator/wolf/internal/probekit"
 	"github.com/wolf-investigator/wolf/internal/procfs"
 	"github.com/wolf-investigator/wolf/internal/virt"
 )
@@ -100,7 +100,7 @@ func (s *Investigator) Start(ctx context.Context, opts investigator.Options) (in
 	if s.SysCPU == "" {
 		s.SysCPU = "/sys/devices/system/cpu"
 	}
-	ss := &session{inv: *s, opts: opts, meter: overhead.Start()}
+	ss := &session{inv: *s, opts: opts, prevTasks: map[taskKey]schedTaskRec{}}
 	ss.cfg = config{BounceWindowNs: uint64(s.BounceWindow), SelfTGID: uint32(os.Getpid()), NoTaskStorage: s.noTaskStorage}
 	if s.watchSelf {
 		ss.cfg.SelfTGID = 0
@@ -110,15 +110,8 @@ func (s *Investigator) Start(ctx context.Context, opts investigator.Options) (in
 	}
 	var err error
 	if ss.p, err = openProbe(ss.cfg); err != nil {
-		ss.meter.Close()
 		return nil, err
 	}
-	ss.topo, ss.topoErr = ss.p.readTopology()
-	if err := ss.p.attach(); err != nil {
-		ss.Close()
-		return nil, err
-	}
-	ss.meter.Track(ss.p.programs()...)
 	ss.cpuh = findCPUHierarchy(ctx, s.Proc)
 	ss.bw = ss.cpuh.readBandwidths()
 	ss.start = monotonicNow()
@@ -128,34 +121,65 @@ func (s *Investigator) Start(ctx context.Context, opts investigator.Options) (in
 	return ss, nil
 }
 
-// session is sched attached.
+// session is sched attached. Its windows: per-task counters and
+// histograms live in task-local storage, cumulative since wolf first saw
+// the task; each window is the iterator's reading minus the previous one,
+// task by task (a task is its tid and the time wolf first saw it, so a
+// reused tid is another task). A task that exits leaves a record, which
+// Collect takes out of the map and subtracts the same way; the run-queue
+// waits of a task never reported go to its cgroup's histogram in the
+// kernel instead. Per-CPU and per-cgroup histograms, migrations by
+// initiator and sched_setaffinity calls are cumulative maps, subtracted
+// likewise; maxima are per window (wolf.h's struct wolf_max); the
+// timelines keep the moves timed inside the window.
 type session struct {
-	inv     Investigator
-	opts    investigator.Options
-	cfg     config
-	meter   *overhead.Meter
-	p       *probe
-	topo    map[int]schedCpuTopo
-	topoErr error
-	start   uint64 // monotonic ns when attached
+	inv   Investigator
+	opts  investigator.Options
+	cfg   config
+	p     *probe
+	start uint64 // monotonic ns: the window's start
+
+	prevTasks map[taskKey]schedTaskRec
+	prevCPU   []hist.Log2
+	prevCg    map[uint64]hist.Log2
+	prevKinds [NKinds]uint64
+	prevAff   map[uint32]schedAffRec
+	// The cgroup and setaffinity maps are bounded (1024) and keyed by
+	// things that come and go: entries unchanged for a few windows are
+	// deleted, and count from zero if they come back.
+	idleCg  probekit.Idle[uint64]
+	idleAff probekit.Idle[uint32]
 	// CPU bandwidth: where the cpu controller's cgroups are, and what
-	// their quotas had done when the window opened.
+	// their quotas had done when the window opened (one window's after
+	// is the next one's before).
 	cpuh cpuHierarchy
 	bw   map[string]bwReading
 }
 
+// taskKey tells tasks apart across windows: a tid can be reused, the time
+// wolf first saw the task tells the two.
+type taskKey struct {
+	tid     uint32
+	firstTs uint64
+}
+
+func keyOf(r *schedTaskRec) taskKey { return taskKey{r.Tid, r.St.FirstTs} }
+
 // Close detaches and frees everything.
 func (ss *session) Close() error {
 	ss.p.close()
-	ss.meter.Close()
 	return nil
 }
 
-// Collect concludes the window since Start.
+// Collect concludes the window since Start or the previous Collect.
 func (ss *session) Collect(ctx context.Context) (*investigator.Result, error) {
 	s, p, opts, cfg, start := &ss.inv, ss.p, ss.opts, ss.cfg, ss.start
-	topo, topoErr := ss.topo, ss.topoErr
-	recs, err := p.tasks()
+	// The window's maxima stop here; the maps are read after.
+	w, err := p.kit.EndWindow()
+	if err != nil {
+		return nil, err
+	}
+	live, err := p.tasks()
 	if err != nil {
 		return nil, err
 	}
@@ -166,7 +190,9 @@ func (ss *session) Collect(ctx context.Context) (*investigator.Result, error) {
 	if s.dumped != nil {
 		s.dumped()
 	}
-	recs = append(recs, p.exitedTasks()...)
+	// Exited after the iterator's reading, or before: the exit record
+	// has everything, and wins.
+	exited := p.takeExited()
 	snap := &Snapshot{
 		Duration:     time.Duration(end - start),
 		CPURunq:      map[int]hist.Log2{},
@@ -178,22 +204,32 @@ func (ss *session) Collect(ctx context.Context) (*investigator.Result, error) {
 		Virtual:      virt.Detect(),
 	}
 	if kinds, err := p.kinds(); err == nil {
-		snap.Kinds = kinds
-	}
-	if hs, err := p.cpuHists(); err == nil {
-		for cpu, h := range hs {
-			snap.CPURunq[cpu] = hist.FromBPF(&h)
+		for k := range kinds {
+			snap.Kinds[k] = probekit.Sub(kinds[k], ss.prevKinds[k])
 		}
+		ss.prevKinds = kinds
+	}
+	if hs, err := p.cpuHists(w); err == nil {
+		for cpu := range hs {
+			h := hs[cpu]
+			if cpu < len(ss.prevCPU) {
+				h = h.Sub(&ss.prevCPU[cpu])
+			}
+			snap.CPURunq[cpu] = h
+		}
+		ss.prevCPU = hs
 	}
 	aff := p.affinityCalls()
+	cgHists := p.cgroupHists(w)
 	// Cgroup ids to paths, for the tasks and the exited tasks' histograms.
-	cgHists := p.cgroupHists()
 	want := map[uint64]bool{}
 	for id := range cgHists {
 		want[id] = true
 	}
-	for i := range recs {
-		want[recs[i].CgroupId] = true
+	for _, recs := range [][]schedTaskRec{live, exited} {
+		for i := range recs {
+			want[recs[i].CgroupId] = true
+		}
 	}
 	paths := cgroupPaths(cpuCgroupRoot(ctx, s.Proc), want)
 	cgName := func(id uint64) string {
@@ -203,38 +239,76 @@ func (ss *session) Collect(ctx context.Context) (*investigator.Result, error) {
 		return fmt.Sprintf("id:%d", id)
 	}
 	for id, h := range cgHists {
-		merge(snap.CgroupRunq, cgName(id), hist.FromBPF(&h))
+		prev := ss.prevCg[id]
+		d := h.Sub(&prev)
+		merge(snap.CgroupRunq, cgName(id), d)
+		if ss.idleCg.Step(id, d.Count > 0) {
+			_ = p.maps.CgroupRunq.Delete(id)
+			delete(cgHists, id)
+		}
 	}
-	seen := map[uint32]bool{}
-	for i := range recs {
-		r := &recs[i]
-		if seen[r.Tid] {
-			continue // exited and iterated both: keep the first
+	ss.idleCg.End()
+	ss.prevCg = cgHists
+
+	next := map[taskKey]schedTaskRec{}
+	add := func(r *schedTaskRec) {
+		k := keyOf(r)
+		if _, done := next[k]; done {
+			return // exited and iterated both: the exit record came first
 		}
-		seen[r.Tid] = true
+		next[k] = *r
+		prev, seen := ss.prevTasks[k]
 		if opts.PID > 0 && int(r.Tgid) != int(cfg.TargetTGID) && int(r.Tid) != opts.PID {
-			continue
+			return
 		}
-		t := taskFromRecord(r, start)
+		t := taskWindow(r, &prev, seen, start, w)
+		if t.Migrations == 0 && t.Runq.Count == 0 {
+			return // nothing in this window
+		}
 		t.Cgroup = cgName(r.CgroupId)
 		if a, ok := aff[r.Tid]; ok {
-			t.Affinity = &AffinityCalls{Self: uint64(a.SelfCalls), Other: uint64(a.OtherCalls),
-				LastCallerTID: int(a.LastCallerTid), LastCallerPID: int(a.LastCallerTgid), LastCallerComm: bpfrec.CString(a.LastCallerComm[:])}
+			b := ss.prevAff[r.Tid]
+			self, other := probekit.Sub(uint64(a.SelfCalls), uint64(b.SelfCalls)), probekit.Sub(uint64(a.OtherCalls), uint64(b.OtherCalls))
+			if self+other > 0 {
+				t.Affinity = &AffinityCalls{Self: self, Other: other,
+					LastCallerTID: int(a.LastCallerTid), LastCallerPID: int(a.LastCallerTgid), LastCallerComm: bpfrec.CString(a.LastCallerComm[:])}
+			}
 		}
-		if !t.Exited {
-			// Only the live tasks' waits: exited ones are in cgHists.
+		// The kernel folded the waits of a task it never reported into
+		// its cgroup (cgHists); the others' are the task's own.
+		if !t.Exited || r.St.Dumped != 0 {
 			merge(snap.CgroupRunq, t.Cgroup, t.Runq)
 		}
 		snap.Tasks = append(snap.Tasks, t)
 	}
+	for i := range exited {
+		add(&exited[i])
+	}
+	for i := range live {
+		add(&live[i])
+	}
+	for k, r := range next {
+		if r.Exited != 0 {
+			delete(next, k) // gone: nothing more will come of it
+		}
+	}
+	for tid, a := range aff {
+		b := ss.prevAff[tid]
+		if ss.idleAff.Step(tid, a.SelfCalls != b.SelfCalls || a.OtherCalls != b.OtherCalls) {
+			_ = p.maps.Setaff.Delete(tid)
+			delete(aff, tid)
+		}
+	}
+	ss.idleAff.End()
+	ss.prevTasks, ss.prevAff = next, aff
 	sort.Slice(snap.Tasks, func(i, j int) bool { return snap.Tasks[i].TID < snap.Tasks[j].TID })
 
 	// Topology: the hardware's caches and the scheduler's own view.
 	if hw, err := ReadHardware(s.SysCPU); err == nil {
 		snap.Hardware = hw
 	}
-	if topoErr == nil && len(topo) > 0 {
-		snap.Sched = schedViewFromBPF(topo, p.percpu)
+	if p.topoErr == nil && len(p.topo) > 0 {
+		snap.Sched = schedViewFromBPF(p.topo, p.percpu)
 	}
 	snap.SchedMCOff = schedMCOff(snap.Hardware)
 	for _, b := range bandwidthDeltas(bwBefore, bwAfter, ss.cpuh.version) {
@@ -264,30 +338,27 @@ func (ss *session) Collect(ctx context.Context) (*investigator.Result, error) {
 	res := &investigator.Result{
 		Findings:     findings,
 		Histograms:   Histograms(snap, named),
-		Timelines:    Timelines(snap.Tasks, p.migrations(start), named),
-		Capabilities: map[string]bool{},
-		Notes:        p.warnings,
+		Timelines:    Timelines(snap.Tasks, p.migrations(start, end), named),
+		Capabilities: p.kit.Capabilities(attachTable),
+		Notes:        p.notesNow(),
 	}
-	if topoErr != nil {
-		res.Notes = append(res.Notes, fmt.Sprintf("the scheduler's own cache topology not read (%v): only the hardware's is known", topoErr))
-	}
-	for _, tp := range btfTracepoints {
-		res.Capabilities["tracepoint:"+tp.name] = p.attached[tp.name]
-	}
-	res.Capabilities["tracepoint:sys_enter_sched_setaffinity"] = p.attached["sys_enter_sched_setaffinity"]
 	res.Capabilities["sched_llc_view"] = snap.Sched != nil
 	res.Capabilities["softirq_context"] = p.percpu
-	st, _ := p.stats()
-	dropped := st["no_storage"] + st["exited_full"] + st["cgroup_full"] + st["setaffinity_full"]
+	c, _ := p.kit.WindowCounters()
+	var dropped uint64
+	if c != nil {
+		dropped = c[schedStatIndexSTAT_NO_STORAGE] + c[schedStatIndexSTAT_EXITED_FULL] + c[schedStatIndexSTAT_CGROUP_FULL] + c[schedStatIndexSTAT_SETAFF_FULL]
+	}
 	// Events are the programs' runs (estimated from the sampled run
 	// statistics); without statistics, wolf's own counters.
-	res.Overhead = ss.meter.Lap(0, dropped, p.programs()...)
-	if res.Overhead.Events == 0 {
-		res.Overhead.Events = st["migrations"] + st["runq_samples"]
+	res.Overhead = p.kit.Overhead(0, dropped)
+	if res.Overhead.Events == 0 && c != nil {
+		res.Overhead.Events = c[schedStatIndexSTAT_MIGRATIONS] + c[schedStatIndexSTAT_RUNQ_SAMPLES]
 	}
 	if s.programs != nil {
 		s.programs(p.programsByName())
 	}
+	ss.start = end
 	return res, nil
 }
 
@@ -300,32 +371,46 @@ func merge(m map[string]hist.Log2, key string, h hist.Log2) {
 	m[key] = cur
 }
 
-// taskFromRecord converts the BPF record; start is when wolf attached.
-func taskFromRecord(r *schedTaskRec, start uint64) *Task {
-	st := &r.St
+// taskWindow is what a task did in the window starting at start (monotonic
+// ns), from its record now and, if seen, its record at the previous
+// Collect; maxima are window w's.
+func taskWindow(r, prev *schedTaskRec, seen bool, start uint64, w uint32) *Task {
+	st, ps := &r.St, &prev.St
+	sub := func(a, b uint32) uint64 { return probekit.Sub(uint64(a), uint64(b)) }
+	runq := hist.FromBPF(&st.Runq, w)
+	if seen {
+		p := hist.FromBPF(&ps.Runq, w)
+		runq = runq.Sub(&p)
+	}
 	t := &Task{
 		TID: int(r.Tid), PID: int(r.Tgid), Comm: bpfrec.CString(r.Comm[:]), Exited: r.Exited != 0,
 		Policy: int(r.Policy), Prio: int(r.Prio), CPU: int(r.Cpu),
-		Migrations: uint64(st.Migrations), Bounces: uint64(st.Bounces),
+		Migrations: sub(st.Migrations, ps.Migrations), Bounces: sub(st.Bounces, ps.Bounces),
 		BounceCPUs: [2]int{int(st.BounceA), int(st.BounceB)},
-		Remote:     uint64(st.Remote), WakeAffine: uint64(st.WakeAffine), WakeWide: uint64(st.WakeWide),
-		WakerFlips: uint64(st.WakerFlipsMax), KernelTotal: r.NrMigrations,
-		Runq: hist.FromBPF(&st.Runq), IdleLong: uint64(st.IdleLong),
+		Remote:     sub(st.Remote, ps.Remote), WakeAffine: sub(st.WakeAffine, ps.WakeAffine), WakeWide: sub(st.WakeWide, ps.WakeWide),
+		WakerFlips: probekit.WindowMax(st.WakerFlipsMax.V, st.WakerFlipsMax.Win, w), KernelTotal: r.NrMigrations,
+		Runq: runq, IdleLong: sub(st.IdleLong, ps.IdleLong),
 	}
 	for k := 0; k < NKinds; k++ {
-		t.ByKind[k] = uint64(st.ByKind[k])
-		t.BounceOut[k] = uint64(st.BounceOut[k])
-		t.BounceBack[k] = uint64(st.BounceBack[k])
+		t.ByKind[k] = sub(st.ByKind[k], ps.ByKind[k])
+		t.BounceOut[k] = sub(st.BounceOut[k], ps.BounceOut[k])
+		t.BounceBack[k] = sub(st.BounceBack[k], ps.BounceBack[k])
 	}
-	if w := st.ByKind[KindWakeup]; w > 0 {
-		t.WakeeFlips = float64(st.WakeeFlipsSum) / float64(w)
+	if wk := t.ByKind[KindWakeup]; wk > 0 {
+		t.WakeeFlips = float64(probekit.Sub(st.WakeeFlipsSum, ps.WakeeFlipsSum)) / float64(wk)
 	}
 	from := max(start, r.StartTs)
 	if r.NowTs > from {
 		t.Window = time.Duration(r.NowTs - from)
 	}
-	if span := r.NowTs - st.FirstTs; st.FirstTs > 0 && r.NowTs > st.FirstTs && r.RuntimeNow >= st.Runtime0 {
-		t.CPUPct = 100 * float64(r.RuntimeNow-st.Runtime0) / float64(span)
+	// CPU share over the part of the window wolf saw it: since its
+	// previous reading, else since wolf first saw it.
+	t0, run0 := st.FirstTs, st.Runtime0
+	if seen {
+		t0, run0 = prev.NowTs, prev.RuntimeNow
+	}
+	if span := r.NowTs - t0; t0 > 0 && r.NowTs > t0 && r.RuntimeNow >= run0 {
+		t.CPUPct = 100 * float64(r.RuntimeNow-run0) / float64(span)
 	}
 	return t
 }

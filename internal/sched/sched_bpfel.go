@@ -56,6 +56,25 @@ type schedMigKey struct {
 	Slot uint32
 }
 
+type schedStatIndex uint32
+
+const (
+	schedStatIndexSTAT_MIGRATIONS   schedStatIndex = 0
+	schedStatIndexSTAT_SAME_CPU     schedStatIndex = 1
+	schedStatIndexSTAT_NO_STORAGE   schedStatIndex = 2
+	schedStatIndexSTAT_EXITED_FULL  schedStatIndex = 3
+	schedStatIndexSTAT_EXITED_SAVED schedStatIndex = 4
+	schedStatIndexSTAT_CGROUP_FULL  schedStatIndex = 5
+	schedStatIndexSTAT_SETAFFINITY  schedStatIndex = 6
+	schedStatIndexSTAT_SETAFF_FULL  schedStatIndex = 7
+	schedStatIndexSTAT_RECORDS      schedStatIndex = 8
+	schedStatIndexSTAT_RUNQ_SAMPLES schedStatIndex = 9
+	schedStatIndexSTAT_BIG_CPU      schedStatIndex = 10
+	schedStatIndexSTAT_IDLE_LONG    schedStatIndex = 11
+	schedStatIndexSTAT_TICKS        schedStatIndex = 12
+	schedStatIndexSTAT_MAX          schedStatIndex = 13
+)
+
 type schedTaskRec struct {
 	_             structs.HostLayout
 	Tid           uint32
@@ -99,10 +118,18 @@ type schedTstat struct {
 	Remote        uint32
 	WakeAffine    uint32
 	WakeWide      uint32
-	WakerFlipsMax uint32
+	Dumped        uint32
 	IdleLong      uint32
+	Pad           uint32
+	_             [4]byte
 	WakeeFlipsSum uint64
-	Runq          schedWolfHist
+	WakerFlipsMax struct {
+		_   structs.HostLayout
+		V   [2]uint64
+		Win [2]uint32
+		Tag [2]uint32
+	}
+	Runq schedWolfHist
 }
 
 type schedWolfHist struct {
@@ -110,52 +137,58 @@ type schedWolfHist struct {
 	Slots [65]uint64
 	Count uint64
 	Sum   uint64
-	Max   uint64
+	Max   struct {
+		_   structs.HostLayout
+		V   [2]uint64
+		Win [2]uint32
+		Tag [2]uint32
+	}
 }
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	schedMapCgroupRunq      = "cgroup_runq"
-	schedMapCpuRunq         = "cpu_runq"
-	schedMapExited          = "exited"
-	schedMapKinds           = "kinds"
-	schedMapMigs            = "migs"
-	schedMapScratch         = "scratch"
-	schedMapSetaff          = "setaff"
-	schedMapStats           = "stats"
-	schedMapTopo            = "topo"
-	schedMapTopoScratch     = "topo_scratch"
-	schedMapTstore          = "tstore"
-	schedMapTstoreHash      = "tstore_hash"
-	schedProgDumpTasks      = "dump_tasks"
-	schedProgOnExit         = "on_exit"
-	schedProgOnMigrate      = "on_migrate"
-	schedProgOnSetaffinity  = "on_setaffinity"
-	schedProgOnSwitch       = "on_switch"
-	schedProgOnTick         = "on_tick"
-	schedProgOnWakeup       = "on_wakeup"
-	schedProgOnWakeupNew    = "on_wakeup_new"
-	schedProgReadCpu        = "read_cpu"
-	schedVarBounceWindowNs  = "bounce_window_ns"
-	schedVarLlcSize         = "llc_size"
-	schedVarOffPreemptCount = "off_preempt_count"
-	schedVarOffRunqueues    = "off_runqueues"
-	schedVarOffSdLlcId      = "off_sd_llc_id"
-	schedVarOffSdLlcSize    = "off_sd_llc_size"
-	schedVarPercpuBase      = "percpu_base"
-	schedVarSelfTgid        = "self_tgid"
-	schedVarTargetTgid      = "target_tgid"
-	schedVarTimelineAfter   = "timeline_after"
-	schedVarTimelineLen     = "timeline_len"
-	schedVarUnusedMigEvent  = "unused_mig_event"
-	schedVarUnusedMigKey    = "unused_mig_key"
-	schedVarUnusedTaskRec   = "unused_task_rec"
-	schedVarUnusedTopoArgs  = "unused_topo_args"
-	schedVarUseTaskStorage  = "use_task_storage"
-	schedVarZeroHist        = "zero_hist"
-	schedVarZeroTstat       = "zero_tstat"
+	schedMapCgroupRunq       = "cgroup_runq"
+	schedMapCpuRunq          = "cpu_runq"
+	schedMapExited           = "exited"
+	schedMapKinds            = "kinds"
+	schedMapMigs             = "migs"
+	schedMapScratch          = "scratch"
+	schedMapSetaff           = "setaff"
+	schedMapStats            = "stats"
+	schedMapTopo             = "topo"
+	schedMapTopoScratch      = "topo_scratch"
+	schedMapTstore           = "tstore"
+	schedMapTstoreHash       = "tstore_hash"
+	schedProgDumpTasks       = "dump_tasks"
+	schedProgOnExit          = "on_exit"
+	schedProgOnMigrate       = "on_migrate"
+	schedProgOnSetaffinity   = "on_setaffinity"
+	schedProgOnSwitch        = "on_switch"
+	schedProgOnTick          = "on_tick"
+	schedProgOnWakeup        = "on_wakeup"
+	schedProgOnWakeupNew     = "on_wakeup_new"
+	schedProgReadCpu         = "read_cpu"
+	schedVarBounceWindowNs   = "bounce_window_ns"
+	schedVarLlcSize          = "llc_size"
+	schedVarOffPreemptCount  = "off_preempt_count"
+	schedVarOffRunqueues     = "off_runqueues"
+	schedVarOffSdLlcId       = "off_sd_llc_id"
+	schedVarOffSdLlcSize     = "off_sd_llc_size"
+	schedVarPercpuBase       = "percpu_base"
+	schedVarSelfTgid         = "self_tgid"
+	schedVarTargetTgid       = "target_tgid"
+	schedVarTimelineAfter    = "timeline_after"
+	schedVarTimelineLen      = "timeline_len"
+	schedVarUnusedMigEvent   = "unused_mig_event"
+	schedVarUnusedMigKey     = "unused_mig_key"
+	schedVarUnusedTaskRec    = "unused_task_rec"
+	schedVarUnusedTopoArgs   = "unused_topo_args"
+	schedVarUseTaskStorage   = "use_task_storage"
+	schedVarWolfStatIndexBtf = "wolf_stat_index_btf"
+	schedVarZeroHist         = "zero_hist"
+	schedVarZeroTstat        = "zero_tstat"
 )
 
 // loadSched returns the embedded CollectionSpec for sched.
@@ -233,24 +266,25 @@ type schedMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type schedVariableSpecs struct {
-	BounceWindowNs  *ebpf.VariableSpec `ebpf:"bounce_window_ns"`
-	LlcSize         *ebpf.VariableSpec `ebpf:"llc_size"`
-	OffPreemptCount *ebpf.VariableSpec `ebpf:"off_preempt_count"`
-	OffRunqueues    *ebpf.VariableSpec `ebpf:"off_runqueues"`
-	OffSdLlcId      *ebpf.VariableSpec `ebpf:"off_sd_llc_id"`
-	OffSdLlcSize    *ebpf.VariableSpec `ebpf:"off_sd_llc_size"`
-	PercpuBase      *ebpf.VariableSpec `ebpf:"percpu_base"`
-	SelfTgid        *ebpf.VariableSpec `ebpf:"self_tgid"`
-	TargetTgid      *ebpf.VariableSpec `ebpf:"target_tgid"`
-	TimelineAfter   *ebpf.VariableSpec `ebpf:"timeline_after"`
-	TimelineLen     *ebpf.VariableSpec `ebpf:"timeline_len"`
-	UnusedMigEvent  *ebpf.VariableSpec `ebpf:"unused_mig_event"`
-	UnusedMigKey    *ebpf.VariableSpec `ebpf:"unused_mig_key"`
-	UnusedTaskRec   *ebpf.VariableSpec `ebpf:"unused_task_rec"`
-	UnusedTopoArgs  *ebpf.VariableSpec `ebpf:"unused_topo_args"`
-	UseTaskStorage  *ebpf.VariableSpec `ebpf:"use_task_storage"`
-	ZeroHist        *ebpf.VariableSpec `ebpf:"zero_hist"`
-	ZeroTstat       *ebpf.VariableSpec `ebpf:"zero_tstat"`
+	BounceWindowNs   *ebpf.VariableSpec `ebpf:"bounce_window_ns"`
+	LlcSize          *ebpf.VariableSpec `ebpf:"llc_size"`
+	OffPreemptCount  *ebpf.VariableSpec `ebpf:"off_preempt_count"`
+	OffRunqueues     *ebpf.VariableSpec `ebpf:"off_runqueues"`
+	OffSdLlcId       *ebpf.VariableSpec `ebpf:"off_sd_llc_id"`
+	OffSdLlcSize     *ebpf.VariableSpec `ebpf:"off_sd_llc_size"`
+	PercpuBase       *ebpf.VariableSpec `ebpf:"percpu_base"`
+	SelfTgid         *ebpf.VariableSpec `ebpf:"self_tgid"`
+	TargetTgid       *ebpf.VariableSpec `ebpf:"target_tgid"`
+	TimelineAfter    *ebpf.VariableSpec `ebpf:"timeline_after"`
+	TimelineLen      *ebpf.VariableSpec `ebpf:"timeline_len"`
+	UnusedMigEvent   *ebpf.VariableSpec `ebpf:"unused_mig_event"`
+	UnusedMigKey     *ebpf.VariableSpec `ebpf:"unused_mig_key"`
+	UnusedTaskRec    *ebpf.VariableSpec `ebpf:"unused_task_rec"`
+	UnusedTopoArgs   *ebpf.VariableSpec `ebpf:"unused_topo_args"`
+	UseTaskStorage   *ebpf.VariableSpec `ebpf:"use_task_storage"`
+	WolfStatIndexBtf *ebpf.VariableSpec `ebpf:"wolf_stat_index_btf"`
+	ZeroHist         *ebpf.VariableSpec `ebpf:"zero_hist"`
+	ZeroTstat        *ebpf.VariableSpec `ebpf:"zero_tstat"`
 }
 
 // schedObjects contains all objects after they have been loaded into the kernel.
@@ -308,24 +342,25 @@ func (m *schedMaps) Close() error {
 //
 // It can be passed to loadSchedObjects or ebpf.CollectionSpec.LoadAndAssign.
 type schedVariables struct {
-	BounceWindowNs  *ebpf.Variable `ebpf:"bounce_window_ns"`
-	LlcSize         *ebpf.Variable `ebpf:"llc_size"`
-	OffPreemptCount *ebpf.Variable `ebpf:"off_preempt_count"`
-	OffRunqueues    *ebpf.Variable `ebpf:"off_runqueues"`
-	OffSdLlcId      *ebpf.Variable `ebpf:"off_sd_llc_id"`
-	OffSdLlcSize    *ebpf.Variable `ebpf:"off_sd_llc_size"`
-	PercpuBase      *ebpf.Variable `ebpf:"percpu_base"`
-	SelfTgid        *ebpf.Variable `ebpf:"self_tgid"`
-	TargetTgid      *ebpf.Variable `ebpf:"target_tgid"`
-	TimelineAfter   *ebpf.Variable `ebpf:"timeline_after"`
-	TimelineLen     *ebpf.Variable `ebpf:"timeline_len"`
-	UnusedMigEvent  *ebpf.Variable `ebpf:"unused_mig_event"`
-	UnusedMigKey    *ebpf.Variable `ebpf:"unused_mig_key"`
-	UnusedTaskRec   *ebpf.Variable `ebpf:"unused_task_rec"`
-	UnusedTopoArgs  *ebpf.Variable `ebpf:"unused_topo_args"`
-	UseTaskStorage  *ebpf.Variable `ebpf:"use_task_storage"`
-	ZeroHist        *ebpf.Variable `ebpf:"zero_hist"`
-	ZeroTstat       *ebpf.Variable `ebpf:"zero_tstat"`
+	BounceWindowNs   *ebpf.Variable `ebpf:"bounce_window_ns"`
+	LlcSize          *ebpf.Variable `ebpf:"llc_size"`
+	OffPreemptCount  *ebpf.Variable `ebpf:"off_preempt_count"`
+	OffRunqueues     *ebpf.Variable `ebpf:"off_runqueues"`
+	OffSdLlcId       *ebpf.Variable `ebpf:"off_sd_llc_id"`
+	OffSdLlcSize     *ebpf.Variable `ebpf:"off_sd_llc_size"`
+	PercpuBase       *ebpf.Variable `ebpf:"percpu_base"`
+	SelfTgid         *ebpf.Variable `ebpf:"self_tgid"`
+	TargetTgid       *ebpf.Variable `ebpf:"target_tgid"`
+	TimelineAfter    *ebpf.Variable `ebpf:"timeline_after"`
+	TimelineLen      *ebpf.Variable `ebpf:"timeline_len"`
+	UnusedMigEvent   *ebpf.Variable `ebpf:"unused_mig_event"`
+	UnusedMigKey     *ebpf.Variable `ebpf:"unused_mig_key"`
+	UnusedTaskRec    *ebpf.Variable `ebpf:"unused_task_rec"`
+	UnusedTopoArgs   *ebpf.Variable `ebpf:"unused_topo_args"`
+	UseTaskStorage   *ebpf.Variable `ebpf:"use_task_storage"`
+	WolfStatIndexBtf *ebpf.Variable `ebpf:"wolf_stat_index_btf"`
+	ZeroHist         *ebpf.Variable `ebpf:"zero_hist"`
+	ZeroTstat        *ebpf.Variable `ebpf:"zero_tstat"`
 }
 
 // schedPrograms contains all programs after they have been loaded into the kernel.

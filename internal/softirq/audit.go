@@ -8,6 +8,7 @@ import (
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/human"
 	"github.com/wolf-investigator/wolf/internal/investigator"
+	"github.com/wolf-investigator/wolf/internal/probekit"
 	"github.com/wolf-investigator/wolf/internal/sysctl"
 )
 
@@ -15,20 +16,18 @@ import (
 // between collapse time and throughput on long fat paths.
 const RecommendedRmemMax = 4 << 20
 
-// Requirements implements investigator.Requirer.
+// Requirements implements investigator.Requirer: the attach table's, and
+// what the programs and --func use.
 func (*Investigator) Requirements() []investigator.Requirement {
-	return []investigator.Requirement{
+	reqs := []investigator.Requirement{
 		{Feature: "raw_tracepoint", Why: "attach to the softirq, NAPI and skb tracepoints"},
-		{Feature: "tracepoint:irq/softirq_entry", Why: "when each softirq handler starts (run time per vector and CPU)"},
-		{Feature: "tracepoint:irq/softirq_exit", Why: "when each softirq handler ends"},
-		{Feature: "tracepoint:irq/softirq_raise", Why: "raise-to-run wait per vector", Optional: true},
-		{Feature: "tracepoint:napi/napi_poll", Why: "NAPI work against budget per device", Optional: true},
-		{Feature: "tracepoint:skb/kfree_skb", Why: "packet drops by reason (5.17+)", Optional: true},
 		{Feature: "ringbuf", Why: "every run above the threshold, with CPU, vector, duration and time"},
-		{Feature: "perf_event", Why: "kernel stacks sampled while a CPU is inside NET_RX (what a stall spent its time in)", Optional: true},
-		{Feature: "uprobes", Why: "--func BINARY:SYMBOL: latency of a user-space function", Optional: true},
-		{Feature: "kprobes", Why: "--func NAME: latency of a kernel function (fentry is not used)", Optional: true},
 	}
+	reqs = append(reqs, probekit.Requirements(attachTable(DefaultSampleHz))...)
+	return append(reqs,
+		investigator.Requirement{Feature: "uprobes", Why: "--func BINARY:SYMBOL: latency of a user-space function", Optional: true},
+		investigator.Requirement{Feature: "kprobes", Why: "--func NAME: latency of a kernel function (fentry is not used)", Optional: true},
+	)
 }
 
 // Audit implements investigator.Auditor: receive-buffer and budget

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -204,32 +206,37 @@ func loopbackWorkload(d time.Duration, pin bool) costbench.Workload {
 func BenchmarkLoopbackCost(b *testing.B) {
 	testutil.RequireRoot(b)
 	testutil.Exclusive(b)
-	// Run statistics as wolf softirq keeps them: sampled, 10 % of the time.
-	meter := overhead.Start()
-	defer meter.Close()
-	// Loaded once, attached only during the rounds with wolf: what a
-	// round with wolf pays is the programs and the sampling while the
-	// workload runs, not the load and verification before a window.
-	p, err := openProbe(probeConfig{Threshold: DefaultThreshold, SampleHz: *costHz})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer p.close()
-	p.detach()
-	meter.Track(p.objs.programs()...)
+	// Loaded and attached for each round with wolf, before its workload
+	// starts: what a round with wolf pays is the programs and the sampling
+	// while the workload runs, not the load and verification. The kit
+	// keeps run statistics as wolf softirq does: sampled, 10 % of the time.
 	var (
 		attached   bool
 		effWith    []float64 // bytes per CPU-second, wolf attached
 		effWithout []float64
+		costs      = map[string]*progCost{}
+		events     uint64
 	)
 	attach := func(ctx context.Context) (func() error, error) {
-		if err := p.attach(*costHz); err != nil {
+		p, err := openProbe(probeConfig{Threshold: DefaultThreshold, SampleHz: *costHz})
+		if err != nil {
 			return nil, err
 		}
 		attached = true
 		return func() error {
 			attached = false
-			p.detach()
+			p.kit.Detach()
+			for _, c := range programCosts(p) {
+				if costs[c.name] == nil {
+					costs[c.name] = &progCost{name: c.name}
+				}
+				costs[c.name].run += c.run
+				costs[c.name].count += c.count
+			}
+			if c, err := readCounters(p.maps.CpuStates); err == nil {
+				events += c.Entries + c.Exits + c.Raises + c.NapiPolls + c.Drops + c.Samples + c.SamplesIdle
+			}
+			p.close()
 			return nil
 		}, nil
 	}
@@ -260,14 +267,11 @@ func BenchmarkLoopbackCost(b *testing.B) {
 			continue
 		}
 		var total progCost
-		for _, c := range programCosts(p) {
+		for _, name := range slices.Sorted(maps.Keys(costs)) {
+			c := costs[name]
 			total.run += c.run
 			total.count += c.count
 			b.Logf("%-18s %10d runs sampled %8.1f ns/run", c.name, c.count, float64(c.run.Nanoseconds())/max(float64(c.count), 1))
-		}
-		var events uint64
-		if c, err := readCounters(p.objs.CPUStates); err == nil {
-			events = c.Entries + c.Exits + c.Raises + c.NapiPolls + c.Drops + c.Samples + c.SamplesIdle
 		}
 		b.Logf("throughput without %.0f MB/s, with %.0f MB/s (medians of %d rounds of %v, pinned %v)",
 			costbench.Median(res.Baseline)/1e6, costbench.Median(res.With)/1e6, res.Rounds, *costRound, *costPin)
@@ -304,10 +308,7 @@ type progCost struct {
 
 func programCosts(p *probe) []progCost {
 	var out []progCost
-	for _, prog := range p.objs.programs() {
-		if prog == nil {
-			continue
-		}
+	for _, prog := range p.kit.Programs() {
 		info, err := prog.Info()
 		if err != nil {
 			continue

@@ -14,5 +14,5 @@ func (inv *Investigator) Check(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	defer p.close()
-	return append([]string(nil), p.warnings...), nil
+	return p.kit.Notes(), nil
 }

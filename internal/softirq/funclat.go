@@ -18,6 +18,7 @@ import (
 	"github.com/wolf-investigator/wolf/internal/human"
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/kernelbtf"
+	"github.com/wolf-investigator/wolf/internal/probekit"
 )
 
 // FuncTarget is a function whose latency --func measures, as in Cloudflare's "The story of one latency spike" (its
@@ -142,6 +143,8 @@ type funcObjects struct {
 	FuncCalls  *ebpf.Map     `ebpf:"func_calls"`
 	FuncHist   *ebpf.Map     `ebpf:"func_hist"`
 	CPUStates  *ebpf.Map     `ebpf:"cpu_states"`
+	// Window is wolf_window (wolf.h) of this object of its own.
+	Window *ebpf.Map `ebpf:".data.wolf_window"`
 }
 
 func (o *funcObjects) Close() error {
@@ -151,7 +154,7 @@ func (o *funcObjects) Close() error {
 			errs = append(errs, p.Close())
 		}
 	}
-	for _, m := range []*ebpf.Map{o.FuncCalls, o.FuncHist, o.CPUStates} {
+	for _, m := range []*ebpf.Map{o.FuncCalls, o.FuncHist, o.CPUStates, o.Window} {
 		if m != nil {
 			errs = append(errs, m.Close())
 		}
@@ -159,11 +162,14 @@ func (o *funcObjects) Close() error {
 	return errors.Join(errs...)
 }
 
-// funcProbe times one function.
+// funcProbe times one function. It is loaded apart from the kit's
+// object (the kit has no uprobe kind, and a uprobe's attach needs its own
+// deadline), with maps of its own.
 type funcProbe struct {
 	target FuncTarget
 	objs   funcObjects
 	links  []link.Link
+	window uint32 // wolf_window of its object
 }
 
 // attachTimeout bounds a uprobe attach: registering a uprobe takes the
@@ -266,20 +272,36 @@ type FuncResult struct {
 	Lost   uint64    // returns without a recorded entry (calls in flight at attach)
 }
 
+// result ends the window and reads the function's histogram: cumulative
+// since the probe was loaded, with the ended window's maximum (the caller
+// subtracts its previous reading).
 func (fp *funcProbe) result() (FuncResult, error) {
 	r := FuncResult{Target: fp.target}
+	w := fp.window
+	if err := fp.objs.Window.Update(uint32(0), w+1, ebpf.UpdateAny); err != nil {
+		return r, fmt.Errorf("softirq: start the next function-latency window: %w", err)
+	}
+	fp.window = w + 1
 	var vals []softirqWolfHist
 	if err := fp.objs.FuncHist.Lookup(uint32(0), &vals); err != nil {
 		return r, fmt.Errorf("softirq: read function histogram: %w", err)
 	}
-	for _, v := range vals {
-		h := hist.FromBPF(&v)
+	for i := range vals {
+		h := hist.FromBPF(&vals[i], w)
 		r.Hist.Merge(&h)
 	}
 	if c, err := readCounters(fp.objs.CPUStates); err == nil {
 		r.Lost = c.FuncLost
 	}
 	return r, nil
+}
+
+// sub is the window since an earlier reading.
+func (r FuncResult) sub(earlier FuncResult) FuncResult {
+	out := r
+	out.Hist = r.Hist.Sub(&earlier.Hist)
+	out.Lost = probekit.Sub(r.Lost, earlier.Lost)
+	return out
 }
 
 // FuncFinding reports a function's latency the way histogram-kernel.stp

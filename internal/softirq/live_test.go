@@ -454,12 +454,12 @@ func TestLiveNAPIAccounting(t *testing.T) {
 	if _, err := loopbackWorkload(300*time.Millisecond, false)(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	p.detach()
-	c, err := readCounters(p.objs.CPUStates)
+	p.kit.Detach()
+	c, err := readCounters(p.maps.CpuStates)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns, err := p.readNAPI()
+	ns, err := p.readNAPI(0)
 	if err != nil {
 		t.Fatal(err)
 	}

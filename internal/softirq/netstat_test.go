@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+
+	"github.com/wolf-investigator/wolf/internal/probekit"
 )
 
 const netstatFixture = `TcpExt: SyncookiesSent PruneCalled RcvPruned OfoPruned TCPRcvCollapsed TCPRcvQDrop
@@ -112,17 +114,25 @@ func TestNetnsScanner(t *testing.T) {
 	}
 }
 
-func TestAddNAPI(t *testing.T) {
-	flushed := softirqNapiStat{Polls: 10, Work: 100, Full: 1, MaxWork: 64, Budget: 64, Cpu: 0}
-	acc := softirqNapiStat{Polls: 5, Work: 20, MaxWork: 8, Budget: 64, Cpu: 1}
-	got := addNAPI(flushed, acc, true)
-	if got.Polls != 15 || got.Work != 120 || got.Full != 1 || got.MaxWork != 64 || got.Cpu != 1 {
-		t.Errorf("merged %+v", got)
+// NAPI windows from readings of flushed-plus-pending polls: each window
+// is what was added since the previous reading; a reading that missed a
+// flush (made between reading napi_stats and the CPUs' accumulators) is
+// short, and what it missed is counted once, in the next window.
+func TestNAPIWindow(t *testing.T) {
+	var since probekit.Since[uint64, NAPIStat]
+	step := func(polls, work uint64) NAPIStat {
+		return since.Step(map[uint64]NAPIStat{1: {Device: "eth0", Polls: polls, Work: work, MaxWork: 7}}, napiWindow)[1]
 	}
-	if got := addNAPI(flushed, acc, false); got != flushed {
-		t.Errorf("not pending but merged: %+v", got)
-	}
-	if got := addNAPI(softirqNapiStat{}, acc, true); got != acc {
-		t.Errorf("pending only: %+v", got)
+	for i, c := range []struct{ polls, work, wantPolls, wantWork uint64 }{
+		{10, 100, 10, 100}, // the first window: everything since Start
+		{25, 160, 15, 60},
+		{20, 150, 0, 0},  // a flush missed: short, nothing negative
+		{30, 200, 5, 40}, // counted once: 25 was reported already
+		{30, 200, 0, 0},
+	} {
+		got := step(c.polls, c.work)
+		if got.Polls != c.wantPolls || got.Work != c.wantWork || got.Device != "eth0" || got.MaxWork != 7 {
+			t.Errorf("window %d: %+v, want %d polls %d packets", i, got, c.wantPolls, c.wantWork)
+		}
 	}
 }

@@ -1,24 +1,18 @@
 package softirq
 
 import (
-	"errors"
 	"fmt"
-	"os"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
-	"github.com/cilium/ebpf/ringbuf"
-	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
 	"github.com/wolf-investigator/wolf/internal/bpfrec"
 	"github.com/wolf-investigator/wolf/internal/hist"
-	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/kernelbtf"
 	"github.com/wolf-investigator/wolf/internal/perfsample"
+	"github.com/wolf-investigator/wolf/internal/probekit"
 )
 
 // NrVectors is NR_SOFTIRQS; Vectors names them in the kernel's order.
@@ -35,60 +29,32 @@ const (
 	stackDepth = 32
 )
 
-// mainObjects are the programs and maps of the softirq investigation
-// proper; funcObjects (funclat.go) those of function latency. Loading
-// one set leaves the other's programs out of the kernel.
-type mainObjects struct {
-	OnSoftirqRaise   *ebpf.Program `ebpf:"on_softirq_raise"`
-	OnSoftirqEntry   *ebpf.Program `ebpf:"on_softirq_entry"`
-	OnSoftirqExit    *ebpf.Program `ebpf:"on_softirq_exit"`
-	OnNapiPoll       *ebpf.Program `ebpf:"on_napi_poll"`
-	OnKfreeSkb       *ebpf.Program `ebpf:"on_kfree_skb"`
-	OnSample         *ebpf.Program `ebpf:"on_sample"`
-	CPUStates        *ebpf.Map     `ebpf:"cpu_states"`
-	RunHist          *ebpf.Map     `ebpf:"run_hist"`
-	WaitHist         *ebpf.Map     `ebpf:"wait_hist"`
-	Stalls           *ebpf.Map     `ebpf:"stalls"`
-	Stacks           *ebpf.Map     `ebpf:"stacks"`
-	RxStackCounts    *ebpf.Map     `ebpf:"rx_stack_counts"`
-	StallStackCounts *ebpf.Map     `ebpf:"stall_stack_counts"`
-	NapiStats        *ebpf.Map     `ebpf:"napi_stats"`
-	DropReasons      *ebpf.Map     `ebpf:"drop_reasons"`
-}
-
-func (o *mainObjects) Close() error {
-	var errs []error
-	for _, p := range o.programs() {
-		if p != nil {
-			errs = append(errs, p.Close())
-		}
-	}
-	for _, m := range []*ebpf.Map{o.CPUStates, o.RunHist, o.WaitHist, o.Stalls, o.Stacks, o.RxStackCounts, o.StallStackCounts, o.NapiStats, o.DropReasons} {
-		if m != nil {
-			errs = append(errs, m.Close())
-		}
-	}
-	return errors.Join(errs...)
-}
-
-func (o *mainObjects) programs() []*ebpf.Program {
-	return []*ebpf.Program{o.OnSoftirqRaise, o.OnSoftirqEntry, o.OnSoftirqExit, o.OnNapiPoll, o.OnKfreeSkb, o.OnSample}
-}
-
-// tracepoints wolf softirq attaches, in attach order: exit before entry,
+// attachRows are the tracepoints, in attach order: exit before entry,
 // because an exit without its entry is skipped, while an entry without its
-// exit would be paired with the next one. The optional ones only add detail.
-var tracepoints = []struct {
-	group, name string
-	prog        func(*mainObjects) *ebpf.Program
-	required    bool
-	what        string
-}{
-	{"irq", "softirq_exit", func(o *mainObjects) *ebpf.Program { return o.OnSoftirqExit }, true, ""},
-	{"irq", "softirq_entry", func(o *mainObjects) *ebpf.Program { return o.OnSoftirqEntry }, true, ""},
-	{"irq", "softirq_raise", func(o *mainObjects) *ebpf.Program { return o.OnSoftirqRaise }, false, "no raise-to-entry wait histograms"},
-	{"napi", "napi_poll", func(o *mainObjects) *ebpf.Program { return o.OnNapiPoll }, false, "no NAPI work and budget per device"},
-	{"skb", "kfree_skb", func(o *mainObjects) *ebpf.Program { return o.OnKfreeSkb }, false, "no packet drop reasons (the reason argument needs Linux 5.17+)"},
+// exit would be paired with the next one. The optional ones only add
+// detail.
+var attachRows = []probekit.Attach{
+	{Kind: probekit.RawTracepoint, Target: "irq/softirq_exit", Program: "on_softirq_exit", Required: true,
+		Why: "when each softirq handler ends"},
+	{Kind: probekit.RawTracepoint, Target: "irq/softirq_entry", Program: "on_softirq_entry", Required: true,
+		Why: "when each softirq handler starts (run time per vector and CPU)"},
+	{Kind: probekit.RawTracepoint, Target: "irq/softirq_raise", Program: "on_softirq_raise",
+		Why: "raise-to-run wait per vector"},
+	{Kind: probekit.RawTracepoint, Target: "napi/napi_poll", Program: "on_napi_poll",
+		Why: "NAPI work against budget per device"},
+	{Kind: probekit.RawTracepoint, Target: "skb/kfree_skb", Program: "on_kfree_skb",
+		Why: "packet drops by reason (the reason argument needs Linux 5.17+)"},
+}
+
+// attachTable is the table for a sampling rate: stack sampling is a row
+// only when it is on.
+func attachTable(sampleHz int) []probekit.Attach {
+	t := slices.Clone(attachRows)
+	if sampleHz > 0 {
+		t = append(t, probekit.Attach{Kind: probekit.PerfSample, Program: "on_sample", Hz: sampleHz,
+			Why: "kernel stacks sampled while a CPU is inside NET_RX (what a stall spent its time in)"})
+	}
+	return t
 }
 
 // probeConfig is what the BPF side is configured with before it loads.
@@ -97,64 +63,51 @@ type probeConfig struct {
 	SampleHz  int // 0: no stack sampling
 }
 
-// probe owns everything the investigation attaches. Nothing is pinned: a
-// killed wolf detaches it all with its file descriptors.
+// probe owns everything the investigation attaches, through the kit.
 type probe struct {
-	objs    mainObjects
-	links   []link.Link
-	sampler *perfsample.Sampler
-	// sampled is how long and on how many CPUs the sampler ran, for the
-	// share of its timer samples that landed (CPUs not executing take none).
-	sampledCPUs             int
-	sampleStart, sampleStop time.Time
-	rd                      *ringbuf.Reader
-	attached                map[string]bool
-	warnings                []string
-	clock                   monoClock
-
-	mu        sync.Mutex
-	stalls    []Stall
-	notKept   uint64 // stalls beyond maxStalls: counted, not stored
-	readerErr error
-	done      chan struct{}
+	kit    *probekit.Probe
+	table  []probekit.Attach
+	maps   softirqMaps
+	stalls *probekit.Ring[softirqStall]
+	// sampledCPUs is how many CPUs the sampler runs on (0: no sampling),
+	// for the share of its timer samples that landed (CPUs not executing
+	// take none).
+	sampledCPUs int
 }
 
-func openProbe(cfg probeConfig) (*probe, error) {
-	if os.Geteuid() != 0 {
-		return nil, fmt.Errorf("softirq: loading BPF programs needs root: %w", investigator.ErrPrivilege)
-	}
-	if err := rlimit.RemoveMemlock(); err != nil {
-		return nil, fmt.Errorf("softirq: raise memlock limit: %w", err)
-	}
-	spec, err := loadSoftirq()
+// openProbe loads and attaches the programs; extra are programs attached
+// outside the kit (function latency) to meter with them.
+func openProbe(cfg probeConfig, extra ...*ebpf.Program) (*probe, error) {
+	p := &probe{table: attachTable(cfg.SampleHz)}
+	kit, err := probekit.Open(probekit.Object{
+		Name:  "softirq",
+		Spec:  loadSoftirq,
+		Vars:  map[string]any{"threshold_ns": uint64(cfg.Threshold.Nanoseconds())},
+		Table: p.table,
+		Extra: extra,
+		BTF:   kernelbtf.External(),
+	})
 	if err != nil {
-		return nil, fmt.Errorf("softirq: read BPF object: %w", err)
+		return nil, err
 	}
-	if err := spec.Variables["threshold_ns"].Set(uint64(cfg.Threshold.Nanoseconds())); err != nil {
-		return nil, fmt.Errorf("softirq: configure BPF object: %w", err)
-	}
-	p := &probe{attached: map[string]bool{}, done: make(chan struct{}), clock: newMonoClock()}
-	if err := spec.LoadAndAssign(&p.objs, kernelbtf.Options()); err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("softirq: the kernel's BPF verifier rejected the program (%v): %w", ve, investigator.ErrUnsupported)
+	p.kit = kit
+	if kit.Attached("perf_event") {
+		if cpus, err := perfsample.OnlineCPUs(); err == nil {
+			p.sampledCPUs = len(cpus)
 		}
-		return nil, fmt.Errorf("softirq: load BPF objects: %w", err)
 	}
-	// The ring buffer reader starts before the first stall can happen.
-	rd, err := ringbuf.NewReader(p.objs.Stalls)
-	if err != nil {
-		p.close()
-		return nil, fmt.Errorf("softirq: open ring buffer: %w", err)
+	if err := kit.AssignMaps(&p.maps); err != nil {
+		kit.Close()
+		return nil, err
 	}
-	p.rd = rd
-	go p.readStalls()
-	if err := p.attach(cfg.SampleHz); err != nil {
-		p.close()
+	if p.stalls, err = probekit.OpenRing[softirqStall](kit, "stalls", maxStalls); err != nil {
+		kit.Close()
 		return nil, err
 	}
 	return p, nil
 }
+
+func (p *probe) close() { p.kit.Close() }
 
 // Stall is one softirq run at or above the threshold.
 type Stall struct {
@@ -176,28 +129,18 @@ type Stall struct {
 	CPUSamples int `json:"cpu_samples"`
 }
 
-func (p *probe) readStalls() {
-	defer close(p.done)
-	for {
-		rec, err := p.rd.Read()
-		if err != nil {
-			// ErrFlushed: drain has read everything that was there.
-			if !errors.Is(err, ringbuf.ErrClosed) && !errors.Is(err, ringbuf.ErrFlushed) {
-				p.mu.Lock()
-				p.readerErr = err
-				p.mu.Unlock()
-			}
-			return
-		}
-		e, err := bpfrec.Decode[softirqStall](rec.RawSample)
-		if err != nil {
-			continue
-		}
-		s := Stall{
+// takeStalls returns the stalls the ring buffer delivered since the
+// previous call, and how many it could not keep.
+func (p *probe) takeStalls() ([]Stall, uint64, error) {
+	evs, lost, err := p.stalls.Take()
+	clock := newMonoClock()
+	out := make([]Stall, 0, len(evs))
+	for _, e := range evs {
+		out = append(out, Stall{
 			CPU:        int(e.Cpu),
 			Vector:     vectorName(e.Vec),
 			Duration:   time.Duration(e.DurationNs),
-			At:         p.clock.wall(e.StartNs),
+			At:         clock.wall(e.StartNs),
 			Packets:    e.RxWork,
 			Polls:      e.RxPolls,
 			FullPolls:  e.RxFull,
@@ -206,15 +149,9 @@ func (p *probe) readStalls() {
 			Comm:       bpfrec.CString(e.Comm[:]),
 			Samples:    int(e.Samples),
 			CPUSamples: int(e.CpuSamples),
-		}
-		p.mu.Lock()
-		if len(p.stalls) < maxStalls {
-			p.stalls = append(p.stalls, s)
-		} else {
-			p.notKept++
-		}
-		p.mu.Unlock()
+		})
 	}
+	return out, lost, err
 }
 
 func vectorName(v uint32) string {
@@ -224,7 +161,10 @@ func vectorName(v uint32) string {
 	return fmt.Sprintf("vec%d", v)
 }
 
-// counters are the per-CPU counters of struct cpu_state, summed.
+// counters are the per-CPU counters of struct cpu_state, summed. They are
+// not in a WOLF_STATS array: the hot ones (entries, exits, raises, polls)
+// sit in the cache line every softirq entry and exit touches anyway, and a
+// stats array would cost each event a second map lookup and line.
 type counters struct {
 	Entries, Exits, Raises, UnpairedExits  uint64
 	Stalls, StallDrops                     uint64
@@ -259,16 +199,31 @@ func readCounters(m *ebpf.Map) (counters, error) {
 	return c, nil
 }
 
-// hists reads a per-CPU histogram array: [vector][cpu].
-func readHists(m *ebpf.Map, n int) ([][]hist.Log2, error) {
+// sub is what the counters counted since an earlier reading.
+func (c counters) sub(e counters) counters {
+	s := probekit.Sub
+	return counters{
+		Entries: s(c.Entries, e.Entries), Exits: s(c.Exits, e.Exits), Raises: s(c.Raises, e.Raises),
+		UnpairedExits: s(c.UnpairedExits, e.UnpairedExits), Stalls: s(c.Stalls, e.Stalls),
+		StallDrops: s(c.StallDrops, e.StallDrops), Samples: s(c.Samples, e.Samples),
+		SamplesIdle: s(c.SamplesIdle, e.SamplesIdle), StackErrors: s(c.StackErrors, e.StackErrors),
+		PendingFull: s(c.PendingFull, e.PendingFull), MapFull: s(c.MapFull, e.MapFull),
+		NapiPolls: s(c.NapiPolls, e.NapiPolls), Drops: s(c.Drops, e.Drops),
+		FuncCalls: s(c.FuncCalls, e.FuncCalls), FuncLost: s(c.FuncLost, e.FuncLost),
+	}
+}
+
+// readHists reads a per-CPU histogram array: [vector][cpu], cumulative,
+// with window w's maxima.
+func readHists(m *ebpf.Map, n int, w uint32) ([][]hist.Log2, error) {
 	out := make([][]hist.Log2, n)
 	for v := 0; v < n; v++ {
 		var vals []softirqWolfHist
 		if err := m.Lookup(uint32(v), &vals); err != nil {
 			return nil, fmt.Errorf("softirq: read histogram %d: %w", v, err)
 		}
-		for _, h := range vals {
-			out[v] = append(out[v], hist.FromSlots(h.Slots[:], h.Count, h.Sum, h.Max))
+		for i := range vals {
+			out[v] = append(out[v], hist.FromBPF(&vals[i], w))
 		}
 	}
 	return out, nil
@@ -280,17 +235,18 @@ type rawStack struct {
 	Count uint64
 }
 
-// readStacks reads a stack-count map, resolving ids through the stack map.
-func (p *probe) readStacks(counts *ebpf.Map) ([]rawStack, error) {
+// readStacks reads a stack-count map by stack id, resolving ids through
+// the stack map. Counts are cumulative.
+func (p *probe) readStacks(counts *ebpf.Map) (map[uint32]rawStack, error) {
 	var (
 		id    uint32
 		n     uint64
-		out   []rawStack
+		out   = map[uint32]rawStack{}
 		frame = make([]uint64, stackDepth)
 	)
 	it := counts.Iterate()
 	for it.Next(&id, &n) {
-		if err := p.objs.Stacks.Lookup(id, &frame); err != nil {
+		if err := p.maps.Stacks.Lookup(id, &frame); err != nil {
 			continue // evicted or never stored: the count is lost, not wrong
 		}
 		ips := make([]uint64, 0, stackDepth)
@@ -300,7 +256,7 @@ func (p *probe) readStacks(counts *ebpf.Map) ([]rawStack, error) {
 			}
 			ips = append(ips, ip)
 		}
-		out = append(out, rawStack{IPs: ips, Count: n})
+		out[id] = rawStack{IPs: ips, Count: n}
 	}
 	if err := it.Err(); err != nil {
 		return out, fmt.Errorf("softirq: read stacks: %w", err)
@@ -320,144 +276,79 @@ type NAPIStat struct {
 	Budget  uint64 `json:"budget"`
 }
 
-// readNAPI reads the flushed per-instance stats and adds what each CPU
-// still accumulates (the BPF side flushes only when a CPU moves on to
-// another instance).
-func (p *probe) readNAPI() ([]NAPIStat, error) {
-	byKey := map[uint64]softirqNapiStat{}
+// readNAPI reads, per NAPI instance (by its napi_struct), the flushed
+// stats plus what the CPUs still accumulate (the BPF side flushes only
+// when a CPU moves on to another instance): polls, work and full polls
+// cumulative, MaxWork window w's.
+func (p *probe) readNAPI(w uint32) (map[uint64]NAPIStat, error) {
+	out := map[uint64]NAPIStat{}
+	add := func(key uint64, v *softirqNapiStat) {
+		if v.Polls == 0 {
+			return
+		}
+		n := out[key]
+		n.Polls += v.Polls
+		n.Work += v.Work
+		n.Full += v.Full
+		n.MaxWork = max(n.MaxWork, probekit.WindowMax(v.MaxWork.V, v.MaxWork.Win, w))
+		n.Budget, n.CPU, n.Ifindex = v.Budget, int(v.Cpu), int(v.Ifindex)
+		if name := bpfrec.CString(v.Dev[:]); name != "" || n.Device == "" {
+			n.Device = name
+		}
+		out[key] = n
+	}
 	var (
 		key uint64
 		v   softirqNapiStat
 	)
-	it := p.objs.NapiStats.Iterate()
+	it := p.maps.NapiStats.Iterate()
 	for it.Next(&key, &v) {
-		byKey[key] = v
+		add(key, &v)
 	}
 	if err := it.Err(); err != nil {
 		return nil, err
 	}
 	var cpus []softirqCpuState
-	if err := p.objs.CPUStates.Lookup(uint32(0), &cpus); err != nil {
+	if err := p.maps.CpuStates.Lookup(uint32(0), &cpus); err != nil {
 		return nil, fmt.Errorf("read pending NAPI stats: %w", err)
 	}
-	for _, c := range cpus {
-		byKey[c.NapiKey] = addNAPI(byKey[c.NapiKey], c.NapiAcc, c.NapiKey != 0)
-	}
-	keys := make([]uint64, 0, len(byKey))
-	for k := range byKey {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	var out []NAPIStat
-	for _, k := range keys {
-		v := byKey[k]
-		if v.Polls == 0 {
-			continue
+	for i := range cpus {
+		if cpus[i].NapiKey != 0 {
+			add(cpus[i].NapiKey, &cpus[i].NapiAcc)
 		}
-		name := bpfrec.CString(v.Dev[:])
-		if name == "" {
-			name = "backlog"
-		}
-		out = append(out, NAPIStat{Device: name, Ifindex: int(v.Ifindex), CPU: int(v.Cpu), Polls: v.Polls, Work: v.Work, Full: v.Full, MaxWork: v.MaxWork, Budget: v.Budget})
 	}
 	return out, nil
 }
 
-// addNAPI adds a CPU's pending accumulator to a flushed entry.
-func addNAPI(flushed, acc softirqNapiStat, pending bool) softirqNapiStat {
-	if !pending || acc.Polls == 0 {
-		return flushed
-	}
-	if flushed.Polls == 0 {
-		return acc
-	}
-	flushed.Polls += acc.Polls
-	flushed.Work += acc.Work
-	flushed.Full += acc.Full
-	flushed.MaxWork = max(flushed.MaxWork, acc.MaxWork)
-	flushed.Budget, flushed.Cpu = acc.Budget, acc.Cpu
-	return flushed
+// napiWindow is the window's polling per instance, from two readings of
+// flushed-plus-pending stats. That sum only grows, but a flush between
+// reading napi_stats and reading the CPUs' accumulators is seen in
+// neither: what was kept (keep) is the larger of the two readings, so
+// such a flush is counted in the next window, not twice.
+func napiWindow(cur, prev NAPIStat, _ bool) (NAPIStat, NAPIStat) {
+	d := cur
+	d.Polls = probekit.Sub(cur.Polls, prev.Polls)
+	d.Work = probekit.Sub(cur.Work, prev.Work)
+	d.Full = probekit.Sub(cur.Full, prev.Full)
+	keep := cur
+	keep.Polls, keep.Work, keep.Full = max(cur.Polls, prev.Polls), max(cur.Work, prev.Work), max(cur.Full, prev.Full)
+	return d, keep
 }
 
-// readDrops returns drops by reason: [0] outside NET_RX, [1] inside.
-func (p *probe) readDrops() ([2]map[uint32]uint64, error) {
-	out := [2]map[uint32]uint64{{}, {}}
+// readDrops returns the cumulative drops by reason: index + nrReasons
+// inside NET_RX.
+func (p *probe) readDrops() ([2 * nrReasons]uint64, error) {
+	var out [2 * nrReasons]uint64
 	for idx := uint32(0); idx < 2*nrReasons; idx++ {
 		var vals []uint64
-		if err := p.objs.DropReasons.Lookup(idx, &vals); err != nil {
+		if err := p.maps.DropReasons.Lookup(idx, &vals); err != nil {
 			return out, fmt.Errorf("softirq: read drop reasons: %w", err)
 		}
-		var sum uint64
 		for _, v := range vals {
-			sum += v
-		}
-		if sum > 0 {
-			out[idx/nrReasons][idx%nrReasons] = sum
+			out[idx] += v
 		}
 	}
 	return out, nil
-}
-
-func (p *probe) takeStalls() ([]Stall, uint64) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append([]Stall(nil), p.stalls...), p.notKept
-}
-
-// attach connects the loaded programs to their tracepoints and, with
-// sampleHz > 0, starts stack sampling. Optional sources that fail become
-// warnings; a required one that fails is an error, and nothing is left
-// attached then.
-func (p *probe) attach(sampleHz int) error {
-	p.warnings = nil
-	clear(p.attached)
-	for _, tp := range tracepoints {
-		l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: tp.name, Program: tp.prog(&p.objs)})
-		if err != nil {
-			if tp.required {
-				p.detach()
-				return fmt.Errorf("softirq: attach raw tracepoint %s/%s (%v): %w", tp.group, tp.name, err, investigator.ErrUnsupported)
-			}
-			p.warnings = append(p.warnings, fmt.Sprintf("tracepoint %s/%s unavailable (%v): %s", tp.group, tp.name, err, tp.what))
-			continue
-		}
-		p.links = append(p.links, l)
-		p.attached[tp.group+"/"+tp.name] = true
-	}
-	if sampleHz > 0 {
-		s, err := perfsample.Attach(p.objs.OnSample, sampleHz)
-		if err != nil {
-			p.warnings = append(p.warnings, fmt.Sprintf("no stack sampling in NET_RX (%v): stalls are attributed by counters only", err))
-		} else {
-			p.sampler = s
-			p.attached["perf_event"] = true
-			p.sampledCPUs, p.sampleStart = len(s.CPUs), time.Now()
-		}
-	}
-	return nil
-}
-
-// detach stops every event source but keeps the maps readable.
-func (p *probe) detach() {
-	if p.sampler != nil {
-		p.sampler.Close()
-		p.sampler = nil
-		p.sampleStop = time.Now()
-	}
-	for _, l := range p.links {
-		_ = l.Close()
-	}
-	p.links = nil
-}
-
-func (p *probe) close() {
-	p.detach()
-	if p.rd != nil {
-		_ = p.rd.Close()
-		<-p.done // the reader has stopped, drained or closed
-		p.rd = nil
-	}
-	_ = p.objs.Close()
 }
 
 // monoClock converts bpf_ktime_get_ns (CLOCK_MONOTONIC) to wall time.

@@ -24,7 +24,9 @@
  * and one per-CPU histogram: no locks, no shared cache lines, and no
  * locked instructions (wolf_hist_add_local: softirq context does not nest
  * on a CPU).
- * Every map is bounded and every loss is counted.
+ * Every map is bounded and every loss is counted. Everything is
+ * cumulative: user space ends a window by subtracting its previous
+ * reading, and maxima are kept per window (struct wolf_max, wolf.h).
  */
 #include "wolf.h"
 
@@ -35,7 +37,6 @@ char LICENSE[] SEC("license") = "GPL";
 #define MAX_PENDING 64 /* stacks remembered per NET_RX run */
 #define MAX_STACK 32
 #define NR_REASONS 512 /* enum skb_drop_reason, with room to grow */
-#define COMM_LEN 16
 #define IFNAMSIZ 16
 
 /* Set by user space before load. */
@@ -45,9 +46,9 @@ const volatile __u32 func_tgid = 0; /* function latency: only this process (0: a
 struct napi_stat {
 	__u64 polls;
 	__u64 work;
-	__u64 full; /* polls with work >= budget */
-	__u64 max_work;
-	__u64 budget; /* last budget seen */
+	__u64 full;		  /* polls with work >= budget */
+	__u64 budget;		  /* last budget seen */
+	struct wolf_max max_work; /* most packets in one poll, per window */
 	__u32 ifindex;
 	__u32 cpu; /* last CPU that polled it */
 	char dev[IFNAMSIZ];
@@ -135,7 +136,7 @@ struct stall {
 	__u32 cpu_samples; /* perf samples that landed during the run: few
 			     * means the CPU was not running (hypervisor) or
 			     * had interrupts off */
-	char comm[COMM_LEN];
+	char comm[WOLF_COMM_LEN];
 };
 
 /* Keeps struct stall in BTF so bpf2go can generate its Go twin. */
@@ -392,7 +393,8 @@ static __always_inline void napi_flush(struct cpu_state *s)
 		/* NOEXIST: a racing insert of the same key is as good as ours. */
 		struct napi_stat fresh = *acc;
 
-		fresh.polls = fresh.work = fresh.full = fresh.max_work = 0;
+		fresh.polls = fresh.work = fresh.full = 0;
+		__builtin_memset(&fresh.max_work, 0, sizeof(fresh.max_work));
 		bpf_map_update_elem(&napi_stats, &key, &fresh, BPF_NOEXIST);
 		st = bpf_map_lookup_elem(&napi_stats, &key);
 		if (!st) {
@@ -404,8 +406,7 @@ static __always_inline void napi_flush(struct cpu_state *s)
 	__sync_fetch_and_add(&st->polls, acc->polls);
 	__sync_fetch_and_add(&st->work, acc->work);
 	__sync_fetch_and_add(&st->full, acc->full);
-	if (acc->max_work > st->max_work)
-		st->max_work = acc->max_work;
+	wolf_max_merge(&st->max_work, &acc->max_work);
 	st->budget = acc->budget;
 	st->cpu = acc->cpu;
 }
@@ -441,8 +442,7 @@ int BPF_PROG(on_napi_poll, struct napi_struct *napi, int work, int budget)
 	acc->polls++;
 	if (work > 0) {
 		acc->work += work;
-		if ((__u64)work > acc->max_work)
-			acc->max_work = work;
+		wolf_max_add(&acc->max_work, work);
 	}
 	acc->full += full;
 	acc->budget = budget;

@@ -12,19 +12,22 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/hist"
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/kallsyms"
 	"github.com/wolf-investigator/wolf/internal/kernelbtf"
-	"github.com/wolf-investigator/wolf/internal/overhead"
 	"github.com/wolf-investigator/wolf/internal/pace"
+	"github.com/wolf-investigator/wolf/internal/probekit"
 	"github.com/wolf-investigator/wolf/internal/sysctl"
 	"github.com/wolf-investigator/wolf/internal/virt"
 )
@@ -53,8 +56,10 @@ type Investigator struct {
 	FuncPID int
 
 	// started, if set, is called once everything is attached (tests and
-	// the cost benchmark start their workload then).
-	started func()
+	// the cost benchmark start their workload then); collected sees each
+	// window's snapshot before it is concluded (tests).
+	started   func()
+	collected func(*Snapshot)
 }
 
 // New returns an investigator with the defaults.
@@ -70,36 +75,35 @@ func (*Investigator) Summary() string {
 	return "softirq run and wait times per vector and CPU, long NET_RX stalls and what caused them (TCP collapse, budget)"
 }
 
-// Start reads the counters the window is measured against, loads and
-// attaches. opts.PID is ignored: softirqs belong to CPUs, not tasks.
+// Start reads the counters the first window is measured against, loads
+// and attaches. opts.PID is ignored: softirqs belong to CPUs, not tasks.
 func (inv *Investigator) Start(ctx context.Context, opts investigator.Options) (investigator.Session, error) {
 	if inv.Threshold <= 0 {
 		inv.Threshold = DefaultThreshold
 	}
-	s := &session{inv: *inv, meter: overhead.Start()}
+	s := &session{inv: *inv, scanner: defaultScanner()}
 	// Counters are read before attaching and after the window, so the
 	// window they cover contains the one the BPF side saw.
-	s.scanner = defaultScanner()
-	s.netnsBefore, s.netnsErr = s.scanner.scan(ctx)
-	s.softnetBefore, s.softnetErr = readSoftnet()
-	s.cpuBefore, s.cpuErr = readCPUTimes()
+	s.netns, s.netnsErr = s.scanner.scan(ctx)
+	s.softnet, s.softnetErr = readSoftnet()
+	s.cpu, s.cpuErr = readCPUTimes()
 
-	var err error
-	if s.p, err = openProbe(probeConfig{Threshold: inv.Threshold, SampleHz: inv.SampleHz}); err != nil {
-		s.meter.Close()
-		return nil, err
-	}
+	var extra []*ebpf.Program
 	if inv.Func != nil {
+		var err error
 		if s.fp, err = openFuncProbe(*inv.Func, inv.FuncPID); err != nil {
-			s.Close()
 			return nil, err
 		}
+		extra = []*ebpf.Program{s.fp.objs.FuncEntry, s.fp.objs.FuncReturn}
 	}
-	tracked := s.p.objs.programs()
-	if s.fp != nil {
-		tracked = append(tracked, s.fp.objs.FuncEntry, s.fp.objs.FuncReturn)
+	p, err := openProbe(probeConfig{Threshold: inv.Threshold, SampleHz: inv.SampleHz}, extra...)
+	if err != nil {
+		if s.fp != nil {
+			s.fp.close()
+		}
+		return nil, err
 	}
-	s.meter.Track(tracked...)
+	s.p = p
 	s.start = time.Now()
 	if inv.started != nil {
 		inv.started()
@@ -107,109 +111,142 @@ func (inv *Investigator) Start(ctx context.Context, opts investigator.Options) (
 	return s, nil
 }
 
-// session is softirq attached.
+// session is softirq attached. Its windows:
+//   - the run and wait histograms (per vector and CPU), the counters of
+//     cpu_states, drops by reason, sampled stacks and the function-latency
+//     histogram are cumulative in the maps: each window is the reading at
+//     its Collect minus the previous one (prev), with the window's maxima
+//     kept per window by the programs (wolf.h's struct wolf_max);
+//   - NAPI stats are the flushed entries plus the CPUs' pending
+//     accumulators, windowed the same way (see napiWindow);
+//   - stalls cross the ring buffer and are taken per window;
+//   - TcpExt, softnet_stat and /proc/stat are read at each Collect: one
+//     window's after is the next one's before.
+//
+// Nothing is detached between windows, so no run is lost at a boundary;
+// a run in progress at Collect is counted in the window it ends in.
 type session struct {
-	inv           Investigator
-	meter         *overhead.Meter
-	scanner       netnsScanner
-	netnsBefore   map[uint64]*Netns
-	netnsErr      error
-	softnetBefore []Softnet
-	softnetErr    error
-	cpuBefore     CPUTimes
-	cpuErr        error
-	p             *probe
-	fp            *funcProbe
-	start         time.Time
+	inv     Investigator
+	scanner netnsScanner
+	p       *probe
+	fp      *funcProbe
+	start   time.Time // the window's
+
+	// The counters the next window is measured against.
+	netns      map[uint64]*Netns
+	netnsErr   error
+	softnet    []Softnet
+	softnetErr error
+	cpu        CPUTimes
+	cpuErr     error
+	prev       reading
+	napi       probekit.Since[uint64, NAPIStat]
+	// Sampled stacks come and go; their bounded maps would fill over
+	// hours (see evictStacks).
+	idleRx, idleStall probekit.Idle[uint32]
+}
+
+// reading is what the maps held at one Collect, cumulative since Start.
+type reading struct {
+	run, wait [NrVectors][]hist.Log2 // per CPU
+	cnt       counters
+	drops     [2 * nrReasons]uint64
+	rx, stall map[uint32]rawStack
+	fn        FuncResult
 }
 
 // Close detaches and frees everything.
 func (s *session) Close() error {
-	if s.fp != nil {
-		s.fp.close()
-	}
 	if s.p != nil {
 		s.p.close()
 	}
-	s.meter.Close()
+	if s.fp != nil {
+		s.fp.close()
+	}
 	return nil
 }
 
-// Collect concludes the window since Start.
+// Collect concludes the window since Start or the previous Collect.
 func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 	inv, p, fp := &s.inv, s.p, s.fp
-	scanner, netnsBefore, netnsErr := s.scanner, s.netnsBefore, s.netnsErr
-	softnetBefore, softnetErr, cpuBefore, cpuErr := s.softnetBefore, s.softnetErr, s.cpuBefore, s.cpuErr
-	window := time.Since(s.start)
+	now := time.Now()
+	window := now.Sub(s.start)
 
+	// The window's maxima stop here; the maps are read after.
+	w, err := p.kit.EndWindow()
+	if err != nil {
+		return nil, err
+	}
 	snap := &Snapshot{
 		Window:      window,
 		Threshold:   inv.Threshold,
 		Settings:    ReadSettings(sysctl.ReadInt, sysctl.Read),
-		RaiseTraced: p.attached["irq/softirq_raise"],
+		RaiseTraced: p.kit.Attached("irq/softirq_raise"),
 		StealPct:    -1,
 		Virtual:     virt.Detect(),
 		Slowdown:    pace.Slowdown(),
 		SelfTGID:    os.Getpid(),
 	}
-	if cpuErr == nil {
+	if s.cpuErr == nil {
 		if after, err := readCPUTimes(); err == nil {
-			snap.StealPct = StealPct(cpuBefore, after)
+			snap.StealPct = StealPct(s.cpu, after)
+			s.cpu = after
 		}
 	}
-	if p.attached["perf_event"] {
+	if p.kit.Attached("perf_event") {
 		snap.SampleHz = inv.SampleHz
 	}
-	runs, err := readHists(p.objs.RunHist, NrVectors)
+	var cur reading
+	if cur.cnt, err = readCounters(p.maps.CpuStates); err != nil {
+		return nil, err
+	}
+	runs, err := readHists(p.maps.RunHist, NrVectors, w)
 	if err != nil {
 		return nil, err
 	}
-	waits, err := readHists(p.objs.WaitHist, NrVectors)
+	waits, err := readHists(p.maps.WaitHist, NrVectors, w)
 	if err != nil {
 		return nil, err
 	}
-	copy(snap.Run[:], runs)
-	copy(snap.Wait[:], waits)
-	cnt, err := readCounters(p.objs.CPUStates)
-	if err != nil {
-		return nil, err
+	copy(cur.run[:], runs)
+	copy(cur.wait[:], waits)
+	for vec := range NrVectors {
+		snap.Run[vec] = subHists(cur.run[vec], s.prev.run[vec])
+		snap.Wait[vec] = subHists(cur.wait[vec], s.prev.wait[vec])
 	}
-	if span := p.sampleStop.Sub(p.sampleStart); snap.SampleHz > 0 && p.sampledCPUs > 0 && span > time.Second {
-		want := span.Seconds() * float64(snap.SampleHz) * float64(p.sampledCPUs)
+	cnt := cur.cnt.sub(s.prev.cnt)
+	stalls, notKept, ringErr := p.takeStalls()
+	if ringErr != nil {
+		return nil, fmt.Errorf("softirq: ring buffer: %w", ringErr)
+	}
+	// The share of the sampler's timer samples that landed in the window.
+	if snap.SampleHz > 0 && p.sampledCPUs > 0 && window > time.Second {
+		want := window.Seconds() * float64(snap.SampleHz) * float64(p.sampledCPUs)
 		snap.SampleCoverage = min(float64(cnt.Samples+cnt.SamplesIdle)/want, 1)
 	}
-	stalls, notKept := p.takeStalls()
 	snap.Stalls = stalls
 	snap.StallsLost = cnt.StallDrops + notKept
-	if snap.NAPI, err = p.readNAPI(); err != nil {
+	napi, err := p.readNAPI(w)
+	if err != nil {
 		return nil, fmt.Errorf("softirq: read NAPI stats: %w", err)
 	}
-	if p.attached["skb/kfree_skb"] {
-		drops, err := p.readDrops()
-		if err != nil {
+	snap.NAPI = napiList(s.napi.Step(napi, napiWindow))
+	if p.kit.Attached("skb/kfree_skb") {
+		if cur.drops, err = p.readDrops(); err != nil {
 			return nil, err
 		}
-		var names map[uint32]string
-		if len(drops[0])+len(drops[1]) > 0 {
-			names = dropReasonNames() // parsing BTF costs: only when needed
-		}
-		for i := range drops {
-			snap.Drops[i] = map[string]int{}
-			for r, n := range drops[i] {
-				snap.Drops[i][reasonName(names, r)] += int(n)
-			}
-		}
+		snap.Drops = dropsByName(cur.drops, s.prev.drops)
 	}
 	var symsErr error
 	if snap.SampleHz > 0 {
-		rx, err := p.readStacks(p.objs.RxStackCounts)
-		if err != nil {
+		if cur.rx, err = p.readStacks(p.maps.RxStackCounts); err != nil {
 			return nil, err
 		}
-		st, err := p.readStacks(p.objs.StallStackCounts)
-		if err != nil {
+		if cur.stall, err = p.readStacks(p.maps.StallStackCounts); err != nil {
 			return nil, err
 		}
+		rx, st := subStacks(cur.rx, s.prev.rx), subStacks(cur.stall, s.prev.stall)
+		s.evictStacks(cur.rx, cur.stall)
 		var syms *kallsyms.Table
 		if len(rx)+len(st) > 0 {
 			// Only NET_RX samples need symbols: an idle host skips the
@@ -221,24 +258,33 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 		snap.RxStacks, snap.StallStacks = symbolize(syms, rx), symbolize(syms, st)
 	}
 
-	// Counters after.
-	if netnsErr == nil {
-		snap.Netns = NetnsDeltas(netnsBefore, scanner.reread(context.Background(), netnsBefore))
+	// Counters after, which the next window starts from.
+	if s.netnsErr == nil {
+		after := s.rescan(ctx)
+		snap.Netns = NetnsDeltas(s.netns, after)
+		s.netns = after
 	} else {
-		snap.NetnsNote = netnsErr.Error()
+		snap.NetnsNote = s.netnsErr.Error()
 	}
-	if softnetErr == nil {
+	if s.softnetErr == nil {
 		if after, err := readSoftnet(); err == nil {
-			snap.Softnet = SoftnetDeltas(softnetBefore, after)
+			snap.Softnet = SoftnetDeltas(s.softnet, after)
+			s.softnet = after
 		}
 	}
 
+	if inv.collected != nil {
+		inv.collected(snap)
+	}
 	res := &investigator.Result{
 		Findings:     Conclude(snap),
 		Histograms:   Histograms(snap, inv.PerCPU),
 		Profiles:     Profiles(snap),
-		Capabilities: map[string]bool{},
-		Notes:        p.warnings,
+		Capabilities: p.kit.Capabilities(p.table),
+		Notes:        p.kit.Notes(),
+	}
+	if _, ok := res.Capabilities["perf_event"]; !ok {
+		res.Capabilities["perf_event"] = false // sampling off (--sample-hz 0)
 	}
 	if snap.NetnsNote != "" {
 		res.Notes = append(res.Notes, "no TcpExt counters: "+snap.NetnsNote)
@@ -246,21 +292,15 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 	if symsErr != nil {
 		res.Notes = append(res.Notes, fmt.Sprintf("stacks left unsymbolized: %v", symsErr))
 	}
-	for _, tp := range tracepoints {
-		res.Capabilities["tracepoint:"+tp.group+"/"+tp.name] = p.attached[tp.group+"/"+tp.name]
-	}
-	res.Capabilities["perf_event"] = p.attached["perf_event"]
-	progs := p.objs.programs()
 	if fp != nil {
-		fr, err := fp.result()
-		if err != nil {
+		if cur.fn, err = fp.result(); err != nil {
 			return nil, err
 		}
+		fr := cur.fn.sub(s.prev.fn)
 		f, h := FuncFinding(fr, window)
 		res.Findings = append(res.Findings, f)
 		res.Histograms = append(res.Histograms, h)
 		finding.Sort(res.Findings)
-		progs = append(progs, fp.objs.FuncEntry, fp.objs.FuncReturn)
 		cnt.FuncCalls = fr.Hist.Count
 		cnt.FuncLost = fr.Lost
 		if inv.Func.Kernel() {
@@ -274,8 +314,122 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 	}
 	events := cnt.Entries + cnt.Exits + cnt.Raises + cnt.NapiPolls + cnt.Drops + cnt.Samples + cnt.SamplesIdle + 2*cnt.FuncCalls
 	dropped := cnt.StallDrops + notKept + cnt.StackErrors + cnt.PendingFull + cnt.MapFull
-	res.Overhead = s.meter.Lap(events, dropped, progs...)
+	res.Overhead = p.kit.Overhead(events, dropped)
+	s.prev, s.start = cur, now
 	return res, nil
+}
+
+// rescan reads every network namespace's counters again: the namespaces
+// of the previous reading through the same tasks where the full scan did
+// not reach them (it is bounded in time), and namespaces new since.
+func (s *session) rescan(ctx context.Context) map[uint64]*Netns {
+	after, _ := s.scanner.scan(context.WithoutCancel(ctx))
+	if after == nil {
+		after = map[uint64]*Netns{}
+	}
+	for inode, n := range s.scanner.reread(context.WithoutCancel(ctx), s.netns) {
+		if after[inode] == nil {
+			after[inode] = n
+		}
+	}
+	return after
+}
+
+// subHists is the window of per-CPU histograms (the maxima are already
+// the window's).
+func subHists(cur, prev []hist.Log2) []hist.Log2 {
+	out := make([]hist.Log2, len(cur))
+	for i := range cur {
+		if i < len(prev) {
+			out[i] = cur[i].Sub(&prev[i])
+		} else {
+			out[i] = cur[i]
+		}
+	}
+	return out
+}
+
+// evictStacks deletes the stacks whose sample counts have not changed for
+// probekit.IdleAfter readings from the count maps and from cur (so that
+// they count from zero if they come back), and from the stack map once
+// neither count map has them. A sample taken between the reading and the
+// delete is lost with them: after three windows without one, rare.
+func (s *session) evictStacks(rx, stall map[uint32]rawStack) {
+	p := s.p
+	var gone []uint32
+	for _, m := range []struct {
+		cur, prev map[uint32]rawStack
+		idle      *probekit.Idle[uint32]
+		counts    *ebpf.Map
+	}{{rx, s.prev.rx, &s.idleRx, p.maps.RxStackCounts}, {stall, s.prev.stall, &s.idleStall, p.maps.StallStackCounts}} {
+		for id, st := range m.cur {
+			if m.idle.Step(id, st.Count != m.prev[id].Count) {
+				_ = m.counts.Delete(id)
+				delete(m.cur, id)
+				gone = append(gone, id)
+			}
+		}
+		m.idle.End()
+	}
+	for _, id := range gone {
+		_, inRx := rx[id]
+		_, inStall := stall[id]
+		if !inRx && !inStall {
+			_ = p.maps.Stacks.Delete(id)
+		}
+	}
+}
+
+// subStacks is the window's samples per stack.
+func subStacks(cur, prev map[uint32]rawStack) []rawStack {
+	var out []rawStack
+	for id, st := range cur {
+		if n := probekit.Sub(st.Count, prev[id].Count); n > 0 {
+			out = append(out, rawStack{IPs: st.IPs, Count: n})
+		}
+	}
+	return out
+}
+
+// napiList is the window's instances that were polled, in a stable order.
+func napiList(byKey map[uint64]NAPIStat) []NAPIStat {
+	keys := make([]uint64, 0, len(byKey))
+	for k, v := range byKey {
+		if v.Polls > 0 {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	out := make([]NAPIStat, 0, len(keys))
+	for _, k := range keys {
+		n := byKey[k]
+		if n.Device == "" {
+			n.Device = "backlog"
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// dropsByName is the window's drops by reason name: [0] outside NET_RX,
+// [1] inside.
+func dropsByName(cur, prev [2 * nrReasons]uint64) [2]map[string]int {
+	var out [2]map[string]int
+	var names map[uint32]string
+	for i := range out {
+		out[i] = map[string]int{}
+	}
+	for idx := range cur {
+		n := probekit.Sub(cur[idx], prev[idx])
+		if n == 0 {
+			continue
+		}
+		if names == nil {
+			names = dropReasonNames() // parsing BTF costs: only when needed
+		}
+		out[idx/nrReasons][reasonName(names, uint32(idx%nrReasons))] += int(n)
+	}
+	return out
 }
 
 // ReadSettings reads the sysctls the analysis quotes; unknown ones are -1.

@@ -55,8 +55,13 @@ type softirqNapiStat struct {
 	Polls   uint64
 	Work    uint64
 	Full    uint64
-	MaxWork uint64
 	Budget  uint64
+	MaxWork struct {
+		_   structs.HostLayout
+		V   [2]uint64
+		Win [2]uint32
+		Tag [2]uint32
+	}
 	Ifindex uint32
 	Cpu     uint32
 	Dev     [16]int8
@@ -83,7 +88,12 @@ type softirqWolfHist struct {
 	Slots [65]uint64
 	Count uint64
 	Sum   uint64
-	Max   uint64
+	Max   struct {
+		_   structs.HostLayout
+		V   [2]uint64
+		Win [2]uint32
+		Tag [2]uint32
+	}
 }
 
 // Names of all BPF objects in the ELF.

@@ -175,16 +175,6 @@ func (r *reclaimer) pass(t *testing.T, n int) {
 // of every window, added up, are that number: none lost at a boundary,
 // none counted in two windows.
 func TestWindowBoundariesLoseNothing(t *testing.T) {
-	if os.Getenv("WOLF_TEST_BOUNDARY") == "" {
-		// Watch's side is done: one session per investigator, a Collect
-		// per window. What each investigator counts per window is the
-		// investigators' side (issue 15/20, the lead's): at main d218602 (kit 4dd25b3)
-		// reclaim's first Collect closes its gate and later windows
-		// count nothing (0 of 34460 calls), and on the windowed watch
-		// 2676 of 47953 were lost. WOLF_TEST_BOUNDARY=1 runs it; it runs
-		// by default once reclaim's Collect concludes per window.
-		t.Skip("reclaim does not conclude per window yet; WOLF_TEST_BOUNDARY=1 runs the test")
-	}
 	testutil.RequireRoot(t)
 	testutil.Exclusive(t) // makes a cgroup that reclaims
 	r, count := startReclaimer(t)

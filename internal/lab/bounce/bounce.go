@@ -245,13 +245,41 @@ func (in *Instance) startRing() error {
 		return fmt.Errorf("%s: needs /bin/sh: %w", in.name, err)
 	}
 	// Role-named symlinks to the shell give the processes telling comms.
-	dir, err := os.MkdirTemp("", "wolf-bounce-")
-	if err != nil {
+	// The directory is removed once every process has exec'd its symlink
+	// (they keep their names), and on an error before that. Run as root,
+	// the lab records it in a ledger first, so that if it is killed in
+	// between, the next lab or `wolf lab clean` removes it; without root
+	// (the lab needs none) there is no ledger, and a kill -9 in the first
+	// fraction of a second leaves an empty directory of symlinks in TMPDIR.
+	dir := filepath.Join(os.TempDir(), lab.Name("bounce"))
+	var led *lab.Ledger
+	if os.Geteuid() == 0 {
+		var err error
+		if led, err = lab.NewLedger(in.name, in.logf); err != nil {
+			return fmt.Errorf("%s: %w", in.name, err)
+		}
+		if err := led.Add(lab.Tree(dir)); err != nil {
+			led.Close()
+			return fmt.Errorf("%s: %w", in.name, err)
+		}
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		if led != nil {
+			_ = led.Done(lab.Tree(dir))
+			led.Close()
+		}
 		return fmt.Errorf("%s: temp dir: %w", in.name, err)
 	}
-	// Removed once every process has exec'd its symlink (they keep their
-	// names); on an error before that, removed anyway.
-	defer os.RemoveAll(dir)
+	defer func() {
+		if err := os.RemoveAll(dir); err == nil && led != nil {
+			_ = led.Done(lab.Tree(dir))
+		}
+		if led != nil {
+			if err := led.Close(); err != nil {
+				in.logf("%s: %v", in.name, err)
+			}
+		}
+	}()
 	for _, role := range []string{"bounce-hog-A", "bounce-hog-B", "bounce-task", "bounce-wake-A", "bounce-wake-B"} {
 		if err := os.Symlink(shell, filepath.Join(dir, role)); err != nil {
 			return fmt.Errorf("%s: %w", in.name, err)
@@ -596,3 +624,6 @@ func schedField(pid, tid int, field string) int64 {
 	}
 	return -1
 }
+
+// WhyRoot implements lab.Privileged: nothing the lab does needs root.
+func (bounceLab) WhyRoot() string { return "" }

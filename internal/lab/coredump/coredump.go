@@ -59,13 +59,16 @@
 // returned. core_pattern is already restored and the temp directory already
 // removed (the handler keeps its lock file open). The crasher dies with the
 // lab (Pdeathsig SIGKILL interrupts the dump), the kernel drops the lab's
-// flock with its descriptors, so the handler reads to EOF and exits. Only a
+// flock with its descriptors, so the handler reads to EOF and exits. A
 // kill -9 during Start, between setting core_pattern and the handler's
 // report (a fraction of a second), leaves core_pattern pointing at a
-// handler under /tmp/wolf-coredump-*: the handler then refuses every dump,
-// so crashes on the host lose their cores (but never stall) until someone
-// restores the pattern (`sysctl kernel.core_pattern=core`, or whatever it
-// was) and removes the directory. TestKill9 checks the steady state.
+// handler under /tmp/wolf-coredump-PID-*, which refuses every dump: crashes
+// on the host would lose their cores (never stall). So the lab records the
+// directory and the core_pattern it sets, with the value it found, in its
+// ledger (lab.Ledger) before making them: the next lab to start, or `wolf
+// lab clean`, puts the pattern back (if it still is the lab's) and removes
+// the directory. TestKill9 checks the steady state, TestKill9DuringCrash
+// the window.
 package coredump
 
 import (
@@ -111,6 +114,10 @@ const (
 	shell       = "/bin/sh"
 )
 
+// afterPatternSet, when set (by a test), runs right after core_pattern is
+// set: the window a kill -9 must not leave the host's core dumps broken in.
+var afterPatternSet func(pattern string)
+
 // tempBase is where the lab's directory is made ("" means os.TempDir());
 // tests point it at a directory of their own.
 var tempBase string
@@ -136,6 +143,8 @@ type Instance struct {
 	pattern     string // the core_pattern we set
 	origPattern string
 	pipeLimit   string
+
+	led *lab.Ledger // the directory and core_pattern, for a kill -9
 
 	mu        sync.Mutex
 	closed    bool
@@ -191,6 +200,10 @@ func (coredumpLab) Start(ctx context.Context, opt lab.Options) (_ lab.Instance, 
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("coredump: start: %w", err)
 	}
+	// Before core_pattern is read: a dead lab's pattern is put back first.
+	if in.led, err = lab.NewLedger("coredump", logf); err != nil {
+		return nil, fmt.Errorf("coredump: %w", err)
+	}
 	if err := in.prepare(); err != nil {
 		return nil, err
 	}
@@ -228,8 +241,16 @@ func (in *Instance) prepare() error {
 		return fmt.Errorf("coredump: the handler needs %s: %w", shell, err)
 	}
 
-	dir, err := os.MkdirTemp(tempBase, "wolf-coredump-")
-	if err != nil {
+	base := tempBase
+	if base == "" {
+		base = os.TempDir()
+	}
+	dir := filepath.Join(base, lab.Name("coredump"))
+	if err := in.led.Add(lab.Tree(dir)); err != nil {
+		return fmt.Errorf("coredump: %w", err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		_ = in.led.Done(lab.Tree(dir))
 		return fmt.Errorf("coredump: temp dir: %w", err)
 	}
 	in.dir = dir
@@ -373,14 +394,22 @@ func (in *Instance) crash(ctx context.Context) error {
 	if len(in.pattern) >= corenameMax {
 		return fmt.Errorf("coredump: core_pattern %q is longer than %d bytes; use a shorter TMPDIR", in.pattern, corenameMax-1)
 	}
+	item := lab.Sysctl(corePatternSysctl, in.pattern, in.origPattern)
+	if err := in.led.Add(item); err != nil {
+		return fmt.Errorf("coredump: %w", err)
+	}
 	restore, err := sysctl.Set(corePatternSysctl, in.pattern)
 	if err != nil {
+		_ = in.led.Done(item)
 		return fmt.Errorf("coredump: set core_pattern: %w", err)
 	}
 	in.mu.Lock()
 	in.restore = restore
 	in.mu.Unlock()
 	in.logf("coredump: %s = %q (was %q)", corePatternSysctl, in.pattern, in.origPattern)
+	if afterPatternSet != nil {
+		afterPatternSet(in.pattern)
+	}
 
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("coredump: crash: %w", err)
@@ -490,6 +519,9 @@ func (in *Instance) restorePattern() error {
 		return fmt.Errorf("coredump: restore core_pattern %q: %w", in.origPattern, err)
 	}
 	in.restore = nil
+	if err := in.led.Done(lab.Sysctl(corePatternSysctl, in.pattern, in.origPattern)); err != nil {
+		in.logf("coredump: %v", err)
+	}
 	return nil
 }
 
@@ -503,6 +535,9 @@ func (in *Instance) removeDir() error {
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("coredump: remove %s: %w", dir, err)
+	}
+	if err := in.led.Done(lab.Tree(dir)); err != nil {
+		in.logf("coredump: %v", err)
 	}
 	return nil
 }
@@ -626,7 +661,17 @@ func (in *Instance) close() error {
 	if err := in.removeDir(); err != nil {
 		errs = append(errs, err)
 	}
+	if in.led != nil {
+		if err := in.led.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("coredump: %w", err))
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// WhyRoot implements lab.Privileged.
+func (coredumpLab) WhyRoot() string {
+	return "sets kernel.core_pattern to a handler of its own for one crash"
 }
 
 // waitHandler waits for the handler to exit: it is the kernel's child (of
@@ -682,3 +727,7 @@ func (c *capped) head() string {
 	lines := strings.SplitN(c.buf.String(), "\n", 4)
 	return strings.TrimSpace(strings.Join(lines[:min(len(lines), 3)], " | "))
 }
+
+// Stalls implements lab.Stalling: the parked threads sleep in D for the
+// lab's run on kernels before 6.12 (in TASK_IDLE since).
+func (coredumpLab) Stalls() bool { return true }

@@ -468,8 +468,17 @@ func handlers() []int {
 
 // kill9Helper runs the lab, says READY with the pids, and waits to be
 // killed.
-func kill9Helper(base string) error {
+func kill9Helper(spec string) error {
+	base, mode, _ := strings.Cut(spec, ":")
 	tempBase = base
+	if mode == "crash" {
+		// Die in the window: core_pattern set, no handler yet.
+		afterPatternSet = func(pattern string) {
+			fmt.Println("READY", pattern)
+			time.Sleep(time.Minute)
+			os.Exit(1)
+		}
+	}
 	li, err := New().Start(context.Background(), lab.Options{})
 	if err != nil {
 		return err
@@ -517,5 +526,47 @@ func TestKill9(t *testing.T) {
 	}
 	if l := leftovers(base); len(l) > 0 {
 		t.Errorf("left behind after kill -9: %q", l)
+	}
+}
+
+// TestKill9DuringCrash kills the lab in the window where core_pattern
+// points at its handler and no dump has begun: the next Start puts the
+// pattern back (its ledger recorded it) and removes the dead lab's
+// directory, and runs.
+func TestKill9DuringCrash(t *testing.T) {
+	gate(t)
+	base := privateBase(t)
+	orig := corePattern(t)
+	t.Cleanup(func() {
+		if p := corePattern(t); p != orig {
+			_ = sysctl.Write(corePatternSysctl, orig)
+		}
+	})
+	f, kill := labtest.Start(t, kill9Part, base+":crash", 3*waitTimeout)
+	pattern := strings.Join(f, " ")
+	kill()
+	if p := corePattern(t); p != pattern {
+		t.Fatalf("core_pattern %q after the kill, want the dead lab's %q: the test no longer tests the window", p, pattern)
+	}
+	if l := leftovers(base); len(l) != 1 {
+		t.Fatalf("after the kill: %q, want the dead lab's directory", l)
+	}
+
+	li, err := New().Start(context.Background(), lab.Options{Logf: t.Logf})
+	if err != nil {
+		t.Fatalf("the next Start: %v", err)
+	}
+	in := li.(*Instance)
+	if in.origPattern != orig {
+		t.Errorf("the next Start found core_pattern %q, want the one before the dead lab, %q", in.origPattern, orig)
+	}
+	if err := in.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if p := corePattern(t); p != orig {
+		t.Errorf("core_pattern %q at the end, want %q", p, orig)
+	}
+	if l := leftovers(base); len(l) > 0 {
+		t.Errorf("left behind: %q", l)
 	}
 }

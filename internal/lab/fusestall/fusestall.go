@@ -42,9 +42,11 @@
 // closes our /dev/fuse descriptor, which aborts the connection
 // (fuse_dev_release), so nothing stays blocked. But nobody unmounts: a dead
 // "fuse.wolflab" mount (source "wolf-lab") stays on its
-// /tmp/wolf-fusestall-* directory, and every access to it fails at once with
-// ENOTCONN ("Transport endpoint is not connected"). `umount -l DIR && rmdir
-// DIR` removes it. TestKill9 checks this.
+// /tmp/wolf-fusestall-PID-* directory, and every access to it fails at once
+// with ENOTCONN ("Transport endpoint is not connected"). The lab records
+// the directory and the mount in its ledger (lab.Ledger) before making
+// them, so the next lab to start, or `wolf lab clean`, unmounts and removes
+// them once the lab's pid is dead. TestKill9 checks this.
 package fusestall
 
 import (
@@ -122,6 +124,7 @@ type Instance struct {
 	dev     string // "major:minor" of the mount, for fusectl and Describe
 	fd      int    // /dev/fuse, -1 when not open
 	mounted bool
+	led     *lab.Ledger // the dir and the mount, for a kill -9
 	srv     *server
 	serving bool
 
@@ -186,8 +189,21 @@ func (in *Instance) mount(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("fusestall: start: %w", err)
 	}
-	dir, err := os.MkdirTemp(mountBase, "wolf-fusestall-")
+	led, err := lab.NewLedger(in.name, in.logf)
 	if err != nil {
+		return fmt.Errorf("fusestall: %w", err)
+	}
+	in.led = led
+	base := mountBase
+	if base == "" {
+		base = os.TempDir()
+	}
+	dir := filepath.Join(base, lab.Name("fusestall"))
+	if err := led.Add(lab.Dir(dir)); err != nil {
+		return fmt.Errorf("fusestall: %w", err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		_ = led.Done(lab.Dir(dir))
 		return fmt.Errorf("fusestall: mount point: %w", err)
 	}
 	in.dir = dir
@@ -203,6 +219,9 @@ func (in *Instance) mount(ctx context.Context) error {
 	// No default_permissions: the kernel leaves permission checks to the
 	// daemon (which allows everything), so no extra GETATTRs.
 	opts := fmt.Sprintf("fd=%d,rootmode=40000,user_id=0,group_id=0,allow_other", fd)
+	if err := led.Add(in.mountItem()); err != nil {
+		return fmt.Errorf("fusestall: %w", err)
+	}
 	if err := unix.Mount(mountSource, dir, fsType, unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("fusestall: mount %s: %w", dir, err)
 	}
@@ -225,6 +244,8 @@ func (in *Instance) mount(ctx context.Context) error {
 	in.logf("fusestall: %s mounted at %s (device %s)", fsType, dir, in.dev)
 	return nil
 }
+
+func (in *Instance) mountItem() lab.Item { return lab.Mount(in.dir, fsType, mountSource) }
 
 // script returns the shell script and its argument for a task of the lab;
 // victim numbers start at 1.
@@ -503,6 +524,7 @@ func (in *Instance) close() error {
 		switch err := unix.Unmount(in.dir, unix.MNT_FORCE); {
 		case err == nil:
 			in.mounted = false
+			in.done(in.mountItem())
 		case errors.Is(err, unix.EBUSY): // children still hold files: aborted, not unmounted
 		default:
 			errs = append(errs, fmt.Errorf("fusestall: abort %s (umount MNT_FORCE): %w", in.dir, err))
@@ -531,6 +553,7 @@ func (in *Instance) close() error {
 			errs = append(errs, fmt.Errorf("fusestall: umount %s: %w", in.dir, err))
 		} else {
 			in.mounted = false
+			in.done(in.mountItem())
 		}
 	}
 
@@ -563,10 +586,33 @@ func (in *Instance) close() error {
 	if in.dir != "" && !in.mounted {
 		if err := os.Remove(in.dir); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, fmt.Errorf("fusestall: remove %s: %w", in.dir, err))
+		} else {
+			in.done(lab.Dir(in.dir))
+		}
+	}
+	if in.led != nil {
+		if in.dir != "" && !in.mounted {
+			// Never mounted (Start failed before): nothing to unmount.
+			in.done(in.mountItem())
+		}
+		if err := in.led.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("fusestall: %w", err))
 		}
 	}
 	return errors.Join(errs...)
 }
+
+// done records in the ledger that it is undone.
+func (in *Instance) done(it lab.Item) {
+	if in.led != nil {
+		if err := in.led.Done(it); err != nil {
+			in.logf("fusestall: %v", err)
+		}
+	}
+}
+
+// WhyRoot implements lab.Privileged.
+func (fuseLab) WhyRoot() string { return "mounts a FUSE file system that it serves itself" }
 
 // fusectlAbort writes to /sys/fs/fuse/connections/N/abort if fusectl is
 // mounted; N is the kernel's dev_t of the mount (MKDEV: major<<20|minor).
@@ -585,3 +631,6 @@ func (in *Instance) fusectlAbort() {
 		in.logf("fusestall: aborted connection via %s", p)
 	}
 }
+
+// Stalls implements lab.Stalling: the victims sleep in D for the lab's run.
+func (fuseLab) Stalls() bool { return true }

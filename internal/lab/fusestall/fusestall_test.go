@@ -319,6 +319,13 @@ func TestKill9(t *testing.T) {
 	gate(t)
 	for _, name := range []string{"fuse-rwsem", "fuse-mutex"} {
 		t.Run(name, func(t *testing.T) {
+			base := privateBase(t)
+			l, err := lab.NewRegistry(NewRWSem(), NewMutex()).Get(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The helper makes its mount point in base too.
+			t.Setenv("TMPDIR", base)
 			f, kill := labtest.Start(t, kill9Part, name, 2*waitTimeout)
 			if len(f) < 2 {
 				t.Fatalf("helper said READY %q, want the mount point and pids", f)
@@ -345,10 +352,10 @@ func TestKill9(t *testing.T) {
 					t.Errorf("after kill -9 of the lab: %v (state %c, wchan %s)", err, taskState(pid), wchan(pid))
 				}
 			}
-			l := mountinfoLine(dir)
-			t.Logf("after kill -9: mountinfo: %q", l)
-			if l == "" {
-				return
+			mi := mountinfoLine(dir)
+			t.Logf("after kill -9: mountinfo: %q", mi)
+			if mi == "" {
+				t.Fatalf("no dead mount at %s after kill -9: the test no longer tests its cleanup", dir)
 			}
 			// The dead mount must answer at once, not hang: OPENDIR
 			// goes to the (aborted) connection.
@@ -361,6 +368,21 @@ func TestKill9(t *testing.T) {
 				}
 			case <-time.After(waitTimeout):
 				t.Fatal("ReadDir of the dead mount hangs")
+			}
+			// The next lab to start removes what the dead one left
+			// (its ledger names the mount and the directory).
+			in := start(t, l, 1)
+			if mi := mountinfoLine(dir); mi != "" {
+				t.Errorf("after the next Start: the dead lab's mount is still there: %q", mi)
+			}
+			if _, err := os.Lstat(dir); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("after the next Start: %s: %v, want it gone", dir, err)
+			}
+			if err := in.Close(); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+			if left := leftovers(base); len(left) != 0 {
+				t.Errorf("after Close: %v", left)
 			}
 		})
 	}

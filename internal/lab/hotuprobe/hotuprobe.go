@@ -309,3 +309,6 @@ func (in *Instance) Close() error {
 	})
 	return nil
 }
+
+// WhyRoot implements lab.Privileged.
+func (hotLab) WhyRoot() string { return "loads BPF programs and attaches uprobes to libc's write()" }

@@ -22,6 +22,11 @@ type Cgroup struct {
 	Version int    // 1 or 2
 	Root    string // the hierarchy's mount point
 	Path    string // within it, "/wolf-lab-…", as wolf reports it
+
+	// led records the cgroup before it is made, so that if the lab is
+	// killed with SIGKILL the next lab (of any kind) or `wolf lab clean`
+	// kills what is left in it and removes it (lab.Ledger).
+	led *lab.Ledger
 }
 
 // Dir is the cgroup's directory.
@@ -71,7 +76,16 @@ func NewCgroup(ctx context.Context, controller, prefix string, version int) (*Cg
 	}
 	Sweep(root, prefix)
 	c := &Cgroup{Version: v, Root: root, Path: "/" + prefix + strconv.Itoa(os.Getpid())}
+	if c.led, err = lab.NewLedger(strings.TrimSuffix(prefix, "-"), nil); err != nil {
+		return nil, err
+	}
+	if err := c.led.Add(lab.Cgroup(c.Dir())); err != nil {
+		c.led.Close()
+		return nil, err
+	}
 	if err := os.Mkdir(c.Dir(), 0o755); err != nil {
+		_ = c.led.Done(lab.Cgroup(c.Dir()))
+		c.led.Close()
 		return nil, fmt.Errorf("create cgroup %s: %w", c.Dir(), err)
 	}
 	return c, nil
@@ -101,6 +115,10 @@ func (c *Cgroup) Remove() error {
 	})
 	if err != nil {
 		return fmt.Errorf("remove cgroup %s: %w", dir, err)
+	}
+	if c.led != nil {
+		_ = c.led.Done(lab.Cgroup(dir))
+		return c.led.Close()
 	}
 	return nil
 }

@@ -22,8 +22,10 @@
 // removes the cgroup; the files are unlinked as soon as they are mapped, so
 // they vanish with the worker however it ends. A kill -9 of the lab kills
 // the worker too (Pdeathsig), but leaves the empty cgroup directory
-// (wolf-lab-memcg-PID) and the empty files directory (TMPDIR/wolf-memcg-
-// PID-*); the next Start removes such directories whose PID is gone.
+// (wolf-lab-memcg-PID) and the files directory (TMPDIR/wolf-memcg-PID-*,
+// empty unless the worker was still writing its files). Both are in the
+// lab's ledger (lab.Ledger), written before they are made: the next lab to
+// start, or `wolf lab clean`, removes them once PID is dead.
 //
 // Safety on a shared machine: the worker can never use more than the
 // cgroup's limit; the files use about as much disk, only while it runs. The
@@ -167,6 +169,7 @@ type Instance struct {
 
 	cgPath string // relative to the hierarchy, "/wolf-lab-memcg-PID"
 	dir    string // the files' directory
+	led    *lab.Ledger
 	pid    int
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
@@ -234,7 +237,9 @@ func (l memcgLab) Start(ctx context.Context, opt lab.Options) (_ lab.Instance, e
 			}
 		}
 	}()
-	sweep(h, logf)
+	if in.led, err = lab.NewLedger(l.Name(), logf); err != nil {
+		return nil, fmt.Errorf("memcgstress: %w", err)
+	}
 	if err := in.makeCgroup(); err != nil {
 		return nil, err
 	}
@@ -273,41 +278,6 @@ func (l memcgLab) Start(ctx context.Context, opt lab.Options) (_ lab.Instance, e
 	return in, nil
 }
 
-// sweep removes what killed labs left behind: their empty cgroups and
-// their (empty: the files are unlinked) files directories, both named after
-// a pid that no longer runs.
-func sweep(h memcg.Hierarchy, logf func(string, ...any)) {
-	dead := func(name, prefix string) bool {
-		rest, ok := strings.CutPrefix(name, prefix)
-		if !ok {
-			return false
-		}
-		pid, _, _ := strings.Cut(rest, "-")
-		n, err := strconv.Atoi(pid)
-		return err == nil && n != os.Getpid() && unix.Kill(n, 0) == unix.ESRCH
-	}
-	ents, _ := os.ReadDir(h.Mount)
-	for _, e := range ents {
-		if e.IsDir() && dead(e.Name(), cgroupPrefix) {
-			if err := os.Remove(filepath.Join(h.Mount, e.Name())); err == nil {
-				logf("memcgstress: removed cgroup %s, left by a lab that was killed", e.Name())
-			}
-		}
-	}
-	for _, base := range []string{os.TempDir(), "/var/tmp"} {
-		ents, _ := os.ReadDir(base)
-		for _, e := range ents {
-			if e.IsDir() && dead(e.Name(), dirPrefix) {
-				// Remove, not RemoveAll: a directory with files in it is
-				// not what this lab leaves.
-				if err := os.Remove(filepath.Join(base, e.Name())); err == nil {
-					logf("memcgstress: removed %s, left by a lab that was killed", filepath.Join(base, e.Name()))
-				}
-			}
-		}
-	}
-}
-
 func (in *Instance) makeCgroup() error {
 	in.cgPath = "/" + cgroupPrefix + strconv.Itoa(os.Getpid())
 	dir := in.h.Dir(in.cgPath)
@@ -317,7 +287,12 @@ func (in *Instance) makeCgroup() error {
 			return fmt.Errorf("memcgstress: the memory controller is not enabled for children of %s (cgroup.subtree_control %q); wolf does not change that", in.h.Mount, strings.TrimSpace(string(b)))
 		}
 	}
+	if err := in.led.Add(lab.Cgroup(dir)); err != nil {
+		in.cgPath = ""
+		return fmt.Errorf("memcgstress: %w", err)
+	}
 	if err := os.Mkdir(dir, 0o755); err != nil {
+		_ = in.led.Done(lab.Cgroup(dir))
 		in.cgPath = ""
 		return fmt.Errorf("memcgstress: create cgroup: %w", err)
 	}
@@ -354,8 +329,12 @@ func (in *Instance) makeDir() error {
 		if err := unix.Statfs(base, &fs); err != nil || fs.Type == tmpfsMagic {
 			continue
 		}
-		d, err := os.MkdirTemp(base, dirPrefix+strconv.Itoa(os.Getpid())+"-")
-		if err != nil {
+		d := filepath.Join(base, lab.Name("memcg"))
+		if err := in.led.Add(lab.Tree(d)); err != nil {
+			return fmt.Errorf("memcgstress: %w", err)
+		}
+		if err := os.Mkdir(d, 0o700); err != nil {
+			_ = in.led.Done(lab.Tree(d))
 			return fmt.Errorf("memcgstress: files directory: %w", err)
 		}
 		in.dir = d
@@ -498,14 +477,33 @@ func (in *Instance) close() error {
 			errs = append(errs, fmt.Errorf("memcgstress: remove cgroup %s: %w", dir, err))
 		} else {
 			in.logf("memcgstress: removed %s", dir)
+			in.undone(lab.Cgroup(dir))
 		}
 	}
 	if in.dir != "" {
 		if err := os.RemoveAll(in.dir); err != nil {
 			errs = append(errs, fmt.Errorf("memcgstress: %w", err))
+		} else {
+			in.undone(lab.Tree(in.dir))
+		}
+	}
+	if in.led != nil {
+		if err := in.led.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("memcgstress: %w", err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+func (in *Instance) undone(it lab.Item) {
+	if err := in.led.Done(it); err != nil {
+		in.logf("memcgstress: %v", err)
+	}
+}
+
+// WhyRoot implements lab.Privileged.
+func (memcgLab) WhyRoot() string {
+	return "creates a memory cgroup with a limit and moves its worker into it"
 }
 
 // capped keeps the first max bytes written to it.

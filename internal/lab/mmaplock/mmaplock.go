@@ -243,3 +243,6 @@ func (c *cappedWriter) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// WhyRoot implements lab.Privileged: nothing the lab does needs root.
+func (mmapLab) WhyRoot() string { return "" }

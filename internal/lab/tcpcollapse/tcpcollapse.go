@@ -484,3 +484,6 @@ func (in *Instance) Close() error {
 	})
 	return in.closeErr
 }
+
+// WhyRoot implements lab.Privileged.
+func (*Lab) WhyRoot() string { return "creates a network namespace of its own" }
