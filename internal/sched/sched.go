@@ -112,12 +112,14 @@ func (s *Investigator) Start(ctx context.Context, opts investigator.Options) (in
 	if ss.p, err = openProbe(ss.cfg); err != nil {
 		return nil, err
 	}
-	ss.cpuh = findCPUHierarchy(ctx, s.Proc)
-	ss.bw = ss.cpuh.readBandwidths()
-	ss.start = monotonicNow()
+	// Tests read the kernel's own counters here: the programs count from
+	// now on, before the /proc and /sys reads below.
 	if s.attached != nil {
 		s.attached()
 	}
+	ss.cpuh = findCPUHierarchy(ctx, s.Proc)
+	ss.bw = ss.cpuh.readBandwidths()
+	ss.start = monotonicNow()
 	return ss, nil
 }
 
