@@ -80,6 +80,39 @@
 #define WOLF_BLOCKER_RWSEM_READER 0x02UL
 #define WOLF_BLOCKER_RWSEM_WRITER 0x03UL
 
+/*
+ * The current task as a plain pointer: bpf_get_current_task() exists on
+ * every kernel wolf supports, bpf_get_current_task_btf() only since 5.11.
+ * Its fields are read with BPF_CORE_READ (a plain pointer cannot be
+ * dereferenced directly, nor passed where a helper wants a BTF pointer).
+ */
+static __always_inline struct task_struct *wolf_current(void)
+{
+	return (struct task_struct *)bpf_get_current_task();
+}
+
+/*
+ * A kprobe's first argument, on x86-64 or arm64, from one object: the
+ * register file (the program's context) differs, and CO-RE picks the
+ * field this kernel's struct pt_regs has. Read through a helper: a CO-RE
+ * offset is added to the context pointer, and the verifier refuses loads
+ * through a modified context pointer.
+ */
+struct pt_regs___x86 {
+	unsigned long di;
+} __attribute__((preserve_access_index));
+
+struct pt_regs___arm64 {
+	__u64 regs[31];
+} __attribute__((preserve_access_index));
+
+static __always_inline __u64 wolf_kprobe_arg0(void *ctx)
+{
+	if (bpf_core_field_exists(((struct pt_regs___x86 *)0)->di))
+		return BPF_CORE_READ((struct pt_regs___x86 *)ctx, di);
+	return BPF_CORE_READ((struct pt_regs___arm64 *)ctx, regs[0]);
+}
+
 /* Before 5.14 the state field was called "state" and was a long. */
 struct task_struct___pre514 {
 	long state;
@@ -156,6 +189,22 @@ static __always_inline struct wolf_rwsem_state wolf_rwsem_owner(void *lock)
 	else if (st.task)
 		st.writer = true;
 	return st;
+}
+
+/*
+ * wolf_bound: v & mask, in a way the compiler cannot drop. After a bounds
+ * check (i < N), clang may index the array with a copy of i the check did
+ * not constrain, or drop a plain mask it proves redundant; older verifiers
+ * (6.1's) then see an unbounded index ("R2 unbounded memory access") where
+ * newer ones track the copy. Masking the very register used as the index
+ * gives every verifier its bound. mask must be N - 1 with N a power of two.
+ */
+static __always_inline __u32 wolf_bound(__u32 v, __u32 mask)
+{
+	__u64 r = v;
+
+	asm volatile("%[r] &= %[m]" : [r] "+r"(r) : [m] "i"(mask));
+	return r;
 }
 
 /*

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/wolf-investigator/wolf/internal/features"
 	"github.com/wolf-investigator/wolf/internal/investigator"
+	"github.com/wolf-investigator/wolf/internal/lab"
+	"github.com/wolf-investigator/wolf/internal/probekit"
 	"github.com/wolf-investigator/wolf/internal/render"
 )
 
@@ -30,10 +33,16 @@ type checkedRequirement struct {
 }
 
 type checkedInvestigator struct {
-	Name         string               `json:"name"`
-	Summary      string               `json:"summary"`
-	Ready        bool                 `json:"ready"`
-	Degraded     bool                 `json:"degraded"`
+	Name    string `json:"name"`
+	Summary string `json:"summary"`
+	// State is "ready", "degraded" or "cannot run": whether its own BPF
+	// objects loaded and attached here (and were closed again).
+	State    string `json:"state"`
+	Ready    bool   `json:"ready"`
+	Degraded bool   `json:"degraded"`
+	// Lost is what it runs without here; Why, when it cannot run, says why.
+	Lost         []string             `json:"lost,omitempty"`
+	Why          string               `json:"why,omitempty"`
 	Requirements []checkedRequirement `json:"requirements"`
 }
 
@@ -59,12 +68,12 @@ func newCheckCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "check",
 		Short: "Show what this kernel lets wolf do, and why not where it does not",
-		Long: `check probes the kernel for every feature wolf's investigators use (BTF,
-tracepoints, the task iterator, ring buffers, perf events, uprobes, kprobes,
-fentry, PSI, cgroups, sysctls) and says for each investigator whether it can
-run, run degraded, or not at all, with the reason in plain words. Probes
-load and detach tiny BPF programs; without root those are reported as
-unavailable.`,
+		Long: `check says for each investigator whether it runs here, runs degraded
+(and without what), or not at all (and why, in plain words): it loads and
+attaches the investigator's own BPF programs, then closes them again. It
+also probes the kernel for every feature they use (BTF, tracepoints, the
+task iterator, ring buffers, perf events, uprobes, kprobes, fentry, PSI,
+cgroups, sysctls). Without root nothing loads, and that is what it says.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			format, err := textOrJSON(out.validate())
@@ -107,6 +116,23 @@ func runCheck(cmd *cobra.Command) *checkReport {
 				}
 			}
 		}
+		// The features say what the kernel has; the investigator's own
+		// objects, loaded and attached, say whether it runs. They decide.
+		if c, ok := inv.(investigator.Checker); ok {
+			lost, err := checkOne(ctx, c)
+			ci.Ready, ci.Degraded, ci.Lost = err == nil, len(lost) > 0, lost
+			if err != nil {
+				ci.Why = probekit.Explain(err)
+			}
+		}
+		switch {
+		case !ci.Ready:
+			ci.State = "cannot run"
+		case ci.Degraded:
+			ci.State = "degraded"
+		default:
+			ci.State = "ready"
+		}
 		rep.Investigators = append(rep.Investigators, ci)
 	}
 	rep.Features = features.ProbeAll(ctx, features.Names())
@@ -114,6 +140,31 @@ func runCheck(cmd *cobra.Command) *checkReport {
 		rep.Sysctls = append(rep.Sysctls, features.Probe(ctx, "sysctl:"+s))
 	}
 	return rep
+}
+
+// checkOne runs one investigator's Check under a deadline (stretched on a
+// slow machine: loading is most of what it does).
+func checkOne(ctx context.Context, c investigator.Checker) ([]string, error) {
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("loading its BPF programs needs root: %w", investigator.ErrPrivilege)
+	}
+	ctx, cancel := context.WithTimeout(ctx, lab.Scaled(60*time.Second))
+	defer cancel()
+	type result struct {
+		lost []string
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		lost, err := c.Check(ctx)
+		done <- result{lost, err}
+	}()
+	select {
+	case r := <-done:
+		return r.lost, r.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("loading and attaching did not finish: %w", ctx.Err())
+	}
 }
 
 func printCheck(w io.Writer, rep *checkReport) {
@@ -131,6 +182,12 @@ func printCheck(w io.Writer, rep *checkReport) {
 			state = "ready, degraded"
 		}
 		fmt.Fprintf(w, "\n%s: %s — %s\n", ci.Name, state, ci.Summary)
+		if ci.Why != "" {
+			printIndented(w, "why: "+ci.Why)
+		}
+		for _, l := range ci.Lost {
+			printIndented(w, "without: "+l)
+		}
 		for _, r := range ci.Requirements {
 			opt := ""
 			if r.Optional {

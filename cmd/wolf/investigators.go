@@ -13,6 +13,7 @@ import (
 	"github.com/wolf-investigator/wolf/internal/bpfcost"
 	"github.com/wolf-investigator/wolf/internal/hung"
 	"github.com/wolf-investigator/wolf/internal/investigator"
+	"github.com/wolf-investigator/wolf/internal/kernelbtf"
 	"github.com/wolf-investigator/wolf/internal/locks"
 	"github.com/wolf-investigator/wolf/internal/reclaim"
 	"github.com/wolf-investigator/wolf/internal/render"
@@ -104,6 +105,9 @@ func newInvestigatorCmd(inv investigator.Investigator, spec investigator.Command
 // command is one investigator's own, and its failure is the command's.
 // text, when set, adjusts the text rendering.
 func investigate(cmd *cobra.Command, out *outputFlags, command string, invs []investigator.Investigator, opts investigator.Options, d time.Duration, audit, single bool, text func(*render.TextOptions)) error {
+	if opts.BTF == "" {
+		opts.BTF = kernelbtf.External() // --btf
+	}
 	bar := newProgressBar(os.Stderr, d, invs)
 	run := runner.Start(cmd.Context(), runner.Config{
 		Report:        newReport(command, time.Now()),

@@ -193,6 +193,10 @@ func runLab(ctx context.Context, cmd *cobra.Command, l lab.Lab, d time.Duration,
 			fmt.Fprintf(cmd.ErrOrStderr(), "lab: cleaning up after dead labs: %v\n", err)
 		}
 	}
+	// Scaled: on an emulated machine starting a lab's processes takes longer.
+	if f := lab.Slowdown(); f > 1.5 {
+		fmt.Fprintf(cmd.ErrOrStderr(), "lab: this machine starts processes %.1fx slower than usual: start-up deadlines stretched as much\n", f)
+	}
 	return runLabEpisodes(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr(), l, d, victims, lab.MaxStall)
 }
 
@@ -221,7 +225,7 @@ func runLabEpisodes(ctx context.Context, out, errw io.Writer, l lab.Lab, d time.
 
 // runLabOnce starts l, keeps it for d (or until ctx ends) and closes it.
 func runLabOnce(ctx context.Context, out, errw io.Writer, l lab.Lab, d time.Duration, victims int, logf func(string, ...any)) (interrupted bool, err error) {
-	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	startCtx, cancel := context.WithTimeout(ctx, lab.Scaled(30*time.Second))
 	defer cancel()
 	inst, err := l.Start(startCtx, lab.Options{Victims: victims, Logf: logf})
 	if err != nil {

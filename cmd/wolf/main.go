@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/wolf-investigator/wolf/internal/buildinfo"
+	"github.com/wolf-investigator/wolf/internal/kernelbtf"
 )
 
 // Exit codes, as ARCHITECTURE.md#exit-codes fixes them.
@@ -98,13 +99,22 @@ Exit codes: 0 done (findings or not), 1 wolf failed, 2 bad usage,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	// Values that parse but are mistakes (an empty file name, --pid 0),
-	// refused for every command; then wolf's priority (--nice).
+	// Before any command: values that parse but are mistakes (an empty
+	// file name, --pid 0) are refused; --btf, the kernel's types from a
+	// file for kernels built without BTF, is read; then wolf's priority
+	// (--nice) is set.
 	var prio priorityFlag
 	prio.register(root)
+	var btfFile string
+	root.PersistentFlags().StringVar(&btfFile, "btf", "", "the kernel's BTF from `FILE` (for kernels without /sys/kernel/btf/vmlinux; BTFHub has them)")
 	root.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
 		if err := checkFlagValues(c); err != nil {
 			return err
+		}
+		if btfFile != "" {
+			if err := kernelbtf.Use(btfFile); err != nil {
+				return usageErr("%v", err)
+			}
 		}
 		return prio.apply(c)
 	}

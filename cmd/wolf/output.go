@@ -240,6 +240,7 @@ var fileFlags = map[string]string{
 	"folded":    "to write no folded files",
 	"pprof":     "to write no pprof file",
 	"incidents": "to keep no incidents",
+	"btf":       "to use the kernel's own BTF",
 }
 
 // checkFlagValues refuses values that parse but are mistakes, for every

@@ -197,14 +197,14 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 	if err != nil {
 		res.Notes = append(res.Notes, "links: "+err.Error())
 	}
-	owners, err := scanOwners(ctx)
+	owners, fdAttaches, err := scanOwners(ctx)
 	if err != nil {
 		res.Notes = append(res.Notes, "owners unknown: "+err.Error())
 	}
 	self := os.Getpid()
 	for i := range progs {
 		p := &progs[i]
-		p.Attach = links[p.ID]
+		p.Attach = withFDAttaches(r, links[p.ID], fdAttaches[p.ID])
 		p.Owners = owners[p.ID]
 		if _, ok := after[p.ID]; !ok {
 			p.Gone = true

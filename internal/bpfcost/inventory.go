@@ -8,14 +8,18 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
+
+	"github.com/wolf-investigator/wolf/internal/kernelbtf"
 )
 
 // eachProgram calls fn with every loaded program, by id. Programs are
@@ -98,7 +102,7 @@ type resolver struct {
 func (r *resolver) btfName(objID uint32, typeID btf.TypeID) string {
 	if objID == 0 || !r.loaded {
 		if !r.loaded {
-			r.kernel, r.kernelErr = btf.LoadKernelSpec()
+			r.kernel, r.kernelErr = kernelbtf.Spec()
 			r.loaded = true
 		}
 	}
@@ -308,35 +312,40 @@ const ownerScanTimeout = 3 * time.Second
 // scanOwners finds, for every program, the processes holding a file
 // descriptor of it or of one of its links: /proc/PID/fd links named
 // anon_inode:bpf-prog or anon_inode:bpf_link, whose fdinfo gives the
-// prog_id. This reads no process memory and takes no mmap_lock; the walk
-// runs in a goroutine abandoned after ownerScanTimeout, so one odd
-// process cannot hold wolf.
-func scanOwners(ctx context.Context) (map[uint32][]Owner, error) {
+// prog_id. It also asks the kernel (BPF_TASK_FD_QUERY) what each perf
+// event a process holds runs and where it is attached: kernels before 6.6
+// do not say so in a perf-event link's info, and programs attached by
+// ioctl (before 5.15) have no link at all. This reads no process memory
+// and takes no mmap_lock; the walk runs in a goroutine abandoned after
+// ownerScanTimeout, so one odd process cannot hold wolf.
+func scanOwners(ctx context.Context) (map[uint32][]Owner, map[uint32][]fdAttach, error) {
 	type res struct {
-		m   map[uint32][]Owner
-		err error
+		m    map[uint32][]Owner
+		perf map[uint32][]fdAttach
+		err  error
 	}
 	done := make(chan res, 1)
 	go func() {
-		m, err := walkFDs("/proc")
-		done <- res{m, err}
+		m, perf, err := walkFDs("/proc", taskFDQuery)
+		done <- res{m, perf, err}
 	}()
 	select {
 	case r := <-done:
-		return r.m, r.err
+		return r.m, r.perf, r.err
 	case <-time.After(ownerScanTimeout):
-		return nil, fmt.Errorf("bpf: scanning /proc for BPF file descriptors: timed out after %v", ownerScanTimeout)
+		return nil, nil, fmt.Errorf("bpf: scanning /proc for BPF file descriptors: timed out after %v", ownerScanTimeout)
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, nil, ctx.Err()
 	}
 }
 
-func walkFDs(root string) (map[uint32][]Owner, error) {
+func walkFDs(root string, query func(pid, fd int) (fdAttach, bool)) (map[uint32][]Owner, map[uint32][]fdAttach, error) {
 	ents, err := os.ReadDir(root)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out := map[uint32][]Owner{}
+	perf := map[uint32][]fdAttach{}
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -351,6 +360,14 @@ func walkFDs(root string) (map[uint32][]Owner, error) {
 		var comm string
 		for _, fd := range fds {
 			target, err := os.Readlink(filepath.Join(dir, "fd", fd.Name()))
+			if err == nil && target == "anon_inode:[perf_event]" && query != nil {
+				if n, err := strconv.Atoi(fd.Name()); err == nil {
+					if a, ok := query(pid, n); ok {
+						perf[a.ProgID] = append(perf[a.ProgID], a)
+					}
+				}
+				continue
+			}
 			if err != nil || (target != "anon_inode:bpf-prog" && target != "anon_inode:bpf_link") {
 				continue
 			}
@@ -370,7 +387,109 @@ func walkFDs(root string) (map[uint32][]Owner, error) {
 			out[id] = append(out[id], Owner{PID: pid, Comm: comm})
 		}
 	}
-	return out, nil
+	return out, perf, nil
+}
+
+// fdAttach is what BPF_TASK_FD_QUERY says of a perf event with a program.
+type fdAttach struct {
+	ProgID uint32
+	Type   uint32 // BPF_FD_TYPE_*
+	Name   string // tracepoint, kernel function, or file
+	Offset uint64 // probe offset (kprobe, uprobe)
+	Addr   uint64 // kprobe address when Name is empty
+}
+
+// BPF_FD_TYPE_* (include/uapi/linux/bpf.h).
+const (
+	fdTypeRawTracepoint = 0
+	fdTypeTracepoint    = 1
+	fdTypeKprobe        = 2
+	fdTypeKretprobe     = 3
+	fdTypeUprobe        = 4
+	fdTypeUretprobe     = 5
+)
+
+// taskFDQuery asks the kernel which program process pid's perf event fd
+// runs and where it is attached (BPF_TASK_FD_QUERY, 4.17+).
+func taskFDQuery(pid, fd int) (fdAttach, bool) {
+	var buf [4096]byte
+	attr := struct {
+		PID, FD, Flags, BufLen uint32
+		Buf                    uint64
+		ProgID, FDType         uint32
+		ProbeOffset, ProbeAddr uint64
+	}{PID: uint32(pid), FD: uint32(fd), BufLen: uint32(len(buf)), Buf: uint64(uintptr(unsafe.Pointer(&buf[0])))}
+	_, _, errno := unix.Syscall(unix.SYS_BPF, unix.BPF_TASK_FD_QUERY, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
+	runtime.KeepAlive(&buf)
+	if errno != 0 || attr.ProgID == 0 {
+		return fdAttach{}, false
+	}
+	n := min(int(attr.BufLen), len(buf))
+	name := string(buf[:n])
+	if i := strings.IndexByte(name, 0); i >= 0 {
+		name = name[:i]
+	}
+	return fdAttach{ProgID: attr.ProgID, Type: attr.FDType, Name: name, Offset: attr.ProbeOffset, Addr: attr.ProbeAddr}, true
+}
+
+// describeFD turns a perf event's query answer into an Attach.
+func describeFD(r *resolver, a fdAttach) Attach {
+	switch a.Type {
+	case fdTypeUprobe, fdTypeUretprobe:
+		kind := KindUprobe
+		if a.Type == fdTypeUretprobe {
+			kind = KindUretprobe
+		}
+		at := Attach{Kind: kind, File: a.Name, Offset: a.Offset, SharedBy: r.sharedBy(a.Name)}
+		at.Symbol = r.symbol(a.Name, a.Offset)
+		at.Target = fmt.Sprintf("%s:%#x", a.Name, a.Offset)
+		if at.Symbol != "" {
+			at.Target = a.Name + ":" + at.Symbol
+		}
+		return at
+	case fdTypeKprobe, fdTypeKretprobe:
+		kind := KindKprobe
+		if a.Type == fdTypeKretprobe {
+			kind = KindKretprobe
+		}
+		if a.Name == "" {
+			return Attach{Kind: kind, Target: fmt.Sprintf("%#x", a.Addr)}
+		}
+		return Attach{Kind: kind, Target: fmt.Sprintf("%s+%#x", a.Name, a.Offset)}
+	case fdTypeTracepoint:
+		return Attach{Kind: KindTracepoint, Target: a.Name}
+	case fdTypeRawTracepoint:
+		return Attach{Kind: KindRawTracepoint, Target: a.Name}
+	}
+	return Attach{Kind: KindPerfEvent, Target: "?"}
+}
+
+// withFDAttaches fills in what the links could not say: a program whose
+// attachments are unknown ("?" perf-event links, or none) takes those the
+// perf events held by processes say, once per (kind, target).
+func withFDAttaches(r *resolver, links []Attach, fds []fdAttach) []Attach {
+	if len(fds) == 0 {
+		return links
+	}
+	known := false
+	for _, a := range links {
+		if a.Kind != KindPerfEvent || a.Target != "?" {
+			known = true
+		}
+	}
+	if known {
+		return links
+	}
+	var out []Attach
+	seen := map[string]bool{}
+	for _, f := range fds {
+		a := describeFD(r, f)
+		if k := a.Kind + " " + a.Target; !seen[k] {
+			seen[k] = true
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // fdinfoProgID finds "prog_id:\tN" in a bpf-prog or bpf_link fdinfo.

@@ -236,3 +236,37 @@ func calibrationProgramLoaded() bool {
 	}
 	return false
 }
+
+// Kernels before 6.6 say nothing of a perf-event link's target, and those
+// before 5.15 attach perf-event programs without links: what the lab's
+// uprobes are must then come from BPF_TASK_FD_QUERY on the perf events its
+// process holds. Here (6.18) the answer must match the links'.
+func TestLiveFDQueryNamesUprobes(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.Exclusive(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	li, err := hotuprobe.New().Start(ctx, lab.Options{Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer li.Close()
+	in := li.(*hotuprobe.Instance)
+	_, perf, err := walkFDs("/proc", taskFDQuery)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &resolver{}
+	kinds := map[string]bool{}
+	for _, id := range in.ProgramIDs() {
+		got := withFDAttaches(r, nil, perf[uint32(id)])
+		if len(got) != 1 || !strings.Contains(got[0].File, "libc.so") || !strings.Contains(got[0].Symbol, hotuprobe.Symbol) {
+			t.Errorf("program %d: %+v, want an uprobe on libc's %s", id, got, hotuprobe.Symbol)
+			continue
+		}
+		kinds[got[0].Kind] = true
+	}
+	if !kinds[KindUprobe] || !kinds[KindUretprobe] {
+		t.Errorf("kinds %v, want an uprobe and a uretprobe", kinds)
+	}
+}

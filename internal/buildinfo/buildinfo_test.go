@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -99,5 +100,56 @@ func TestKernelRange(t *testing.T) {
 	}
 	if got := KernelRange(TestedKernels()); !strings.Contains(got, "6.18") {
 		t.Errorf("the tested range %q leaves out this machine's 6.18", got)
+	}
+}
+
+// TestedKernels is the kernel matrix in data: every row of the matrix's
+// table without a failed cell is listed (major.minor and architecture),
+// and nothing else is.
+func TestTestedKernelsMatchTheMatrix(t *testing.T) {
+	b, err := os.ReadFile("../../docs/kernels/matrix.json")
+	if err != nil {
+		t.Fatalf("the matrix's table: %v", err)
+	}
+	var table struct {
+		Rows []struct {
+			Kernel string `json:"kernel"`
+			Arch   string `json:"arch"`
+			Cells  map[string]struct {
+				Status string `json:"status"`
+			} `json:"cells"`
+		} `json:"rows"`
+	}
+	if err := json.Unmarshal(b, &table); err != nil {
+		t.Fatal(err)
+	}
+	proven := map[string]bool{}
+	for _, r := range table.Rows {
+		failed := false
+		for _, c := range r.Cells {
+			failed = failed || c.Status == "fail"
+		}
+		if failed {
+			continue
+		}
+		arch := map[string]string{"amd64": "x86_64", "arm64": "arm64"}[r.Arch]
+		parts := strings.SplitN(r.Kernel, ".", 3)
+		if len(parts) < 2 || arch == "" {
+			t.Fatalf("matrix row %q %q", r.Kernel, r.Arch)
+		}
+		proven[parts[0]+"."+strings.TrimRight(parts[1], "-+abcdefghijklmnopqrstuvwxyz")+" "+arch] = true
+	}
+	listed := map[string]bool{}
+	for _, k := range TestedKernels() {
+		key := k.Kernel + " " + k.Arch
+		listed[key] = true
+		if !proven[key] {
+			t.Errorf("TestedKernels lists %s, which the matrix does not prove", key)
+		}
+	}
+	for key := range proven {
+		if !listed[key] {
+			t.Errorf("the matrix proves %s, which TestedKernels does not list", key)
+		}
 	}
 }

@@ -15,13 +15,17 @@ type TestedKernel struct {
 }
 
 // TestedKernels lists the kernels wolf is proven on, oldest first. It is
-// the kernel matrix in data: keep it in step with the matrix table the
-// qemu scripts under scripts/ produce, adding a row only for a kernel a
-// script in the repository ran and passed on. wolf version prints it.
+// the kernel matrix in data (docs/kernels/matrix.json, made by
+// scripts/matrix/run): a kernel is listed when its row has no failed cell,
+// and a test keeps the two in step. wolf version prints it.
 func TestedKernels() []TestedKernel {
+	const matrix = "the kernel matrix: check, three idle doctors, every investigator and every lab (scripts/matrix/run; docs/kernels/matrix.md)"
 	return []TestedKernel{
-		{Kernel: "6.1", Arch: "x86_64", Where: "qemu (TCG): Debian bookworm 6.1", Scope: "wolf check and wolf hung with its labs (scripts/qemu/hung-on-debian-6.1.sh)"},
-		{Kernel: "6.18", Arch: "x86_64", Where: "the development and CI machine", Scope: "the full suite, every investigator and lab (go test ./... with WOLF_REQUIRE_BPF=1)"},
+		{Kernel: "5.10", Arch: "x86_64", Where: "qemu (TCG): Debian bullseye 5.10.0-46", Scope: matrix},
+		{Kernel: "6.1", Arch: "x86_64", Where: "qemu (TCG): Debian bookworm 6.1.0-56", Scope: matrix + "; wolf hung's rounds (scripts/qemu/hung-on-debian-6.1.sh)"},
+		{Kernel: "6.1", Arch: "arm64", Where: "qemu (TCG, virt, -cpu max): Debian bookworm 6.1.0-56", Scope: matrix},
+		{Kernel: "6.12", Arch: "x86_64", Where: "qemu (TCG): Debian bookworm 6.12.117", Scope: matrix},
+		{Kernel: "6.18", Arch: "x86_64", Where: "the development and CI machine", Scope: matrix + "; the full suite (go test ./... with WOLF_REQUIRE_BPF=1)"},
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/wolf-investigator/wolf/internal/kconfig"
+	"github.com/wolf-investigator/wolf/internal/kernelbtf"
 	"github.com/wolf-investigator/wolf/internal/procfs"
 	"github.com/wolf-investigator/wolf/internal/sysctl"
 	"github.com/wolf-investigator/wolf/internal/tracefs"
@@ -27,16 +28,17 @@ var loadConfig = sync.OnceValues(kconfig.Load)
 
 const vmlinuxBTF = "/sys/kernel/btf/vmlinux"
 
-// kernelTaskStruct loads the kernel's BTF and finds task_struct.
+// kernelTaskStruct loads the kernel's BTF (or the --btf file's) and finds
+// task_struct.
 func kernelTaskStruct() (*btf.Struct, error) {
-	spec, err := btf.LoadKernelSpec()
+	spec, err := kernelbtf.Spec()
 	if err != nil {
 		if errors.Is(err, ebpf.ErrNotSupported) || errors.Is(err, fs.ErrNotExist) {
 			reason := "the kernel publishes no BTF (" + vmlinuxBTF + " is missing)"
 			if c, cerr := loadConfig(); cerr == nil && !c.Enabled("DEBUG_INFO_BTF") {
 				reason += ": " + c.Describe("DEBUG_INFO_BTF")
 			}
-			return nil, errors.New(reason + "; CO-RE programs cannot be relocated")
+			return nil, errors.New(reason + "; CO-RE programs cannot be relocated. Give wolf the kernel's BTF with --btf FILE: BTFHub (https://github.com/aquasecurity/btfhub-archive) has it by distribution and kernel release, or make it with pahole -J from the kernel's debug package")
 		}
 		return nil, fmt.Errorf("%s does not parse: %s", vmlinuxBTF, plain(err))
 	}
@@ -50,6 +52,9 @@ func kernelTaskStruct() (*btf.Struct, error) {
 func probeBTF(ctx context.Context) (string, error) {
 	if _, err := kernelTaskStruct(); err != nil {
 		return "", err
+	}
+	if f := kernelbtf.External(); f != "" {
+		return f + " (--btf), task_struct found", nil
 	}
 	detail := vmlinuxBTF
 	if fi, err := os.Stat(vmlinuxBTF); err == nil {

@@ -34,6 +34,8 @@ enum lock_source {
 	LOCK_BLOCKER = 1,	/* task->blocker (6.16+) */
 	LOCK_CONTENTION = 2,	/* lock:contention_begin seen while wolf ran */
 	LOCK_BLOCKER_MUTEX = 3, /* task->blocker_mutex (6.14, 6.15) */
+	LOCK_SLOWPATH =
+		4, /* a kprobe on a lock's slow path, before 5.19 (user space checks the stack) */
 };
 
 enum lock_kind {
@@ -97,11 +99,15 @@ struct d_sleep {
 	__u64 nr_switches;
 };
 
+#define WAIT_CALLERS 4
+
 struct lock_wait {
 	__u64 lock_addr;
 	__u64 since_ktime;
 	__u32 flags;
 	__u32 _pad;
+	/* A slow-path kprobe's: the stack where the wait began (see kp_wait). */
+	__u64 callers[WAIT_CALLERS];
 };
 
 struct hang_event {
@@ -214,15 +220,17 @@ int BPF_PROG(on_sched_switch, bool preempt, struct task_struct *prev, struct tas
 	return 0;
 }
 
-SEC("raw_tp/contention_begin")
-int BPF_PROG(on_contention_begin, void *lock, unsigned int flags)
+/* lock_wait.flags: the wait was seen by a slow-path kprobe, not the tracepoint. */
+#define WAIT_F_KPROBE (1U << 31)
+
+static __always_inline int wait_begin(__u64 lock, unsigned int flags)
 {
 	/* Spinners never sleep in D; and a map update here must stay rare. */
 	if (flags & WOLF_LCB_F_SPIN)
 		return 0;
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct lock_wait w = {
-		.lock_addr = (__u64)lock,
+		.lock_addr = lock,
 		.since_ktime = bpf_ktime_get_ns(),
 		.flags = flags,
 	};
@@ -230,6 +238,12 @@ int BPF_PROG(on_contention_begin, void *lock, unsigned int flags)
 		stat_inc(STAT_MAP_FULL);
 	stat_inc(STAT_CONTENTIONS);
 	return 0;
+}
+
+SEC("raw_tp/contention_begin")
+int BPF_PROG(on_contention_begin, void *lock, unsigned int flags)
+{
+	return wait_begin((__u64)lock, flags);
 }
 
 SEC("raw_tp/contention_end")
@@ -240,6 +254,50 @@ int BPF_PROG(on_contention_end, void *lock, int ret)
 	if (w && w->lock_addr == (__u64)lock)
 		bpf_map_delete_elem(&lock_waits, &tid);
 	return 0;
+}
+
+/*
+ * Kernels without lock:contention_* (before 5.19): kprobes on the sleeping
+ * locks' slow paths (user space attaches them to those this kernel has).
+ * Entry is a contended acquire's start. Its end is not probed: a
+ * kretprobe replaces the return address on the waiter's stack, and on
+ * those kernels every stack of a waiter (the one wolf reads, the one in
+ * /proc/PID/stack) then ends in the kretprobe trampoline. The entry keeps
+ * the stack of the wait's start, and stands only while the task still
+ * sleeps there (same_site); its lock is LOCK_SLOWPATH.
+ */
+static __always_inline int kp_wait(void *ctx, unsigned int flags)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct lock_wait w = {
+		.lock_addr = wolf_kprobe_arg0(ctx),
+		.since_ktime = bpf_ktime_get_ns(),
+		.flags = flags | WAIT_F_KPROBE,
+	};
+
+	bpf_get_stack(ctx, w.callers, sizeof(w.callers), 0);
+	if (bpf_map_update_elem(&lock_waits, &tid, &w, BPF_ANY))
+		stat_inc(STAT_MAP_FULL);
+	stat_inc(STAT_CONTENTIONS);
+	return 0;
+}
+
+SEC("kprobe")
+int kp_mutex_wait(void *ctx)
+{
+	return kp_wait(ctx, WOLF_LCB_F_MUTEX);
+}
+
+SEC("kprobe")
+int kp_rwsem_read_wait(void *ctx)
+{
+	return kp_wait(ctx, WOLF_LCB_F_READ);
+}
+
+SEC("kprobe")
+int kp_rwsem_write_wait(void *ctx)
+{
+	return kp_wait(ctx, WOLF_LCB_F_WRITE);
 }
 
 SEC("raw_tp/sched_process_hang")
@@ -281,6 +339,19 @@ struct semaphore___617 {
 } __attribute__((preserve_access_index));
 
 /* Which lock is t sleeping on, and as what? */
+static __always_inline bool same_site(struct task_rec *r, struct lock_wait *w)
+{
+	for (int i = 0; i < 8; i++) {
+		if (i * 8 >= r->stack_bytes)
+			break;
+		for (int j = 1; j < WAIT_CALLERS; j++) {
+			if (w->callers[j] && r->stack[i] == w->callers[j])
+				return true;
+		}
+	}
+	return false;
+}
+
 static __always_inline void find_lock(struct task_struct *t, struct task_rec *r)
 {
 	if (!use_blocker) {
@@ -317,9 +388,18 @@ static __always_inline void find_lock(struct task_struct *t, struct task_rec *r)
 	struct lock_wait *w = bpf_map_lookup_elem(&lock_waits, &tid);
 	if (!w)
 		return;
+	/*
+	 * A slow-path kprobe's wait has no end event: it still stands only if
+	 * the task sleeps where that wait began, one of the return addresses
+	 * of its stack then (the lock call's callers) among the innermost of
+	 * its stack now. Stack walks leave out the __sched slow paths
+	 * themselves (mutexes), not their callers.
+	 */
+	if ((w->flags & WAIT_F_KPROBE) && !same_site(r, w))
+		return;
 	if (r->lock_source == LOCK_NONE) {
 		r->lock_addr = w->lock_addr;
-		r->lock_source = LOCK_CONTENTION;
+		r->lock_source = (w->flags & WAIT_F_KPROBE) ? LOCK_SLOWPATH : LOCK_CONTENTION;
 		if (w->flags & WOLF_LCB_F_MUTEX)
 			r->lock_kind = KIND_MUTEX;
 		else if (w->flags & WOLF_LCB_F_RT)
@@ -462,7 +542,7 @@ int dump_tasks(struct bpf_iter__task *ctx)
 		r->since_ktime = s->since_ktime;
 	r->now_ktime = bpf_ktime_get_ns();
 	if (bpf_core_field_exists(t->sched_info.last_arrival)) {
-		struct task_struct *cur = bpf_get_current_task_btf();
+		struct task_struct *cur = wolf_current();
 		r->last_arrival = BPF_CORE_READ(t, sched_info.last_arrival);
 		r->last_slice_ns = BPF_CORE_READ(t, se.sum_exec_runtime) -
 				   BPF_CORE_READ(t, se.prev_sum_exec_runtime);
@@ -470,6 +550,10 @@ int dump_tasks(struct bpf_iter__task *ctx)
 			       (BPF_CORE_READ(cur, se.sum_exec_runtime) -
 				BPF_CORE_READ(cur, se.prev_sum_exec_runtime));
 	}
+
+	/* The stack first: a slow-path kprobe's lock is checked against it. */
+	long n = bpf_get_task_stack(t, r->stack, sizeof(r->stack), 0);
+	r->stack_bytes = n > 0 ? n : 0;
 
 	find_lock(t, r);
 	find_owner(r);
@@ -481,9 +565,6 @@ int dump_tasks(struct bpf_iter__task *ctx)
 	struct mm_struct *mm = BPF_CORE_READ(t, mm);
 	if (mm)
 		r->mm_lock_addr = (__u64)&mm->mmap_lock;
-
-	long n = bpf_get_task_stack(t, r->stack, sizeof(r->stack), 0);
-	r->stack_bytes = n > 0 ? n : 0;
 
 	bpf_seq_write(ctx->meta->seq, r, sizeof(*r));
 	stat_inc(STAT_RECORDS);

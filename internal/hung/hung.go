@@ -182,7 +182,7 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 	res := &investigator.Result{
 		Findings:     Conclude(snap),
 		Capabilities: s.p.kit.Capabilities(attachTable),
-		Notes:        s.p.kit.Notes(),
+		Notes:        s.p.Notes(),
 	}
 	if prof := snap.Profile(); prof != nil {
 		res.Profiles = append(res.Profiles, *prof)

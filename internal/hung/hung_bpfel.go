@@ -50,6 +50,7 @@ type hungLockWait struct {
 	SinceKtime uint64
 	Flags      uint32
 	Pad        uint32
+	Callers    [4]uint64
 }
 
 type hungMmQueueRec struct {
@@ -132,6 +133,9 @@ const (
 	hungProgDumpFuse          = "dump_fuse"
 	hungProgDumpMmQueues      = "dump_mm_queues"
 	hungProgDumpTasks         = "dump_tasks"
+	hungProgKpMutexWait       = "kp_mutex_wait"
+	hungProgKpRwsemReadWait   = "kp_rwsem_read_wait"
+	hungProgKpRwsemWriteWait  = "kp_rwsem_write_wait"
 	hungProgOnContentionBegin = "on_contention_begin"
 	hungProgOnContentionEnd   = "on_contention_end"
 	hungProgOnProcessHang     = "on_process_hang"
@@ -189,6 +193,9 @@ type hungProgramSpecs struct {
 	DumpFuse          *ebpf.ProgramSpec `ebpf:"dump_fuse"`
 	DumpMmQueues      *ebpf.ProgramSpec `ebpf:"dump_mm_queues"`
 	DumpTasks         *ebpf.ProgramSpec `ebpf:"dump_tasks"`
+	KpMutexWait       *ebpf.ProgramSpec `ebpf:"kp_mutex_wait"`
+	KpRwsemReadWait   *ebpf.ProgramSpec `ebpf:"kp_rwsem_read_wait"`
+	KpRwsemWriteWait  *ebpf.ProgramSpec `ebpf:"kp_rwsem_write_wait"`
 	OnContentionBegin *ebpf.ProgramSpec `ebpf:"on_contention_begin"`
 	OnContentionEnd   *ebpf.ProgramSpec `ebpf:"on_contention_end"`
 	OnProcessHang     *ebpf.ProgramSpec `ebpf:"on_process_hang"`
@@ -285,6 +292,9 @@ type hungPrograms struct {
 	DumpFuse          *ebpf.Program `ebpf:"dump_fuse"`
 	DumpMmQueues      *ebpf.Program `ebpf:"dump_mm_queues"`
 	DumpTasks         *ebpf.Program `ebpf:"dump_tasks"`
+	KpMutexWait       *ebpf.Program `ebpf:"kp_mutex_wait"`
+	KpRwsemReadWait   *ebpf.Program `ebpf:"kp_rwsem_read_wait"`
+	KpRwsemWriteWait  *ebpf.Program `ebpf:"kp_rwsem_write_wait"`
 	OnContentionBegin *ebpf.Program `ebpf:"on_contention_begin"`
 	OnContentionEnd   *ebpf.Program `ebpf:"on_contention_end"`
 	OnProcessHang     *ebpf.Program `ebpf:"on_process_hang"`
@@ -297,6 +307,9 @@ func (p *hungPrograms) Close() error {
 		p.DumpFuse,
 		p.DumpMmQueues,
 		p.DumpTasks,
+		p.KpMutexWait,
+		p.KpRwsemReadWait,
+		p.KpRwsemWriteWait,
 		p.OnContentionBegin,
 		p.OnContentionEnd,
 		p.OnProcessHang,

@@ -3,11 +3,14 @@ package hung
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/cilium/ebpf"
 
 	"github.com/wolf-investigator/wolf/internal/bpfrec"
+	"github.com/wolf-investigator/wolf/internal/features"
+	"github.com/wolf-investigator/wolf/internal/lockslow"
 	"github.com/wolf-investigator/wolf/internal/probekit"
 )
 
@@ -33,6 +36,19 @@ var attachTable = []probekit.Attach{
 		Why: "the requests FUSE daemons owe, with the task that sent each, read from their /dev/fuse"},
 }
 
+// Before 5.19 there are no lock:contention_* tracepoints: kprobes on the
+// sleeping locks' slow paths stand in for contention_begin, where the
+// kernel has kprobes (entries only: see kp_wait in hung.bpf.c).
+func init() {
+	progs := map[lockslow.Kind]string{lockslow.Mutex: "kp_mutex_wait", lockslow.RWSemRead: "kp_rwsem_read_wait", lockslow.RWSemWrite: "kp_rwsem_write_wait"}
+	for _, k := range []lockslow.Kind{lockslow.Mutex, lockslow.RWSemRead, lockslow.RWSemWrite} {
+		for _, fn := range lockslow.Funcs[k] {
+			attachTable = append(attachTable, probekit.Attach{Kind: probekit.Kprobe, Target: fn, Program: progs[k],
+				Why: "the " + k.String() + " a task waits on, where the kernel has no lock:contention_begin", Unless: "lock/contention_begin"})
+		}
+	}
+}
+
 // maxHangReports bounds khungtaskd reports kept per window.
 const maxHangReports = 4096
 
@@ -41,6 +57,7 @@ type probe struct {
 	kit   *probekit.Probe
 	maps  hungMaps
 	hangs *probekit.Ring[hungHangEvent]
+	notes []string // what hung runs without here, beyond the kit's rows
 }
 
 // hangReport is one sched_process_hang event: khungtaskd reported a task.
@@ -62,6 +79,16 @@ func openProbe(useBlocker bool, btfPath string) (*probe, error) {
 		return nil, err
 	}
 	p := &probe{kit: kit}
+	// Without task->blocker the lock of a task already blocked when wolf
+	// starts is unknown: said, as check says it.
+	if useBlocker {
+		if st := features.Probe(context.Background(), "task_blocker"); !st.Available {
+			p.notes = append(p.notes, "the lock a task blocked before wolf started waits on is unknown (task->blocker is Linux 6.16+, blocker_mutex 6.14): such tasks are grouped by where they wait")
+		}
+	}
+	if fns := kit.StoodIn("lock/contention_begin"); len(fns) > 0 {
+		p.notes = append(p.notes, fmt.Sprintf("no lock:contention_* tracepoints (Linux 5.19+): waits on mutexes and rw-semaphores seen through kprobes on %s; other locks' waiters are not tied to their lock", strings.Join(fns, ", ")))
+	}
 	if err := kit.AssignMaps(&p.maps); err != nil {
 		kit.Close()
 		return nil, err
@@ -71,6 +98,21 @@ func openProbe(useBlocker bool, btfPath string) (*probe, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// Notes are the kit's (rows that could not attach) and hung's own. The
+// end of a lock wait needs no note of its own where kprobes stand in for
+// its beginning: the iterator checks the wait against the task's stack.
+func (p *probe) Notes() []string {
+	var out []string
+	stoodIn := len(p.kit.StoodIn("lock/contention_begin")) > 0
+	for _, n := range p.kit.Notes() {
+		if stoodIn && strings.Contains(n, "lock/contention_end") {
+			continue
+		}
+		out = append(out, n)
+	}
+	return append(out, p.notes...)
 }
 
 // hangReports returns khungtaskd's reports since the previous call, and

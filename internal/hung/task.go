@@ -66,6 +66,7 @@ const (
 	SourceBlocker
 	SourceContention
 	SourceBlockerMutex
+	SourceSlowpath // a kprobe on the lock's slow path (before 5.19), still where it began
 	// SourceWaitList: the task was found on the lock's own wait list
 	// (mmap_lock queues; user space only, not a BPF value).
 	SourceWaitList LockSource = 100
@@ -79,6 +80,8 @@ func (s LockSource) String() string {
 		return "lock:contention_begin"
 	case SourceBlockerMutex:
 		return "task->blocker_mutex"
+	case SourceSlowpath:
+		return "kprobe on the lock's slow path"
 	case SourceWaitList:
 		return "the lock's wait list"
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/wolf-investigator/wolf/internal/pace"
 )
 
 // Run watches one window: it starts inv, waits opts.Duration (or until ctx
@@ -22,12 +24,13 @@ func Run(ctx context.Context, inv Investigator, opts Options) (*Result, error) {
 	Wait(ctx, opts, time.Now(), 250*time.Millisecond, nil)
 	// The window is over, possibly because ctx was cancelled (Ctrl-C): the
 	// reads that complete the report get a context of their own.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CollectTimeout)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pace.Scaled(CollectTimeout))
 	defer cancel()
 	return s.Collect(cctx)
 }
 
-// CollectTimeout bounds the reads that complete a report after a window.
+// CollectTimeout bounds the reads that complete a report after a window,
+// on an ordinary machine (stretched on a slower one: pace.Scaled).
 const CollectTimeout = 10 * time.Second
 
 // Wait sleeps until opts.Duration has passed since start, or until ctx

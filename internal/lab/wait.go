@@ -14,9 +14,11 @@ var ErrTimeout = errors.New("timed out")
 const pollInterval = 5 * time.Millisecond
 
 // WaitFor polls cond every few milliseconds until it holds, ctx ends, or
-// timeout passes (then the error wraps ErrTimeout). cond may return an error
-// to give up at once. Errors read "waiting for <what>: ...".
+// timeout (Scaled for a slow machine) passes (then the error wraps
+// ErrTimeout). cond may return an error to give up at once. Errors read
+// "waiting for <what>: ...".
 func WaitFor(ctx context.Context, timeout time.Duration, what string, cond func() (bool, error)) error {
+	timeout = Scaled(timeout)
 	deadline := time.Now().Add(timeout)
 	for {
 		if err := ctx.Err(); err != nil {

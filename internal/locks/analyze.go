@@ -849,6 +849,14 @@ func longest(hs []Hold) Hold {
 	return best
 }
 
+// stillHeld says "at least " for a hold wolf saw begin but not end.
+func stillHeld(h Hold) string {
+	if h.Ongoing {
+		return "at least "
+	}
+	return ""
+}
+
 func (s *Snapshot) holdFinding(tgid, mmTGID int, holds []Hold) finding.Finding {
 	h := longest(holds)
 	mode := "reading"
@@ -889,7 +897,7 @@ func (s *Snapshot) holdFinding(tgid, mmTGID int, holds []Hold) finding.Finding {
 		ID:           "locks.mmap-hold",
 		Investigator: "locks",
 		Severity:     sev,
-		Title:        fmt.Sprintf("%s held %s for %s by %s (tid %d)", lockName, human.Duration(time.Duration(h.HoldNs)), mode, h.Comm, h.TID),
+		Title:        fmt.Sprintf("%s held %s%s for %s by %s (tid %d)", lockName, stillHeld(h), human.Duration(time.Duration(h.HoldNs)), mode, h.Comm, h.TID),
 		Summary: fmt.Sprintf("%d holds of %s over %s by %s (pid %d); the longest, %s for %s, got %s of CPU and %d context switches while holding it.",
 			len(holds), whose, s.HoldThreshold, h.Comm, tgid, human.Duration(time.Duration(h.HoldNs)), mode, human.Duration(time.Duration(h.RuntimeNs)), h.CSW),
 		Mechanism: "While a thread holds a process's mmap_lock, writers (mmap, munmap, mprotect) wait, and once a writer waits, so do new readers: page faults that fall back from per-VMA locks, and anything reading /proc/PID/cmdline or maps (ps, top, perf). A hold that is mostly off-CPU means the holder is starved of CPU or blocked, not busy.",

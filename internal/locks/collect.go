@@ -2,6 +2,9 @@ package locks
 
 import (
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -419,4 +422,59 @@ func (r *reading) addWait(pe *locksPending, tid uint32, d uint64, ongoing bool) 
 // previous call, and how many it could not keep.
 func (p *probe) holdEvents() ([]locksHoldEvent, uint64, error) {
 	return p.holds.Take()
+}
+
+// ongoingHolds are the holds still in progress that are already longer
+// than threshold: begun while wolf watched, not released by the end of
+// the window (on a slow or starved machine, one hold can outlast it). They
+// have no release, hence no stack and no event; the holder is named from
+// /proc.
+func (p *probe) ongoingHolds(threshold time.Duration) []Hold {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return nil
+	}
+	now := uint64(ts.Nano())
+	var out []Hold
+	var tid uint32
+	var m locksMmThread
+	it := p.maps.MmThreads.Iterate()
+	for it.Next(&tid, &m) {
+		if m.HoldStartNs == 0 || now < m.HoldStartNs || now-m.HoldStartNs < uint64(threshold) {
+			continue
+		}
+		tgid := procTgid(int(tid))
+		out = append(out, Hold{
+			TGID: tgid, TID: int(tid), MMTGID: int(m.MmTgid), Comm: procComm(int(tid)),
+			Write: m.Write != 0, Start: time.Duration(m.HoldStartNs), HoldNs: now - m.HoldStartNs,
+			ReclaimNs: m.ReclaimNs, ReclaimCalls: m.ReclaimCalls, PagesScanned: m.PagesScanned,
+			PagesReclaimed: m.PagesReclaimed, PagesActivated: m.PagesActivated, PagesRefKeep: m.PagesRefKeep,
+			Ongoing: true,
+		})
+	}
+	return out
+}
+
+// procComm and procTgid read a thread's name and process from /proc
+// (comm and status take no mmap_lock); "" and 0 when it is gone.
+func procComm(tid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", tid))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func procTgid(tid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", tid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Tgid:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	return 0
 }

@@ -145,10 +145,10 @@ struct pending {
 	__u64 stack_lock;
 	__u64 stack_ns;
 	__s32 stack_cached;
-	__u32 flags;   /* LCB_F_* of the begin */
-	__u32 tid;     /* the waiter (spin waits are folded by a later one) */
-	__u32 end_win; /* the window it ended in: its maxima are that window's */
-	__u32 pad;
+	__u32 flags;		  /* LCB_F_* of the begin */
+	__u32 tid;		  /* the waiter (spin waits are folded by a later one) */
+	__u32 end_win;		  /* the window it ended in: its maxima are that window's */
+	__u32 slept;		  /* a slow-path kprobe's wait: the waiter slept in the slow path */
 	char comm[WOLF_COMM_LEN]; /* the waiter's, sleeping locks only */
 	__u64 owner_rt;		  /* the owner's CPU time at begin */
 	__u64 owner_rd;		  /* and its run-queue time */
@@ -414,6 +414,17 @@ struct {
 	__type(value, struct frames);
 } scratch SEC(".maps");
 
+/*
+ * A new owner entry is built here: with its per-window span it is too big
+ * for the BPF stack beside everything on_begin inlines.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct owner_val);
+} owner_scratch SEC(".maps");
+
 /* Always zero: a new histogram is too big for the BPF stack. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -514,12 +525,19 @@ static __always_inline void queue_enter(__u64 lock, __u32 type, __u64 now)
 		return;
 	}
 	before = q->readers + q->writers;
+	/*
+	 * Atomic adds whose result is unused (atomic fetch is 5.12+), then a
+	 * plain read: with others entering at the same instant the depth read
+	 * may include them, which is the queue's depth then too.
+	 */
 	if (type == TYPE_RWSEM_READ) {
-		n = __sync_fetch_and_add(&q->readers, 1) + 1;
+		__sync_fetch_and_add(&q->readers, 1);
+		n = q->readers;
 		if (n > 0)
 			wolf_max_add(&q->max_readers, n);
 	} else {
-		n = __sync_fetch_and_add(&q->writers, 1) + 1;
+		__sync_fetch_and_add(&q->writers, 1);
+		n = q->writers;
 		if (n > 0)
 			wolf_max_add(&q->max_writers, n);
 	}
@@ -658,6 +676,9 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 		    (flags & WOLF_LCB_F_MUTEX))
 			return;
 		stat_inc(STAT_STALE);
+		/* Out of the queue model too, or its depth only grows. */
+		if (queued_type(old->type))
+			queue_leave(old->lock, old->type, now);
 	}
 
 	struct pending p = { .start_ns = now,
@@ -810,10 +831,14 @@ static __always_inline void account(struct pending *p, const bool can_walk)
 	struct owner_val *ov = bpf_map_lookup_elem(&owners, &ok);
 	if (!ov) {
 		/* Named once per owner entry rather than at every begin. */
-		struct owner_val oz = {};
+		__u32 zero = 0;
+		struct owner_val *oz = bpf_map_lookup_elem(&owner_scratch, &zero);
 
-		owner_name(p, &oz, can_walk);
-		ov = lookup_or_init(&owners, &ok, &oz);
+		if (oz) {
+			__builtin_memset(oz, 0, sizeof(*oz));
+			owner_name(p, oz, can_walk);
+			ov = lookup_or_init(&owners, &ok, oz);
+		}
 	}
 	if (ov) {
 		ov->count += 1;
@@ -885,6 +910,106 @@ SEC("raw_tp/contention_end")
 int BPF_PROG(raw_contention_end, void *lock, int ret)
 {
 	on_end((__u64)lock);
+	return 0;
+}
+
+/*
+ * Kprobes on the sleeping locks' slow paths, for kernels without the
+ * lock:contention_* tracepoints (before 5.19), the way libbpf-tools'
+ * klockstat finds lock waits: entry begins a wait (only contended
+ * acquires reach a slow path). User space attaches them to the functions
+ * this kernel has: __mutex_lock_slowpath and its interruptible and
+ * killable twins, rwsem_down_read_slowpath, rwsem_down_write_slowpath.
+ * Spin locks are left alone: a kprobe inside their slow path costs more
+ * than the waits it would time.
+ *
+ * The end is not a kretprobe: on those kernels its trampoline replaces
+ * the waiter's return address, and the waiter's stack (which wolf hung
+ * and /proc/PID/stack read) then ends there. Instead, sched_switch marks a
+ * waiter that goes to sleep inside a slow path (its stack, against the
+ * slow paths' text in slow_ranges), and the wait ends when that waiter
+ * next gets a CPU: woken, it takes the lock (or finds the wait
+ * interrupted). A wait that spins to the lock without sleeping is not
+ * timed; the next begin replaces it.
+ */
+#define MAX_SLOW_RANGES 8
+#define SLOW_STACK_DEPTH 12
+
+struct slow_range {
+	__u64 start;
+	__u64 end;
+};
+
+const volatile struct slow_range slow_ranges[MAX_SLOW_RANGES] = {};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64[SLOW_STACK_DEPTH]);
+} slow_stack SEC(".maps");
+
+/* Is the current task's kernel stack inside a slow path? */
+static __always_inline bool in_slowpath(void *ctx)
+{
+	__u32 zero = 0;
+	__u64 *ips = bpf_map_lookup_elem(&slow_stack, &zero);
+	long n;
+
+	if (!ips)
+		return false;
+	n = bpf_get_stack(ctx, ips, SLOW_STACK_DEPTH * sizeof(__u64), 0);
+	for (int i = 0; i < SLOW_STACK_DEPTH; i++) {
+		if (i * 8 >= n)
+			break;
+		for (int j = 0; j < MAX_SLOW_RANGES; j++) {
+			if (slow_ranges[j].start && ips[i] >= slow_ranges[j].start &&
+			    ips[i] < slow_ranges[j].end)
+				return true;
+		}
+	}
+	return false;
+}
+
+SEC("raw_tp/sched_switch")
+int BPF_PROG(kp_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	__u32 tid = BPF_CORE_READ(prev, pid);
+	struct pending *p = bpf_map_lookup_elem(&pending_task, &tid);
+
+	if (p && p->start_ns && !p->end_ns && !p->slept && !preempt &&
+	    wolf_task_state(prev) != WOLF_TASK_RUNNING && in_slowpath(ctx))
+		p->slept = 1;
+	tid = BPF_CORE_READ(next, pid);
+	p = bpf_map_lookup_elem(&pending_task, &tid);
+	if (p && p->slept && p->start_ns && !p->end_ns) {
+		p->slept = 0;
+		p->end_ns = bpf_ktime_get_ns();
+		p->end_win = wolf_window_now();
+		if (queued_type(p->type))
+			queue_leave(p->lock, p->type, p->end_ns);
+	}
+	return 0;
+}
+
+SEC("kprobe")
+int kp_mutex_begin(void *ctx)
+{
+	on_begin(ctx, wolf_kprobe_arg0(ctx), WOLF_LCB_F_MUTEX, false);
+	return 0;
+}
+
+SEC("kprobe")
+int kp_rwsem_read_begin(void *ctx)
+{
+	on_begin(ctx, wolf_kprobe_arg0(ctx), WOLF_LCB_F_READ, false);
+	return 0;
+}
+
+SEC("kprobe")
+int kp_rwsem_write_begin(void *ctx)
+{
+	on_begin(ctx, wolf_kprobe_arg0(ctx), WOLF_LCB_F_WRITE, false);
 	return 0;
 }
 

@@ -61,7 +61,7 @@ func (*Investigator) Requirements() []investigator.Requirement {
 		{Feature: "btf", Why: "CO-RE: decode mutex and rw-semaphore owners on any kernel layout"},
 		{Feature: "tp_btf", Why: "typed tracepoints, so the owner's stack can be taken (bpf_task_from_pid)", Optional: true},
 	}
-	reqs = append(reqs, probekit.Requirements(attachTable(true, DefaultProfileHz))...)
+	reqs = append(reqs, probekit.Requirements(attachTable(btfMode, DefaultProfileHz))...)
 	return append(reqs, investigator.Requirement{Feature: "ringbuf", Why: "long mmap_lock holds to user space", Optional: true})
 }
 
@@ -239,6 +239,7 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 	p.evict(ev)
 	evs, lost, ringErr := p.holdEvents()
 	snap.Holds, snap.HoldsLost = holds(sc, evs), lost
+	snap.Holds = append(snap.Holds, p.ongoingHolds(snap.HoldThreshold)...)
 	for i := range snap.Queues {
 		snap.Queues[i].Samples = samples[snap.Queues[i].Lock]
 	}
@@ -264,7 +265,13 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 		dropped = c[locksStatIndexSTAT_PENDING_FULL] + c[locksStatIndexSTAT_NESTED] + c[locksStatIndexSTAT_WAITS_FULL] +
 			c[locksStatIndexSTAT_TASKS_FULL] + c[locksStatIndexSTAT_OWNERS_FULL] + c[locksStatIndexSTAT_QUEUE_FULL] +
 			c[locksStatIndexSTAT_MM_HOLDS_FULL] + c[locksStatIndexSTAT_MM_STATS_FULL] + c[locksStatIndexSTAT_HOLD_DROPS] +
-			c[locksStatIndexSTAT_PROFILE_FULL] + c[locksStatIndexSTAT_STALE]
+			c[locksStatIndexSTAT_PROFILE_FULL]
+		// With slow-path kprobes a wait that never slept has no end by
+		// design (said in the notes); with the tracepoints a missing end
+		// is a loss.
+		if !p.slowpath {
+			dropped += c[locksStatIndexSTAT_STALE]
+		}
 	}
 	res.Overhead = p.kit.Overhead(events, dropped+snap.HoldsLost)
 	return res, nil

@@ -154,7 +154,7 @@ type locksPending struct {
 	Flags        uint32
 	Tid          uint32
 	EndWin       uint32
-	Pad          uint32
+	Slept        uint32
 	Comm         [16]int8
 	_            [4]byte
 	OwnerRt      uint64
@@ -194,6 +194,12 @@ type locksQueue struct {
 		Win [2]uint32
 		Tag [2]uint32
 	}
+}
+
+type locksSlowRange struct {
+	_     structs.HostLayout
+	Start uint64
+	End   uint64
 }
 
 type locksStatIndex uint32
@@ -291,11 +297,13 @@ const (
 	locksMapMmThreads             = "mm_threads"
 	locksMapOwnerFrames           = "owner_frames"
 	locksMapOwnerLast             = "owner_last"
+	locksMapOwnerScratch          = "owner_scratch"
 	locksMapOwners                = "owners"
 	locksMapPendingCpu            = "pending_cpu"
 	locksMapPendingTask           = "pending_task"
 	locksMapQueues                = "queues"
 	locksMapScratch               = "scratch"
+	locksMapSlowStack             = "slow_stack"
 	locksMapStacks                = "stacks"
 	locksMapStats                 = "stats"
 	locksMapThrottledPending      = "throttled_pending"
@@ -306,6 +314,10 @@ const (
 	locksMapZeroMm                = "zero_mm"
 	locksProgBtfContentionBegin   = "btf_contention_begin"
 	locksProgBtfContentionEnd     = "btf_contention_end"
+	locksProgKpMutexBegin         = "kp_mutex_begin"
+	locksProgKpRwsemReadBegin     = "kp_rwsem_read_begin"
+	locksProgKpRwsemWriteBegin    = "kp_rwsem_write_begin"
+	locksProgKpSwitch             = "kp_switch"
 	locksProgOnDirectReclaimBegin = "on_direct_reclaim_begin"
 	locksProgOnDirectReclaimEnd   = "on_direct_reclaim_end"
 	locksProgOnMemcgReclaimBegin  = "on_memcg_reclaim_begin"
@@ -323,6 +335,7 @@ const (
 	locksVarOwnerStackEveryNs     = "owner_stack_every_ns"
 	locksVarOwnerStacks           = "owner_stacks"
 	locksVarSelfTgid              = "self_tgid"
+	locksVarSlowRanges            = "slow_ranges"
 	locksVarStackEveryNs          = "stack_every_ns"
 	locksVarTargetLock            = "target_lock"
 	locksVarTargetTgid            = "target_tgid"
@@ -375,6 +388,10 @@ type locksSpecs struct {
 type locksProgramSpecs struct {
 	BtfContentionBegin   *ebpf.ProgramSpec `ebpf:"btf_contention_begin"`
 	BtfContentionEnd     *ebpf.ProgramSpec `ebpf:"btf_contention_end"`
+	KpMutexBegin         *ebpf.ProgramSpec `ebpf:"kp_mutex_begin"`
+	KpRwsemReadBegin     *ebpf.ProgramSpec `ebpf:"kp_rwsem_read_begin"`
+	KpRwsemWriteBegin    *ebpf.ProgramSpec `ebpf:"kp_rwsem_write_begin"`
+	KpSwitch             *ebpf.ProgramSpec `ebpf:"kp_switch"`
 	OnDirectReclaimBegin *ebpf.ProgramSpec `ebpf:"on_direct_reclaim_begin"`
 	OnDirectReclaimEnd   *ebpf.ProgramSpec `ebpf:"on_direct_reclaim_end"`
 	OnMemcgReclaimBegin  *ebpf.ProgramSpec `ebpf:"on_memcg_reclaim_begin"`
@@ -398,11 +415,13 @@ type locksMapSpecs struct {
 	MmThreads        *ebpf.MapSpec `ebpf:"mm_threads"`
 	OwnerFrames      *ebpf.MapSpec `ebpf:"owner_frames"`
 	OwnerLast        *ebpf.MapSpec `ebpf:"owner_last"`
+	OwnerScratch     *ebpf.MapSpec `ebpf:"owner_scratch"`
 	Owners           *ebpf.MapSpec `ebpf:"owners"`
 	PendingCpu       *ebpf.MapSpec `ebpf:"pending_cpu"`
 	PendingTask      *ebpf.MapSpec `ebpf:"pending_task"`
 	Queues           *ebpf.MapSpec `ebpf:"queues"`
 	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
+	SlowStack        *ebpf.MapSpec `ebpf:"slow_stack"`
 	Stacks           *ebpf.MapSpec `ebpf:"stacks"`
 	Stats            *ebpf.MapSpec `ebpf:"stats"`
 	ThrottledPending *ebpf.MapSpec `ebpf:"throttled_pending"`
@@ -423,6 +442,7 @@ type locksVariableSpecs struct {
 	OwnerStackEveryNs *ebpf.VariableSpec `ebpf:"owner_stack_every_ns"`
 	OwnerStacks       *ebpf.VariableSpec `ebpf:"owner_stacks"`
 	SelfTgid          *ebpf.VariableSpec `ebpf:"self_tgid"`
+	SlowRanges        *ebpf.VariableSpec `ebpf:"slow_ranges"`
 	StackEveryNs      *ebpf.VariableSpec `ebpf:"stack_every_ns"`
 	TargetLock        *ebpf.VariableSpec `ebpf:"target_lock"`
 	TargetTgid        *ebpf.VariableSpec `ebpf:"target_tgid"`
@@ -457,11 +477,13 @@ type locksMaps struct {
 	MmThreads        *ebpf.Map `ebpf:"mm_threads"`
 	OwnerFrames      *ebpf.Map `ebpf:"owner_frames"`
 	OwnerLast        *ebpf.Map `ebpf:"owner_last"`
+	OwnerScratch     *ebpf.Map `ebpf:"owner_scratch"`
 	Owners           *ebpf.Map `ebpf:"owners"`
 	PendingCpu       *ebpf.Map `ebpf:"pending_cpu"`
 	PendingTask      *ebpf.Map `ebpf:"pending_task"`
 	Queues           *ebpf.Map `ebpf:"queues"`
 	Scratch          *ebpf.Map `ebpf:"scratch"`
+	SlowStack        *ebpf.Map `ebpf:"slow_stack"`
 	Stacks           *ebpf.Map `ebpf:"stacks"`
 	Stats            *ebpf.Map `ebpf:"stats"`
 	ThrottledPending *ebpf.Map `ebpf:"throttled_pending"`
@@ -480,11 +502,13 @@ func (m *locksMaps) Close() error {
 		m.MmThreads,
 		m.OwnerFrames,
 		m.OwnerLast,
+		m.OwnerScratch,
 		m.Owners,
 		m.PendingCpu,
 		m.PendingTask,
 		m.Queues,
 		m.Scratch,
+		m.SlowStack,
 		m.Stacks,
 		m.Stats,
 		m.ThrottledPending,
@@ -506,6 +530,7 @@ type locksVariables struct {
 	OwnerStackEveryNs *ebpf.Variable `ebpf:"owner_stack_every_ns"`
 	OwnerStacks       *ebpf.Variable `ebpf:"owner_stacks"`
 	SelfTgid          *ebpf.Variable `ebpf:"self_tgid"`
+	SlowRanges        *ebpf.Variable `ebpf:"slow_ranges"`
 	StackEveryNs      *ebpf.Variable `ebpf:"stack_every_ns"`
 	TargetLock        *ebpf.Variable `ebpf:"target_lock"`
 	TargetTgid        *ebpf.Variable `ebpf:"target_tgid"`
@@ -520,6 +545,10 @@ type locksVariables struct {
 type locksPrograms struct {
 	BtfContentionBegin   *ebpf.Program `ebpf:"btf_contention_begin"`
 	BtfContentionEnd     *ebpf.Program `ebpf:"btf_contention_end"`
+	KpMutexBegin         *ebpf.Program `ebpf:"kp_mutex_begin"`
+	KpRwsemReadBegin     *ebpf.Program `ebpf:"kp_rwsem_read_begin"`
+	KpRwsemWriteBegin    *ebpf.Program `ebpf:"kp_rwsem_write_begin"`
+	KpSwitch             *ebpf.Program `ebpf:"kp_switch"`
 	OnDirectReclaimBegin *ebpf.Program `ebpf:"on_direct_reclaim_begin"`
 	OnDirectReclaimEnd   *ebpf.Program `ebpf:"on_direct_reclaim_end"`
 	OnMemcgReclaimBegin  *ebpf.Program `ebpf:"on_memcg_reclaim_begin"`
@@ -537,6 +566,10 @@ func (p *locksPrograms) Close() error {
 	return _LocksClose(
 		p.BtfContentionBegin,
 		p.BtfContentionEnd,
+		p.KpMutexBegin,
+		p.KpRwsemReadBegin,
+		p.KpRwsemWriteBegin,
+		p.KpSwitch,
 		p.OnDirectReclaimBegin,
 		p.OnDirectReclaimEnd,
 		p.OnMemcgReclaimBegin,

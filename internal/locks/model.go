@@ -249,6 +249,9 @@ type Hold struct {
 	PagesReclaimed uint64
 	PagesActivated uint64
 	PagesRefKeep   uint64
+	// Ongoing: still held when wolf stopped (HoldNs is so far), a hold
+	// that began while wolf watched and outlasted the window.
+	Ongoing bool
 }
 
 // ProfileStack is one kernel stack sampled while its thread held its

@@ -1,14 +1,18 @@
 package locks
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
 
 	"github.com/wolf-investigator/wolf/internal/investigator"
+	"github.com/wolf-investigator/wolf/internal/kernelbtf"
+	"github.com/wolf-investigator/wolf/internal/lockslow"
 	"github.com/wolf-investigator/wolf/internal/probekit"
 )
 
@@ -22,20 +26,49 @@ type config struct {
 	rawOnly       bool   // tests: behave like a kernel without BTF tracepoints
 }
 
-// attachTable is everything locks attaches. The contention programs come
-// in two builds: BTF tracepoints, which take the owner's stack through
-// kfuncs (6.2+), and raw tracepoints for older kernels; the object is
-// configured for one or the other (owner_stacks), so the table is too.
-func attachTable(typed bool, profileHz int) []probekit.Attach {
+// mode is how locks sees lock waits on this kernel.
+type mode int
+
+const (
+	// btfMode: BTF tracepoints on lock:contention_*, which take the
+	// owner's stack through kfuncs (6.2+).
+	btfMode mode = iota
+	// rawMode: raw tracepoints on lock:contention_* (5.19+), no owner
+	// stacks.
+	rawMode
+	// kprobeMode: before 5.19 there are no contention tracepoints;
+	// kprobes on the sleeping locks' slow paths begin a wait, and
+	// sched_switch ends it when the waiter that slept there runs again
+	// (no kretprobes: their trampoline would cut every waiter's stack
+	// short).
+	kprobeMode
+)
+
+// attachTable is everything locks attaches in mode. The object is
+// configured for the mode too (owner_stacks, slow_ranges).
+func attachTable(m mode, profileHz int) []probekit.Attach {
 	kind, prefix := probekit.RawTracepoint, "raw_"
-	if typed {
+	if m == btfMode {
 		kind, prefix = probekit.BTFTracepoint, "btf_"
 	}
-	t := []probekit.Attach{
-		{Kind: kind, Target: "lock/contention_begin", Program: prefix + "contention_begin", Required: true,
+	var t []probekit.Attach
+	if m == kprobeMode {
+		t = append(t, probekit.Attach{Kind: probekit.RawTracepoint, Target: "sched/sched_switch", Program: "kp_switch", Required: true,
+			Why: "the end of a lock wait: its waiter, asleep in a lock's slow path, runs again"})
+		progs := map[lockslow.Kind]string{lockslow.Mutex: "kp_mutex_begin", lockslow.RWSemRead: "kp_rwsem_read_begin", lockslow.RWSemWrite: "kp_rwsem_write_begin"}
+		for _, k := range []lockslow.Kind{lockslow.Mutex, lockslow.RWSemRead, lockslow.RWSemWrite} {
+			for _, fn := range lockslow.Funcs[k] {
+				t = append(t, probekit.Attach{Kind: probekit.Kprobe, Target: fn, Program: progs[k],
+					Why: "waits on a " + k.String() + " as they begin (no lock:contention_begin before Linux 5.19)"})
+			}
+		}
+	} else {
+		t = append(t, probekit.Attach{Kind: kind, Target: "lock/contention_begin", Program: prefix + "contention_begin", Required: true,
 			Why: "every lock wait as it begins (Linux 5.19+)"},
-		{Kind: kind, Target: "lock/contention_end", Program: prefix + "contention_end", Required: true,
-			Why: "every lock wait as it ends"},
+			probekit.Attach{Kind: kind, Target: "lock/contention_end", Program: prefix + "contention_end", Required: true,
+				Why: "every lock wait as it ends"})
+	}
+	t = append(t, []probekit.Attach{
 		{Kind: probekit.RawTracepoint, Target: "mmap_lock/mmap_lock_acquire_returned", Program: "on_mm_acquired",
 			Why: "mmap_lock holds and waits per thread"},
 		{Kind: probekit.RawTracepoint, Target: "mmap_lock/mmap_lock_released", Program: "on_mm_released",
@@ -50,8 +83,8 @@ func attachTable(typed bool, profileHz int) []probekit.Attach {
 			Why: "the end of direct reclaim under an mmap_lock"},
 		{Kind: probekit.RawTracepoint, Target: "vmscan/mm_vmscan_lru_shrink_inactive", Program: "on_shrink_inactive",
 			Why: "pages scanned and reclaimed under an mmap_lock"},
-	}
-	if typed {
+	}...)
+	if m == btfMode {
 		t = append(t, probekit.Attach{Kind: probekit.BTFTracepoint, Target: "sched/sched_switch", Program: "on_switch",
 			Why: "how long mmap_lock holders wait throttled by their cgroup's CPU quota"})
 	}
@@ -69,7 +102,10 @@ type probe struct {
 	maps  locksMaps
 	holds *probekit.Ring[locksHoldEvent]
 	btf   bool // contention via BTF tracepoints, with owner stacks
-	notes []string
+	// slowpath: waits seen through kprobes on the slow paths, where a
+	// wait that never slept has no end by design (said in the notes).
+	slowpath bool
+	notes    []string
 }
 
 // maxHoldEvents bounds what user space keeps of the ring buffer per window.
@@ -79,9 +115,12 @@ const maxHoldEvents = 10000
 // to raw ones, in an object configured without owner stacks, when this
 // kernel refuses them.
 func openProbe(cfg config) (*probe, error) {
+	if !hasContentionTracepoints() {
+		return openKprobes(cfg)
+	}
 	var btfErr error
 	if !cfg.rawOnly {
-		p, err := open(cfg, true)
+		p, err := open(cfg, btfMode)
 		if err == nil {
 			return p, nil
 		}
@@ -90,7 +129,7 @@ func openProbe(cfg config) (*probe, error) {
 		}
 		btfErr = err
 	}
-	p, err := open(cfg, false)
+	p, err := open(cfg, rawMode)
 	if err != nil {
 		return nil, err
 	}
@@ -104,22 +143,68 @@ func openProbe(cfg config) (*probe, error) {
 	return p, nil
 }
 
-func open(cfg config, typed bool) (*probe, error) {
-	p := &probe{table: attachTable(typed, cfg.ProfileHz), btf: typed}
+// openKprobes opens locks on a kernel without contention tracepoints
+// (before 5.19): kprobes on the lock slow paths, where the kernel has
+// kprobes; at least one of them must attach.
+func openKprobes(cfg config) (*probe, error) {
+	// The slow paths' text: a waiter asleep there is still waiting.
+	ranges, err := lockslow.Ranges(context.Background(), maxSlowRanges)
+	if err != nil {
+		return nil, fmt.Errorf("locks: no lock:contention_begin/end tracepoints (Linux 5.19+), and the lock slow paths are not in kallsyms (%v): %w", err, investigator.ErrUnsupported)
+	}
+	var rs [maxSlowRanges]struct{ Start, End uint64 }
+	for i, r := range ranges {
+		rs[i].Start, rs[i].End = r.Start, r.End
+	}
+	p, err := open(cfg, kprobeMode, map[string]any{"slow_ranges": rs})
+	if err != nil {
+		return nil, err
+	}
+	var fns []string
+	for _, row := range p.table {
+		if row.Kind == probekit.Kprobe && p.kit.Attached(row.Target) {
+			fns = append(fns, row.Target)
+		}
+	}
+	if len(fns) == 0 {
+		p.close()
+		return nil, fmt.Errorf("locks: this kernel has no lock:contention_begin/end tracepoints (Linux 5.19+), and no kprobe on the lock slow paths attached: %w", investigator.ErrUnsupported)
+	}
+	p.slowpath = true
+	p.notes = append(p.notes,
+		fmt.Sprintf("no lock:contention_* tracepoints (Linux 5.19+): waits on mutexes and rw-semaphores seen through kprobes on %s, timed until the waiter that slept there runs again; spin locks, semaphores, per-CPU rw-semaphores and waits that never sleep are not seen", strings.Join(fns, ", ")),
+		// Owners' stacks need kfuncs in BTF-tracepoint programs (6.2+);
+		// kernels without contention tracepoints are older still.
+		"owners' stacks not captured: the kernel has no bpf_task_from_pid kfunc (Linux 6.2+)")
+	return p, nil
+}
+
+// maxSlowRanges is the size of slow_ranges in locks.bpf.c.
+const maxSlowRanges = 8
+
+func open(cfg config, m mode, extra ...map[string]any) (*probe, error) {
+	p := &probe{table: attachTable(m, cfg.ProfileHz), btf: m == btfMode}
+	vars := map[string]any{
+		"target_tgid":         cfg.TargetTGID,
+		"self_tgid":           uint32(os.Getpid()),
+		"target_lock":         cfg.TargetLock,
+		"type_mask":           cfg.TypeMask,
+		"hold_threshold_ns":   cfg.HoldThreshold,
+		"owner_stacks":        m == btfMode,
+		"mmap_has_memcg_path": mmapHasMemcgPath(),
+	}
+	for _, e := range extra {
+		for k, v := range e {
+			vars[k] = v
+		}
+	}
 	kit, err := probekit.Open(probekit.Object{
-		Name: "locks",
-		Spec: loadLocks,
-		Vars: map[string]any{
-			"target_tgid":         cfg.TargetTGID,
-			"self_tgid":           uint32(os.Getpid()),
-			"target_lock":         cfg.TargetLock,
-			"type_mask":           cfg.TypeMask,
-			"hold_threshold_ns":   cfg.HoldThreshold,
-			"owner_stacks":        typed,
-			"mmap_has_memcg_path": mmapHasMemcgPath(),
-		},
+		Name:    "locks",
+		Spec:    loadLocks,
+		Vars:    vars,
 		Prepare: fitPerCPU,
 		Table:   p.table,
+		BTF:     kernelbtf.External(),
 	})
 	if err != nil {
 		return nil, err
@@ -166,10 +251,22 @@ func fitPerCPU(spec *ebpf.CollectionSpec) error {
 	return nil
 }
 
+// hasContentionTracepoints says whether this kernel has lock:contention_begin
+// (5.19+), from its BTF: every tracepoint has a btf_trace_ typedef there.
+// Without BTF, the tracepoints are assumed (and their attach says if not).
+func hasContentionTracepoints() bool {
+	spec, err := kernelbtf.Spec()
+	if err != nil {
+		return true
+	}
+	var td *btf.Typedef
+	return spec.TypeByName("btf_trace_contention_begin", &td) == nil
+}
+
 // kernelHasFunc says whether the kernel's BTF has a function by that name
 // (kfuncs such as bpf_task_from_pid, 6.2+).
 func kernelHasFunc(name string) bool {
-	spec, err := btf.LoadKernelSpec()
+	spec, err := kernelbtf.Spec()
 	if err != nil {
 		return false
 	}
@@ -181,7 +278,7 @@ func kernelHasFunc(name string) bool {
 // way back to user space (6.18+: task_struct has a throttled flag), so that
 // a task holding a kernel lock is never throttled while it holds it.
 func taskBasedThrottle() bool {
-	spec, err := btf.LoadKernelSpec()
+	spec, err := kernelbtf.Spec()
 	if err != nil {
 		return false
 	}
@@ -200,7 +297,7 @@ func taskBasedThrottle() bool {
 // mmapHasMemcgPath says whether this kernel's mmap_lock tracepoints carry
 // a memcg path argument before write (5.14 to 6.13) or not.
 func mmapHasMemcgPath() bool {
-	spec, err := btf.LoadKernelSpec()
+	spec, err := kernelbtf.Spec()
 	if err != nil {
 		return false
 	}

@@ -19,16 +19,28 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Sampler holds one link per CPU; Close detaches them all. The kernel
-// drops the events with the links, so a killed wolf leaves nothing behind.
+// Sampler holds one attachment per CPU; Close detaches them all. The
+// kernel drops the events with wolf's file descriptors, so a killed wolf
+// leaves nothing behind.
 type Sampler struct {
 	links []link.Link
-	CPUs  []int
+	// fds are the events the program was attached to by ioctl, on kernels
+	// without BPF links for perf events (before 5.15).
+	fds  []int
+	CPUs []int
+	// Legacy says the program was attached by PERF_EVENT_IOC_SET_BPF.
+	Legacy bool
 }
 
 // Attach opens a software CPU-clock event sampling freqHz times a second on
-// each online CPU and runs prog (of type PerfEvent) on every sample.
+// each online CPU and runs prog (of type PerfEvent) on every sample. It
+// attaches through a BPF link where the kernel has them (5.15+), else
+// through PERF_EVENT_IOC_SET_BPF on the event.
 func Attach(prog *ebpf.Program, freqHz int) (*Sampler, error) {
+	return attach(prog, freqHz, true)
+}
+
+func attach(prog *ebpf.Program, freqHz int, links bool) (*Sampler, error) {
 	if prog == nil {
 		return nil, errors.New("perfsample: no program")
 	}
@@ -56,14 +68,33 @@ func Attach(prog *ebpf.Program, freqHz int) (*Sampler, error) {
 			}
 			return nil, fmt.Errorf("perfsample: perf_event_open on CPU %d: %w", cpu, err)
 		}
-		l, err := link.AttachRawLink(link.RawLinkOptions{Target: fd, Program: prog, Attach: ebpf.AttachPerfEvent})
-		// The link holds its own reference to the event.
-		_ = unix.Close(fd)
-		if err != nil {
-			s.Close()
-			return nil, fmt.Errorf("perfsample: attach to CPU %d's clock: %w", cpu, err)
+		if links && !s.Legacy {
+			l, err := link.AttachRawLink(link.RawLinkOptions{Target: fd, Program: prog, Attach: ebpf.AttachPerfEvent})
+			if err == nil {
+				// The link holds its own reference to the event.
+				_ = unix.Close(fd)
+				s.links = append(s.links, l)
+				continue
+			}
+			// Only a kernel without perf-event links (EINVAL: no such
+			// attach type) falls back; anything else is an error.
+			if !errors.Is(err, unix.EINVAL) || len(s.links) > 0 {
+				_ = unix.Close(fd)
+				s.Close()
+				return nil, fmt.Errorf("perfsample: attach to CPU %d's clock: %w", cpu, err)
+			}
 		}
-		s.links = append(s.links, l)
+		s.Legacy = true
+		if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_SET_BPF, prog.FD()); err != nil {
+			_ = unix.Close(fd)
+			s.Close()
+			return nil, fmt.Errorf("perfsample: attach to CPU %d's clock (ioctl PERF_EVENT_IOC_SET_BPF, the kernel has no perf-event links): %w", cpu, err)
+		}
+		s.fds = append(s.fds, fd)
+		if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_ENABLE, 0); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("perfsample: enable CPU %d's clock: %w", cpu, err)
+		}
 	}
 	return s, nil
 }
@@ -82,6 +113,13 @@ func (s *Sampler) Close() {
 	}
 	wg.Wait()
 	s.links = nil
+	for _, fd := range s.fds {
+		// Disabled first: the program stops running at once, not when the
+		// last reference to the event goes.
+		_ = unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_DISABLE, 0)
+		_ = unix.Close(fd)
+	}
+	s.fds = nil
 }
 
 // OnlineCPUs lists the online CPUs (/sys/devices/system/cpu/online,

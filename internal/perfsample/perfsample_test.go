@@ -30,8 +30,14 @@ func TestParseCPUList(t *testing.T) {
 }
 
 // A perf_event program that counts its runs in a per-CPU array: sampling
-// at 1000 Hz on every CPU for 300 ms must run it, and Close must detach it.
+// at 1000 Hz on every CPU for 300 ms must run it, and Close must detach it;
+// through links, and through the ioctl kernels before 5.15 need.
 func TestAttachCountsSamples(t *testing.T) {
+	t.Run("link", func(t *testing.T) { testCounts(t, true) })
+	t.Run("ioctl", func(t *testing.T) { testCounts(t, false) })
+}
+
+func testCounts(t *testing.T, links bool) {
 	testutil.RequireRoot(t)
 	counts, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1})
 	if err != nil {
@@ -60,9 +66,12 @@ func TestAttachCountsSamples(t *testing.T) {
 	}
 	defer prog.Close()
 
-	s, err := Attach(prog, 1000)
+	s, err := attach(prog, 1000, links)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if s.Legacy == links {
+		t.Fatalf("links %v, but Legacy %v", links, s.Legacy)
 	}
 	// Burn CPU so the clock ticks on at least this CPU.
 	for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); {

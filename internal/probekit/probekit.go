@@ -104,6 +104,13 @@ type Attach struct {
 	// tracepoint twin of a BTF one, or a kprobe where a tracepoint is
 	// missing. Their Required and Why are this row's.
 	Or []Attach
+	// Unless names the Target of another (earlier) row: this row is
+	// loaded and attached only when that one did not attach, and stands
+	// in for it. Several rows can stand in for one (kprobes on each of a
+	// lock's slow paths where the contention tracepoint is missing).
+	// When one of them attaches, the missing row's loss is not noted:
+	// the investigator says what the stand-ins do not see (StoodIn).
+	Unless string
 }
 
 // Feature is the `wolf check` feature this row needs, named as package
@@ -194,8 +201,9 @@ type Probe struct {
 	samplers []*perfsample.Sampler
 	rings    []interface{ close() }
 
-	attached map[string]bool   // by Target (and "perf_event")
-	chosen   map[string]Attach // by the row's Target: the variant that attached
+	attached map[string]bool     // by Target (and "perf_event")
+	chosen   map[string]Attach   // by the row's Target: the variant that attached
+	stoodIn  map[string][]string // by a missing row's Target: its stand-ins' Targets that attached
 	losses   []Loss
 	meter    *overhead.Meter
 	counters counterWindow
@@ -255,7 +263,7 @@ func Open(o Object) (*Probe, error) {
 	p := &Probe{
 		name: o.Name, spec: spec,
 		progs: map[string]*ebpf.Program{}, iters: map[string]*link.Iter{},
-		attached: map[string]bool{}, chosen: map[string]Attach{},
+		attached: map[string]bool{}, chosen: map[string]Attach{}, stoodIn: map[string][]string{},
 		extra: o.Extra, meter: overhead.Start(),
 	}
 	if err := p.loadMaps(opts); err != nil {
@@ -277,8 +285,14 @@ func Open(o Object) (*Probe, error) {
 		}
 	}
 	for _, row := range o.Table {
+		if row.Unless != "" && p.attached[row.Unless] {
+			continue // what it stands in for is there
+		}
 		err := p.attachRow(row, opts, o.Refuse)
 		if err == nil {
+			if row.Unless != "" {
+				p.stoodIn[row.Unless] = append(p.stoodIn[row.Unless], row.Target)
+			}
 			continue
 		}
 		if row.Required {
@@ -484,11 +498,22 @@ func (p *Probe) Capabilities(table []Attach) map[string]bool {
 // Losses lists the optional rows that could not attach.
 func (p *Probe) Losses() []Loss { return append([]Loss(nil), p.losses...) }
 
+// StoodIn lists the Targets of the rows that attached in place of the row
+// with this Target (see Attach.Unless); nil when it attached itself or
+// nothing stood in for it.
+func (p *Probe) StoodIn(target string) []string {
+	return append([]string(nil), p.stoodIn[target]...)
+}
+
 // Notes says, one line per optional row that could not attach, what the
-// investigator does without it and why, for the report's notes.
+// investigator does without it and why, for the report's notes. A row
+// others stood in for is left to the investigator to tell.
 func (p *Probe) Notes() []string {
 	var out []string
 	for _, l := range p.losses {
+		if len(p.stoodIn[l.Attach.Target]) > 0 {
+			continue
+		}
 		what := strings.TrimSpace(l.Attach.Kind.String() + " " + l.Attach.Target)
 		out = append(out, fmt.Sprintf("%s unavailable (%s): %s not seen", what, Explain(l.Err), l.Attach.Why))
 	}

@@ -138,6 +138,37 @@ func TestAlternativeReplacesRefusedRow(t *testing.T) {
 	}
 }
 
+// A row with Unless stands in for a missing one (kprobes where a
+// tracepoint is missing): attached only when that row is not, and then
+// the missing row is no loss of its own.
+func TestStandInForMissingRow(t *testing.T) {
+	standIn := probekit.Attach{Kind: probekit.RawTracepoint, Target: "sched/sched_switch", Program: "on_switch", Why: "the same, another way",
+		Unless: "wolf/wolf_no_such_tracepoint"}
+	p, err := open(t, []probekit.Attach{missingRow, standIn}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if !p.Attached("sched/sched_switch") || len(p.Notes()) != 0 {
+		t.Fatalf("stand-in attached %v, notes %q", p.Attached("sched/sched_switch"), p.Notes())
+	}
+	if got := p.StoodIn("wolf/wolf_no_such_tracepoint"); len(got) != 1 || got[0] != "sched/sched_switch" {
+		t.Fatalf("StoodIn %q", got)
+	}
+	p.Close()
+
+	// The row it stands in for is there: the stand-in is not even loaded.
+	unneeded := probekit.Attach{Kind: probekit.BTFTracepoint, Target: "sched/sched_switch_btf", Program: "btf_on_switch", Unless: "sched/sched_switch"}
+	q, err := open(t, []probekit.Attach{switchRow, unneeded}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if q.Program("btf_on_switch") != nil || q.Attached("sched/sched_switch_btf") || len(q.StoodIn("sched/sched_switch")) != 0 || len(q.Notes()) != 0 {
+		t.Fatalf("a stand-in for a row that attached was loaded: notes %q", q.Notes())
+	}
+}
+
 func TestRequiredRowFails(t *testing.T) {
 	req := missingRow
 	req.Required = true
@@ -181,11 +212,15 @@ func TestExplain(t *testing.T) {
 		err  error
 		want string
 	}{
-		{&ebpf.VerifierError{Log: []string{"0: (85) call unknown#158", "invalid func unknown#158", "processed 3 insns"}}, "helper #158"},
+		// Debian's 5.10 names the helpers it does not know by number.
+		{&ebpf.VerifierError{Log: []string{"0: (85) call unknown#158", "invalid func unknown#158", "processed 3 insns"}}, "bpf_get_current_task_btf (Linux 5.11+)"},
+		{&ebpf.VerifierError{Log: []string{"invalid func unknown#999"}}, "helper #999 (newer than this kernel)"},
 		{&ebpf.VerifierError{Log: []string{"unknown func bpf_get_current_task_btf#158"}}, "bpf_get_current_task_btf (Linux 5.11+)"},
 		{&ebpf.VerifierError{Log: []string{"BPF_STX uses reserved fields"}}, "atomic fetch operations (Linux 5.12+)"},
 		{&ebpf.VerifierError{Log: []string{"R2 unbounded memory access, make sure to bounds check any such access", "processed 90 insns"}}, "could not prove an access in bounds"},
 		{os.ErrNotExist, "this kernel does not have it"},
+		// A loader that quoted the verifier instead of wrapping it.
+		{errors.New("sched: the kernel's BPF verifier rejected the program (load program: invalid argument: invalid func unknown#158 (9 line(s) omitted))"), "bpf_get_current_task_btf (Linux 5.11+)"},
 	}
 	for _, c := range cases {
 		if got := probekit.Explain(c.err); !strings.Contains(got, c.want) {

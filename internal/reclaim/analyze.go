@@ -331,7 +331,7 @@ func (s *Snapshot) cgroupFinding(c *Cgroup) (finding.Finding, bool) {
 	switch {
 	case livelock:
 		f.ID, f.Severity = "reclaim.memcg-livelock", finding.Critical
-		f.Title = fmt.Sprintf("Reclaim livelock in cgroup %s: calls last up to %s and free %s%% of what they scan, no OOM kill",
+		f.Title = fmt.Sprintf("Reclaim livelock in cgroup %s: calls last up to %s and free %s of what they scan, no OOM kill",
 			c.name(), human.Duration(longest), human.Percent(eff))
 		f.Summary = fmt.Sprintf("The cgroup is at its memory limit and its tasks spent %s in %d reclaim calls over %s (%.1f threads stalled on average) at %s. ",
 			human.Duration(total), calls+uint64(inFlight), human.Duration(s.Window), stall, effText) + cpuSentence(c) +
@@ -341,7 +341,7 @@ func (s *Snapshot) cgroupFinding(c *Cgroup) (finding.Finding, bool) {
 		f.Remediation = livelockRemediation(s.System.MGLRU)
 	case atLimit && costly:
 		f.ID, f.Severity = "reclaim.memcg-pressure", finding.Warning
-		f.Title = fmt.Sprintf("cgroup %s is reclaiming at its memory limit: %.1f threads stalled in reclaim on average, calls up to %s, %s%% efficiency",
+		f.Title = fmt.Sprintf("cgroup %s is reclaiming at its memory limit: %.1f threads stalled in reclaim on average, calls up to %s, %s efficiency",
 			c.name(), stall, human.Duration(longest), pctOrDash(eff))
 		f.Summary = fmt.Sprintf("Its tasks made %d reclaim calls over %s, %s in all, at %s. ", calls+uint64(inFlight), human.Duration(s.Window), human.Duration(total), effText) + cpuSentence(c)
 		if oom > 0 {
@@ -476,7 +476,7 @@ func (s *Snapshot) cgroupSubjects(c *Cgroup, worst *Call) []finding.Subject {
 			if p.Scanned > 0 {
 				eff = human.Percent(100 * float64(p.Reclaimed) / float64(p.Scanned))
 			}
-			parts = append(parts, fmt.Sprintf("%d reclaim calls, %s in reclaim (%s on CPU), longest %s, %s pages scanned, %s reclaimed (%s%%)",
+			parts = append(parts, fmt.Sprintf("%d reclaim calls, %s in reclaim (%s on CPU), longest %s, %s pages scanned, %s reclaimed (%s)",
 				p.Calls, human.Duration(p.InReclaim), human.Duration(p.ReclaimCPU), human.Duration(p.MaxReclaim), human.Count(p.Scanned), human.Count(p.Reclaimed), eff))
 		}
 		if p.Threads > 1 {

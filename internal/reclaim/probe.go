@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/wolf-investigator/wolf/internal/hist"
+	"github.com/wolf-investigator/wolf/internal/kernelbtf"
 	"github.com/wolf-investigator/wolf/internal/probekit"
 )
 
@@ -77,6 +78,7 @@ func openProbe(useMemcg bool, refuse map[string]bool) (*probe, error) {
 		},
 		Table:  attachTable,
 		Refuse: refuse,
+		BTF:    kernelbtf.External(),
 	})
 	if err != nil {
 		return nil, err

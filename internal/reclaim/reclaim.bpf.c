@@ -227,18 +227,18 @@ static __always_inline __u64 task_memcg(struct task_struct *t)
 	id = bpf_core_enum_value(enum cgroup_subsys_id, memory_cgrp_id);
 	if (id < 0 || id >= 64)
 		return 0;
-	cgs = t->cgroups;
+	cgs = BPF_CORE_READ(t, cgroups);
 	if (!cgs)
 		return 0;
-	css = cgs->subsys[id];
+	css = BPF_CORE_READ(cgs, subsys[id]);
 	if (!css)
 		return 0;
-	return css->cgroup->kn->id;
+	return BPF_CORE_READ(css, cgroup, kn, id);
 }
 
 static __always_inline __u64 task_csw(struct task_struct *t)
 {
-	return t->nvcsw + t->nivcsw;
+	return BPF_CORE_READ(t, nvcsw) + BPF_CORE_READ(t, nivcsw);
 }
 
 static __always_inline struct cg_stats *cg_get(__u64 cgid)
@@ -277,7 +277,7 @@ static __always_inline int reclaim_begin(__u32 kind)
 {
 	if (!counting())
 		return 0;
-	struct task_struct *t = bpf_get_current_task_btf();
+	struct task_struct *t = wolf_current();
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)id;
 	struct inflight f = {};
@@ -286,7 +286,7 @@ static __always_inline int reclaim_begin(__u32 kind)
 	if (bpf_map_lookup_elem(&inflights, &tid))
 		stat_add(STAT_NESTED_BEGIN, 1);
 	f.start_ns = bpf_ktime_get_ns();
-	f.start_runtime = t->se.sum_exec_runtime;
+	f.start_runtime = BPF_CORE_READ(t, se.sum_exec_runtime);
 	f.start_csw = task_csw(t);
 	f.cgid = task_memcg(t);
 	f.kind = kind;
@@ -314,7 +314,7 @@ static __always_inline void task_account(struct task_struct *t, __u32 tid, struc
 	if (ts->tgid != f->tgid || !ts->comm[0]) {
 		/* New, or its tid reused by another process since. */
 		ts->tgid = f->tgid;
-		ts->kswapd = (t->flags & WOLF_PF_KSWAPD) != 0;
+		ts->kswapd = (BPF_CORE_READ(t, flags) & WOLF_PF_KSWAPD) != 0;
 		bpf_get_current_comm(ts->comm, sizeof(ts->comm));
 	}
 	ts->cgid = f->cgid;
@@ -347,7 +347,7 @@ static __always_inline int reclaim_end(__u32 kind, unsigned long nr_reclaimed)
 {
 	if (!counting())
 		return 0;
-	struct task_struct *t = bpf_get_current_task_btf();
+	struct task_struct *t = wolf_current();
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	__u64 now = bpf_ktime_get_ns();
 	struct inflight *f;
@@ -372,7 +372,7 @@ static __always_inline int reclaim_end(__u32 kind, unsigned long nr_reclaimed)
 	if (kind >= KIND_MAX)
 		kind = KIND_MEMCG;
 	ns = now - f->start_ns;
-	cpu = t->se.sum_exec_runtime - f->start_runtime;
+	cpu = BPF_CORE_READ(t, se.sum_exec_runtime) - f->start_runtime;
 	csw = task_csw(t) - f->start_csw;
 	s = cg_get(f->cgid);
 	if (s) {
@@ -446,7 +446,7 @@ int BPF_PROG(on_shrink_inactive, int nid, unsigned long nr_scanned, unsigned lon
 {
 	if (!counting())
 		return 0;
-	struct task_struct *t = bpf_get_current_task_btf();
+	struct task_struct *t = wolf_current();
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	unsigned int act_anon, act_file, keep;
 	struct inflight *f;
@@ -467,7 +467,7 @@ int BPF_PROG(on_shrink_inactive, int nid, unsigned long nr_scanned, unsigned lon
 	} else {
 		cgid = task_memcg(t);
 	}
-	if (t->flags & WOLF_PF_KSWAPD) {
+	if (BPF_CORE_READ(t, flags) & WOLF_PF_KSWAPD) {
 		stat_add(STAT_KSWAPD_SCANNED, nr_scanned);
 		stat_add(STAT_KSWAPD_RECLAIMED, nr_reclaimed);
 	}
@@ -503,7 +503,7 @@ int BPF_PROG(on_shrink_active, int nid, unsigned long nr_taken, unsigned long nr
 
 	stat_add(STAT_EVENTS, 1);
 	f = bpf_map_lookup_elem(&inflights, &tid);
-	cgid = f ? f->cgid : task_memcg(bpf_get_current_task_btf());
+	cgid = f ? f->cgid : task_memcg(wolf_current());
 	s = cg_get(cgid);
 	if (!s)
 		return 0;
@@ -520,7 +520,7 @@ int BPF_PROG(on_throttled, int nid, int usec_timeout, int usec_delayed, int reas
 	struct cg_stats *s;
 
 	stat_add(STAT_EVENTS, 1);
-	s = cg_get(task_memcg(bpf_get_current_task_btf()));
+	s = cg_get(task_memcg(wolf_current()));
 	if (!s)
 		return 0;
 	/* reason is 1 << VMSCAN_THROTTLE_{WRITEBACK,ISOLATED,NOPROGRESS,CONGESTED} */

@@ -80,6 +80,7 @@ type htmlView struct {
 	R            *finding.Report
 	Verdict      string
 	VerdictClass string
+	Incomplete   string // which investigators did not run; "" when all did
 	Started      string
 	Duration     string
 	Counts       map[string]int
@@ -95,7 +96,7 @@ type htmlView struct {
 }
 
 func newHTMLView(r *finding.Report) *htmlView {
-	v := &htmlView{R: r, Verdict: Verdict(r), Counts: map[string]int{}}
+	v := &htmlView{R: r, Verdict: Verdict(r), Incomplete: Incomplete(r), Counts: map[string]int{}}
 	switch {
 	case strings.HasPrefix(v.Verdict, "Unhealthy"):
 		v.VerdictClass = "sev-warning"

@@ -184,8 +184,12 @@ func TestHTMLStructure(t *testing.T) {
 	if strings.Index(out, `id="findings"`) > strings.Index(out, `id="profiles"`) {
 		t.Error("profiles before findings")
 	}
+	// What did not run is said at the top, with the verdict.
+	if i := strings.Index(out, "INCOMPLETE: locks did not run"); i < 0 || i > strings.Index(out, `<main>`) {
+		t.Errorf("the failed investigator is not named in the header (at %d, main at %d)", i, strings.Index(out, `<main>`))
+	}
 	for _, want := range []string{
-		"Unhealthy: 1 critical, 1 warning, 1 info.",
+		"Unhealthy: 1 critical, 1 warning, 1 info; incomplete: 1 investigator(s) failed.",
 		"12.0 ms", "300 ns", "40000", // overhead: BPF ms, ns per event
 		"7 events dropped", // the timeline's drops
 		"1.01 s CPU",       // 100 samples at 99 Hz

@@ -101,6 +101,20 @@ func Text(w io.Writer, r *finding.Report, o TextOptions) error {
 	}
 	t := &textWriter{w: w, o: o, color: o.Color}
 	t.printf("%s\n\n", t.paint("1", header(r)))
+	// What did not run comes first: a report without it looks complete.
+	if len(r.Errors) > 0 {
+		t.printf("%s\n", t.paint("1;31", Incomplete(r)))
+		for _, e := range r.Errors {
+			for i, l := range Wrap(e, t.o.Width-4) {
+				lead := "  - "
+				if i > 0 {
+					lead = "    "
+				}
+				t.printf("%s%s\n", lead, l)
+			}
+		}
+		t.printf("\n")
+	}
 	t.checklist(r.Checklist)
 	fs := append([]finding.Finding(nil), r.Findings...)
 	finding.Sort(fs)
@@ -113,9 +127,6 @@ func Text(w io.Writer, r *finding.Report, o TextOptions) error {
 		}
 		t.finding(&f)
 	}
-	for _, e := range r.Errors {
-		t.printf("%s %s\n", t.paint("31", "ERROR"), e)
-	}
 	for _, n := range r.Notes {
 		for i, l := range Wrap(n, t.o.Width-6) {
 			lead := "Note: "
@@ -125,7 +136,7 @@ func Text(w io.Writer, r *finding.Report, o TextOptions) error {
 			t.printf("%s%s\n", lead, l)
 		}
 	}
-	if len(r.Errors)+len(r.Notes) > 0 {
+	if len(r.Notes) > 0 {
 		t.printf("\n")
 	}
 	if line := dataLine(r); line != "" {
@@ -186,6 +197,24 @@ func dataLine(r *finding.Report) string {
 	return "Also collected: " + strings.Join(parts, ", ") + ". See them with --format html -o FILE, or export the stacks with --folded FILE / --pprof FILE."
 }
 
+// Incomplete is the line that says which investigators did not run, or
+// "" when every one did.
+func Incomplete(r *finding.Report) string {
+	if len(r.Errors) == 0 {
+		return ""
+	}
+	var names []string
+	for _, e := range r.Errors {
+		name, _, _ := strings.Cut(e, ":")
+		names = append(names, name)
+	}
+	verb := "did"
+	if len(names) == 1 {
+		return fmt.Sprintf("INCOMPLETE: %s %s not run; this report is without it:", names[0], verb)
+	}
+	return fmt.Sprintf("INCOMPLETE: %s %s not run; this report is without them:", strings.Join(names, ", "), verb)
+}
+
 // Verdict is the one line that sums the report up.
 func Verdict(r *finding.Report) string {
 	counts := map[finding.Severity]int{}
@@ -194,6 +223,9 @@ func Verdict(r *finding.Report) string {
 	}
 	if len(r.Errors) > 0 && counts[finding.Critical]+counts[finding.Warning] == 0 {
 		return fmt.Sprintf("Incomplete: %d investigator(s) failed; no problem found by the rest.", len(r.Errors))
+	}
+	if len(r.Errors) > 0 {
+		return fmt.Sprintf("Unhealthy: %d critical, %d warning, %d info; incomplete: %d investigator(s) failed.", counts[finding.Critical], counts[finding.Warning], counts[finding.Info], len(r.Errors))
 	}
 	if counts[finding.Critical]+counts[finding.Warning] == 0 {
 		v := fmt.Sprintf("Healthy: nothing wrong found in %.0f s.", r.DurationS)

@@ -65,6 +65,30 @@ func TestVerdictHealthy(t *testing.T) {
 	if v := Verdict(r); !strings.HasPrefix(v, "Incomplete") {
 		t.Errorf("verdict %q", v)
 	}
+	r.Findings = []finding.Finding{{Severity: finding.Warning}}
+	if v := Verdict(r); !strings.HasPrefix(v, "Unhealthy") || !strings.Contains(v, "incomplete") {
+		t.Errorf("verdict %q", v)
+	}
+}
+
+// An investigator that did not run is named on the first lines of the
+// text report, before the checklist and the findings.
+func TestTextIncompleteFirst(t *testing.T) {
+	r := &finding.Report{Command: "doctor", DurationS: 10,
+		Errors:   []string{"sched: the kernel's BPF verifier rejected the program (R2 unbounded memory access)", "locks: no lock:contention tracepoints"},
+		Findings: []finding.Finding{{ID: "x.y", Investigator: "x", Severity: finding.Warning, Title: "something"}}}
+	var b bytes.Buffer
+	if err := Text(&b, r, TextOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(b.String(), "\n")
+	if len(lines) < 5 || !strings.HasPrefix(lines[2], "INCOMPLETE: sched, locks did not run") ||
+		!strings.Contains(lines[3], "sched: the kernel's BPF verifier") || !strings.Contains(lines[5], "locks: no lock:contention") {
+		t.Fatalf("first lines:\n%s", strings.Join(lines[:min(6, len(lines))], "\n"))
+	}
+	if strings.Count(b.String(), "R2 unbounded") != 1 {
+		t.Errorf("the error is printed more than once:\n%s", b.String())
+	}
 }
 
 func TestJSONHasEmptyArraysNotNull(t *testing.T) {

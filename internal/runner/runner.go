@@ -21,11 +21,14 @@ import (
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/overhead"
+	"github.com/wolf-investigator/wolf/internal/pace"
 	"github.com/wolf-investigator/wolf/internal/sysstat"
 )
 
 // DefaultCollectTimeout bounds the time from the window's end to the
-// report, per investigator.
+// report, per investigator, on an ordinary machine; it stretches by how
+// much slower this one is (pace.Scaled: an emulated CPU reads maps and
+// /proc several times more slowly).
 const DefaultCollectTimeout = 5 * time.Second
 
 // Config is one run.
@@ -74,7 +77,7 @@ func Start(ctx context.Context, cfg Config) *Run {
 	cpuStart := overhead.CPUTime()
 	timeout := cfg.CollectTimeout
 	if timeout <= 0 {
-		timeout = DefaultCollectTimeout
+		timeout = pace.Scaled(DefaultCollectTimeout)
 	}
 	r := &Run{Report: rep}
 

@@ -85,6 +85,35 @@ type Task struct {
 	Affinity    *AffinityCalls
 
 	Runq hist.Log2 // run-queue waits, ns
+	// IdleLong counts its waits of IdleLongNs or more that ended with the
+	// CPU leaving its idle task, or wolf's own: not the host's contention
+	// (see idleExplained).
+	IdleLong uint64
+}
+
+// IdleLongNs is the shortest wait sched.bpf.c checks for having ended on an
+// idle CPU (IDLE_LONG_NS): the floor of a log2 histogram slot, so the
+// histogram counts the same waits.
+const IdleLongNs = 1 << 23
+
+// longWaits counts the waits of IdleLongNs or more in h.
+func longWaits(h *hist.Log2) uint64 {
+	var n uint64
+	for i := hist.Slot(IdleLongNs); i < len(h.Slots); i++ {
+		n += h.Slots[i]
+	}
+	return n
+}
+
+// idleExplained: most of these long waits ended on an idle CPU, or behind
+// wolf itself. A task woken onto an idle CPU runs within microseconds,
+// unless the CPU is not executing at all: a virtual CPU the hypervisor
+// descheduled, or one taking its turn in an emulator. A task that waited
+// behind wolf waited for wolf's start-up (loading and verifying its
+// programs). Neither is the host's run-queue contention.
+func idleExplained(h *hist.Log2, idle uint64) bool {
+	long := longWaits(h)
+	return long > 0 && idle*2 >= long
 }
 
 // Rate is per second over the task's window.
@@ -136,9 +165,43 @@ type Snapshot struct {
 	Thresholds Thresholds
 	// Window is the bounce window the BPF side used.
 	BounceWindow time.Duration
+	// CPUIdleLong counts, per CPU, the long waits that ended on it while
+	// it was idle (Task.IdleLong, by CPU).
+	CPUIdleLong map[int]uint64
+	// CPUCoverage is, per CPU, the share of its clock samples that landed
+	// (1: it executed throughout); nil when not measured.
+	CPUCoverage map[int]float64
+	// Virtual names the hypervisor or emulator ("" on bare metal). Only on
+	// a virtual machine do missing clock samples mean a CPU that did not
+	// execute: on bare metal a sample is also lost when another BPF
+	// program was running on that CPU (the kernel runs one at a time).
+	Virtual string
 	// Bandwidth is the CPU quota of every cgroup that has one and ran in
 	// the window, with its throttling (cgroupfs, read at both ends).
 	Bandwidth []Bandwidth
+}
+
+// notExecuting is the clock-sample coverage under which a CPU did not
+// execute a significant part of the window: one that runs takes every
+// sample, busy or idle.
+const notExecuting = 0.75
+
+// lowCoverage: the CPUs (cpu, or all when cpu < 0) took fewer than
+// notExecuting of their clock samples, and how many they took.
+func (s *Snapshot) lowCoverage(cpu int) (float64, bool) {
+	if len(s.CPUCoverage) == 0 || s.Virtual == "" {
+		return 0, false
+	}
+	if cpu >= 0 {
+		c, ok := s.CPUCoverage[cpu]
+		return c, ok && c < notExecuting
+	}
+	var sum float64
+	for _, c := range s.CPUCoverage {
+		sum += c
+	}
+	c := sum / float64(len(s.CPUCoverage))
+	return c, c < notExecuting
 }
 
 const storyRef = "Eric's Place, \"The Network Is Slow: An Adventure in the Linux Kernel\", https://www.ericsplace.xyz/posts/network-is-slow/ (a task bounced between cores by the load balancer and wake-up placement; CONFIG_SCHED_MC off)"
@@ -414,6 +477,7 @@ func runqFinding(s *Snapshot, th Thresholds) *finding.Finding {
 	}
 	var tasks []bad
 	worst := uint64(0)
+	idle := 0 // tasks and CPUs whose long waits ended on idle CPUs
 	for _, t := range s.Tasks {
 		if t.lowPriority() || t.Runq.Count < th.RunqMinWaits {
 			continue
@@ -421,6 +485,9 @@ func runqFinding(s *Snapshot, th Thresholds) *finding.Finding {
 		if p := t.Runq.Quantile(0.99); time.Duration(p) >= th.RunqP99 {
 			tasks = append(tasks, bad{t, p})
 			worst = max(worst, p)
+			if _, low := s.lowCoverage(-1); low || idleExplained(&t.Runq, t.IdleLong) {
+				idle++
+			}
 		}
 	}
 	var cpus []int
@@ -428,16 +495,24 @@ func runqFinding(s *Snapshot, th Thresholds) *finding.Finding {
 		if h.Count >= th.RunqMinWaits*5 && time.Duration(h.Quantile(0.99)) >= th.RunqP99 {
 			cpus = append(cpus, cpu)
 			worst = max(worst, h.Quantile(0.99))
+			if _, low := s.lowCoverage(cpu); low || idleExplained(&h, s.CPUIdleLong[cpu]) {
+				idle++
+			}
 		}
 	}
 	if len(tasks) == 0 && len(cpus) == 0 {
 		return nil
 	}
+	// Every long wait on an idle CPU: what the guest saw, told as a note.
+	onIdle := idle == len(tasks)+len(cpus)
 	sort.Slice(tasks, func(i, j int) bool { return tasks[i].p99 > tasks[j].p99 })
 	sort.Ints(cpus)
 	sev := finding.Warning
 	if time.Duration(worst) >= th.RunqCriticalP99 {
 		sev = finding.Critical
+	}
+	if onIdle {
+		sev = finding.Info
 	}
 	var subj []finding.Subject
 	var names []string
@@ -483,7 +558,7 @@ func runqFinding(s *Snapshot, th Thresholds) *finding.Finding {
 	} else {
 		title += fmt.Sprintf(" on CPU %s", FormatCPUs(cpus))
 	}
-	return &finding.Finding{
+	f := &finding.Finding{
 		ID:           "sched.runq-latency",
 		Investigator: "sched",
 		Severity:     sev,
@@ -497,6 +572,17 @@ func runqFinding(s *Snapshot, th Thresholds) *finding.Finding {
 			"Give the latency-sensitive tasks their own CPUs (cpusets) or more weight (cpu.weight of their cgroup, nice); move batch work to SCHED_BATCH or a lower weight.",
 		},
 	}
+	if cov, low := s.lowCoverage(-1); low {
+		ev["cpu_clock_coverage_pct"] = human.Round(100*cov, 1)
+	}
+	if onIdle {
+		ev["cause"] = "idle-cpu"
+		f.Title = strings.Replace(f.Title, "Run-queue latency p99 reaches", "Waits for a CPU of up to", 1) + ", on CPUs that were idle or running wolf: not the host's contention"
+		f.Summary += fmt.Sprintf(" Most waits of %v or more ended with the CPU leaving its idle task (it had nothing else to run) or wolf's own threads, or the CPUs took too few of their clock samples to have been executing.", time.Duration(IdleLongNs).Round(time.Millisecond))
+		f.Mechanism = "A task woken onto an idle CPU runs within microseconds. When it waits milliseconds there, the CPU itself was not executing: a virtual CPU descheduled by its hypervisor (steal), or taking its turn in an emulator such as QEMU without KVM. A task that waited behind wolf waited for wolf's own start-up (verifying and attaching its programs, most of a slow machine's CPU for a few seconds). Neither is run-queue contention among the host's own tasks."
+		f.Remediation = []string{"Look at the host, not the guest: CPU steal (mpstat -P ALL 1), overcommit, or emulation instead of hardware virtualization."}
+	}
+	return f
 }
 
 func mismatchFinding(ms []Mismatch, v *SchedView) finding.Finding {

@@ -1,17 +1,22 @@
 package sched
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/features"
 	"golang.org/x/sys/unix"
 
 	"github.com/wolf-investigator/wolf/internal/bpfrec"
 	"github.com/wolf-investigator/wolf/internal/hist"
+	"github.com/wolf-investigator/wolf/internal/kallsyms"
+	"github.com/wolf-investigator/wolf/internal/kernelbtf"
 	"github.com/wolf-investigator/wolf/internal/perfsample"
 	"github.com/wolf-investigator/wolf/internal/probekit"
 	"github.com/wolf-investigator/wolf/internal/tracefs"
@@ -22,6 +27,9 @@ type config struct {
 	BounceWindowNs uint64
 	TargetTGID     uint32 // 0: every process
 	SelfTGID       uint32 // wolf itself, ignored unless it is the target
+	// NoTaskStorage keeps per-task state in the hash used on kernels
+	// without task-local storage (tests of that path on newer kernels).
+	NoTaskStorage bool
 }
 
 // attachTable is everything sched attaches: tp_btf for typed arguments
@@ -43,7 +51,13 @@ var attachTable = []probekit.Attach{
 		Why: "who changes a task's affinity (itself or another task)"},
 	{Kind: probekit.Iter, Target: "task", Program: "dump_tasks", Required: true,
 		Why: "read the per-task counters kept in task-local storage"},
+	{Kind: probekit.PerfSample, Program: "on_tick", Hz: tickHz,
+		Why: "whether each CPU executed: a wait on a CPU that was not executing (a vCPU descheduled) is not contention"},
 }
+
+// maxHashTasks bounds the per-task hash used where the kernel has no
+// task-local storage (before 5.11): ~700 bytes a task, allocated as used.
+const maxHashTasks = 16384
 
 // probe owns everything sched attaches to the kernel, through the kit.
 type probe struct {
@@ -57,25 +71,61 @@ type probe struct {
 	// kernel's BTF (the scheduler's LLC view and the softirq test need them).
 	percpu bool
 	notes  []string
+	// tickCPUs are the CPUs on_tick samples (nil when it did not attach);
+	// tickPrev and idlePrev are the per-CPU counters at the previous
+	// window's end, tickAt its time.
+	tickCPUs []int
+	tickAt   time.Time
+	tickPrev []uint64
+	idlePrev []uint64
 }
 
 // percpuOffsets reads, from the kernel's BTF, where the per-CPU variables
 // the BPF side needs sit in the per-CPU area. A missing one reads as 0.
 func percpuOffsets() (map[string]uint64, error) {
-	spec, err := btf.LoadKernelSpec()
+	want := map[string]bool{"runqueues": true, "__preempt_count": true, "sd_llc_size": true, "sd_llc_id": true}
+	spec, err := kernelbtf.Spec()
 	if err != nil {
 		return nil, fmt.Errorf("kernel BTF: %w", err)
 	}
 	var ds *btf.Datasec
 	if err := spec.TypeByName(".data..percpu", &ds); err != nil {
-		return nil, fmt.Errorf("kernel BTF has no .data..percpu section: %w", err)
+		// Kernels whose BTF has no variables (5.10's pahole) still list
+		// them in kallsyms.
+		out, kerr := percpuFromKallsyms(want)
+		if kerr != nil {
+			return nil, fmt.Errorf("kernel BTF has no .data..percpu section (%v), and kallsyms: %w", err, kerr)
+		}
+		return out, nil
 	}
-	want := map[string]bool{"runqueues": true, "__preempt_count": true, "sd_llc_size": true, "sd_llc_id": true}
 	out := map[string]uint64{}
 	for _, v := range ds.Vars {
 		if vv, ok := v.Type.(*btf.Var); ok && want[vv.Name] {
 			out[vv.Name] = uint64(v.Offset)
 		}
+	}
+	return out, nil
+}
+
+// percpuFromKallsyms finds per-CPU variables' offsets in the per-CPU area
+// from /proc/kallsyms: their addresses less __per_cpu_start (zero on
+// x86-64, where per-CPU symbols are offsets already).
+func percpuFromKallsyms(want map[string]bool) (map[string]uint64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	syms, err := kallsyms.Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	base, _ := syms.Lookup("__per_cpu_start")
+	out := map[string]uint64{}
+	for name := range want {
+		if a, ok := syms.Lookup(name); ok && a >= base && a != 0 {
+			out[name] = a - base
+		}
+	}
+	if out["runqueues"] == 0 {
+		return nil, fmt.Errorf("no runqueues symbol (addresses hidden by kptr_restrict?)")
 	}
 	return out, nil
 }
@@ -87,6 +137,13 @@ func openProbe(cfg config) (*probe, error) {
 		p.notes = append(p.notes, fmt.Sprintf("per-CPU variables not located (%v): the scheduler's LLC view is read from its domains only, and softirq balancing is told from newidle balancing by a heuristic", err))
 	}
 	p.percpu = offs["runqueues"] != 0
+	// Task-local storage came in 5.11; before, per-task state lives in a
+	// bounded hash by thread id, and tstore (still named by the pruned
+	// branches) becomes a one-entry hash the kernel can create.
+	noTaskStorage := cfg.NoTaskStorage || features.HaveMapType(ebpf.TaskStorage) != nil
+	if noTaskStorage {
+		p.notes = append(p.notes, fmt.Sprintf("no task-local storage (Linux 5.11+): per-task state is kept in a hash of at most %d tasks; tasks beyond are not followed (counted)", maxHashTasks))
+	}
 	// The syscall tracepoint needs tracefs; if it cannot be mounted, that
 	// row fails and its note says why.
 	_, _ = tracefs.Ensure()
@@ -102,8 +159,15 @@ func openProbe(cfg config) (*probe, error) {
 			"off_preempt_count": offs["__preempt_count"],
 			"off_sd_llc_size":   offs["sd_llc_size"],
 			"off_sd_llc_id":     offs["sd_llc_id"],
+			"use_task_storage":  !noTaskStorage,
 		},
+		BTF: kernelbtf.External(),
 		Prepare: func(spec *ebpf.CollectionSpec) error {
+			if noTaskStorage {
+				ts := spec.Maps["tstore"]
+				ts.Type, ts.MaxEntries = ebpf.Hash, 1
+				spec.Maps["tstore_hash"].MaxEntries = maxHashTasks
+			}
 			ncpu, err := ebpf.PossibleCPU()
 			if err != nil {
 				return fmt.Errorf("possible CPUs: %w", err)
@@ -131,7 +195,76 @@ func openProbe(cfg config) (*probe, error) {
 		return nil, err
 	}
 	p.kit = kit
+	if kit.Attached("perf_event") {
+		p.tickCPUs, _ = perfsample.OnlineCPUs()
+		p.tickAt = time.Now()
+	}
 	return p, nil
+}
+
+// tickHz is on_tick's rate: enough samples in a few seconds to tell a CPU
+// that ran from one that did not, at one program run per 10 ms per CPU.
+const tickHz = 100
+
+// cpuCoverage returns, per CPU, the share of on_tick's samples that
+// landed in the window that ends now: under 1 where the CPU was not
+// executing. nil when it was not measured.
+func (p *probe) cpuCoverage() map[int]float64 {
+	if p.tickCPUs == nil {
+		return nil
+	}
+	now := time.Now()
+	span := now.Sub(p.tickAt).Seconds()
+	cur, ok := p.perCPUStat(schedStatIndexSTAT_TICKS)
+	if !ok {
+		return nil
+	}
+	prev := p.tickPrev
+	p.tickPrev, p.tickAt = cur, now
+	if span < 1 {
+		return nil
+	}
+	out := map[int]float64{}
+	for _, cpu := range p.tickCPUs {
+		if cpu < len(cur) {
+			out[cpu] = min(float64(cur[cpu]-at(prev, cpu))/(span*tickHz), 1)
+		}
+	}
+	return out
+}
+
+// cpuIdleLong returns, per CPU, the long waits that ended on it while it
+// was idle (or behind wolf) in the window that ends now.
+func (p *probe) cpuIdleLong() map[int]uint64 {
+	cur, ok := p.perCPUStat(schedStatIndexSTAT_IDLE_LONG)
+	if !ok {
+		return nil
+	}
+	prev := p.idlePrev
+	p.idlePrev = cur
+	out := map[int]uint64{}
+	for cpu, v := range cur {
+		if d := v - at(prev, cpu); d > 0 {
+			out[cpu] = d
+		}
+	}
+	return out
+}
+
+// perCPUStat reads one counter of the stats map, CPU by CPU.
+func (p *probe) perCPUStat(idx schedStatIndex) ([]uint64, bool) {
+	var vals []uint64
+	if err := p.maps.Stats.Lookup(uint32(idx), &vals); err != nil {
+		return nil, false
+	}
+	return vals, true
+}
+
+func at(vals []uint64, i int) uint64 {
+	if i < len(vals) {
+		return vals[i]
+	}
+	return 0
 }
 
 // readTopology runs read_cpu on every online CPU, from a thread pinned to
@@ -172,7 +305,7 @@ func (p *probe) readTopology(readCPU *ebpf.Program) (map[int]schedCpuTopo, error
 			}
 			var ret uint32
 			for try := 0; try < 3; try++ {
-				ret, err = readCPU.Run(&ebpf.RunOptions{Context: schedTopoArgs{Cpu: uint32(cpu)}})
+				ret, err = readCPU.Run(&ebpf.RunOptions{Context: schedTopoArgs{Cpu: uint64(cpu)}})
 				if err != nil || ret != 1 {
 					break
 				}
@@ -322,3 +455,13 @@ func (p *probe) programsByName() map[string]*ebpf.Program {
 }
 
 func (p *probe) close() { p.kit.Close() }
+
+// notesNow are what sched runs without here: its own notes, the kit's
+// (rows that did not attach) and the topology it could not read.
+func (p *probe) notesNow() []string {
+	out := append(slices.Clone(p.notes), p.kit.Notes()...)
+	if p.topoErr != nil {
+		out = append(out, fmt.Sprintf("the scheduler's own cache topology not read (%v): only the hardware's is known", p.topoErr))
+	}
+	return out
+}

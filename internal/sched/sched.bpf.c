@@ -39,9 +39,21 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
-#define MAX_CPUS 1024 /* per-CPU arrays below; larger CPU ids are not classified as finely */
-#define MAX_LEVELS 8  /* scheduling-domain levels read per CPU */
-#define SPAN_WORDS 4  /* CPUs 0-255 of a domain's span */
+#define MAX_CPUS \
+	1024 /* per-CPU arrays below (a power of two: wolf_bound); larger CPU ids are not classified as finely */
+#define MAX_LEVELS 8 /* scheduling-domain levels read per CPU */
+#define SPAN_WORDS 4 /* CPUs 0-255 of a domain's span */
+
+/*
+ * A wait this long (2^23 ns, the floor of a log2 histogram slot) that ends
+ * with the CPU switching from its idle task was not run-queue contention:
+ * the CPU had nothing else to run, and a woken task on an idle CPU runs
+ * within microseconds, unless the CPU itself was not executing (a vCPU
+ * descheduled or emulated). One that ends switching from wolf itself
+ * waited behind wolf (loading and verifying its programs is CPU work, a
+ * lot of it on a slow machine): not the host's contention either.
+ */
+#define IDLE_LONG_NS (1ULL << 23)
 
 #define TASK_WAKING 0x00000200
 #define SOFTIRQ_OFFSET 0x100
@@ -73,7 +85,10 @@ enum stat_index {
 	STAT_RECORDS = 8,     /* records written by the iterator */
 	STAT_RUNQ_SAMPLES = 9,
 	STAT_BIG_CPU = 10, /* events on CPUs >= MAX_CPUS (classified coarsely) */
-	STAT_MAX = 11,
+	STAT_IDLE_LONG =
+		11, /* per CPU: waits >= IDLE_LONG_NS that ended on it while idle, or behind wolf */
+	STAT_TICKS = 12, /* per CPU: clock samples that landed (on_tick) */
+	STAT_MAX = 13,
 };
 
 /* Set by user space before load. */
@@ -116,10 +131,12 @@ struct tstat {
 	__u32 bounce_back[NKINDS]; /* kind of the move back */
 	__u32 bounce_a;		   /* CPUs of the last bounce */
 	__u32 bounce_b;
-	__u32 remote;	       /* moved by a CPU that is neither source nor destination */
-	__u32 wake_affine;     /* wake-up moves onto the waker's own CPU */
-	__u32 wake_wide;       /* wake-up moves where wake_wide() held */
-	__u32 dumped;	       /* the iterator has reported it: see on_exit */
+	__u32 remote;	   /* moved by a CPU that is neither source nor destination */
+	__u32 wake_affine; /* wake-up moves onto the waker's own CPU */
+	__u32 wake_wide;   /* wake-up moves where wake_wide() held */
+	__u32 dumped;	   /* the iterator has reported it: see on_exit */
+	__u32 idle_long;   /* waits >= IDLE_LONG_NS that ended on an idle CPU, or behind wolf */
+	__u32 pad;
 	__u64 wakee_flips_sum; /* the task's wakee_flips at its wake-up moves */
 	struct wolf_max waker_flips_max;
 	struct wolf_hist runq; /* run-queue wait, ns */
@@ -184,7 +201,7 @@ struct cpu_topo {
 };
 
 struct topo_args {
-	__u32 cpu;
+	__u64 cpu; /* a raw tracepoint's argument: 64 bits */
 };
 
 struct {
@@ -193,6 +210,23 @@ struct {
 	__type(key, int);
 	__type(value, struct tstat);
 } tstore SEC(".maps");
+
+/*
+ * Kernels without task-local storage (before 5.11): the same state in a
+ * hash by thread id, bounded (user space sets max_entries), its entries
+ * deleted when their task exits. A task that finds it full is not followed
+ * (STAT_NO_STORAGE). User space turns use_task_storage off and replaces
+ * tstore by a tiny hash map, which the pruned branches still name.
+ */
+const volatile bool use_task_storage = true;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1); /* user space sizes it when it is used */
+	__type(key, __u32);
+	__type(value, struct tstat);
+} tstore_hash SEC(".maps");
 
 /* Tasks that migrated and then exited while wolf watched. */
 struct {
@@ -271,8 +305,9 @@ const struct topo_args *unused_topo_args __attribute__((unused));
 const struct mig_key *unused_mig_key __attribute__((unused));
 const struct mig_event *unused_mig_event __attribute__((unused));
 
-/* An all-zero histogram to create cgroup entries from. */
+/* All-zero values to create entries from. */
 const struct wolf_hist zero_hist = {};
+const struct tstat zero_tstat = {};
 
 /* Kernels where the CPU number lives in task_struct (no THREAD_INFO_IN_TASK cpu). */
 struct task_struct___cpu {
@@ -326,14 +361,36 @@ static __always_inline __u64 rq_clock_of(struct task_struct *p)
 	return bpf_ktime_get_ns();
 }
 
+/* The task's state, if it has any; p must be a BTF pointer. */
+static __always_inline struct tstat *tstat_lookup(struct task_struct *p)
+{
+	__u32 tid;
+
+	if (use_task_storage)
+		return bpf_task_storage_get(&tstore, p, 0, 0);
+	tid = BPF_CORE_READ(p, pid);
+	return bpf_map_lookup_elem(&tstore_hash, &tid);
+}
+
+static __always_inline struct tstat *tstat_create(struct task_struct *p)
+{
+	__u32 tid;
+
+	if (use_task_storage)
+		return bpf_task_storage_get(&tstore, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	tid = BPF_CORE_READ(p, pid);
+	bpf_map_update_elem(&tstore_hash, &tid, &zero_tstat, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&tstore_hash, &tid);
+}
+
 static __always_inline struct tstat *tstat_of(struct task_struct *p, bool create)
 {
 	struct tstat *st;
 
 	/* A plain lookup first: the creating variant takes a slower path. */
-	st = bpf_task_storage_get(&tstore, p, 0, 0);
+	st = tstat_lookup(p);
 	if (!st && create)
-		st = bpf_task_storage_get(&tstore, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		st = tstat_create(p);
 	if (!st) {
 		if (create)
 			stat_inc(STAT_NO_STORAGE);
@@ -370,9 +427,22 @@ int BPF_PROG(on_wakeup_new, struct task_struct *p)
 	return enqueued(p);
 }
 
+/*
+ * prev's state, read off the task: sched_switch has carried it as an
+ * argument only since 5.18. By the time the tracepoint fires, a task that
+ * meant to sleep but had a signal pending is TASK_RUNNING again (it stays
+ * runnable), which the argument would not say. A direct load (prev is a
+ * BTF pointer): this is the hottest event wolf watches.
+ */
+static __always_inline unsigned int switch_state(struct task_struct *prev)
+{
+	if (bpf_core_field_exists(prev->__state))
+		return prev->__state;
+	return ((struct task_struct___pre514 *)prev)->state;
+}
+
 SEC("tp_btf/sched_switch")
-int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
-	     unsigned int prev_state)
+int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
 	/* This CPU's run queue, through a task on it that is not the idle task. */
 	__u64 now = rq_clock_of(next->pid ? next : prev);
@@ -382,7 +452,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	__u64 d;
 
 	/* Preempted (or yielding): still runnable, its wait starts now. */
-	if ((preempt || prev_state == WOLF_TASK_RUNNING) && wanted(prev)) {
+	if ((preempt || switch_state(prev) == WOLF_TASK_RUNNING) && wanted(prev)) {
 		st = tstat_of(prev, true);
 		if (st)
 			st->enq_ts = now;
@@ -395,6 +465,10 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	d = now > st->enq_ts ? now - st->enq_ts : 0;
 	st->enq_ts = 0;
 	wolf_hist_add_local(&st->runq, d);
+	if (d >= IDLE_LONG_NS && (prev->pid == 0 || (self_tgid && prev->tgid == self_tgid))) {
+		st->idle_long++;
+		stat_inc(STAT_IDLE_LONG);
+	}
 	h = bpf_map_lookup_elem(&cpu_runq, &zero);
 	if (h)
 		wolf_hist_add_local(h, d);
@@ -405,12 +479,16 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 static __always_inline int preempt_count(__u32 cpu)
 {
 	int pc = -1;
+	__u64 base;
 
-	if (off_preempt_count && cpu < MAX_CPUS && percpu_base[cpu]) {
-		if (bpf_probe_read_kernel(&pc, sizeof(pc),
-					  (void *)(percpu_base[cpu] + off_preempt_count)))
-			return -1;
-		return pc;
+	if (off_preempt_count && cpu < MAX_CPUS) {
+		base = percpu_base[wolf_bound(cpu, MAX_CPUS - 1)];
+		if (base) {
+			if (bpf_probe_read_kernel(&pc, sizeof(pc),
+						  (void *)(base + off_preempt_count)))
+				return -1;
+			return pc;
+		}
 	}
 	if (bpf_core_field_exists(((struct task_struct___ti *)0)->thread_info.preempt_count)) {
 		struct task_struct___ti *cur = (void *)bpf_get_current_task();
@@ -479,7 +557,7 @@ static __always_inline __u32 classify(struct task_struct *p, struct task_struct 
 	 * task going to sleep (or of the idle task); a periodic one interrupts a
 	 * running task.
 	 */
-	if (pc < 0 && cur->pid != 0 && wolf_task_state(cur) == WOLF_TASK_RUNNING)
+	if (pc < 0 && BPF_CORE_READ(cur, pid) != 0 && wolf_task_state(cur) == WOLF_TASK_RUNNING)
 		return KIND_BALANCE;
 	return KIND_NEWIDLE;
 }
@@ -487,7 +565,7 @@ static __always_inline __u32 classify(struct task_struct *p, struct task_struct 
 SEC("tp_btf/sched_migrate_task")
 int BPF_PROG(on_migrate, struct task_struct *p, int dest_cpu)
 {
-	struct task_struct *cur = bpf_get_current_task_btf();
+	struct task_struct *cur = wolf_current(); /* a plain pointer: fields through CO-RE reads */
 	__u32 orig = task_cpu(p), dest = dest_cpu;
 	__u32 this_cpu = bpf_get_smp_processor_id();
 	__u64 now = bpf_ktime_get_ns();
@@ -517,8 +595,9 @@ int BPF_PROG(on_migrate, struct task_struct *p, int dest_cpu)
 	if (this_cpu != orig && this_cpu != dest)
 		st->remote++;
 	if (kind == KIND_WAKEUP) {
-		__u32 master = cur->wakee_flips, slave = p->wakee_flips, tmp;
-		__s32 factor = this_cpu < MAX_CPUS ? llc_size[this_cpu] : 0;
+		__u32 master = BPF_CORE_READ(cur, wakee_flips), slave = p->wakee_flips, tmp;
+		__s32 factor =
+			this_cpu < MAX_CPUS ? llc_size[wolf_bound(this_cpu, MAX_CPUS - 1)] : 0;
 
 		if (dest == this_cpu)
 			st->wake_affine++;
@@ -594,17 +673,17 @@ static __always_inline void fill_rec(struct task_rec *r, struct task_struct *t, 
 	bpf_probe_read_kernel(&r->st, sizeof(r->st), st);
 }
 
-SEC("tp_btf/sched_process_exit")
-int BPF_PROG(on_exit, struct task_struct *p)
+/* A task that migrated is exiting: keep its record, fold its waits into its cgroup's. */
+static __always_inline void save_exited(struct task_struct *p)
 {
-	struct tstat *st = bpf_task_storage_get(&tstore, p, 0, 0);
+	struct tstat *st = tstat_lookup(p);
 	struct wolf_hist *h;
 	struct task_rec *r;
 	__u32 zero = 0, tid;
 	__u64 cg;
 
 	if (!st)
-		return 0;
+		return;
 	/*
 	 * Its run-queue waits go to its cgroup's histogram only if user space
 	 * never read them: a task the iterator reported has an exit record
@@ -630,10 +709,10 @@ int BPF_PROG(on_exit, struct task_struct *p)
 	}
 	/* Only tasks that moved at least twice could have bounced. */
 	if (st->migrations < 2 && !st->dumped)
-		return 0;
+		return;
 	r = bpf_map_lookup_elem(&scratch, &zero);
 	if (!r)
-		return 0;
+		return;
 	fill_rec(r, p, st);
 	r->exited = 1;
 	tid = r->tid;
@@ -641,6 +720,25 @@ int BPF_PROG(on_exit, struct task_struct *p)
 		stat_inc(STAT_EXITED_FULL);
 	else
 		stat_inc(STAT_EXITED_SAVED);
+	return;
+}
+
+/* Task storage frees itself with its task; the hash that stands in for it does not. */
+static __always_inline void tstat_forget(struct task_struct *p)
+{
+	__u32 tid;
+
+	if (use_task_storage)
+		return;
+	tid = BPF_CORE_READ(p, pid);
+	bpf_map_delete_elem(&tstore_hash, &tid);
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(on_exit, struct task_struct *p)
+{
+	save_exited(p);
+	tstat_forget(p);
 	return 0;
 }
 
@@ -654,7 +752,7 @@ int dump_tasks(struct bpf_iter__task *ctx)
 
 	if (!t)
 		return 0;
-	st = bpf_task_storage_get(&tstore, t, 0, 0);
+	st = tstat_lookup(t);
 	if (!st)
 		return 0;
 	r = bpf_map_lookup_elem(&scratch, &zero);
@@ -710,14 +808,32 @@ int on_setaffinity(struct setaffinity_args *args)
 }
 
 /*
+ * A CPU-clock sample on every CPU at a low rate: a CPU that executes takes
+ * all of them, busy or idle; one that does not (a vCPU descheduled by its
+ * hypervisor, or waiting its turn in an emulator) takes few. User space
+ * compares the count with the rate: waits for a CPU on a CPU that was not
+ * executing are not contention among the host's tasks.
+ */
+SEC("perf_event")
+int on_tick(void *ctx)
+{
+	stat_inc(STAT_TICKS);
+	return 0;
+}
+
+/*
  * read_cpu runs (BPF_PROG_TEST_RUN) on each CPU in turn, with wolf's thread
  * pinned there: the thread's CFS run queue leads to the CPU's struct rq,
  * whose address locates the CPU's per-CPU area; from it, the scheduler's
- * own sd_llc_size and sd_llc_id, and the domain hierarchy rq->sd.
+ * own sd_llc_size and sd_llc_id, and the domain hierarchy rq->sd. A raw
+ * tracepoint program never attached: those run under BPF_PROG_TEST_RUN, in
+ * the caller's context, since 5.10 (syscall programs only since 5.14). Its
+ * context is the arguments array: args[0] is struct topo_args.
  */
-SEC("syscall")
-int read_cpu(struct topo_args *args)
+SEC("raw_tp")
+int read_cpu(struct bpf_raw_tracepoint_args *ctx)
 {
+	struct topo_args *args = (void *)ctx->args;
 	struct task_struct *cur = (void *)bpf_get_current_task();
 	__u32 cpu = bpf_get_smp_processor_id(), zero = 0;
 	struct sched_domain *sd;
@@ -746,7 +862,7 @@ int read_cpu(struct topo_args *args)
 	if (t->rq_cpu == cpu && off_runqueues) {
 		base = (__u64)rq - off_runqueues;
 		if (cpu < MAX_CPUS)
-			percpu_base[cpu] = base;
+			percpu_base[wolf_bound(cpu, MAX_CPUS - 1)] = base;
 		if (off_sd_llc_size)
 			bpf_probe_read_kernel(&t->llc_size, sizeof(t->llc_size),
 					      (void *)(base + off_sd_llc_size));
@@ -754,7 +870,7 @@ int read_cpu(struct topo_args *args)
 			bpf_probe_read_kernel(&t->llc_id, sizeof(t->llc_id),
 					      (void *)(base + off_sd_llc_id));
 		if (cpu < MAX_CPUS)
-			llc_size[cpu] = t->llc_size;
+			llc_size[wolf_bound(cpu, MAX_CPUS - 1)] = t->llc_size;
 	}
 	sd = BPF_CORE_READ(rq, sd);
 	/*

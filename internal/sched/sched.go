@@ -23,8 +23,10 @@ import (
 	"github.com/wolf-investigator/wolf/internal/bpfrec"
 	"github.com/wolf-investigator/wolf/internal/hist"
 	"github.com/wolf-investigator/wolf/internal/investigator"
+	"github.com/wolf-investigator/wolf/internal/kernelbtf"
 	"github.com/wolf-investigator/wolf/internal/probekit"
 	"github.com/wolf-investigator/wolf/internal/procfs"
+	"github.com/wolf-investigator/wolf/internal/virt"
 )
 
 // DefaultBounceWindow is how soon a move back must follow a move away to
@@ -46,6 +48,9 @@ type Investigator struct {
 	// watchSelf counts wolf's own process too, which is otherwise left
 	// out: the Go cost workload runs in it.
 	watchSelf bool
+	// noTaskStorage takes the path of kernels without task-local storage
+	// (before 5.11) on any kernel, for its tests.
+	noTaskStorage bool
 	// snapshot, when set, sees what Conclude is given; programs, the BPF
 	// programs by name before they are closed (the cost benchmark reads
 	// their run statistics).
@@ -96,7 +101,7 @@ func (s *Investigator) Start(ctx context.Context, opts investigator.Options) (in
 		s.SysCPU = "/sys/devices/system/cpu"
 	}
 	ss := &session{inv: *s, opts: opts, prevTasks: map[taskKey]schedTaskRec{}}
-	ss.cfg = config{BounceWindowNs: uint64(s.BounceWindow), SelfTGID: uint32(os.Getpid())}
+	ss.cfg = config{BounceWindowNs: uint64(s.BounceWindow), SelfTGID: uint32(os.Getpid()), NoTaskStorage: s.noTaskStorage}
 	if s.watchSelf {
 		ss.cfg.SelfTGID = 0
 	}
@@ -107,12 +112,14 @@ func (s *Investigator) Start(ctx context.Context, opts investigator.Options) (in
 	if ss.p, err = openProbe(ss.cfg); err != nil {
 		return nil, err
 	}
-	ss.cpuh = findCPUHierarchy(ctx, s.Proc)
-	ss.bw = ss.cpuh.readBandwidths()
-	ss.start = monotonicNow()
+	// Tests read the kernel's own counters here: the programs count from
+	// now on, before the /proc and /sys reads below.
 	if s.attached != nil {
 		s.attached()
 	}
+	ss.cpuh = findCPUHierarchy(ctx, s.Proc)
+	ss.bw = ss.cpuh.readBandwidths()
+	ss.start = monotonicNow()
 	return ss, nil
 }
 
@@ -194,6 +201,9 @@ func (ss *session) Collect(ctx context.Context) (*investigator.Result, error) {
 		CgroupRunq:   map[string]hist.Log2{},
 		Thresholds:   s.Thresholds,
 		BounceWindow: s.BounceWindow,
+		CPUIdleLong:  p.cpuIdleLong(),
+		CPUCoverage:  p.cpuCoverage(),
+		Virtual:      virt.Detect(),
 	}
 	if kinds, err := p.kinds(); err == nil {
 		for k := range kinds {
@@ -332,7 +342,7 @@ func (ss *session) Collect(ctx context.Context) (*investigator.Result, error) {
 		Histograms:   Histograms(snap, named),
 		Timelines:    Timelines(snap.Tasks, p.migrations(start, end), named),
 		Capabilities: p.kit.Capabilities(attachTable),
-		Notes:        append(slices.Clone(p.notes), p.kit.Notes()...),
+		Notes:        p.notesNow(),
 	}
 	res.Capabilities["sched_llc_view"] = snap.Sched != nil
 	res.Capabilities["softirq_context"] = p.percpu
@@ -381,7 +391,7 @@ func taskWindow(r, prev *schedTaskRec, seen bool, start uint64, w uint32) *Task 
 		BounceCPUs: [2]int{int(st.BounceA), int(st.BounceB)},
 		Remote:     sub(st.Remote, ps.Remote), WakeAffine: sub(st.WakeAffine, ps.WakeAffine), WakeWide: sub(st.WakeWide, ps.WakeWide),
 		WakerFlips: probekit.WindowMax(st.WakerFlipsMax.V, st.WakerFlipsMax.Win, w), KernelTotal: r.NrMigrations,
-		Runq: runq,
+		Runq: runq, IdleLong: sub(st.IdleLong, ps.IdleLong),
 	}
 	for k := 0; k < NKinds; k++ {
 		t.ByKind[k] = sub(st.ByKind[k], ps.ByKind[k])
@@ -458,7 +468,7 @@ var legacyFlagNames = []string{"SD_LOAD_BALANCE", "SD_BALANCE_NEWIDLE", "SD_BALA
 // domainFlagNames reads the kernel's own domain flag bits from its BTF
 // (the enum of __SD_* values, 5.10+), else the legacy table.
 func domainFlagNames() []string {
-	spec, err := btf.LoadKernelSpec()
+	spec, err := kernelbtf.Spec()
 	if err != nil {
 		return legacyFlagNames
 	}

@@ -70,7 +70,9 @@ const (
 	schedStatIndexSTAT_RECORDS      schedStatIndex = 8
 	schedStatIndexSTAT_RUNQ_SAMPLES schedStatIndex = 9
 	schedStatIndexSTAT_BIG_CPU      schedStatIndex = 10
-	schedStatIndexSTAT_MAX          schedStatIndex = 11
+	schedStatIndexSTAT_IDLE_LONG    schedStatIndex = 11
+	schedStatIndexSTAT_TICKS        schedStatIndex = 12
+	schedStatIndexSTAT_MAX          schedStatIndex = 13
 )
 
 type schedTaskRec struct {
@@ -94,7 +96,7 @@ type schedTaskRec struct {
 
 type schedTopoArgs struct {
 	_   structs.HostLayout
-	Cpu uint32
+	Cpu uint64
 }
 
 type schedTstat struct {
@@ -117,6 +119,8 @@ type schedTstat struct {
 	WakeAffine    uint32
 	WakeWide      uint32
 	Dumped        uint32
+	IdleLong      uint32
+	Pad           uint32
 	_             [4]byte
 	WakeeFlipsSum uint64
 	WakerFlipsMax struct {
@@ -156,11 +160,13 @@ const (
 	schedMapTopo             = "topo"
 	schedMapTopoScratch      = "topo_scratch"
 	schedMapTstore           = "tstore"
+	schedMapTstoreHash       = "tstore_hash"
 	schedProgDumpTasks       = "dump_tasks"
 	schedProgOnExit          = "on_exit"
 	schedProgOnMigrate       = "on_migrate"
 	schedProgOnSetaffinity   = "on_setaffinity"
 	schedProgOnSwitch        = "on_switch"
+	schedProgOnTick          = "on_tick"
 	schedProgOnWakeup        = "on_wakeup"
 	schedProgOnWakeupNew     = "on_wakeup_new"
 	schedProgReadCpu         = "read_cpu"
@@ -179,8 +185,10 @@ const (
 	schedVarUnusedMigKey     = "unused_mig_key"
 	schedVarUnusedTaskRec    = "unused_task_rec"
 	schedVarUnusedTopoArgs   = "unused_topo_args"
+	schedVarUseTaskStorage   = "use_task_storage"
 	schedVarWolfStatIndexBtf = "wolf_stat_index_btf"
 	schedVarZeroHist         = "zero_hist"
+	schedVarZeroTstat        = "zero_tstat"
 )
 
 // loadSched returns the embedded CollectionSpec for sched.
@@ -230,6 +238,7 @@ type schedProgramSpecs struct {
 	OnMigrate     *ebpf.ProgramSpec `ebpf:"on_migrate"`
 	OnSetaffinity *ebpf.ProgramSpec `ebpf:"on_setaffinity"`
 	OnSwitch      *ebpf.ProgramSpec `ebpf:"on_switch"`
+	OnTick        *ebpf.ProgramSpec `ebpf:"on_tick"`
 	OnWakeup      *ebpf.ProgramSpec `ebpf:"on_wakeup"`
 	OnWakeupNew   *ebpf.ProgramSpec `ebpf:"on_wakeup_new"`
 	ReadCpu       *ebpf.ProgramSpec `ebpf:"read_cpu"`
@@ -250,6 +259,7 @@ type schedMapSpecs struct {
 	Topo        *ebpf.MapSpec `ebpf:"topo"`
 	TopoScratch *ebpf.MapSpec `ebpf:"topo_scratch"`
 	Tstore      *ebpf.MapSpec `ebpf:"tstore"`
+	TstoreHash  *ebpf.MapSpec `ebpf:"tstore_hash"`
 }
 
 // schedVariableSpecs contains global variables before they are loaded into the kernel.
@@ -271,8 +281,10 @@ type schedVariableSpecs struct {
 	UnusedMigKey     *ebpf.VariableSpec `ebpf:"unused_mig_key"`
 	UnusedTaskRec    *ebpf.VariableSpec `ebpf:"unused_task_rec"`
 	UnusedTopoArgs   *ebpf.VariableSpec `ebpf:"unused_topo_args"`
+	UseTaskStorage   *ebpf.VariableSpec `ebpf:"use_task_storage"`
 	WolfStatIndexBtf *ebpf.VariableSpec `ebpf:"wolf_stat_index_btf"`
 	ZeroHist         *ebpf.VariableSpec `ebpf:"zero_hist"`
+	ZeroTstat        *ebpf.VariableSpec `ebpf:"zero_tstat"`
 }
 
 // schedObjects contains all objects after they have been loaded into the kernel.
@@ -306,6 +318,7 @@ type schedMaps struct {
 	Topo        *ebpf.Map `ebpf:"topo"`
 	TopoScratch *ebpf.Map `ebpf:"topo_scratch"`
 	Tstore      *ebpf.Map `ebpf:"tstore"`
+	TstoreHash  *ebpf.Map `ebpf:"tstore_hash"`
 }
 
 func (m *schedMaps) Close() error {
@@ -321,6 +334,7 @@ func (m *schedMaps) Close() error {
 		m.Topo,
 		m.TopoScratch,
 		m.Tstore,
+		m.TstoreHash,
 	)
 }
 
@@ -343,8 +357,10 @@ type schedVariables struct {
 	UnusedMigKey     *ebpf.Variable `ebpf:"unused_mig_key"`
 	UnusedTaskRec    *ebpf.Variable `ebpf:"unused_task_rec"`
 	UnusedTopoArgs   *ebpf.Variable `ebpf:"unused_topo_args"`
+	UseTaskStorage   *ebpf.Variable `ebpf:"use_task_storage"`
 	WolfStatIndexBtf *ebpf.Variable `ebpf:"wolf_stat_index_btf"`
 	ZeroHist         *ebpf.Variable `ebpf:"zero_hist"`
+	ZeroTstat        *ebpf.Variable `ebpf:"zero_tstat"`
 }
 
 // schedPrograms contains all programs after they have been loaded into the kernel.
@@ -356,6 +372,7 @@ type schedPrograms struct {
 	OnMigrate     *ebpf.Program `ebpf:"on_migrate"`
 	OnSetaffinity *ebpf.Program `ebpf:"on_setaffinity"`
 	OnSwitch      *ebpf.Program `ebpf:"on_switch"`
+	OnTick        *ebpf.Program `ebpf:"on_tick"`
 	OnWakeup      *ebpf.Program `ebpf:"on_wakeup"`
 	OnWakeupNew   *ebpf.Program `ebpf:"on_wakeup_new"`
 	ReadCpu       *ebpf.Program `ebpf:"read_cpu"`
@@ -368,6 +385,7 @@ func (p *schedPrograms) Close() error {
 		p.OnMigrate,
 		p.OnSetaffinity,
 		p.OnSwitch,
+		p.OnTick,
 		p.OnWakeup,
 		p.OnWakeupNew,
 		p.ReadCpu,

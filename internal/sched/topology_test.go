@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,7 +12,9 @@ import (
 
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/finding/findingtest"
+	"github.com/wolf-investigator/wolf/internal/kallsyms"
 	"github.com/wolf-investigator/wolf/internal/kconfig"
+	"github.com/wolf-investigator/wolf/internal/testutil"
 )
 
 func write(t *testing.T, path, content string) {
@@ -205,5 +208,32 @@ func TestJiffiesNote(t *testing.T) {
 	// No config: the machine name decides.
 	if jiffiesNote(auditInput{Machine: "armv7l", Uptime: time.Hour, Now: now}) == nil || jiffiesNote(auditInput{Machine: "x86_64", Uptime: time.Hour, Now: now}) != nil {
 		t.Error("machine-name fallback")
+	}
+}
+
+// Kernels whose BTF lists no per-CPU variables (Debian's 5.10) get their
+// offsets from kallsyms instead: the two must agree where both exist.
+func TestPercpuOffsetsFromKallsyms(t *testing.T) {
+	testutil.RequireRoot(t)
+	want := map[string]bool{"runqueues": true, "__preempt_count": true, "sd_llc_size": true, "sd_llc_id": true}
+	fromBTF, err := percpuOffsets()
+	testutil.Require(t, err == nil, fmt.Sprintf("no per-CPU variables in this kernel's BTF: %v", err))
+	syms, err := kallsyms.Load(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !syms.HasDataSymbols() {
+		// Not a missing privilege: a kernel config (the matrix's 5.10 row
+		// exercises this path on Debian's kernel, which has them).
+		t.Skip("this kernel's kallsyms lists no variables (CONFIG_KALLSYMS_ALL is off)")
+	}
+	fromSyms, err := percpuFromKallsyms(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name := range want {
+		if fromBTF[name] != fromSyms[name] {
+			t.Errorf("%s: BTF offset %#x, kallsyms %#x", name, fromBTF[name], fromSyms[name])
+		}
 	}
 }

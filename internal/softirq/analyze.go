@@ -57,6 +57,20 @@ type Snapshot struct {
 	// window (/proc/stat steal), -1 when unknown. On a VM, a softirq run
 	// includes any time its vCPU did not run at all.
 	StealPct float64
+	// Virtual names the hypervisor or emulator ("" on bare metal): its
+	// vCPUs may stop executing with no steal accounted (virt.Detect).
+	Virtual string
+	// SelfTGID is wolf's own process: a softirq run on top of it ran
+	// while wolf loaded, attached or freed its BPF programs.
+	SelfTGID int
+	// Slowdown is how many times slower than an ordinary machine this one
+	// starts a process (pace.Slowdown; 1 here, 6-8 under QEMU's TCG): an
+	// emulated CPU runs the same softirq work that many times longer.
+	Slowdown float64
+	// SampleCoverage is the share of the sampler's timer samples (every
+	// CPU, the whole window) that landed, 0 when unknown: a CPU that is
+	// not executing (a descheduled or emulated vCPU) takes none.
+	SampleCoverage float64
 }
 
 // Merged is the vector's histogram over every CPU.

@@ -17,6 +17,7 @@ import (
 	"github.com/wolf-investigator/wolf/internal/hist"
 	"github.com/wolf-investigator/wolf/internal/human"
 	"github.com/wolf-investigator/wolf/internal/investigator"
+	"github.com/wolf-investigator/wolf/internal/kernelbtf"
 	"github.com/wolf-investigator/wolf/internal/probekit"
 )
 
@@ -185,7 +186,7 @@ func openFuncProbe(t FuncTarget, pid int) (*funcProbe, error) {
 		return nil, fmt.Errorf("softirq: configure BPF object: %w", err)
 	}
 	fp := &funcProbe{target: t}
-	if err := spec.LoadAndAssign(&fp.objs, nil); err != nil {
+	if err := spec.LoadAndAssign(&fp.objs, kernelbtf.Options()); err != nil {
 		return nil, fmt.Errorf("softirq: load function-latency programs: %w", err)
 	}
 	type attached struct {

@@ -437,8 +437,15 @@ func TestBpftraceAgrees(t *testing.T) {
 	if d := (wolfN - btN) / btN; d > 0.05 || d < -0.05 {
 		t.Errorf("counts differ by %.1f%%", 100*d)
 	}
-	if d := (wolfSum - btSum) / btSum; d > 0.05 || d < -0.05 {
-		t.Errorf("run-time sums differ by %.1f%%", 100*d)
+	// Each tool's interval holds a program of the other: tracepoint
+	// programs run in attach order at entry and at exit, so one tool's
+	// entry-to-exit includes the other's entry program and the other's
+	// includes this one's exit program. The gap is that asymmetry, a
+	// fraction of a microsecond per run (more on a loaded machine, with
+	// colder caches): allowed up to 1 µs a run beyond the 5%.
+	slack := 0.05*btSum + 1000*btN
+	if d := wolfSum - btSum; d > slack || d < -slack {
+		t.Errorf("run-time sums differ by %.1f%% (%.0f ns a run)", 100*d/btSum, d/btN)
 	}
 }
 

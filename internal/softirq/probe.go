@@ -10,6 +10,8 @@ import (
 
 	"github.com/wolf-investigator/wolf/internal/bpfrec"
 	"github.com/wolf-investigator/wolf/internal/hist"
+	"github.com/wolf-investigator/wolf/internal/kernelbtf"
+	"github.com/wolf-investigator/wolf/internal/perfsample"
 	"github.com/wolf-investigator/wolf/internal/probekit"
 )
 
@@ -67,6 +69,10 @@ type probe struct {
 	table  []probekit.Attach
 	maps   softirqMaps
 	stalls *probekit.Ring[softirqStall]
+	// sampledCPUs is how many CPUs the sampler runs on (0: no sampling),
+	// for the share of its timer samples that landed (CPUs not executing
+	// take none).
+	sampledCPUs int
 }
 
 // openProbe loads and attaches the programs; extra are programs attached
@@ -79,11 +85,17 @@ func openProbe(cfg probeConfig, extra ...*ebpf.Program) (*probe, error) {
 		Vars:  map[string]any{"threshold_ns": uint64(cfg.Threshold.Nanoseconds())},
 		Table: p.table,
 		Extra: extra,
+		BTF:   kernelbtf.External(),
 	})
 	if err != nil {
 		return nil, err
 	}
 	p.kit = kit
+	if kit.Attached("perf_event") {
+		if cpus, err := perfsample.OnlineCPUs(); err == nil {
+			p.sampledCPUs = len(cpus)
+		}
+	}
 	if err := kit.AssignMaps(&p.maps); err != nil {
 		kit.Close()
 		return nil, err

@@ -11,6 +11,7 @@ package softirq
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"sort"
 	"strconv"
@@ -24,8 +25,11 @@ import (
 	"github.com/wolf-investigator/wolf/internal/hist"
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/kallsyms"
+	"github.com/wolf-investigator/wolf/internal/kernelbtf"
+	"github.com/wolf-investigator/wolf/internal/pace"
 	"github.com/wolf-investigator/wolf/internal/probekit"
 	"github.com/wolf-investigator/wolf/internal/sysctl"
+	"github.com/wolf-investigator/wolf/internal/virt"
 )
 
 // DefaultThreshold is the run time from which a softirq run is a stall:
@@ -179,6 +183,9 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 		Settings:    ReadSettings(sysctl.ReadInt, sysctl.Read),
 		RaiseTraced: p.kit.Attached("irq/softirq_raise"),
 		StealPct:    -1,
+		Virtual:     virt.Detect(),
+		Slowdown:    pace.Slowdown(),
+		SelfTGID:    os.Getpid(),
 	}
 	if s.cpuErr == nil {
 		if after, err := readCPUTimes(); err == nil {
@@ -211,6 +218,11 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 	stalls, notKept, ringErr := p.takeStalls()
 	if ringErr != nil {
 		return nil, fmt.Errorf("softirq: ring buffer: %w", ringErr)
+	}
+	// The share of the sampler's timer samples that landed in the window.
+	if snap.SampleHz > 0 && p.sampledCPUs > 0 && window > time.Second {
+		want := window.Seconds() * float64(snap.SampleHz) * float64(p.sampledCPUs)
+		snap.SampleCoverage = min(float64(cnt.Samples+cnt.SamplesIdle)/want, 1)
 	}
 	snap.Stalls = stalls
 	snap.StallsLost = cnt.StallDrops + notKept
@@ -467,7 +479,7 @@ func symbolize(syms *kallsyms.Table, raw []rawStack) []Stack {
 // dropReasonNames maps enum skb_drop_reason values to names from the
 // kernel's BTF ("SKB_DROP_REASON_NO_SOCKET" → "NO_SOCKET"); nil without BTF.
 func dropReasonNames() map[uint32]string {
-	spec, err := btf.LoadKernelSpec()
+	spec, err := kernelbtf.Spec()
 	if err != nil {
 		return nil
 	}

@@ -19,6 +19,36 @@ func stallFinding(s *Snapshot, vec int, h hist.Log2, stalls []Stall) finding.Fin
 		f.Evidence["cpu_sample_coverage_pct"] = human.Round(100*cov, 2)
 	}
 	switch {
+	case onWolf(s, stalls):
+		// wolf's own work (verifying, attaching, freeing programs: RCU
+		// callbacks, code patching) ran under these softirqs: not the host's.
+		f.Severity = finding.Info
+		f.Evidence["cause"] = causeWolf
+		f.Title = fmt.Sprintf("%s softirq runs of up to %s on CPU %v ran on top of wolf itself, while it loaded and attached its probes", Vectors[vec], human.Duration(maxStall(stalls)), f.Evidence["worst_cpu"])
+		f.Summary += " Every one interrupted wolf's own process: loading, attaching and freeing BPF programs is kernel work (verification, code patching, RCU callbacks) that a softirq then finishes; it says nothing about the host."
+		f.Remediation = []string{"Nothing to do about the host; a longer --duration makes wolf's start-up a smaller part of the window."}
+	case s.Slowdown >= slowMachine && f.Evidence["cause"] == causeUnknown && maxStall(stalls) < time.Duration(float64(s.Threshold)*s.Slowdown):
+		// The CPU ran the softirq, slowly: this machine does everything
+		// several times more slowly (emulation), and the run is within the
+		// threshold once that is taken out. (A run with a known cause, a
+		// TCP collapse, keeps it: that work is real at any speed.)
+		f.Severity = finding.Info
+		f.Evidence["cause"] = causeSlowCPU
+		f.Evidence["machine_slowdown"] = human.Round(s.Slowdown, 1)
+		f.Title = fmt.Sprintf("%s softirq runs of up to %s on CPU %v, on a machine %.0fx slower than usual: about %s of an ordinary CPU's work", Vectors[vec], human.Duration(maxStall(stalls)), f.Evidence["worst_cpu"], s.Slowdown, human.Duration(time.Duration(float64(maxStall(stalls))/s.Slowdown)))
+		f.Summary += fmt.Sprintf(" This machine starts a process %.1f times more slowly than an ordinary one (an emulated CPU, such as QEMU without KVM, runs kernel code that much slower), so the run is within the %s threshold once that is taken out.", s.Slowdown, human.Duration(s.Threshold))
+		f.Mechanism = "Emulation runs every instruction several times slower: softirq work that takes an ordinary CPU under a millisecond takes several here. The runs are long in wall time, not in work."
+		f.Remediation = []string{"Nothing to do inside the machine; on hardware virtualization (KVM) or bare metal the same work is short."}
+	case known && cov < mostlyAbsent && s.StealPct < 1 && s.Virtual != "":
+		// An emulator or a hypervisor that accounts no steal: the vCPU
+		// stopped executing in the run, and nothing else says so.
+		f.Severity = finding.Info
+		f.Evidence["cause"] = causeHypervisor
+		f.Evidence["virtual"] = s.Virtual
+		f.Title = fmt.Sprintf("%s softirq runs of up to %s on CPU %v were mostly time the vCPU did not run (virtual machine: %s)", Vectors[vec], human.Duration(maxStall(stalls)), f.Evidence["worst_cpu"], s.Virtual)
+		f.Summary += fmt.Sprintf(" Only %.0f%% of the timer samples expected during those runs landed: the CPU was not executing them. This machine is virtual (%s) and its hypervisor accounts no steal time, so this is the only sign.", 100*cov, s.Virtual)
+		f.Mechanism = "The sampling timer fires only while a CPU runs; a virtual CPU that stops executing in the middle of a softirq (descheduled by its hypervisor, or waiting its turn in an emulator such as QEMU's TCG) takes no samples, yet the softirq's clock keeps running, so the run looks long from inside the guest."
+		f.Remediation = []string{"Look at the host, not the guest: its load, CPU overcommit, or emulation instead of hardware virtualization (KVM)."}
 	case known && cov < mostlyAbsent && s.StealPct >= 1:
 		// The stall is real for whatever waited on that CPU, but nothing
 		// in the softirq was slow: its vCPU was not running.
@@ -36,7 +66,35 @@ func stallFinding(s *Snapshot, vec int, h hist.Log2, stalls []Stall) finding.Fin
 	return f
 }
 
-const causeHypervisor = "hypervisor"
+const (
+	causeHypervisor = "hypervisor"
+	causeWolf       = "wolf"
+	causeSlowCPU    = "slow-cpu"
+)
+
+// slowMachine is the pace.Slowdown from which a machine's slowness
+// stretches softirq's threshold: ordinary machines differ by less.
+const slowMachine = 2.0
+
+// onWolf: every stall ran on top of wolf's own process, in a vector wolf's
+// own start-up drives (RCU callbacks, timers, the scheduler). Network and
+// block softirqs on top of wolf ran for I/O its process did, which is
+// real work (a lab run inside wolf's own process, in tests).
+func onWolf(s *Snapshot, stalls []Stall) bool {
+	if s.SelfTGID <= 0 || len(stalls) == 0 {
+		return false
+	}
+	switch stalls[0].Vector {
+	case "NET_RX", "NET_TX", "BLOCK", "IRQ_POLL":
+		return false
+	}
+	for _, st := range stalls {
+		if st.TGID != s.SelfTGID {
+			return false
+		}
+	}
+	return true
+}
 
 // mostlyAbsent is the sample coverage under which a CPU was mostly not
 // executing a run: fewer than half the samples expected landed. (A CPU

@@ -64,10 +64,20 @@ func waitFinding(s *Snapshot) (finding.Finding, bool) {
 		},
 		References: []string{storyRef},
 	}
-	if s.StealPct >= 1 {
+	switch {
+	case s.StealPct >= 1:
 		f.Severity = finding.Info
 		f.Evidence["steal_pct"] = human.Round(s.StealPct, 2)
 		f.Summary += fmt.Sprintf(" The hypervisor took %.1f%% of CPU time (steal) in the window; a vCPU that does not run does not run its softirqs either.", s.StealPct)
+	case s.SampleCoverage > 0 && s.SampleCoverage < notExecuting && s.Virtual != "":
+		// No steal accounted, but the CPUs took few of their timer samples:
+		// they were not executing much of the window (an emulator, or a
+		// hypervisor that accounts no steal). Only on a virtual machine:
+		// on bare metal a sample is also lost while another BPF program
+		// runs on that CPU.
+		f.Severity = finding.Info
+		f.Evidence["cpu_sample_coverage_pct"] = human.Round(100*s.SampleCoverage, 2)
+		f.Summary += fmt.Sprintf(" Only %.0f%% of the timer samples expected on the CPUs over the window landed: they were not executing much of the time (virtual machine: %s), and a CPU that does not run does not run its softirqs either.", 100*s.SampleCoverage, s.Virtual)
 	}
 	return f, true
 }
@@ -90,3 +100,9 @@ func longWaits(h *hist.Log2, threshold time.Duration) uint64 {
 
 // pruneFinding reports TCP pruning when no NET_RX stall already explained
 // it: collapses that stayed short are a note; dropped packets a warning.
+
+// notExecuting is the window's sample coverage under which the CPUs were
+// not executing a significant part of it: a CPU that runs takes all its
+// timer samples (idle or not), so a quarter missing is a CPU that did not
+// run a quarter of the time.
+const notExecuting = 0.75

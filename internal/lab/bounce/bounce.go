@@ -307,7 +307,9 @@ func (in *Instance) startRing() error {
 	// With setpriv (util-linux), the hogs die with the keeper even while
 	// stopped: a hog stopped by the task in the instant the lab dies would
 	// otherwise stay stopped for good.
-	if sp, err := exec.LookPath("setpriv"); err == nil {
+	// (Only util-linux's: busybox's setpriv has no --pdeathsig and exits,
+	// which would leave the keeper without hogs.)
+	if sp, err := exec.LookPath("setpriv"); err == nil && exec.Command(sp, "--pdeathsig", "KILL", "true").Run() == nil {
 		keeper.Env = append(keeper.Env, "PDEATH="+sp+" --pdeathsig KILL")
 	}
 	keeper.ExtraFiles = []*os.File{reportW}
@@ -473,7 +475,7 @@ func readPids(r *os.File, n int) ([]int, error) {
 				pids = append(pids, p)
 			}
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(lab.Scaled(5 * time.Second)):
 	}
 	if len(pids) != n {
 		return nil, fmt.Errorf("reported %d pids, want %d", len(pids), n)

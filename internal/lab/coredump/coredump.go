@@ -376,8 +376,8 @@ func (in *Instance) startCrasher(ctx context.Context, threads int) error {
 		}
 	case <-ctx.Done():
 		return fmt.Errorf("coredump: waiting for the crasher to start: %w", ctx.Err())
-	case <-time.After(waitTimeout):
-		return fmt.Errorf("coredump: waiting for the crasher to start: %w after %s", errTimeout, waitTimeout)
+	case <-time.After(lab.Scaled(waitTimeout)):
+		return fmt.Errorf("coredump: waiting for the crasher to start: %w after %s", errTimeout, lab.Scaled(waitTimeout))
 	}
 	in.logf("coredump: crasher pid %d up, %d threads", c.pid, len(tids(c.pid)))
 	return nil
@@ -470,7 +470,7 @@ func (in *Instance) waitParked(ctx context.Context) error {
 	c := in.crasher
 	var victims []int
 	var state byte
-	err := lab.WaitFor(ctx, waitTimeout, fmt.Sprintf("the threads of pid %d to park with PF_POSTCOREDUMP behind a dumper blocked on the pipe", c.pid), func() (bool, error) {
+	err := lab.WaitFor(ctx, waitTimeout, fmt.Sprintf("the threads of pid %d to park in the exit path behind a dumper blocked on the pipe", c.pid), func() (bool, error) {
 		all := tids(c.pid)
 		if !slices.Contains(all, in.dumper) {
 			return false, fmt.Errorf("dumping thread %d is not a thread of pid %d (threads %v)", in.dumper, c.pid, all)
@@ -482,7 +482,9 @@ func (in *Instance) waitParked(ctx context.Context) error {
 			}
 			st, ok := readTaskStat(c.pid, tid)
 			// I: TASK_IDLE since Linux 6.12; D before (see the package doc).
-			if !ok || st.Flags&pfPostCoredump == 0 || (st.State != 'I' && st.State != 'D') {
+			// PF_POSTCOREDUMP since 5.16; before, a zapped thread parks in
+			// exit_mm with only PF_EXITING.
+			if !ok || st.Flags&(pfPostCoredump|pfExiting) == 0 || (st.State != 'I' && st.State != 'D') {
 				return false, nil
 			}
 			victims, state = append(victims, tid), st.State

@@ -17,7 +17,8 @@ import (
 
 // Task flags (include/linux/sched.h), as /proc/PID/stat field 9 shows them.
 const (
-	pfPostCoredump = 0x00000008 // set in the exit path: "coredumps should ignore this task"
+	pfExiting      = 0x00000004 // in do_exit: before 5.16, all a parked thread has
+	pfPostCoredump = 0x00000008 // set in the exit path: "coredumps should ignore this task" (5.16+)
 	pfDumpCore     = 0x00000200 // set on the thread that dumps
 	pfSignaled     = 0x00000400 // killed by a signal
 )

@@ -235,8 +235,8 @@ func (in *Instance) mount(ctx context.Context) error {
 	case <-in.srv.initDone:
 	case <-ctx.Done():
 		return fmt.Errorf("fusestall: waiting for FUSE INIT: %w", ctx.Err())
-	case <-time.After(waitTimeout):
-		return fmt.Errorf("fusestall: waiting for FUSE INIT: %w after %s", errTimeout, waitTimeout)
+	case <-time.After(lab.Scaled(waitTimeout)):
+		return fmt.Errorf("fusestall: waiting for FUSE INIT: %w after %s", errTimeout, lab.Scaled(waitTimeout))
 	}
 	if in.srv.initErr != nil {
 		return fmt.Errorf("fusestall: FUSE INIT: %w", in.srv.initErr)
@@ -300,7 +300,7 @@ func (in *Instance) startOffender(ctx context.Context) error {
 
 // waitParked waits for the daemon to park a request from c.
 func (in *Instance) waitParked(ctx context.Context, c *child) (parkedReq, error) {
-	deadline := time.After(waitTimeout)
+	deadline := time.After(lab.Scaled(waitTimeout))
 	for {
 		select {
 		case p := <-in.srv.stalls:
@@ -314,7 +314,7 @@ func (in *Instance) waitParked(ctx context.Context, c *child) (parkedReq, error)
 		case <-ctx.Done():
 			return parkedReq{}, fmt.Errorf("fusestall: waiting for the offender's request: %w", ctx.Err())
 		case <-deadline:
-			return parkedReq{}, fmt.Errorf("fusestall: waiting for the offender's request: %w after %s", errTimeout, waitTimeout)
+			return parkedReq{}, fmt.Errorf("fusestall: waiting for the offender's request: %w after %s", errTimeout, lab.Scaled(waitTimeout))
 		}
 	}
 }
@@ -331,7 +331,9 @@ func (in *Instance) victimFrames() []string {
 	if in.kind == kindMutex {
 		return []string{"fuse_lock_inode"}
 	}
-	return []string{"fuse_cache_write_iter", "fuse_file_write_iter"}
+	// The write path takes the inode lock; on 5.10 the victim's write
+	// returns and its close blocks on the same lock in fuse_flush.
+	return []string{"fuse_cache_write_iter", "fuse_file_write_iter", "fuse_flush"}
 }
 
 // AddVictims starts n more victims and returns their pids once each sleeps
@@ -374,7 +376,7 @@ func (in *Instance) addVictims(ctx context.Context, n int) ([]int, error) {
 			// D alone could be a page fault during exec, or another
 			// lock; the innermost frame says it is ours. Without
 			// /proc/PID/stack (CONFIG_STACKTRACE=n) wchan says the same.
-			if fns := stackFuncs(c.pid); len(fns) > 0 {
+			if fns := waitFrames(stackFuncs(c.pid)); len(fns) > 0 {
 				return slices.Contains(frames, fns[0]), nil
 			}
 			return slices.Contains(frames, wchan(c.pid)), nil

@@ -410,3 +410,13 @@ func kill9Helper(spec string) error {
 	in.Close()
 	return errors.New("not killed in 10 minutes")
 }
+
+func TestWaitFrames(t *testing.T) {
+	got := waitFrames([]string{"rwsem_down_write_slowpath", "fuse_flush", "filp_close"})
+	if len(got) != 2 || got[0] != "fuse_flush" {
+		t.Errorf("5.10's rw-semaphore stack: %v", got)
+	}
+	if got := waitFrames([]string{"fuse_lock_inode", "fuse_lookup"}); got[0] != "fuse_lock_inode" {
+		t.Errorf("%v", got)
+	}
+}

@@ -66,6 +66,26 @@ func stackFuncs(pid int) []string {
 	return out
 }
 
+// waitFrames drops the locking functions at the top of a stack: where a
+// task blocks is the caller of the lock. Stack walks leave most of them
+// out (they are __sched), but not every kernel's rw-semaphore slow path
+// (5.10 shows rwsem_down_write_slowpath < fuse_flush).
+func waitFrames(fns []string) []string {
+	for len(fns) > 0 && isLockFunc(fns[0]) {
+		fns = fns[1:]
+	}
+	return fns
+}
+
+func isLockFunc(fn string) bool {
+	for _, p := range []string{"rwsem_down_", "__mutex_lock", "mutex_lock", "down_read", "down_write", "__down", "schedule", "__schedule"} {
+		if strings.HasPrefix(fn, p) {
+			return true
+		}
+	}
+	return false
+}
+
 // mountDev returns the "major:minor" of the mount at dir from
 // /proc/self/mountinfo, or "" if dir is not a mount point.
 func mountDev(ctx context.Context, dir string) string {

@@ -402,7 +402,8 @@ func (in *Instance) startWorker(ctx context.Context) error {
 
 // waitLine waits for the worker to print a line starting with want.
 func (in *Instance) waitLine(ctx context.Context, want string) error {
-	t := time.NewTimer(stepTimeout)
+	timeout := lab.Scaled(stepTimeout) // writing the files is slow on an emulated machine
+	t := time.NewTimer(timeout)
 	defer t.Stop()
 	for {
 		select {
@@ -418,7 +419,7 @@ func (in *Instance) waitLine(ctx context.Context, want string) error {
 		case <-ctx.Done():
 			return fmt.Errorf("memcgstress: waiting for %q: %w", want, ctx.Err())
 		case <-t.C:
-			return fmt.Errorf("memcgstress: waiting for %q: %w after %s", want, lab.ErrTimeout, stepTimeout)
+			return fmt.Errorf("memcgstress: waiting for %q: %w after %s", want, lab.ErrTimeout, timeout)
 		}
 	}
 }

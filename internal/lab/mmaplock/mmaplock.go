@@ -123,8 +123,8 @@ func (m mmapLab) Start(ctx context.Context, opt lab.Options) (_ lab.Instance, er
 		return nil, fmt.Errorf("mmap-lock: child exited before it was ready: %s", stderr.String())
 	case <-ctx.Done():
 		return nil, fmt.Errorf("mmap-lock: waiting for the child: %w", ctx.Err())
-	case <-time.After(startTimeout):
-		return nil, fmt.Errorf("mmap-lock: waiting for the child: %w after %s", lab.ErrTimeout, startTimeout)
+	case <-time.After(lab.Scaled(startTimeout)):
+		return nil, fmt.Errorf("mmap-lock: waiting for the child: %w after %s", lab.ErrTimeout, lab.Scaled(startTimeout))
 	}
 	if !m.paused {
 		if err := in.Go(); err != nil {
