@@ -12,7 +12,6 @@ import (
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/lab"
 	"github.com/wolf-investigator/wolf/internal/lab/bounce"
-	"github.com/wolf-investigator/wolf/internal/perfsample"
 	"github.com/wolf-investigator/wolf/internal/testutil"
 )
 
@@ -251,27 +250,19 @@ func TestLiveHealthyHost(t *testing.T) {
 	if len(res.Histograms) == 0 {
 		t.Error("no run-queue histograms on a live host")
 	}
-	// Every online CPU's clock was sampled. How many samples landed is
-	// not asserted CPU by CPU: a CPU loses them to steal, and to BPF
-	// programs running there when the sample fires (the kernel runs one
-	// at a time), and on this machine (6.18, a Firecracker VM) an idle
-	// CPU takes almost none: 5 to 9 of 400 in 4 s, with a frequency or
-	// with a fixed period alike. Some must land somewhere.
-	cpus, err := perfsample.OnlineCPUs()
-	if err != nil {
-		t.Fatal(err)
+	// The CPUs' clocks were sampled. How many samples landed is not
+	// asserted: a CPU loses them to steal, and to BPF programs running
+	// there when a sample fires (the kernel runs one at a time); and CPUs
+	// idle most of the window are left out (on this 6.18 VM an idle CPU
+	// takes 5 to 9 of 400 samples in 4 s).
+	if !res.Capabilities["perf_event"] {
+		t.Errorf("clock samples not taken: capabilities %v", res.Capabilities)
 	}
-	var landed float64
-	for _, cpu := range cpus {
-		c, ok := snap.CPUCoverage[cpu]
+	for cpu, c := range snap.CPUCoverage {
 		t.Logf("CPU %d took %.0f%% of its clock samples", cpu, 100*c)
-		if !ok || c < 0 || c > 1 {
-			t.Errorf("CPU %d: clock coverage %.2f (measured: %v)", cpu, c, ok)
+		if c < 0 || c > 1 {
+			t.Errorf("CPU %d: clock coverage %.2f", cpu, c)
 		}
-		landed += c
-	}
-	if landed == 0 {
-		t.Error("no CPU took any of its clock samples")
 	}
 	if snap.Hardware == nil || snap.Sched == nil {
 		t.Fatalf("topology not read: hardware %v, scheduler %v", snap.Hardware, snap.Sched)

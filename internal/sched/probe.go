@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -78,6 +81,8 @@ type probe struct {
 	tickAt   time.Time
 	tickPrev []uint64
 	idlePrev []uint64
+	// cpuTimes are /proc/stat's per-CPU busy and idle times at tickAt.
+	cpuTimes map[int]cpuTime
 }
 
 // percpuOffsets reads, from the kernel's BTF, where the per-CPU variables
@@ -198,6 +203,7 @@ func openProbe(cfg config) (*probe, error) {
 	if kit.Attached("perf_event") {
 		p.tickCPUs, _ = perfsample.OnlineCPUs()
 		p.tickAt = time.Now()
+		p.cpuTimes = readCPUTimes()
 	}
 	return p, nil
 }
@@ -219,18 +225,75 @@ func (p *probe) cpuCoverage() map[int]float64 {
 	if !ok {
 		return nil
 	}
-	prev := p.tickPrev
-	p.tickPrev, p.tickAt = cur, now
+	prev, times := p.tickPrev, readCPUTimes()
+	prevTimes := p.cpuTimes
+	p.tickPrev, p.tickAt, p.cpuTimes = cur, now, times
 	if span < 1 {
 		return nil
 	}
 	out := map[int]float64{}
 	for _, cpu := range p.tickCPUs {
+		// A CPU idle most of the window is left out: some kernels (6.18)
+		// take almost no cpu-clock samples on an idle CPU, which would
+		// read as a CPU that did not execute.
+		if mostlyIdle(prevTimes[cpu], times[cpu]) {
+			continue
+		}
 		if cpu < len(cur) {
 			out[cpu] = min(float64(cur[cpu]-at(prev, cpu))/(span*tickHz), 1)
 		}
 	}
 	return out
+}
+
+// cpuTime is one CPU's line of /proc/stat: busy and idle (idle and
+// iowait) time, in the kernel's USER_HZ ticks.
+type cpuTime struct{ busy, idle uint64 }
+
+// readCPUTimes reads every CPU's times from /proc/stat; nil if it cannot.
+func readCPUTimes() map[int]cpuTime {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return nil
+	}
+	return parseCPUTimes(string(b))
+}
+
+func parseCPUTimes(stat string) map[int]cpuTime {
+	out := map[int]cpuTime{}
+	for _, line := range strings.Split(stat, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 6 || !strings.HasPrefix(f[0], "cpu") || f[0] == "cpu" {
+			continue
+		}
+		cpu, err := strconv.Atoi(f[0][3:])
+		if err != nil {
+			continue
+		}
+		var t cpuTime
+		for i, v := range f[1:] {
+			n, _ := strconv.ParseUint(v, 10, 64)
+			switch i {
+			case 3, 4: // idle, iowait
+				t.idle += n
+			case 8, 9: // guest, guest_nice: already in user and nice
+			default:
+				t.busy += n
+			}
+		}
+		out[cpu] = t
+	}
+	return out
+}
+
+// mostlyIdle says whether a CPU was idle for more than half the time
+// between two readings; false when they are missing.
+func mostlyIdle(a, b cpuTime) bool {
+	if b.busy < a.busy || b.idle < a.idle {
+		return false
+	}
+	busy, idle := b.busy-a.busy, b.idle-a.idle
+	return busy+idle > 0 && idle > busy
 }
 
 // cpuIdleLong returns, per CPU, the long waits that ended on it while it

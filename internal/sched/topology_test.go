@@ -237,3 +237,24 @@ func TestPercpuOffsetsFromKallsyms(t *testing.T) {
 		}
 	}
 }
+
+func TestParseCPUTimes(t *testing.T) {
+	stat := "cpu  100 0 50 1000 10 0 5 0 0 0\n" +
+		"cpu0 80 0 40 100 5 0 5 0 7 0\n" +
+		"cpu1 20 0 10 900 5 0 0 0 0 0\n" +
+		"intr 12345\n"
+	got := parseCPUTimes(stat)
+	want := map[int]cpuTime{0: {busy: 125, idle: 105}, 1: {busy: 30, idle: 905}}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("parseCPUTimes = %+v, want %+v", got, want)
+	}
+	if mostlyIdle(cpuTime{}, got[0]) {
+		t.Error("CPU 0 (busy 125, idle 105) read as mostly idle")
+	}
+	if !mostlyIdle(cpuTime{}, got[1]) {
+		t.Error("CPU 1 (busy 30, idle 905) not read as mostly idle")
+	}
+	if mostlyIdle(got[1], cpuTime{}) {
+		t.Error("counters going backwards read as idle")
+	}
+}
