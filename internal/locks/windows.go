@@ -121,6 +121,14 @@ func carry[K comparable, V any](next, prev map[K]V, was map[K]bool) map[K]bool {
 	return now
 }
 
+// forget drops evicted keys from a reading and from the keys carried.
+func forget[K comparable, V any](keys []K, cur map[K]V, was map[K]bool) {
+	for _, k := range keys {
+		delete(cur, k)
+		delete(was, k)
+	}
+}
+
 // envHist is the window of a cumulative histogram whose readings can come
 // short (probekit.Envelope, slot by slot), with the reading's maximum.
 func envHist(cur, largest hist.Log2) (window, keep hist.Log2) {
@@ -248,26 +256,11 @@ func (w *windows) step(cur *reading) (*reading, *evict) {
 		mm:      carry(mm, w.mm, w.missed.mm),
 	}
 	// Evicted keys are not carried: they are gone from the maps too.
-	for _, k := range ev.waits {
-		delete(waits, k)
-		delete(w.missed.waits, k)
-	}
-	for _, k := range ev.waiters {
-		delete(waiters, k)
-		delete(w.missed.waiters, k)
-	}
-	for _, k := range ev.owners {
-		delete(owners, k)
-		delete(w.missed.owners, k)
-	}
-	for _, k := range ev.hists {
-		delete(hists, k)
-		delete(w.missed.hists, k)
-	}
-	for _, k := range ev.mm {
-		delete(mm, k)
-		delete(w.missed.mm, k)
-	}
+	forget(ev.waits, waits, w.missed.waits)
+	forget(ev.waiters, waiters, w.missed.waiters)
+	forget(ev.owners, owners, w.missed.owners)
+	forget(ev.hists, hists, w.missed.hists)
+	forget(ev.mm, mm, w.missed.mm)
 	w.waits, w.waiters, w.owners, w.hists, w.mm, w.prof, w.queues = waits, waiters, owners, hists, mm, prof, queues
 	w.idle = nidle
 	return out, ev
@@ -349,25 +342,11 @@ func holds(sc *stackCache, evs []locksHoldEvent) []Hold {
 // them between its reading and now is lost with it: the key had not
 // changed for evictAfter windows, so that is one event in a blue moon.
 func (p *probe) evict(ev *evict) {
-	for _, k := range ev.waits {
-		_ = p.maps.Waits.Delete(k)
-	}
-	for _, k := range ev.waiters {
-		_ = p.maps.Waiters.Delete(k)
-	}
-	for _, k := range ev.owners {
-		_ = p.maps.Owners.Delete(k)
-	}
-	for _, k := range ev.hists {
-		_ = p.maps.LockHist.Delete(k)
-	}
-	for _, k := range ev.mm {
-		_ = p.maps.MmStats.Delete(k)
-	}
-	for _, k := range ev.prof {
-		_ = p.maps.UnderLock.Delete(k)
-	}
-	for _, k := range ev.queues {
-		_ = p.maps.Queues.Delete(k)
-	}
+	probekit.Evict(p.maps.Waits, ev.waits)
+	probekit.Evict(p.maps.Waiters, ev.waiters)
+	probekit.Evict(p.maps.Owners, ev.owners)
+	probekit.Evict(p.maps.LockHist, ev.hists)
+	probekit.Evict(p.maps.MmStats, ev.mm)
+	probekit.Evict(p.maps.UnderLock, ev.prof)
+	probekit.Evict(p.maps.Queues, ev.queues)
 }

@@ -129,3 +129,13 @@ func (d *Idle[K]) Step(k K, changed bool) bool {
 func (d *Idle[K]) End() {
 	d.n, d.next = d.next, nil
 }
+
+// Evict deletes keys from m, one of the object's maps: entries user space
+// found idle for long enough to drop (a map the programs keep filling
+// would otherwise reach its bound). A key the programs recreate meanwhile
+// starts again from zero; one missing already is no error.
+func Evict[K any](m *ebpf.Map, keys []K) {
+	for _, k := range keys {
+		_ = m.Delete(k)
+	}
+}

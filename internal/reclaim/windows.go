@@ -226,13 +226,7 @@ func (w *windows) step(cur *raw) (*raw, *evict) {
 // between its reading and now is lost with it: after three idle windows,
 // rare.
 func (p *probe) evict(ev *evict) {
-	for _, k := range ev.cgroups {
-		_ = p.maps.Cgroups.Delete(k)
-	}
-	for _, k := range ev.tasks {
-		_ = p.maps.Tasks.Delete(k)
-	}
-	for _, k := range ev.hists {
-		_ = p.maps.Hists.Delete(k)
-	}
+	probekit.Evict(p.maps.Cgroups, ev.cgroups)
+	probekit.Evict(p.maps.Tasks, ev.tasks)
+	probekit.Evict(p.maps.Hists, ev.hists)
 }
