@@ -193,10 +193,12 @@ func (s *session) Close() error {
 		<-s.done
 		s.stop = nil
 	}
+	// The meter's duty cycle reads the programs' statistics in the
+	// background: stop it before the programs close under it.
+	s.meter.Close()
 	if s.p != nil {
 		s.p.close()
 	}
-	s.meter.Close()
 	return nil
 }
 

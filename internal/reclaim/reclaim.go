@@ -142,10 +142,12 @@ type session struct {
 
 // Close detaches and frees everything.
 func (s *session) Close() error {
+	// The meter's duty cycle reads the programs' statistics in the
+	// background: stop it before the programs close under it.
+	s.meter.Close()
 	if s.p != nil {
 		s.p.close()
 	}
-	s.meter.Close()
 	return nil
 }
 

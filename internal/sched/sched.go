@@ -134,8 +134,10 @@ type session struct {
 
 // Close detaches and frees everything.
 func (ss *session) Close() error {
-	ss.p.close()
+	// The meter's duty cycle reads the programs' statistics in the
+	// background: stop it before the programs close under it.
 	ss.meter.Close()
+	ss.p.close()
 	return nil
 }
 

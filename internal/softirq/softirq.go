@@ -121,13 +121,15 @@ type session struct {
 
 // Close detaches and frees everything.
 func (s *session) Close() error {
+	// The meter's duty cycle reads the programs' statistics in the
+	// background: stop it before the programs close under it.
+	s.meter.Close()
 	if s.fp != nil {
 		s.fp.close()
 	}
 	if s.p != nil {
 		s.p.close()
 	}
-	s.meter.Close()
 	return nil
 }
 
