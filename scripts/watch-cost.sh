@@ -3,9 +3,12 @@
 # `wolf watch --investigators NAME --interval I` for SECONDS (default 60)
 # at two window lengths (5s and 20s by default) and prints wolf's CPU time
 # per window and per second. CPU per window = fixed + rate * window: the
-# fixed part is loading, verifying, attaching and detaching the BPF
-# programs plus the analysis; the rate part is what watching costs
-# (hung's task walks, draining ring buffers). Needs root. Usage:
+# fixed part is concluding a window (reading and analysing the maps; the
+# programs stay attached, loaded once for the whole run, which the first
+# window carries); the rate part is what watching costs (hung's task
+# walks, draining ring buffers). scripts/soak-watch.sh measures watch as
+# a whole with its defaults, beside the windowed reference. Needs root.
+# Usage:
 #   sudo [WOLF=/path/to/wolf] scripts/watch-cost.sh [SECONDS] [SHORT] [LONG]
 set -euo pipefail
 secs=${1:-60}

@@ -13,10 +13,13 @@ import (
 	"github.com/wolf-investigator/wolf/internal/lab"
 	"github.com/wolf-investigator/wolf/internal/lab/bounce"
 	"github.com/wolf-investigator/wolf/internal/lab/coredump"
+	"github.com/wolf-investigator/wolf/internal/lab/cpuquota"
 	"github.com/wolf-investigator/wolf/internal/lab/fusestall"
 	"github.com/wolf-investigator/wolf/internal/lab/hotuprobe"
 	"github.com/wolf-investigator/wolf/internal/lab/memcgstress"
+	"github.com/wolf-investigator/wolf/internal/lab/memchain"
 	"github.com/wolf-investigator/wolf/internal/lab/mmaplock"
+	"github.com/wolf-investigator/wolf/internal/lab/pshang"
 	"github.com/wolf-investigator/wolf/internal/lab/tcpcollapse"
 	"github.com/wolf-investigator/wolf/internal/render"
 )
@@ -25,7 +28,7 @@ import (
 func labs() *lab.Registry {
 	return lab.NewRegistry(fusestall.NewRWSem(), fusestall.NewMutex(), coredump.New(), mmaplock.New(),
 		memcgstress.New(), memcgstress.NewPopulate(), bounce.NewBounce(), bounce.NewAffinity(), bounce.NewPinned(), tcpcollapse.New(),
-		hotuprobe.New())
+		hotuprobe.New(), pshang.New(), memchain.New(), cpuquota.New())
 }
 
 func newLabCmd() *cobra.Command {

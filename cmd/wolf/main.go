@@ -85,7 +85,8 @@ a verdict, the evidence, the mechanism and what to do.
   wolf reclaim          memory reclaim per cgroup: stalls, efficiency, the memcg livelock
   wolf sched            tasks bounced between CPUs, who moves them, run-queue latency
   wolf softirq          softirq stalls per CPU (NET_RX: TCP collapse, budget)
-  wolf watch            always on: findings as JSON lines, Prometheus metrics
+  wolf watch            always on: findings as JSON lines, Prometheus metrics, incidents
+  wolf incidents        the incident bundles watch wrote: list, show, pack
   wolf bpf              what every BPF program on the host costs (like bpftop)
   wolf analyze FILE     hung-task reports in a saved kernel log
   wolf check            what this kernel lets wolf do
@@ -103,7 +104,7 @@ Exit codes: 0 done (findings or not), 1 wolf failed, 2 bad usage,
 	// The commands that watch the live kernel exist on Linux only; built
 	// for another system, wolf has them say so (live_other.go).
 	addLiveCommands(root)
-	root.AddCommand(newAnalyzeCmd(), newVersionCmd())
+	root.AddCommand(newAnalyzeCmd(), newVersionCmd(), newIncidentsCmd())
 	return root
 }
 

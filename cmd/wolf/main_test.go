@@ -387,6 +387,9 @@ func TestDoctorHealthyHostFinishesInTime(t *testing.T) {
 			t.Errorf("healthy host gave a bpf %s: %s", f.Severity, f.Title)
 		}
 	}
+	for _, d := range rep.Diagnoses {
+		t.Errorf("healthy host diagnosed: %s", d.Title)
+	}
 	checkHealthyChecklist(t, &rep, cpuLoaded)
 	if len(rep.Errors) > 0 {
 		t.Errorf("errors: %v", rep.Errors)

@@ -263,6 +263,10 @@ func TestDeployFiles(t *testing.T) {
 	if !bytes.Contains(unit, []byte("ExecStart=/usr/local/bin/wolf watch --listen 127.0.0.1:9740")) {
 		t.Errorf("unit's ExecStart changed: update this test and the README together")
 	}
+	// The incidents directory must be one systemd lets wolf write.
+	if !bytes.Contains(unit, []byte("--incidents /var/lib/wolf/incidents")) || !bytes.Contains(unit, []byte("StateDirectory=wolf")) {
+		t.Errorf("unit: incidents not in /var/lib/wolf (StateDirectory=wolf)")
+	}
 	if sa, err := exec.LookPath("systemd-analyze"); err == nil {
 		// verify wants the binary to exist: point it at the one built.
 		dir := t.TempDir()
@@ -296,6 +300,9 @@ assert not missing, "host paths missing: %s" % missing
 assert spec["hostPID"] is True, "hostPID"
 assert c["securityContext"]["privileged"] is True, "privileged"
 assert any(a.startswith("--listen=") for a in c["args"]), "listen"
+inc = [a.split("=", 1)[1] for a in c["args"] if a.startswith("--incidents=")]
+assert inc and inc[0] in mounts, "incidents directory not mounted: %s" % inc
+assert vols["incidents"] == inc[0], "incidents volume"
 print("ok")
 `
 		if out, err := exec.Command("python3", "-c", script, ds).CombinedOutput(); err != nil {
@@ -306,7 +313,7 @@ print("ok")
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, want := range []string{"hostPID: true", "privileged: true", "path: /sys/kernel/btf", "path: /sys/fs/bpf", "path: /sys/kernel/tracing", "path: /sys/fs/cgroup", "path: /proc"} {
+		for _, want := range []string{"hostPID: true", "privileged: true", "path: /sys/kernel/btf", "path: /sys/fs/bpf", "path: /sys/kernel/tracing", "path: /sys/fs/cgroup", "path: /proc", "--incidents=/var/lib/wolf/incidents", "mountPath: /var/lib/wolf/incidents"} {
 			if !bytes.Contains(b, []byte(want)) {
 				t.Errorf("DaemonSet lacks %q", want)
 			}

@@ -65,6 +65,7 @@ var fixed = map[string]probeFunc{
 	"fentry":             probeFentry,
 	"ringbuf":            probeRingbuf,
 	"task_iter":          probeTaskIter,
+	"task_file_iter":     probeTaskFileIter,
 	"bpf_get_task_stack": probeGetTaskStack,
 	"bpf_stats":          probeBPFStats,
 	"psi":                probePSI,

@@ -28,7 +28,7 @@ func TestNames(t *testing.T) {
 		t.Errorf("Names not sorted: %v", names)
 	}
 	for _, want := range []string{"btf", "tracefs", "raw_tracepoint", "tp_btf", "perf_event", "uprobes", "kprobes",
-		"fentry", "ringbuf", "task_iter", "bpf_get_task_stack", "bpf_stats", "psi", "cgroup_v1", "cgroup_v2",
+		"fentry", "ringbuf", "task_iter", "task_file_iter", "bpf_get_task_stack", "bpf_stats", "psi", "cgroup_v1", "cgroup_v2",
 		"hung_task_detector", "task_blocker"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("Names lacks %q", want)
@@ -295,7 +295,7 @@ func TestThisMachine(t *testing.T) {
 
 	// What wolf needs, and this kind of machine has (ARCHITECTURE.md#tracepoints-first).
 	for _, n := range []string{"btf", "tracefs", "tracepoint:sched/sched_switch", "tracepoint:lock/contention_begin",
-		"raw_tracepoint", "tp_btf", "perf_event", "uprobes", "ringbuf", "task_iter", "bpf_get_task_stack",
+		"raw_tracepoint", "tp_btf", "perf_event", "uprobes", "ringbuf", "task_iter", "task_file_iter", "bpf_get_task_stack",
 		"config:CONFIG_BPF_SYSCALL"} {
 		if !byName[n].Available {
 			t.Errorf("%s not available: %s", n, byName[n].Detail)

@@ -230,27 +230,33 @@ func probeRingbuf(ctx context.Context) (string, error) {
 	return "BPF_MAP_TYPE_RINGBUF", nil
 }
 
-func probeTaskIter(ctx context.Context) (string, error) {
-	prog, err := loadProbeProgram(&ebpf.ProgramSpec{Type: ebpf.Tracing, AttachType: ebpf.AttachTraceIter, AttachTo: "task"})
+func probeTaskIter(ctx context.Context) (string, error) { return probeIter("task") }
+
+// probeTaskFileIter: the iterator over every task's open files (5.8+).
+func probeTaskFileIter(ctx context.Context) (string, error) { return probeIter("task_file") }
+
+// probeIter loads, attaches, runs and closes an empty iterator of target.
+func probeIter(target string) (string, error) {
+	prog, err := loadProbeProgram(&ebpf.ProgramSpec{Type: ebpf.Tracing, AttachType: ebpf.AttachTraceIter, AttachTo: target})
 	if err != nil {
-		return "", fmt.Errorf("loading an iter/task program failed: %s", plain(err))
+		return "", fmt.Errorf("loading an iter/%s program failed: %s", target, plain(err))
 	}
 	defer prog.Close()
 	it, err := link.AttachIter(link.IterOptions{Program: prog})
 	if err != nil {
-		return "", fmt.Errorf("creating an iter/task link failed: %s", plain(err))
+		return "", fmt.Errorf("creating an iter/%s link failed: %s", target, plain(err))
 	}
 	defer it.Close()
 	r, err := it.Open()
 	if err != nil {
-		return "", fmt.Errorf("opening the task iterator failed: %s", plain(err))
+		return "", fmt.Errorf("opening the %s iterator failed: %s", target, plain(err))
 	}
 	_, err = io.Copy(io.Discard, r)
 	r.Close()
 	if err != nil {
-		return "", fmt.Errorf("reading the task iterator failed: %s", plain(err))
+		return "", fmt.Errorf("reading the %s iterator failed: %s", target, plain(err))
 	}
-	return "iter/task link created, run over every task and closed", nil
+	return "iter/" + target + " link created, run and closed", nil
 }
 
 func probeGetTaskStack(ctx context.Context) (string, error) {

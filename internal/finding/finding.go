@@ -72,6 +72,10 @@ const (
 	RoleCgroup   = "cgroup"
 	RoleCPU      = "cpu"
 	RoleTask     = "task"
+	// Roles that diagnoses add: the lock a chain runs through, a FUSE (or
+	// other user-space) daemon a chain ends at, and the root cause.
+	RoleLock   = "lock"
+	RoleDaemon = "daemon"
 )
 
 // Subject is a task, cgroup or CPU a finding is about.
@@ -85,6 +89,15 @@ type Subject struct {
 	State  string   `json:"state,omitempty"` // e.g. "D" for uninterruptible sleep
 	Detail string   `json:"detail,omitempty"`
 	Stack  []string `json:"stack,omitempty"` // innermost frame first, "func+0x1f [module]"
+
+	// Join keys: what the diagnosis stage joins findings on, besides pid,
+	// tid and cgroup. All optional.
+	CgroupID uint64 `json:"cgroup_id,omitempty"` // the cgroup's kernfs id (its directory's inode)
+	Lock     string `json:"lock,omitempty"`      // role lock, or the lock a task waits on or holds: "mmap_lock of x (pid 5)"
+	LockAddr string `json:"lock_addr,omitempty"` // that lock's address, "0xffff…"
+	// Evidence is this subject's own numbers (a waiter's wait, a holder's
+	// hold and where its time went), keys with units as Finding.Evidence.
+	Evidence map[string]any `json:"evidence,omitempty"`
 }
 
 // Finding is one conclusion: a verdict a person can act on, the evidence
@@ -100,6 +113,76 @@ type Finding struct {
 	Evidence     map[string]any `json:"evidence,omitempty"` // keys carry units: blocked_s, max_us
 	Remediation  []string       `json:"remediation,omitempty"`
 	References   []string       `json:"references,omitempty"`
+	// ExplainedBy names the diagnoses (Diagnosis.Ref) whose chain this
+	// finding is part of; the renderers fold it under them.
+	ExplainedBy []string `json:"explained_by,omitempty"`
+}
+
+// Relation names how one hop of a diagnosis chain leads to the next. Each
+// is a kernel mechanism, not a correlation: see internal/diagnose.
+type Relation string
+
+const (
+	// WaitsOn: a task sleeps until a lock, a page-cache folio, a FUSE
+	// request or an I/O completes.
+	WaitsOn Relation = "waits_on"
+	// HeldBy: a lock is held by a task (reader-owned rw-semaphores name
+	// their latest reader only: Likely).
+	HeldBy Relation = "held_by"
+	// SpendsHold: where a holder's wall time went while others waited for
+	// what it holds: on CPU, waiting for a CPU, throttled, in reclaim,
+	// in I/O, blocked on something else.
+	SpendsHold Relation = "spends_hold"
+	// ConstrainedBy: a task is held back by a limit or a shared resource:
+	// its cgroup's memory limit or CPU quota, a saturated host, softirq
+	// work on its CPU.
+	ConstrainedBy Relation = "constrained_by"
+)
+
+// Hop is one link of a diagnosis chain: From relates to To, with the
+// numbers that show it.
+type Hop struct {
+	From     Subject        `json:"from"`
+	Relation Relation       `json:"relation"`
+	To       Subject        `json:"to"`
+	Evidence map[string]any `json:"evidence,omitempty"`
+	// Text says the hop in words, numbers included.
+	Text string `json:"text"`
+	// Mechanism is why the relation is a cause, in a sentence.
+	Mechanism string `json:"mechanism,omitempty"`
+	// Likely marks a hop the kernel cannot state exactly (the latest
+	// reader of a reader-owned rw-semaphore, an attribution over the
+	// window rather than per event).
+	Likely bool `json:"likely,omitempty"`
+	// Findings are the IDs of the findings the hop was read from.
+	Findings []string `json:"findings,omitempty"`
+}
+
+// Diagnosis is a root cause and the chain of hops from the tasks that
+// suffer (the victims) to it, joined across investigators.
+type Diagnosis struct {
+	// Ref identifies the diagnosis within its report ("D1"), for
+	// Finding.ExplainedBy.
+	Ref string `json:"ref"`
+	// ID is the kind of root cause, stable: "diagnose.memcg-limit",
+	// "diagnose.cpu-quota", "diagnose.fuse-daemon", …
+	ID       string   `json:"id"`
+	Severity Severity `json:"severity"`
+	Title    string   `json:"title"`   // the root cause in one line
+	Summary  string   `json:"summary"` // the chain in a few sentences
+	Root     Subject  `json:"root"`
+	Chain    []Hop    `json:"chain"`
+	// Subjects are everyone the chain names: victims, the waiters queued
+	// with them, the lock, its holder, the cgroup or daemon at the root.
+	Subjects []Subject `json:"subjects"`
+	// Explains lists the IDs of the findings this diagnosis accounts for.
+	Explains []string `json:"explains"`
+	// Confidence is "certain" when every hop is exact, "likely" when one
+	// is not; Confirm says what would settle it.
+	Confidence  string   `json:"confidence"`
+	Confirm     []string `json:"confirm,omitempty"`
+	Remediation []string `json:"remediation,omitempty"`
+	References  []string `json:"references,omitempty"`
 }
 
 // Bucket is one cumulative histogram bucket: Count observations were <= LE.
@@ -211,6 +294,9 @@ type Report struct {
 	// migration charts; absent when no investigator collected any.
 	Profiles  []Profile  `json:"profiles,omitempty"`
 	Timelines []Timeline `json:"timelines,omitempty"`
+	// Diagnoses join the findings into root-cause chains, worst first;
+	// empty when nothing chains (a healthy host has none).
+	Diagnoses []Diagnosis `json:"diagnoses"`
 	// Checklist is doctor's system overview; other commands leave it out.
 	Checklist    []Check         `json:"checklist,omitempty"`
 	Capabilities map[string]bool `json:"capabilities"`

@@ -31,6 +31,13 @@ type Snapshot struct {
 	Threshold   time.Duration
 	HungTimeout time.Duration // kernel.hung_task_timeout_secs; 0 if off or unknown
 	CorePattern string        // kernel.core_pattern, for coredump findings
+	// Fuse is what FUSE daemons owe, read from their /dev/fuse; FuseExact
+	// says it was read (else FuseDaemons, by open file, is all there is).
+	Fuse      []FuseReq
+	FuseExact bool
+	// FirstSeen is each task's first record in the window: with its last,
+	// where its time went meanwhile.
+	FirstSeen map[int]*Task
 }
 
 // group is the victims that wait on one thing.
@@ -48,7 +55,7 @@ const maxHops = 4
 // on, the offender named when it can be known, plus tasks that recovered.
 func Conclude(s *Snapshot) []finding.Finding {
 	var out []finding.Finding
-	for _, g := range groupVictims(s.Victims) {
+	for _, g := range groupVictims(s.Victims, func(tid int) bool { return requestOf(s.Fuse, tid) != nil }) {
 		out = append(out, s.groupFinding(g))
 	}
 	if f, ok := s.recoveredFinding(); ok {
@@ -61,7 +68,10 @@ func Conclude(s *Snapshot) []finding.Finding {
 	return out
 }
 
-func groupVictims(victims []*Task) []*group {
+// groupVictims groups victims by what they wait on; fuseReq says whether
+// a task has a request a FUSE daemon still owes (a task asleep on a folio
+// its own FUSE read is filling waits for the daemon, not for a disk).
+func groupVictims(victims []*Task, fuseReq func(tid int) bool) []*group {
 	byKey := map[string]*group{}
 	var order []*group
 	for _, t := range victims {
@@ -69,6 +79,8 @@ func groupVictims(victims []*Task) []*group {
 		switch {
 		case t.Lock != nil:
 			g.kind, g.key, g.lock = "lock", fmt.Sprintf("lock:%x", t.Lock.Addr), t.Lock
+		case fuseReq != nil && fuseReq(t.TID) && fuseWait(t):
+			g.kind, g.key = "fuse", "fuse"
 		case t.Flags&pfPostCoredump != 0 || g.site.Kind == kstack.Coredump:
 			g.kind, g.key = "coredump", fmt.Sprintf("coredump:%d", t.TGID)
 		case t.Flags&pfWQWorker != 0 && t.WQFunc != "":
@@ -102,6 +114,10 @@ type hop struct {
 	proc  Proc   // set when task is nil
 	what  string // "holds rw-semaphore ffff…", "FUSE daemon"
 	doing string // "sleeping (S) in request_wait_answer: waits for a FUSE daemon's reply"
+	// held is the lock this hop's task holds (nil for a daemon); req the
+	// FUSE request it waits for, read from the daemon's /dev/fuse.
+	held *Lock
+	req  *FuseReq
 }
 
 func (h hop) label() string {
@@ -128,16 +144,25 @@ func (s *Snapshot) chain(start *Lock) (hops []hop, deadlock bool) {
 			// The owner exited or was not fetched: say what the lock word said.
 			o = &Task{TID: tid, TGID: lock.OwnerTGID, Comm: lock.OwnerComm, State: ^uint32(0)}
 		}
-		h := hop{task: o, what: "holds " + lock.Describe()}
+		h := hop{task: o, what: "holds " + lock.Describe(), held: lock}
 		if lock.Owner == OwnerReaders {
 			h.what = fmt.Sprintf("last reader of %s (%d readers hold it)", lock.Describe(), lock.Readers)
 		}
 		h.doing = describeTaskWait(o)
-		hops = append(hops, h)
 		if o.Lock != nil && o.Lock.Owner != OwnerNone {
+			hops = append(hops, h)
 			lock = o.Lock
 			continue
 		}
+		if req := requestOf(s.Fuse, o.TID); req != nil && fuseWait(o) {
+			// Its own request, found where the daemon keeps what it owes.
+			h.req = req
+			h.doing += "; " + req.describe()
+			hops = append(hops, h, hop{proc: Proc{PID: req.DaemonPID, Comm: req.DaemonComm}, what: "FUSE daemon",
+				doing: fmt.Sprintf("has not answered its %s request #%d", req.OpName(), req.Unique), req: req})
+			break
+		}
+		hops = append(hops, h)
 		if site := kstack.Classify(o.Stack); site.Kind == kstack.Fuse && s.FuseDaemons != nil {
 			for _, d := range s.FuseDaemons() {
 				hops = append(hops, hop{proc: d, what: "FUSE daemon", doing: "has not answered the request"})
@@ -211,7 +236,23 @@ func (s *Snapshot) groupFinding(g *group) finding.Finding {
 	tasks := plural(n, "task", "tasks")
 	var victimSubjects []finding.Subject
 	for _, v := range g.victims {
-		victimSubjects = append(victimSubjects, subject(finding.RoleVictim, v, fmt.Sprintf("%s for %s in %s", v.StateLetter(), dur(v.Blocked), kstack.Classify(v.Stack).Func)))
+		sub := subject(finding.RoleVictim, v, fmt.Sprintf("%s for %s in %s", v.StateLetter(), dur(v.Blocked), kstack.Classify(v.Stack).Func))
+		sub.Evidence = s.taskEvidence(v)
+		sub.Evidence["blocked_s"] = round1(v.Blocked.Seconds())
+		if v.Lock != nil {
+			sub.Lock, sub.LockAddr = v.Lock.Describe(), fmt.Sprintf("0x%x", v.Lock.Addr)
+			if m := v.Lock.Kind.Mode(); m != "" {
+				sub.Evidence["mode"] = m
+			}
+			if v.BehindWriter != 0 {
+				sub.Evidence["behind_writer_tid"] = v.BehindWriter
+				sub.Detail += fmt.Sprintf(", queued behind writer tid %d", v.BehindWriter)
+			}
+			if v.Lock.MMPID != 0 {
+				sub.Evidence["mm_pid"] = v.Lock.MMPID
+			}
+		}
+		victimSubjects = append(victimSubjects, sub)
 	}
 
 	switch g.kind {
@@ -270,7 +311,7 @@ func (s *Snapshot) groupFinding(g *group) finding.Finding {
 		f.Title = fmt.Sprintf("%s hung %s waiting for a FUSE daemon's reply", tasks, dur(maxB))
 		f.Summary = "The tasks sent requests to a FUSE filesystem and its user-space daemon has not answered."
 		f.Mechanism = "A FUSE request parks the caller in request_wait_answer until the daemon writes the reply to /dev/fuse; a stuck or slow daemon stalls every caller, and the locks they hold."
-		s.addFuseDaemons(&f)
+		s.addFuseDaemons(&f, g.victims)
 		f.Remediation = fuseRemedies()
 	case "rcu":
 		f.ID = "hung.rcu"
@@ -325,6 +366,15 @@ func (s *Snapshot) lockFinding(f *finding.Finding, g *group, tasks string, maxB 
 		f.Evidence["lock_mode"] = m
 	}
 	f.Evidence["lock_source"] = l.Source.String()
+	if l.MMPID != 0 {
+		// A process's mmap_lock: the key the diagnosis stage joins the
+		// locks investigator's holds and the cgroups on.
+		f.Evidence["mm_pid"] = l.MMPID
+		f.Evidence["lock"] = l.Describe()
+	}
+	if l.Owner == OwnerReaders {
+		f.Evidence["owner_likely"] = true // the owner word names only the latest reader
+	}
 	// Without CONFIG_KALLSYMS_ALL no data symbol names a global lock, but
 	// the waiters' frames can (rtnl_lock -> rtnl_mutex).
 	if l.Name == "" && g.site.Global && g.site.Object != "" {
@@ -354,12 +404,12 @@ func (s *Snapshot) lockFinding(f *finding.Finding, g *group, tasks string, maxB 
 	f.ID = "hung.lock-owner"
 	f.Severity = finding.Critical
 	off := hops[0]
-	f.Subjects = append(f.Subjects, subjectFromHop(finding.RoleOffender, off))
+	f.Subjects = append(f.Subjects, s.withEvidence(subjectFromHop(finding.RoleOffender, off), off))
 	var chainText []string
 	for i, h := range hops {
 		chainText = append(chainText, fmt.Sprintf("%s %s, %s", h.label(), h.what, h.doing))
 		if i > 0 {
-			f.Subjects = append(f.Subjects, subjectFromHop(finding.RoleOwner, h))
+			f.Subjects = append(f.Subjects, s.withEvidence(subjectFromHop(finding.RoleOwner, h), h))
 		}
 	}
 	f.Evidence["chain"] = chainText
@@ -405,8 +455,19 @@ func fuseRemedies() []string {
 	}
 }
 
-func (s *Snapshot) addFuseDaemons(f *finding.Finding) {
-	if s.FuseDaemons == nil {
+func (s *Snapshot) addFuseDaemons(f *finding.Finding, victims []*Task) {
+	// The daemons that owe these victims a reply, when their /dev/fuse
+	// says so; else every process holding /dev/fuse open.
+	seen := map[int]bool{}
+	for _, sub := range victims {
+		if req := requestOf(s.Fuse, sub.TID); req != nil && !seen[req.DaemonPID] {
+			seen[req.DaemonPID] = true
+			f.Subjects = append(f.Subjects, finding.Subject{Role: finding.RoleOffender, PID: req.DaemonPID, TID: req.DaemonPID, Comm: req.DaemonComm,
+				Detail:   fmt.Sprintf("FUSE daemon: owes %s (tid %d) the reply to its %s request #%d", sub.Comm, sub.TID, req.OpName(), req.Unique),
+				Evidence: map[string]any{"fuse_daemon": true, "fuse_conn": req.ConnName()}})
+		}
+	}
+	if len(seen) > 0 || s.FuseDaemons == nil {
 		return
 	}
 	for _, d := range s.FuseDaemons() {
@@ -496,6 +557,88 @@ func (s *Snapshot) comm(tid int) string {
 	}
 	return ""
 }
+
+// sleepsOn says in one word what a task sleeps on, for the diagnosis
+// stage: "lock", "fuse" (in a FUSE request), "folio" (a page-cache folio),
+// "io", "running", or "site" (a wait wolf did not place).
+func sleepsOn(t *Task) string {
+	switch {
+	case t.State == ^uint32(0):
+		return ""
+	case t.StateLetter() == "R":
+		return "running"
+	case t.Lock != nil:
+		return "lock"
+	}
+	switch kstack.Classify(t.Stack).Kind {
+	case kstack.Fuse:
+		return "fuse"
+	case kstack.PageLock:
+		return "folio"
+	case kstack.IO, kstack.Writeback:
+		return "io"
+	}
+	if pageCacheWait(t.Stack) {
+		return "folio"
+	}
+	return "site"
+}
+
+// taskEvidence is a task's own numbers: what it sleeps on, where, and
+// where its time went between its first and last records in the window.
+func (s *Snapshot) taskEvidence(t *Task) map[string]any {
+	ev := map[string]any{}
+	if on := sleepsOn(t); on != "" {
+		ev["sleeps_on"] = on
+	}
+	if fn := kstack.Classify(t.Stack).Func; fn != "" {
+		ev["wait_site"] = fn
+	}
+	if f := s.FirstSeen[t.TID]; f != nil && t.At > f.At && t.SumExec >= f.SumExec && t.RunDelay >= f.RunDelay {
+		ev["window_ms"] = ms(t.At - f.At)
+		ev["on_cpu_ms"] = ms(t.SumExec - f.SumExec)
+		ev["runnable_ms"] = ms(t.RunDelay - f.RunDelay)
+	}
+	if req := requestOf(s.Fuse, t.TID); req != nil && fuseWait(t) {
+		ev["fuse_opcode"] = req.OpName()
+		ev["fuse_unique"] = req.Unique
+		ev["fuse_conn"] = req.ConnName()
+		ev["fuse_request_from_task"] = true
+		ev["fuse_waiting"] = req.Waiting
+		if req.Age > 0 {
+			ev["fuse_age_s"] = round1(req.Age.Seconds())
+		}
+	}
+	return ev
+}
+
+// withEvidence adds a chain hop's numbers to its subject.
+func (s *Snapshot) withEvidence(sub finding.Subject, h hop) finding.Subject {
+	if h.task == nil {
+		if h.what == "FUSE daemon" {
+			sub.Evidence = map[string]any{"fuse_daemon": true}
+			if h.req != nil {
+				sub.Evidence["fuse_conn"] = h.req.ConnName()
+			}
+		}
+		return sub
+	}
+	sub.Evidence = s.taskEvidence(h.task)
+	if h.held != nil {
+		switch {
+		case h.held.Owner == OwnerReaders:
+			sub.Evidence["mode"] = "read"
+		case h.held.Kind == LockRWSemRead || h.held.Kind == LockRWSemWrite:
+			sub.Evidence["mode"] = "write"
+		}
+	}
+	if l := h.task.Lock; l != nil {
+		sub.Lock, sub.LockAddr = l.Describe(), fmt.Sprintf("0x%x", l.Addr)
+	}
+	return sub
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func subject(role string, t *Task, detail string) finding.Subject {
 	return finding.Subject{Role: role, PID: t.TGID, TID: t.TID, Comm: t.Comm, State: t.StateLetter(), Detail: detail, Stack: t.Stack}

@@ -24,7 +24,7 @@ func (*Investigator) Requirements() []investigator.Requirement {
 }
 
 // Audit implements investigator.Auditor: khungtaskd's settings, read the
-// way Cloudflare's hung-task write-up discusses them.
+// way Cloudflare's "Searching for the cause of hung tasks in the Linux kernel" discusses them.
 func (*Investigator) Audit(ctx context.Context) []finding.Finding {
 	return auditSysctls(sysctl.ReadInt)
 }

@@ -81,6 +81,15 @@ struct task_rec {
 	char wq_name[WQ_NAME_LEN];
 	char comm[WOLF_COMM_LEN];
 	__u64 stack[MAX_STACK];
+	/*
+	 * Where its time goes, cumulative (user space takes deltas between
+	 * walks): CPU time, and time waiting on a run queue.
+	 */
+	__u64 sum_exec_ns;
+	__u64 run_delay_ns;
+	/* The address of its process's mmap_lock (0 for kernel threads): names
+	 * the rw-semaphore a task waits on when it is one. */
+	__u64 mm_lock_addr;
 };
 
 struct d_sleep {
@@ -466,11 +475,237 @@ int dump_tasks(struct bpf_iter__task *ctx)
 	find_owner(r);
 	find_worker(t, r);
 	find_dumper(t, r);
+	r->sum_exec_ns = BPF_CORE_READ(t, se.sum_exec_runtime);
+	if (bpf_core_field_exists(t->sched_info.run_delay))
+		r->run_delay_ns = BPF_CORE_READ(t, sched_info.run_delay);
+	struct mm_struct *mm = BPF_CORE_READ(t, mm);
+	if (mm)
+		r->mm_lock_addr = (__u64)&mm->mmap_lock;
 
 	long n = bpf_get_task_stack(t, r->stack, sizeof(r->stack), 0);
 	r->stack_bytes = n > 0 ? n : 0;
 
 	bpf_seq_write(ctx->meta->seq, r, sizeof(*r));
 	stat_inc(STAT_RECORDS);
+	return 0;
+}
+
+/*
+ * ---- mmap_lock wait queues, read from the lock ----
+ * mmap_lock is taken killable by the syscalls and /proc readers that wait
+ * on it (mmap, munmap, /proc/PID/cmdline), and a killable wait sets no
+ * task->blocker, so a wait that began before wolf attached names no lock.
+ * The lock itself does: its wait list holds one rwsem_waiter per sleeping
+ * task, in queue order, with what it wants. The list is read without its
+ * spinlock (a snapshot; a waiter leaving meanwhile can cut it short), and
+ * bounded.
+ */
+#define MAX_QUEUE 16
+#define WOLF_RWSEM_FLAG_WAITERS (1UL << 1)
+
+struct mm_queue_rec {
+	__u32 tgid;
+	__u32 nr; /* waiters recorded, head of the queue first */
+	__u64 lock_addr;
+	__u64 count_word;
+	__u64 owner_word;
+	__u32 owner_kind; /* enum owner_kind */
+	__u32 owner_tid;
+	__u32 owner_tgid;
+	__u32 more; /* the queue went on beyond MAX_QUEUE */
+	char owner_comm[WOLF_COMM_LEN];
+	char comm[WOLF_COMM_LEN];
+	__u32 waiter_tid[MAX_QUEUE];
+	__u32 waiter_write[MAX_QUEUE];
+};
+
+const struct mm_queue_rec *unused_mm_queue_rec __attribute__((unused));
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct mm_queue_rec);
+} queue_scratch SEC(".maps");
+
+SEC("iter/task")
+int dump_mm_queues(struct bpf_iter__task *ctx)
+{
+	struct task_struct *t = ctx->task;
+
+	if (!t || t->pid != t->tgid)
+		return 0;
+	struct mm_struct *mm = BPF_CORE_READ(t, mm);
+	if (!mm)
+		return 0;
+	struct rw_semaphore *sem = &mm->mmap_lock;
+	__u64 count = BPF_CORE_READ(sem, count.counter);
+	if (!(count & WOLF_RWSEM_FLAG_WAITERS))
+		return 0;
+
+	__u32 zero = 0;
+	struct mm_queue_rec *r = bpf_map_lookup_elem(&queue_scratch, &zero);
+	if (!r)
+		return 0;
+	__builtin_memset(r, 0, sizeof(*r));
+	r->tgid = t->tgid;
+	r->lock_addr = (__u64)sem;
+	r->count_word = count;
+	BPF_CORE_READ_STR_INTO(&r->comm, t, comm);
+	r->owner_word = BPF_CORE_READ(sem, owner.counter);
+	struct task_struct *o = (struct task_struct *)(r->owner_word & ~WOLF_RWSEM_OWNER_FLAGS);
+	if (o && (count & WOLF_RWSEM_WRITER_LOCKED))
+		r->owner_kind = OWNER_TASK;
+	else if (o && (r->owner_word & WOLF_RWSEM_READER_OWNED))
+		r->owner_kind = OWNER_READERS; /* only the latest reader */
+	if (r->owner_kind) {
+		r->owner_tid = BPF_CORE_READ(o, pid);
+		r->owner_tgid = BPF_CORE_READ(o, tgid);
+		BPF_CORE_READ_STR_INTO(&r->owner_comm, o, comm);
+	}
+
+	struct list_head *head = &sem->wait_list;
+	struct list_head *pos = BPF_CORE_READ(head, next);
+	for (int i = 0; i < MAX_QUEUE; i++) {
+		if (!pos || pos == head)
+			break;
+		/* list is the first member of struct rwsem_waiter */
+		struct rwsem_waiter *w = (struct rwsem_waiter *)pos;
+		struct task_struct *wt = BPF_CORE_READ(w, task);
+		if (wt) {
+			__u32 n = r->nr;
+			if (n < MAX_QUEUE) {
+				r->waiter_tid[n] = BPF_CORE_READ(wt, pid);
+				r->waiter_write[n] =
+					BPF_CORE_READ(w, type) == RWSEM_WAITING_FOR_WRITE;
+				r->nr = n + 1;
+			}
+		}
+		pos = BPF_CORE_READ(pos, next);
+	}
+	if (pos && pos != head)
+		r->more = 1;
+	bpf_seq_write(ctx->meta->seq, r, sizeof(*r));
+	return 0;
+}
+
+/*
+ * ---- FUSE requests a daemon has not answered ----
+ * Walked from the daemons' side: every open /dev/fuse (char 10:229) whose
+ * file is bound to a connection, its requests not yet read (the input
+ * queue's pending list) and read but unanswered (the processing hash).
+ * Each request names the task that sent it (in.h.pid), which is what ties
+ * a task asleep on a page-cache folio being filled by FUSE (the folio
+ * stays locked until the READ's reply) to the daemon that owes the reply.
+ */
+#define MAX_FUSE_PENDING 32
+#define FUSE_PQ_BUCKETS 256 /* FUSE_PQ_HASH_SIZE */
+#define MAX_FUSE_PER_BUCKET 4
+#define WOLF_FUSE_DEVT ((10U << 20) | 229) /* MKDEV(MISC_MAJOR, FUSE_MINOR) */
+
+enum fuse_req_state {
+	FUSE_REQ_PENDING = 1,	 /* the daemon has not read it */
+	FUSE_REQ_PROCESSING = 2, /* read, not answered */
+};
+
+struct fuse_req_rec {
+	__u32 daemon_tgid;
+	__u32 daemon_tid;
+	__u32 fd;
+	__u32 conn_dev;
+	__u32 sender_pid;
+	__u32 opcode;
+	__u64 unique;
+	__u64 nodeid;
+	__u64 create_jiffies; /* 0: this kernel does not stamp requests */
+	__u64 now_jiffies;
+	__u32 state;
+	__u32 num_waiting;
+	char daemon_comm[WOLF_COMM_LEN];
+};
+
+const struct fuse_req_rec *unused_fuse_req_rec __attribute__((unused));
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct fuse_req_rec);
+} fuse_scratch SEC(".maps");
+
+/* Before 6.14 requests carried no creation time. */
+struct fuse_req___614 {
+	unsigned long create_time;
+} __attribute__((preserve_access_index));
+
+static __always_inline void emit_fuse_req(struct bpf_iter__task_file *ctx, struct fuse_req_rec *r,
+					  struct fuse_req *req, __u32 state)
+{
+	r->state = state;
+	r->sender_pid = BPF_CORE_READ(req, in.h.pid);
+	r->opcode = BPF_CORE_READ(req, in.h.opcode);
+	r->unique = BPF_CORE_READ(req, in.h.unique);
+	r->nodeid = BPF_CORE_READ(req, in.h.nodeid);
+	r->create_jiffies = 0;
+	if (bpf_core_field_exists(((struct fuse_req___614 *)req)->create_time))
+		r->create_jiffies = BPF_CORE_READ((struct fuse_req___614 *)req, create_time);
+	bpf_seq_write(ctx->meta->seq, r, sizeof(*r));
+}
+
+SEC("iter/task_file")
+int dump_fuse(struct bpf_iter__task_file *ctx)
+{
+	struct file *file = ctx->file;
+	struct task_struct *task = ctx->task;
+
+	if (!file || !task)
+		return 0;
+	if (!bpf_core_type_exists(struct fuse_dev))
+		return 0; /* FUSE is a module here, or absent */
+	struct inode *ino = BPF_CORE_READ(file, f_inode);
+	if (!ino || BPF_CORE_READ(ino, i_rdev) != WOLF_FUSE_DEVT ||
+	    (BPF_CORE_READ(ino, i_mode) & 0170000) != 0020000)
+		return 0;
+	struct fuse_dev *fud = BPF_CORE_READ(file, private_data);
+	if (!fud)
+		return 0; /* opened, not yet mounted */
+	struct fuse_conn *fc = BPF_CORE_READ(fud, fc);
+	if (!fc)
+		return 0;
+
+	__u32 zero = 0;
+	struct fuse_req_rec *r = bpf_map_lookup_elem(&fuse_scratch, &zero);
+	if (!r)
+		return 0;
+	__builtin_memset(r, 0, sizeof(*r));
+	r->daemon_tgid = task->tgid;
+	r->daemon_tid = task->pid;
+	r->fd = ctx->fd;
+	r->conn_dev = BPF_CORE_READ(fc, dev);
+	r->num_waiting = BPF_CORE_READ(fc, num_waiting.counter);
+	r->now_jiffies = bpf_jiffies64();
+	BPF_CORE_READ_STR_INTO(&r->daemon_comm, task, comm);
+
+	struct list_head *head = &fc->iq.pending;
+	struct list_head *pos = BPF_CORE_READ(head, next);
+	for (int i = 0; i < MAX_FUSE_PENDING; i++) {
+		if (!pos || pos == head)
+			break;
+		emit_fuse_req(ctx, r, (struct fuse_req *)pos, FUSE_REQ_PENDING); /* list is first */
+		pos = BPF_CORE_READ(pos, next);
+	}
+	struct list_head *buckets = BPF_CORE_READ(fud, pq.processing);
+	if (!buckets)
+		return 0;
+	for (int b = 0; b < FUSE_PQ_BUCKETS; b++) {
+		struct list_head *bh = &buckets[b];
+		struct list_head *p = BPF_CORE_READ(bh, next);
+		for (int j = 0; j < MAX_FUSE_PER_BUCKET; j++) {
+			if (!p || p == bh)
+				break;
+			emit_fuse_req(ctx, r, (struct fuse_req *)p, FUSE_REQ_PROCESSING);
+			p = BPF_CORE_READ(p, next);
+		}
+	}
 	return 0;
 }

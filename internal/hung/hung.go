@@ -8,11 +8,13 @@ package hung
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/kallsyms"
+	"github.com/wolf-investigator/wolf/internal/kconfig"
 	"github.com/wolf-investigator/wolf/internal/procfs"
 	"github.com/wolf-investigator/wolf/internal/sysctl"
 )
@@ -91,6 +93,9 @@ type session struct {
 	owners  map[int]*Task
 	scanNo  int
 	walkErr error // the latest background walk's failure
+	// first is each task's first record of the window: with its last,
+	// where its time went meanwhile.
+	first map[int]*Task
 }
 
 func (s *session) loop() {
@@ -121,7 +126,7 @@ func (s *session) loop() {
 // walkLocked walks once and records the owners it found.
 func (s *session) walkLocked(ctx context.Context) error {
 	s.scanNo++
-	owners, err := s.h.walk(ctx, s.p, s.syms, s.seen, s.scanNo)
+	owners, err := s.h.walk(ctx, s.p, s.syms, s.seen, s.scanNo, s.mark)
 	if err != nil {
 		return err
 	}
@@ -143,7 +148,13 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 		return nil, s.walkErr
 	}
 	hangs, lostHangs := s.p.hangReports()
+	fuseReqs, fuseExact := s.fuseRequests(ctx)
+	first := s.first
+	s.first = nil // the next window starts from its own first records
 	snap := &Snapshot{
+		Fuse:        fuseReqs,
+		FuseExact:   fuseExact,
+		FirstSeen:   first,
 		Owners:      s.owners,
 		Hangs:       hangs,
 		Threshold:   s.h.Threshold,
@@ -181,6 +192,107 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 	return res, nil
 }
 
+// fuseRequests reads the requests FUSE daemons owe, only when some blocked
+// task could be waiting for one; exact says they were read.
+func (s *session) fuseRequests(ctx context.Context) (reqs []FuseReq, exact bool) {
+	if !s.h.needFuse(s.seen, s.owners, s.scanNo) {
+		return nil, false
+	}
+	recs, err := s.p.scanFuse(ctx)
+	if err != nil || s.p.kit.Iter("dump_fuse") == nil {
+		return nil, false
+	}
+	hz := kernelHZ()
+	for i := range recs {
+		reqs = append(reqs, decodeFuse(&recs[i], hz))
+	}
+	return reqs, true
+}
+
+// mark keeps the first record of each task seen in the window.
+func (s *session) mark(t *Task) {
+	if s.first == nil {
+		s.first = map[int]*Task{}
+	}
+	if _, ok := s.first[t.TID]; !ok && len(s.first) < maxMarked {
+		s.first[t.TID] = t
+	}
+}
+
+// maxMarked bounds the first records kept.
+const maxMarked = 4096
+
+// needFuse says whether a task blocked at the last walk (or an owner) may
+// wait for a FUSE daemon: asleep in a FUSE request or on a page-cache folio.
+func (h *Investigator) needFuse(seen map[int]*tracked, owners map[int]*Task, scanNo int) bool {
+	for _, tr := range seen {
+		if tr.lastScan == scanNo && tr.last.Blocked >= h.Threshold && fuseWait(tr.last) {
+			return true
+		}
+	}
+	for _, o := range owners {
+		if fuseWait(o) {
+			return true
+		}
+	}
+	return false
+}
+
+// kernelHZ is CONFIG_HZ, for the FUSE requests' ages (in jiffies); 0 when
+// the kernel's config cannot be read.
+func kernelHZ() int {
+	c, err := kconfig.Load()
+	if err != nil {
+		return 0
+	}
+	v, ok := c.Get("CONFIG_HZ")
+	if !ok {
+		return 0
+	}
+	n, _ := strconv.Atoi(v)
+	return n
+}
+
+// Peek concludes from the walker's latest walk without ending the window:
+// tasks blocked now are victims, with their owners followed, as Collect
+// would report them. Nothing is forgotten and nothing drained (khungtaskd
+// reports and the cost wait for Collect), so the window's report stays
+// whole. wolf watch peeks every few seconds, so that a hang that starts
+// and clears inside one window is still seen, with its owner, while it
+// lasts.
+func (s *session) Peek(ctx context.Context) (*investigator.Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.walkErr != nil {
+		return nil, s.walkErr
+	}
+	fuseReqs, fuseExact := s.fuseRequests(ctx)
+	snap := &Snapshot{
+		Fuse:        fuseReqs,
+		FuseExact:   fuseExact,
+		FirstSeen:   s.first,
+		Owners:      s.owners,
+		Threshold:   s.h.Threshold,
+		HungTimeout: hungTimeout(),
+		CorePattern: corePattern(),
+		FuseDaemons: func() []Proc { return fuseDaemons(ctx, s.h.Proc) },
+		Comm: func(tid int) string {
+			c, _ := s.h.Proc.Comm(ctx, tid, tid)
+			return c
+		},
+	}
+	for _, tr := range s.seen {
+		if tr.lastScan == s.scanNo && tr.last.Blocked >= s.h.Threshold && matchPID(tr.last, s.opts.PID) {
+			snap.Victims = append(snap.Victims, tr.last)
+		}
+	}
+	res := &investigator.Result{Findings: Conclude(snap), Capabilities: s.p.kit.Capabilities(attachTable)}
+	if prof := snap.Profile(); prof != nil {
+		res.Profiles = append(res.Profiles, *prof)
+	}
+	return res, nil
+}
+
 // Close stops the walker and detaches.
 func (s *session) Close() error {
 	close(s.stop)
@@ -191,8 +303,8 @@ func (s *session) Close() error {
 
 // walk runs the task iterator, then again for the owners of the locks the
 // blocked tasks wait on (and their owners, up to maxHops), and records
-// what it saw in seen.
-func (h *Investigator) walk(ctx context.Context, p *probe, syms Symbolizer, seen map[int]*tracked, scanNo int) (map[int]*Task, error) {
+// what it saw in seen; mark is told every record.
+func (h *Investigator) walk(ctx context.Context, p *probe, syms Symbolizer, seen map[int]*tracked, scanNo int, mark func(*Task)) (map[int]*Task, error) {
 	recs, err := p.scan(ctx, nil)
 	if err != nil {
 		return nil, err
@@ -215,10 +327,21 @@ func (h *Investigator) walk(ctx context.Context, p *probe, syms Symbolizer, seen
 			follow(t.DumperTID)
 		}
 	}
-	blocked := map[int]*Task{}
+	// mmap_lock wait lists name the locks of killable waits that set no
+	// task->blocker, and the readers queued behind a writer.
+	var queues []MMQueue
+	if qs, err := p.scanQueues(ctx); err == nil {
+		for i := range qs {
+			queues = append(queues, decodeQueue(&qs[i]))
+		}
+	}
+	var tasks []*Task
 	for i := range recs {
-		t := decode(&recs[i], syms)
-		blocked[t.TID] = t
+		tasks = append(tasks, decode(&recs[i], syms))
+	}
+	resolveQueues(tasks, queues)
+	nameMMLocks(tasks)
+	for _, t := range tasks {
 		tr := seen[t.TID]
 		if tr == nil {
 			tr = &tracked{}
@@ -226,6 +349,9 @@ func (h *Investigator) walk(ctx context.Context, p *probe, syms Symbolizer, seen
 		}
 		tr.last, tr.lastScan = t, scanNo
 		tr.maxBlocked = max(tr.maxBlocked, t.Blocked)
+		if mark != nil {
+			mark(t)
+		}
 		if t.Blocked >= h.Threshold {
 			addOwner(t)
 		}
@@ -236,12 +362,20 @@ func (h *Investigator) walk(ctx context.Context, p *probe, syms Symbolizer, seen
 			return nil, err
 		}
 		want = nil
+		var found []*Task
 		for i := range recs {
 			if recs[i].Wanted == 0 {
 				continue
 			}
-			t := decode(&recs[i], syms)
+			found = append(found, decode(&recs[i], syms))
+		}
+		resolveQueues(found, queues)
+		nameMMLocks(append(found, tasks...))
+		for _, t := range found {
 			owners[t.TID] = t
+			if mark != nil {
+				mark(t)
+			}
 			addOwner(t)
 		}
 	}

@@ -19,6 +19,23 @@ type hungD_sleep struct {
 	NrSwitches uint64
 }
 
+type hungFuseReqRec struct {
+	_             structs.HostLayout
+	DaemonTgid    uint32
+	DaemonTid     uint32
+	Fd            uint32
+	ConnDev       uint32
+	SenderPid     uint32
+	Opcode        uint32
+	Unique        uint64
+	Nodeid        uint64
+	CreateJiffies uint64
+	NowJiffies    uint64
+	State         uint32
+	NumWaiting    uint32
+	DaemonComm    [16]int8
+}
+
 type hungHangEvent struct {
 	_     structs.HostLayout
 	Tid   uint32
@@ -33,6 +50,23 @@ type hungLockWait struct {
 	SinceKtime uint64
 	Flags      uint32
 	Pad        uint32
+}
+
+type hungMmQueueRec struct {
+	_           structs.HostLayout
+	Tgid        uint32
+	Nr          uint32
+	LockAddr    uint64
+	CountWord   uint64
+	OwnerWord   uint64
+	OwnerKind   uint32
+	OwnerTid    uint32
+	OwnerTgid   uint32
+	More        uint32
+	OwnerComm   [16]int8
+	Comm        [16]int8
+	WaiterTid   [16]uint32
+	WaiterWrite [16]uint32
 }
 
 type hungStatIndex uint32
@@ -77,6 +111,9 @@ type hungTaskRec struct {
 	WqName         [32]int8
 	Comm           [16]int8
 	Stack          [32]uint64
+	SumExecNs      uint64
+	RunDelayNs     uint64
+	MmLockAddr     uint64
 }
 
 // Names of all BPF objects in the ELF.
@@ -84,19 +121,25 @@ type hungTaskRec struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	hungMapD_sleeps           = "d_sleeps"
+	hungMapFuseScratch        = "fuse_scratch"
 	hungMapHangs              = "hangs"
 	hungMapLockWaits          = "lock_waits"
+	hungMapQueueScratch       = "queue_scratch"
 	hungMapScratch            = "scratch"
 	hungMapStats              = "stats"
 	hungMapWanted             = "wanted"
 	hungMapWqFuncs            = "wq_funcs"
+	hungProgDumpFuse          = "dump_fuse"
+	hungProgDumpMmQueues      = "dump_mm_queues"
 	hungProgDumpTasks         = "dump_tasks"
 	hungProgOnContentionBegin = "on_contention_begin"
 	hungProgOnContentionEnd   = "on_contention_end"
 	hungProgOnProcessHang     = "on_process_hang"
 	hungProgOnSchedSwitch     = "on_sched_switch"
 	hungProgOnWqStart         = "on_wq_start"
+	hungVarUnusedFuseReqRec   = "unused_fuse_req_rec"
 	hungVarUnusedHangEvent    = "unused_hang_event"
+	hungVarUnusedMmQueueRec   = "unused_mm_queue_rec"
 	hungVarUseBlocker         = "use_blocker"
 	hungVarWolfStatIndexBtf   = "wolf_stat_index_btf"
 )
@@ -143,6 +186,8 @@ type hungSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type hungProgramSpecs struct {
+	DumpFuse          *ebpf.ProgramSpec `ebpf:"dump_fuse"`
+	DumpMmQueues      *ebpf.ProgramSpec `ebpf:"dump_mm_queues"`
 	DumpTasks         *ebpf.ProgramSpec `ebpf:"dump_tasks"`
 	OnContentionBegin *ebpf.ProgramSpec `ebpf:"on_contention_begin"`
 	OnContentionEnd   *ebpf.ProgramSpec `ebpf:"on_contention_end"`
@@ -155,20 +200,24 @@ type hungProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type hungMapSpecs struct {
-	D_sleeps  *ebpf.MapSpec `ebpf:"d_sleeps"`
-	Hangs     *ebpf.MapSpec `ebpf:"hangs"`
-	LockWaits *ebpf.MapSpec `ebpf:"lock_waits"`
-	Scratch   *ebpf.MapSpec `ebpf:"scratch"`
-	Stats     *ebpf.MapSpec `ebpf:"stats"`
-	Wanted    *ebpf.MapSpec `ebpf:"wanted"`
-	WqFuncs   *ebpf.MapSpec `ebpf:"wq_funcs"`
+	D_sleeps     *ebpf.MapSpec `ebpf:"d_sleeps"`
+	FuseScratch  *ebpf.MapSpec `ebpf:"fuse_scratch"`
+	Hangs        *ebpf.MapSpec `ebpf:"hangs"`
+	LockWaits    *ebpf.MapSpec `ebpf:"lock_waits"`
+	QueueScratch *ebpf.MapSpec `ebpf:"queue_scratch"`
+	Scratch      *ebpf.MapSpec `ebpf:"scratch"`
+	Stats        *ebpf.MapSpec `ebpf:"stats"`
+	Wanted       *ebpf.MapSpec `ebpf:"wanted"`
+	WqFuncs      *ebpf.MapSpec `ebpf:"wq_funcs"`
 }
 
 // hungVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type hungVariableSpecs struct {
+	UnusedFuseReqRec *ebpf.VariableSpec `ebpf:"unused_fuse_req_rec"`
 	UnusedHangEvent  *ebpf.VariableSpec `ebpf:"unused_hang_event"`
+	UnusedMmQueueRec *ebpf.VariableSpec `ebpf:"unused_mm_queue_rec"`
 	UseBlocker       *ebpf.VariableSpec `ebpf:"use_blocker"`
 	WolfStatIndexBtf *ebpf.VariableSpec `ebpf:"wolf_stat_index_btf"`
 }
@@ -193,20 +242,24 @@ func (o *hungObjects) Close() error {
 //
 // It can be passed to loadHungObjects or ebpf.CollectionSpec.LoadAndAssign.
 type hungMaps struct {
-	D_sleeps  *ebpf.Map `ebpf:"d_sleeps"`
-	Hangs     *ebpf.Map `ebpf:"hangs"`
-	LockWaits *ebpf.Map `ebpf:"lock_waits"`
-	Scratch   *ebpf.Map `ebpf:"scratch"`
-	Stats     *ebpf.Map `ebpf:"stats"`
-	Wanted    *ebpf.Map `ebpf:"wanted"`
-	WqFuncs   *ebpf.Map `ebpf:"wq_funcs"`
+	D_sleeps     *ebpf.Map `ebpf:"d_sleeps"`
+	FuseScratch  *ebpf.Map `ebpf:"fuse_scratch"`
+	Hangs        *ebpf.Map `ebpf:"hangs"`
+	LockWaits    *ebpf.Map `ebpf:"lock_waits"`
+	QueueScratch *ebpf.Map `ebpf:"queue_scratch"`
+	Scratch      *ebpf.Map `ebpf:"scratch"`
+	Stats        *ebpf.Map `ebpf:"stats"`
+	Wanted       *ebpf.Map `ebpf:"wanted"`
+	WqFuncs      *ebpf.Map `ebpf:"wq_funcs"`
 }
 
 func (m *hungMaps) Close() error {
 	return _HungClose(
 		m.D_sleeps,
+		m.FuseScratch,
 		m.Hangs,
 		m.LockWaits,
+		m.QueueScratch,
 		m.Scratch,
 		m.Stats,
 		m.Wanted,
@@ -218,7 +271,9 @@ func (m *hungMaps) Close() error {
 //
 // It can be passed to loadHungObjects or ebpf.CollectionSpec.LoadAndAssign.
 type hungVariables struct {
+	UnusedFuseReqRec *ebpf.Variable `ebpf:"unused_fuse_req_rec"`
 	UnusedHangEvent  *ebpf.Variable `ebpf:"unused_hang_event"`
+	UnusedMmQueueRec *ebpf.Variable `ebpf:"unused_mm_queue_rec"`
 	UseBlocker       *ebpf.Variable `ebpf:"use_blocker"`
 	WolfStatIndexBtf *ebpf.Variable `ebpf:"wolf_stat_index_btf"`
 }
@@ -227,6 +282,8 @@ type hungVariables struct {
 //
 // It can be passed to loadHungObjects or ebpf.CollectionSpec.LoadAndAssign.
 type hungPrograms struct {
+	DumpFuse          *ebpf.Program `ebpf:"dump_fuse"`
+	DumpMmQueues      *ebpf.Program `ebpf:"dump_mm_queues"`
 	DumpTasks         *ebpf.Program `ebpf:"dump_tasks"`
 	OnContentionBegin *ebpf.Program `ebpf:"on_contention_begin"`
 	OnContentionEnd   *ebpf.Program `ebpf:"on_contention_end"`
@@ -237,6 +294,8 @@ type hungPrograms struct {
 
 func (p *hungPrograms) Close() error {
 	return _HungClose(
+		p.DumpFuse,
+		p.DumpMmQueues,
 		p.DumpTasks,
 		p.OnContentionBegin,
 		p.OnContentionEnd,

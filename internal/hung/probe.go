@@ -27,6 +27,10 @@ var attachTable = []probekit.Attach{
 		Why: "khungtaskd's own reports"},
 	{Kind: probekit.RawTracepoint, Target: "workqueue/workqueue_execute_start", Program: "on_wq_start",
 		Why: "kworkers' work functions, on kernels without worker_private"},
+	{Kind: probekit.Iter, Target: "task", Program: "dump_mm_queues",
+		Why: "mmap_lock wait lists: the lock, the queue order and the latest reader of killable waits that set no task->blocker (mmap, munmap, /proc/PID/cmdline)"},
+	{Kind: probekit.Iter, Target: "task_file", Program: "dump_fuse",
+		Why: "the requests FUSE daemons owe, with the task that sent each, read from their /dev/fuse"},
 }
 
 // maxHangReports bounds khungtaskd reports kept per window.
@@ -103,6 +107,36 @@ func (p *probe) scan(ctx context.Context, want []uint32) ([]hungTaskRec, error) 
 	}
 	defer rc.Close()
 	return bpfrec.ReadAll[hungTaskRec](rc)
+}
+
+// scanQueues reads the wait queue of every process's mmap_lock that has
+// waiters; nil without the iterator.
+func (p *probe) scanQueues(ctx context.Context) ([]hungMmQueueRec, error) {
+	it := p.kit.Iter("dump_mm_queues")
+	if it == nil || ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	rc, err := it.Open()
+	if err != nil {
+		return nil, fmt.Errorf("hung: run mmap_lock queue iterator: %w", err)
+	}
+	defer rc.Close()
+	return bpfrec.ReadAll[hungMmQueueRec](rc)
+}
+
+// scanFuse reads the requests every FUSE daemon has pending or in
+// processing; nil without the iterator.
+func (p *probe) scanFuse(ctx context.Context) ([]hungFuseReqRec, error) {
+	it := p.kit.Iter("dump_fuse")
+	if it == nil || ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	rc, err := it.Open()
+	if err != nil {
+		return nil, fmt.Errorf("hung: run FUSE iterator: %w", err)
+	}
+	defer rc.Close()
+	return bpfrec.ReadAll[hungFuseReqRec](rc)
 }
 
 // counts are the window's events and drops, for wolf's own cost.

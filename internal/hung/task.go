@@ -66,6 +66,9 @@ const (
 	SourceBlocker
 	SourceContention
 	SourceBlockerMutex
+	// SourceWaitList: the task was found on the lock's own wait list
+	// (mmap_lock queues; user space only, not a BPF value).
+	SourceWaitList LockSource = 100
 )
 
 func (s LockSource) String() string {
@@ -76,6 +79,8 @@ func (s LockSource) String() string {
 		return "lock:contention_begin"
 	case SourceBlockerMutex:
 		return "task->blocker_mutex"
+	case SourceWaitList:
+		return "the lock's wait list"
 	}
 	return "none"
 }
@@ -102,12 +107,22 @@ type Lock struct {
 	OwnerTGID int
 	OwnerComm string
 	Readers   int // reader-owned rw-semaphore: readers holding it now
+	// MMPID is set when the lock is a process's mmap_lock: that process.
+	MMPID  int
+	MMComm string
 }
 
-// Describe names the lock: "rtnl_mutex" or "rw-semaphore ffff8881…".
+// Describe names the lock: "rtnl_mutex", "mmap_lock of x (pid 5)" or
+// "rw-semaphore ffff8881…".
 func (l *Lock) Describe() string {
 	if l.Name != "" {
 		return l.Name
+	}
+	if l.MMPID != 0 {
+		if l.MMComm == "" {
+			return fmt.Sprintf("mmap_lock of pid %d", l.MMPID)
+		}
+		return fmt.Sprintf("mmap_lock of %s (pid %d)", l.MMComm, l.MMPID)
 	}
 	return fmt.Sprintf("%s %x", l.Kind.Noun(), l.Addr)
 }
@@ -126,6 +141,13 @@ type Task struct {
 	WQName       string // kworkers: the workqueue
 	DumperTID    int    // coredump: the thread writing the core
 	Wanted       bool   // emitted as a lock owner, whatever its state
+	// Cumulative CPU time and run-queue time, and when they were read
+	// (ktime): deltas between walks say where its time went.
+	SumExec, RunDelay, At time.Duration
+	MMLockAddr            uint64 // its process's mmap_lock; 0 for kernel threads
+	// BehindWriter is, for a reader on an rw-semaphore's wait list, the
+	// writer queued ahead of it (the reason it cannot share the lock).
+	BehindWriter int
 }
 
 // Task flag bits, from include/linux/sched.h.
@@ -227,6 +249,8 @@ func decode(r *hungTaskRec, sym Symbolizer) *Task {
 		t.WQName = bpfrec.CString(r.WqName[:])
 	}
 	t.DumperTID = int(r.DumperTid)
+	t.SumExec, t.RunDelay, t.At = time.Duration(r.SumExecNs), time.Duration(r.RunDelayNs), time.Duration(r.NowKtime)
+	t.MMLockAddr = r.MmLockAddr
 	return t
 }
 

@@ -20,15 +20,22 @@ import (
 // into findings without touching the kernel, so it is tested with
 // hand-made snapshots.
 type Snapshot struct {
-	Window        time.Duration
-	Waits         []Wait
-	Waiters       []Waiter
-	Owners        []Owner
-	Queues        []Queue
-	Hists         []LockHist
-	MM            []MMStat
-	Holds         []Hold
-	HoldsLost     uint64
+	Window    time.Duration
+	Waits     []Wait
+	Waiters   []Waiter
+	Owners    []Owner
+	Queues    []Queue
+	Hists     []LockHist
+	MM        []MMStat
+	Holds     []Hold
+	HoldsLost uint64
+	// ThrottleSeen: sched_switch was watched, so Hold.ThrottledNs is a
+	// measurement (0 means the holders were not throttled), not unknown.
+	ThrottleSeen bool
+	// TaskThrottle: this kernel throttles tasks only on their way back to
+	// user space (6.18+), so no owner of a kernel lock is throttled while
+	// it owns it.
+	TaskThrottle  bool
 	Profile       []ProfileStack
 	HoldThreshold time.Duration
 	Top           int    // locks reported; 0 means DefaultTop
@@ -183,8 +190,21 @@ func (s *Snapshot) aggregate() []*lockAgg {
 			a.hist.Merge(&h.Hist)
 		}
 	}
+	// A lock whose waiters are all other processes (/proc readers) is not
+	// named by their own mm; a hold of it says whose mmap_lock it is.
+	holdMM := map[uint64]int{}
+	for _, h := range s.Holds {
+		if h.Lock != 0 {
+			if mm := cmp.Or(h.MMTGID, h.TGID); mm != 0 {
+				holdMM[h.Lock] = mm
+			}
+		}
+	}
 	aggs := slices.Collect(maps.Values(byAddr))
 	for _, a := range aggs {
+		if a.mmTGID == 0 {
+			a.mmTGID = holdMM[a.addr]
+		}
 		var best uint64
 		for t, ns := range a.types {
 			if ns > best || (ns == best && t < a.mainType) {
@@ -347,6 +367,9 @@ func (s *Snapshot) contentionFinding(a *lockAgg) finding.Finding {
 	if a.mainType.Spins() {
 		delete(f.Evidence, "waiters") // spinning waiters are not tracked per task
 	}
+	if a.mmTGID != 0 {
+		f.Evidence["mm_pid"] = a.mmTGID // whose mmap_lock: the join key for holds and cgroups
+	}
 	who := ""
 	switch {
 	case a.mainType.Spins():
@@ -390,11 +413,24 @@ func (s *Snapshot) contentionFinding(a *lockAgg) finding.Finding {
 			o.Comm = "(exited)" // an owner whose task was gone when wolf named it
 		}
 		detail := fmt.Sprintf("held it while others waited %s (%d waits)", human.Duration(time.Duration(o.TotalNs)), o.Count)
+		ev := map[string]any{"owner": "exact", "waited_ms": nsToMs(o.TotalNs), "waits": o.Count}
+		if o.SpanNs > 0 {
+			// Where the owner's time went between the first and the last
+			// wait that found it owning the lock.
+			ev["span_ms"], ev["on_cpu_ms"], ev["runnable_ms"] = nsToMs(o.SpanNs), nsToMs(o.OnCPUNs), nsToMs(o.RunnableNs)
+			if s.TaskThrottle {
+				ev["throttled_ms"] = 0.0 // not measured per owner: known to be none on this kernel
+			}
+			detail += fmt.Sprintf("; over the %s between the first and the last of those waits it ran %s and waited for a CPU %s", human.Duration(time.Duration(o.SpanNs)), human.Duration(time.Duration(o.OnCPUNs)), human.Duration(time.Duration(o.RunnableNs)))
+		}
 		if o.Kind == OwnerReaders {
 			detail = fmt.Sprintf("latest reader holding it while others waited %s (%d waits); other readers may hold it too", human.Duration(time.Duration(o.TotalNs)), o.Count)
+			ev["owner"], ev["mode"] = "latest_reader", "read"
+		} else if a.mainType == RwsemRead || a.mainType == RwsemWrite {
+			ev["mode"] = "write" // an rw-semaphore owned by a task is writer-owned
 		}
 		f.Subjects = append(f.Subjects, finding.Subject{
-			Role: finding.RoleOwner, PID: o.TGID, TID: o.TID, Comm: o.Comm, Detail: detail, Stack: o.Stack,
+			Role: finding.RoleOwner, PID: o.TGID, TID: o.TID, Comm: o.Comm, Detail: detail, Stack: o.Stack, Evidence: ev,
 		})
 	}
 	if a.mmTGID != 0 {
@@ -412,7 +448,8 @@ func (s *Snapshot) contentionFinding(a *lockAgg) finding.Finding {
 			}
 			f.Subjects = append(f.Subjects, finding.Subject{
 				Role: finding.RoleHolder, PID: h.TGID, TID: h.TID, Comm: h.Comm,
-				Detail: fmt.Sprintf("held it for reading %s (on CPU %s of that)", human.Duration(time.Duration(h.HoldNs)), human.Duration(time.Duration(h.RuntimeNs))),
+				Detail:   fmt.Sprintf("held it for reading %s (on CPU %s of that)", human.Duration(time.Duration(h.HoldNs)), human.Duration(time.Duration(h.RuntimeNs))),
+				Evidence: s.holdEvidence(&h),
 			})
 		}
 		if len(readers) > 0 {
@@ -423,16 +460,34 @@ func (s *Snapshot) contentionFinding(a *lockAgg) finding.Finding {
 		f.Evidence["owners"] = len(a.owners)
 		f.Evidence["owner_wait_ns_total"] = ownerTotal
 	}
+	others := 0
 	for i, w := range a.waiters {
-		if i >= 5 {
-			break
+		// The five who waited most, and up to three waiters from other
+		// processes of an mmap_lock: a ps or monitoring agent reading
+		// /proc/PID/cmdline, the victim people notice first.
+		other := a.mmTGID != 0 && w.TGID != a.mmTGID
+		if i >= 5 && (!other || others >= 3) {
+			continue
+		}
+		if other {
+			others++
 		}
 		sub := finding.Subject{
 			Role: finding.RoleWaiter, PID: w.TGID, TID: w.TID, Comm: w.Comm,
-			Detail: fmt.Sprintf("waited %s in %d waits, longest %s", human.Duration(time.Duration(w.TotalNs)), w.Count, human.Duration(time.Duration(w.MaxNs))),
+			Detail:   fmt.Sprintf("waited %s in %d waits, longest %s", human.Duration(time.Duration(w.TotalNs)), w.Count, human.Duration(time.Duration(w.MaxNs))),
+			Evidence: map[string]any{"wait_ms_total": nsToMs(w.TotalNs), "wait_ms_max": nsToMs(w.MaxNs), "waits": w.Count},
 		}
 		if w.Ongoing {
 			sub.Detail += ", still waiting"
+			sub.Evidence["ongoing"] = true
+		}
+		if m := s.waitMode(a.mmTGID, w.TID); m != "" {
+			sub.Evidence["mode"] = m
+		} else if m := a.modeOf(w.TID); m != "" {
+			sub.Evidence["mode"] = m // a wait still going: its type, from the wait itself
+		}
+		if other {
+			sub.Detail += fmt.Sprintf("; another process, reading pid %d's memory map (/proc/%d/cmdline, maps, …)", a.mmTGID, a.mmTGID)
 		}
 		if i == 0 {
 			sub.Stack = a.topWaitStack
@@ -465,6 +520,70 @@ func (s *Snapshot) contentionFinding(a *lockAgg) finding.Finding {
 	}
 	f.Remediation = s.remediation(a)
 	return f
+}
+
+// waitMode says how a thread waited for an mmap_lock: "read", "write" or
+// "read+write", from its per-mode wait histograms; "" when unknown.
+func (s *Snapshot) waitMode(mmTGID, tid int) string {
+	if mmTGID == 0 {
+		return ""
+	}
+	var r, w bool
+	for _, m := range s.MM {
+		if m.TID != tid || m.Wait.Count == 0 || (m.MMTGID != 0 && m.MMTGID != mmTGID) {
+			continue
+		}
+		if m.Write {
+			w = true
+		} else {
+			r = true
+		}
+	}
+	switch {
+	case r && w:
+		return "read+write"
+	case w:
+		return "write"
+	case r:
+		return "read"
+	}
+	return ""
+}
+
+// modeOf is how a waiter of an rw-semaphore wanted it, from the waits it
+// was the longest waiter of; "" when unknown.
+func (a *lockAgg) modeOf(tid int) string {
+	for _, w := range a.waits {
+		if w.MaxTID != tid {
+			continue
+		}
+		switch w.Type {
+		case RwsemRead:
+			return "read"
+		case RwsemWrite:
+			return "write"
+		}
+	}
+	return ""
+}
+
+// holdEvidence is one hold's split, for its holder subject: where the
+// holder's wall time went while it held the lock.
+func (s *Snapshot) holdEvidence(h *Hold) map[string]any {
+	ev := map[string]any{
+		"hold_ms":     nsToMs(h.HoldNs),
+		"on_cpu_ms":   nsToMs(h.RuntimeNs),
+		"runnable_ms": nsToMs(h.RunnableNs),
+		"reclaim_ms":  nsToMs(h.ReclaimNs),
+		"mode":        map[bool]string{true: "write", false: "read"}[h.Write],
+	}
+	if s.ThrottleSeen {
+		ev["throttled_ms"] = nsToMs(h.ThrottledNs)
+	}
+	if h.PagesScanned > 0 {
+		ev["pages_scanned"], ev["pages_reclaimed"] = h.PagesScanned, h.PagesReclaimed
+	}
+	return ev
 }
 
 // QueuePoint is one sample of a lock's wait queue, for the report: when
@@ -700,6 +819,11 @@ type HoldRecord struct {
 	RuntimeMs  float64 `json:"runtime_ms"`
 	CSW        uint64  `json:"context_switches"`
 	ReleasedIn string  `json:"released_in,omitempty"`
+	// Where the rest went: waiting on a run queue (throttled included),
+	// throttled by its cgroup's CPU quota, in memory reclaim.
+	RunnableMs  float64 `json:"runnable_ms"`
+	ThrottledMs float64 `json:"throttled_ms,omitempty"`
+	ReclaimMs   float64 `json:"reclaim_ms,omitempty"`
 	// Reclaim under the lock, when there was any.
 	ReclaimCalls   uint64 `json:"reclaim_calls,omitempty"`
 	PagesScanned   uint64 `json:"pages_scanned,omitempty"`
@@ -742,9 +866,15 @@ func (s *Snapshot) holdFinding(tgid, mmTGID int, holds []Hold) finding.Finding {
 	case h.HoldNs >= uint64(100*time.Millisecond):
 		sev = finding.Warning
 	}
-	var total uint64
+	var total, runtime, runnable, throttled, reclaim, scanned, reclaimed uint64
 	for _, x := range holds {
 		total += x.HoldNs
+		runtime += x.RuntimeNs
+		runnable += x.RunnableNs
+		throttled += x.ThrottledNs
+		reclaim += x.ReclaimNs
+		scanned += x.PagesScanned
+		reclaimed += x.PagesReclaimed
 	}
 	f := finding.Finding{
 		ID:           "locks.mmap-hold",
@@ -766,6 +896,30 @@ func (s *Snapshot) holdFinding(tgid, mmTGID int, holds []Hold) finding.Finding {
 	}
 	if h.HoldNs > 0 {
 		f.Evidence["on_cpu_pct"] = 100 * float64(h.RuntimeNs) / float64(h.HoldNs)
+	}
+	// Whose mmap_lock, and where the holders' time went over all their
+	// holds: what the diagnosis stage joins on and weighs.
+	switch {
+	case mmTGID != 0:
+		f.Evidence["mm_pid"] = mmTGID
+	case tgid != 0:
+		f.Evidence["mm_pid"] = tgid
+	}
+	if h.Lock != 0 {
+		f.Evidence["lock_addr"] = fmt.Sprintf("0x%x", h.Lock)
+	}
+	f.Evidence["runtime_ms_total"] = nsToMs(runtime)
+	f.Evidence["runnable_ms_total"] = nsToMs(runnable)
+	f.Evidence["reclaim_ms_total"] = nsToMs(reclaim)
+	if s.ThrottleSeen {
+		f.Evidence["throttled_ms_total"] = nsToMs(throttled)
+	}
+	if scanned > 0 {
+		f.Evidence["pages_scanned_total"] = scanned
+		f.Evidence["pages_reclaimed_total"] = reclaimed
+	}
+	if h.ThrottledNs > 0 {
+		f.Summary += fmt.Sprintf(" It was throttled by its cgroup's CPU quota for %s of that hold.", human.Duration(time.Duration(h.ThrottledNs)))
 	}
 	if h.ReclaimCalls > 0 {
 		// As in "The case of the vanishing CPU": the cgroup's reclaim ran under the process's mmap_lock.
@@ -795,12 +949,13 @@ func (s *Snapshot) holdFinding(tgid, mmTGID int, holds []Hold) finding.Finding {
 			top = fr[1] // under __mmap_lock_do_trace_released: the releasing function
 		}
 		list = append(list, HoldRecord{TID: x.TID, Write: x.Write, HoldMs: nsToMs(x.HoldNs), RuntimeMs: nsToMs(x.RuntimeNs), CSW: x.CSW, ReleasedIn: top,
+			RunnableMs: nsToMs(x.RunnableNs), ThrottledMs: nsToMs(x.ThrottledNs), ReclaimMs: nsToMs(x.ReclaimNs),
 			ReclaimCalls: x.ReclaimCalls, PagesScanned: x.PagesScanned, PagesReclaimed: x.PagesReclaimed})
 	}
 	f.Evidence["holds"] = list
 	holder := finding.Subject{
 		Role: finding.RoleHolder, PID: tgid, TID: h.TID, Comm: h.Comm,
-		Detail: "stack at release", Stack: waiterFrames(h.Stack),
+		Detail: "stack at release", Stack: waiterFrames(h.Stack), Evidence: s.holdEvidence(&h),
 	}
 	f.Subjects = append(f.Subjects, holder)
 	// What the holders of this process did under the lock.

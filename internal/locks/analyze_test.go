@@ -333,3 +333,101 @@ func TestStatNamesMatchBPF(t *testing.T) {
 		t.Fatal("stat names out of order")
 	}
 }
+
+// The keys the diagnosis stage joins on: whose mmap_lock, each waiter's
+// numbers and mode, the owner's kind, and where the holders' time went
+// (throttled time measured because sched_switch was watched). A reader
+// from another process is named even when five threads waited longer.
+func TestJoinKeys(t *testing.T) {
+	const lock = 0xffff888100000d38
+	s := &Snapshot{
+		Window: 10 * time.Second, HoldThreshold: 20 * time.Millisecond, ThrottleSeen: true,
+		Waits:  []Wait{{Lock: lock, Type: RwsemRead, MMTGID: 5, Count: 60, TotalNs: 30e9, MaxNs: 600e6}},
+		Owners: []Owner{{Lock: lock, TID: 6, TGID: 5, Comm: "holder", Kind: OwnerTask, Count: 60, TotalNs: 30e9}},
+		Holds: []Hold{{TGID: 5, TID: 6, MMTGID: 5, Comm: "holder", Write: true, HoldNs: 400e6, RuntimeNs: 20e6,
+			RunnableNs: 370e6, ThrottledNs: 300e6}},
+		MM:   []MMStat{{TGID: 9, TID: 9, MMTGID: 5, Comm: "ps"}, {TGID: 5, TID: 7, MMTGID: 5, Write: true, Comm: "w"}},
+		Comm: func(int) string { return "app" },
+	}
+	s.MM[0].Wait.Add(400e6)
+	s.MM[1].Wait.Add(300e6)
+	for i := range 6 {
+		s.Waiters = append(s.Waiters, Waiter{Lock: lock, TID: 7 + i, TGID: 5, Comm: "w", Count: 10, TotalNs: uint64(5-i) * 1e9, MaxNs: 300e6})
+	}
+	s.Waiters = append(s.Waiters, Waiter{Lock: lock, TID: 9, TGID: 9, Comm: "ps", Count: 10, TotalNs: 100e6, MaxNs: 400e6})
+	fs, _ := Conclude(s)
+	var c, h *finding.Finding
+	for i := range fs {
+		switch fs[i].ID {
+		case "locks.contention":
+			c = &fs[i]
+		case "locks.mmap-hold":
+			h = &fs[i]
+		}
+	}
+	if c == nil || h == nil {
+		t.Fatalf("findings %+v", fs)
+	}
+	if c.Evidence["mm_pid"] != 5 || h.Evidence["mm_pid"] != 5 {
+		t.Errorf("mm_pid %v %v", c.Evidence["mm_pid"], h.Evidence["mm_pid"])
+	}
+	var ps, w, owner *finding.Subject
+	for i := range c.Subjects {
+		sub := &c.Subjects[i]
+		switch {
+		case sub.Role == finding.RoleWaiter && sub.TID == 9:
+			ps = sub
+		case sub.Role == finding.RoleWaiter && sub.TID == 7:
+			w = sub
+		case sub.Role == finding.RoleOwner:
+			owner = sub
+		}
+	}
+	if ps == nil || ps.Evidence["mode"] != "read" || ps.Evidence["wait_ms_max"] != 400.0 {
+		t.Errorf("the reader from another process: %+v", ps)
+	}
+	if w == nil || w.Evidence["mode"] != "write" || w.Evidence["waits"] != uint64(10) {
+		t.Errorf("the writer: %+v", w)
+	}
+	if owner == nil || owner.Evidence["owner"] != "exact" || owner.Evidence["mode"] != "write" || owner.Evidence["waited_ms"] != 30000.0 {
+		t.Errorf("owner %+v", owner)
+	}
+	if h.Evidence["runnable_ms_total"] != 370.0 || h.Evidence["throttled_ms_total"] != 300.0 || h.Evidence["runtime_ms_total"] != 20.0 {
+		t.Errorf("hold split %v", h.Evidence)
+	}
+	if hs := h.Subjects[0].Evidence; hs["throttled_ms"] != 300.0 || hs["hold_ms"] != 400.0 || hs["mode"] != "write" {
+		t.Errorf("holder evidence %v", hs)
+	}
+	// Without sched_switch, throttling is unknown, not zero.
+	s.ThrottleSeen = false
+	s.aggs = nil
+	fs, _ = Conclude(s)
+	for _, f := range fs {
+		if _, ok := f.Evidence["throttled_ms_total"]; ok {
+			t.Errorf("%s says throttled_ms_total without having watched", f.ID)
+		}
+	}
+}
+
+// A lock only other processes waited on (a ps reading /proc/PID/cmdline)
+// is named as the mmap_lock it is by a hold of it.
+func TestMmapLockNamedByItsHolds(t *testing.T) {
+	const lock = 0xffff888100000d38
+	s := &Snapshot{
+		Window: 10 * time.Second, HoldThreshold: 20 * time.Millisecond,
+		Waits:   []Wait{{Lock: lock, Type: RwsemRead, Count: 5, TotalNs: 9e9, MaxNs: 3e9}},
+		Waiters: []Waiter{{Lock: lock, TID: 9, TGID: 9, Comm: "ps", Count: 5, TotalNs: 9e9, MaxNs: 3e9}},
+		Holds:   []Hold{{TGID: 5, TID: 6, MMTGID: 5, Comm: "holder", Write: true, HoldNs: 3e9, Lock: lock}},
+		Comm:    func(int) string { return "app" },
+	}
+	fs, _ := Conclude(s)
+	for _, f := range fs {
+		if f.ID == "locks.contention" {
+			if f.Evidence["lock"] != "mmap_lock of app (pid 5)" || f.Evidence["mm_pid"] != 5 {
+				t.Errorf("contention on %v, mm_pid %v", f.Evidence["lock"], f.Evidence["mm_pid"])
+			}
+			return
+		}
+	}
+	t.Fatalf("no contention finding: %+v", fs)
+}

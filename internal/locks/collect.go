@@ -114,6 +114,9 @@ func (p *probe) collect(syms Symbolizer, s *Snapshot) error {
 			Kind: OwnerKind(ok.OwnerKind), Stack: sc.get(ok.OwnerStackId),
 			Count: ov.Count, TotalNs: ov.TotalNs, MaxNs: ov.MaxNs,
 		})
+		if o := &s.Owners[len(s.Owners)-1]; ov.LastNs > ov.FirstNs && ov.LastRt >= ov.FirstRt && ov.LastRd >= ov.FirstRd {
+			o.SpanNs, o.OnCPUNs, o.RunnableNs = ov.LastNs-ov.FirstNs, ov.LastRt-ov.FirstRt, ov.LastRd-ov.FirstRd
+		}
 	}
 	if err := it.Err(); err != nil {
 		return err
@@ -187,6 +190,7 @@ func (p *probe) collect(syms Symbolizer, s *Snapshot) error {
 			RuntimeNs: e.RuntimeNs, CSW: e.Csw, Stack: sc.get(e.StackId),
 			ReclaimNs: e.ReclaimNs, ReclaimCalls: e.ReclaimCalls, PagesScanned: e.PagesScanned,
 			PagesReclaimed: e.PagesReclaimed, PagesActivated: e.PagesActivated, PagesRefKeep: e.PagesRefKeep,
+			RunnableNs: e.RunnableNs, ThrottledNs: e.ThrottledNs, Lock: e.Lock,
 		}
 		s.Holds = append(s.Holds, h)
 	}
@@ -354,6 +358,13 @@ func sumOwners(vs []locksOwnerVal) locksOwnerVal {
 		t.Count += v.Count
 		t.TotalNs += v.TotalNs
 		t.MaxNs = max(t.MaxNs, v.MaxNs)
+		// The first and last waits, across CPUs, with the owner's clocks.
+		if v.FirstNs != 0 && (t.FirstNs == 0 || v.FirstNs < t.FirstNs) {
+			t.FirstNs, t.FirstRt, t.FirstRd = v.FirstNs, v.FirstRt, v.FirstRd
+		}
+		if v.LastNs > t.LastNs {
+			t.LastNs, t.LastRt, t.LastRd = v.LastNs, v.LastRt, v.LastRd
+		}
 		if t.OwnerTgid == 0 && v.OwnerTgid != 0 {
 			t.OwnerTgid, t.OwnerComm = v.OwnerTgid, v.OwnerComm
 		}
@@ -364,7 +375,7 @@ func sumOwners(vs []locksOwnerVal) locksOwnerVal {
 // statNames name enum lock_stat's counters, in order.
 var statNames = []string{"begin", "end", "pending_full", "nested", "unmatched_end", "waits_full",
 	"tasks_full", "owners_full", "queue_full", "stack_err", "mm_events", "mm_holds_full",
-	"mm_stats_full", "mm_unmatched", "hold_drops", "samples", "samples_under_lock", "profile_full", "stale"}
+	"mm_stats_full", "mm_unmatched", "hold_drops", "samples", "samples_under_lock", "profile_full", "stale", "throttled_holds"}
 
 // stats reads the per-CPU counters, summed, by name; nil if unreadable
 // (the report then has no event and drop counts, nothing else is lost).

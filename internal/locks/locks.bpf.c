@@ -102,7 +102,8 @@ enum lock_stat {
 	STAT_SAMPLES,
 	STAT_SAMPLES_UNDER_LOCK,
 	STAT_PROFILE_FULL,
-	STAT_STALE, /* pending wait whose end was lost */
+	STAT_STALE,	      /* pending wait whose end was lost */
+	STAT_THROTTLED_HOLDS, /* a holder switched out with its cgroup throttled */
 	STAT_MAX,
 };
 
@@ -158,6 +159,8 @@ struct pending {
 	__u32 flags;	     /* LCB_F_* of the begin */
 	__u32 tid;	     /* the waiter (spin waits are folded by a later one) */
 	char comm[COMM_LEN]; /* the waiter's, sleeping locks only */
+	__u64 owner_rt;	     /* the owner's CPU time at begin */
+	__u64 owner_rd;	     /* and its run-queue time */
 };
 
 /*
@@ -262,6 +265,13 @@ struct owner_val {
 	__u64 max_ns;
 	__u32 owner_tgid;
 	char owner_comm[COMM_LEN];
+	/*
+	 * The owner's CPU time and run-queue time at the first and the last
+	 * wait that found it owning the lock: between the two, where its
+	 * time went while others waited (user space takes the deltas).
+	 */
+	__u64 first_ns, first_rt, first_rd;
+	__u64 last_ns, last_rt, last_rd;
 };
 
 struct {
@@ -563,6 +573,14 @@ static __always_inline __s32 waiter_stack(void *ctx, struct pending *c, __u64 lo
 	return id;
 }
 
+/* sched_info.run_delay exists with CONFIG_SCHED_INFO. */
+static __always_inline __u64 task_run_delay(struct task_struct *t)
+{
+	if (bpf_core_field_exists(t->sched_info.run_delay))
+		return BPF_CORE_READ(t, sched_info.run_delay);
+	return 0;
+}
+
 static __always_inline void account(struct pending *p, const bool can_walk);
 
 static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const bool can_walk)
@@ -655,6 +673,8 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 	if (o && p.owner_kind != OWNER_NONE) {
 		p.owner_tid = BPF_CORE_READ(o, pid);
 		p.owner = (__u64)o;
+		p.owner_rt = BPF_CORE_READ(o, se.sum_exec_runtime);
+		p.owner_rd = task_run_delay(o);
 		if (p.owner_kind == OWNER_TASK)
 			p.owner_stack_id = owner_stack(lock, o, p.owner_tid, can_walk);
 	}
@@ -702,6 +722,7 @@ static __always_inline void owner_name(struct pending *p, struct owner_val *ov, 
 static __always_inline void account(struct pending *p, const bool can_walk)
 {
 	__u64 d = p->end_ns - p->start_ns;
+	__u64 start = p->start_ns;
 	__u32 tid = p->tid;
 
 	p->start_ns = 0;
@@ -775,6 +796,16 @@ static __always_inline void account(struct pending *p, const bool can_walk)
 		ov->total_ns += d;
 		if (d > ov->max_ns)
 			ov->max_ns = d;
+		if (!ov->first_ns || start < ov->first_ns) {
+			ov->first_ns = start;
+			ov->first_rt = p->owner_rt;
+			ov->first_rd = p->owner_rd;
+		}
+		if (start > ov->last_ns) {
+			ov->last_ns = start;
+			ov->last_rt = p->owner_rt;
+			ov->last_rd = p->owner_rd;
+		}
 	} else {
 		count(STAT_OWNERS_FULL);
 	}
@@ -852,8 +883,11 @@ int BPF_PROG(raw_contention_end, void *lock, int ret)
 struct mm_thread {
 	__u64 hold_start_ns;
 	__u64 hold_mm;
-	__u64 runtime_ns; /* the holder's CPU time at acquire */
-	__u64 csw;	  /* its context switches at acquire */
+	__u64 runtime_ns;      /* the holder's CPU time at acquire */
+	__u64 csw;	       /* its context switches at acquire */
+	__u64 run_delay;       /* its time waiting on a run queue at acquire */
+	__u64 throttled_since; /* switched out while its cgroup was throttled */
+	__u64 throttled_ns;    /* throttled time during this hold */
 	__u32 write;
 	__u32 mm_tgid;
 	/* Memory reclaim done while holding it (ClickHouse's per-hold table). */
@@ -930,12 +964,26 @@ struct hold_event {
 	__u64 pages_reclaimed;
 	__u64 pages_activated;
 	__u64 pages_ref_keep;
+	__u64 runnable_ns;  /* waiting on a run queue during the hold (throttled included) */
+	__u64 throttled_ns; /* of which its cgroup was throttled (scheduler-seen) */
+	__u64 lock;	    /* the mmap_lock's address, as contention tracepoints see it */
 };
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 256 * 1024);
 } holds SEC(".maps");
+
+/*
+ * Holders switched out throttled and not yet back: while it is zero, the
+ * switch-in side skips its lookup, so sched_switch costs a few loads.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} throttled_pending SEC(".maps");
 
 /*
  * Before 6.14 the tracepoints also carried the memcg path, before write.
@@ -1037,6 +1085,9 @@ int on_mm_acquired(__u64 *ctx)
 	t->hold_mm = (__u64)mm;
 	t->runtime_ns = BPF_CORE_READ(cur, se.sum_exec_runtime);
 	t->csw = BPF_CORE_READ(cur, nvcsw) + BPF_CORE_READ(cur, nivcsw);
+	t->run_delay = task_run_delay(cur);
+	t->throttled_since = 0;
+	t->throttled_ns = 0;
 	t->write = write;
 	t->mm_tgid = mm_tgid;
 	t->reclaim_start_ns = 0;
@@ -1094,6 +1145,9 @@ int on_mm_released(__u64 *ctx)
 			e->pages_reclaimed = t->pages_reclaimed;
 			e->pages_activated = t->pages_activated;
 			e->pages_ref_keep = t->pages_ref_keep;
+			e->runnable_ns = task_run_delay(cur) - t->run_delay;
+			e->lock = t->hold_mm + bpf_core_field_offset(struct mm_struct, mmap_lock);
+			e->throttled_ns = t->throttled_ns;
 			bpf_ringbuf_submit(e, 0);
 		} else {
 			count(STAT_HOLD_DROPS);
@@ -1176,6 +1230,62 @@ int BPF_PROG(on_shrink_inactive, int nid, unsigned long nr_scanned, unsigned lon
 		t->pages_activated +=
 			BPF_CORE_READ(stat, nr_activate[0]) + BPF_CORE_READ(stat, nr_activate[1]);
 		t->pages_ref_keep += BPF_CORE_READ(stat, nr_ref_keep);
+	}
+	return 0;
+}
+
+/*
+ * ---- holders throttled by CFS bandwidth control ----
+ * A holder switched out while runnable whose cgroup is throttled waits
+ * for the next period with the lock held. Which test says "throttled"
+ * depends on the kernel: since 6.18 a task is throttled on its way back
+ * to user space (task->throttled), so a holder inside the kernel never
+ * is; before, a throttled cgroup's run queue took every task of it off
+ * the CPU at once (cfs_rq->throttle_count counts throttled ancestors too).
+ */
+struct task_struct___618 {
+	bool throttled;
+} __attribute__((preserve_access_index));
+
+static __always_inline bool task_throttled(struct task_struct *t)
+{
+	struct task_struct___618 *t618 = (void *)t;
+
+	if (bpf_core_field_exists(t618->throttled))
+		return BPF_CORE_READ(t618, throttled);
+	if (bpf_core_field_exists(t->se.cfs_rq))
+		return BPF_CORE_READ(t, se.cfs_rq, throttle_count) > 0;
+	return false;
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	__u32 zero = 0;
+	__u64 *pending = bpf_map_lookup_elem(&throttled_pending, &zero);
+
+	if (!pending)
+		return 0;
+	/* Switched out runnable with its cgroup throttled, holding? */
+	if (wolf_task_state(prev) == WOLF_TASK_RUNNING && task_throttled(prev)) {
+		__u32 tid = BPF_CORE_READ(prev, pid);
+		struct mm_thread *t = bpf_map_lookup_elem(&mm_threads, &tid);
+
+		if (t && t->hold_start_ns && !t->throttled_since) {
+			t->throttled_since = bpf_ktime_get_ns();
+			__sync_fetch_and_add(pending, 1);
+			count(STAT_THROTTLED_HOLDS);
+		}
+	}
+	if (!*pending)
+		return 0;
+	__u32 ntid = BPF_CORE_READ(next, pid);
+	struct mm_thread *n = bpf_map_lookup_elem(&mm_threads, &ntid);
+
+	if (n && n->throttled_since) {
+		n->throttled_ns += bpf_ktime_get_ns() - n->throttled_since;
+		n->throttled_since = 0;
+		__sync_fetch_and_add(pending, -1);
 	}
 	return 0;
 }

@@ -229,6 +229,8 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 			return st.Tgid
 		},
 	}
+	snap.ThrottleSeen = p.attached["sched_switch"]
+	snap.TaskThrottle = taskBasedThrottle()
 	if err := p.collect(syms, snap); err != nil {
 		return nil, fmt.Errorf("locks: read maps: %w", err)
 	}

@@ -38,6 +38,9 @@ type locksHoldEvent struct {
 	PagesReclaimed uint64
 	PagesActivated uint64
 	PagesRefKeep   uint64
+	RunnableNs     uint64
+	ThrottledNs    uint64
+	Lock           uint64
 }
 
 type locksLockKey struct {
@@ -69,7 +72,8 @@ const (
 	locksLockStatSTAT_SAMPLES_UNDER_LOCK locksLockStat = 16
 	locksLockStatSTAT_PROFILE_FULL       locksLockStat = 17
 	locksLockStatSTAT_STALE              locksLockStat = 18
-	locksLockStatSTAT_MAX                locksLockStat = 19
+	locksLockStatSTAT_THROTTLED_HOLDS    locksLockStat = 19
+	locksLockStatSTAT_MAX                locksLockStat = 20
 )
 
 type locksMmKey struct {
@@ -86,6 +90,9 @@ type locksMmThread struct {
 	HoldMm         uint64
 	RuntimeNs      uint64
 	Csw            uint64
+	RunDelay       uint64
+	ThrottledSince uint64
+	ThrottledNs    uint64
 	Write          uint32
 	MmTgid         uint32
 	ReclaimStartNs uint64
@@ -128,6 +135,12 @@ type locksOwnerVal struct {
 	OwnerTgid uint32
 	OwnerComm [16]int8
 	_         [4]byte
+	FirstNs   uint64
+	FirstRt   uint64
+	FirstRd   uint64
+	LastNs    uint64
+	LastRt    uint64
+	LastRd    uint64
 }
 
 type locksPending struct {
@@ -153,6 +166,8 @@ type locksPending struct {
 	Tid          uint32
 	Comm         [16]int8
 	_            [4]byte
+	OwnerRt      uint64
+	OwnerRd      uint64
 }
 
 type locksProfKey struct {
@@ -236,6 +251,7 @@ const (
 	locksMapScratch               = "scratch"
 	locksMapStacks                = "stacks"
 	locksMapStats                 = "stats"
+	locksMapThrottledPending      = "throttled_pending"
 	locksMapUnderLock             = "under_lock"
 	locksMapWaiters               = "waiters"
 	locksMapWaits                 = "waits"
@@ -251,6 +267,7 @@ const (
 	locksProgOnMmReleased         = "on_mm_released"
 	locksProgOnSample             = "on_sample"
 	locksProgOnShrinkInactive     = "on_shrink_inactive"
+	locksProgOnSwitch             = "on_switch"
 	locksProgRawContentionBegin   = "raw_contention_begin"
 	locksProgRawContentionEnd     = "raw_contention_end"
 	locksVarHoldThresholdNs       = "hold_threshold_ns"
@@ -319,6 +336,7 @@ type locksProgramSpecs struct {
 	OnMmReleased         *ebpf.ProgramSpec `ebpf:"on_mm_released"`
 	OnSample             *ebpf.ProgramSpec `ebpf:"on_sample"`
 	OnShrinkInactive     *ebpf.ProgramSpec `ebpf:"on_shrink_inactive"`
+	OnSwitch             *ebpf.ProgramSpec `ebpf:"on_switch"`
 	RawContentionBegin   *ebpf.ProgramSpec `ebpf:"raw_contention_begin"`
 	RawContentionEnd     *ebpf.ProgramSpec `ebpf:"raw_contention_end"`
 }
@@ -327,24 +345,25 @@ type locksProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type locksMapSpecs struct {
-	Holds       *ebpf.MapSpec `ebpf:"holds"`
-	LockHist    *ebpf.MapSpec `ebpf:"lock_hist"`
-	MmStats     *ebpf.MapSpec `ebpf:"mm_stats"`
-	MmThreads   *ebpf.MapSpec `ebpf:"mm_threads"`
-	OwnerFrames *ebpf.MapSpec `ebpf:"owner_frames"`
-	OwnerLast   *ebpf.MapSpec `ebpf:"owner_last"`
-	Owners      *ebpf.MapSpec `ebpf:"owners"`
-	PendingCpu  *ebpf.MapSpec `ebpf:"pending_cpu"`
-	PendingTask *ebpf.MapSpec `ebpf:"pending_task"`
-	Queues      *ebpf.MapSpec `ebpf:"queues"`
-	Scratch     *ebpf.MapSpec `ebpf:"scratch"`
-	Stacks      *ebpf.MapSpec `ebpf:"stacks"`
-	Stats       *ebpf.MapSpec `ebpf:"stats"`
-	UnderLock   *ebpf.MapSpec `ebpf:"under_lock"`
-	Waiters     *ebpf.MapSpec `ebpf:"waiters"`
-	Waits       *ebpf.MapSpec `ebpf:"waits"`
-	ZeroHist    *ebpf.MapSpec `ebpf:"zero_hist"`
-	ZeroMm      *ebpf.MapSpec `ebpf:"zero_mm"`
+	Holds            *ebpf.MapSpec `ebpf:"holds"`
+	LockHist         *ebpf.MapSpec `ebpf:"lock_hist"`
+	MmStats          *ebpf.MapSpec `ebpf:"mm_stats"`
+	MmThreads        *ebpf.MapSpec `ebpf:"mm_threads"`
+	OwnerFrames      *ebpf.MapSpec `ebpf:"owner_frames"`
+	OwnerLast        *ebpf.MapSpec `ebpf:"owner_last"`
+	Owners           *ebpf.MapSpec `ebpf:"owners"`
+	PendingCpu       *ebpf.MapSpec `ebpf:"pending_cpu"`
+	PendingTask      *ebpf.MapSpec `ebpf:"pending_task"`
+	Queues           *ebpf.MapSpec `ebpf:"queues"`
+	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
+	Stacks           *ebpf.MapSpec `ebpf:"stacks"`
+	Stats            *ebpf.MapSpec `ebpf:"stats"`
+	ThrottledPending *ebpf.MapSpec `ebpf:"throttled_pending"`
+	UnderLock        *ebpf.MapSpec `ebpf:"under_lock"`
+	Waiters          *ebpf.MapSpec `ebpf:"waiters"`
+	Waits            *ebpf.MapSpec `ebpf:"waits"`
+	ZeroHist         *ebpf.MapSpec `ebpf:"zero_hist"`
+	ZeroMm           *ebpf.MapSpec `ebpf:"zero_mm"`
 }
 
 // locksVariableSpecs contains global variables before they are loaded into the kernel.
@@ -385,24 +404,25 @@ func (o *locksObjects) Close() error {
 //
 // It can be passed to loadLocksObjects or ebpf.CollectionSpec.LoadAndAssign.
 type locksMaps struct {
-	Holds       *ebpf.Map `ebpf:"holds"`
-	LockHist    *ebpf.Map `ebpf:"lock_hist"`
-	MmStats     *ebpf.Map `ebpf:"mm_stats"`
-	MmThreads   *ebpf.Map `ebpf:"mm_threads"`
-	OwnerFrames *ebpf.Map `ebpf:"owner_frames"`
-	OwnerLast   *ebpf.Map `ebpf:"owner_last"`
-	Owners      *ebpf.Map `ebpf:"owners"`
-	PendingCpu  *ebpf.Map `ebpf:"pending_cpu"`
-	PendingTask *ebpf.Map `ebpf:"pending_task"`
-	Queues      *ebpf.Map `ebpf:"queues"`
-	Scratch     *ebpf.Map `ebpf:"scratch"`
-	Stacks      *ebpf.Map `ebpf:"stacks"`
-	Stats       *ebpf.Map `ebpf:"stats"`
-	UnderLock   *ebpf.Map `ebpf:"under_lock"`
-	Waiters     *ebpf.Map `ebpf:"waiters"`
-	Waits       *ebpf.Map `ebpf:"waits"`
-	ZeroHist    *ebpf.Map `ebpf:"zero_hist"`
-	ZeroMm      *ebpf.Map `ebpf:"zero_mm"`
+	Holds            *ebpf.Map `ebpf:"holds"`
+	LockHist         *ebpf.Map `ebpf:"lock_hist"`
+	MmStats          *ebpf.Map `ebpf:"mm_stats"`
+	MmThreads        *ebpf.Map `ebpf:"mm_threads"`
+	OwnerFrames      *ebpf.Map `ebpf:"owner_frames"`
+	OwnerLast        *ebpf.Map `ebpf:"owner_last"`
+	Owners           *ebpf.Map `ebpf:"owners"`
+	PendingCpu       *ebpf.Map `ebpf:"pending_cpu"`
+	PendingTask      *ebpf.Map `ebpf:"pending_task"`
+	Queues           *ebpf.Map `ebpf:"queues"`
+	Scratch          *ebpf.Map `ebpf:"scratch"`
+	Stacks           *ebpf.Map `ebpf:"stacks"`
+	Stats            *ebpf.Map `ebpf:"stats"`
+	ThrottledPending *ebpf.Map `ebpf:"throttled_pending"`
+	UnderLock        *ebpf.Map `ebpf:"under_lock"`
+	Waiters          *ebpf.Map `ebpf:"waiters"`
+	Waits            *ebpf.Map `ebpf:"waits"`
+	ZeroHist         *ebpf.Map `ebpf:"zero_hist"`
+	ZeroMm           *ebpf.Map `ebpf:"zero_mm"`
 }
 
 func (m *locksMaps) Close() error {
@@ -420,6 +440,7 @@ func (m *locksMaps) Close() error {
 		m.Scratch,
 		m.Stacks,
 		m.Stats,
+		m.ThrottledPending,
 		m.UnderLock,
 		m.Waiters,
 		m.Waits,
@@ -460,6 +481,7 @@ type locksPrograms struct {
 	OnMmReleased         *ebpf.Program `ebpf:"on_mm_released"`
 	OnSample             *ebpf.Program `ebpf:"on_sample"`
 	OnShrinkInactive     *ebpf.Program `ebpf:"on_shrink_inactive"`
+	OnSwitch             *ebpf.Program `ebpf:"on_switch"`
 	RawContentionBegin   *ebpf.Program `ebpf:"raw_contention_begin"`
 	RawContentionEnd     *ebpf.Program `ebpf:"raw_contention_end"`
 }
@@ -476,6 +498,7 @@ func (p *locksPrograms) Close() error {
 		p.OnMmReleased,
 		p.OnSample,
 		p.OnShrinkInactive,
+		p.OnSwitch,
 		p.RawContentionBegin,
 		p.RawContentionEnd,
 	)

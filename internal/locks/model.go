@@ -175,6 +175,10 @@ type Owner struct {
 	Count   uint64
 	TotalNs uint64
 	MaxNs   uint64
+	// SpanNs is the time from the first to the last wait that found it
+	// owning the lock, and OnCPUNs and RunnableNs the CPU time it got and
+	// the time it waited on a run queue meanwhile; 0 with fewer than two.
+	SpanNs, OnCPUNs, RunnableNs uint64
 }
 
 // Queue is the wait queue model of one sleeping lock.
@@ -226,7 +230,16 @@ type Hold struct {
 	HoldNs    uint64
 	RuntimeNs uint64 // CPU time the holder got while holding it
 	CSW       uint64 // its context switches while holding it
-	Stack     []string
+	// RunnableNs is the time it waited on a run queue while holding it
+	// (sched_info.run_delay; its cgroup's throttled time included), and
+	// ThrottledNs the part of that it was switched out with its cgroup
+	// throttled (Snapshot.ThrottleSeen says whether wolf could see it).
+	RunnableNs  uint64
+	ThrottledNs uint64
+	// Lock is the mmap_lock's address: the key that ties holds to the
+	// contention on the same lock.
+	Lock  uint64
+	Stack []string
 	// Memory reclaim the holder did while holding it.
 	ReclaimNs      uint64
 	ReclaimCalls   uint64

@@ -45,6 +45,9 @@ type commonProgs struct {
 type btfProgs struct {
 	Begin *ebpf.Program `ebpf:"btf_contention_begin"`
 	End   *ebpf.Program `ebpf:"btf_contention_end"`
+	// Switch times how long mmap_lock holders are throttled by their
+	// cgroup's CPU quota while holding (BTF tracepoint only).
+	Switch *ebpf.Program `ebpf:"on_switch"`
 }
 
 type rawProgs struct {
@@ -57,7 +60,8 @@ type probe struct {
 	common  commonProgs
 	begin   *ebpf.Program
 	end     *ebpf.Program
-	btf     bool // contention via BTF tracepoints, with owner stacks
+	sw      *ebpf.Program // sched_switch, nil without BTF tracepoints
+	btf     bool          // contention via BTF tracepoints, with owner stacks
 	links   []link.Link
 	sampler *perfsample.Sampler
 	rd      *ringbuf.Reader
@@ -119,6 +123,14 @@ func openProbe(cfg config) (*probe, error) {
 		{"mm_vmscan_direct_reclaim_end", p.common.OnDirectReclaimEnd, false, false},
 		{"mm_vmscan_lru_shrink_inactive", p.common.OnShrinkInactive, false, false},
 	}
+	if p.sw != nil {
+		steps = append(steps, struct {
+			name     string
+			prog     *ebpf.Program
+			typed    bool
+			required bool
+		}{"sched_switch", p.sw, true, false})
+	}
 	for _, s := range steps {
 		if err := attach(s.name, s.prog, s.typed, s.required); err != nil {
 			p.close()
@@ -179,6 +191,7 @@ func (p *probe) load(cfg config) error {
 				return err
 			}
 			p.maps, p.common, p.begin, p.end, p.btf = o.locksMaps, o.commonProgs, o.btfProgs.Begin, o.btfProgs.End, true
+			p.sw = o.btfProgs.Switch
 			return nil
 		}
 		var o struct {
@@ -254,6 +267,26 @@ func kernelHasFunc(name string) bool {
 	return spec.TypeByName(name, &fn) == nil
 }
 
+// taskBasedThrottle says whether this kernel throttles a task only on its
+// way back to user space (6.18+: task_struct has a throttled flag), so that
+// a task holding a kernel lock is never throttled while it holds it.
+func taskBasedThrottle() bool {
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		return false
+	}
+	var ts *btf.Struct
+	if spec.TypeByName("task_struct", &ts) != nil {
+		return false
+	}
+	for _, m := range ts.Members {
+		if m.Name == "throttled" {
+			return true
+		}
+	}
+	return false
+}
+
 // mmapHasMemcgPath says whether this kernel's mmap_lock tracepoints carry
 // a memcg path argument before write (5.14 to 6.13) or not.
 func mmapHasMemcgPath() bool {
@@ -309,7 +342,7 @@ func (p *probe) holdEvents() ([]locksHoldEvent, uint64) {
 func (p *probe) programs() []*ebpf.Program {
 	c := &p.common
 	return []*ebpf.Program{p.begin, p.end, c.OnMmAcquired, c.OnMmReleased, c.OnSample,
-		c.OnMemcgReclaimBegin, c.OnMemcgReclaimEnd, c.OnDirectReclaimBegin, c.OnDirectReclaimEnd, c.OnShrinkInactive}
+		c.OnMemcgReclaimBegin, c.OnMemcgReclaimEnd, c.OnDirectReclaimBegin, c.OnDirectReclaimEnd, c.OnShrinkInactive, p.sw}
 }
 
 // close detaches first (no new events), then drains and closes.

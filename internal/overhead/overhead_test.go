@@ -201,3 +201,26 @@ func TestCloseStopsTheCycle(t *testing.T) {
 type closer func()
 
 func (c closer) Close() error { c(); return nil }
+
+// Meters align their on periods to the wall clock, so meters side by side
+// are on at the same moments.
+func TestUntilToggleAlignsToTheClock(t *testing.T) {
+	m := &Meter{onPeriod: 100 * time.Millisecond, offPeriod: 900 * time.Millisecond}
+	sec := time.Date(2026, 1, 1, 0, 0, 7, 0, time.UTC)
+	cases := []struct {
+		into time.Duration
+		on   bool
+		want time.Duration
+	}{
+		{0, true, 100 * time.Millisecond},                       // on at a second's start: on for 100 ms
+		{30 * time.Millisecond, true, 70 * time.Millisecond},    // tracked 30 ms in: on for the rest
+		{400 * time.Millisecond, true, 0},                       // tracked past the on part: off at once
+		{100 * time.Millisecond, false, 900 * time.Millisecond}, // off until the next second
+		{950 * time.Millisecond, false, 50 * time.Millisecond},
+	}
+	for _, c := range cases {
+		if got := m.untilToggle(sec.Add(c.into), c.on); got != c.want {
+			t.Errorf("%v into the second, on %v: %v, want %v", c.into, c.on, got, c.want)
+		}
+	}
+}

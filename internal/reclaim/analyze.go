@@ -420,6 +420,17 @@ func (s *Snapshot) cgroupEvidence(c *Cgroup, total, longest time.Duration, stall
 		ev["psi_some_pct"] = human.Round(c.PSISome, 2)
 		ev["psi_full_pct"] = human.Round(c.PSIFull, 2)
 	}
+	// Its processes and its id: the keys the diagnosis stage joins a
+	// lock's holder to its memory cgroup on.
+	ev["cgroup_id"] = c.ID
+	ev["controller"] = "memory"
+	if len(c.Procs) > 0 {
+		pids := make([]int, 0, len(c.Procs))
+		for _, p := range c.Procs {
+			pids = append(pids, p.PID)
+		}
+		ev["pids"] = pids
+	}
 	return ev
 }
 
@@ -439,7 +450,7 @@ func (s *Snapshot) cgroupSubjects(c *Cgroup, worst *Call) []finding.Subject {
 			detail += fmt.Sprintf("; %d OOM kills", c.oomKills())
 		}
 	}
-	subs := []finding.Subject{{Role: finding.RoleCgroup, Cgroup: c.name(), Detail: detail}}
+	subs := []finding.Subject{{Role: finding.RoleCgroup, Cgroup: c.name(), CgroupID: c.ID, Detail: detail}}
 	procs := slices.Clone(c.Procs)
 	slices.SortStableFunc(procs, func(a, b Proc) int { return cmp.Compare(b.InReclaim, a.InReclaim) })
 	for i, p := range procs {

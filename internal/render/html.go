@@ -83,7 +83,8 @@ type htmlView struct {
 	Started      string
 	Duration     string
 	Counts       map[string]int
-	Findings     []htmlFinding
+	Diagnoses    []htmlDiagnosis
+	Findings     []htmlFinding // those no diagnosis explains
 	Checklist    []htmlCheck
 	Histograms   []htmlHist
 	Profiles     []htmlProfile
@@ -112,9 +113,24 @@ func newHTMLView(r *finding.Report) *htmlView {
 	v.Duration = human.Number(r.DurationS)
 	fs := append([]finding.Finding(nil), r.Findings...)
 	finding.Sort(fs)
+	folded := map[string][]htmlFinding{}
 	for i := range fs {
-		v.Findings = append(v.Findings, newHTMLFinding(i, &fs[i]))
+		hf := newHTMLFinding(i, &fs[i])
 		v.Counts[fs[i].Severity.String()]++
+		if explainedHere(r, &fs[i]) {
+			// Under the first diagnosis that explains it, not on its own.
+			for _, ref := range fs[i].ExplainedBy {
+				if _, ok := folded[ref]; ok || diagnosisRef(r, ref) {
+					folded[ref] = append(folded[ref], hf)
+					break
+				}
+			}
+			continue
+		}
+		v.Findings = append(v.Findings, hf)
+	}
+	for i := range r.Diagnoses {
+		v.Diagnoses = append(v.Diagnoses, newHTMLDiagnosis(i, &r.Diagnoses[i], folded[r.Diagnoses[i].Ref]))
 	}
 	for _, c := range r.Checklist {
 		v.Checklist = append(v.Checklist, htmlCheck{Check: c, Sev: c.Severity.String(), Values: evidenceNode(c.Values)})
@@ -149,6 +165,15 @@ func newHTMLView(r *finding.Report) *htmlView {
 		v.Capabilities = append(v.Capabilities, htmlCapability{Name: k, OK: r.Capabilities[k]})
 	}
 	return v
+}
+
+func diagnosisRef(r *finding.Report, ref string) bool {
+	for _, d := range r.Diagnoses {
+		if d.Ref == ref {
+			return true
+		}
+	}
+	return false
 }
 
 type htmlCapability struct {

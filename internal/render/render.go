@@ -42,6 +42,9 @@ func JSON(w io.Writer, r *finding.Report) error {
 	if r.Histograms == nil {
 		r.Histograms = []finding.Histogram{}
 	}
+	if r.Diagnoses == nil {
+		r.Diagnoses = []finding.Diagnosis{}
+	}
 	if r.Capabilities == nil {
 		r.Capabilities = map[string]bool{}
 	}
@@ -86,8 +89,9 @@ func (t *textWriter) paint(code, s string) string {
 	return "\x1b[" + code + "m" + s + "\x1b[0m"
 }
 
-// Text writes the report for a person: a header, the findings ranked by
-// severity, a verdict line, and what wolf itself cost.
+// Text writes the report for a person: a header, the diagnoses (each with
+// its chain and the findings it explains folded under it), the other
+// findings ranked by severity, a verdict line, and what wolf itself cost.
 func Text(w io.Writer, r *finding.Report, o TextOptions) error {
 	if o.Width <= 0 {
 		o.Width = 80
@@ -100,7 +104,13 @@ func Text(w io.Writer, r *finding.Report, o TextOptions) error {
 	t.checklist(r.Checklist)
 	fs := append([]finding.Finding(nil), r.Findings...)
 	finding.Sort(fs)
+	for i := range r.Diagnoses {
+		t.diagnosis(&r.Diagnoses[i], fs)
+	}
 	for _, f := range fs {
+		if len(f.ExplainedBy) > 0 && explainedHere(r, &f) {
+			continue // folded under its diagnosis
+		}
 		t.finding(&f)
 	}
 	for _, e := range r.Errors {
@@ -195,7 +205,89 @@ func Verdict(r *finding.Report) string {
 		}
 		return v
 	}
+	if n := len(r.Diagnoses); n > 0 {
+		return fmt.Sprintf("Unhealthy: %s; %d critical, %d warning, %d info findings.", human.Plural(n, "diagnosis", "diagnoses"), counts[finding.Critical], counts[finding.Warning], counts[finding.Info])
+	}
 	return fmt.Sprintf("Unhealthy: %d critical, %d warning, %d info.", counts[finding.Critical], counts[finding.Warning], counts[finding.Info])
+}
+
+// explainedHere says whether a diagnosis of r explains f, so that f is
+// folded under it rather than listed on its own.
+func explainedHere(r *finding.Report, f *finding.Finding) bool {
+	for _, ref := range f.ExplainedBy {
+		for _, d := range r.Diagnoses {
+			if d.Ref == ref {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// diagnosis writes one diagnosis: the root cause, the chain hop by hop
+// with its numbers, what would confirm it, what to do, and the findings it
+// explains, one line each.
+func (t *textWriter) diagnosis(d *finding.Diagnosis, fs []finding.Finding) {
+	const indent = "          "
+	code := map[finding.Severity]string{finding.Critical: "1;31", finding.Warning: "1;33", finding.Info: "36"}[d.Severity]
+	for i, line := range Wrap(d.Title, t.o.Width-len(indent)) {
+		lead := indent
+		if i == 0 {
+			lead = t.paint(code, "DIAGNOSIS") + " "
+		}
+		t.printf("%s%s\n", lead, line)
+	}
+	t.printf("%s%s\n", indent, t.paint("2", fmt.Sprintf("[%s · %s · %s · %s]", d.ID, d.Ref, d.Severity, d.Confidence)))
+	for i, h := range d.Chain {
+		text := fmt.Sprintf("%d. %s: %s", i+1, h.Relation, h.Text)
+		if h.Likely {
+			text += " (likely)"
+		}
+		for j, line := range Wrap(text, t.o.Width-len(indent)-3) {
+			if j == 0 {
+				t.printf("%s%s\n", indent, line)
+			} else {
+				t.printf("%s   %s\n", indent, line)
+			}
+		}
+	}
+	for _, c := range d.Confirm {
+		t.para(indent, "To confirm: ", c)
+	}
+	if len(d.Remediation) > 0 {
+		t.printf("%s%s\n", indent, t.paint("1", "Do:"))
+		for _, r := range d.Remediation {
+			for i, line := range Wrap(r, t.o.Width-len(indent)-2) {
+				if i == 0 {
+					t.printf("%s- %s\n", indent, line)
+				} else {
+					t.printf("%s  %s\n", indent, line)
+				}
+			}
+		}
+	}
+	var folded []*finding.Finding
+	for i := range fs {
+		for _, ref := range fs[i].ExplainedBy {
+			if ref == d.Ref {
+				folded = append(folded, &fs[i])
+			}
+		}
+	}
+	if len(folded) > 0 {
+		t.printf("%s%s\n", indent, t.paint("1", "Explains:"))
+		for _, f := range folded {
+			line := fmt.Sprintf("%-8s %s [%s]", strings.ToUpper(f.Severity.String()), f.Title, f.ID)
+			for i, l := range Wrap(line, t.o.Width-len(indent)-2) {
+				if i == 0 {
+					t.printf("%s- %s\n", indent, l)
+				} else {
+					t.printf("%s  %s\n", indent, l)
+				}
+			}
+		}
+	}
+	t.printf("\n")
 }
 
 func (t *textWriter) finding(f *finding.Finding) {

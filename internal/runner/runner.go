@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/wolf-investigator/wolf/internal/diagnose"
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/overhead"
@@ -188,6 +189,8 @@ func Start(ctx context.Context, cfg Config) *Run {
 	// count the same CPU seconds once per investigator.
 	rep.Overhead.CPUSeconds = (overhead.CPUTime() - cpuStart).Seconds()
 	finding.Sort(rep.Findings)
+	// Join what the investigators found into root-cause chains.
+	diagnose.Apply(rep)
 	rep.DurationS = float64(time.Since(started).Milliseconds()) / 1000
 	return r
 }

@@ -136,6 +136,9 @@ type Snapshot struct {
 	Thresholds Thresholds
 	// Window is the bounce window the BPF side used.
 	BounceWindow time.Duration
+	// Bandwidth is the CPU quota of every cgroup that has one and ran in
+	// the window, with its throttling (cgroupfs, read at both ends).
+	Bandwidth []Bandwidth
 }
 
 const storyRef = "Eric's Place, \"The Network Is Slow: An Adventure in the Linux Kernel\", https://www.ericsplace.xyz/posts/network-is-slow/ (a task bounced between cores by the load balancer and wake-up placement; CONFIG_SCHED_MC off)"
@@ -174,6 +177,7 @@ func Conclude(s *Snapshot) []finding.Finding {
 	if len(mismatches) > 0 && !s.SchedMCOff {
 		out = append(out, mismatchFinding(mismatches, s.Sched))
 	}
+	out = append(out, ThrottleFindings(s.Bandwidth, s.Duration)...)
 	finding.Sort(out)
 	return out
 }

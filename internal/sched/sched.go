@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -113,6 +114,8 @@ func (s *Investigator) Start(ctx context.Context, opts investigator.Options) (in
 		return nil, err
 	}
 	ss.meter.Track(ss.p.programs()...)
+	ss.cpuh = findCPUHierarchy(ctx, s.Proc)
+	ss.bw = ss.cpuh.readBandwidths()
 	ss.start = monotonicNow()
 	if s.attached != nil {
 		s.attached()
@@ -130,6 +133,10 @@ type session struct {
 	topo    map[int]schedCpuTopo
 	topoErr error
 	start   uint64 // monotonic ns when attached
+	// CPU bandwidth: where the cpu controller's cgroups are, and what
+	// their quotas had done when the window opened.
+	cpuh cpuHierarchy
+	bw   map[string]bwReading
 }
 
 // Close detaches and frees everything.
@@ -150,6 +157,9 @@ func (ss *session) Collect(ctx context.Context) (*investigator.Result, error) {
 		return nil, err
 	}
 	end := monotonicNow()
+	bwAfter := ss.cpuh.readBandwidths()
+	bwBefore := ss.bw
+	ss.bw = bwAfter // the next window starts here
 	if s.dumped != nil {
 		s.dumped()
 	}
@@ -221,6 +231,16 @@ func (ss *session) Collect(ctx context.Context) (*investigator.Result, error) {
 		snap.Sched = schedViewFromBPF(topo, p.percpu)
 	}
 	snap.SchedMCOff = schedMCOff(snap.Hardware)
+	for _, b := range bandwidthDeltas(bwBefore, bwAfter, ss.cpuh.version) {
+		if b.Periods < throttleMinPer || b.ThrottledPct() < throttleInfoPct {
+			continue // only the throttled ones are reported: read their processes
+		}
+		b.Procs = ss.cpuh.procsOf(ctx, s.Proc, b.Path)
+		if opts.PID > 0 && !slices.ContainsFunc(b.Procs, func(p Proc) bool { return p.PID == int(cfg.TargetTGID) }) {
+			continue
+		}
+		snap.Bandwidth = append(snap.Bandwidth, b)
+	}
 	s.describeMovers(ctx, snap)
 	if s.snapshot != nil {
 		s.snapshot(snap)

@@ -137,6 +137,7 @@ type Change struct {
 	Key     string           // Key of the finding
 	Reason  string           // for "change": what moved
 	Finding *finding.Finding // the current version (the last one for "clear")
+	Prev    *finding.Finding // for "change": the version emitted before
 }
 
 // Active is a finding the watch has reported started and not yet cleared.
@@ -171,7 +172,7 @@ func Diff(active map[string]*Active, window []finding.Finding, clearAfter int) [
 		default:
 			prev.Missed = 0
 			if why := Material(prev.Finding, f); why != "" {
-				out = append(out, Change{Event: "change", Key: k, Reason: why, Finding: f})
+				out = append(out, Change{Event: "change", Key: k, Reason: why, Finding: f, Prev: prev.Finding})
 				prev.Finding = f
 			}
 		}
@@ -189,6 +190,33 @@ func Diff(active map[string]*Active, window []finding.Finding, clearAfter int) [
 	for _, k := range gone {
 		out = append(out, Change{Event: "clear", Key: k, Finding: active[k].Finding})
 		delete(active, k)
+	}
+	return out
+}
+
+// DiffPeek compares a look into a window not yet over with the findings
+// active: a finding that is new starts, one whose severity rose changes;
+// nothing clears and nothing counts as missed (the window is not over),
+// and numbers that moved wait for the window's end.
+func DiffPeek(active map[string]*Active, window []finding.Finding) []Change {
+	seen := map[string]bool{}
+	var out []Change
+	for i := range window {
+		f := &window[i]
+		k := Key(f)
+		for n := 2; seen[k]; n++ {
+			k = Key(f) + "#" + strconv.Itoa(n)
+		}
+		seen[k] = true
+		prev, ok := active[k]
+		switch {
+		case !ok:
+			out = append(out, Change{Event: "start", Key: k, Finding: f})
+			active[k] = &Active{Finding: f}
+		case f.Severity > prev.Finding.Severity:
+			out = append(out, Change{Event: "change", Key: k, Reason: fmt.Sprintf("severity %s -> %s", prev.Finding.Severity, f.Severity), Finding: f, Prev: prev.Finding})
+			prev.Finding = f
+		}
 	}
 	return out
 }

@@ -25,9 +25,11 @@ type Metrics struct {
 	families   map[string][]*family
 	gauges     []*gauge
 	findings   map[string]map[findingLabels]int // investigator -> active findings
+	diag       diagMetrics
 
 	buildInfo                                              *prometheus.Desc
 	success, lastDuration, lastSuccess, window, runs, errs *prometheus.Desc
+	attaches                                               *prometheus.Desc
 	bpfRun, events, dropped                                *prometheus.Desc
 	findingsDesc                                           *prometheus.Desc
 	version, kernel                                        string
@@ -49,6 +51,7 @@ type collectorState struct {
 	lastDuration time.Duration
 	lastSuccess  time.Time
 	runs, errors uint64
+	attaches     uint64
 	bpfRunNs     uint64
 	events       uint64
 	dropped      uint64
@@ -84,11 +87,12 @@ func NewMetrics(version, kernel string, top int, windows map[string]time.Duratio
 	c := []string{"collector"}
 	m.buildInfo = prometheus.NewDesc("wolf_build_info", "Always 1; labels name wolf's version, the Go version and the kernel.", []string{"version", "goversion", "kernel"}, nil)
 	m.success = prometheus.NewDesc("wolf_collector_success", "1 if the investigator's last window succeeded, 0 if it failed (it is retried with backoff).", c, nil)
-	m.lastDuration = prometheus.NewDesc("wolf_collector_last_run_duration_seconds", "Wall time of the investigator's last window, load, attach and detach included.", c, nil)
+	m.lastDuration = prometheus.NewDesc("wolf_collector_last_run_duration_seconds", "Wall time the investigator took to conclude its last window (Collect: reading and analysing its maps; its programs stay attached), or to fail.", c, nil)
 	m.lastSuccess = prometheus.NewDesc("wolf_collector_last_success_timestamp_seconds", "When the investigator's last successful window ended (Unix time).", c, nil)
 	m.window = prometheus.NewDesc("wolf_collector_window_seconds", "How long each of the investigator's windows watches.", c, nil)
 	m.runs = prometheus.NewDesc("wolf_collector_runs_total", "Windows the investigator completed, failed ones included.", c, nil)
-	m.errs = prometheus.NewDesc("wolf_collector_errors_total", "Windows that failed.", c, nil)
+	m.errs = prometheus.NewDesc("wolf_collector_errors_total", "Failures: a start or a window that failed (the investigator is then closed and started again with backoff).", c, nil)
+	m.attaches = prometheus.NewDesc("wolf_collector_attaches_total", "Times the investigator loaded and attached its programs: once, plus once per restart after a failure.", c, nil)
 	m.bpfRun = prometheus.NewDesc("wolf_bpf_run_seconds_total", "CPU time wolf's BPF programs ran in the kernel (kernel run statistics).", c, nil)
 	m.events = prometheus.NewDesc("wolf_events_total", "Kernel events wolf's programs handled.", c, nil)
 	m.dropped = prometheus.NewDesc("wolf_events_dropped_total", "Events lost: ring buffer full, map full, recursion misses.", c, nil)
@@ -156,7 +160,15 @@ func (m *Metrics) Observe(name string, res *investigator.Result, took time.Durat
 	}
 }
 
-// Failed records one investigator window that failed.
+// Attached records that an investigator loaded and attached (a session
+// started).
+func (m *Metrics) Attached(name string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.state(name).attaches++
+}
+
+// Failed records one investigator window (or start) that failed.
 func (m *Metrics) Failed(name string, took time.Duration) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -180,6 +192,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.window, prometheus.GaugeValue, s.window.Seconds(), name)
 		ch <- prometheus.MustNewConstMetric(m.runs, prometheus.CounterValue, float64(s.runs), name)
 		ch <- prometheus.MustNewConstMetric(m.errs, prometheus.CounterValue, float64(s.errors), name)
+		ch <- prometheus.MustNewConstMetric(m.attaches, prometheus.CounterValue, float64(s.attaches), name)
 		ch <- prometheus.MustNewConstMetric(m.bpfRun, prometheus.CounterValue, float64(s.bpfRunNs)/1e9, name)
 		ch <- prometheus.MustNewConstMetric(m.events, prometheus.CounterValue, float64(s.events), name)
 		ch <- prometheus.MustNewConstMetric(m.dropped, prometheus.CounterValue, float64(s.dropped), name)
@@ -205,6 +218,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, v.Value, v.Labels...)
 		}
 	}
+	m.collectDiagnoses(ch)
 	for _, fams := range m.families {
 		for _, f := range fams {
 			f.collect(ch)

@@ -4,14 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/exporter-toolkit/web"
 )
 
 // DefaultListen is loopback: wolf's metrics name processes, cgroups and
@@ -42,13 +46,19 @@ func CheckListen(addr string, anyInterface bool) error {
 }
 
 // Registry returns a fresh registry (never the global default one) with
-// m, wolf's own process (CPU, memory, file descriptors) and the Go runtime.
-func Registry(m *Metrics) *prometheus.Registry {
+// m, wolf's own process (CPU, memory, file descriptors), the Go runtime,
+// and extra collectors (the output's and the incident store's).
+func Registry(m *Metrics, extra ...prometheus.Collector) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m,
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collectors.NewGoCollector(),
 	)
+	for _, c := range extra {
+		if c != nil {
+			reg.MustRegister(c)
+		}
+	}
 	return reg
 }
 
@@ -62,9 +72,48 @@ func Listen(addr string) (net.Listener, error) {
 	return l, nil
 }
 
+// CheckWebConfig reads a --web.config.file (the Prometheus exporters'
+// web configuration: TLS certificates, client CAs, basic-auth users with
+// bcrypt hashes) and its certificates, so that a mistake is a usage error
+// before any investigator starts. "" is no file: plain HTTP.
+func CheckWebConfig(path string) error {
+	if path == "" {
+		return nil
+	}
+	if _, err := os.Stat(path); err != nil {
+		return err
+	}
+	if err := web.Validate(path); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+// ServeOptions are what Serve needs besides the socket and the registry.
+type ServeOptions struct {
+	// WebConfig is the --web.config.file path: TLS and basic auth the
+	// way node_exporter and the other exporters do them (the Prometheus
+	// exporter-toolkit, which rereads the file on every new connection,
+	// so certificates can be rotated in place). "" serves plain HTTP.
+	WebConfig string
+	// Health lists what is wrong but not fatal (an output that fails, an
+	// incident directory that is full); /healthz says it.
+	Health func() []string
+	// Log receives the toolkit's warnings (stderr); nil discards them.
+	Log io.Writer
+	// Extra handlers beside /metrics and /healthz, by path.
+	Handlers map[string]http.Handler
+}
+
 // Serve serves /metrics, /healthz and a landing page on l until ctx is
 // cancelled, then shuts the server down.
-func Serve(ctx context.Context, l net.Listener, reg *prometheus.Registry) error {
+//
+// /healthz answers 200 "ok" when all is well and 200 with "degraded" and
+// one line per problem otherwise: the process is alive and serving, and
+// an orchestrator that restarted it (a liveness probe fails on non-2xx)
+// would fix neither a full disk nor anything else listed there, and would
+// throw away the lines and incidents wolf still holds in memory.
+func Serve(ctx context.Context, l net.Listener, reg *prometheus.Registry, opts ServeOptions) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		// A scrape that fails half way reports the error rather than
@@ -75,8 +124,22 @@ func Serve(ctx context.Context, l net.Listener, reg *prometheus.Registry) error 
 	}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		fmt.Fprintln(w, "ok")
+		var problems []string
+		if opts.Health != nil {
+			problems = opts.Health()
+		}
+		if len(problems) == 0 {
+			fmt.Fprintln(w, "ok")
+			return
+		}
+		fmt.Fprintln(w, "degraded")
+		for _, p := range problems {
+			fmt.Fprintln(w, p)
+		}
 	})
+	for path, h := range opts.Handlers {
+		mux.Handle(path, h)
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/" {
 			http.NotFound(w, r)
@@ -90,8 +153,17 @@ func Serve(ctx context.Context, l net.Listener, reg *prometheus.Registry) error 
 `)
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	logOut := opts.Log
+	if logOut == nil {
+		logOut = io.Discard
+	}
+	// The toolkit logs every listener at Info; wolf says where it
+	// listens itself, so only its warnings and errors get through.
+	logger := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cfg := opts.WebConfig
+	flags := &web.FlagConfig{WebListenAddresses: &[]string{l.Addr().String()}, WebSystemdSocket: new(bool), WebConfigFile: &cfg}
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(l) }()
+	go func() { done <- web.Serve(l, srv, flags, logger) }()
 	select {
 	case err := <-done:
 		return fmt.Errorf("serve metrics: %w", err)

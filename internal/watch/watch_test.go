@@ -14,38 +14,58 @@ import (
 	"github.com/wolf-investigator/wolf/internal/investigator"
 )
 
-// script is a fake investigator that returns its steps in turn, then
-// blocks until cancelled.
+// script is a fake investigator: each Collect returns its next step (an
+// error ends the session, and watch starts another that goes on with the
+// steps); once the steps are done it closes done and returns empty
+// windows. starts and closes count sessions.
 type script struct {
-	name  string
-	mu    sync.Mutex
-	steps []func() (*investigator.Result, error)
-	calls int
-	done  chan struct{}
+	name           string
+	mu             sync.Mutex
+	steps          []func() (*investigator.Result, error)
+	calls          int
+	starts, closes int
+	done           chan struct{}
 }
 
 func (s *script) Name() string    { return s.name }
 func (s *script) Summary() string { return "fake" }
 func (s *script) Start(ctx context.Context, _ investigator.Options) (investigator.Session, error) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.starts++
+	return (*scriptSession)(s), nil
+}
+
+func (s *script) counts() (starts, closes, calls int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.starts, s.closes, s.calls
+}
+
+type scriptSession script
+
+func (ss *scriptSession) Collect(context.Context) (*investigator.Result, error) {
+	s := (*script)(ss)
+	s.mu.Lock()
 	i := s.calls
 	s.calls++
 	s.mu.Unlock()
 	if i < len(s.steps) {
-		return scriptWindow(s.steps[i]), nil
+		return s.steps[i]()
 	}
 	if i == len(s.steps) {
 		close(s.done)
 	}
-	<-ctx.Done()
-	return nil, ctx.Err()
+	return &investigator.Result{}, nil
 }
 
-// scriptWindow is one window of a script: Collect returns its step.
-type scriptWindow func() (*investigator.Result, error)
-
-func (w scriptWindow) Collect(context.Context) (*investigator.Result, error) { return w() }
-func (w scriptWindow) Close() error                                          { return nil }
+func (ss *scriptSession) Close() error {
+	s := (*script)(ss)
+	s.mu.Lock()
+	s.closes++
+	s.mu.Unlock()
+	return nil
+}
 
 func found(fs ...finding.Finding) func() (*investigator.Result, error) {
 	return func() (*investigator.Result, error) { return &investigator.Result{Findings: fs}, nil }
@@ -107,8 +127,16 @@ func TestWatcherEventsAndFailures(t *testing.T) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if s := m.collectors["locks"]; s.errors != 2 || s.runs != 3 || !s.success {
-		t.Errorf("locks collector state %+v", s)
+	if s := m.collectors["locks"]; s.errors != 2 || s.runs < 3 || !s.success || s.attaches != 3 {
+		t.Errorf("locks collector state %+v: want 2 errors, each followed by a new session (3 attaches)", s)
+	}
+	// The investigator that never failed loaded and attached once for
+	// all its windows; the failed sessions were closed.
+	if starts, _, calls := good.counts(); starts != 1 || calls < 4 {
+		t.Errorf("hung: %d sessions for %d windows, want 1", starts, calls)
+	}
+	if starts, closes, _ := bad.counts(); closes < starts-1 {
+		t.Errorf("locks: %d sessions started, %d closed", starts, closes)
 	}
 }
 
@@ -153,3 +181,5 @@ func TestCheckListen(t *testing.T) {
 		}
 	}
 }
+
+func (s *syncBuf) String() string { return string(s.Bytes()) }

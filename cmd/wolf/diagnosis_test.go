@@ -1,0 +1,273 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf/btf"
+
+	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/lab"
+	"github.com/wolf-investigator/wolf/internal/lab/cpuquota"
+	"github.com/wolf-investigator/wolf/internal/lab/labproc"
+	"github.com/wolf-investigator/wolf/internal/lab/memchain"
+	"github.com/wolf-investigator/wolf/internal/lab/pshang"
+	"github.com/wolf-investigator/wolf/internal/testutil"
+)
+
+// The diagnosis issue's acceptance tests: with each story's lab running,
+// `wolf doctor` puts first the one diagnosis that names the right root and
+// every task of the chain, with numbers on each hop, as subjects of
+// diagnoses[0].
+
+func doctorJSON(t *testing.T, d time.Duration) finding.Report {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "report.json")
+	r := runWolf(t, d+40*time.Second, "doctor", "--duration", d.String(), "--format", "json", "--output", out)
+	if r.code != 0 {
+		t.Fatalf("doctor exit %d: %s", r.code, r.stderr)
+	}
+	return readReport(t, out)
+}
+
+func logDiagnoses(t *testing.T, rep *finding.Report) {
+	t.Helper()
+	for _, d := range rep.Diagnoses {
+		t.Logf("%s %s [%s]", d.Ref, d.Title, d.ID)
+		for _, h := range d.Chain {
+			t.Logf("   %s: %s", h.Relation, h.Text)
+		}
+	}
+}
+
+func find(d *finding.Diagnosis, role string, match func(*finding.Subject) bool) *finding.Subject {
+	for i := range d.Subjects {
+		if d.Subjects[i].Role == role && match(&d.Subjects[i]) {
+			return &d.Subjects[i]
+		}
+	}
+	return nil
+}
+
+func numOf(ev map[string]any, k string) float64 {
+	v, _ := ev[k].(float64)
+	return v
+}
+
+// every hop carries numbers, but the ones that only say who holds what.
+func checkHopNumbers(t *testing.T, d *finding.Diagnosis) {
+	t.Helper()
+	for _, h := range d.Chain {
+		if len(h.Evidence) == 0 && h.Relation != finding.HeldBy {
+			t.Errorf("hop without numbers: %s: %s", h.Relation, h.Text)
+		}
+	}
+}
+
+// (1) The ClickHouse story: reclaim at the cgroup's limit under the
+// process's mmap_lock; a ps-like reader waits.
+func TestDoctorDiagnosesMemcgLimitUnderMmapLock(t *testing.T) {
+	testutil.RequireRoot(t)
+	_, _, err := labproc.Hierarchy(context.Background(), "memory", 0)
+	testutil.Require(t, err == nil, fmt.Sprintf("needs the memory cgroup controller: %v", err))
+	testutil.Exclusive(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	inst, err := memchain.New().Start(ctx, lab.Options{Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Close()
+	in := inst.(*memchain.Instance)
+	rep := doctorJSON(t, 10*time.Second)
+	logDiagnoses(t, &rep)
+	reads, maxMs := in.ReaderStats()
+	t.Logf("reader: %d reads, the longest %.0f ms", reads, maxMs)
+	if len(rep.Diagnoses) == 0 {
+		t.Fatal("no diagnosis")
+	}
+	d := &rep.Diagnoses[0]
+	if d.ID != "diagnose.memcg-limit" || d.Root.Cgroup != in.Cgroup().Path {
+		t.Fatalf("first diagnosis %s rooted at %+v, want diagnose.memcg-limit at %s", d.ID, d.Root, in.Cgroup().Path)
+	}
+	if cg := find(d, finding.RoleCgroup, func(s *finding.Subject) bool { return s.Cgroup == in.Cgroup().Path }); cg == nil {
+		t.Errorf("cgroup not among the subjects")
+	}
+	var limit float64
+	var reclaim bool
+	for _, h := range d.Chain {
+		if h.Relation == finding.ConstrainedBy {
+			limit = numOf(h.Evidence, "limit_bytes")
+		}
+		if h.Relation == finding.SpendsHold && numOf(h.Evidence, "reclaim_ms") > 0 {
+			reclaim = true
+		}
+	}
+	if limit != float64(memchain.Defaults.LimitMB<<20) {
+		t.Errorf("the chain says limit %v, want %d MiB", limit, memchain.Defaults.LimitMB)
+	}
+	if !reclaim {
+		t.Error("no hop says the holder reclaimed under the lock")
+	}
+	if find(d, finding.RoleHolder, func(s *finding.Subject) bool { return s.PID == in.PID() }) == nil {
+		t.Errorf("the holder is not a thread of the lab's process %d", in.PID())
+	}
+	if find(d, finding.RoleVictim, func(s *finding.Subject) bool { return s.PID == in.Reader() }) == nil {
+		t.Errorf("the waiting reader (pid %d) is not a victim", in.Reader())
+	}
+	if find(d, finding.RoleLock, func(s *finding.Subject) bool {
+		return strings.HasPrefix(s.Lock, "mmap_lock") && numOf(s.Evidence, "mm_pid") == float64(in.PID())
+	}) == nil {
+		t.Errorf("the lock is not the lab's mmap_lock")
+	}
+	checkHopNumbers(t, d)
+}
+
+// (3) "ps hangs", with the stall on before wolf starts: a reader-owned
+// mmap_lock, its reader asleep on a FUSE page, a queued writer and a
+// blocked cmdline reader.
+func TestDoctorDiagnosesPsHangFuse(t *testing.T) {
+	testutil.RequireRoot(t)
+	_, err := os.Stat("/dev/fuse")
+	testutil.Require(t, err == nil, "needs /dev/fuse")
+	testutil.Exclusive(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	inst, err := pshang.New().Start(ctx, lab.Options{Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Close()
+	in := inst.(*pshang.Instance)
+	time.Sleep(time.Second) // every victim blocked before wolf starts
+	rep := doctorJSON(t, 5*time.Second)
+	logDiagnoses(t, &rep)
+	if len(rep.Diagnoses) == 0 {
+		t.Fatal("no diagnosis")
+	}
+	d := &rep.Diagnoses[0]
+	if d.ID != "diagnose.fuse-daemon" || d.Root.PID != os.Getpid() {
+		t.Fatalf("first diagnosis %s rooted at %+v, want diagnose.fuse-daemon at this process (%d), the lab's FUSE daemon", d.ID, d.Root, os.Getpid())
+	}
+	checks := map[string]*finding.Subject{
+		"mmap_lock": find(d, finding.RoleLock, func(s *finding.Subject) bool {
+			return strings.HasPrefix(s.Lock, "mmap_lock") && numOf(s.Evidence, "mm_pid") == float64(in.PID())
+		}),
+		"reader-owner": find(d, finding.RoleHolder, func(s *finding.Subject) bool { return s.TID == in.TID("memreader") }),
+		"queued writer": find(d, finding.RoleVictim, func(s *finding.Subject) bool {
+			return s.TID == in.TID("unmapper") && s.Evidence["mode"] == "write"
+		}),
+		"cmdline reader": find(d, finding.RoleVictim, func(s *finding.Subject) bool {
+			return s.PID == in.Readers()[0] && s.Evidence["mode"] == "read"
+		}),
+		"FUSE daemon": find(d, finding.RoleDaemon, func(s *finding.Subject) bool { return s.PID == os.Getpid() }),
+	}
+	for what, s := range checks {
+		if s == nil {
+			t.Errorf("%s missing from the first diagnosis's subjects", what)
+		}
+	}
+	checkHopNumbers(t, d)
+}
+
+// taskBasedThrottle says whether this kernel throttles tasks on their way
+// back to user space (6.18+: task_struct.throttled), so that a task inside
+// the kernel, holding a kernel lock, is never throttled.
+func taskBasedThrottle(t *testing.T) bool {
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		t.Fatalf("kernel BTF: %v", err)
+	}
+	var ts *btf.Struct
+	if err := spec.TypeByName("task_struct", &ts); err != nil {
+		t.Fatalf("task_struct: %v", err)
+	}
+	for _, m := range ts.Members {
+		if m.Name == "throttled" {
+			return true
+		}
+	}
+	return false
+}
+
+// (2) A lock holder in a cgroup throttled by its CPU quota. Before 6.18 the
+// throttled cgroup takes the holder off the CPU with the lock held: the
+// first diagnosis names the cgroup, its quota and share of periods
+// throttled, the holder and the reader. Since 6.18 the kernel throttles a
+// task only on its way back to user space, so the holder is never
+// throttled while it holds the lock: wolf must measure that (0 ms
+// throttled per hold), still report the throttling on its own, and not
+// blame the quota for the lock.
+func TestDoctorOnCPUQuotaHolder(t *testing.T) {
+	testutil.RequireRoot(t)
+	_, _, err := labproc.Hierarchy(context.Background(), "cpu", 0)
+	testutil.Require(t, err == nil, fmt.Sprintf("needs the cpu cgroup controller: %v", err))
+	testutil.Exclusive(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	inst, err := cpuquota.New().Start(ctx, lab.Options{Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Close()
+	in := inst.(*cpuquota.Instance)
+	rep := doctorJSON(t, 10*time.Second)
+	logDiagnoses(t, &rep)
+	reads, maxMs := in.ReaderStats()
+	t.Logf("reader: %d reads, the longest %.0f ms", reads, maxMs)
+
+	var thr *finding.Finding
+	var holds *finding.Finding
+	for i := range rep.Findings {
+		f := &rep.Findings[i]
+		if f.ID == "sched.cpu-throttled" && f.Evidence["cgroup"] == in.Cgroup().Path {
+			thr = f
+		}
+		if f.ID == "locks.mmap-hold" && numOf(f.Evidence, "mm_pid") == float64(in.PID()) {
+			holds = f
+		}
+	}
+	if thr == nil {
+		t.Fatalf("no sched.cpu-throttled finding for %s", in.Cgroup().Path)
+	}
+	if numOf(thr.Evidence, "quota_us") != float64(cpuquota.Defaults.QuotaUs) || numOf(thr.Evidence, "throttled_pct") < 50 {
+		t.Errorf("throttling evidence %v", thr.Evidence)
+	}
+	pidsOK := false
+	for _, p := range thr.Evidence["pids"].([]any) {
+		pidsOK = pidsOK || p.(float64) == float64(in.PID())
+	}
+	if !pidsOK {
+		t.Errorf("the lab's process is not among the throttled cgroup's pids: %v", thr.Evidence["pids"])
+	}
+	if taskBasedThrottle(t) {
+		if holds != nil {
+			if v, ok := holds.Evidence["throttled_ms_total"]; !ok || v.(float64) != 0 {
+				t.Errorf("a holder inside the kernel was throttled %v ms on a kernel that throttles only on return to user space", v)
+			}
+		}
+		for _, d := range rep.Diagnoses {
+			if d.ID == "diagnose.cpu-quota" {
+				t.Errorf("the quota is blamed for a lock its holder held unthrottled: %s", d.Title)
+			}
+		}
+		return
+	}
+	if len(rep.Diagnoses) == 0 {
+		t.Fatal("no diagnosis")
+	}
+	d := &rep.Diagnoses[0]
+	if d.ID != "diagnose.cpu-quota" || d.Root.Cgroup != in.Cgroup().Path {
+		t.Fatalf("first diagnosis %s rooted at %+v, want diagnose.cpu-quota at %s", d.ID, d.Root, in.Cgroup().Path)
+	}
+	if find(d, finding.RoleHolder, func(s *finding.Subject) bool { return s.TID == in.Holder() }) == nil ||
+		find(d, finding.RoleVictim, func(s *finding.Subject) bool { return s.PID == in.Reader() }) == nil {
+		t.Errorf("holder %d or reader %d missing: %+v", in.Holder(), in.Reader(), d.Subjects)
+	}
+	checkHopNumbers(t, d)
+}
