@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/human"
 	"github.com/wolf-investigator/wolf/internal/kstack"
 )
 
@@ -217,8 +218,8 @@ func (s *Snapshot) groupFinding(g *group) finding.Finding {
 		Severity:     finding.Warning,
 		Evidence: map[string]any{
 			"victims":       n,
-			"blocked_s":     round1(maxB.Seconds()),
-			"blocked_min_s": round1(minB.Seconds()),
+			"blocked_s":     human.Round(maxB.Seconds(), 1),
+			"blocked_min_s": human.Round(minB.Seconds(), 1),
 			"since_exact":   g.victims[0].BlockedExact,
 			"wait_site":     g.site.Func,
 		},
@@ -233,12 +234,12 @@ func (s *Snapshot) groupFinding(g *group) finding.Finding {
 	if k := s.khungtaskdReported(g.victims); k > 0 {
 		f.Evidence["khungtaskd_reports"] = k
 	}
-	tasks := plural(n, "task", "tasks")
+	tasks := human.Plural(n, "task", "tasks")
 	var victimSubjects []finding.Subject
 	for _, v := range g.victims {
-		sub := subject(finding.RoleVictim, v, fmt.Sprintf("%s for %s in %s", v.StateLetter(), dur(v.Blocked), kstack.Classify(v.Stack).Func))
+		sub := subject(finding.RoleVictim, v, fmt.Sprintf("%s for %s in %s", v.StateLetter(), human.Duration(v.Blocked), kstack.Classify(v.Stack).Func))
 		sub.Evidence = s.taskEvidence(v)
-		sub.Evidence["blocked_s"] = round1(v.Blocked.Seconds())
+		sub.Evidence["blocked_s"] = human.Round(v.Blocked.Seconds(), 1)
 		if v.Lock != nil {
 			sub.Lock, sub.LockAddr = v.Lock.Describe(), fmt.Sprintf("0x%x", v.Lock.Addr)
 			if m := v.Lock.Kind.Mode(); m != "" {
@@ -278,7 +279,7 @@ func (s *Snapshot) groupFinding(g *group) finding.Finding {
 		if s.CorePattern != "" {
 			f.Evidence["core_pattern"] = s.CorePattern
 		}
-		f.Title = fmt.Sprintf("Blocked by coredump: %s of %s blocked %s while %s writes the core dump", plural(n, "thread", "threads"), taskLabel(v.Comm, v.TGID, v.TGID), dur(maxB), dumper)
+		f.Title = fmt.Sprintf("Blocked by coredump: %s of %s blocked %s while %s writes the core dump", human.Plural(n, "thread", "threads"), taskLabel(v.Comm, v.TGID, v.TGID), human.Duration(maxB), dumper)
 		f.Summary = "The process crashed and the kernel is dumping its memory; its other threads wait until the dump is written. The application is the victim here, not the cause of the hang."
 		if strings.HasPrefix(s.CorePattern, "|") {
 			f.Summary += fmt.Sprintf(" The dump goes to a pipe (%s): if that handler reads slowly or not at all, the dump, and the threads, wait for it.", s.CorePattern)
@@ -296,7 +297,7 @@ func (s *Snapshot) groupFinding(g *group) finding.Finding {
 		if wq == "" {
 			wq = "unknown workqueue"
 		}
-		f.Title = fmt.Sprintf("%s hung %s running %s (workqueue %s)", joinLabels(g.victims, 2), dur(maxB), v.WQFunc, wq)
+		f.Title = fmt.Sprintf("%s hung %s running %s (workqueue %s)", joinLabels(g.victims, 2), human.Duration(maxB), v.WQFunc, wq)
 		f.Summary = fmt.Sprintf("Kernel worker threads are blocked in %s while running the work item %s from workqueue %s: the subsystem behind that function is slowed down or stuck.", g.site.Func, v.WQFunc, wq)
 		f.Mechanism = "A kworker executes deferred work for a subsystem; the work function's name says which. When it blocks, every later item on that workqueue waits too."
 		f.Evidence["work_func"] = v.WQFunc
@@ -308,14 +309,14 @@ func (s *Snapshot) groupFinding(g *group) finding.Finding {
 	case "fuse":
 		f.ID = "hung.fuse"
 		f.Severity = finding.Critical
-		f.Title = fmt.Sprintf("%s hung %s waiting for a FUSE daemon's reply", tasks, dur(maxB))
+		f.Title = fmt.Sprintf("%s hung %s waiting for a FUSE daemon's reply", tasks, human.Duration(maxB))
 		f.Summary = "The tasks sent requests to a FUSE filesystem and its user-space daemon has not answered."
 		f.Mechanism = "A FUSE request parks the caller in request_wait_answer until the daemon writes the reply to /dev/fuse; a stuck or slow daemon stalls every caller, and the locks they hold."
 		s.addFuseDaemons(&f, g.victims)
 		f.Remediation = fuseRemedies()
 	case "rcu":
 		f.ID = "hung.rcu"
-		f.Title = fmt.Sprintf("%s hung %s waiting for an RCU grace period (%s)", tasks, dur(maxB), g.site.Func)
+		f.Title = fmt.Sprintf("%s hung %s waiting for an RCU grace period (%s)", tasks, human.Duration(maxB), g.site.Func)
 		f.Summary = "The tasks wait for an RCU grace period that does not end. With synchronize_rcu_tasks, a task that never voluntarily switches (or one stuck in late do_exit) holds it back."
 		f.Mechanism = "RCU-tasks waits until every task has voluntarily context-switched, and for exiting tasks through an SRCU section; detaching BPF trampolines (fentry/fexit) waits for it. Kernels before the 2024 fix \"rcu-tasks: Maintain lists to eliminate RCU-tasks/do_exit() deadlocks\" could deadlock against zap_pid_ns_processes."
 		f.Remediation = []string{
@@ -324,7 +325,7 @@ func (s *Snapshot) groupFinding(g *group) finding.Finding {
 		}
 	case "io":
 		f.ID = "hung.io"
-		f.Title = fmt.Sprintf("%s blocked %s in I/O wait: %s", tasks, dur(maxB), g.site.Describe)
+		f.Title = fmt.Sprintf("%s blocked %s in I/O wait: %s", tasks, human.Duration(maxB), g.site.Describe)
 		f.Summary = "The tasks wait for block I/O or page I/O to complete: the storage under them is slow, stuck or saturated."
 		f.Mechanism = "io_schedule puts a task in D until the device completes its request; a slow or failing device, or a saturated queue, shows up as tasks hung in I/O wait."
 		f.Remediation = []string{
@@ -332,7 +333,7 @@ func (s *Snapshot) groupFinding(g *group) finding.Finding {
 		}
 	default:
 		f.ID = "hung.wait-site"
-		f.Title = fmt.Sprintf("%s blocked %s in %s", tasks, dur(maxB), g.site.Func)
+		f.Title = fmt.Sprintf("%s blocked %s in %s", tasks, human.Duration(maxB), g.site.Func)
 		f.Summary = fmt.Sprintf("The tasks sleep uninterruptibly in %s (%s); wolf could not identify a lock or owner for this wait.", g.site.Func, g.site.Describe)
 		if l := s.lockAt(g.site.Func); l != nil {
 			f.Summary += fmt.Sprintf(" Other tasks blocked at the same place wait on %s owned by %s: these very likely do too. This kernel records which lock a task waits on only for waits that began while wolf watched (no task->blocker before 6.14).", l.Describe(), taskLabel(l.OwnerComm, l.OwnerTGID, l.OwnerTID))
@@ -396,7 +397,7 @@ func (s *Snapshot) lockFinding(f *finding.Finding, g *group, tasks string, maxB 
 		if l.Owner == OwnerNone && l.Kind == LockSemaphore {
 			why = "semaphores record no owner on this kernel"
 		}
-		f.Title = fmt.Sprintf("%s hung %s on %s; %s", tasks, dur(maxB), lockText, why)
+		f.Title = fmt.Sprintf("%s hung %s on %s; %s", tasks, human.Duration(maxB), lockText, why)
 		f.Summary = fmt.Sprintf("%s wait for %s (%s).", joinLabels(g.victims, 3), l.Describe(), l.Source)
 		f.Remediation = []string{"Look for the holder among tasks running or sleeping with this lock in their stacks: echo w > /proc/sysrq-trigger, or `wolf locks`."}
 		return
@@ -422,7 +423,7 @@ func (s *Snapshot) lockFinding(f *finding.Finding, g *group, tasks string, maxB 
 	if l.Owner == OwnerReaders {
 		readers = " (reader-owned: the named task is only the latest reader)"
 	}
-	title := fmt.Sprintf("%s hung %s on %s; owner %s%s", tasks, dur(maxB), lockText, off.label(), readers)
+	title := fmt.Sprintf("%s hung %s on %s; owner %s%s", tasks, human.Duration(maxB), lockText, off.label(), readers)
 	last := hops[len(hops)-1]
 	switch {
 	case deadlock:
@@ -489,12 +490,12 @@ func (s *Snapshot) recoveredFinding() (finding.Finding, bool) {
 		ID:           "hung.recovered",
 		Investigator: "hung",
 		Severity:     finding.Info,
-		Title:        fmt.Sprintf("%s blocked over %s during the window, then ran again (longest %s: %s)", plural(len(s.Recovered), "task was", "tasks were"), dur(s.Threshold), dur(longest.Blocked), longest.Label()),
+		Title:        fmt.Sprintf("%s blocked over %s during the window, then ran again (longest %s: %s)", human.Plural(len(s.Recovered), "task was", "tasks were"), human.Duration(s.Threshold), human.Duration(longest.Blocked), longest.Label()),
 		Summary:      "Long uninterruptible sleeps that ended by themselves: a slow resource rather than a hang, worth watching if it repeats.",
-		Evidence:     map[string]any{"tasks": len(s.Recovered), "blocked_s": round1(longest.Blocked.Seconds())},
+		Evidence:     map[string]any{"tasks": len(s.Recovered), "blocked_s": human.Round(longest.Blocked.Seconds(), 1)},
 	}
 	for _, t := range s.Recovered {
-		f.Subjects = append(f.Subjects, subject(finding.RoleTask, t, fmt.Sprintf("was D for %s in %s", dur(t.Blocked), kstack.Classify(t.Stack).Func)))
+		f.Subjects = append(f.Subjects, subject(finding.RoleTask, t, fmt.Sprintf("was D for %s in %s", human.Duration(t.Blocked), kstack.Classify(t.Stack).Func)))
 	}
 	return f, true
 }
@@ -532,7 +533,7 @@ func (s *Snapshot) unmatchedHangs() (finding.Finding, bool) {
 		ID:           "hung.khungtaskd",
 		Investigator: "hung",
 		Severity:     finding.Warning,
-		Title:        fmt.Sprintf("khungtaskd reported %s during the window", plural(len(left), "hung task", "hung tasks")),
+		Title:        fmt.Sprintf("khungtaskd reported %s during the window", human.Plural(len(left), "hung task", "hung tasks")),
 		Summary:      "The kernel's hung-task detector reported these tasks (sched_process_hang); they were no longer blocked, or below wolf's threshold, when wolf looked. The kernel log has their stacks: `wolf analyze` reads it.",
 		Evidence:     map[string]any{"reports": len(left)},
 		Remediation:  []string{"dmesg > kernel.log && wolf analyze kernel.log"},
@@ -606,7 +607,7 @@ func (s *Snapshot) taskEvidence(t *Task) map[string]any {
 		ev["fuse_request_from_task"] = true
 		ev["fuse_waiting"] = req.Waiting
 		if req.Age > 0 {
-			ev["fuse_age_s"] = round1(req.Age.Seconds())
+			ev["fuse_age_s"] = human.Round(req.Age.Seconds(), 1)
 		}
 	}
 	return ev
@@ -680,27 +681,6 @@ func joinLabels(ts []*Task, limit int) string {
 	}
 	return strings.Join(parts, ", ")
 }
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return "1 " + one
-	}
-	return fmt.Sprintf("%d %s", n, many)
-}
-
-// dur prints a duration the way a person reads it: 41 s, 1.5 s, 350 ms.
-func dur(d time.Duration) string {
-	switch {
-	case d >= 10*time.Second:
-		return fmt.Sprintf("%.0f s", d.Seconds())
-	case d >= time.Second:
-		return fmt.Sprintf("%.1f s", d.Seconds())
-	default:
-		return fmt.Sprintf("%d ms", d.Milliseconds())
-	}
-}
-
-func round1(v float64) float64 { return float64(int64(v*10+0.5)) / 10 }
 
 // Profile is the kernel stacks of the tasks blocked at least Threshold in
 // the window (still blocked or recovered), one count per task: the flame

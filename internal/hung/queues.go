@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/wolf-investigator/wolf/internal/bpfrec"
+	"github.com/wolf-investigator/wolf/internal/human"
 	"github.com/wolf-investigator/wolf/internal/kstack"
 )
 
@@ -231,7 +232,7 @@ func (f *FuseReq) describe() string {
 	}
 	age := ""
 	if f.Age > 0 {
-		age = " for " + dur(f.Age)
+		age = " for " + human.Duration(f.Age)
 	}
 	return fmt.Sprintf("its %s request #%d is %s FUSE daemon %s (pid %d)%s", f.OpName(), f.Unique, state, f.DaemonComm, f.DaemonPID, age)
 }

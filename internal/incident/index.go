@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/human"
 )
 
 // indexPage lists the bundles newest first. It is plain HTML with no
@@ -17,7 +18,7 @@ import (
 // taken off a node) as well as from a web server.
 var indexPage = template.Must(template.New("index").Funcs(template.FuncMap{
 	"when":  func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
-	"size":  humanBytes,
+	"size":  human.Bytes,
 	"lower": func(s finding.Severity) string { return s.String() },
 }).Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
@@ -79,19 +80,7 @@ func (s *Store) writeIndex() error {
 	return nil
 }
 
-func humanBytes(n int64) string {
-	switch {
-	case n >= 10<<20:
-		return fmt.Sprintf("%d MiB", n>>20)
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%d KiB", n>>10)
-	}
-	return fmt.Sprintf("%d B", n)
-}
-
 // Summary is a bundle's line in `wolf incidents list`.
 func (m *Meta) Summary() string {
-	return strings.Join([]string{m.Time.UTC().Format("2006-01-02 15:04:05Z"), fmt.Sprintf("%-8s", m.Severity), humanBytes(m.Bytes), m.Title}, "  ")
+	return strings.Join([]string{m.Time.UTC().Format("2006-01-02 15:04:05Z"), fmt.Sprintf("%-8s", m.Severity), human.Bytes(m.Bytes), m.Title}, "  ")
 }

@@ -188,6 +188,7 @@ func (s *session) Close() error {
 		<-s.done
 		s.stop = nil
 	}
+	// The kit stops its cost meter before it closes the programs.
 	if s.p != nil {
 		s.p.close()
 	}

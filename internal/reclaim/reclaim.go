@@ -154,6 +154,7 @@ func (s *session) baseline(ctx context.Context, states map[string]memcg.State, p
 
 // Close detaches and frees everything.
 func (s *session) Close() error {
+	// The kit stops its cost meter before it closes the programs.
 	if s.p != nil {
 		s.p.close()
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/human"
 )
 
 // Log2Histogram draws a log2 histogram the way SystemTap's @hist_log
@@ -35,15 +36,6 @@ func Log2Histogram(w io.Writer, h finding.Histogram) {
 		if top > 0 {
 			bar = int((counts[i]*width + top - 1) / top)
 		}
-		fmt.Fprintf(w, "%14s |%-*s %d\n", fmtBound(b.LE), width, strings.Repeat("@", bar), counts[i])
-	}
-}
-
-func fmtBound(v float64) string {
-	switch {
-	case v < 10:
-		return fmt.Sprintf("%.3g", v)
-	default:
-		return fmt.Sprintf("%.0f", v)
+		fmt.Fprintf(w, "%14s |%-*s %d\n", human.Number(b.LE), width, strings.Repeat("@", bar), counts[i])
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/human"
 	"github.com/wolf-investigator/wolf/internal/memcg"
 	"github.com/wolf-investigator/wolf/internal/procfs"
 )
@@ -270,21 +271,21 @@ func ThrottleFindings(bws []Bandwidth, window time.Duration) []finding.Finding {
 			"controller":     "cpu",
 			"quota_us":       b.QuotaUs,
 			"period_us":      b.PeriodUs,
-			"quota_cpus":     round3(cpus),
+			"quota_cpus":     human.Round(cpus, 3),
 			"nr_periods":     b.Periods,
 			"nr_throttled":   b.Throttled,
-			"throttled_pct":  pct1(pct),
-			"throttled_s":    round3(b.ThrottledTime.Seconds()),
-			"window_s":       round3(window.Seconds()),
+			"throttled_pct":  human.Round(pct, 1),
+			"throttled_s":    human.Round(b.ThrottledTime.Seconds(), 3),
+			"window_s":       human.Round(window.Seconds(), 3),
 		}
 		if b.Usage > 0 {
-			ev["usage_s"] = round3(b.Usage.Seconds())
+			ev["usage_s"] = human.Round(b.Usage.Seconds(), 3)
 		}
 		var pids []int
 		var names []string
 		subj := []finding.Subject{{Role: finding.RoleCgroup, Cgroup: b.Path, CgroupID: b.ID,
-			Detail:   fmt.Sprintf("cgroup v%d, CPU quota %s per %s (%.2g CPUs), throttled in %d of %d periods", b.Version, usText(b.QuotaUs), usText(b.PeriodUs), cpus, b.Throttled, b.Periods),
-			Evidence: map[string]any{"controller": "cpu", "quota_us": b.QuotaUs, "period_us": b.PeriodUs, "throttled_pct": pct1(pct)}}}
+			Detail:   fmt.Sprintf("cgroup v%d, CPU quota %s per %s (%.2g CPUs), throttled in %d of %d periods", b.Version, human.Duration(time.Microsecond*time.Duration(b.QuotaUs)), human.Duration(time.Microsecond*time.Duration(b.PeriodUs)), cpus, b.Throttled, b.Periods),
+			Evidence: map[string]any{"controller": "cpu", "quota_us": b.QuotaUs, "period_us": b.PeriodUs, "throttled_pct": human.Round(pct, 1)}}}
 		for i, p := range b.Procs {
 			pids = append(pids, p.PID)
 			if i < 8 {
@@ -306,7 +307,7 @@ func ThrottleFindings(bws []Bandwidth, window time.Duration) []finding.Finding {
 		out = append(out, finding.Finding{
 			ID: "sched.cpu-throttled", Investigator: "sched", Severity: sev,
 			Title: fmt.Sprintf("cgroup %s throttled by its CPU quota in %.0f%% of periods: %s per %s (%.2g CPUs), %s throttled in %s",
-				b.Path, pct, usText(b.QuotaUs), usText(b.PeriodUs), cpus, durText(b.ThrottledTime), durText(window)),
+				b.Path, pct, human.Duration(time.Microsecond*time.Duration(b.QuotaUs)), human.Duration(time.Microsecond*time.Duration(b.PeriodUs)), cpus, human.Duration(b.ThrottledTime), human.Duration(window)),
 			Summary: fmt.Sprintf("%d of the cgroup's %d scheduling periods in the window ended with its quota used up and its tasks throttled until the next one.%s",
 				b.Throttled, b.Periods, who),
 			Mechanism: "CFS bandwidth control lets a cgroup's tasks run for at most its quota in each period; once they have, its run queues are taken off the CPUs until the period ends, however idle the CPUs are. Latency-sensitive work in it waits up to a period at a time; a task throttled while it holds a kernel lock (on kernels before 6.18, which throttle tasks inside the kernel) keeps the lock held meanwhile.",
@@ -321,26 +322,3 @@ func ThrottleFindings(bws []Bandwidth, window time.Duration) []finding.Finding {
 	}
 	return out
 }
-
-func usText(us int64) string {
-	if us >= 1000 && us%1000 == 0 {
-		return fmt.Sprintf("%d ms", us/1000)
-	}
-	if us >= 1000 {
-		return fmt.Sprintf("%.1f ms", float64(us)/1000)
-	}
-	return fmt.Sprintf("%d µs", us)
-}
-
-func durText(d time.Duration) string {
-	switch {
-	case d >= 10*time.Second:
-		return fmt.Sprintf("%.0f s", d.Seconds())
-	case d >= time.Second:
-		return fmt.Sprintf("%.1f s", d.Seconds())
-	}
-	return fmt.Sprintf("%d ms", d.Milliseconds())
-}
-
-func round3(v float64) float64 { return float64(int64(v*1000+0.5)) / 1000 }
-func pct1(v float64) float64   { return float64(int64(v*10+0.5)) / 10 }

@@ -369,6 +369,13 @@ func TestBpftraceAgrees(t *testing.T) {
 	// .ci/run installs bpftrace, so under WOLF_REQUIRE_BPF=1 its absence fails.
 	testutil.Require(t, err == nil, "needs bpftrace (Debian: apt-get install bpftrace)")
 	testutil.Exclusive(t)
+	if testutil.RaceEnabled {
+		// The loopback load runs in this process: under the detector it
+		// makes other NET_RX runs (fewer, 5.6 µs each instead of 4.5),
+		// and the two sums came 5-6 % apart in every run here instead
+		// of 3 %. The full tier makes the comparison, without -race.
+		t.Skip("a comparison of measurements: made without -race")
+	}
 	cmd := exec.Command(bt, "-e", bpftraceScript)
 	out, err := cmd.StdoutPipe()
 	if err != nil {

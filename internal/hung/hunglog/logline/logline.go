@@ -22,6 +22,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/wolf-investigator/wolf/internal/human"
 )
 
 // Line is one kernel record.
@@ -173,7 +175,7 @@ func (r *Reader) physical() (string, bool) {
 		if _, err := r.br.Peek(1); err != nil {
 			return "", false // the input ends right at the limit
 		}
-		r.cut(fmt.Sprintf("larger than %s; the first %s were read", size(r.lim.MaxBytes), size(r.lim.MaxBytes)))
+		r.cut(fmt.Sprintf("larger than %s; the first %s were read", human.Bytes(r.lim.MaxBytes), human.Bytes(r.lim.MaxBytes)))
 		return "", false
 	}
 	b, err := r.br.ReadSlice('\n')
@@ -195,7 +197,7 @@ func (r *Reader) physical() (string, bool) {
 		for errors.Is(err, bufio.ErrBufferFull) {
 			if n > r.lim.MaxLineScan {
 				r.stats.Bytes += n
-				r.cut(fmt.Sprintf("line %d runs for more than %s without a newline", r.stats.Lines+1, size(r.lim.MaxLineScan)))
+				r.cut(fmt.Sprintf("line %d runs for more than %s without a newline", r.stats.Lines+1, human.Bytes(r.lim.MaxLineScan)))
 				return "", false
 			}
 			if r.stats.Bytes+n >= r.lim.MaxBytes {
@@ -268,14 +270,4 @@ func trimEOL(b []byte) []byte {
 		b = b[:n-1]
 	}
 	return b
-}
-
-func size(n int64) string {
-	switch {
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%d MiB", n>>20)
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return fmt.Sprintf("%d KiB", n>>10)
-	}
-	return fmt.Sprintf("%d bytes", n)
 }
