@@ -444,6 +444,12 @@ func (p *probe) ongoingHolds(threshold time.Duration) []Hold {
 			continue
 		}
 		tgid := procTgid(int(tid))
+		if tgid == 0 {
+			// The thread is gone, and a thread that has exited holds no
+			// lock: its release was not seen (an entry left behind), not
+			// a hold still going.
+			continue
+		}
 		out = append(out, Hold{
 			TGID: tgid, TID: int(tid), MMTGID: int(m.MmTgid), Comm: procComm(int(tid)),
 			Write: m.Write != 0, Start: time.Duration(m.HoldStartNs), HoldNs: now - m.HoldStartNs,
