@@ -136,7 +136,7 @@ do_statx+0x67/0xb0`,
 			describe: "waits for a FUSE daemon's reply (__fuse_simple_request) in fuse_do_getattr",
 		},
 		{
-			name: "seed 000: decoded coredump, coredump_task_exit inlined in do_exit",
+			name: "the hung-task write-up: decoded coredump, coredump_task_exit inlined in do_exit",
 			frames: `
 __schedule (linux/kernel/sched/core.c:5378 linux/kernel/sched/core.c:6697)
 schedule (linux/arch/x86/include/asm/preempt.h:85 (discriminator 13) linux/kernel/sched/core.c:6772 (discriminator 13))
@@ -165,7 +165,7 @@ get_signal+0x8d5/0x8e0`,
 			kind: Coredump, fn: "do_exit", lockFunc: "coredump_task_exit", key: "coredump",
 		},
 		{
-			name: "seed 002: system-probe detaching fentry waits for RCU tasks",
+			name: "'Performance and reliability pitfalls of eBPF': system-probe detaching fentry waits for RCU tasks",
 			frames: `
 __schedule+0x2cb/0x760
 schedule+0x63/0x110
@@ -196,7 +196,7 @@ entry_SYSCALL_64_after_hwframe+0x73/0xdd`,
 			key: "rcu:rcu-tasks", describe: "waits for an RCU-tasks grace period (synchronize_rcu_tasks) in ftrace_shutdown",
 		},
 		{
-			name: "seed 002: rcu_tasks_kthread in synchronize_srcu",
+			name: "'Performance and reliability pitfalls of eBPF': rcu_tasks_kthread in synchronize_srcu",
 			frames: `
 __schedule+0x2cb/0x760
 schedule+0x63/0x110
@@ -394,7 +394,7 @@ asm_exc_page_fault+0x26/0x30`,
 			key: "lock:mmap_lock:do_user_addr_fault", describe: "waits for mmap_lock (read, lock_mm_and_find_vma)",
 		},
 		{
-			name: "seed 003: ps reading /proc/PID/cmdline",
+			name: "'The case of the vanishing CPU': ps reading /proc/PID/cmdline",
 			frames: `
 __schedule+0x2eb/0x8d0
 schedule+0x4e/0xb0
@@ -480,7 +480,7 @@ mlx5e_close_channel+0x4f/0x90 [mlx5_core]`,
 			kind: RCU, fn: "__netif_napi_del_locked", lockFunc: "synchronize_rcu", object: "rcu", key: "rcu:rcu",
 		},
 		{
-			name: "seed 000: calico-node polling in napi_disable",
+			name: "the hung-task write-up: calico-node polling in napi_disable",
 			frames: `
 __schedule+0x3fc/0x1450
 schedule+0x5e/0xd0

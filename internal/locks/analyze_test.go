@@ -144,7 +144,7 @@ func TestSeverityAndNoiseFloor(t *testing.T) {
 	}
 }
 
-// Seed 002: readers queued behind a waiting writer while a reader holds
+// "Performance and reliability pitfalls of eBPF": readers queued behind a waiting writer while a reader holds
 // the lock.
 func TestWriterStarvation(t *testing.T) {
 	s := &Snapshot{
@@ -180,7 +180,7 @@ func TestWriterStarvation(t *testing.T) {
 	}
 }
 
-// Seed 003's table in miniature: a hold that was mostly off CPU, with the
+// "The case of the vanishing CPU"'s table in miniature: a hold that was mostly off CPU, with the
 // function the samples under the lock share.
 // A hold wolf saw begin and not end (the window closed first: under
 // QEMU on arm64 one madvise pass of the mmap-lock lab outlasts it) is

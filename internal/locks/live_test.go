@@ -197,7 +197,7 @@ func TestLiveMmapLock(t *testing.T) {
 	}
 }
 
-// Seed 003's mechanism on this kernel: a memory cgroup at its limit whose
+// "The case of the vanishing CPU"'s mechanism on this kernel: a memory cgroup at its limit whose
 // threads populate anonymous mappings (MAP_POPULATE faults the pages in
 // under the mmap_lock), so the cgroup's reclaim runs with the lock held.
 // wolf must put the reclaim into the hold: calls, pages scanned, reclaimed.

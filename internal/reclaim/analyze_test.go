@@ -13,7 +13,7 @@ import (
 
 const gib = 1 << 30
 
-// seedSnapshot is seed 003's pod, in the numbers the post gives: a 4 GiB
+// seedSnapshot is "The case of the vanishing CPU"'s pod, in the numbers the post gives: a 4 GiB
 // cgroup at its limit (failcnt climbing, no OOM kill), the ClickHouse
 // server at 3000% %system with 90 page faults in 10 s, reclaim calls of 1-4
 // s, and the worst one scanning 1,093,267 pages to free 32 (529,093 kept,

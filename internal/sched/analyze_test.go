@@ -10,7 +10,7 @@ import (
 	"github.com/wolf-investigator/wolf/internal/hist"
 )
 
-// seedTask is seed 001's iperf thread: busy, moved away by the balancer
+// seedTask is "The Network Is Slow"'s iperf thread: busy, moved away by the balancer
 // (ksoftirqd on a third CPU) and back by its next wake-up.
 func seedTask() *Task {
 	t := &Task{

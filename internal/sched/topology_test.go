@@ -28,7 +28,7 @@ func write(t *testing.T, path, content string) {
 }
 
 // fakeSysCPU builds /sys/devices/system/cpu for n CPUs whose L2 is shared
-// by groups of `share` CPUs (seed 001's quad-core ARM: one L2 for four).
+// by groups of `share` CPUs ("The Network Is Slow"'s quad-core ARM: one L2 for four).
 func fakeSysCPU(t *testing.T, n, share int) string {
 	root := t.TempDir()
 	for c := 0; c < n; c++ {
@@ -92,7 +92,7 @@ func TestFormatCPUs(t *testing.T) {
 
 func TestDomainsFromDebugfs(t *testing.T) {
 	root := t.TempDir()
-	// Seed 001's board: only a package-level domain, no LLC sharing.
+	// "The Network Is Slow"'s board: only a package-level domain, no LLC sharing.
 	for c := 0; c < 4; c++ {
 		d := filepath.Join(root, fmt.Sprintf("cpu%d", c), "domain0")
 		write(t, filepath.Join(d, "name"), "PKG")

@@ -55,7 +55,7 @@ func mustContain(t *testing.T, what, text string, words ...string) {
 
 func joined(ss []string) string { return strings.Join(ss, "\n") }
 
-// Seed 000, example 1: a kworker on xfs-sync; the workqueue names XFS.
+// the hung-task write-up, example 1: a kworker on xfs-sync; the workqueue names XFS.
 func TestXFSKworker(t *testing.T) {
 	a := analyzeFile(t, "xfs_kworker.log")
 	f := findingtest.Only(t, a.Findings, IDKworker)
@@ -73,7 +73,7 @@ func TestXFSKworker(t *testing.T) {
 	}
 }
 
-// Seed 000, example 2: the decoded trace with do_exit and no timestamps.
+// the hung-task write-up, example 2: the decoded trace with do_exit and no timestamps.
 func TestCoredumpDecoded(t *testing.T) {
 	a := analyzeFile(t, "coredump_decoded.log")
 	f := findingtest.Only(t, a.Findings, IDCoredump)
@@ -95,7 +95,7 @@ func TestCoredumpDecoded(t *testing.T) {
 	}
 }
 
-// Seed 000, example 2 (second log): "Blocked by coredump." with no stack,
+// the hung-task write-up, example 2 (second log): "Blocked by coredump." with no stack,
 // dmesg -T stamps and CRLF line ends.
 func TestCoredumpDmesgT(t *testing.T) {
 	a := analyzeFile(t, "coredump_dmesg_T.log")
@@ -113,7 +113,7 @@ func TestCoredumpDmesgT(t *testing.T) {
 	}
 }
 
-// Seed 000, example 3: dozens of victims in three unrelated-looking
+// the hung-task write-up, example 3: dozens of victims in three unrelated-looking
 // functions are one group behind rtnl_mutex.
 func TestRTNLGroup(t *testing.T) {
 	a := analyzeFile(t, "rtnl.log")
@@ -222,7 +222,7 @@ func TestRwsemOwner618(t *testing.T) {
 	mustContain(t, "modprobe finding", g.Title+g.Summary, "modprobe", "pernet_ops_rwsem", "could not find the owner")
 }
 
-// Seed 002: sysrq-w shows system-probe and rcu_tasks_kthread in D; sysrq-t
+// "Performance and reliability pitfalls of eBPF": sysrq-w shows system-probe and rcu_tasks_kthread in D; sysrq-t
 // shows the container's init zapping its namespace. One deadlock.
 func TestSysrqRCUTasks(t *testing.T) {
 	a := analyzeFile(t, "sysrq_rcu_tasks.log")
@@ -253,7 +253,7 @@ func TestSysrqRCUTasks(t *testing.T) {
 	}
 }
 
-// Seed 002 exactly as the slides have it: task lines cut after "stack:0"
+// "Performance and reliability pitfalls of eBPF" exactly as the slides have it: task lines cut after "stack:0"
 // (no pid), a misspelled register line, no sysrq-t dump.
 func TestSeed002Verbatim(t *testing.T) {
 	log := `[ 183.865273] task:rcu_tasks_kthre state:D stack:0
