@@ -65,6 +65,17 @@ type Session interface {
 	Close() error
 }
 
+// Restarter is a session whose window can begin again, what it counted
+// so far left out. A run of several investigators restarts the sessions
+// that implement it once every investigator is attached: loading and
+// verifying the others' programs takes seconds on a slow machine, at
+// wolf's raised priority, and the host's tasks and softirqs that wait
+// meanwhile wait for wolf, not for the host's own work. Investigators
+// that measure such waits (run-queue and softirq latency) implement it.
+type Restarter interface {
+	Restart(ctx context.Context) error
+}
+
 // Auditor is an investigator's static check: settings and configuration
 // read from /proc and /sys, no BPF, fast. `wolf doctor` runs every one.
 type Auditor interface {

@@ -66,6 +66,9 @@ type slot struct {
 	name    string
 	session investigator.Session
 	done    chan struct{} // closed when Collect has returned (or never ran)
+	// restarted is closed when the session's window has begun again
+	// (investigator.Restarter), or at once when it is not restarted.
+	restarted chan struct{}
 }
 
 // Start attaches every investigator, waits cfg.Duration (or until ctx
@@ -98,7 +101,7 @@ func Start(ctx context.Context, cfg Config) *Run {
 				startErrs[i] = err
 				return
 			}
-			slots[i] = &slot{name: inv.Name(), session: s, done: make(chan struct{})}
+			slots[i] = &slot{name: inv.Name(), session: s, done: make(chan struct{}), restarted: make(chan struct{})}
 		}()
 	}
 	var audits []finding.Finding
@@ -116,7 +119,10 @@ func Start(ctx context.Context, cfg Config) *Run {
 		}
 	}
 
-	// The window starts once everything is attached.
+	// The window starts once everything is attached: the sessions that
+	// measure waits begin theirs again (side by side with the wait, which
+	// they do not lengthen), so that the others' loading is not counted.
+	restart(ctx, r.sessions)
 	opts := cfg.Options
 	opts.Duration, opts.Progress = cfg.Duration, cfg.Progress
 	investigator.Wait(ctx, opts, time.Now(), 250*time.Millisecond, nil)
@@ -135,6 +141,7 @@ func Start(ctx context.Context, cfg Config) *Run {
 		}
 		go func() {
 			defer close(s.done)
+			<-s.restarted
 			res, err := s.session.Collect(cctx)
 			mu.Lock()
 			results[i], collectErrs[i] = res, err
@@ -196,6 +203,25 @@ func Start(ctx context.Context, cfg Config) *Run {
 	diagnose.Apply(rep)
 	rep.DurationS = float64(time.Since(started).Milliseconds()) / 1000
 	return r
+}
+
+// restart begins the window again of every session that can
+// (investigator.Restarter), when more than one investigator was started:
+// one investigator alone loads nothing after its own programs are
+// attached. A restart that fails leaves that session's window where it
+// began, at its own attach.
+func restart(ctx context.Context, slots []*slot) {
+	for _, s := range slots {
+		rs, ok := s.session.(investigator.Restarter)
+		if !ok || len(slots) < 2 {
+			close(s.restarted)
+			continue
+		}
+		go func() {
+			defer close(s.restarted)
+			_ = rs.Restart(ctx)
+		}()
+	}
 }
 
 // Merge adds one investigator's result to a report.

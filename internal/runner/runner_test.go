@@ -135,3 +135,52 @@ func TestSlowCollectIsLeftBehind(t *testing.T) {
 		t.Fatalf("stuck session not closed: %v", ev)
 	}
 }
+
+// restartable is a fake whose session can begin its window again.
+type restartable struct{ fake }
+
+func (f *restartable) Start(ctx context.Context, o investigator.Options) (investigator.Session, error) {
+	s, err := f.fake.Start(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	return &restartSession{s.(*fakeSession)}, nil
+}
+
+type restartSession struct{ *fakeSession }
+
+func (s *restartSession) Restart(context.Context) error {
+	s.f.log.add(s.f.name + ":restart")
+	return nil
+}
+
+// With several investigators, the ones that measure waits begin their
+// window again once every one is attached, and before their Collect; one
+// investigator alone is not restarted (nothing loads after it).
+func TestRestartAfterEveryAttach(t *testing.T) {
+	log := &eventLog{}
+	invs := []investigator.Investigator{&restartable{fake{name: "a", log: log}}, &fake{name: "b", log: log}}
+	r := Start(context.Background(), Config{Report: &finding.Report{}, Investigators: invs, Duration: time.Millisecond})
+	r.Close()
+	ev := log.list()
+	idx := map[string]int{}
+	for i, e := range ev {
+		idx[e] = i
+	}
+	ri, ok := idx["a:restart"]
+	if !ok || ri < idx["a:start"] || ri < idx["b:start"] || ri > idx["a:collect"] {
+		t.Fatalf("want a restarted after both starts and before its collect: %v", ev)
+	}
+	if _, ok := idx["b:restart"]; ok {
+		t.Fatalf("b cannot restart: %v", ev)
+	}
+
+	log = &eventLog{}
+	r = Start(context.Background(), Config{Report: &finding.Report{}, Investigators: []investigator.Investigator{&restartable{fake{name: "a", log: log}}}, Duration: time.Millisecond})
+	r.Close()
+	for _, e := range log.list() {
+		if e == "a:restart" {
+			t.Fatalf("one investigator alone restarted: %v", log.list())
+		}
+	}
+}

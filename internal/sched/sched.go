@@ -173,6 +173,14 @@ func (ss *session) Close() error {
 	return nil
 }
 
+// Restart begins the window again (investigator.Restarter): a Collect
+// whose conclusions are dropped, which moves every reading to now. Waits
+// behind the other investigators' loading are then not the window's.
+func (ss *session) Restart(ctx context.Context) error {
+	_, err := ss.Collect(ctx)
+	return err
+}
+
 // Collect concludes the window since Start or the previous Collect.
 func (ss *session) Collect(ctx context.Context) (*investigator.Result, error) {
 	s, p, opts, cfg, start := &ss.inv, ss.p, ss.opts, ss.cfg, ss.start

@@ -166,6 +166,15 @@ func (s *session) Close() error {
 	return nil
 }
 
+// Restart begins the window again (investigator.Restarter): a Collect
+// whose conclusions are dropped, which moves every reading to now.
+// Softirqs delayed by the other investigators' loading are then not the
+// window's.
+func (s *session) Restart(ctx context.Context) error {
+	_, err := s.Collect(ctx)
+	return err
+}
+
 // Collect concludes the window since Start or the previous Collect.
 func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 	inv, p, fp := &s.inv, s.p, s.fp
