@@ -14,6 +14,7 @@ import (
 	"github.com/wolf-investigator/wolf/internal/human"
 	"github.com/wolf-investigator/wolf/internal/kallsyms"
 	"github.com/wolf-investigator/wolf/internal/kstack"
+	"github.com/wolf-investigator/wolf/internal/pace"
 )
 
 // Snapshot is everything wolf locks saw in one window; Conclude turns it
@@ -38,8 +39,12 @@ type Snapshot struct {
 	TaskThrottle  bool
 	Profile       []ProfileStack
 	HoldThreshold time.Duration
-	Top           int    // locks reported; 0 means DefaultTop
-	LockName      string // --lock given as a name no symbol resolves: keep only this lock
+	// Slowdown is how many times slower than an ordinary machine this one
+	// runs (pace.Slowdown; 0 or 1: ordinary): waits and holds are graded
+	// as an ordinary machine would take them (pace.Ordinary).
+	Slowdown float64
+	Top      int    // locks reported; 0 means DefaultTop
+	LockName string // --lock given as a name no symbol resolves: keep only this lock
 	// Symbol names a kernel address ("rtnl_mutex+0x0"); nil or "" when
 	// unknown. Comm names a process by pid, for mmap_lock owners.
 	Symbol func(addr uint64) string
@@ -321,9 +326,15 @@ func (s *Snapshot) nameLock(a *lockAgg) (name, from string) {
 // nsToMs is an evidence value in ms, unrounded.
 func nsToMs(ns uint64) float64 { return float64(ns) / 1e6 }
 
-// severity grades contention: sleeping waits by how long tasks were stuck,
-// spinning waits by the CPU they burned.
+// severity grades contention: sleeping waits by how long tasks were stuck
+// (the longest as an ordinary machine would take it), spinning waits by
+// the CPU they burned.
 func (s *Snapshot) severity(a *lockAgg) finding.Severity {
+	return s.severityOf(a, uint64(pace.Ordinary(time.Duration(a.maxNs), s.Slowdown)))
+}
+
+// severityOf grades contention whose longest wait is maxNs.
+func (s *Snapshot) severityOf(a *lockAgg, maxNs uint64) finding.Severity {
 	window := uint64(max(s.Window, time.Second))
 	if a.mainType.Spins() {
 		// A single long spin is more often the hypervisor preempting the
@@ -338,13 +349,20 @@ func (s *Snapshot) severity(a *lockAgg) finding.Severity {
 		return finding.Info
 	}
 	switch {
-	case a.maxNs >= uint64(time.Second) || a.totalNs >= window:
+	case maxNs >= uint64(time.Second) || a.totalNs >= window:
 		return finding.Critical
-	case a.maxNs >= uint64(100*time.Millisecond) || a.totalNs >= window/10:
+	case maxNs >= uint64(waitWarning) || a.totalNs >= window/10:
 		return finding.Warning
 	}
 	return finding.Info
 }
+
+// waitWarning is the longest sleeping wait on a lock that is a warning;
+// holdWarning, the longest mmap_lock hold.
+const (
+	waitWarning = 100 * time.Millisecond
+	holdWarning = 100 * time.Millisecond
+)
 
 // p99 is the 99th percentile of the window's waits: of those that ended
 // (the histogram), or, when all are still going, their longest.
@@ -401,6 +419,10 @@ func (s *Snapshot) contentionFinding(a *lockAgg) finding.Finding {
 	f.Summary = fmt.Sprintf("%d contentions on %s (%s) in %s; the longest wait was %s (tid %d), p99 %s.",
 		a.count, a.name, a.mainType.Noun(), human.Duration(s.Window), human.Duration(time.Duration(a.maxNs)), a.maxTID,
 		human.Duration(time.Duration(a.p99())))
+	if f.Severity < s.severityOf(a, a.maxNs) {
+		f.Evidence["machine_slowdown"] = human.Round(s.Slowdown, 1)
+		f.Summary += " " + pace.SlowNote("the longest wait", time.Duration(a.maxNs), s.Slowdown)
+	}
 	if a.lru {
 		f.Mechanism = "Each memory cgroup and NUMA node has one lruvec whose lru_lock guards its page lists; every thread reclaiming that cgroup takes it to isolate and put back batches of pages, so many concurrent reclaimers spin on it instead of reclaiming."
 	} else if a.mainType.Spins() {
@@ -688,6 +710,18 @@ func (s *Snapshot) starvationFinding(a *lockAgg) (finding.Finding, bool) {
 	return f, true
 }
 
+// holdSeverity grades an mmap_lock hold of d as an ordinary machine would
+// take it.
+func holdSeverity(d time.Duration, slowdown float64) finding.Severity {
+	switch d = pace.Ordinary(d, slowdown); {
+	case d >= time.Second:
+		return finding.Critical
+	case d >= holdWarning:
+		return finding.Warning
+	}
+	return finding.Info
+}
+
 // mmapFindings reports long mmap_lock holds per holder process, with the
 // stacks sampled under the lock, and the hold/wait histograms.
 func (s *Snapshot) mmapFindings() ([]finding.Finding, []finding.Histogram) {
@@ -876,13 +910,7 @@ func (s *Snapshot) holdFinding(tgid, mmTGID int, holds []Hold) finding.Finding {
 		}
 		lockName = fmt.Sprintf("mmap_lock of %s (pid %d)", proc, tgid)
 	}
-	sev := finding.Info
-	switch {
-	case h.HoldNs >= uint64(time.Second):
-		sev = finding.Critical
-	case h.HoldNs >= uint64(100*time.Millisecond):
-		sev = finding.Warning
-	}
+	sev := holdSeverity(time.Duration(h.HoldNs), s.Slowdown)
 	var total, runtime, runnable, throttled, reclaim, scanned, reclaimed uint64
 	for _, x := range holds {
 		total += x.HoldNs
@@ -913,6 +941,10 @@ func (s *Snapshot) holdFinding(tgid, mmTGID int, holds []Hold) finding.Finding {
 	}
 	if h.HoldNs > 0 {
 		f.Evidence["on_cpu_pct"] = 100 * float64(h.RuntimeNs) / float64(h.HoldNs)
+	}
+	if sev < holdSeverity(time.Duration(h.HoldNs), 1) {
+		f.Evidence["machine_slowdown"] = human.Round(s.Slowdown, 1)
+		f.Summary += " " + pace.SlowNote("the hold", time.Duration(h.HoldNs), s.Slowdown)
 	}
 	// Whose mmap_lock, and where the holders' time went over all their
 	// holds: what the diagnosis stage joins on and weighs.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/wolf-investigator/wolf/internal/export"
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/finding/findingtest"
 )
 
 // A stack as bpf_get_stackid records it at contention_begin on a BTF
@@ -433,4 +434,38 @@ func TestMmapLockNamedByItsHolds(t *testing.T) {
 		}
 	}
 	t.Fatalf("no contention finding: %+v", fs)
+}
+
+// On a machine 8x slower than usual (QEMU's TCG), a wait or hold is
+// graded as an ordinary machine would take it, and the finding says so;
+// the same numbers on an ordinary machine keep their grade.
+func TestSlowMachineGrades(t *testing.T) {
+	stack := tpStack("rwsem_down_write_slowpath+0x4e4", "collapse_huge_page+0x34b")
+	for _, c := range []struct {
+		slow float64
+		want finding.Severity
+		note bool
+	}{{1, finding.Warning, false}, {8, finding.Info, true}} {
+		s := &Snapshot{Window: 10 * time.Second, Slowdown: c.slow,
+			Waits: []Wait{{Lock: 9, Type: RwsemWrite, Stack: stack, Count: 1, TotalNs: 187e6, MaxNs: 187e6}}}
+		fs, _ := Conclude(s)
+		f := findingtest.First(fs, "locks.contention")
+		if f == nil || f.Severity != c.want || strings.Contains(f.Summary, "8.0 times more slowly") != c.note || (f.Evidence["machine_slowdown"] != nil) != c.note {
+			t.Errorf("wait of 187 ms, slowdown %v: %+v", c.slow, f)
+		}
+		s = &Snapshot{Window: 10 * time.Second, HoldThreshold: 20 * time.Millisecond, Slowdown: c.slow,
+			Holds: []Hold{{TGID: 5, TID: 36, MMTGID: 5, Comm: "khugepaged", HoldNs: 278e6}}}
+		fs, _ = Conclude(s)
+		f = findingtest.First(fs, "locks.mmap-hold")
+		if f == nil || f.Severity != c.want || strings.Contains(f.Summary, "the hold of 278 ms here is about 35 ms") != c.note {
+			t.Errorf("hold of 278 ms, slowdown %v: %+v", c.slow, f)
+		}
+	}
+	// 1.5 s there is still ~190 ms here: a warning at any speed.
+	s := &Snapshot{Window: 10 * time.Second, HoldThreshold: 20 * time.Millisecond, Slowdown: 8,
+		Holds: []Hold{{TGID: 5, TID: 6, MMTGID: 5, Comm: "wolf-mmaplock", HoldNs: 1.5e9}}}
+	fs, _ := Conclude(s)
+	if f := findingtest.First(fs, "locks.mmap-hold"); f == nil || f.Severity != finding.Warning {
+		t.Errorf("1.5 s hold on a slow machine: %+v", f)
+	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/kallsyms"
+	"github.com/wolf-investigator/wolf/internal/pace"
 	"github.com/wolf-investigator/wolf/internal/probekit"
 	"github.com/wolf-investigator/wolf/internal/procfs"
 )
@@ -213,6 +214,7 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 	snap := &Snapshot{
 		Window:        window,
 		HoldThreshold: l.HoldThreshold,
+		Slowdown:      pace.Slowdown(),
 		Top:           l.Top,
 		LockName:      s.lockName,
 		Symbol:        syms.Symbolize,

@@ -2,15 +2,19 @@
 // at what wolf's deadlines and thresholds assume: starting a process, which
 // is kernel work (fork, exec, page faults). Under QEMU's TCG it is 6-8x
 // slower than on the development VM; labs stretch their start-up deadlines
-// by it, and softirq judges a long run against it.
+// by it, and investigators grade the durations they measure (a softirq
+// run, a lock wait or hold) as an ordinary machine would take them.
 package pace
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/wolf-investigator/wolf/internal/human"
 )
 
 // Start-up deadlines (a victim to block, processes to start, a cgroup to
@@ -65,4 +69,28 @@ func measureSlowdown() float64 {
 // Scaled is d stretched by Slowdown.
 func Scaled(d time.Duration) time.Duration {
 	return time.Duration(float64(d) * Slowdown())
+}
+
+// SlowMachine is the Slowdown from which durations are graded as an
+// ordinary machine would take them: ordinary machines, loaded or not,
+// differ by less.
+const SlowMachine = 2.0
+
+// Ordinary is how long d would take on an ordinary machine: d divided by
+// slowdown where that is SlowMachine or more (an emulated CPU runs kernel
+// and user code that many times slower, so the same work lasts that much
+// longer), d itself elsewhere. Thresholds written for an ordinary machine
+// are compared with it.
+func Ordinary(d time.Duration, slowdown float64) time.Duration {
+	if slowdown < SlowMachine {
+		return d
+	}
+	return time.Duration(float64(d) / slowdown)
+}
+
+// SlowNote is the sentence a finding's summary carries when a duration
+// (what, d) is graded lower only because this machine is slow.
+func SlowNote(what string, d time.Duration, slowdown float64) string {
+	return fmt.Sprintf("This machine starts a process %.1f times more slowly than an ordinary one (an emulated CPU, such as QEMU without KVM, runs kernel code that much slower): %s of %s here is about %s of an ordinary machine's work, and is graded as such.",
+		slowdown, what, human.Duration(d), human.Duration(Ordinary(d, slowdown)))
 }

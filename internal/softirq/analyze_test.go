@@ -213,6 +213,22 @@ func TestConcludeWaitAlone(t *testing.T) {
 		t.Fatalf("finding %+v", f)
 	}
 	s.SampleCoverage, s.Virtual = 0, ""
+	// Waits of 8-13 ms on a machine 8x slower than usual (QEMU's TCG):
+	// about 1-2 ms of an ordinary machine's work, a note; the same waits
+	// on an ordinary machine stay a warning.
+	s.Wait[vecNetRX][1] = histOf(append(many(100, 10*time.Microsecond), 13*time.Millisecond, 9*time.Millisecond, 8*time.Millisecond)...)
+	if f := findingtest.First(Conclude(s), "softirq.wait"); f == nil || f.Severity != finding.Warning {
+		t.Fatalf("finding %+v", f)
+	}
+	s.Slowdown = 8
+	if f := findingtest.First(Conclude(s), "softirq.wait"); f == nil || f.Severity != finding.Info || !strings.Contains(f.Summary, "8.0 times more slowly") || f.Evidence["machine_slowdown"] != 8.0 {
+		t.Fatalf("finding %+v", f)
+	}
+	s.Wait[vecNetRX][1] = histOf(append(many(100, 10*time.Microsecond), 400*time.Millisecond, 300*time.Millisecond, 90*time.Millisecond)...)
+	if f := findingtest.First(Conclude(s), "softirq.wait"); f == nil || f.Severity != finding.Warning {
+		t.Fatalf("long waits on a slow machine: %+v", f)
+	}
+	s.Slowdown = 0
 	// Rare long waits among many short ones: a note, not a warning.
 	s.Wait[vecNetRX][1] = histOf(append(many(1000, 10*time.Microsecond), 40*time.Millisecond, 30*time.Millisecond, 9*time.Millisecond)...)
 	if f := findingtest.First(Conclude(s), "softirq.wait"); f == nil || f.Severity != finding.Info {

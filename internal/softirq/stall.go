@@ -10,6 +10,7 @@ import (
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/hist"
 	"github.com/wolf-investigator/wolf/internal/human"
+	"github.com/wolf-investigator/wolf/internal/pace"
 )
 
 func stallFinding(s *Snapshot, vec int, h hist.Log2, stalls []Stall) finding.Finding {
@@ -27,7 +28,7 @@ func stallFinding(s *Snapshot, vec int, h hist.Log2, stalls []Stall) finding.Fin
 		f.Title = fmt.Sprintf("%s softirq runs of up to %s on CPU %v ran on top of wolf itself, while it loaded and attached its probes", Vectors[vec], human.Duration(maxStall(stalls)), f.Evidence["worst_cpu"])
 		f.Summary += " Every one interrupted wolf's own process: loading, attaching and freeing BPF programs is kernel work (verification, code patching, RCU callbacks) that a softirq then finishes; it says nothing about the host."
 		f.Remediation = []string{"Nothing to do about the host; a longer --duration makes wolf's start-up a smaller part of the window."}
-	case s.Slowdown >= slowMachine && f.Evidence["cause"] == causeUnknown && maxStall(stalls) < time.Duration(float64(s.Threshold)*s.Slowdown):
+	case f.Evidence["cause"] == causeUnknown && maxStall(stalls) > pace.Ordinary(maxStall(stalls), s.Slowdown) && pace.Ordinary(maxStall(stalls), s.Slowdown) < s.Threshold:
 		// The CPU ran the softirq, slowly: this machine does everything
 		// several times more slowly (emulation), and the run is within the
 		// threshold once that is taken out. (A run with a known cause, a
@@ -71,10 +72,6 @@ const (
 	causeWolf       = "wolf"
 	causeSlowCPU    = "slow-cpu"
 )
-
-// slowMachine is the pace.Slowdown from which a machine's slowness
-// stretches softirq's threshold: ordinary machines differ by less.
-const slowMachine = 2.0
 
 // onWolf: every stall ran on top of wolf's own process, in a vector wolf's
 // own start-up drives (RCU callbacks, timers, the scheduler). Network and

@@ -8,6 +8,7 @@ import (
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/hist"
 	"github.com/wolf-investigator/wolf/internal/human"
+	"github.com/wolf-investigator/wolf/internal/pace"
 )
 
 func waitFinding(s *Snapshot) (finding.Finding, bool) {
@@ -17,6 +18,7 @@ func waitFinding(s *Snapshot) (finding.Finding, bool) {
 	// A wait or two of a few milliseconds happens on any busy or virtual
 	// machine; a pattern of them is a finding.
 	worst, worstVec, frequent := hist.Log2{}, -1, false
+	var worstP99 time.Duration // the longest p99 of the vectors listed
 	var slow []string
 	var long uint64
 	for vec := 0; vec < NrVectors; vec++ {
@@ -28,6 +30,7 @@ func waitFinding(s *Snapshot) (finding.Finding, bool) {
 		long += n
 		p99 := time.Duration(h.Quantile(0.99))
 		frequent = frequent || p99 >= s.Threshold
+		worstP99 = max(worstP99, p99)
 		slow = append(slow, fmt.Sprintf("%s max %s p99 %s, %d of %d waits ≥ ~%s", Vectors[vec], human.Duration(time.Duration(h.Max)), human.Duration(p99), n, h.Count, human.Duration(s.Threshold)))
 		if worstVec < 0 || h.Max > worst.Max {
 			worst, worstVec = h, vec
@@ -65,6 +68,12 @@ func waitFinding(s *Snapshot) (finding.Finding, bool) {
 		References: []string{storyRef},
 	}
 	switch {
+	case frequent && pace.Ordinary(worstP99, s.Slowdown) < s.Threshold:
+		// The waits are long in wall time, not in work: everything that
+		// ran before the softirq ran as many times slower.
+		f.Severity = finding.Info
+		f.Evidence["machine_slowdown"] = human.Round(s.Slowdown, 1)
+		f.Summary += " " + pace.SlowNote("the p99 wait", worstP99, s.Slowdown)
 	case s.StealPct >= 1:
 		f.Severity = finding.Info
 		f.Evidence["steal_pct"] = human.Round(s.StealPct, 2)
