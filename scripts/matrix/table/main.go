@@ -693,6 +693,11 @@ func summary(t *Table) string {
 			fmt.Fprintf(w, ": %s", strings.Join(failed, ", "))
 		}
 		fmt.Fprintln(w)
+		// What failed, in the cell's own words: a CI log then says why
+		// without the row's files, which stay on the machine that ran it.
+		for _, col := range failed {
+			fmt.Fprintf(w, "  %s: %s\n", col, clip(r.Cells[col].Detail, 600))
+		}
 	}
 	w.Flush()
 	return b.String()
