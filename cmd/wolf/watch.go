@@ -20,33 +20,33 @@ import (
 	"github.com/wolf-investigator/wolf/internal/watch"
 )
 
-// Default windows of wolf watch. Each investigator loads and attaches
-// once and concludes a window every window length without detaching: a
-// window is the period the metrics and the JSON lines are computed over,
-// not a cost. hung, the one alerts want soonest, concludes more often;
-// it is also peeked into every few seconds, so a hang inside a window
-// opens an incident while it lasts.
-const (
-	defaultWatchInterval = 60 * time.Second
-	defaultHungInterval  = 20 * time.Second
-)
+// defaultWatchInterval is wolf watch's window. Each investigator loads and
+// attaches once and concludes a window every window length without
+// detaching: a window is the period the metrics and the JSON lines are
+// computed over, not a cost. An investigator may declare a shorter one
+// (investigator.Command.WatchWindow: hung, the one alerts want soonest,
+// which is also peeked into every few seconds, so a hang inside a window
+// opens an incident while it lasts).
+const defaultWatchInterval = 60 * time.Second
 
 func newWatchCmd() *cobra.Command {
 	var (
-		listen       string
-		listenAny    bool
-		interval     time.Duration
-		hungInterval time.Duration
-		names        string
-		top          int
-		output       string
-		minSeverity  string
-		clearAfter   int
-		webConfig    string
-		incidents    string
-		incMax       int
-		incMaxMiB    int
-		incInterval  time.Duration
+		listen    string
+		listenAny bool
+		interval  time.Duration
+		// windows are the investigators' own windows (--NAME-interval),
+		// for those that declare one.
+		windows     = map[string]*time.Duration{}
+		names       string
+		top         int
+		output      string
+		minSeverity string
+		clearAfter  int
+		webConfig   string
+		incidents   string
+		incMax      int
+		incMaxMiB   int
+		incInterval time.Duration
 	)
 	c := &cobra.Command{
 		Use:   "watch",
@@ -93,12 +93,16 @@ hashes), as node_exporter does.`,
 			if err := checkWindow("--interval", interval); err != nil {
 				return err
 			}
-			if cmd.Flags().Changed("hung-interval") {
-				if err := checkWindow("--hung-interval", hungInterval); err != nil {
-					return err
+			own := map[string]time.Duration{}
+			for name, d := range windows {
+				if flag := name + "-interval"; cmd.Flags().Changed(flag) {
+					if err := checkWindow("--"+flag, *d); err != nil {
+						return err
+					}
+					own[name] = *d
+				} else {
+					own[name] = min(*d, interval)
 				}
-			} else {
-				hungInterval = min(hungInterval, interval)
 			}
 			if top < 1 || top > 1000 {
 				return usageErr("--top must be from 1 to 1000, got %d", top)
@@ -144,7 +148,7 @@ hashes), as node_exporter does.`,
 				return err
 			}
 			return runWatch(cmd.Context(), cmd.OutOrStdout(), invs, watchSettings{
-				listen: listen, interval: interval, hungInterval: hungInterval, top: top, output: output,
+				listen: listen, interval: interval, windows: own, top: top, output: output,
 				minSeverity: minSev, clearAfter: clearAfter, webConfig: webConfig,
 				incidents: incidents, incidentLimits: incident.Limits{MaxCount: incMax, MaxBytes: int64(incMaxMiB) << 20, MinInterval: orNone(incInterval)},
 			})
@@ -153,7 +157,16 @@ hashes), as node_exporter does.`,
 	c.Flags().StringVar(&listen, "listen", watch.DefaultListen, "serve metrics on `HOST:PORT`")
 	c.Flags().BoolVar(&listenAny, "listen-any", false, "allow --listen on all interfaces (empty host, 0.0.0.0, ::)")
 	c.Flags().DurationVar(&interval, "interval", defaultWatchInterval, "window length of each investigator")
-	c.Flags().DurationVar(&hungInterval, "hung-interval", defaultHungInterval, "window length of hung (cheap; default the smaller of 20s and --interval)")
+	for _, inv := range investigators() {
+		cm, ok := inv.(investigator.Commander)
+		if !ok || cm.Command().WatchWindow <= 0 {
+			continue
+		}
+		w := cm.Command().WatchWindow
+		windows[inv.Name()] = new(time.Duration)
+		c.Flags().DurationVar(windows[inv.Name()], inv.Name()+"-interval", w,
+			fmt.Sprintf("window length of %s (unless set, no longer than --interval)", inv.Name()))
+	}
 	c.Flags().StringVar(&names, "investigators", "all", "comma-separated investigators to run ("+strings.Join(investigatorNames(), ",")+")")
 	c.Flags().IntVar(&top, "top", 10, "keep at most N tasks, cgroups or locks per metric; the rest count as \"other\"")
 	c.Flags().StringVarP(&output, "output", "o", "", "append the JSON lines to `FILE` instead of standard output")
@@ -177,15 +190,18 @@ func orNone(d time.Duration) time.Duration {
 }
 
 type watchSettings struct {
-	listen                 string
-	interval, hungInterval time.Duration
-	top                    int
-	output                 string
-	minSeverity            finding.Severity
-	clearAfter             int
-	webConfig              string
-	incidents              string
-	incidentLimits         incident.Limits
+	listen   string
+	interval time.Duration
+	// windows are the investigators' own windows, where shorter than
+	// interval.
+	windows        map[string]time.Duration
+	top            int
+	output         string
+	minSeverity    finding.Severity
+	clearAfter     int
+	webConfig      string
+	incidents      string
+	incidentLimits incident.Limits
 }
 
 // checkWindow bounds a window: at least a second (each window reads and
@@ -256,8 +272,8 @@ func runWatch(ctx context.Context, stdout io.Writer, invs []investigator.Investi
 	windows := map[string]time.Duration{}
 	for _, inv := range invs {
 		windows[inv.Name()] = s.interval
-		if inv.Name() == "hung" {
-			windows["hung"] = s.hungInterval
+		if d, ok := s.windows[inv.Name()]; ok {
+			windows[inv.Name()] = d
 		}
 	}
 	rep := newReport("watch", time.Now())

@@ -1,6 +1,8 @@
 package hung
 
 import (
+	"time"
+
 	"context"
 	"fmt"
 
@@ -13,7 +15,10 @@ import (
 // Command implements investigator.Commander: wolf hung.
 func (h *Investigator) Command() investigator.Command {
 	return investigator.Command{
-		Short: "Find tasks hung in D state, what they wait on, and who holds it",
+		// A hang is what alerts want soonest, and concluding a window is
+		// a task walk: cheap enough to do every 20 s in wolf watch.
+		WatchWindow: 20 * time.Second,
+		Short:       "Find tasks hung in D state, what they wait on, and who holds it",
 		Long: `hung finds tasks sleeping uninterruptibly (D state) for longer than
 --threshold, including those that blocked before wolf started, groups them by
 the lock or wait site they share, decodes the lock's owner in the kernel and

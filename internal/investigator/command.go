@@ -16,6 +16,11 @@ type Command struct {
 	Short, Long, Example string
 	// Duration is the default window (0: 10 s).
 	Duration time.Duration
+	// WatchWindow, when set, is the investigator's window in wolf watch
+	// when shorter than --interval: for one whose findings alerts want
+	// soonest and that is cheap to conclude (hung). watch adds a flag
+	// --NAME-interval to change it.
+	WatchWindow time.Duration
 	// PID, when not empty, adds --pid with this help text.
 	PID string
 	// Audit runs the investigator's audit with the command, as doctor does.

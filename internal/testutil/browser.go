@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // RequireTool returns the path of the first of names found in PATH, or
@@ -105,15 +108,19 @@ func OpenHeadless(t testing.TB, bin, path, screenshot string, timeout time.Durat
 
 // ArtifactPath is where a test keeps a file for people to look at after
 // the run (a screenshot): $WOLF_ARTIFACTS when set, else
-// $TMPDIR/wolf-artifacts. It outlives the test on purpose.
+// $TMPDIR/wolf-artifacts-UID (one per user: a directory root's run left
+// behind is not writable by anyone else's). It outlives the test on
+// purpose; where it cannot be written, the test's own temporary directory
+// is used instead.
 func ArtifactPath(t testing.TB, name string) string {
 	t.Helper()
 	dir := os.Getenv("WOLF_ARTIFACTS")
 	if dir == "" {
-		dir = filepath.Join(os.TempDir(), "wolf-artifacts")
+		dir = filepath.Join(os.TempDir(), fmt.Sprintf("wolf-artifacts-%d", os.Getuid()))
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
+	if err := os.MkdirAll(dir, 0o755); err != nil || unix.Access(dir, unix.W_OK) != nil {
+		t.Logf("artifacts: %s is not writable (%v); keeping them with the test", dir, err)
+		dir = t.TempDir()
 	}
 	return filepath.Join(dir, name)
 }

@@ -255,7 +255,7 @@ func TestSysrqRCUTasks(t *testing.T) {
 
 // "Performance and reliability pitfalls of eBPF" exactly as the slides have it: task lines cut after "stack:0"
 // (no pid), a misspelled register line, no sysrq-t dump.
-func TestSeed002Verbatim(t *testing.T) {
+func TestDatadogSlidesVerbatim(t *testing.T) {
 	log := `[ 183.865273] task:rcu_tasks_kthre state:D stack:0
 [ 183.865284] Call Trace:
 [ 183.865288] <TASK>
