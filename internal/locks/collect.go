@@ -57,15 +57,17 @@ func (c *stackCache) get(id int32) []string {
 
 // sampleQueues reads the waiting readers and writers of every lock with
 // waiters now, for the queue-depth time series.
-func (p *probe) sampleQueues(at time.Duration, into map[uint64][]QueueSample) {
+func (p *probe) sampleQueues(at time.Duration, into map[uint64][]QueueSample) (busy bool) {
 	var k uint64
 	var q locksQueue
 	it := p.maps.Queues.Iterate()
 	for it.Next(&k, &q) {
 		if q.Readers > 0 || q.Writers > 0 {
 			into[k] = append(into[k], QueueSample{At: at, Readers: q.Readers, Writers: q.Writers})
+			busy = true
 		}
 	}
+	return busy
 }
 
 // reading is what locks has seen of lock waits at one Collect, keyed as

@@ -165,19 +165,33 @@ type session struct {
 	samples map[uint64][]QueueSample
 }
 
-// sampleQueues records the rw-semaphore queues every 100 ms.
+// Queue sampling periods: every 100 ms while a task waits in a modelled
+// rw-semaphore queue, every 500 ms while none does. The programs keep each
+// window's deepest queue themselves; the samples draw its depth over time,
+// and an idle host (wolf watch's usual day) is sampled a fifth as often.
+const (
+	queueSampleBusy = 100 * time.Millisecond
+	queueSampleIdle = 500 * time.Millisecond
+)
+
+// sampleQueues records the rw-semaphore queues until Close.
 func (s *session) sampleQueues() {
 	defer close(s.done)
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
+	t := time.NewTimer(queueSampleIdle)
+	defer t.Stop()
 	for {
 		select {
 		case <-s.stop:
 			return
-		case <-tick.C:
+		case <-t.C:
 			s.mu.Lock()
-			s.p.sampleQueues(time.Since(s.start), s.samples)
+			busy := s.p.sampleQueues(time.Since(s.start), s.samples)
 			s.mu.Unlock()
+			if busy {
+				t.Reset(queueSampleBusy)
+			} else {
+				t.Reset(queueSampleIdle)
+			}
 		}
 	}
 }

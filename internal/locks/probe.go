@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
@@ -277,7 +278,12 @@ func kernelHasFunc(name string) bool {
 // taskBasedThrottle says whether this kernel throttles a task only on its
 // way back to user space (6.18+: task_struct has a throttled flag), so that
 // a task holding a kernel lock is never throttled while it holds it.
-func taskBasedThrottle() bool {
+//
+// Once per process: every Collect asks, and loading the kernel's BTF
+// costs milliseconds and megabytes each time.
+var taskBasedThrottle = sync.OnceValue(readTaskBasedThrottle)
+
+func readTaskBasedThrottle() bool {
 	spec, err := kernelbtf.Spec()
 	if err != nil {
 		return false

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -475,7 +476,13 @@ var legacyFlagNames = []string{"SD_LOAD_BALANCE", "SD_BALANCE_NEWIDLE", "SD_BALA
 
 // domainFlagNames reads the kernel's own domain flag bits from its BTF
 // (the enum of __SD_* values, 5.10+), else the legacy table.
-func domainFlagNames() []string {
+//
+// It walks every type of the kernel's BTF (the enum has no name), which
+// takes tens of megabytes for a moment: once per process, as the kernel
+// does not change under it (wolf watch concludes a window every minute).
+var domainFlagNames = sync.OnceValue(readDomainFlagNames)
+
+func readDomainFlagNames() []string {
 	spec, err := kernelbtf.Spec()
 	if err != nil {
 		return legacyFlagNames

@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -487,7 +488,12 @@ func symbolize(syms *kallsyms.Table, raw []rawStack) []Stack {
 
 // dropReasonNames maps enum skb_drop_reason values to names from the
 // kernel's BTF ("SKB_DROP_REASON_NO_SOCKET" → "NO_SOCKET"); nil without BTF.
-func dropReasonNames() map[uint32]string {
+//
+// Once per process: drops happen on every host, so nearly every Collect
+// asks, and loading the kernel's BTF costs milliseconds and megabytes.
+var dropReasonNames = sync.OnceValue(readDropReasonNames)
+
+func readDropReasonNames() map[uint32]string {
 	spec, err := kernelbtf.Spec()
 	if err != nil {
 		return nil
