@@ -411,6 +411,11 @@ func TestDoctorHealthyHostFinishesInTime(t *testing.T) {
 		if f.Investigator == "bpf" && f.Severity >= finding.Warning {
 			t.Errorf("healthy host gave a bpf %s: %s", f.Severity, f.Title)
 		}
+		// Run-queue waits are the truth on a machine other tests keep
+		// busy; on one that was not, a critical one is a false alarm.
+		if f.Investigator == "sched" && f.Severity == finding.Critical && !cpuLoaded {
+			t.Errorf("healthy, unloaded host gave a critical sched finding: %s", f.Title)
+		}
 	}
 	for _, d := range rep.Diagnoses {
 		t.Errorf("healthy host diagnosed: %s", d.Title)
