@@ -673,10 +673,10 @@ func (s *Snapshot) starvationFinding(a *lockAgg) (finding.Finding, bool) {
 	if a.behindWriter == 0 || (a.mainType != RwsemRead && a.mainType != RwsemWrite) {
 		return finding.Finding{}, false
 	}
-	sev := finding.Warning
-	if a.maxNs >= uint64(time.Second) {
-		sev = finding.Critical
-	}
+	// As severe as the contention on the lock, no more: a reader that
+	// waited a millisecond behind a writer (an mmap, a THP collapse) is
+	// what every busy process sees.
+	sev := s.severity(a)
 	f := finding.Finding{
 		ID:           "locks.writer-starvation",
 		Investigator: "locks",

@@ -469,3 +469,19 @@ func TestSlowMachineGrades(t *testing.T) {
 		t.Errorf("1.5 s hold on a slow machine: %+v", f)
 	}
 }
+
+// Readers that waited a few milliseconds behind a writer are graded as
+// the lock's contention is: a note, not a warning.
+func TestWriterStarvationGradedByTheWaits(t *testing.T) {
+	s := &Snapshot{
+		Window: 10 * time.Second,
+		Waits: []Wait{{Lock: 7, Type: RwsemRead, MMTGID: 10, Count: 40, TotalNs: 200e6, MaxNs: 9e6, ReaderOwned: 40, BehindWriter: 3},
+			{Lock: 7, Type: RwsemWrite, MMTGID: 10, Count: 1, TotalNs: 5e6, MaxNs: 5e6}},
+		Comm: func(int) string { return "app" },
+	}
+	fs, _ := Conclude(s)
+	f := findingtest.First(fs, "locks.writer-starvation")
+	if f == nil || f.Severity != finding.Info {
+		t.Fatalf("3 short waits behind a writer: %+v", f)
+	}
+}
