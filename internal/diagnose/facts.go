@@ -187,6 +187,11 @@ func mmOfName(name string) int {
 
 func (x *facts) read(i int) {
 	f := &x.fs[i]
+	// A finding about wolf's own doing (its start-up, its own memory)
+	// says nothing of the host's tasks: it roots no chain and is no hop.
+	if f.Evidence["cause"] == "wolf" {
+		return
+	}
 	if strings.HasPrefix(f.ID, "hung.") {
 		for _, s := range f.Subjects {
 			if s.Role == finding.RoleVictim && s.TID != 0 {

@@ -43,6 +43,12 @@ type Snapshot struct {
 	// runs (pace.Slowdown; 0 or 1: ordinary): waits and holds are graded
 	// as an ordinary machine would take them (pace.Ordinary).
 	Slowdown float64
+	// SelfTGID is wolf's own process (0: unknown). Its threads' waits are
+	// left out by the programs; a lock that is wolf's own mmap_lock, or
+	// whose owners were all wolf's threads, is wolf's doing, not the
+	// host's (loading its programs reads tens of megabytes of kernel
+	// types, faulting under its own mmap_lock while khugepaged waits).
+	SelfTGID int
 	Top      int    // locks reported; 0 means DefaultTop
 	LockName string // --lock given as a name no symbol resolves: keep only this lock
 	// Symbol names a kernel address ("rtnl_mutex+0x0"); nil or "" when
@@ -328,10 +334,34 @@ func nsToMs(ns uint64) float64 { return float64(ns) / 1e6 }
 
 // severity grades contention: sleeping waits by how long tasks were stuck
 // (the longest as an ordinary machine would take it), spinning waits by
-// the CPU they burned.
+// the CPU they burned. Contention wolf caused itself is a note.
 func (s *Snapshot) severity(a *lockAgg) finding.Severity {
+	if s.wolfsOwn(a) {
+		return finding.Info
+	}
 	return s.severityOf(a, uint64(pace.Ordinary(time.Duration(a.maxNs), s.Slowdown)))
 }
+
+// wolfsOwn: the lock is wolf's own mmap_lock, or every owner its waits
+// were charged to is one of wolf's threads.
+func (s *Snapshot) wolfsOwn(a *lockAgg) bool {
+	if s.SelfTGID == 0 {
+		return false
+	}
+	if a.mmTGID == s.SelfTGID {
+		return true
+	}
+	for _, o := range a.owners {
+		if o.TGID != s.SelfTGID {
+			return false
+		}
+	}
+	return len(a.owners) > 0
+}
+
+// causeWolf is the evidence cause of a finding about wolf's own doing,
+// which the diagnosis stage does not join.
+const causeWolf = "wolf"
 
 // severityOf grades contention whose longest wait is maxNs.
 func (s *Snapshot) severityOf(a *lockAgg, maxNs uint64) finding.Severity {
@@ -419,7 +449,13 @@ func (s *Snapshot) contentionFinding(a *lockAgg) finding.Finding {
 	f.Summary = fmt.Sprintf("%d contentions on %s (%s) in %s; the longest wait was %s (tid %d), p99 %s.",
 		a.count, a.name, a.mainType.Noun(), human.Duration(s.Window), human.Duration(time.Duration(a.maxNs)), a.maxTID,
 		human.Duration(time.Duration(a.p99())))
-	if f.Severity < s.severityOf(a, a.maxNs) {
+	switch {
+	case s.wolfsOwn(a):
+		f.Evidence["cause"] = causeWolf
+		f.Title += "; wolf's own"
+		f.Summary += fmt.Sprintf(" The lock is wolf's own (pid %d): its mmap_lock, or held by its threads only. Loading wolf's programs reads tens of megabytes of the kernel's type information and faults under wolf's mmap_lock, and kernel threads that scan or compact memory (khugepaged) then wait for it: wolf's doing, not the host's.", s.SelfTGID)
+		f.Remediation = []string{"Nothing to do about the host; a longer --duration makes wolf's start-up a smaller part of the window."}
+	case f.Severity < s.severityOf(a, a.maxNs):
 		f.Evidence["machine_slowdown"] = human.Round(s.Slowdown, 1)
 		f.Summary += " " + pace.SlowNote("the longest wait", time.Duration(a.maxNs), s.Slowdown)
 	}
@@ -676,6 +712,9 @@ func (s *Snapshot) starvationFinding(a *lockAgg) (finding.Finding, bool) {
 	// As severe as the contention on the lock, no more: a reader that
 	// waited a millisecond behind a writer (an mmap, a THP collapse) is
 	// what every busy process sees.
+	if s.wolfsOwn(a) {
+		return finding.Finding{}, false // said by the contention finding
+	}
 	sev := s.severity(a)
 	f := finding.Finding{
 		ID:           "locks.writer-starvation",
@@ -911,6 +950,10 @@ func (s *Snapshot) holdFinding(tgid, mmTGID int, holds []Hold) finding.Finding {
 		lockName = fmt.Sprintf("mmap_lock of %s (pid %d)", proc, tgid)
 	}
 	sev := holdSeverity(time.Duration(h.HoldNs), s.Slowdown)
+	own := s.SelfTGID != 0 && cmp.Or(mmTGID, tgid) == s.SelfTGID
+	if own {
+		sev = finding.Info
+	}
 	var total, runtime, runnable, throttled, reclaim, scanned, reclaimed uint64
 	for _, x := range holds {
 		total += x.HoldNs
@@ -942,7 +985,11 @@ func (s *Snapshot) holdFinding(tgid, mmTGID int, holds []Hold) finding.Finding {
 	if h.HoldNs > 0 {
 		f.Evidence["on_cpu_pct"] = 100 * float64(h.RuntimeNs) / float64(h.HoldNs)
 	}
-	if sev < holdSeverity(time.Duration(h.HoldNs), 1) {
+	switch {
+	case own:
+		f.Evidence["cause"] = causeWolf
+		f.Summary += fmt.Sprintf(" It is wolf's own mmap_lock (pid %d): only wolf's threads wait for it, and what holds it (khugepaged scanning wolf's memory) was brought on by wolf.", s.SelfTGID)
+	case sev < holdSeverity(time.Duration(h.HoldNs), 1):
 		f.Evidence["machine_slowdown"] = human.Round(s.Slowdown, 1)
 		f.Summary += " " + pace.SlowNote("the hold", time.Duration(h.HoldNs), s.Slowdown)
 	}

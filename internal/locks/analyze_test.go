@@ -485,3 +485,35 @@ func TestWriterStarvationGradedByTheWaits(t *testing.T) {
 		t.Fatalf("3 short waits behind a writer: %+v", f)
 	}
 }
+
+// wolf's own mmap_lock, held by its threads while khugepaged waits to
+// collapse its memory (seen on 5.10 under TCG while wolf loaded): a note
+// that says so, no starvation finding, and nothing the diagnosis joins.
+func TestWolfsOwnLock(t *testing.T) {
+	stack := tpStack("rwsem_down_write_slowpath+0x1", "khugepaged+0x10e2")
+	mk := func(self int) *Snapshot {
+		return &Snapshot{Window: 10 * time.Second, SelfTGID: self,
+			Waits:  []Wait{{Lock: 9, Type: RwsemWrite, Stack: stack, Count: 1, TotalNs: 1.6e9, MaxNs: 1.6e9, ReaderOwned: 1, BehindWriter: 1}},
+			Owners: []Owner{{Lock: 9, TID: 218, TGID: 203, Comm: "wolf", Kind: OwnerReaders, Count: 1, TotalNs: 1.6e9}}}
+	}
+	fs, _ := Conclude(mk(203))
+	f := findingtest.First(fs, "locks.contention")
+	if f == nil || f.Severity != finding.Info || f.Evidence["cause"] != "wolf" || !strings.HasSuffix(f.Title, "; wolf's own") {
+		t.Fatalf("wolf's own lock: %+v", f)
+	}
+	if st := findingtest.First(fs, "locks.writer-starvation"); st != nil {
+		t.Errorf("starvation on wolf's own lock: %+v", st)
+	}
+	// The same waits behind another process's threads stay critical (1.6 s).
+	fs, _ = Conclude(mk(999))
+	if f := findingtest.First(fs, "locks.contention"); f == nil || f.Severity != finding.Critical || f.Evidence["cause"] != nil {
+		t.Fatalf("another's lock: %+v", f)
+	}
+	// A hold of wolf's mm by khugepaged.
+	s := &Snapshot{Window: 10 * time.Second, HoldThreshold: 20 * time.Millisecond, SelfTGID: 315,
+		Holds: []Hold{{TGID: 36, TID: 36, MMTGID: 315, Comm: "khugepaged", HoldNs: 278e6}}}
+	fs, _ = Conclude(s)
+	if f := findingtest.First(fs, "locks.mmap-hold"); f == nil || f.Severity != finding.Info || f.Evidence["cause"] != "wolf" {
+		t.Fatalf("hold of wolf's mm: %+v", f)
+	}
+}

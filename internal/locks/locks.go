@@ -8,6 +8,7 @@ package locks
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -229,6 +230,7 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 		Window:        window,
 		HoldThreshold: l.HoldThreshold,
 		Slowdown:      pace.Slowdown(),
+		SelfTGID:      os.Getpid(),
 		Top:           l.Top,
 		LockName:      s.lockName,
 		Symbol:        syms.Symbolize,

@@ -348,6 +348,10 @@ type report struct {
 		Severity string `json:"severity"`
 		Title    string `json:"title"`
 	} `json:"findings"`
+	Diagnoses []struct {
+		ID    string `json:"id"`
+		Title string `json:"title"`
+	} `json:"diagnoses"`
 	Errors []string `json:"errors"`
 	Notes  []string `json:"notes"`
 }
@@ -411,6 +415,11 @@ func doctorCell(f rowFiles) (Cell, bool) {
 				fails = append(fails, fmt.Sprintf("run %d: %s %s: %s", i, fd.Severity, fd.ID, clip(fd.Title, 160)))
 				bad = true
 			}
+		}
+		// An idle host has no root cause to name.
+		for _, d := range rep.Diagnoses {
+			fails = append(fails, fmt.Sprintf("run %d: diagnosis %s: %s", i, d.ID, clip(d.Title, 160)))
+			bad = true
 		}
 		for _, n := range rep.Notes {
 			if !slices.Contains(lost, n) {
@@ -594,7 +603,7 @@ func markdown(t *Table) string {
 	b.WriteString("each row is a command run there. **ok**: ran, nothing lost. **degraded**: ran without\n")
 	b.WriteString("something, listed below. **fail**: with the first error line below. A lab passes when its\n")
 	b.WriteString("investigator reports the lab's pathology. `doctor` passes when three idle runs raise no\n")
-	b.WriteString("warning or critical finding and every investigator ran.\n\n")
+	b.WriteString("warning or critical finding and no diagnosis, and every investigator ran.\n\n")
 	b.WriteString("| command |")
 	for _, r := range t.Rows {
 		b.WriteString(" " + rowTitle(r) + " |")
