@@ -3,6 +3,7 @@ package watch
 import (
 	"fmt"
 	"path/filepath"
+	"runtime/debug"
 	"sort"
 	"sync"
 	"time"
@@ -247,6 +248,14 @@ func (r *recorder) writer() {
 	defer close(r.done)
 	for b := range r.queue {
 		m, err := r.w.cfg.Incidents.Write(b)
+		// Rendering a bundle (the report as JSON, text and an HTML page
+		// with its flame graphs, the windows before it) takes several
+		// times the watcher's live heap for a moment; handed back to the
+		// kernel now, it does not stay in wolf's resident memory until
+		// the Go runtime's scavenger gets to it, minutes later. Incidents
+		// are rare and rate-limited, and the collection a few tens of
+		// milliseconds of CPU.
+		debug.FreeOSMemory()
 		t := b.Triggers[0]
 		if err != nil {
 			r.w.emit(Event{Event: "incident-error", Time: r.w.cfg.Now(), Investigator: t.Investigator, Key: t.Identity, Error: err.Error()})
