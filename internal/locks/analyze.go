@@ -419,6 +419,7 @@ func (s *Snapshot) contentionFinding(a *lockAgg) finding.Finding {
 			"max_wait_ns":    a.maxNs,
 			"p99_wait_ns":    a.p99(),
 			"waiters":        waiters,
+			"window_s":       human.Round(s.Window.Seconds(), 2),
 		},
 	}
 	if a.mainType.Spins() {

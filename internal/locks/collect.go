@@ -430,7 +430,11 @@ func (p *probe) holdEvents() ([]locksHoldEvent, uint64, error) {
 // than threshold: begun while wolf watched, not released by the end of
 // the window (on a slow or starved machine, one hold can outlast it). They
 // have no release, hence no stack and no event; the holder is named from
-// /proc.
+// /proc. Where its time went so far is what the release would say: CPU
+// time and run-queue wait from the thread's schedstat now, minus the
+// programs' readings at acquire, and the time throttled, including a
+// throttling still going (a holder throttled with its cgroup holds the
+// lock until its next period; the hold can last longer than any window).
 func (p *probe) ongoingHolds(threshold time.Duration) []Hold {
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
@@ -452,15 +456,50 @@ func (p *probe) ongoingHolds(threshold time.Duration) []Hold {
 			// a hold still going.
 			continue
 		}
-		out = append(out, Hold{
+		h := Hold{
 			TGID: tgid, TID: int(tid), MMTGID: int(m.MmTgid), Comm: procComm(int(tid)),
 			Write: m.Write != 0, Start: time.Duration(m.HoldStartNs), HoldNs: now - m.HoldStartNs,
 			ReclaimNs: m.ReclaimNs, ReclaimCalls: m.ReclaimCalls, PagesScanned: m.PagesScanned,
 			PagesReclaimed: m.PagesReclaimed, PagesActivated: m.PagesActivated, PagesRefKeep: m.PagesRefKeep,
-			Ongoing: true,
-		})
+			ThrottledNs: m.ThrottledNs,
+			Ongoing:     true,
+		}
+		if off, ok := mmapLockOffset(); ok && m.HoldMm != 0 {
+			h.Lock = m.HoldMm + uint64(off) // the contention's join key
+		}
+		if m.ThrottledSince != 0 && now > m.ThrottledSince {
+			h.ThrottledNs += now - m.ThrottledSince
+		}
+		if run, delay, ok := procSchedstat(int(tid)); ok {
+			h.RuntimeNs = probekit.Sub(run, m.RuntimeNs)
+			// A wait on the run queue still going is not in run_delay
+			// yet; the throttled part of it is known.
+			h.RunnableNs = max(probekit.Sub(delay, m.RunDelay), h.ThrottledNs)
+		}
+		out = append(out, h)
 	}
 	return out
+}
+
+// procSchedstat reads a thread's CPU time and run-queue wait, in ns
+// (/proc/TID/schedstat: se.sum_exec_runtime and sched_info.run_delay, what
+// the programs read at acquire; it takes no mmap_lock).
+func procSchedstat(tid int) (run, delay uint64, ok bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", tid))
+	if err != nil {
+		return 0, 0, false
+	}
+	return parseSchedstat(string(b))
+}
+
+func parseSchedstat(s string) (run, delay uint64, ok bool) {
+	f := strings.Fields(s)
+	if len(f) < 2 {
+		return 0, 0, false
+	}
+	run, err1 := strconv.ParseUint(f[0], 10, 64)
+	delay, err2 := strconv.ParseUint(f[1], 10, 64)
+	return run, delay, err1 == nil && err2 == nil
 }
 
 // procComm and procTgid read a thread's name and process from /proc
