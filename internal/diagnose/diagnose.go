@@ -139,16 +139,28 @@ func (d *draft) worthIt() bool {
 		return false
 	}
 	// A holder that is only busy or waiting for a CPU on a busy host is a
-	// diagnosis only when somebody waited long: a second, or hung.
+	// diagnosis only when somebody waited long: a second at once, hung, or
+	// a third of the window in shorter waits (a convoy behind holders
+	// starved of CPU: 25 readers queued, each wait half a second).
 	if d.kind == "host-cpu" || d.kind == "holder-work" || d.kind == "holder-runnable" {
 		for _, v := range d.victims {
-			if v.hung || v.longest() >= 1000 {
+			if v.hung || v.longest() >= 1000 || v.totalMs >= convoyTotalMs(v) {
 				return true
 			}
 		}
 		return false
 	}
 	return true
+}
+
+// convoyTotalMs is how long a victim must have waited in all, in waits
+// shorter than a second, for a CPU-starved holder to be a diagnosis: a
+// third of the window (3 s of doctor's 10 s, 20 s of watch's minute).
+func convoyTotalMs(v *waitFact) float64 {
+	if v.windowMs > 0 {
+		return v.windowMs / 3
+	}
+	return 3000
 }
 
 func (d *draft) weight() float64 {

@@ -401,3 +401,29 @@ func TestWolfsOwnDoingIsNoDiagnosis(t *testing.T) {
 		t.Error("the same lock held by another process is no diagnosis: the test proves nothing")
 	}
 }
+
+// A convoy: holders of an mmap_lock starved of CPU, a reader that waited
+// 4.4 s of a 10 s window in waits of half a second (Debian's 6.12 under
+// emulation, the memcg lab's 32 threads on two CPUs). Half that is a busy
+// host, no diagnosis.
+func TestConvoyBehindCPUStarvedHolders(t *testing.T) {
+	fs := quotaFindings()[:2]
+	fs[1].Evidence["throttled_ms_total"] = 0.0
+	fs = append(fs, finding.Finding{ID: "system.cpu-saturated", Severity: finding.Warning, Title: "All 2 CPUs saturated: 98% busy over 42 s"})
+	fs[0].Evidence["window_s"] = 10.0
+	fs[0].Subjects[1].Evidence["wait_ms_max"] = 502.0
+	fs[0].Subjects[1].Evidence["wait_ms_total"] = 4449.0
+	if d := only(t, Diagnose(fs)); d.ID != "diagnose.host-cpu" {
+		t.Errorf("%s: %s", d.ID, d.Title)
+	}
+	fs[0].Subjects[1].Evidence["wait_ms_total"] = 2200.0
+	if ds := Diagnose(fs); len(ds) != 0 {
+		t.Errorf("2.2 s of 10 s behind a busy CPU diagnosed: %s", ds[0].Title)
+	}
+	// In a minute's window (wolf watch), 4.4 s is a busy host too.
+	fs[0].Evidence["window_s"] = 60.0
+	fs[0].Subjects[1].Evidence["wait_ms_total"] = 4449.0
+	if ds := Diagnose(fs); len(ds) != 0 {
+		t.Errorf("4.4 s of 60 s behind a busy CPU diagnosed: %s", ds[0].Title)
+	}
+}

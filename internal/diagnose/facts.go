@@ -30,7 +30,9 @@ type waitFact struct {
 	totalMs float64
 	maxMs   float64
 	waits   int
-	blocked float64 // seconds in D (hung victims)
+	// windowMs is the window the waits were counted over (0: unknown).
+	windowMs float64
+	blocked  float64 // seconds in D (hung victims)
 	hung    bool
 	ongoing bool
 	// behindWriter is the tid of the writer this reader queued behind.
@@ -235,7 +237,7 @@ func (x *facts) readContention(i int) {
 		case finding.RoleWaiter:
 			x.waits = append(x.waits, &waitFact{task: s, lock: l.key, mode: str(s.Evidence, "mode"),
 				totalMs: num(s.Evidence, "wait_ms_total"), maxMs: num(s.Evidence, "wait_ms_max"), waits: int(num(s.Evidence, "waits")),
-				ongoing: boolean(s.Evidence, "ongoing"), finding: i})
+				windowMs: 1000 * num(f.Evidence, "window_s"), ongoing: boolean(s.Evidence, "ongoing"), finding: i})
 		case finding.RoleOwner:
 			if s.TID == 0 && s.PID == 0 {
 				continue // exited before wolf could name it
