@@ -387,7 +387,7 @@ func TestOwnerSpanSaysWhereItsTimeWent(t *testing.T) {
 // wolf's doing: no diagnosis, on an otherwise idle host.
 func TestWolfsOwnDoingIsNoDiagnosis(t *testing.T) {
 	fs := []finding.Finding{{ID: "locks.contention", Investigator: "locks", Severity: finding.Info,
-		Title: "rw-semaphore in khugepaged: 1.6 s waited by 1 task; held by readers; wolf's own",
+		Title:    "rw-semaphore in khugepaged: 1.6 s waited by 1 task; held by readers; wolf's own",
 		Evidence: map[string]any{"lock": "rw-semaphore in khugepaged", "lock_addr": "0xffff8a893ee315b8", "cause": "wolf"},
 		Subjects: []finding.Subject{
 			{Role: finding.RoleOwner, PID: 203, TID: 218, Comm: "wolf", Evidence: map[string]any{"owner": "latest_reader", "waited_ms": 1643.6}},

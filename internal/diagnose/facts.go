@@ -33,8 +33,8 @@ type waitFact struct {
 	// windowMs is the window the waits were counted over (0: unknown).
 	windowMs float64
 	blocked  float64 // seconds in D (hung victims)
-	hung    bool
-	ongoing bool
+	hung     bool
+	ongoing  bool
 	// behindWriter is the tid of the writer this reader queued behind.
 	behindWriter int
 	finding      int
