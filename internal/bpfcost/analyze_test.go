@@ -243,3 +243,20 @@ func TestRateTimelines(t *testing.T) {
 		t.Errorf("sched_heavy curve %+v, want 150000 then 250000 runs/s", ev)
 	}
 }
+
+// The hot-uprobe lab on arm64 under QEMU: 5143 hits/s, under the rate
+// that makes a path hot, but each trap is slow there: ~68% of a CPU in
+// traps. Hot by cost; the same rate with cheap traps is not.
+func TestHotUprobeByCost(t *testing.T) {
+	libc := "/lib/aarch64-linux-gnu/libc.so.6"
+	c := &Cost{Program: Program{ID: 489, Type: "Kprobe", Name: "hot_entry",
+		Attach: []Attach{{Kind: KindUprobe, File: libc, Symbol: "write", Target: libc + ":write", SharedBy: -1}}},
+		RunsPerS: 5143, AvgNs: 3321, OneCPUPct: 1.71, TrapPct: 68, Traps: 1}
+	if f, ok := hotUprobe(c, DefaultThresholds); !ok || f.Severity < finding.Warning {
+		t.Errorf("68%% of a CPU in traps at 5143 hits/s: %v %+v", ok, f)
+	}
+	c.OneCPUPct, c.TrapPct = 0.5, 0.9
+	if f, ok := hotUprobe(c, DefaultThresholds); ok {
+		t.Errorf("1.4%% of a CPU at 5143 hits/s called hot: %s", f.Title)
+	}
+}

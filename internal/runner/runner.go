@@ -84,10 +84,6 @@ func Start(ctx context.Context, cfg Config) *Run {
 	}
 	r := &Run{Report: rep}
 
-	var sys *sysstat.Sampler
-	if cfg.Checklist {
-		sys = sysstat.Start(ctx, sysstat.Options{})
-	}
 	// Start side by side: loading and verifying is most of the wait.
 	slots := make([]*slot, len(cfg.Investigators))
 	startErrs := make([]error, len(cfg.Investigators))
@@ -121,8 +117,15 @@ func Start(ctx context.Context, cfg Config) *Run {
 
 	// The window starts once everything is attached: the sessions that
 	// measure waits begin theirs again (side by side with the wait, which
-	// they do not lengthen), so that the others' loading is not counted.
+	// they do not lengthen), so that the others' loading is not counted,
+	// and the checklist starts here too (on an emulated arm64 machine,
+	// loading kept both CPUs busy for half a minute: run-queue and CPU
+	// pressure warnings about wolf itself).
 	restart(ctx, r.sessions)
+	var sys *sysstat.Sampler
+	if cfg.Checklist {
+		sys = sysstat.Start(ctx, sysstat.Options{})
+	}
 	opts := cfg.Options
 	opts.Duration, opts.Progress = cfg.Duration, cfg.Progress
 	investigator.Wait(ctx, opts, time.Now(), 250*time.Millisecond, nil)
