@@ -135,6 +135,18 @@ func Start(ctx context.Context, cfg Config) *Run {
 	// report get a context of their own.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
+	// The checklist ends with the window too, side by side with the
+	// Collects: their work (seconds on an emulated machine, at wolf's
+	// raised priority) is wolf's, not the host's CPU pressure.
+	var checklist *sysstat.Result
+	sysDone := make(chan struct{})
+	go func() {
+		defer close(sysDone)
+		if sys != nil {
+			res := sys.Stop(cctx)
+			checklist = &res
+		}
+	}()
 	results := make([]*investigator.Result, len(slots))
 	collectErrs := make([]error, len(slots))
 	var mu sync.Mutex
@@ -166,11 +178,7 @@ func Start(ctx context.Context, cfg Config) *Run {
 	case <-late.C:
 	}
 	late.Stop()
-	var checklist *sysstat.Result
-	if sys != nil {
-		res := sys.Stop(cctx)
-		checklist = &res
-	}
+	<-sysDone
 
 	mu.Lock()
 	defer mu.Unlock()
