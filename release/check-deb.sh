@@ -31,8 +31,11 @@ rootfs=$CACHE/bookworm-minbase.tar
 if [ ! -f "$rootfs" ] || [ "${WOLF_RELEASE_REFRESH:-0}" = 1 ]; then
 	say "bootstrapping Debian bookworm into $rootfs (about a minute)"
 	include=bash-completion,man-db
+	rm -rf "$rootfs.new"
 	if command -v mmdebstrap >/dev/null; then
-		mmdebstrap --quiet --variant=minbase --include=$include --mode=root bookworm "$rootfs.new" http://deb.debian.org/debian ||
+		# --format: the name ends in .new, from which mmdebstrap would
+		# guess a directory.
+		mmdebstrap --quiet --variant=minbase --include=$include --mode=root --format=tar bookworm "$rootfs.new" http://deb.debian.org/debian ||
 			setup_error "mmdebstrap bookworm failed"
 	elif command -v debootstrap >/dev/null; then
 		d=$(mktemp -d /tmp/wolf-debootstrap.XXXXXX)
@@ -43,6 +46,7 @@ if [ ! -f "$rootfs" ] || [ "${WOLF_RELEASE_REFRESH:-0}" = 1 ]; then
 	else
 		setup_error "needs mmdebstrap or debootstrap (apt-get install mmdebstrap)"
 	fi
+	rm -rf "$rootfs"
 	mv "$rootfs.new" "$rootfs"
 fi
 
