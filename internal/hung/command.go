@@ -1,10 +1,9 @@
 package hung
 
 import (
-	"time"
-
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/spf13/pflag"
 
