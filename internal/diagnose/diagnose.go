@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
 )
@@ -393,7 +394,7 @@ func (x *facts) follow(d *draft, l *lockFact, lockSubj finding.Subject, seen map
 			d.confirm = append(d.confirm, "This kernel does not show per task whether the holder was throttled; the attribution is over the window: its cgroup was throttled while the holder waited for a CPU.")
 		} else if len(x.hostCPU) > 0 {
 			host := finding.Subject{Role: finding.RoleCPU, Comm: "all CPUs", Detail: "the host's CPUs are saturated"}
-			hop := finding.Hop{From: holder, Relation: constrainedBy, To: host, Mechanism: mechHostCPU,
+			hop := finding.Hop{From: holder, Relation: constrainedBy, To: host, Mechanism: mechHostCPU, Evidence: x.hostCPUNumbers(),
 				Text: fmt.Sprintf("%s is constrained by the host's CPUs: %s", label(holder), x.fs[x.hostCPU[0]].Title), Findings: []string{x.fs[x.hostCPU[0]].ID}}
 			d.hops = append(d.hops, hop)
 			for _, fi := range x.hostCPU {
@@ -414,8 +415,15 @@ func (x *facts) follow(d *draft, l *lockFact, lockSubj finding.Subject, seen map
 		}
 		seen[next.key] = true
 		ns := lockSubject(next)
-		d.hops = append(d.hops, finding.Hop{From: holder, Relation: waitsOn, To: ns, Mechanism: mechWaitsOnLock,
-			Text: fmt.Sprintf("%s, while holding %s, itself waits for %s", label(holder), l.name, next.name), Findings: []string{x.fs[sp.finding].ID}})
+		hop := finding.Hop{From: holder, Relation: waitsOn, To: ns, Mechanism: mechWaitsOnLock,
+			Text: fmt.Sprintf("%s, while holding %s, itself waits for %s", label(holder), l.name, next.name), Findings: []string{x.fs[sp.finding].ID}}
+		if w := x.waitOf(holder.TID, next.key); w != nil {
+			// Its own wait's numbers, said as a holder's.
+			hop = waitHop(w, ns, x)
+			hop.From = holder
+			hop.Text = fmt.Sprintf("%s, while holding %s, itself%s", label(holder), l.name, strings.TrimPrefix(hop.Text, label(w.task)))
+		}
+		d.hops = append(d.hops, hop)
 		d.subjects = append(d.subjects, ns)
 		for fi := range next.findings {
 			d.explain(fi)

@@ -284,11 +284,18 @@ func TestBusyHealthyHostHasNone(t *testing.T) {
 func TestHostCPUSaturation(t *testing.T) {
 	fs := quotaFindings()[:2]
 	fs[1].Evidence["throttled_ms_total"] = 0.0
-	fs = append(fs, finding.Finding{ID: "system.cpu-saturated", Severity: finding.Warning, Title: "All 2 CPUs saturated: 100% busy over 10 s"})
+	fs = append(fs, finding.Finding{ID: "system.cpu-saturated", Severity: finding.Warning, Title: "All 2 CPUs saturated: 100% busy over 10 s",
+		Evidence: map[string]any{"busy_pct": 100.0, "cpus": 2, "why": "text is not a number"}})
 	fs[0].Subjects[1].Evidence["wait_ms_max"] = 1500.0
 	d := only(t, Diagnose(fs))
 	if d.ID != "diagnose.host-cpu" || !slices.Contains(d.Explains, "system.cpu-saturated") {
 		t.Errorf("%s %v", d.ID, d.Explains)
+	}
+	// The hop to the host carries the saturation's numbers, as every hop
+	// carries its own.
+	last := d.Chain[len(d.Chain)-1]
+	if last.Relation != constrainedBy || last.Evidence["busy_pct"] != 100.0 || last.Evidence["cpus"] != 2 || last.Evidence["why"] != nil {
+		t.Errorf("host hop: %s %v", last.Relation, last.Evidence)
 	}
 	fs[0].Subjects[1].Evidence["wait_ms_max"] = 410.0
 	if ds := Diagnose(fs); len(ds) != 0 {
@@ -360,6 +367,22 @@ func TestLockChainThroughOwners(t *testing.T) {
 	}
 	if subject(d, finding.RoleLock, func(s finding.Subject) bool { return s.LockAddr == "0xb" }) == nil {
 		t.Errorf("the second lock is not in the chain: %+v", d.Subjects)
+	}
+	// The owner's own wait on the second lock is a hop with its numbers.
+	var own *finding.Hop
+	for i, h := range d.Chain {
+		if h.Relation == waitsOn && h.From.TID == 10 && h.To.LockAddr == "0xb" {
+			own = &d.Chain[i]
+		}
+	}
+	if len(d.Chain) != 6 {
+		for _, h := range d.Chain {
+			t.Log(h.Relation, ": ", h.Text)
+		}
+		t.Errorf("%d hops, want 6 (the second lock's chain said once)", len(d.Chain))
+	}
+	if own == nil || own.Evidence["blocked_s"] != 31.0 || !strings.Contains(own.Text, "ip (pid 10), while holding rtnl_mutex, itself has been blocked (D) 31 s on") {
+		t.Errorf("the owner's wait: %+v", own)
 	}
 }
 

@@ -221,6 +221,42 @@ func (x *facts) read(i int) {
 	}
 }
 
+// waitOf is tid's wait on the lock keyed key, nil when no finding names it.
+func (x *facts) waitOf(tid int, key string) *waitFact {
+	if tid == 0 {
+		return nil
+	}
+	for _, w := range x.waits {
+		if w.task.TID == tid && w.lock == key {
+			return w
+		}
+	}
+	return nil
+}
+
+// hostCPUNumbers are the numbers of the findings that say the host's CPUs
+// are saturated (busy share, run-queue latency, CPU pressure), for the
+// hop to the host: each key from the first finding that has it, numbers
+// only.
+func (x *facts) hostCPUNumbers() map[string]any {
+	ev := map[string]any{}
+	for _, i := range x.hostCPU {
+		for k, v := range x.fs[i].Evidence {
+			if _, ok := ev[k]; ok {
+				continue
+			}
+			switch v.(type) {
+			case int, int64, uint64, float64:
+				ev[k] = v
+			}
+		}
+	}
+	if len(ev) == 0 {
+		return nil
+	}
+	return ev
+}
+
 // readContention: locks.contention and locks.writer-starvation. Evidence
 // lock, lock_addr, mm_pid; subjects waiter (evidence wait_ms_total,
 // wait_ms_max, waits, mode, ongoing), owner (evidence owner: "exact" or

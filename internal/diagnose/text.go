@@ -307,7 +307,7 @@ func (d *draft) finish(x *facts, ref string) finding.Diagnosis {
 	diag := finding.Diagnosis{Ref: ref, ID: "diagnose." + d.kind, Severity: max(d.severity, finding.Warning), Root: d.root, Chain: d.hops}
 	diag.Subjects = dedupeSubjects(d.subjects)
 	for _, e := range d.extra {
-		diag.Chain = append(diag.Chain, e.hops...)
+		diag.Chain = dedupeHops(append(diag.Chain, e.hops...))
 		diag.Subjects = dedupeSubjects(append(diag.Subjects, e.subjects...))
 	}
 	ids := map[string]bool{}
@@ -447,6 +447,30 @@ func dedupeSubjects(ss []finding.Subject) []finding.Subject {
 		}
 		seen[k] = true
 		out = append(out, s)
+	}
+	return out
+}
+
+// dedupeHops drops a hop already said: merged chains that share their
+// root share the hops below where they meet (a lock's holder that itself
+// waits on the next lock is, in that lock's own chain, its victim).
+func dedupeHops(hs []finding.Hop) []finding.Hop {
+	key := func(s finding.Subject) string {
+		if s.PID != 0 || s.TID != 0 {
+			// A task, whatever role and lock it has in either chain.
+			return fmt.Sprintf("task|%d|%d", s.PID, s.TID)
+		}
+		return fmt.Sprintf("%s|%s|%s|%s|%s", s.LockAddr, s.Lock, s.Cgroup, s.Comm, s.Detail)
+	}
+	seen := map[string]bool{}
+	var out []finding.Hop
+	for _, h := range hs {
+		k := string(h.Relation) + "|" + key(h.From) + "|" + key(h.To)
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		out = append(out, h)
 	}
 	return out
 }
