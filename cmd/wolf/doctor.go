@@ -69,6 +69,21 @@ func newProgressBar(f *os.File, total time.Duration, invs []investigator.Investi
 	return b
 }
 
+// attaching draws the line while the investigators load, verify and
+// attach, before the window starts: on a saturated or emulated machine
+// that takes seconds, and a blank terminal looks like a hang.
+func (b *progressBar) attaching() {
+	if b.w == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	fmt.Fprintf(b.w, "\r[%s] attaching  %s\x1b[K", strings.Repeat(".", progressWidth), b.names)
+}
+
+// progressWidth is the bar's width in characters.
+const progressWidth = 30
+
 // update draws the fraction of the window done and the investigators
 // still at work.
 func (b *progressBar) update(frac float64) {
@@ -77,9 +92,8 @@ func (b *progressBar) update(frac float64) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	const width = 30
-	filled := int(frac * width)
-	fmt.Fprintf(b.w, "\r[%s%s] %3.0f%% of %v  %s\x1b[K", strings.Repeat("#", filled), strings.Repeat(".", width-filled), frac*100, b.total, b.names)
+	filled := int(frac * progressWidth)
+	fmt.Fprintf(b.w, "\r[%s%s] %3.0f%% of %v  %s\x1b[K", strings.Repeat("#", filled), strings.Repeat(".", progressWidth-filled), frac*100, b.total, b.names)
 }
 
 func (b *progressBar) stop() {

@@ -109,6 +109,7 @@ func investigate(cmd *cobra.Command, out *outputFlags, command string, invs []in
 		opts.BTF = kernelbtf.External() // --btf
 	}
 	bar := newProgressBar(os.Stderr, d, invs)
+	bar.attaching()
 	run := runner.Start(cmd.Context(), runner.Config{
 		Report:        newReport(command, time.Now()),
 		Investigators: invs,

@@ -2,10 +2,11 @@
 
 // Command startuptime measures how soon wolf is at work, two ways:
 //
-//   - exec to the first progress line of `wolf doctor`: the first
-//     investigator to report progress is up (today that is bpf, which
-//     loads no program of its own). The line is drawn on a terminal only,
-//     so wolf's standard error is a pseudo-terminal here.
+//   - exec to the first progress line of `wolf doctor`: the line that
+//     says it is attaching, drawn before any investigator loads, which
+//     tells the person at the terminal that wolf is at work. The line is
+//     drawn on a terminal only, so wolf's standard error is a
+//     pseudo-terminal here.
 //   - exec to every BPF link attached: /proc/PID/fd is polled every
 //     millisecond for bpf_link descriptors (tracepoint, raw tracepoint,
 //     perf event and uprobe attachments are all links), and the time their

@@ -5,9 +5,10 @@
 // of its own, killed at the end whatever happens), several runs each, and
 // where that time goes:
 //
-//	attach          from exec to the first investigator attached (wolf's
-//	                progress bar, drawn on the terminal that the tool
-//	                gives wolf as standard error, appears)
+//	attach          from exec to the investigators attached and the
+//	                window begun (wolf's progress bar, drawn on the
+//	                terminal that the tool gives wolf as standard error,
+//	                shows its first percentage)
 //	deadline        attach + D
 //	deadline->report  from the deadline to the report file's appearance
 //	                (close or rename into place)
@@ -299,8 +300,9 @@ func observeLocked(args []string, dir, name string, timeout time.Duration) (obse
 		return o, fmt.Errorf("inotify watch %s: %w", dir, err)
 	}
 	// wolf's standard error is a terminal (a pty): wolf then draws its
-	// progress bar there, first when an investigator has attached, at
-	// 100% when the last window has ended.
+	// progress bar there: "attaching" while it loads, the window's
+	// percentage once its investigators have attached, 100% when the
+	// last window has ended.
 	master, slave, err := openPTY()
 	if err != nil {
 		return o, err
@@ -382,7 +384,9 @@ func (o *observation) readTerminal(master int, buf []byte, now time.Time) {
 		}
 		o.term.Write(buf[:n])
 		s := o.term.String()
-		if o.attached.IsZero() && strings.Contains(s, "\r[") {
+		// The window's bar ("…] 0% of 5s"), not the line wolf draws
+		// while it is still attaching.
+		if o.attached.IsZero() && strings.Contains(s, "% of") {
 			o.attached = now
 		}
 		if o.windowEnd.IsZero() && strings.Contains(s, "100% of") {
