@@ -252,7 +252,7 @@ func (r *Reader) probe(b []byte) {
 
 func (r *Reader) binary() {
 	r.stats.Binary = true
-	r.cut(fmt.Sprintf("binary data at the start (NUL or control bytes in the first %d bytes)", r.probed))
+	r.cut(fmt.Sprintf("binary data at the start (NUL or control bytes in the first %s)", human.Plural(r.probed, "byte", "bytes")))
 }
 
 func (r *Reader) cut(why string) {
