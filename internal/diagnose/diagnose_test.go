@@ -285,7 +285,7 @@ func TestHostCPUSaturation(t *testing.T) {
 	fs := quotaFindings()[:2]
 	fs[1].Evidence["throttled_ms_total"] = 0.0
 	fs = append(fs, finding.Finding{ID: "system.cpu-saturated", Severity: finding.Warning, Title: "All 2 CPUs saturated: 100% busy over 10 s",
-		Evidence: map[string]any{"busy_pct": 100.0, "cpus": 2, "why": "text is not a number"}})
+		Evidence: map[string]any{"busy_pct": 100.0, "cpus": 2, "cpu1_p99_us": 5.0}})
 	fs[0].Subjects[1].Evidence["wait_ms_max"] = 1500.0
 	d := only(t, Diagnose(fs))
 	if d.ID != "diagnose.host-cpu" || !slices.Contains(d.Explains, "system.cpu-saturated") {
@@ -294,7 +294,7 @@ func TestHostCPUSaturation(t *testing.T) {
 	// The hop to the host carries the saturation's numbers, as every hop
 	// carries its own.
 	last := d.Chain[len(d.Chain)-1]
-	if last.Relation != constrainedBy || last.Evidence["busy_pct"] != 100.0 || last.Evidence["cpus"] != 2 || last.Evidence["why"] != nil {
+	if last.Relation != constrainedBy || last.Evidence["busy_pct"] != 100.0 || last.Evidence["cpus"] != 2 || last.Evidence["cpu1_p99_us"] != nil {
 		t.Errorf("host hop: %s %v", last.Relation, last.Evidence)
 	}
 	fs[0].Subjects[1].Evidence["wait_ms_max"] = 410.0

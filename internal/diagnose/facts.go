@@ -234,19 +234,19 @@ func (x *facts) waitOf(tid int, key string) *waitFact {
 	return nil
 }
 
-// hostCPUNumbers are the numbers of the findings that say the host's CPUs
-// are saturated (busy share, run-queue latency, CPU pressure), for the
-// hop to the host: each key from the first finding that has it, numbers
-// only.
+// hostCPUKeys are the numbers of the findings that say the host's CPUs
+// are saturated (system.cpu-saturated, system.run-queue,
+// sched.runq-latency, system.psi-cpu) that the hop to the host carries;
+// not their per-CPU keys, of which a large host has hundreds.
+var hostCPUKeys = []string{"cpus", "busy_pct", "steal_pct", "runnable_mean", "runnable_max", "worst_p99_us", "threshold_p99_us", "some_pct", "full_pct"}
+
+// hostCPUNumbers are those numbers, each from the first finding that has
+// it.
 func (x *facts) hostCPUNumbers() map[string]any {
 	ev := map[string]any{}
 	for _, i := range x.hostCPU {
-		for k, v := range x.fs[i].Evidence {
-			if _, ok := ev[k]; ok {
-				continue
-			}
-			switch v.(type) {
-			case int, int64, uint64, float64:
+		for k, v := range pick(x.fs[i].Evidence, hostCPUKeys...) {
+			if _, ok := ev[k]; !ok {
 				ev[k] = v
 			}
 		}
