@@ -248,7 +248,7 @@ func TestDoctorOnCPUQuotaHolder(t *testing.T) {
 	if taskBasedThrottle(t) {
 		if holds != nil {
 			if v, ok := holds.Evidence["throttled_ms_total"]; !ok || v.(float64) != 0 {
-				t.Errorf("a holder inside the kernel was throttled %v ms on a kernel that throttles only on return to user space", v)
+				t.Errorf("a holder inside the kernel was throttled %v ms on a kernel that throttles only on return to user space: %s %v", v, holds.Title, holds.Evidence)
 			}
 		}
 		for _, d := range rep.Diagnoses {

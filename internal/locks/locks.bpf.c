@@ -106,6 +106,7 @@ enum stat_index {
 	STAT_PROFILE_FULL,
 	STAT_STALE,	      /* pending wait whose end was lost */
 	STAT_THROTTLED_HOLDS, /* a holder switched out with its cgroup throttled */
+	STAT_MM_STALE_HOLD,   /* a hold whose release was lost, seen at user return */
 	STAT_MAX,
 };
 
@@ -1399,6 +1400,14 @@ static __always_inline bool task_throttled(struct task_struct *t)
 	return false;
 }
 
+/* Throttled only on the way back to user space (6.18+). */
+static __always_inline bool throttle_at_user_return(struct task_struct *t)
+{
+	struct task_struct___618 *t618 = (void *)t;
+
+	return bpf_core_field_exists(t618->throttled);
+}
+
 SEC("tp_btf/sched_switch")
 int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
@@ -1412,7 +1421,16 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 		__u32 tid = BPF_CORE_READ(prev, pid);
 		struct mm_thread *t = bpf_map_lookup_elem(&mm_threads, &tid);
 
-		if (t && t->hold_start_ns && !t->throttled_since) {
+		if (t && t->hold_start_ns && throttle_at_user_return(prev)) {
+			/*
+			 * A task throttled on its way back to user space holds
+			 * no mmap_lock: the hold on record is one whose release
+			 * was not seen. Dropped, and counted, rather than
+			 * reported as a hold that goes on, throttled.
+			 */
+			t->hold_start_ns = 0;
+			stat_inc(STAT_MM_STALE_HOLD);
+		} else if (t && t->hold_start_ns && !t->throttled_since) {
 			t->throttled_since = bpf_ktime_get_ns();
 			__sync_fetch_and_add(pending, 1);
 			stat_inc(STAT_THROTTLED_HOLDS);

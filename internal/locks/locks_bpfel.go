@@ -225,7 +225,8 @@ const (
 	locksStatIndexSTAT_PROFILE_FULL       locksStatIndex = 17
 	locksStatIndexSTAT_STALE              locksStatIndex = 18
 	locksStatIndexSTAT_THROTTLED_HOLDS    locksStatIndex = 19
-	locksStatIndexSTAT_MAX                locksStatIndex = 20
+	locksStatIndexSTAT_MM_STALE_HOLD      locksStatIndex = 20
+	locksStatIndexSTAT_MAX                locksStatIndex = 21
 )
 
 type locksTaskKey struct {
