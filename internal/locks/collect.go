@@ -464,9 +464,7 @@ func (p *probe) ongoingHolds(threshold time.Duration) []Hold {
 			ThrottledNs: m.ThrottledNs,
 			Ongoing:     true,
 		}
-		if off, ok := mmapLockOffset(); ok && m.HoldMm != 0 {
-			h.Lock = m.HoldMm + uint64(off) // the contention's join key
-		}
+		h.Lock = m.HoldLock // the contention's join key
 		if m.ThrottledSince != 0 && now > m.ThrottledSince {
 			h.ThrottledNs += now - m.ThrottledSince
 		}

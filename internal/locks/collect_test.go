@@ -1,7 +1,6 @@
 package locks
 
 import (
-	"github.com/cilium/ebpf/btf"
 	"os"
 	"testing"
 )
@@ -249,26 +248,5 @@ func TestParseSchedstat(t *testing.T) {
 	// This thread's own: it has run.
 	if run, _, ok := procSchedstat(os.Getpid()); !ok || run == 0 {
 		t.Errorf("own schedstat: %d %v", run, ok)
-	}
-}
-
-// mmap_lock's offset in this kernel's mm_struct, found through the
-// anonymous struct that holds most of its fields (6.x), and a member
-// nested in an anonymous union.
-func TestMemberOffset(t *testing.T) {
-	inner := &btf.Struct{Members: []btf.Member{{Name: "a", Offset: 0}, {Name: "mmap_lock", Offset: 64 * 8}}}
-	members := []btf.Member{{Name: "", Type: inner, Offset: 8 * 8}, {Name: "cpu_bitmap", Offset: 1024 * 8}}
-	if off, ok := memberOffset(members, "mmap_lock"); !ok || off != 72 {
-		t.Errorf("mmap_lock at %d %v, want 72", off, ok)
-	}
-	if _, ok := memberOffset(members, "nope"); ok {
-		t.Error("found a member that is not there")
-	}
-	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err == nil {
-		if off, ok := mmapLockOffset(); !ok || off == 0 {
-			t.Errorf("this kernel's mmap_lock offset: %d %v", off, ok)
-		} else {
-			t.Logf("mmap_lock at %d in this kernel's mm_struct", off)
-		}
 	}
 }

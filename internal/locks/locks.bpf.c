@@ -1025,6 +1025,7 @@ int kp_rwsem_write_begin(void *ctx)
 struct mm_thread {
 	__u64 hold_start_ns;
 	__u64 hold_mm;
+	__u64 hold_lock;       /* &hold_mm->mmap_lock: the contention's key */
 	__u64 runtime_ns;      /* the holder's CPU time at acquire */
 	__u64 csw;	       /* its context switches at acquire */
 	__u64 run_delay;       /* its time waiting on a run queue at acquire */
@@ -1225,6 +1226,7 @@ int on_mm_acquired(__u64 *ctx)
 
 	t->hold_start_ns = now;
 	t->hold_mm = (__u64)mm;
+	t->hold_lock = (__u64)mm + bpf_core_field_offset(struct mm_struct, mmap_lock);
 	t->runtime_ns = BPF_CORE_READ(cur, se.sum_exec_runtime);
 	t->csw = BPF_CORE_READ(cur, nvcsw) + BPF_CORE_READ(cur, nivcsw);
 	t->run_delay = task_run_delay(cur);
@@ -1288,7 +1290,7 @@ int on_mm_released(__u64 *ctx)
 			e->pages_activated = t->pages_activated;
 			e->pages_ref_keep = t->pages_ref_keep;
 			e->runnable_ns = task_run_delay(cur) - t->run_delay;
-			e->lock = t->hold_mm + bpf_core_field_offset(struct mm_struct, mmap_lock);
+			e->lock = t->hold_lock;
 			e->throttled_ns = t->throttled_ns;
 			bpf_ringbuf_submit(e, 0);
 		} else {

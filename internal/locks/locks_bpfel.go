@@ -62,6 +62,7 @@ type locksMmThread struct {
 	_              structs.HostLayout
 	HoldStartNs    uint64
 	HoldMm         uint64
+	HoldLock       uint64
 	RuntimeNs      uint64
 	Csw            uint64
 	RunDelay       uint64

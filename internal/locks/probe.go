@@ -275,46 +275,6 @@ func kernelHasFunc(name string) bool {
 	return spec.TypeByName(name, &fn) == nil
 }
 
-// mmapLockOffset is where mmap_lock sits in this kernel's struct
-// mm_struct, in bytes (0, false without BTF): a hold's lock address is the
-// mm's plus it, as the programs compute it at release (a hold still going
-// has no release yet). Once per process.
-var mmapLockOffset = sync.OnceValues(func() (uint32, bool) {
-	spec, err := kernelbtf.Spec()
-	if err != nil {
-		return 0, false
-	}
-	var mm *btf.Struct
-	if spec.TypeByName("mm_struct", &mm) != nil {
-		return 0, false
-	}
-	return memberOffset(mm.Members, "mmap_lock")
-})
-
-// memberOffset finds a member by name, in anonymous structs and unions
-// too (mm_struct keeps most of its fields in one), in bytes.
-func memberOffset(members []btf.Member, name string) (uint32, bool) {
-	for _, m := range members {
-		if m.Name == name {
-			return uint32(m.Offset) / 8, true
-		}
-		if m.Name != "" {
-			continue
-		}
-		var inner []btf.Member
-		switch t := btf.UnderlyingType(m.Type).(type) {
-		case *btf.Struct:
-			inner = t.Members
-		case *btf.Union:
-			inner = t.Members
-		}
-		if off, ok := memberOffset(inner, name); ok {
-			return uint32(m.Offset)/8 + off, true
-		}
-	}
-	return 0, false
-}
-
 // taskBasedThrottle says whether this kernel throttles a task only on its
 // way back to user space (6.18+: task_struct has a throttled flag), so that
 // a task holding a kernel lock is never throttled while it holds it.
