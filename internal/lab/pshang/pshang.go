@@ -230,12 +230,12 @@ func (in *Instance) stall(ctx context.Context) error {
 	case <-time.After(stepTime):
 		return fmt.Errorf("pshang: waiting for the READ: %w after %s", lab.ErrTimeout, stepTime)
 	}
-	if err := waitD(ctx, pid, in.tids["memreader"], "the memreader to sleep on the folio"); err != nil {
+	if err := in.waitD(ctx, pid, in.tids["memreader"], "the memreader to sleep on the folio"); err != nil {
 		return err
 	}
 	// 2. The writer queues behind it (the child starts it once the
 	// memreader sleeps: see child.go).
-	if err := waitD(ctx, pid, in.tids["unmapper"], "the unmapper to queue for the mmap_lock"); err != nil {
+	if err := in.waitD(ctx, pid, in.tids["unmapper"], "the unmapper to queue for the mmap_lock"); err != nil {
 		return err
 	}
 	// 3. ps-like readers queue behind the writer.
@@ -245,7 +245,7 @@ func (in *Instance) stall(ctx context.Context) error {
 			return fmt.Errorf("pshang: %w", err)
 		}
 		in.readers = append(in.readers, r)
-		if err := waitD(ctx, r.PID(), r.PID(), "the cmdline reader to queue behind the writer"); err != nil {
+		if err := in.waitD(ctx, r.PID(), r.PID(), "the cmdline reader to queue behind the writer"); err != nil {
 			return err
 		}
 	}
@@ -254,8 +254,16 @@ func (in *Instance) stall(ctx context.Context) error {
 }
 
 // waitD waits until a thread sleeps in D.
-func waitD(ctx context.Context, pid, tid int, what string) error {
+func (in *Instance) waitD(ctx context.Context, pid, tid int, what string) error {
 	err := lab.WaitFor(ctx, stepTime, what, func() (bool, error) {
+		in.mu.Lock()
+		aborted := in.aborted
+		in.mu.Unlock()
+		if aborted {
+			// Nothing will block any more: say so now, not at the
+			// step's timeout.
+			return false, fmt.Errorf("the stall ended before the chain was in place: the watchdog aborted the READ after %s (StallMax); set-up on this machine needs a longer StallMax", in.cfg.StallMax)
+		}
 		st := labproc.ThreadState(pid, tid)
 		if st == 0 || st == 'Z' {
 			return false, fmt.Errorf("tid %d exited", tid)

@@ -108,7 +108,9 @@ func TestLabWatchdog(t *testing.T) {
 	testutil.Exclusive(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	inst, err := NewWithConfig(Config{StallMax: 3 * time.Second}).Start(ctx, lab.Options{Logf: t.Logf})
+	// Long enough for the chain's set-up (armed when the READ parks) on
+	// a machine busy with other tests; well under the 60 s bound.
+	inst, err := NewWithConfig(Config{StallMax: 8 * time.Second}).Start(ctx, lab.Options{Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
