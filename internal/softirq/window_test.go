@@ -9,7 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
+
 	"github.com/wolf-investigator/wolf/internal/investigator"
+	"github.com/wolf-investigator/wolf/internal/probekit"
 )
 
 // netRXRuns is the kernel's own count of NET_RX handler runs, every CPU's
@@ -39,16 +44,77 @@ func netRXRuns(t *testing.T) uint64 {
 	return 0
 }
 
+// netRXExits attaches a second, minimal program to raw_tp/softirq_exit
+// that counts NET_RX exits in a per-CPU array, and returns its reading.
+//
+// It is the reference for wolf's windows, rather than /proc/softirqs
+// alone: on this test's 6.18 machine the kernel does not run the BPF
+// programs of softirq_exit for about 1 NET_RX run in 20,000-100,000
+// (bursts of up to a dozen in a 400 ms window), with no recursion miss
+// counted, while perf's own count of the tracepoint equals
+// /proc/softirqs. A raw_tp and a classic tracepoint program both miss the
+// same runs, so this counter misses what wolf misses, and the windows
+// can be checked against it exactly.
+func netRXExits(t *testing.T) func() uint64 {
+	t.Helper()
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1})
+	if err != nil {
+		t.Fatalf("reference counter: %v", err)
+	}
+	t.Cleanup(func() { m.Close() })
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type:    ebpf.RawTracepoint,
+		License: "GPL",
+		Instructions: asm.Instructions{
+			asm.LoadMem(asm.R2, asm.R1, 0, asm.DWord), // args[0]: the vector
+			asm.JNE.Imm(asm.R2, vecNetRX, "out"),
+			asm.StoreImm(asm.RFP, -4, 0, asm.Word),
+			asm.Mov.Reg(asm.R2, asm.RFP),
+			asm.Add.Imm(asm.R2, -4),
+			asm.LoadMapPtr(asm.R1, m.FD()),
+			asm.FnMapLookupElem.Call(),
+			asm.JEq.Imm(asm.R0, 0, "out"),
+			asm.Mov.Imm(asm.R1, 1),
+			asm.StoreXAdd(asm.R0, asm.R1, asm.DWord),
+			asm.Mov.Imm(asm.R0, 0).WithSymbol("out"),
+			asm.Return(),
+		},
+	})
+	if err != nil {
+		t.Fatalf("reference counter: %v", err)
+	}
+	t.Cleanup(func() { prog.Close() })
+	l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "softirq_exit", Program: prog})
+	if err != nil {
+		t.Fatalf("reference counter: %v", err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return func() uint64 {
+		var per []uint64
+		if err := m.Lookup(uint32(0), &per); err != nil {
+			t.Fatalf("reference counter: %v", err)
+		}
+		var n uint64
+		for _, v := range per {
+			n += v
+		}
+		return n
+	}
+}
+
 // One session, three windows: loopback traffic in the first and third,
-// none in the second. Each window's NET_RX runs lie between the kernel's
-// own counts over the window's inner and outer edges (read just after and
-// just before each Collect), so the windows add up to the kernel's count
-// over the session: none lost, none counted twice, and the quiet second
-// window does not repeat the first. With a 1 ns threshold every run also
-// crosses the ring buffer as a "stall": a record still on its way at a
-// Collect is taken by the next window, so over the session (and a last
-// quiet window for the stragglers) the records taken are never more than
-// the runs, and with the records counted lost, never fewer.
+// none in the second. Each window's NET_RX runs lie between a reference
+// counter's counts over the window's inner and outer edges (read just
+// after and just before each Collect), so the windows add up to the
+// reference's count over the session: none lost, none counted twice, and
+// the quiet second window does not repeat the first. The reference misses
+// what the kernel does not run BPF for (netRXExits); against the kernel's
+// own count (/proc/softirqs) the session is checked only to within 1%.
+// With a 1 ns threshold every run also crosses the ring buffer as a
+// "stall": a record still on its way at a Collect is taken by the next
+// window, so over the session (and a last quiet window for the
+// stragglers) the records taken are never more than the runs, and with
+// the records counted lost, never fewer.
 func TestLiveWindows(t *testing.T) {
 	requireLive(t)
 	ctx := context.Background()
@@ -57,17 +123,19 @@ func TestLiveWindows(t *testing.T) {
 	inv.SampleHz = 0
 	var snaps []*Snapshot
 	inv.collected = func(s *Snapshot) { snaps = append(snaps, s) }
-	outerStart := netRXRuns(t)
+	exits := netRXExits(t)
+	outerStart, kernelStart := exits(), netRXRuns(t)
 	s, err := inv.Start(ctx, investigator.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	innerStart := netRXRuns(t)
+	innerStart := exits()
 
-	// Runs in progress at an edge: one per CPU at each of the two edges.
-	slack := uint64(2 * runtime.NumCPU())
-	var total, totalStalls, lost, kernelInner, kernelOuter uint64
+	// A run in progress when wolf attached ends without an entry on record:
+	// the reference counts it, wolf does not (one per CPU, first window).
+	slack := uint64(runtime.NumCPU())
+	var total, totalStalls, lost, refInner, refOuter uint64
 	var runs []uint64
 	prevInner, prevOuter := innerStart, outerStart
 	for i, busy := range []bool{true, false, true} {
@@ -78,11 +146,11 @@ func TestLiveWindows(t *testing.T) {
 		} else {
 			time.Sleep(400 * time.Millisecond)
 		}
-		before := netRXRuns(t)
+		before := exits()
 		if _, err := s.Collect(ctx); err != nil {
 			t.Fatal(err)
 		}
-		after := netRXRuns(t)
+		after := exits()
 		snap := snaps[len(snaps)-1]
 		h := snap.Merged(true, vecNetRX)
 		var stalls uint64
@@ -92,18 +160,28 @@ func TestLiveWindows(t *testing.T) {
 			}
 		}
 		inner, outer := before-prevInner, after-prevOuter
-		t.Logf("window %d (traffic %v): wolf %d NET_RX runs, %d stall records (+%d lost, any vector); kernel %d..%d",
+		t.Logf("window %d (traffic %v): wolf %d NET_RX runs, %d stall records (+%d lost, any vector); reference %d..%d",
 			i+1, busy, h.Count, stalls, snap.StallsLost, inner, outer)
-		if h.Count+slack < inner || h.Count > outer+slack {
-			t.Errorf("window %d: %d runs, the kernel counted %d..%d over its edges", i+1, h.Count, inner, outer)
+		low := inner
+		if i == 0 {
+			low = probekit.Sub(inner, slack)
+		}
+		if h.Count < low || h.Count > outer {
+			t.Errorf("window %d: %d runs, the reference counted %d..%d over its edges", i+1, h.Count, inner, outer)
 		}
 		runs = append(runs, h.Count)
 		total += h.Count
 		totalStalls += stalls
 		lost += snap.StallsLost
-		kernelInner += inner
-		kernelOuter += outer
+		refInner += inner
+		refOuter += outer
 		prevInner, prevOuter = after, before
+	}
+	kernel := netRXRuns(t) - kernelStart
+	t.Logf("session: wolf %d NET_RX runs, reference %d..%d, kernel %d (BPF not run for %d)",
+		total, refInner, refOuter, kernel, probekit.Sub(kernel, refOuter))
+	if total*100 < kernel*99 {
+		t.Errorf("wolf counted %d NET_RX runs, the kernel ran %d: more than 1%% unseen", total, kernel)
 	}
 	// The stragglers: records on their way at the last Collect.
 	time.Sleep(200 * time.Millisecond)
@@ -118,8 +196,8 @@ func TestLiveWindows(t *testing.T) {
 	}
 	lost += last.StallsLost
 	withLast := total + last.Merged(true, vecNetRX).Count
-	t.Logf("session: wolf %d NET_RX runs (%d with a last quiet window), %d NET_RX stall records (+%d lost, any vector); kernel %d..%d",
-		total, withLast, totalStalls, lost, kernelInner, kernelOuter)
+	t.Logf("session: %d NET_RX runs with a last quiet window, %d NET_RX stall records (+%d lost, any vector)",
+		withLast, totalStalls, lost)
 	if totalStalls > withLast || totalStalls+lost < withLast {
 		t.Errorf("%d NET_RX stall records and %d lost for %d runs of at least 1 ns: some taken twice, or lost uncounted", totalStalls, lost, withLast)
 	}
