@@ -42,11 +42,14 @@ type Snapshot struct {
 	Run, Wait  [NrVectors][]hist.Log2
 	Stalls     []Stall
 	StallsLost uint64 // stalls seen but not delivered (ring buffer full, too many)
-	NAPI       []NAPIStat
-	Softnet    []Softnet // deltas over the window
-	Netns      []NetnsDelta
-	NetnsNote  string            // why TcpExt counters are missing, if they are
-	Drops      [2]map[string]int // drop reason → count; [1] inside NET_RX
+	// Unseen are runs per vector the kernel counted in the window
+	// (/proc/softirqs) that the programs were not run for (unseen.go).
+	Unseen    [NrVectors]uint64
+	NAPI      []NAPIStat
+	Softnet   []Softnet // deltas over the window
+	Netns     []NetnsDelta
+	NetnsNote string            // why TcpExt counters are missing, if they are
+	Drops     [2]map[string]int // drop reason → count; [1] inside NET_RX
 	// RxStacks are kernel stacks sampled inside NET_RX; StallStacks those
 	// sampled in NET_RX runs that reached the threshold.
 	RxStacks, StallStacks []Stack

@@ -105,6 +105,7 @@ func (inv *Investigator) Start(ctx context.Context, opts investigator.Options) (
 		return nil, err
 	}
 	s.p = p
+	s.kernelRuns, s.kernelRunsErr = readSoftirqs()
 	s.start = time.Now()
 	if inv.started != nil {
 		inv.started()
@@ -140,8 +141,13 @@ type session struct {
 	softnetErr error
 	cpu        CPUTimes
 	cpuErr     error
-	prev       reading
-	napi       probekit.Since[uint64, NAPIStat]
+	// The kernel's own run counts just after attach, and the runs it
+	// counted that the programs missed, reported so far (unseen.go).
+	kernelRuns    [NrVectors]uint64
+	kernelRunsErr error
+	unseen        [NrVectors]uint64
+	prev          reading
+	napi          probekit.Since[uint64, NAPIStat]
 	// Sampled stacks come and go; their bounded maps would fill over
 	// hours (see evictStacks).
 	idleRx, idleStall probekit.Idle[uint32]
@@ -210,6 +216,9 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 	if cur.cnt, err = readCounters(p.maps.CpuStates); err != nil {
 		return nil, err
 	}
+	// The kernel's count first: it counts a run as it enters, the
+	// programs as it ends (unseen.go).
+	kernelRuns, kernelRunsErr := readSoftirqs()
 	runs, err := readHists(p.maps.RunHist, NrVectors, w)
 	if err != nil {
 		return nil, err
@@ -220,6 +229,13 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 	}
 	copy(cur.run[:], runs)
 	copy(cur.wait[:], waits)
+	if s.kernelRunsErr == nil && kernelRunsErr == nil {
+		var grown [NrVectors]uint64
+		for vec := range NrVectors {
+			grown[vec] = probekit.Sub(kernelRuns[vec], s.kernelRuns[vec])
+		}
+		snap.Unseen = unseenRuns(grown, cur.run, &s.unseen)
+	}
 	for vec := range NrVectors {
 		snap.Run[vec] = subHists(cur.run[vec], s.prev.run[vec])
 		snap.Wait[vec] = subHists(cur.wait[vec], s.prev.wait[vec])
@@ -296,6 +312,9 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 	if _, ok := res.Capabilities["perf_event"]; !ok {
 		res.Capabilities["perf_event"] = false // sampling off (--sample-hz 0)
 	}
+	if n := unseenNote(snap.Unseen); n != "" {
+		res.Notes = append(res.Notes, n)
+	}
 	if snap.NetnsNote != "" {
 		res.Notes = append(res.Notes, "no TcpExt counters: "+snap.NetnsNote)
 	}
@@ -324,6 +343,9 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 	}
 	events := cnt.Entries + cnt.Exits + cnt.Raises + cnt.NapiPolls + cnt.Drops + cnt.Samples + cnt.SamplesIdle + 2*cnt.FuncCalls
 	dropped := cnt.StallDrops + notKept + cnt.StackErrors + cnt.PendingFull + cnt.MapFull
+	for _, n := range snap.Unseen {
+		dropped += n
+	}
 	res.Overhead = p.kit.Overhead(events, dropped)
 	s.prev, s.start = cur, now
 	return res, nil
