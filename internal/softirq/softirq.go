@@ -105,7 +105,15 @@ func (inv *Investigator) Start(ctx context.Context, opts investigator.Options) (
 		return nil, err
 	}
 	s.p = p
-	s.kernelRuns, s.kernelRunsErr = readSoftirqs()
+	// The programs' runs so far, then the kernel's: a run that ends
+	// between the two readings is in the first and not the second, so
+	// the programs start, if anything, ahead (unseen.go).
+	if runs, err := readHists(p.maps.RunHist, NrVectors, 0); err != nil {
+		s.kernelRunsErr = err
+	} else {
+		s.seenRuns = runCounts(runs)
+		s.kernelRuns, s.kernelRunsErr = readSoftirqs()
+	}
 	s.start = time.Now()
 	if inv.started != nil {
 		inv.started()
@@ -141,13 +149,14 @@ type session struct {
 	softnetErr error
 	cpu        CPUTimes
 	cpuErr     error
-	// The kernel's own run counts just after attach, and the runs it
-	// counted that the programs missed, reported so far (unseen.go).
-	kernelRuns    [NrVectors]uint64
-	kernelRunsErr error
-	unseen        [NrVectors]uint64
-	prev          reading
-	napi          probekit.Since[uint64, NAPIStat]
+	// The programs' and the kernel's run counts just after attach, and
+	// the runs the kernel counted that the programs missed, reported so
+	// far (unseen.go).
+	seenRuns, kernelRuns [NrVectors]uint64
+	kernelRunsErr        error
+	unseen               [NrVectors]uint64
+	prev                 reading
+	napi                 probekit.Since[uint64, NAPIStat]
 	// Sampled stacks come and go; their bounded maps would fill over
 	// hours (see evictStacks).
 	idleRx, idleStall probekit.Idle[uint32]
@@ -230,11 +239,13 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 	copy(cur.run[:], runs)
 	copy(cur.wait[:], waits)
 	if s.kernelRunsErr == nil && kernelRunsErr == nil {
-		var grown [NrVectors]uint64
+		var kernel, seen [NrVectors]uint64
+		counts := runCounts(cur.run[:])
 		for vec := range NrVectors {
-			grown[vec] = probekit.Sub(kernelRuns[vec], s.kernelRuns[vec])
+			kernel[vec] = probekit.Sub(kernelRuns[vec], s.kernelRuns[vec])
+			seen[vec] = probekit.Sub(counts[vec], s.seenRuns[vec])
 		}
-		snap.Unseen = unseenRuns(grown, cur.run, &s.unseen)
+		snap.Unseen = unseenRuns(kernel, seen, len(cur.run[vecNetRX]), &s.unseen)
 	}
 	for vec := range NrVectors {
 		snap.Run[vec] = subHists(cur.run[vec], s.prev.run[vec])

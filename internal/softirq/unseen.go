@@ -20,11 +20,13 @@ import (
 // it (raw or classic), with no recursion miss counted. Comparing the two
 // counts makes such runs a counted loss instead of a silent one.
 //
-// The comparison is cumulative from just after attach: a run in progress
-// then is in neither count; a run in progress at a reading is in the
-// kernel's count (entered) but not yet wolf's (which counts exits), one
-// per CPU at most, since handlers do not nest on a CPU. So what exceeds
-// that is a lower bound of the runs missed.
+// The comparison is cumulative from just after attach, where the
+// programs' count is read before the kernel's: a run that ends between
+// the two is counted by the programs only. At each window the kernel's
+// is read first: a run in progress then is in the kernel's count
+// (entered) but not yet the programs' (which count exits), one per CPU at
+// most, since handlers do not nest on a CPU. So what exceeds that is a
+// lower bound of the runs missed.
 
 // ParseSoftirqs reads /proc/softirqs: each vector's runs, every CPU's.
 func ParseSoftirqs(b []byte) ([NrVectors]uint64, error) {
@@ -67,22 +69,30 @@ func readSoftirqs() ([NrVectors]uint64, error) {
 	return ParseSoftirqs(b)
 }
 
-// unseenRuns is the window's runs per vector that the kernel counted and
-// wolf did not: kernel is the growth of /proc/softirqs since just after
-// attach (read before runs), runs are wolf's cumulative run histograms
-// per CPU, and reported what earlier windows reported (updated).
-func unseenRuns(kernel [NrVectors]uint64, runs [NrVectors][]hist.Log2, reported *[NrVectors]uint64) [NrVectors]uint64 {
+// runCounts is each vector's runs, every CPU's, out of per-CPU run
+// histograms.
+func runCounts(runs [][]hist.Log2) [NrVectors]uint64 {
 	var out [NrVectors]uint64
-	for vec := range NrVectors {
-		var seen uint64
+	for vec := range min(len(runs), NrVectors) {
 		for _, h := range runs[vec] {
-			seen += h.Count
+			out[vec] += h.Count
 		}
-		inFlight := uint64(len(runs[vec])) // one run per CPU
-		if kernel[vec] <= seen+inFlight {
+	}
+	return out
+}
+
+// unseenRuns is the window's runs per vector that the kernel counted and
+// the programs did not: kernel and seen are the two counts' growth since
+// just after attach, cpus how many runs can be in flight, and reported
+// what earlier windows reported (updated).
+func unseenRuns(kernel, seen [NrVectors]uint64, cpus int, reported *[NrVectors]uint64) [NrVectors]uint64 {
+	var out [NrVectors]uint64
+	inFlight := uint64(cpus)
+	for vec := range NrVectors {
+		if kernel[vec] <= seen[vec]+inFlight {
 			continue
 		}
-		if missed := kernel[vec] - seen - inFlight; missed > reported[vec] {
+		if missed := kernel[vec] - seen[vec] - inFlight; missed > reported[vec] {
 			out[vec] = missed - reported[vec]
 			reported[vec] = missed
 		}

@@ -38,53 +38,52 @@ func TestParseSoftirqs(t *testing.T) {
 	}
 }
 
-func perCPU(counts ...uint64) []hist.Log2 {
-	out := make([]hist.Log2, len(counts))
-	for i, c := range counts {
-		out[i].Count = c
+func TestRunCounts(t *testing.T) {
+	runs := make([][]hist.Log2, NrVectors)
+	runs[vecNetRX] = []hist.Log2{{Count: 600}, {Count: 400}}
+	runs[1] = []hist.Log2{{Count: 3}}
+	got := runCounts(runs)
+	if got[vecNetRX] != 1000 || got[1] != 3 || got[0] != 0 {
+		t.Errorf("runCounts: %v", got)
 	}
-	return out
 }
 
 func TestUnseenRuns(t *testing.T) {
-	var reported [NrVectors]uint64
-	var kernel [NrVectors]uint64
-	var runs [NrVectors][]hist.Log2
-	for vec := range NrVectors {
-		runs[vec] = perCPU(0, 0)
-	}
+	const cpus = 2
+	var reported, kernel, seen [NrVectors]uint64
 
 	// Two runs in flight (entered, counted by the kernel, not yet ended):
 	// not unseen.
-	kernel[vecNetRX] = 1002
-	runs[vecNetRX] = perCPU(600, 400)
-	if u := unseenRuns(kernel, runs, &reported); u != ([NrVectors]uint64{}) {
+	kernel[vecNetRX], seen[vecNetRX] = 1002, 1000
+	if u := unseenRuns(kernel, seen, cpus, &reported); u != ([NrVectors]uint64{}) {
 		t.Fatalf("runs in flight reported unseen: %v", u)
 	}
 
 	// Seven more runs than wolf saw and the CPUs could have in flight.
-	kernel[vecNetRX] = 2009
-	runs[vecNetRX] = perCPU(1000, 1000)
-	u := unseenRuns(kernel, runs, &reported)
+	kernel[vecNetRX], seen[vecNetRX] = 2009, 2000
+	u := unseenRuns(kernel, seen, cpus, &reported)
 	if u[vecNetRX] != 7 || reported[vecNetRX] != 7 {
 		t.Fatalf("unseen %v, reported %v; want 7 NET_RX", u, reported)
 	}
 
 	// The next window: nothing new missed, nothing reported again, even
 	// when the in-flight runs have ended meanwhile.
-	kernel[vecNetRX] = 3009
-	runs[vecNetRX] = perCPU(1500, 1500)
-	if u := unseenRuns(kernel, runs, &reported); u[vecNetRX] != 0 {
+	kernel[vecNetRX], seen[vecNetRX] = 3009, 3000
+	if u := unseenRuns(kernel, seen, cpus, &reported); u[vecNetRX] != 0 {
 		t.Fatalf("a window with no new miss reported %d", u[vecNetRX])
+	}
+
+	// Then three more missed: those three only.
+	kernel[vecNetRX], seen[vecNetRX] = 4012, 4000
+	if u := unseenRuns(kernel, seen, cpus, &reported); u[vecNetRX] != 3 {
+		t.Fatalf("three new misses reported as %d", u[vecNetRX])
 	}
 
 	// Wolf ahead of the kernel (a run ended between the two readings):
 	// no underflow.
-	kernel[vecNetRX] = 3009
-	runs[vecNetRX] = perCPU(1600, 1500)
-	kernel[1] = 5
-	runs[1] = perCPU(3, 3)
-	if u := unseenRuns(kernel, runs, &reported); u != ([NrVectors]uint64{}) {
+	kernel[vecNetRX], seen[vecNetRX] = 4012, 4100
+	kernel[1], seen[1] = 5, 6
+	if u := unseenRuns(kernel, seen, cpus, &reported); u != ([NrVectors]uint64{}) {
 		t.Fatalf("wolf ahead of the kernel reported %v", u)
 	}
 
