@@ -55,7 +55,9 @@ func netRXRuns(t *testing.T) uint64 {
 // /proc/softirqs. A raw_tp and a classic tracepoint program both miss the
 // same runs, so this counter misses what wolf misses, and the windows
 // can be checked against it exactly.
-func netRXExits(t *testing.T) func() uint64 {
+func netRXExits(t *testing.T) func() uint64 { return vecExits(t, vecNetRX) }
+
+func vecExits(t *testing.T, vec int32) func() uint64 {
 	t.Helper()
 	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1})
 	if err != nil {
@@ -67,7 +69,7 @@ func netRXExits(t *testing.T) func() uint64 {
 		License: "GPL",
 		Instructions: asm.Instructions{
 			asm.LoadMem(asm.R2, asm.R1, 0, asm.DWord), // args[0]: the vector
-			asm.JNE.Imm(asm.R2, vecNetRX, "out"),
+			asm.JNE.Imm(asm.R2, vec, "out"),
 			asm.StoreImm(asm.RFP, -4, 0, asm.Word),
 			asm.Mov.Reg(asm.R2, asm.RFP),
 			asm.Add.Imm(asm.R2, -4),
