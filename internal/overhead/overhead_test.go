@@ -9,44 +9,12 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
 	"github.com/wolf-investigator/wolf/internal/testutil"
+	"github.com/wolf-investigator/wolf/internal/testutil/bpfcount"
 )
-
-// counter is a raw tracepoint program on sys_enter that counts its own
-// runs in a map: an exact count, whether run statistics are on or not.
-func counter(t *testing.T) (*ebpf.Program, *ebpf.Map) {
-	t.Helper()
-	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-		Type:    ebpf.RawTracepoint,
-		License: "GPL",
-		Instructions: asm.Instructions{
-			asm.StoreImm(asm.RFP, -4, 0, asm.Word),
-			asm.LoadMapPtr(asm.R1, m.FD()),
-			asm.Mov.Reg(asm.R2, asm.RFP),
-			asm.Add.Imm(asm.R2, -4),
-			asm.FnMapLookupElem.Call(),
-			asm.JEq.Imm(asm.R0, 0, "out"),
-			asm.Mov.Imm(asm.R1, 1),
-			asm.StoreXAdd(asm.R0, asm.R1, asm.DWord),
-			asm.Mov.Imm(asm.R0, 0).WithSymbol("out"),
-			asm.Return(),
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { prog.Close() })
-	return prog, m
-}
 
 // held wraps the real BPF_ENABLE_STATS and adds up how long the meter
 // held statistics on.
@@ -71,7 +39,10 @@ func (h *held) enable() (io.Closer, error) {
 // returns the meter's estimate of the runs, the runs the kernel's
 // statistics counted, and the exact count.
 func measure(t *testing.T, d time.Duration, h *held) (estimate, counted, exact uint64) {
-	prog, m := counter(t)
+	// A raw tracepoint program on sys_enter that counts its own runs: an
+	// exact count, whether run statistics are on or not.
+	counter := bpfcount.New(t, ebpf.RawTracepoint)
+	prog := counter.Prog
 	meter := start(h.enable)
 	meter.onPeriod, meter.offPeriod = 20*time.Millisecond, 180*time.Millisecond
 	l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "sys_enter", Program: prog})
@@ -99,10 +70,7 @@ func measure(t *testing.T, d time.Duration, h *held) (estimate, counted, exact u
 	l.Close()
 	ov := meter.Finish(0, 0, prog)
 	_, counted, _ = Programs(prog)
-	var v uint64
-	if err := m.Lookup(uint32(0), &v); err != nil {
-		t.Fatal(err)
-	}
+	v := counter.Count(t)
 	if calls.Load() == 0 || v < calls.Load() {
 		t.Fatalf("the counter saw %d runs for %d system calls", v, calls.Load())
 	}

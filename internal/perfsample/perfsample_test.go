@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
 
 	"github.com/wolf-investigator/wolf/internal/testutil"
+	"github.com/wolf-investigator/wolf/internal/testutil/bpfcount"
 )
 
 func TestParseCPUList(t *testing.T) {
@@ -39,32 +39,8 @@ func TestAttachCountsSamples(t *testing.T) {
 
 func testCounts(t *testing.T, links bool) {
 	testutil.RequireRoot(t)
-	counts, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1})
-	if err != nil {
-		t.Fatalf("per-CPU array map: %v", err)
-	}
-	defer counts.Close()
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-		Type:    ebpf.PerfEvent,
-		License: "GPL",
-		Instructions: asm.Instructions{
-			asm.StoreImm(asm.R10, -4, 0, asm.Word),
-			asm.Mov.Reg(asm.R2, asm.R10),
-			asm.Add.Imm(asm.R2, -4),
-			asm.LoadMapPtr(asm.R1, counts.FD()),
-			asm.FnMapLookupElem.Call(),
-			asm.JEq.Imm(asm.R0, 0, "out"),
-			asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord),
-			asm.Add.Imm(asm.R1, 1),
-			asm.StoreMem(asm.R0, 0, asm.R1, asm.DWord),
-			asm.Mov.Imm(asm.R0, 0).WithSymbol("out"),
-			asm.Return(),
-		},
-	})
-	if err != nil {
-		t.Fatalf("perf_event program: %v", err)
-	}
-	defer prog.Close()
+	counter := bpfcount.New(t, ebpf.PerfEvent)
+	prog := counter.Prog
 
 	s, err := attach(prog, 1000, links)
 	if err != nil {
@@ -77,31 +53,15 @@ func testCounts(t *testing.T, links bool) {
 	for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); {
 	}
 	s.Close()
-	var per []uint64
-	if err := counts.Lookup(uint32(0), &per); err != nil {
-		t.Fatal(err)
-	}
-	var total uint64
-	for _, c := range per {
-		total += c
-	}
+	total := counter.Count(t)
 	if total < 50 {
 		t.Fatalf("%d samples in 300 ms at 1000 Hz on %d CPUs", total, len(s.CPUs))
 	}
 	// Detached: no more runs.
 	time.Sleep(50 * time.Millisecond)
-	_ = counts.Lookup(uint32(0), &per)
-	var after uint64
-	for _, c := range per {
-		after += c
-	}
+	after := counter.Count(t)
 	time.Sleep(100 * time.Millisecond)
-	_ = counts.Lookup(uint32(0), &per)
-	var later uint64
-	for _, c := range per {
-		later += c
-	}
-	if later != after {
+	if later := counter.Count(t); later != after {
 		t.Fatalf("program still runs after Close: %d then %d", after, later)
 	}
 	if _, err := Attach(prog, 0); err == nil {

@@ -245,7 +245,8 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 			kernel[vec] = probekit.Sub(kernelRuns[vec], s.kernelRuns[vec])
 			seen[vec] = probekit.Sub(counts[vec], s.seenRuns[vec])
 		}
-		snap.Unseen = unseenRuns(kernel, seen, len(cur.run[vecNetRX]), &s.unseen)
+		// A histogram per possible CPU: how many runs can be in flight.
+		snap.Unseen = unseenRuns(kernel, seen, len(cur.run[0]), &s.unseen)
 	}
 	for vec := range NrVectors {
 		snap.Run[vec] = subHists(cur.run[vec], s.prev.run[vec])

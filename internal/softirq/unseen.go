@@ -18,8 +18,9 @@ import (
 // about one NET_RX run in 20,000-100,000 reached perf's own count of the
 // tracepoint and /proc/softirqs but none of the BPF programs attached to
 // it (raw or classic), with no recursion miss counted; so did about one
-// RCU run a second while another process loaded and freed BPF programs. Comparing the two
-// counts makes such runs a counted loss instead of a silent one.
+// RCU run a second while another process loaded and freed BPF programs.
+// Comparing the two counts makes such runs a counted loss instead of a
+// silent one.
 //
 // The comparison is cumulative from just after attach, where the
 // programs' count is read before the kernel's: a run that ends between

@@ -15,6 +15,7 @@ import (
 
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/probekit"
+	"github.com/wolf-investigator/wolf/internal/testutil/bpfcount"
 )
 
 // netRXRuns is the kernel's own count of NET_RX handler runs, every CPU's
@@ -45,7 +46,7 @@ func netRXRuns(t *testing.T) uint64 {
 }
 
 // netRXExits attaches a second, minimal program to raw_tp/softirq_exit
-// that counts NET_RX exits in a per-CPU array, and returns its reading.
+// that counts NET_RX exits, and returns its reading.
 //
 // It is the reference for wolf's windows, rather than /proc/softirqs
 // alone: on this test's 6.18 machine the kernel does not run the BPF
@@ -55,53 +56,18 @@ func netRXRuns(t *testing.T) uint64 {
 // /proc/softirqs. A raw_tp and a classic tracepoint program both miss the
 // same runs, so this counter misses what wolf misses, and the windows
 // can be checked against it exactly.
-func netRXExits(t *testing.T) func() uint64 { return vecExits(t, vecNetRX) }
-
-func vecExits(t *testing.T, vec int32) func() uint64 {
+func netRXExits(t *testing.T) func() uint64 {
 	t.Helper()
-	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1})
-	if err != nil {
-		t.Fatalf("reference counter: %v", err)
-	}
-	t.Cleanup(func() { m.Close() })
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-		Type:    ebpf.RawTracepoint,
-		License: "GPL",
-		Instructions: asm.Instructions{
-			asm.LoadMem(asm.R2, asm.R1, 0, asm.DWord), // args[0]: the vector
-			asm.JNE.Imm(asm.R2, vec, "out"),
-			asm.StoreImm(asm.RFP, -4, 0, asm.Word),
-			asm.Mov.Reg(asm.R2, asm.RFP),
-			asm.Add.Imm(asm.R2, -4),
-			asm.LoadMapPtr(asm.R1, m.FD()),
-			asm.FnMapLookupElem.Call(),
-			asm.JEq.Imm(asm.R0, 0, "out"),
-			asm.Mov.Imm(asm.R1, 1),
-			asm.StoreXAdd(asm.R0, asm.R1, asm.DWord),
-			asm.Mov.Imm(asm.R0, 0).WithSymbol("out"),
-			asm.Return(),
-		},
-	})
-	if err != nil {
-		t.Fatalf("reference counter: %v", err)
-	}
-	t.Cleanup(func() { prog.Close() })
-	l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "softirq_exit", Program: prog})
+	c := bpfcount.New(t, ebpf.RawTracepoint,
+		asm.LoadMem(asm.R2, asm.R1, 0, asm.DWord), // args[0]: the vector
+		asm.JNE.Imm(asm.R2, vecNetRX, bpfcount.Skip),
+	)
+	l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "softirq_exit", Program: c.Prog})
 	if err != nil {
 		t.Fatalf("reference counter: %v", err)
 	}
 	t.Cleanup(func() { l.Close() })
-	return func() uint64 {
-		var per []uint64
-		if err := m.Lookup(uint32(0), &per); err != nil {
-			t.Fatalf("reference counter: %v", err)
-		}
-		var n uint64
-		for _, v := range per {
-			n += v
-		}
-		return n
-	}
+	return func() uint64 { return c.Count(t) }
 }
 
 // One session, three windows: loopback traffic in the first and third,
