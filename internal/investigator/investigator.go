@@ -8,6 +8,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/wolf-investigator/wolf/internal/fact"
 	"github.com/wolf-investigator/wolf/internal/finding"
 )
 
@@ -37,6 +38,9 @@ type Result struct {
 	// Notes say what the investigator had to do without ("owners' stacks
 	// not captured: …"), for the report's notes.
 	Notes []string
+	// Facts are the window's measurements, typed, for the diagnosis stage
+	// (internal/fact): made from the same snapshot as the findings.
+	Facts *fact.Set
 }
 
 // Investigator watches the live kernel. Start loads and attaches its
