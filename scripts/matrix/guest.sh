@@ -14,7 +14,7 @@
 STEPS=${STEPS:-env check doctor investigators labs}
 DURATION=${DURATION:-10s}
 DOCTOR_RUNS=${DOCTOR_RUNS:-3}
-INVESTIGATORS=${INVESTIGATORS:-hung locks reclaim sched softirq bpf}
+INVESTIGATORS=${INVESTIGATORS:-hung locks reclaim sched softirq io bpf}
 # LAB:INVESTIGATOR:ORDER. ORDER "lab" starts the lab first and wolf once the
 # lab is up; "wolf" starts wolf first and the lab once wolf is attached (the
 # hung labs: a lock is known from the wait's start, which wolf must see).
@@ -39,7 +39,7 @@ if has_step env; then
 		[ -s /tmp/insmod.err ] && sed 's/^/insmod: /' /tmp/insmod.err
 		echo "/dev/fuse: $(ls -l /dev/fuse 2>&1)"
 		echo "cgroup2: $(cat /sys/fs/cgroup/cgroup.controllers 2>&1)"
-		for tp in sched/sched_switch lock/contention_begin mmap_lock/mmap_lock_start_locking vmscan/mm_vmscan_throttled skb/kfree_skb; do
+		for tp in sched/sched_switch lock/contention_begin mmap_lock/mmap_lock_start_locking vmscan/mm_vmscan_throttled skb/kfree_skb block/block_io_start writeback/balance_dirty_pages jbd2/jbd2_run_stats; do
 			if [ -d /sys/kernel/tracing/events/$tp ]; then echo "tracepoint $tp: yes"; else echo "tracepoint $tp: no"; fi
 		done
 	} >"$T/env.out" 2>&1

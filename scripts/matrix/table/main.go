@@ -93,7 +93,7 @@ var labs = []struct{ name, inv, want, fallback string }{
 	{"hot-uprobe", "bpf", "bpf.hot-uprobe", ""},
 }
 
-var investigators = []string{"hung", "locks", "reclaim", "sched", "softirq", "bpf"}
+var investigators = []string{"hung", "locks", "reclaim", "sched", "softirq", "io", "bpf"}
 
 func columns() []string {
 	cols := []string{"kernel-log", "check", "doctor"}
