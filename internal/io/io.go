@@ -429,4 +429,3 @@ func (s *session) keepsCgroup(path string) bool {
 	}
 	return path == s.under || strings.HasPrefix(path, s.under+"/")
 }
-

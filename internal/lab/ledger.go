@@ -73,14 +73,14 @@ type Item struct {
 func Mount(point, fstype, source string) Item {
 	return Item{Kind: KindMount, Path: point, FSType: fstype, Source: source}
 }
-func Dir(path string) Item    { return Item{Kind: KindDir, Path: path} }
+func Dir(path string) Item { return Item{Kind: KindDir, Path: path} }
 
 // Loop records loop device dev ("/dev/loop3") bound to backing, a file of
 // the lab's.
 func Loop(dev, backing string) Item { return Item{Kind: KindLoop, Path: backing, Source: dev} }
-func Tree(path string) Item   { return Item{Kind: KindTree, Path: path} }
-func File(path string) Item   { return Item{Kind: KindFile, Path: path} }
-func Cgroup(path string) Item { return Item{Kind: KindCgroup, Path: path} }
+func Tree(path string) Item         { return Item{Kind: KindTree, Path: path} }
+func File(path string) Item         { return Item{Kind: KindFile, Path: path} }
+func Cgroup(path string) Item       { return Item{Kind: KindCgroup, Path: path} }
 func Sysctl(name, value, orig string) Item {
 	return Item{Kind: KindSysctl, Path: name, Value: value, Orig: orig}
 }
