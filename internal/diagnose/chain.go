@@ -556,7 +556,7 @@ func (e *engine) topConsumers(k string) []*fact.Usage {
 		if u.For != "" || u.Activity == "refault" || (u.By.TID != 0 && u.By.TID != u.By.PID && u.Threads == 0) {
 			continue
 		}
-		if u.By.PID == 0 && u.By.TID == 0 {
+		if u.By.PID == 0 && u.By.TID == 0 && u.By.Comm == "" {
 			continue // a cgroup's total: its processes say more
 		}
 		us = append(us, u)

@@ -54,6 +54,10 @@ const (
 	// A single wait this long makes a diagnosis critical: no ordinary
 	// pattern blocks a task for a second.
 	criticalWait = time.Second
+	// A softirq run this long on top of a task is a stall (the 23 ms
+	// NET_RX run of "The story of one latency spike"), a victim and
+	// critical however rare.
+	softirqStall = 20 * time.Millisecond
 	// Rivals below this share of the victims' time are not worth a line.
 	rivalMinShare = 0.05
 	maxVictimHops = 4 // victims drawn as hops; the rest are subjects
@@ -175,7 +179,9 @@ func (e *engine) significant(w *fact.Wait) bool {
 		return true
 	}
 	switch w.Kind {
-	case fact.WaitRunQueue, fact.WaitThrottled, fact.WaitReclaim, fact.WaitSoftirq:
+	case fact.WaitSoftirq:
+		return w.Max >= softirqStall || w.Total >= max(time.Second, time.Duration(victimShareOfWindow*float64(e.window)))
+	case fact.WaitRunQueue, fact.WaitThrottled, fact.WaitReclaim:
 		// Time lost a little at a time: worth it as a share of the
 		// window.
 		floor := max(time.Second, time.Duration(victimShareOfWindow*float64(e.window)))

@@ -166,7 +166,12 @@ func (d *draft) grade(e *engine) finding.Severity {
 			return finding.Critical
 		}
 		switch w.Kind {
-		case fact.WaitRunQueue, fact.WaitThrottled, fact.WaitSoftirq, fact.WaitRefault:
+		case fact.WaitSoftirq:
+			if w.Max >= softirqStall {
+				return finding.Critical
+			}
+			continue
+		case fact.WaitRunQueue, fact.WaitThrottled, fact.WaitRefault:
 			continue
 		}
 		if w.Max >= criticalWait {

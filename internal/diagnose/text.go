@@ -163,7 +163,7 @@ func (d *draft) victimsPhrase() string {
 	case fact.WaitJournal:
 		return fmt.Sprintf("%s waited %s for journal commits", who, total)
 	case fact.WaitSoftirq:
-		return fmt.Sprintf("%s lost %s to softirq processing", who, total)
+		return fmt.Sprintf("%s lost %s to it, in runs of up to %s", who, total, ms(msOf(d.worstOf(fact.WaitSoftirq))))
 	}
 	return fmt.Sprintf("%s wait%s up to %s", who, plural(n), ms(msOf(d.worst())))
 }
@@ -264,7 +264,8 @@ func (d *draft) words(e *engine) (title, summary string) {
 	case "journal":
 		title = fmt.Sprintf("Journal commits on %s%s: %s", e.resource(d.root).Device, satShort(rs), d.victimsPhrase())
 	case "softirq":
-		title = fmt.Sprintf("Softirq processing on %s%s: %s", nameOf(b.rootSubj), satShort(rs), d.victimsPhrase())
+		name := cmp.Or(e.resource(d.root).Name, "softirq processing on "+nameOf(b.rootSubj))
+		title = fmt.Sprintf("%s%s: %s", strings.ToUpper(name[:1]), name[1:], d.victimsPhrase())
 	case "host-memory":
 		title = "The host is short of memory: " + d.victimsPhrase()
 	default:
