@@ -47,10 +47,7 @@ func (s *Snapshot) facts(fs []finding.Finding) *fact.Set {
 		}
 	}
 	stalled := map[int]*finding.Finding{}
-	type victim struct {
-		w     fact.Wait
-		stall time.Duration
-	}
+	type victim struct{ w fact.Wait }
 	victims := map[[2]int]*victim{}
 	var order [][2]int
 	for _, st := range s.Stalls {
