@@ -104,6 +104,12 @@ enum stat_index {
 
 WOLF_STATS()
 
+/* Detail under wolf's CPU budget (wolf.h): the long waits' stacks, and
+ * slow requests one by one. Their counts and sums are always kept. */
+#define GATE_STACK 0
+#define GATE_SLOW 1
+WOLF_BUDGET(2)
+
 /* One request in flight: its times from birth to completion. */
 struct rq_slot {
 	__u64 rq; /* the request's identity (rq_id): 0 free */
@@ -729,6 +735,8 @@ int BPF_PROG(rq_complete, struct request *rq, int error, unsigned int nr_bytes)
 
 		stat_inc(STAT_SLOW);
 		want();
+		if (!wolf_detail_take(GATE_SLOW, now))
+			return 0;
 		e = bpf_ringbuf_reserve(&slow_rqs, sizeof(*e), 0);
 		if (!e) {
 			stat_inc(STAT_SLOW_LOST);
@@ -857,7 +865,7 @@ int BPF_PROG(sched_waking, struct task_struct *wakee)
 			BPF_CORE_READ_STR_INTO(&w->comm, wakee, comm);
 		}
 	}
-	if (ns >= long_wait_ns) {
+	if (ns >= long_wait_ns && wolf_detail_take(GATE_STACK, now)) {
 		struct long_wait *e = bpf_ringbuf_reserve(&long_waits, sizeof(*e), 0);
 		long n;
 

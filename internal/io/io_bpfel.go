@@ -217,6 +217,13 @@ type ioWaitStats struct {
 	Comm [16]int8
 }
 
+type ioWolfDetail struct {
+	_       structs.HostLayout
+	NextNs  uint64
+	Taken   uint64
+	Skipped uint64
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -235,6 +242,7 @@ const (
 	ioMapStats               = "stats"
 	ioMapSyncs               = "syncs"
 	ioMapWaits               = "waits"
+	ioMapWolfDetail          = "wolf_detail"
 	ioProgBalanceDirtyPages  = "balance_dirty_pages"
 	ioProgIocostVrateAdj     = "iocost_vrate_adj"
 	ioProgJbd2CommitFlushing = "jbd2_commit_flushing"
@@ -339,20 +347,21 @@ type ioProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ioMapSpecs struct {
-	BlkgCache *ebpf.MapSpec `ebpf:"blkg_cache"`
-	Comms     *ebpf.MapSpec `ebpf:"comms"`
-	Done      *ebpf.MapSpec `ebpf:"done"`
-	Journals  *ebpf.MapSpec `ebpf:"journals"`
-	LastTgid  *ebpf.MapSpec `ebpf:"last_tgid"`
-	LongWaits *ebpf.MapSpec `ebpf:"long_waits"`
-	Procs     *ebpf.MapSpec `ebpf:"procs"`
-	Qoses     *ebpf.MapSpec `ebpf:"qoses"`
-	Reqs      *ebpf.MapSpec `ebpf:"reqs"`
-	Sleeps    *ebpf.MapSpec `ebpf:"sleeps"`
-	SlowRqs   *ebpf.MapSpec `ebpf:"slow_rqs"`
-	Stats     *ebpf.MapSpec `ebpf:"stats"`
-	Syncs     *ebpf.MapSpec `ebpf:"syncs"`
-	Waits     *ebpf.MapSpec `ebpf:"waits"`
+	BlkgCache  *ebpf.MapSpec `ebpf:"blkg_cache"`
+	Comms      *ebpf.MapSpec `ebpf:"comms"`
+	Done       *ebpf.MapSpec `ebpf:"done"`
+	Journals   *ebpf.MapSpec `ebpf:"journals"`
+	LastTgid   *ebpf.MapSpec `ebpf:"last_tgid"`
+	LongWaits  *ebpf.MapSpec `ebpf:"long_waits"`
+	Procs      *ebpf.MapSpec `ebpf:"procs"`
+	Qoses      *ebpf.MapSpec `ebpf:"qoses"`
+	Reqs       *ebpf.MapSpec `ebpf:"reqs"`
+	Sleeps     *ebpf.MapSpec `ebpf:"sleeps"`
+	SlowRqs    *ebpf.MapSpec `ebpf:"slow_rqs"`
+	Stats      *ebpf.MapSpec `ebpf:"stats"`
+	Syncs      *ebpf.MapSpec `ebpf:"syncs"`
+	Waits      *ebpf.MapSpec `ebpf:"waits"`
+	WolfDetail *ebpf.MapSpec `ebpf:"wolf_detail"`
 }
 
 // ioVariableSpecs contains global variables before they are loaded into the kernel.
@@ -391,20 +400,21 @@ func (o *ioObjects) Close() error {
 //
 // It can be passed to loadIoObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ioMaps struct {
-	BlkgCache *ebpf.Map `ebpf:"blkg_cache"`
-	Comms     *ebpf.Map `ebpf:"comms"`
-	Done      *ebpf.Map `ebpf:"done"`
-	Journals  *ebpf.Map `ebpf:"journals"`
-	LastTgid  *ebpf.Map `ebpf:"last_tgid"`
-	LongWaits *ebpf.Map `ebpf:"long_waits"`
-	Procs     *ebpf.Map `ebpf:"procs"`
-	Qoses     *ebpf.Map `ebpf:"qoses"`
-	Reqs      *ebpf.Map `ebpf:"reqs"`
-	Sleeps    *ebpf.Map `ebpf:"sleeps"`
-	SlowRqs   *ebpf.Map `ebpf:"slow_rqs"`
-	Stats     *ebpf.Map `ebpf:"stats"`
-	Syncs     *ebpf.Map `ebpf:"syncs"`
-	Waits     *ebpf.Map `ebpf:"waits"`
+	BlkgCache  *ebpf.Map `ebpf:"blkg_cache"`
+	Comms      *ebpf.Map `ebpf:"comms"`
+	Done       *ebpf.Map `ebpf:"done"`
+	Journals   *ebpf.Map `ebpf:"journals"`
+	LastTgid   *ebpf.Map `ebpf:"last_tgid"`
+	LongWaits  *ebpf.Map `ebpf:"long_waits"`
+	Procs      *ebpf.Map `ebpf:"procs"`
+	Qoses      *ebpf.Map `ebpf:"qoses"`
+	Reqs       *ebpf.Map `ebpf:"reqs"`
+	Sleeps     *ebpf.Map `ebpf:"sleeps"`
+	SlowRqs    *ebpf.Map `ebpf:"slow_rqs"`
+	Stats      *ebpf.Map `ebpf:"stats"`
+	Syncs      *ebpf.Map `ebpf:"syncs"`
+	Waits      *ebpf.Map `ebpf:"waits"`
+	WolfDetail *ebpf.Map `ebpf:"wolf_detail"`
 }
 
 func (m *ioMaps) Close() error {
@@ -423,6 +433,7 @@ func (m *ioMaps) Close() error {
 		m.Stats,
 		m.Syncs,
 		m.Waits,
+		m.WolfDetail,
 	)
 }
 

@@ -163,6 +163,7 @@ func openProbe(ctx context.Context, c config, refuse map[string]bool) (*probe, e
 		Table:  p.table,
 		Refuse: refuse,
 		BTF:    kernelbtf.External(),
+		Detail: "stacks of long I/O waits, slow requests one by one",
 	})
 	if err != nil {
 		return nil, err
