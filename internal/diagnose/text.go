@@ -257,8 +257,7 @@ func (d *draft) words(e *engine) (title, summary string) {
 		who := consumersWords(b.consumers)
 		title = fmt.Sprintf("Device %s is the bottleneck%s: %s", e.resource(d.root).Device, ifSome(" (used by "+who+")", who), d.victimsPhrase())
 	case "io-limit":
-		r := e.resource(d.root)
-		title = fmt.Sprintf("I/O limit of cgroup %s on %s%s: %s", r.Cgroup, r.Device, satShort(rs), d.victimsPhrase())
+		title = d.ioLimitTitle(e, rs)
 	case "dirty-throttle":
 		title = fmt.Sprintf("Dirty-page throttling on %s%s: %s", cmp.Or(e.resource(d.root).Device, "the host"), satShort(rs), d.victimsPhrase())
 	case "journal":
@@ -415,6 +414,9 @@ func (d *draft) rootRemedy(e *engine) []string {
 		return []string{"A lock-order deadlock does not resolve by itself: the tasks in the chain must be killed (if killable) or the host rebooted; report the stacks upstream."}
 	case "io-limit":
 		r := e.resource(d.root)
+		if rs := e.saturation(d.root); rs != nil && len(rs.Remediation) > 0 {
+			return rs.Remediation
+		}
 		return []string{fmt.Sprintf("Raise the I/O limit of cgroup %s on %s (v1 blkio.throttle.*_device, v2 io.max) if its tasks should go faster, or reduce what they read and write: they wait for the throttle, not for the device.", r.Cgroup, r.Device)}
 	case "device":
 		who := consumersWords(b.consumers)

@@ -368,15 +368,12 @@ func limitLine(s *Snapshot, l Limit, d *Device) string {
 func slowDevices(s *Snapshot) []finding.Finding {
 	var out []finding.Finding
 	for _, d := range s.Devices {
-		if d.Timed < minRequests {
+		if !isSlow(d) {
 			continue
 		}
 		onAvg := time.Duration(d.DeviceNs / d.Timed)
 		qAvg := time.Duration(d.QueuedNs / d.Timed)
 		bz, hasBusy := busy(d)
-		if onAvg < deviceWarnAvg || (hasBusy && bz < busyWarnPct && onAvg < waitWarn) {
-			continue
-		}
 		var ws []*Waiter
 		var waited time.Duration
 		var n int

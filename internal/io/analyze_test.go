@@ -35,6 +35,21 @@ func usage(cg string, pid int, comm string, reads, writes int, size uint64, tota
 	return u
 }
 
+// perThread splits each waiter's waits evenly over its threads (1 when
+// it says none), as the programs report them thread by thread.
+func perThread(s *Snapshot) *Snapshot {
+	for _, w := range s.Waiters {
+		if len(w.PerThread) > 0 {
+			continue
+		}
+		n := max(w.Threads, 1)
+		for i := range n {
+			w.PerThread = append(w.PerThread, ThreadWait{TID: w.PID + i, Count: w.Count / n, Total: w.Total / time.Duration(n), Max: w.Max})
+		}
+	}
+	return s
+}
+
 func device(name string, major, minor int, busyPct float64, users ...*Usage) *Device {
 	d := &Device{Name: name, Major: major, Minor: minor, Users: users, Stat: &DiskStat{BusyPct: busyPct, NrRequests: 256}}
 	for _, u := range users {
@@ -51,14 +66,14 @@ func throttleSnapshot() *Snapshot {
 	held := usage("/x", 0, "", 40, 0, 64<<10, 2*time.Millisecond, time.Millisecond)
 	held.Throttled, held.ThrottledBytes = 40, 40*64<<10
 	other := usage("/", 812, "postgres", 200, 50, 8<<10, time.Millisecond, 800*time.Microsecond)
-	return &Snapshot{
+	return perThread(&Snapshot{
 		Window: 10 * time.Second, WaitersArmed: true, Throttle: true, CgroupVersion: 1,
 		Devices: []*Device{device("vda", 254, 0, 3, other, held)},
 		Waiters: []*Waiter{{PID: 4242, TID: 4243, Comm: "fio", Threads: 4, Cgroup: "/x", Kind: KindIO, Device: "vda",
 			ReqCgroup: "/x", Throttled: true, Count: 40, Total: 10 * time.Second, Max: 300 * time.Millisecond,
 			Held: 9900 * time.Millisecond, Queued: 10 * time.Millisecond, OnDevice: 40 * time.Millisecond}},
 		Limits: []Limit{{Cgroup: "/x", Device: "vda", File: "blkio.throttle.read_bps_device", Key: "rbps", Value: 1 << 20, Own: true}},
-	}
+	})
 }
 
 func TestThrottledNamesTheLimitAndTheWaiters(t *testing.T) {
@@ -138,15 +153,15 @@ func TestHealthyDeviceRaisesNothing(t *testing.T) {
 
 func TestSlowDevice(t *testing.T) {
 	u := usage("/", 77, "fio", 300, 0, 4<<10, 52*time.Millisecond, 50*time.Millisecond)
-	s := &Snapshot{Window: 10 * time.Second, WaitersArmed: true, Devices: []*Device{device("loop3", 7, 3, 100, u)},
+	s := perThread(&Snapshot{Window: 10 * time.Second, WaitersArmed: true, Devices: []*Device{device("loop3", 7, 3, 100, u)},
 		Waiters: []*Waiter{{PID: 77, Comm: "fio", Kind: KindIO, Device: "loop3", ReqCgroup: "/", Count: 300, Total: 15600 * time.Millisecond,
-			Max: 60 * time.Millisecond, OnDevice: 15 * time.Second}}}
+			Max: 60 * time.Millisecond, OnDevice: 15 * time.Second}}})
 	f := first(t, Conclude(s), "io.slow-device")
 	if !strings.HasPrefix(f.Title, "loop3 is slow: requests take 50 ms on the device") || !strings.Contains(f.Title, "100% busy") ||
 		!strings.Contains(f.Title, "fio (pid 77) waits 52 ms per read") {
 		t.Errorf("title %q", f.Title)
 	}
-	fs := Facts(s)
+	fs := Facts(s, Conclude(s))
 	var sat *fact.Saturation
 	for i := range fs.Saturations {
 		if fs.Saturations[i].On == fact.DeviceKey("loop3") {
@@ -164,8 +179,8 @@ func TestSlowDevice(t *testing.T) {
 func TestDirtyThrottled(t *testing.T) {
 	held := usage("/", 0, "", 0, 30, 1<<20, 200*time.Millisecond, 5*time.Millisecond)
 	held.Throttled = 30
-	s := &Snapshot{Window: 10 * time.Second, WaitersArmed: true, Devices: []*Device{device("loop1", 7, 1, 4, held)},
-		Waiters: []*Waiter{{PID: 9, Comm: "dd", Kind: KindDirty, Device: "loop1", Count: 80, Total: 8 * time.Second, Max: 200 * time.Millisecond}}}
+	s := perThread(&Snapshot{Window: 10 * time.Second, WaitersArmed: true, Devices: []*Device{device("loop1", 7, 1, 4, held)},
+		Waiters: []*Waiter{{PID: 9, Comm: "dd", Kind: KindDirty, Device: "loop1", Count: 80, Total: 8 * time.Second, Max: 200 * time.Millisecond}}})
 	f := first(t, Conclude(s), "io.dirty-throttled")
 	if f.Title != "dd (pid 9) was paused 8 s of 10 s by dirty throttling on loop1" || f.Severity != finding.Critical {
 		t.Errorf("%v %q", f.Severity, f.Title)
@@ -173,7 +188,7 @@ func TestDirtyThrottled(t *testing.T) {
 	if f.Evidence["throttled_write_requests"] != uint64(30) {
 		t.Errorf("evidence %v", f.Evidence)
 	}
-	fs := Facts(s)
+	fs := Facts(s, Conclude(s))
 	var wb *fact.Usage
 	for i := range fs.Usage {
 		if fs.Usage[i].For == fact.DirtyKey("loop1") {
@@ -193,7 +208,7 @@ func TestDirtyThrottled(t *testing.T) {
 func journalSnapshot() *Snapshot {
 	held := usage("/lab", 0, "", 0, 20, 1<<20, 300*time.Millisecond, 2*time.Millisecond)
 	held.Throttled = 20
-	return &Snapshot{
+	return perThread(&Snapshot{
 		Window: 10 * time.Second, WaitersArmed: true, Throttle: true, CgroupVersion: 1,
 		Devices: []*Device{device("loop0", 7, 0, 2, held)},
 		Journals: []*Journal{{Device: "loop0", Commits: 3, Total: 7 * time.Second, Flushing: 6800 * time.Millisecond,
@@ -204,7 +219,7 @@ func journalSnapshot() *Snapshot {
 				Count: 12, Total: 6500 * time.Millisecond, Max: 900 * time.Millisecond, Held: 6400 * time.Millisecond},
 		},
 		Limits: []Limit{{Cgroup: "/lab", Device: "loop0", File: "blkio.throttle.write_bps_device", Key: "wbps", Value: 1 << 20, Own: true}},
-	}
+	})
 }
 
 func TestJournalStall(t *testing.T) {
@@ -223,7 +238,7 @@ func TestJournalStall(t *testing.T) {
 	if !strings.HasPrefix(th.Title, "jbd2/loop0-8 (pid 311) in cgroup /lab waits 542 ms per write: /lab is capped at 1 MiB/s of writes") {
 		t.Errorf("throttle title %q", th.Title)
 	}
-	facts := Facts(s)
+	facts := Facts(s, Conclude(s))
 	var jw, cw *fact.Wait
 	for i := range facts.Waits {
 		switch facts.Waits[i].Task.PID {
@@ -245,7 +260,7 @@ func TestJournalStall(t *testing.T) {
 }
 
 func TestThrottleFacts(t *testing.T) {
-	fs := Facts(throttleSnapshot())
+	fs := Facts(throttleSnapshot(), nil)
 	k := fact.IOLimitKey("/x", "vda")
 	if r := fs.Resources[k]; r == nil || r.Kind != fact.IOLimit || r.Cgroup != "/x" || r.Device != "vda" {
 		t.Fatalf("resource %+v", fs.Resources[k])
@@ -262,14 +277,14 @@ func TestThrottleFacts(t *testing.T) {
 	if got := sat.Used; got != float64(40*64<<10)/10 {
 		t.Errorf("used %v", got)
 	}
-	var w *fact.Wait
-	for i := range fs.Waits {
-		if fs.Waits[i].Task.PID == 4242 {
-			w = &fs.Waits[i]
+	var ws []fact.Wait
+	for _, w := range fs.Waits {
+		if w.Task.PID == 4242 {
+			ws = append(ws, w)
 		}
 	}
-	if w == nil || w.On != k || w.Count != 40 || w.Total != 10*time.Second || w.Finding != "io.throttled" {
-		t.Errorf("fio's wait %+v", w)
+	if len(ws) != 4 || ws[0].On != k || ws[0].Count != 10 || ws[0].Total != 2500*time.Millisecond || ws[0].Finding != "io.throttled" {
+		t.Errorf("fio's waits, one per thread: %+v", ws)
 	}
 }
 

@@ -188,42 +188,66 @@ func (b *builder) devName(d uint32) string {
 	return b.device(d).Name
 }
 
-// waiters fills Waiters from the waits window.
+// waiters fills Waiters from the waits window: the threads' waits of one
+// kind on one device, for one cgroup's requests, added up by process.
 func (b *builder) waiters(waits map[ioWaitKey]waitRead) {
+	type key struct {
+		pid        int
+		kind       uint32
+		dev, flags uint32
+		cgid       uint64
+	}
+	by := map[key]*Waiter{}
 	for k, v := range waits {
 		if v.s.Count == 0 || int(k.Kind) >= len(kindNames) {
 			continue
 		}
-		pid := int(k.Tgid)
+		pid := int(v.s.Tgid)
+		if pid == 0 {
+			pid = int(k.Tid)
+		}
 		if !b.keepPID(pid) {
 			continue
 		}
-		pi := b.proc(pid)
-		w := &Waiter{PID: pid, TID: int(v.s.Tid), Comm: pi.comm, Threads: pi.threads, Cgroup: pi.cgroup,
-			Kind: kindNames[k.Kind], Device: b.devName(k.Dev), Count: int(v.s.Count),
-			Total: time.Duration(v.s.Ns), Max: time.Duration(v.max),
-			Held: time.Duration(v.s.HeldNs), Queued: time.Duration(v.s.QueuedNs), OnDevice: time.Duration(v.s.DeviceNs)}
-		if w.Comm == "" {
-			w.Comm = v.comm
+		wk := key{pid, k.Kind, k.Dev, k.Flags & fThrottled, k.Cgid}
+		w := by[wk]
+		if w == nil {
+			pi := b.proc(pid)
+			w = &Waiter{PID: pid, Comm: pi.comm, Cgroup: pi.cgroup, Kind: kindNames[k.Kind], Device: b.devName(k.Dev)}
+			if w.Comm == "" {
+				w.Comm = v.comm
+			}
+			if w.Comm == "" {
+				w.Comm = b.cur.comms[uint32(pid)]
+			}
+			if w.Cgroup == "" {
+				w.Cgroup = b.issuedFrom(pid) // gone: the cgroup of what it issued
+			}
+			if w.Kind == KindIO {
+				w.ReqCgroup, w.ReqCgroupID = b.cgroupPath(k.Cgid), k.Cgid
+				w.Throttled = k.Flags&fThrottled != 0
+			}
+			by[wk] = w
 		}
-		if w.Comm == "" {
-			w.Comm = b.cur.comms[k.Tgid]
+		t := ThreadWait{TID: int(k.Tid), Count: int(v.s.Count), Total: time.Duration(v.s.Ns), Max: time.Duration(v.max)}
+		w.PerThread = append(w.PerThread, t)
+		w.Count += t.Count
+		w.Total += t.Total
+		if t.Max >= w.Max {
+			w.Max, w.TID = t.Max, t.TID
 		}
-		if v.maxTID != 0 {
-			w.TID = int(v.maxTID)
-		}
-		if w.Cgroup == "" {
-			w.Cgroup = b.issuedFrom(pid) // gone: the cgroup of what it issued
-		}
-		if w.Kind == KindIO {
-			w.ReqCgroup, w.ReqCgroupID = b.cgroupPath(k.Cgid), k.Cgid
-			w.Throttled = k.Flags&1 != 0
-		}
+		w.Held += time.Duration(v.s.HeldNs)
+		w.Queued += time.Duration(v.s.QueuedNs)
+		w.OnDevice += time.Duration(v.s.DeviceNs)
+	}
+	for _, w := range by {
 		if b.s.under != "" && !b.s.keepsCgroup(w.Cgroup) && !(w.ReqCgroup != "" && b.s.keepsCgroup(w.ReqCgroup)) {
 			continue
 		}
-		if w.Device != "" {
-			b.device(k.Dev) // a device waited on is reported even without completions
+		w.Threads = len(w.PerThread)
+		slices.SortFunc(w.PerThread, func(a, c ThreadWait) int { return cmp.Or(cmp.Compare(c.Total, a.Total), cmp.Compare(a.TID, c.TID)) })
+		if w.TID == 0 {
+			w.TID = w.PerThread[0].TID
 		}
 		b.snap.Waiters = append(b.snap.Waiters, w)
 	}

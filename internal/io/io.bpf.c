@@ -226,9 +226,9 @@ struct {
 	__type(value, struct sleep);
 } sleeps SEC(".maps");
 
-/* Waits per (waiter, kind, disk, the cgroup of what it waited for). */
+/* Waits per (waiting thread, kind, disk, the cgroup of what it waited for). */
 struct wait_key {
-	__u32 tgid;
+	__u32 tid;
 	__u32 kind;
 	__u32 dev;
 	__u32 flags; /* of the request that ended it (F_THROTTLED) */
@@ -241,8 +241,8 @@ struct wait_stats {
 	__u64 held_ns;		/* before the request existed (held in blk-throttle, …) */
 	__u64 queued_ns;	/* the requests' queued time */
 	__u64 device_ns;	/* and their time on the device */
-	struct wolf_max max_ns; /* tag: the thread */
-	__u32 tid;		/* the latest waiting thread */
+	struct wolf_max max_ns;
+	__u32 tgid; /* the thread's process */
 	__u32 _pad;
 	char comm[WOLF_COMM_LEN];
 };
@@ -820,7 +820,7 @@ int BPF_PROG(sched_waking, struct task_struct *wakee)
 	struct done_ctx *d;
 	struct sleep *sl;
 	__u64 now, ns, held = 0, queued = 0, device = 0;
-	__u32 tid, zero = 0, kind;
+	__u32 tid, tgid, zero = 0, kind;
 
 	if (!BPF_CORE_READ_BITFIELD(wakee, in_iowait))
 		return 0;
@@ -831,7 +831,8 @@ int BPF_PROG(sched_waking, struct task_struct *wakee)
 	now = bpf_ktime_get_ns();
 	ns = now > sl->start_ns ? now - sl->start_ns : 0;
 	kind = sl->kind;
-	k.tgid = sl->tgid;
+	tgid = sl->tgid;
+	k.tid = tid;
 	k.dev = sl->dev;
 	if (kind == WAIT_IO) {
 		kind = WAIT_OTHER;
@@ -859,9 +860,9 @@ int BPF_PROG(sched_waking, struct task_struct *wakee)
 		__sync_fetch_and_add(&w->held_ns, held);
 		__sync_fetch_and_add(&w->queued_ns, queued);
 		__sync_fetch_and_add(&w->device_ns, device);
-		wolf_max_tag(&w->max_ns, ns, tid);
-		if (w->tid != tid || !w->comm[0]) {
-			w->tid = tid;
+		wolf_max_add(&w->max_ns, ns);
+		if (!w->comm[0]) {
+			w->tgid = tgid;
 			BPF_CORE_READ_STR_INTO(&w->comm, wakee, comm);
 		}
 	}
@@ -880,7 +881,7 @@ int BPF_PROG(sched_waking, struct task_struct *wakee)
 		e->cgid = k.cgid;
 		e->at_ns = now;
 		e->tid = tid;
-		e->tgid = k.tgid;
+		e->tgid = tgid;
 		e->dev = k.dev;
 		e->kind = kind;
 		e->flags = k.flags;
@@ -1090,16 +1091,16 @@ static __always_inline int sync_enter(int fd)
 
 static __always_inline void wait_add(__u32 tid, struct in_sync *s, __u64 ns)
 {
-	struct wait_key k = { .tgid = s->tgid, .kind = s->kind, .dev = s->dev };
+	struct wait_key k = { .tid = tid, .kind = s->kind, .dev = s->dev };
 	struct wait_stats *w = wait_get(&k);
 
 	if (!w)
 		return;
 	__sync_fetch_and_add(&w->count, 1);
 	__sync_fetch_and_add(&w->ns, ns);
-	wolf_max_tag(&w->max_ns, ns, tid);
-	if (w->tid != tid || !w->comm[0]) {
-		w->tid = tid;
+	wolf_max_add(&w->max_ns, ns);
+	if (!w->comm[0]) {
+		w->tgid = s->tgid;
 		bpf_get_current_comm(&w->comm, sizeof(w->comm));
 	}
 }

@@ -297,12 +297,13 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 	if s.iv.snapshot != nil {
 		s.iv.snapshot(snap)
 	}
+	fs := Conclude(snap)
 	res := &investigator.Result{
-		Findings:     Conclude(snap),
+		Findings:     fs,
 		Histograms:   snap.Histograms(),
 		Capabilities: p.kit.Capabilities(p.table),
 		Notes:        append(p.kit.Notes(), snap.Notes()...),
-		Facts:        Facts(snap),
+		Facts:        Facts(snap, fs),
 	}
 	res.Capabilities["waiters"] = snap.WaitersArmed
 	res.Capabilities["blk_throttle_dispatch"] = p.throttle

@@ -192,7 +192,7 @@ const (
 
 type ioWaitKey struct {
 	_     structs.HostLayout
-	Tgid  uint32
+	Tid   uint32
 	Kind  uint32
 	Dev   uint32
 	Flags uint32
@@ -212,7 +212,7 @@ type ioWaitStats struct {
 		Win [2]uint32
 		Tag [2]uint32
 	}
-	Tid  uint32
+	Tgid uint32
 	Pad  uint32
 	Comm [16]int8
 }

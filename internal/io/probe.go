@@ -250,11 +250,9 @@ type procRead struct {
 }
 
 type waitRead struct {
-	s       ioWaitStats
-	max     uint64
-	maxTID  uint32
-	comm    string
-	present bool
+	s    ioWaitStats
+	max  uint64
+	comm string
 }
 
 type journalRead struct {
@@ -287,8 +285,7 @@ func (p *probe) read(w uint32) (*raw, error) {
 	)
 	it = p.maps.Waits.Iterate()
 	for it.Next(&wk, &wv) {
-		m, tag := probekit.WindowMaxTag(wv.MaxNs.V, wv.MaxNs.Win, wv.MaxNs.Tag, w)
-		r.waits[wk] = waitRead{s: wv, max: m, maxTID: tag, comm: bpfrec.CString(wv.Comm[:]), present: true}
+		r.waits[wk] = waitRead{s: wv, max: probekit.WindowMax(wv.MaxNs.V, wv.MaxNs.Win, w), comm: bpfrec.CString(wv.Comm[:])}
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("io: read waits: %w", err)

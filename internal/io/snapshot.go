@@ -156,9 +156,9 @@ var kindNames = [...]string{KindIO, KindOther, KindDirty, KindFsync, KindXFSLog}
 // throttling on a device; in fsync on a device.
 type Waiter struct {
 	PID     int
-	TID     int // the latest waiting thread
+	TID     int // the thread that waited longest
 	Comm    string
-	Threads int    // threads of the process that waited (0: unknown)
+	Threads int    // threads of the process that waited so
 	Cgroup  string // the waiter's own I/O cgroup
 	Kind    string
 	Device  string // the device's name (kind io, dirty, fsync, xfs-log)
@@ -174,6 +174,15 @@ type Waiter struct {
 	// blk-throttle when Throttled), queued in the block layer, on the
 	// device.
 	Held, Queued, OnDevice time.Duration
+	// PerThread are the same waits thread by thread.
+	PerThread []ThreadWait
+}
+
+// ThreadWait is one thread's part of a Waiter's waits.
+type ThreadWait struct {
+	TID        int
+	Count      int
+	Total, Max time.Duration
 }
 
 // LongWait is one long wait, with what the waiter's stack says.
