@@ -98,15 +98,29 @@ func (d *draft) ioLimitTitle(e *engine, rs *sat) string {
 	if rs != nil && rs.LimitText != "" {
 		limit = " at " + rs.LimitText
 	}
+	// Victims outside the limit's cgroup that reached it through a
+	// journal or dirty throttling come first: they are the collateral the
+	// limit was not meant for.
+	var jn, dn int
+	var jt, dt time.Duration
+	for _, v := range d.shownVictims() {
+		switch {
+		case v.w.Kind == fact.WaitJournal && v.w.Task.IOCgroup != r.Cgroup:
+			jn += v.w.Count
+			jt += v.w.Total
+		case v.w.Kind == fact.WaitDirty:
+			dn += v.w.Count
+			dt += v.w.Total
+		}
+	}
 	var title string
-	_, kinds := d.lostBy()
 	switch {
-	case n == 0 && len(kinds) > 0 && kinds[0] == fact.WaitJournal:
-		title = fmt.Sprintf("%s waited %s for journal commits on %s that wait for cgroup %s's I/O, capped%s on %s",
-			d.whoWords(fact.WaitJournal), ms(msOf(d.lostOf(fact.WaitJournal))), r.Device, r.Cgroup, limit, r.Device)
-	case n == 0 && len(kinds) > 0 && kinds[0] == fact.WaitDirty:
-		title = fmt.Sprintf("%s was paused %s by dirty throttling on %s, whose writeback cgroup %s's limit holds%s",
-			d.whoWords(fact.WaitDirty), ms(msOf(d.lostOf(fact.WaitDirty))), r.Device, r.Cgroup, limit)
+	case jn > 0:
+		title = fmt.Sprintf("%s waits %s per fsync on %s behind the journal, whose commits wait for cgroup %s's writes, capped%s",
+			d.whoWords(fact.WaitJournal), ms(msOf(jt/time.Duration(jn))), r.Device, r.Cgroup, limit)
+	case dn > 0 && n == 0:
+		title = fmt.Sprintf("%s was paused %s by dirty throttling on %s: its writeback, charged to cgroup %s, is capped%s",
+			d.whoWords(fact.WaitDirty), ms(msOf(dt)), r.Device, r.Cgroup, limit)
 	case n > 0:
 		who := d.whoWords(fact.WaitIO)
 		cg := ""
@@ -150,10 +164,4 @@ func ioLimitNumbers(s *sat) string {
 		return satNumbers(s)
 	}
 	return ": " + strings.Join(parts, ", ")
-}
-
-// lostOf is what the victims lost to one kind of wait.
-func (d *draft) lostOf(k fact.WaitKind) time.Duration {
-	m, _ := d.lostBy()
-	return m[k]
 }

@@ -538,10 +538,8 @@ func journals(s *Snapshot) []finding.Finding {
 		// What the committer waited for while flushing.
 		var cw *Waiter
 		for _, w := range s.Waiters {
-			if w.Kind == KindIO && j.Committer != 0 && w.TID == j.Committer || (w.Kind == KindIO && w.Comm == j.CommitterComm && w.Comm != "") {
-				if cw == nil || w.Total > cw.Total {
-					cw = w
-				}
+			if w.Kind == KindIO && j.Committer != 0 && w.PID == j.Committer && (cw == nil || w.Total > cw.Total) {
+				cw = w
 			}
 		}
 		var title string
@@ -551,9 +549,12 @@ func journals(s *Snapshot) []finding.Finding {
 		} else {
 			title = fmt.Sprintf("fsync has waited %s on %s behind the journal", human.Duration(worst), j.Device)
 		}
-		title += fmt.Sprintf(": commits took up to %s, %s of it flushing data", human.Duration(longest), human.Duration(j.Flushing))
-		if cw != nil && cw.Throttled {
-			title += fmt.Sprintf(" held by blk-throttle of %s", cw.ReqCgroup)
+		title += fmt.Sprintf(": commits took up to %s", human.Duration(longest))
+		switch {
+		case cw != nil && cw.Throttled:
+			title += fmt.Sprintf(", %s waiting %s for writes of cgroup %s held by blk-throttle", j.CommitterComm, human.Duration(cw.Max), cw.ReqCgroup)
+		case cw != nil && cw.Max >= waitWarn:
+			title += fmt.Sprintf(", %s waiting %s for writes of cgroup %s", j.CommitterComm, human.Duration(cw.Max), cw.ReqCgroup)
 		}
 		ev := map[string]any{"device": j.Device, "commits": j.Commits, "commit_ms_max": ms(longest),
 			"flushing_ms_total": ms(j.Flushing), "logging_ms_total": ms(j.Logging), "locked_ms_total": ms(j.Locked),
@@ -565,7 +566,7 @@ func journals(s *Snapshot) []finding.Finding {
 			ev["commit_in_progress_ms"] = ms(j.InProgress)
 			ev["commit_phase"] = j.InProgressPhase
 		}
-		summary := fmt.Sprintf("The journal on %s committed %s in %s; the longest took %s, %s of the commits' time spent flushing data (data=ordered: a commit writes the data of every file in the transaction first), %s writing the journal.",
+		summary := fmt.Sprintf("The journal on %s committed %s in %s; the longest took %s (%s submitting ordered data, %s writing the journal and waiting for the data: data=ordered commits the data of every file in the transaction first).",
 			j.Device, human.Plural(int(j.Commits), "transaction", "transactions"), human.Duration(s.Window), human.Duration(longest),
 			human.Duration(j.Flushing), human.Duration(j.Logging))
 		subjects := []finding.Subject{}

@@ -227,7 +227,7 @@ func TestJournalStall(t *testing.T) {
 	fs := Conclude(s)
 	f := first(t, fs, "io.journal-stall")
 	if !strings.HasPrefix(f.Title, "victim (pid 500) waited up to 3 s in fsync on loop0 behind the journal: commits took up to 3 s") ||
-		!strings.HasSuffix(f.Title, "held by blk-throttle of /lab") {
+		!strings.HasSuffix(f.Title, "jbd2/loop0-8 waiting 900 ms for writes of cgroup /lab held by blk-throttle") {
 		t.Errorf("title %q", f.Title)
 	}
 	if h := findingtest.Subjects(f, finding.RoleHolder); len(h) != 1 || h[0].PID != 311 || h[0].Evidence["waited_for_cgroup"] != "/lab" {

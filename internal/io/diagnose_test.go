@@ -72,7 +72,7 @@ func TestDiagnosisOfDirtyThrottling(t *testing.T) {
 	if d.ID != "diagnose.io-limit" || d.Root.Cgroup != "/" {
 		t.Fatalf("%s rooted at %+v: %s", d.ID, d.Root, d.Title)
 	}
-	want := "dd (pid 9) was paused 8.0 s by dirty throttling on loop1, whose writeback cgroup /'s limit holds at 1 MiB/s of writes (blkio.throttle.write_bps_device); loop1 itself is 4.0% busy"
+	want := "dd (pid 9) was paused 8.0 s by dirty throttling on loop1: its writeback, charged to cgroup /, is capped at 1 MiB/s of writes (blkio.throttle.write_bps_device); loop1 itself is 4.0% busy"
 	if d.Title != want {
 		t.Errorf("title\n got %q\nwant %q", d.Title, want)
 	}

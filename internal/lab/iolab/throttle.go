@@ -20,8 +20,8 @@ const ThrottleName = "io-throttle"
 const (
 	readerComm    = "wolf-ioreader"
 	dirtierComm   = "wolf-dirtier"
-	writerComm    = "wolf-fsyncer"
-	victimComm    = "wolf-fsync-victim"
+	writerComm    = "wolf-iowriter"
+	victimComm    = "wolf-fsync"
 	throttlePrefx = "wolf-lab-iothrottle-"
 	stepTime      = 30 * time.Second
 )
