@@ -31,7 +31,7 @@ import (
 func labs() *lab.Registry {
 	return lab.NewRegistry(fusestall.NewRWSem(), fusestall.NewMutex(), coredump.New(), mmaplock.New(),
 		memcgstress.New(), memcgstress.NewPopulate(), bounce.NewBounce(), bounce.NewAffinity(), bounce.NewPinned(), tcpcollapse.New(),
-		hotuprobe.New(), pshang.New(), memchain.New(), cpuquota.New(), iolab.NewThrottle(), iolab.NewDirty(), iolab.NewJournal())
+		hotuprobe.New(), pshang.New(), memchain.New(), cpuquota.New(), iolab.NewThrottle(), iolab.NewDirty(), iolab.NewJournal(), iolab.NewSlow())
 }
 
 func newLabCmd() *cobra.Command {

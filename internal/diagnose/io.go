@@ -116,8 +116,9 @@ func (d *draft) ioLimitTitle(e *engine, rs *sat) string {
 	var title string
 	switch {
 	case jn > 0:
+		outside := func(v *victim) bool { return v.w.Task.IOCgroup != r.Cgroup }
 		title = fmt.Sprintf("%s waits %s per fsync on %s behind the journal, whose commits wait for cgroup %s's writes, capped%s",
-			d.whoWords(fact.WaitJournal), ms(msOf(jt/time.Duration(jn))), r.Device, r.Cgroup, limit)
+			d.whoWordsWhere(fact.WaitJournal, outside), ms(msOf(jt/time.Duration(jn))), r.Device, r.Cgroup, limit)
 	case dn > 0 && n == 0:
 		title = fmt.Sprintf("%s was paused %s by dirty throttling on %s: its writeback, charged to cgroup %s, is capped%s",
 			d.whoWords(fact.WaitDirty), ms(msOf(dt)), r.Device, r.Cgroup, limit)
@@ -164,4 +165,20 @@ func ioLimitNumbers(s *sat) string {
 		return satNumbers(s)
 	}
 	return ": " + strings.Join(parts, ", ")
+}
+
+// deviceNumbers says how busy and slow a device was: ", 100% busy, 20 ms
+// a request on the device".
+func deviceNumbers(s *sat) string {
+	var parts []string
+	if v, ok := satNum(s, "busy_pct"); ok {
+		parts = append(parts, pct1(v/100)+" busy")
+	}
+	if v, ok := satNum(s, "on_device_ms_avg"); ok && v > 0 {
+		parts = append(parts, ms(v)+" a request on the device")
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return ", " + strings.Join(parts, ", ")
 }

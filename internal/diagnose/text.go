@@ -96,6 +96,11 @@ func (d *draft) quotaDemand(e *engine, rs *sat) string {
 // whoWords names the victims of one kind of wait by process: one process
 // with its threads, a few by name, many by count.
 func (d *draft) whoWords(kind fact.WaitKind) string {
+	return d.whoWordsWhere(kind, nil)
+}
+
+// whoWordsWhere is whoWords for the victims keep keeps (nil: all).
+func (d *draft) whoWordsWhere(kind fact.WaitKind, keep func(*victim) bool) string {
 	type proc struct {
 		label   string
 		threads int
@@ -103,7 +108,7 @@ func (d *draft) whoWords(kind fact.WaitKind) string {
 	byPID := map[int]*proc{}
 	var order []int
 	for _, v := range d.shownVictims() {
-		if v.w.Kind != kind {
+		if v.w.Kind != kind || (keep != nil && !keep(v)) {
 			continue
 		}
 		pid := cmp.Or(v.w.Task.PID, v.w.Task.TID)
@@ -255,7 +260,7 @@ func (d *draft) words(e *engine) (title, summary string) {
 		title = fmt.Sprintf("Deadlock: the holders of %s wait for each other; %s hang", lockName, victims)
 	case "device":
 		who := consumersWords(b.consumers)
-		title = fmt.Sprintf("Device %s is the bottleneck%s: %s", e.resource(d.root).Device, ifSome(" (used by "+who+")", who), d.victimsPhrase())
+		title = fmt.Sprintf("Device %s is the bottleneck%s%s: %s", e.resource(d.root).Device, deviceNumbers(rs), ifSome(" (used by "+who+")", who), d.victimsPhrase())
 	case "io-limit":
 		title = d.ioLimitTitle(e, rs)
 	case "dirty-throttle":

@@ -9,6 +9,7 @@ import (
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/finding/findingtest"
 	"github.com/wolf-investigator/wolf/internal/hist"
+	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/procfs"
 )
 
@@ -417,4 +418,24 @@ func first(t *testing.T, fs []finding.Finding, id string) finding.Finding {
 		t.Fatalf("no %s among %v", id, ids)
 	}
 	return *f
+}
+
+// The gauges watch exports come from the findings' evidence.
+func TestGauges(t *testing.T) {
+	s := throttleSnapshot()
+	res := &investigator.Result{Findings: Conclude(s)}
+	_, gauges := New().Metrics()
+	got := map[string][]investigator.GaugeValue{}
+	for _, g := range gauges {
+		got[g.Name] = g.Values(res)
+	}
+	if v := got["wolf_io_device_busy_ratio"]; len(v) != 1 || v[0].Labels[0] != "vda" || v[0].Value != 0.03 {
+		t.Errorf("busy %+v", v)
+	}
+	if v := got["wolf_io_throttled_seconds"]; len(v) != 1 || v[0].Labels[1] != "/x" || v[0].Value != 9.9 {
+		t.Errorf("throttled seconds %+v", v)
+	}
+	if v := got["wolf_io_throttled_requests"]; len(v) != 1 || v[0].Value != 40 {
+		t.Errorf("throttled requests %+v", v)
+	}
 }

@@ -243,9 +243,9 @@ struct wait_key {
 struct wait_stats {
 	__u64 count;
 	__u64 ns;
-	__u64 held_ns;		/* before the request existed (held in blk-throttle, …) */
-	__u64 queued_ns;	/* the requests' queued time */
-	__u64 device_ns;	/* and their time on the device */
+	__u64 held_ns;	 /* before the request existed (held in blk-throttle, …) */
+	__u64 queued_ns; /* the requests' queued time */
+	__u64 device_ns; /* and their time on the device */
 	struct wolf_max max_ns;
 	__u32 tgid; /* the thread's process */
 	__u32 _pad;
@@ -575,7 +575,7 @@ static __always_inline int on_insert(struct request *rq)
 {
 	struct task_struct *t = bpf_get_current_task_btf();
 
-	if (!watched(rq_dev(rq)))
+	if (only_dev && rq_dev(rq) != only_dev)
 		return 0;
 	rq_born(rq, bpf_ktime_get_ns(), t, t->flags, t->tgid);
 	return 0;
@@ -587,7 +587,7 @@ static __always_inline int on_issue(struct request *rq)
 	struct rq_slot *s;
 	__u64 now;
 
-	if (!watched(rq_dev(rq)))
+	if (only_dev && rq_dev(rq) != only_dev)
 		return 0;
 	now = bpf_ktime_get_ns();
 	s = rq_born(rq, now, t, t->flags, t->tgid);
@@ -616,7 +616,7 @@ static __always_inline int on_insert_old(struct request *rq)
 {
 	struct task_struct *t = wolf_current();
 
-	if (!watched(rq_dev(rq)))
+	if (only_dev && rq_dev(rq) != only_dev)
 		return 0;
 	rq_born(rq, bpf_ktime_get_ns(), t, BPF_CORE_READ(t, flags),
 		bpf_get_current_pid_tgid() >> 32);
@@ -629,7 +629,7 @@ static __always_inline int on_issue_old(struct request *rq)
 	struct rq_slot *s;
 	__u64 now;
 
-	if (!watched(rq_dev(rq)))
+	if (only_dev && rq_dev(rq) != only_dev)
 		return 0;
 	now = bpf_ktime_get_ns();
 	s = rq_born(rq, now, t, BPF_CORE_READ(t, flags), bpf_get_current_pid_tgid() >> 32);

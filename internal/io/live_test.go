@@ -27,7 +27,7 @@ import (
 
 // testLoop makes a loop device of the test's own (16 MiB, over a file in
 // the test's directory), removed at the end.
-func testLoop(t *testing.T) *iolab.Loop {
+func testLoop(t testing.TB) *iolab.Loop {
 	t.Helper()
 	led, err := lab.NewLedger("io-test", nil)
 	if err != nil {
@@ -268,4 +268,50 @@ func titles(res *investigator.Result) []string {
 		out = append(out, f.ID+": "+f.Title)
 	}
 	return out
+}
+
+// Each of the other I/O labs makes its own finding, naming its device.
+func TestLiveLabsFindings(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.Exclusive(t)
+	for _, c := range []struct {
+		lab    lab.Lab
+		id     string
+		window time.Duration
+	}{
+		{iolab.NewDirty(), "io.dirty-throttled", 4 * time.Second},
+		{iolab.NewJournal(), "io.journal-stall", 6 * time.Second},
+		{iolab.NewSlow(), "io.slow-device", 4 * time.Second},
+	} {
+		t.Run(c.lab.Name(), func(t *testing.T) {
+			if c.lab.Name() == iolab.SlowName {
+				_, err := os.Stat("/dev/fuse")
+				testutil.Require(t, err == nil, "needs /dev/fuse")
+			}
+			in, err := c.lab.Start(context.Background(), lab.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := in.Close(); err != nil {
+					t.Error(err)
+				}
+			}()
+			dev := in.(interface{ Device() string }).Device()
+			res := testutil.RunLive(t, New(), investigator.Options{Duration: c.window}, nil)
+			var f *finding.Finding
+			for i, x := range res.Findings {
+				if x.ID == c.id && x.Evidence["device"] == dev {
+					f = &res.Findings[i]
+				}
+			}
+			if f == nil {
+				t.Fatalf("no %s on %s: %v", c.id, dev, titles(res))
+			}
+			t.Log(f.Title)
+			if f.Severity < finding.Warning {
+				t.Errorf("%s is %v", c.id, f.Severity)
+			}
+		})
+	}
 }

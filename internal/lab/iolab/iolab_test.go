@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/wolf-investigator/wolf/internal/lab"
 	"github.com/wolf-investigator/wolf/internal/testutil"
@@ -63,5 +64,77 @@ func TestBadConfig(t *testing.T) {
 		if _, err := NewThrottleWithConfig(c).Start(context.Background(), lab.Options{}); err == nil {
 			t.Errorf("%+v started", c)
 		}
+	}
+}
+
+func TestDirtyLab(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.Exclusive(t)
+	in, err := NewDirty().Start(context.Background(), lab.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	di := in.(*DirtyInstance)
+	dev, file := di.loop.Dev, di.loop.File
+	bdi := filepath.Join("/sys/class/bdi", di.loop.ID())
+	if b, _ := os.ReadFile(filepath.Join(bdi, "strict_limit")); strings.TrimSpace(string(b)) != "1" {
+		t.Errorf("strict_limit %q", b)
+	}
+	if err := in.Close(); err != nil {
+		t.Fatal(err)
+	}
+	checkGone(t, dev, "", file)
+	if _, err := os.Stat(bdi); err == nil {
+		t.Errorf("%s still there: the device was not removed", bdi)
+	}
+}
+
+func TestJournalLab(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.Exclusive(t)
+	in, err := NewJournal().Start(context.Background(), lab.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ji := in.(*JournalInstance)
+	dev, file, cg, mnt := ji.loop.Dev, ji.loop.File, ji.cg.Dir(), ji.mnt
+	ji.mu.Lock()
+	worst := ji.maxFsync
+	ji.mu.Unlock()
+	if worst < 300*time.Millisecond {
+		t.Errorf("the victim's slowest fsync took %s", worst)
+	}
+	if err := in.Close(); err != nil {
+		t.Fatal(err)
+	}
+	checkGone(t, dev, cg, file)
+	if b, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(b), mnt) {
+		t.Errorf("%s still mounted", mnt)
+	}
+}
+
+func TestSlowLab(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.Exclusive(t)
+	in, err := NewSlow().Start(context.Background(), lab.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	si := in.(*SlowInstance)
+	dev, mnt := si.loop.Dev, si.mnt
+	time.Sleep(time.Second)
+	si.fs.mu.Lock()
+	reads := si.fs.ops[opRead]
+	si.fs.mu.Unlock()
+	// Two readers, 20 ms a read, one at a time: about 50 a second.
+	if reads < 20 || reads > 200 {
+		t.Errorf("%d reads in about a second", reads)
+	}
+	if err := in.Close(); err != nil {
+		t.Fatal(err)
+	}
+	checkGone(t, dev, "", filepath.Join(mnt, "x"))
+	if b, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(b), mnt) {
+		t.Errorf("%s still mounted", mnt)
 	}
 }

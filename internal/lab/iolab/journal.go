@@ -125,7 +125,8 @@ func (l journalLab) Start(ctx context.Context, opt lab.Options) (_ lab.Instance,
 	if out, err := exec.CommandContext(ctx, mkfs, "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", in.loop.Dev).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("%s: mkfs.ext4 %s: %v: %s", JournalName, in.loop.Dev, err, strings.TrimSpace(string(out)))
 	}
-	in.mnt = filepath.Join(in.dir, "mnt")
+	// Named as the lab's, as everything the ledger undoes must be.
+	in.mnt = filepath.Join(in.dir, lab.Name("journalfs"))
 	if err = os.Mkdir(in.mnt, 0o700); err != nil {
 		return nil, fmt.Errorf("%s: %w", JournalName, err)
 	}

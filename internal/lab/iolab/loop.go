@@ -27,13 +27,14 @@ type Loop struct {
 	File         string // the backing file
 	f            *os.File
 	led          *lab.Ledger
+	ownFile      bool // NewLoop made the file: Close removes it
 }
 
 // NewLoop makes file (size bytes, sparse) and binds a free loop device to
 // it, recording both in led first. directIO has the device read and
 // write its file with O_DIRECT (no page cache in between).
 func NewLoop(led *lab.Ledger, file string, size int64, directIO bool) (_ *Loop, err error) {
-	l := &Loop{File: file, led: led}
+	l := &Loop{File: file, led: led, ownFile: true}
 	if err := led.Add(lab.File(file)); err != nil {
 		return nil, err
 	}
@@ -50,20 +51,43 @@ func NewLoop(led *lab.Ledger, file string, size int64, directIO bool) (_ *Loop, 
 	if err := bf.Truncate(size); err != nil {
 		return nil, fmt.Errorf("loop: size %s: %w", file, err)
 	}
+	return l, l.attach(bf, directIO)
+}
+
+// BindLoop binds a free loop device to file, which exists and is the
+// lab's (named with lab.Name): Close leaves the file.
+func BindLoop(led *lab.Ledger, file string, directIO bool) (_ *Loop, err error) {
+	l := &Loop{File: file, led: led}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, l.Close())
+		}
+	}()
+	bf, err := os.OpenFile(file, os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("loop: backing file: %w", err)
+	}
+	defer bf.Close()
+	return l, l.attach(bf, directIO)
+}
+
+// attach binds a free device to bf.
+func (l *Loop) attach(bf *os.File, directIO bool) error {
+	file, led := l.File, l.led
 	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR, 0)
 	if err != nil {
-		return nil, fmt.Errorf("loop: %w (is the loop module loaded?)", err)
+		return fmt.Errorf("loop: %w (is the loop module loaded?)", err)
 	}
 	defer ctl.Close()
 	// Another process may take the free device first: try again.
 	for range 10 {
 		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
 		if err != nil {
-			return nil, fmt.Errorf("loop: get a free device: %w", err)
+			return fmt.Errorf("loop: get a free device: %w", err)
 		}
 		dev := "/dev/loop" + strconv.Itoa(n)
 		if err := led.Add(lab.Loop(dev, file)); err != nil {
-			return nil, err
+			return err
 		}
 		l.Dev, l.Name = dev, filepath.Base(dev)
 		if err := l.bind(bf, directIO); err != nil {
@@ -72,18 +96,18 @@ func NewLoop(led *lab.Ledger, file string, size int64, directIO bool) (_ *Loop, 
 				l.Dev, l.Name = "", ""
 				continue
 			}
-			return nil, err
+			return err
 		}
 		b, err := os.ReadFile(filepath.Join("/sys/block", l.Name, "dev"))
 		if err != nil {
-			return nil, fmt.Errorf("loop: %s: %w", l.Name, err)
+			return fmt.Errorf("loop: %s: %w", l.Name, err)
 		}
 		a, c, _ := strings.Cut(strings.TrimSpace(string(b)), ":")
 		l.Major, _ = strconv.Atoi(a)
 		l.Minor, _ = strconv.Atoi(c)
-		return l, nil
+		return nil
 	}
-	return nil, errors.New("loop: every free device was taken by someone else first")
+	return errors.New("loop: every free device was taken by someone else first")
 }
 
 func (l *Loop) bind(bf *os.File, directIO bool) error {
@@ -131,7 +155,7 @@ func (l *Loop) Close() error {
 		}
 		l.Dev = ""
 	}
-	if l.File != "" {
+	if l.File != "" && l.ownFile {
 		if err := os.Remove(l.File); err == nil || errors.Is(err, os.ErrNotExist) {
 			_ = l.led.Done(lab.File(l.File))
 		} else {
