@@ -249,3 +249,19 @@ func TestMarkdownTable(t *testing.T) {
 		t.Errorf("a scenario right in every run is listed as not right:\n%s", md)
 	}
 }
+
+func TestMergeTable(t *testing.T) {
+	prefix := t.TempDir() + "/t"
+	old := []Result{{Scenario: "cpu-quota", Run: 1}, {Scenario: "softirq", Run: 1}, {Scenario: "softirq", Run: 2}}
+	if err := writeTable(prefix, Meta{Command: "first"}, scenarios, old); err != nil {
+		t.Fatal(err)
+	}
+	sel, _ := selectScenarios("softirq", false)
+	all, m, err := mergeTable(prefix, Meta{Command: "again"}, sel, []Result{{Scenario: "softirq", Run: 1, Verdict: Verdict{Pass: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 2 || all[0].Scenario != "cpu-quota" || !all[1].Pass() || m.Command != "first" || len(m.Updated) != 1 || !strings.Contains(m.Updated[0], "softirq with `again`") {
+		t.Fatalf("merged %+v, meta %+v", all, m)
+	}
+}

@@ -90,6 +90,7 @@ func run() int {
 	runs := fs.Int("runs", 1, "runs per scenario (each run varies the parameters)")
 	only := fs.String("only", "", "comma-separated scenario names (default: all)")
 	out := fs.String("out", "", "write the accuracy table to OUT.md and OUT.json (e.g. docs/scenarios)")
+	update := fs.Bool("update", false, "with -out: keep OUT.json's runs of the scenarios not run now, replace the others")
 	keep := fs.String("keep", "", "directory for each run's doctor JSON and workload output (default: a new /tmp/wolf-scenarios-*)")
 	scratch := fs.String("scratch", "/var/tmp", "directory on a real disk for the workloads' files")
 	duration := fs.String("duration", "8s", "doctor's --duration")
@@ -205,7 +206,16 @@ func run() int {
 	if *out != "" {
 		meta := Meta{Kernel: kernel, CgroupV: map[bool]int{false: 1, true: 2}[v2], Runs: *runs, Duration: *duration, Date: time.Now().UTC().Format("2006-01-02"),
 			Wolf: strings.TrimSpace(wolfVersion(*wolf) + " " + rev), Seconds: elapsed.Seconds(), Command: commandLine()}
-		if err := writeTable(*out, meta, sel, results); err != nil {
+		all, table := results, sel
+		if *update {
+			var err error
+			if all, meta, err = mergeTable(*out, meta, sel, results); err != nil {
+				logf("%v", err)
+				return 1
+			}
+			table = scenarios
+		}
+		if err := writeTable(*out, meta, table, all); err != nil {
 			logf("%v", err)
 			return 1
 		}
