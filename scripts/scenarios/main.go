@@ -96,6 +96,7 @@ func run() int {
 	duration := fs.String("duration", "8s", "doctor's --duration")
 	ci := fs.Bool("ci", false, "exit 1 only when a required scenario (required.txt) fails")
 	list := fs.Bool("list", false, "list the scenarios and exit")
+	reproduce := fs.String("reproduce", "", "the command the table says reproduces it (default: this one)")
 	lockWait := fs.Duration("lock-wait", 30*time.Minute, "how long to wait for "+benchLock)
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
@@ -206,6 +207,9 @@ func run() int {
 	if *out != "" {
 		meta := Meta{Kernel: kernel, CgroupV: map[bool]int{false: 1, true: 2}[v2], Runs: *runs, Duration: *duration, Date: time.Now().UTC().Format("2006-01-02"),
 			Wolf: strings.TrimSpace(wolfVersion(*wolf) + " " + rev), Seconds: elapsed.Seconds(), Command: commandLine()}
+		if *reproduce != "" {
+			meta.Command = *reproduce
+		}
 		all, table := results, sel
 		if *update {
 			var err error
@@ -441,7 +445,7 @@ func commandLine() string {
 			continue
 		}
 		name := strings.TrimLeft(a, "-")
-		if strings.HasPrefix(a, "-") && slices.Contains([]string{"wolf", "keep", "scratch", "lock-wait"}, strings.SplitN(name, "=", 2)[0]) {
+		if strings.HasPrefix(a, "-") && slices.Contains([]string{"wolf", "keep", "scratch", "lock-wait", "reproduce"}, strings.SplitN(name, "=", 2)[0]) {
 			skip = !strings.Contains(a, "=")
 			continue
 		}
