@@ -77,6 +77,9 @@ type Result struct {
 	DoctorRC int     `json:"doctor_rc"`
 	Seconds  float64 `json:"seconds"`
 	Required bool    `json:"required"`
+	// Others are the processes outside the run that used 10% of a CPU
+	// or more during doctor's window (the machine is shared).
+	Others []string `json:"others,omitempty"`
 }
 
 // Pass is the run's outcome.
@@ -309,7 +312,9 @@ func runOne(parent context.Context, s Scenario, i int, c runConfig) (res Result)
 	cmd := exec.CommandContext(dctx, c.wolf, "doctor", "--duration", c.duration, "--format", "json")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	before, tb := snapCPU(), time.Now()
 	err = cmd.Run()
+	res.Others = othersBusy(before, snapCPU(), time.Since(tb).Seconds(), os.Getpid())
 	res.DoctorRC = cmd.ProcessState.ExitCode()
 	base := filepath.Join(c.keep, fmt.Sprintf("%s-%d", s.Name, i+1))
 	_ = os.WriteFile(base+".json", stdout.Bytes(), 0o644)
@@ -334,6 +339,9 @@ func printResult(r Result) {
 		return
 	}
 	fmt.Printf("     first: %s: %s\n", r.Verdict.FirstID, r.Verdict.FirstTitle)
+	if len(r.Others) > 0 {
+		fmt.Printf("     others busy meanwhile: %s\n", strings.Join(r.Others, ", "))
+	}
 	for _, w := range r.Verdict.Why {
 		fmt.Printf("     - %s\n", w)
 	}

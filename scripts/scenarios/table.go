@@ -86,7 +86,11 @@ func markdown(m Meta, sel []Scenario, rs []Result) string {
 	}
 	b.WriteString("A run is right when doctor's first diagnosis names the scenario's root as a resource (its kind and identity: the cgroup, the device, the task), ")
 	b.WriteString("with numbers on every hop and the consumer named where the scenario has one; a negative control is right with no diagnosis and nothing critical. ")
-	b.WriteString("Required: CI fails when this scenario fails (`scripts/scenarios/required.txt`).\n\n")
+	b.WriteString("Required: CI fails when this scenario fails (`scripts/scenarios/required.txt`). ")
+	b.WriteString("\"Others busy\" are processes outside the run that used 10% of a CPU or more during doctor's window: on a shared machine a run can be judged on someone else's load.\n\n")
+	if n, noisy := len(rs), countNoisy(rs); noisy > 0 {
+		fmt.Fprintf(&b, "%d of %d runs had others busy.\n\n", noisy, n)
+	}
 	b.WriteString("| scenario | right | required | first items (id: count) | wrong titles |\n|---|---|---|---|---|\n")
 	for _, s := range sel {
 		var runs []Result
@@ -144,7 +148,7 @@ func markdown(m Meta, sel []Scenario, rs []Result) string {
 				continue
 			}
 			if first {
-				fmt.Fprintf(&b, "\n### %s\n\n%s.\n\n| run | parameters | right | first item | what was missing |\n|---|---|---|---|---|\n", s.Name, s.What)
+				fmt.Fprintf(&b, "\n### %s\n\n%s.\n\n| run | parameters | right | first item | what was missing | others busy meanwhile |\n|---|---|---|---|---|---|\n", s.Name, s.What)
 				first = false
 			}
 			ok := "yes"
@@ -156,7 +160,7 @@ func markdown(m Meta, sel []Scenario, rs []Result) string {
 			if r.Error != "" {
 				item, why = "", cell(r.Error, 300)
 			}
-			fmt.Fprintf(&b, "| %d | %s | %s | %s | %s |\n", r.Run, cell(r.Params, 120), ok, item, why)
+			fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s |\n", r.Run, cell(r.Params, 120), ok, item, why, cell(strings.Join(r.Others, ", "), 160))
 		}
 	}
 	return b.String()
@@ -236,4 +240,14 @@ func mergeTable(prefix string, m Meta, sel []Scenario, rs []Result) ([]Result, M
 	om := old.Meta
 	om.Updated = append(om.Updated, fmt.Sprintf("%s with `%s`, %s, %s", strings.Join(names, ", "), m.Command, m.Wolf, m.Date))
 	return all, om, nil
+}
+
+func countNoisy(rs []Result) int {
+	n := 0
+	for _, r := range rs {
+		if len(r.Others) > 0 {
+			n++
+		}
+	}
+	return n
 }
