@@ -659,3 +659,50 @@ func TestStableOrder(t *testing.T) {
 		}
 	}
 }
+
+// Socket traffic over loopback: the CPUs are saturated, and more than half
+// of their time is softirq processing (NET_RX), which the tasks waiting
+// for a CPU wait behind: softirq time is the root, the CPUs the rival.
+func TestSoftirqLoadOnTheCPUs(t *testing.T) {
+	s := window()
+	hostSaturated(s, 2)
+	all := fact.SoftirqKey(-1)
+	s.Resource(fact.Resource{Kind: fact.Softirq, Key: all, Name: "softirq processing on all CPUs (NET_RX 41% of their time)", CPU: -1})
+	s.Saturations = append(s.Saturations, fact.Saturation{On: all, Level: 0.54, Used: 8.6, Unit: "s", AtLimit: true, Numbers: map[string]float64{"softirq_pct": 54, "net_rx_ms": 6500}})
+	s.Usage = append(s.Usage,
+		fact.Usage{On: fact.HostCPUKey(), By: fact.Task{Comm: "NET_RX softirq"}, Amount: 8.1, Unit: "cpu_s", Activity: "softirq", For: all},
+		fact.Usage{On: fact.HostCPUKey(), By: fact.Task{Comm: "HRTIMER softirq"}, Amount: 2.7, Unit: "cpu_s", Activity: "softirq", For: all},
+		fact.Usage{On: fact.HostCPUKey(), By: task(31537, 0, "stress-ng-sock"), Amount: 7.6, Unit: "cpu_s", Share: 0.38},
+	)
+	s.Waits = append(s.Waits,
+		fact.Wait{Task: task(31536, 31536, "stress-ng-sock"), Kind: fact.WaitRunQueue, On: fact.HostCPUKey(), Total: 2 * sec, Max: 20 * ms1, Count: 900},
+		fact.Wait{Task: task(31537, 31537, "stress-ng-sock"), Kind: fact.WaitRunQueue, On: fact.HostCPUKey(), Total: 2 * sec, Max: 20 * ms1, Count: 900},
+	)
+	ds := Diagnose(nil, s)
+	logChain(t, ds)
+	d := only(t, ds)
+	if d.ID != "diagnose.softirq" || !strings.Contains(d.Title, "Softirq processing on all CPUs") || !strings.Contains(d.Title, "54% of the CPUs' busy time") {
+		t.Fatalf("%s: %s", d.ID, d.Title)
+	}
+	if len(d.Rivals) == 0 || d.Rivals[0].ID != "diagnose.host-cpu" {
+		t.Errorf("rivals %+v", d.Rivals)
+	}
+	checkHops(t, d)
+}
+
+// A NET_RX run of 23 ms on top of a task (the story of one latency
+// spike): softirq time on that CPU is the root, and it is critical.
+func TestSoftirqStallOnACPU(t *testing.T) {
+	s := window()
+	k := fact.SoftirqKey(1)
+	s.Resource(fact.Resource{Kind: fact.Softirq, Key: k, Name: "softirq processing on CPU 1 (NET_RX: tcp collapse)", CPU: 1})
+	s.Saturations = append(s.Saturations, fact.Saturation{On: k, Level: 0.05, AtLimit: true, Numbers: map[string]float64{"max_run_us": 23000}, Finding: "softirq.stall"})
+	s.Waits = append(s.Waits, fact.Wait{Task: task(0, 0, ""), Kind: fact.WaitSoftirq, On: k, Total: 60 * ms1, Max: 23 * ms1, Count: 3,
+		Numbers: map[string]any{"vector": "NET_RX"}, Detail: "NET_RX ran on top of it in 3 runs of up to 23 ms", Finding: "softirq.stall"})
+	s.Waits[0].Task.Comm = "CPU 1's work"
+	d := only(t, Diagnose([]finding.Finding{{ID: "softirq.stall", Title: "x"}}, s))
+	if d.ID != "diagnose.softirq" || d.Severity != finding.Critical || !strings.Contains(d.Title, "tcp collapse") || !slices.Contains(d.Explains, "softirq.stall") {
+		t.Errorf("%s %v %s %v", d.ID, d.Severity, d.Title, d.Explains)
+	}
+	checkHops(t, d)
+}

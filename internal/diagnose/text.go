@@ -264,8 +264,11 @@ func (d *draft) words(e *engine) (title, summary string) {
 	case "journal":
 		title = fmt.Sprintf("Journal commits on %s%s: %s", e.resource(d.root).Device, satShort(rs), d.victimsPhrase())
 	case "softirq":
-		name := cmp.Or(e.resource(d.root).Name, "softirq processing on "+nameOf(b.rootSubj))
+		name := cmp.Or(e.resource(d.root).Name, nameOf(b.rootSubj))
 		title = fmt.Sprintf("%s%s: %s", strings.ToUpper(name[:1]), name[1:], d.victimsPhrase())
+		if d.via == fact.HostCPUKey() && d.viaFrac > 0 {
+			title += fmt.Sprintf("; it took %s of the CPUs' busy time", pct1(d.viaFrac))
+		}
 	case "host-memory":
 		title = "The host is short of memory: " + d.victimsPhrase()
 	default:
@@ -342,6 +345,8 @@ func (d *draft) evictedBy(e *engine) string {
 func (d *draft) viaWhat(e *engine) string {
 	r := e.resource(d.root)
 	switch r.Kind {
+	case fact.Softirq:
+		return nameOf(e.subjectOf(d.root))
 	case fact.Memory:
 		if r.Cgroup == "/" {
 			return "reclaim for the host's memory"
