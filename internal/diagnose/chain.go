@@ -561,6 +561,9 @@ func (e *engine) topConsumers(k string) []*fact.Usage {
 		if u.For != "" || u.Activity == "refault" || (u.By.TID != 0 && u.By.TID != u.By.PID && u.Threads == 0) {
 			continue
 		}
+		if kindOfKey(k) == fact.HostCPU && u.Unit != "cpu_s" {
+			continue
+		}
 		if u.By.PID == 0 && u.By.TID == 0 && u.By.Comm == "" {
 			continue // a cgroup's total: its processes say more
 		}
@@ -575,14 +578,14 @@ func (e *engine) topConsumers(k string) []*fact.Usage {
 	total, _ := e.used(k)
 	var out []*fact.Usage
 	for i, u := range us {
-		share := u.Share
-		if share == 0 && total > 0 {
-			share = u.Amount / total
+		c := *u
+		if c.Share == 0 && total > 0 {
+			c.Share = c.Amount / total
 		}
-		if i >= maxConsumers || (i > 0 && share < 0.05) {
+		if i >= maxConsumers || (i > 0 && c.Share < 0.05) {
 			break
 		}
-		out = append(out, u)
+		out = append(out, &c)
 	}
 	return out
 }

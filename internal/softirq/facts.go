@@ -78,8 +78,8 @@ func (s *Snapshot) facts(fs []finding.Finding) *fact.Set {
 		set.Waits = append(set.Waits, v.w)
 	}
 	// The host's CPUs' time that went to softirq processing, by vector:
-	// used for the CPUs' softirq processing as a whole, which a saturated
-	// host's waiters then partly wait behind.
+	// consumers of the CPUs like any task (softirq work is done for the
+	// traffic or the I/O that raised it, whose tasks are consumers too).
 	all := fact.SoftirqKey(-1)
 	byVector := map[string]time.Duration{}
 	var allTotal time.Duration
@@ -101,7 +101,7 @@ func (s *Snapshot) facts(fs []finding.Finding) *fact.Set {
 		for _, v := range sortedVectors(byVector) {
 			d := byVector[v]
 			set.Usage = append(set.Usage, fact.Usage{On: fact.HostCPUKey(), By: fact.Task{Comm: v + " softirq"}, Amount: d.Seconds(), Unit: "cpu_s",
-				Activity: "softirq", For: all, Share: share(d, capa)})
+				Activity: "softirq", Share: share(d, capa)})
 			x.Numbers[strings.ToLower(v)+"_ms"] = human.Round(float64(d)/1e6, 2)
 			if p := share(d, capa); p >= 0.01 {
 				parts = append(parts, fmt.Sprintf("%s %s", v, human.Percent(100*p)))
