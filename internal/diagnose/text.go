@@ -399,6 +399,9 @@ func (d *draft) rootRemedy(e *engine) []string {
 		return []string{fmt.Sprintf("Give cgroup %s memory headroom (v1 memory.limit_in_bytes, v2 memory.max) or shrink its working set: its tasks reclaim on every charge and read back what the limit evicted.", cg)}
 	case "cpu-quota":
 		cg := e.resource(d.root).Cgroup
+		if lockName == "" && len(d.remedy) > 0 {
+			return nil // the quota's own finding says what to do about it
+		}
 		if lockName != "" {
 			return []string{fmt.Sprintf("Raise the CPU quota of cgroup %s (v1 cpu.cfs_quota_us, v2 cpu.max) or run fewer busy threads in it: a lock holder throttled with its cgroup keeps the lock until the next period.", cg)}
 		}
