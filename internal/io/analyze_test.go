@@ -11,6 +11,7 @@ import (
 	"github.com/wolf-investigator/wolf/internal/hist"
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/procfs"
+	"github.com/wolf-investigator/wolf/internal/sysstat"
 )
 
 // lat makes a histogram of n values of d each.
@@ -437,5 +438,16 @@ func TestGauges(t *testing.T) {
 	}
 	if v := got["wolf_io_throttled_requests"]; len(v) != 1 || v[0].Value != 40 {
 		t.Errorf("throttled requests %+v", v)
+	}
+}
+
+func TestSlowDiskArmsWaiters(t *testing.T) {
+	prev := map[string]sysstat.DiskStat{"loop3": {Reads: 100, ReadMs: 1000, IOMs: 1000}, "vda": {Reads: 10, ReadMs: 10, IOMs: 10}}
+	slow := map[string]sysstat.DiskStat{"loop3": {Reads: 140, ReadMs: 1000 + 40*25, IOMs: 1000 + 950}, "vda": {Reads: 5000, ReadMs: 2000, IOMs: 990}}
+	if !slowDisk(prev, slow, time.Second, "") || !slowDisk(prev, slow, time.Second, "loop3") {
+		t.Error("loop3, 95% busy at 25 ms a request, is slow")
+	}
+	if slowDisk(prev, slow, time.Second, "vda") {
+		t.Error("vda, busy at 0.4 ms a request, is not slow")
 	}
 }

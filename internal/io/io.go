@@ -113,6 +113,9 @@ func (iv *Investigator) Start(ctx context.Context, opts investigator.Options) (i
 		return nil, err
 	}
 	s := &session{iv: *iv, opts: opts, stop: make(chan struct{})}
+	if c.Device != 0 {
+		s.devName = deviceName(splitKdev(c.Device))
+	}
 	s.h, s.herr = findHierarchy(ctx, iv.Proc)
 	if iv.Cgroup != "" {
 		if s.herr != nil {
@@ -155,12 +158,13 @@ func (iv *Investigator) Start(ctx context.Context, opts investigator.Options) (i
 // shown in that window as ongoing, with its time so far. /proc/diskstats
 // is read at each Collect: one window's after is the next one's before.
 type session struct {
-	iv    Investigator
-	opts  investigator.Options
-	h     hierarchy
-	herr  error
-	under string // --cgroup
-	p     *probe
+	iv      Investigator
+	opts    investigator.Options
+	h       hierarchy
+	herr    error
+	under   string // --cgroup
+	devName string // --device, by its name
+	p       *probe
 
 	started time.Time
 	disks0  map[string]sysstat.DiskStat
@@ -184,22 +188,57 @@ type session struct {
 	stopped bool
 }
 
-// watchArm polls the programs' wish for waiters and arms them once.
+// watchArm polls the programs' wish for waiters and arms them once. A
+// device busy and slow by itself asks too: the kernel's own accounting
+// (/proc/diskstats), read each second, says so.
 func (s *session) watchArm() {
 	defer s.wg.Done()
 	t := time.NewTicker(armPoll)
 	defer t.Stop()
+	prev, _ := readDisks()
+	last := time.Now()
 	for {
 		select {
 		case <-s.stop:
 			return
-		case <-t.C:
+		case now := <-t.C:
 			if s.p.wanted() {
 				s.doArm()
 				return
 			}
+			if now.Sub(last) < time.Second {
+				continue
+			}
+			cur, _ := readDisks()
+			if slowDisk(prev, cur, now.Sub(last), s.devName) {
+				s.doArm()
+				return
+			}
+			prev, last = cur, now
 		}
 	}
+}
+
+// slowDisk says whether a disk (only, when set) was busy most of the
+// interval with requests that took long: what slowDevices calls slow.
+func slowDisk(prev, cur map[string]sysstat.DiskStat, el time.Duration, only string) bool {
+	elMs := float64(el) / float64(time.Millisecond)
+	for name, c := range cur {
+		p, ok := prev[name]
+		if !ok || (only != "" && name != only) {
+			continue
+		}
+		ios := probeSub(c.Reads+c.Writes+c.Discards, p.Reads+p.Writes+p.Discards)
+		if ios < minRequests || elMs <= 0 {
+			continue
+		}
+		busyPct := 100 * float64(probeSub(c.IOMs, p.IOMs)) / elMs
+		waitMs := float64(probeSub(c.ReadMs+c.WriteMs+c.DiscardMs, p.ReadMs+p.WriteMs+p.DiscardMs)) / float64(ios)
+		if busyPct >= busyWarnPct && time.Duration(waitMs*float64(time.Millisecond)) >= deviceWarnAvg {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *session) doArm() {

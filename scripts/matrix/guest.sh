@@ -18,7 +18,7 @@ INVESTIGATORS=${INVESTIGATORS:-hung locks reclaim sched softirq io bpf}
 # LAB:INVESTIGATOR:ORDER. ORDER "lab" starts the lab first and wolf once the
 # lab is up; "wolf" starts wolf first and the lab once wolf is attached (the
 # hung labs: a lock is known from the wait's start, which wolf must see).
-ALL_LABS="fuse-rwsem:hung:wolf fuse-mutex:hung:wolf coredump:hung:lab mmap-lock:locks:wolf mmap-lock-reclaim:locks:lab memcg-stress:reclaim:lab sched-bounce:sched:lab sched-affinity:sched:lab sched-pinned:sched:lab tcp-collapse:softirq:lab hot-uprobe:bpf:lab"
+ALL_LABS="fuse-rwsem:hung:wolf fuse-mutex:hung:wolf coredump:hung:lab mmap-lock:locks:wolf mmap-lock-reclaim:locks:lab memcg-stress:reclaim:lab sched-bounce:sched:lab sched-affinity:sched:lab sched-pinned:sched:lab tcp-collapse:softirq:lab io-throttle:io:lab dirty-throttle:io:lab slow-device:io:lab hot-uprobe:bpf:lab"
 LABS=${LABS:-$ALL_LABS}
 W=${WOLF:-wolf}
 T=${MATRIX_TMP:-/tmp/matrix}

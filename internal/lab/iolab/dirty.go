@@ -59,6 +59,7 @@ type DirtyInstance struct {
 	root    string          // v1: the blkio root, whose limit holds the flusher
 	dirtier *labproc.Child
 	tid     int
+	memcg   bool // the writer's memory limit holds its dirty pages (no strict_limit)
 }
 
 // Start implements lab.Lab. On cgroup v1 writeback is not charged to the
@@ -84,27 +85,38 @@ func (l dirtyLab) Start(ctx context.Context, opt lab.Options) (_ lab.Instance, e
 	}
 	// The device's dirty pages are held to DirtyMB whatever the host's
 	// dirty limits (strict: from the first page, not past a global
-	// threshold). Kernels before 6.2 cannot be told so.
+	// threshold). Kernels before 6.2 cannot be told so; on cgroup v2 the
+	// writer's memory cgroup then holds its dirty pages instead (a
+	// cgroup's dirty limit is a share of its memory).
 	bdi := filepath.Join("/sys/class/bdi", in.loop.ID())
-	if err = os.WriteFile(filepath.Join(bdi, "strict_limit"), []byte("1"), 0); err != nil {
-		return nil, fmt.Errorf("%s: this kernel cannot hold one device to a dirty limit of its own (%s/strict_limit, Linux 6.2): %w", DirtyName, bdi, err)
+	strictErr := os.WriteFile(filepath.Join(bdi, "strict_limit"), []byte("1"), 0)
+	if strictErr == nil {
+		if err = os.WriteFile(filepath.Join(bdi, "max_bytes"), []byte(strconv.FormatInt(c.DirtyMB<<20, 10)), 0); err != nil {
+			return nil, fmt.Errorf("%s: %w", DirtyName, err)
+		}
 	}
-	if err = os.WriteFile(filepath.Join(bdi, "max_bytes"), []byte(strconv.FormatInt(c.DirtyMB<<20, 10)), 0); err != nil {
-		return nil, fmt.Errorf("%s: %w", DirtyName, err)
-	}
-	root, v, herr := labproc.Hierarchy(ctx, "blkio", 1)
+	root, _, herr := labproc.Hierarchy(ctx, "blkio", 1)
 	if herr == nil && c.CgroupVersion != 2 {
+		if strictErr != nil {
+			return nil, fmt.Errorf("%s: this kernel cannot hold one device to a dirty limit of its own (%s/strict_limit, Linux 6.2), and cgroup v1 writeback has no dirty limit per cgroup: %w", DirtyName, bdi, strictErr)
+		}
 		in.root = root
 		if err = os.WriteFile(filepath.Join(root, "blkio.throttle.write_bps_device"), fmt.Appendf(nil, "%s %d", in.loop.ID(), c.LimitBps), 0); err != nil {
 			return nil, fmt.Errorf("%s: %w", DirtyName, err)
 		}
 	} else {
-		_ = v
 		if in.cg, err = newCgroup(ctx, dirtyPrefix, 2); err != nil {
 			return nil, fmt.Errorf("%s: %w", DirtyName, err)
 		}
 		if err = limit(in.cg, in.loop.ID(), "wbps", c.LimitBps); err != nil {
 			return nil, fmt.Errorf("%s: %w", DirtyName, err)
+		}
+		if strictErr != nil {
+			// A fifth of 64 MiB may be dirty (vm.dirty_ratio's share).
+			if err = in.cg.Set("memory.max", strconv.FormatInt(64<<20, 10)); err != nil {
+				return nil, fmt.Errorf("%s: no strict dirty limit on this kernel (%v), and no memory limit for the writer either: %w", DirtyName, strictErr, err)
+			}
+			in.memcg = true
 		}
 	}
 	arg := fmt.Sprintf("%s,%d,%d", in.loop.Dev, 1<<20, (c.DeviceMB/2)<<20)
@@ -168,10 +180,14 @@ func (in *DirtyInstance) Describe() string {
 	if in.cg != nil {
 		where = fmt.Sprintf("cgroup %s's io.max (v2 cgroup writeback)", in.cg.Path)
 	}
-	return fmt.Sprintf("%s: %s (%s, %d MiB over %s), its dirty pages held to %d MiB (bdi strict_limit, max_bytes)\n"+
+	held := fmt.Sprintf("its dirty pages held to %d MiB (bdi strict_limit, max_bytes)", in.cfg.DirtyMB)
+	if in.memcg {
+		held = "the writer's dirty pages held by its memory cgroup's 64 MiB (no strict_limit before Linux 6.2)"
+	}
+	return fmt.Sprintf("%s: %s (%s, %d MiB over %s), %s\n"+
 		"its writeback capped at %d B/s by %s\n"+
 		"%s pid %d writes it through the page cache as fast as it can",
-		DirtyName, in.loop.Dev, in.loop.ID(), in.cfg.DeviceMB, in.loop.File, in.cfg.DirtyMB,
+		DirtyName, in.loop.Dev, in.loop.ID(), in.cfg.DeviceMB, in.loop.File, held,
 		in.cfg.LimitBps, where, dirtierComm, in.dirtier.PID())
 }
 

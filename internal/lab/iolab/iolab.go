@@ -15,7 +15,7 @@
 //     time, and an unrelated process's 4 KiB fsyncs wait for the journal
 //     commits that wait for the writer's throttled data;
 //   - slow-device: the device's backing file is on a FUSE file system the
-//     lab serves itself, which answers every read and write after 20 ms:
+//     lab serves itself, which answers every read and write after 150 ms:
 //     the device is slow by itself, and a reader waits on it.
 //
 // Bounded: every wait is a fraction of a second to a few seconds (the

@@ -30,8 +30,9 @@ type SlowConfig struct {
 	MaxLife  time.Duration
 }
 
-// SlowDefaults: 20 ms a request, two readers.
-var SlowDefaults = SlowConfig{Delay: 20 * time.Millisecond, Threads: 2, DeviceMB: 16, MaxLife: 10 * time.Minute}
+// SlowDefaults: 150 ms a request (a failing disk, a congested network
+// volume), two readers: each waits about 300 ms a read.
+var SlowDefaults = SlowConfig{Delay: 150 * time.Millisecond, Threads: 2, DeviceMB: 16, MaxLife: 10 * time.Minute}
 
 type slowLab struct{ cfg SlowConfig }
 
@@ -41,7 +42,7 @@ func NewSlow() lab.Lab { return slowLab{SlowDefaults} }
 func (slowLab) Name() string { return SlowName }
 
 func (slowLab) Summary() string {
-	return "a loop device over a FUSE file the lab serves 20 ms a request: the device is slow by itself; readers wait on it"
+	return "a loop device over a FUSE file the lab serves 150 ms a request: the device is slow by itself; readers wait on it"
 }
 
 func (slowLab) WhyRoot() string {
