@@ -20,6 +20,7 @@ func newDoctorCmd() *cobra.Command {
 	var (
 		out      outputFlags
 		duration time.Duration
+		wl       workloadFlags
 	)
 	c := &cobra.Command{
 		Use:   "doctor",
@@ -38,11 +39,16 @@ findings ranked by severity, or a one-line healthy verdict.`,
 			if err := requireRoot("wolf doctor"); err != nil {
 				return err
 			}
-			return investigate(cmd, &out, "doctor", investigators(), investigator.Options{}, duration, true, false, nil)
+			names, err := wl.prepare(cmd.Context(), cmd, duration)
+			if err != nil {
+				return err
+			}
+			return investigate(cmd, &out, "doctor", investigators(), investigator.Options{}, duration, true, false, nil, names)
 		},
 	}
 	out.register(c)
 	c.Flags().DurationVarP(&duration, "duration", "d", 10*time.Second, "how long to watch")
+	wl.register(c)
 	return c
 }
 

@@ -45,6 +45,7 @@ func newInvestigatorCmd(inv investigator.Investigator, spec investigator.Command
 		out      outputFlags
 		duration time.Duration
 		pid      int
+		wl       workloadFlags
 	)
 	name := inv.Name()
 	c := &cobra.Command{
@@ -72,6 +73,10 @@ func newInvestigatorCmd(inv investigator.Investigator, spec investigator.Command
 			if err := requireRoot("wolf " + name); err != nil {
 				return err
 			}
+			names, err := wl.prepare(cmd.Context(), cmd, duration)
+			if err != nil {
+				return err
+			}
 			if spec.Prepare != nil {
 				if err := spec.Prepare(cmd.Context()); err != nil {
 					return checkErr(err)
@@ -82,7 +87,7 @@ func newInvestigatorCmd(inv investigator.Investigator, spec investigator.Command
 			if spec.TextHistograms != nil && format == render.FormatText {
 				appendix = func(o *render.TextOptions) { o.Histograms = spec.TextHistograms }
 			}
-			return investigate(cmd, &out, name, []investigator.Investigator{inv}, opts, duration, spec.Audit, true, appendix)
+			return investigate(cmd, &out, name, []investigator.Investigator{inv}, opts, duration, spec.Audit, true, appendix, names)
 		},
 	}
 	out.register(c)
@@ -93,6 +98,7 @@ func newInvestigatorCmd(inv investigator.Investigator, spec investigator.Command
 	c.Flags().DurationVarP(&duration, "duration", "d", d, "how long to watch")
 	if spec.PID != "" {
 		c.Flags().IntVarP(&pid, "pid", "p", 0, spec.PID)
+		wl.register(c)
 	}
 	if spec.Flags != nil {
 		spec.Flags(c.Flags())
@@ -103,8 +109,9 @@ func newInvestigatorCmd(inv investigator.Investigator, spec investigator.Command
 // investigate runs invs for one window of d and writes the report, before
 // anything is detached (see internal/runner). With single set, the
 // command is one investigator's own, and its failure is the command's.
-// text, when set, adjusts the text rendering.
-func investigate(cmd *cobra.Command, out *outputFlags, command string, invs []investigator.Investigator, opts investigator.Options, d time.Duration, audit, single bool, text func(*render.TextOptions)) error {
+// text, when set, adjusts the text rendering; names, when set, names the
+// report's containers and pods and keeps what --container and --pod ask.
+func investigate(cmd *cobra.Command, out *outputFlags, command string, invs []investigator.Investigator, opts investigator.Options, d time.Duration, audit, single bool, text func(*render.TextOptions), names *naming) error {
 	if opts.BTF == "" {
 		opts.BTF = kernelbtf.External() // --btf
 	}
@@ -124,6 +131,7 @@ func investigate(cmd *cobra.Command, out *outputFlags, command string, invs []in
 	if single && len(run.Errors) > 0 {
 		return investigationErr(run.Errors[0])
 	}
+	names.apply(cmd.Context(), run.Report)
 	out.text = text
 	return out.write(cmd.OutOrStdout(), run.Report)
 }
