@@ -36,10 +36,13 @@ findings ranked by severity, or a one-line healthy verdict.`,
 			if err := checkDuration(duration); err != nil {
 				return err
 			}
+			if err := wl.validate(cmd); err != nil {
+				return err
+			}
 			if err := requireRoot("wolf doctor"); err != nil {
 				return err
 			}
-			names, err := wl.prepare(cmd.Context(), cmd, duration)
+			names, err := wl.prepare(cmd.Context(), duration)
 			if err != nil {
 				return err
 			}

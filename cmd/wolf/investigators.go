@@ -65,6 +65,9 @@ func newInvestigatorCmd(inv investigator.Investigator, spec investigator.Command
 			if err := checkPID(pid); err != nil {
 				return err
 			}
+			if err := wl.validate(cmd); err != nil {
+				return err
+			}
 			if spec.Validate != nil {
 				if err := spec.Validate(cmd.Context(), pid); err != nil {
 					return checkErr(err)
@@ -73,7 +76,7 @@ func newInvestigatorCmd(inv investigator.Investigator, spec investigator.Command
 			if err := requireRoot("wolf " + name); err != nil {
 				return err
 			}
-			names, err := wl.prepare(cmd.Context(), cmd, duration)
+			names, err := wl.prepare(cmd.Context(), duration)
 			if err != nil {
 				return err
 			}

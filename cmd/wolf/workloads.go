@@ -34,6 +34,17 @@ func (w *workloadFlags) register(c *cobra.Command) {
 	c.Flags().StringVar(&w.pod, "pod", "", "only findings about this pod (`NAME` or NAME.NAMESPACE: a Kubernetes pod, or a podman pod)")
 }
 
+// validate refuses an empty --container or --pod (an unset variable):
+// it would silently mean every workload.
+func (w *workloadFlags) validate(cmd *cobra.Command) error {
+	for _, f := range []string{"container", "pod"} {
+		if fl := cmd.Flags().Lookup(f); fl != nil && cmd.Flags().Changed(f) && fl.Value.String() == "" {
+			return usageErr("--%s: empty name (leave --%s out for every workload)", f, f)
+		}
+	}
+	return nil
+}
+
 // naming names a report's workloads and keeps what --container and --pod
 // ask for.
 type naming struct {
@@ -46,12 +57,7 @@ type naming struct {
 // and --pod (asking the runtimes, bounded by filterTimeout; a name that
 // matches nothing is bad usage), or else starts asking the runtimes in the
 // background for at most the window.
-func (w *workloadFlags) prepare(ctx context.Context, cmd *cobra.Command, window time.Duration) (*naming, error) {
-	for _, f := range []string{"container", "pod"} {
-		if cmd.Flags().Changed(f) && cmd.Flags().Lookup(f).Value.String() == "" {
-			return nil, usageErr("--%s: empty name (leave --%s out for every workload)", f, f)
-		}
-	}
+func (w *workloadFlags) prepare(ctx context.Context, window time.Duration) (*naming, error) {
 	n := &naming{resolver: containers.NewResolver(containers.Options{})}
 	n.namer = &containers.Namer{Resolver: n.resolver}
 	if w.container == "" && w.pod == "" {
