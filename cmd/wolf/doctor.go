@@ -20,6 +20,7 @@ func newDoctorCmd() *cobra.Command {
 	var (
 		out      outputFlags
 		duration time.Duration
+		maxCPU   float64
 		wl       workloadFlags
 	)
 	c := &cobra.Command{
@@ -36,6 +37,9 @@ findings ranked by severity, or a one-line healthy verdict.`,
 			if err := checkDuration(duration); err != nil {
 				return err
 			}
+			if err := checkMaxCPU(maxCPU); err != nil {
+				return err
+			}
 			if err := wl.validate(cmd); err != nil {
 				return err
 			}
@@ -46,11 +50,12 @@ findings ranked by severity, or a one-line healthy verdict.`,
 			if err != nil {
 				return err
 			}
-			return investigate(cmd, &out, "doctor", investigators(), investigator.Options{}, duration, true, false, nil, names)
+			return investigate(cmd, &out, "doctor", investigators(), investigator.Options{}, duration, maxCPU, true, false, nil, names)
 		},
 	}
 	out.register(c)
 	c.Flags().DurationVarP(&duration, "duration", "d", 10*time.Second, "how long to watch")
+	maxCPUFlag(c, &maxCPU, defaultMaxCPU)
 	wl.register(c)
 	return c
 }

@@ -45,6 +45,7 @@ func newInvestigatorCmd(inv investigator.Investigator, spec investigator.Command
 		out      outputFlags
 		duration time.Duration
 		pid      int
+		maxCPU   float64
 		wl       workloadFlags
 	)
 	name := inv.Name()
@@ -63,6 +64,9 @@ func newInvestigatorCmd(inv investigator.Investigator, spec investigator.Command
 				return err
 			}
 			if err := checkPID(pid); err != nil {
+				return err
+			}
+			if err := checkMaxCPU(maxCPU); err != nil {
 				return err
 			}
 			if err := wl.validate(cmd); err != nil {
@@ -90,7 +94,7 @@ func newInvestigatorCmd(inv investigator.Investigator, spec investigator.Command
 			if spec.TextHistograms != nil && format == render.FormatText {
 				appendix = func(o *render.TextOptions) { o.Histograms = spec.TextHistograms }
 			}
-			return investigate(cmd, &out, name, []investigator.Investigator{inv}, opts, duration, spec.Audit, true, appendix, names)
+			return investigate(cmd, &out, name, []investigator.Investigator{inv}, opts, duration, maxCPU, spec.Audit, true, appendix, names)
 		},
 	}
 	out.register(c)
@@ -99,6 +103,7 @@ func newInvestigatorCmd(inv investigator.Investigator, spec investigator.Command
 		d = 10 * time.Second
 	}
 	c.Flags().DurationVarP(&duration, "duration", "d", d, "how long to watch")
+	maxCPUFlag(c, &maxCPU, defaultMaxCPU)
 	if spec.PID != "" {
 		c.Flags().IntVarP(&pid, "pid", "p", 0, spec.PID)
 		wl.register(c)
@@ -114,7 +119,7 @@ func newInvestigatorCmd(inv investigator.Investigator, spec investigator.Command
 // command is one investigator's own, and its failure is the command's.
 // text, when set, adjusts the text rendering; names, when set, names the
 // report's containers and pods and keeps what --container and --pod ask.
-func investigate(cmd *cobra.Command, out *outputFlags, command string, invs []investigator.Investigator, opts investigator.Options, d time.Duration, audit, single bool, text func(*render.TextOptions), names *naming) error {
+func investigate(cmd *cobra.Command, out *outputFlags, command string, invs []investigator.Investigator, opts investigator.Options, d time.Duration, maxCPU float64, audit, single bool, text func(*render.TextOptions), names *naming) error {
 	if opts.BTF == "" {
 		opts.BTF = kernelbtf.External() // --btf
 	}
@@ -128,6 +133,7 @@ func investigate(cmd *cobra.Command, out *outputFlags, command string, invs []in
 		Audit:         audit,
 		Checklist:     command == "doctor",
 		Progress:      bar.update,
+		MaxCPUPct:     maxCPU,
 	})
 	bar.stop()
 	defer run.Close()

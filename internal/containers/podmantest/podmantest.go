@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -103,7 +102,10 @@ func New(t *testing.T) *Podman {
 	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module spin\n\ngo 1.21\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		testutil.Require(t, false, "needs the go command to build the image's program")
+	}
 	build := exec.Command(gobin, "build", "-trimpath", "-o", filepath.Join(root, "w"), ".")
 	build.Dir = dir
 	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=", "GOOS=linux")
