@@ -247,7 +247,10 @@ func (f *Filter) Apply(rep *finding.Report) {
 			dropped++
 		}
 	}
-	var ds []finding.Diagnosis
+	// Diagnoses whose root is in the filter's workloads come first: asked
+	// about a pod, its own limit is the answer before a host it suffers
+	// from (which stays, after it).
+	var rooted, others []finding.Diagnosis
 	for i := range rep.Diagnoses {
 		d := &rep.Diagnoses[i]
 		ss := []*finding.Subject{&d.Root}
@@ -257,12 +260,16 @@ func (f *Filter) Apply(rep *finding.Report) {
 		for j := range d.Chain {
 			ss = append(ss, &d.Chain[j].From, &d.Chain[j].To)
 		}
-		if keep(ss...) {
-			ds = append(ds, *d)
-		} else {
+		switch {
+		case f.Match(&d.Root):
+			rooted = append(rooted, *d)
+		case keep(ss...):
+			others = append(others, *d)
+		default:
 			dropped++
 		}
 	}
+	ds := append(rooted, others...)
 	if fs == nil {
 		fs = []finding.Finding{}
 	}
