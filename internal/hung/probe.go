@@ -7,9 +7,11 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 
 	"github.com/wolf-investigator/wolf/internal/bpfrec"
 	"github.com/wolf-investigator/wolf/internal/features"
+	"github.com/wolf-investigator/wolf/internal/kernelbtf"
 	"github.com/wolf-investigator/wolf/internal/lockslow"
 	"github.com/wolf-investigator/wolf/internal/probekit"
 )
@@ -18,8 +20,9 @@ import (
 // tracepoint and the task iterator are required; without the others the
 // investigation still works, with less precision.
 var attachTable = []probekit.Attach{
-	{Kind: probekit.RawTracepoint, Target: "sched/sched_switch", Program: "on_sched_switch", Required: true,
-		Why: "the exact time each task entered D state"},
+	{Kind: probekit.BTFTracepoint, Target: "sched/sched_switch", Program: "btf_sched_switch", Required: true,
+		Why: "the exact time each task entered D state",
+		Or:  []probekit.Attach{{Kind: probekit.RawTracepoint, Target: "sched/sched_switch", Program: "on_sched_switch"}}},
 	{Kind: probekit.Iter, Target: "task", Program: "dump_tasks", Required: true,
 		Why: "walking every task to find the blocked ones, with their stacks and lock owners"},
 	{Kind: probekit.RawTracepoint, Target: "lock/contention_begin", Program: "on_contention_begin",
@@ -28,7 +31,7 @@ var attachTable = []probekit.Attach{
 		Why: "the end of a lock wait"},
 	{Kind: probekit.RawTracepoint, Target: "sched/sched_process_hang", Program: "on_process_hang",
 		Why: "khungtaskd's own reports"},
-	{Kind: probekit.RawTracepoint, Target: "workqueue/workqueue_execute_start", Program: "on_wq_start",
+	{Kind: probekit.RawTracepoint, Target: wqStartTarget, Program: "on_wq_start",
 		Why: "kworkers' work functions, on kernels without worker_private"},
 	{Kind: probekit.Iter, Target: "task", Program: "dump_mm_queues",
 		Why: "mmap_lock wait lists: the lock, the queue order and the latest reader of killable waits that set no task->blocker (mmap, munmap, /proc/PID/cmdline)"},
@@ -47,6 +50,45 @@ func init() {
 				Why: "the " + k.String() + " a task waits on, where the kernel has no lock:contention_begin", Unless: "lock/contention_begin"})
 		}
 	}
+}
+
+// tableFor is the table to attach on this kernel: where task_struct has
+// worker_private (Linux 6.2+) the task iterator reads each kworker's work
+// function there, and the workqueue_execute_start program, which runs for
+// every work item the host executes, is left out.
+func tableFor(table []probekit.Attach, workerPrivate bool) []probekit.Attach {
+	if !workerPrivate {
+		return table
+	}
+	out := make([]probekit.Attach, 0, len(table))
+	for _, a := range table {
+		if a.Target != wqStartTarget {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+const wqStartTarget = "workqueue/workqueue_execute_start"
+
+// hasWorkerPrivate says whether the kernel's task_struct has
+// worker_private; false when its BTF cannot be read (the program then
+// attaches, as on kernels without the field).
+func hasWorkerPrivate() bool {
+	spec, err := kernelbtf.Spec()
+	if err != nil {
+		return false
+	}
+	var ts *btf.Struct
+	if err := spec.TypeByName("task_struct", &ts); err != nil {
+		return false
+	}
+	for _, m := range ts.Members {
+		if m.Name == "worker_private" {
+			return true
+		}
+	}
+	return false
 }
 
 // maxHangReports bounds khungtaskd reports kept per window.
@@ -72,7 +114,7 @@ func openProbe(useBlocker bool, btfPath string) (*probe, error) {
 		Name:  "hung",
 		Spec:  loadHung,
 		Vars:  map[string]any{"use_blocker": useBlocker},
-		Table: attachTable,
+		Table: tableFor(attachTable, hasWorkerPrivate()),
 		BTF:   btfPath,
 	})
 	if err != nil {
