@@ -172,7 +172,9 @@ func (p *probe) read(w uint32) (*raw, error) {
 	var f reclaimInflight
 	it = p.maps.Inflights.Iterate()
 	for it.Next(&tid, &f) {
-		r.inflight[tid] = f
+		if f.StartNs != 0 { // 0: the thread's last call is over
+			r.inflight[tid] = f
+		}
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("reclaim: read inflight map: %w", err)
