@@ -270,7 +270,7 @@ func wolfPrograms(t *testing.T) []string {
 	t.Helper()
 	// The kernel keeps 15 characters of a name; cilium/ebpf may report the
 	// full one from BTF. Match either.
-	ours := []string{"on_sched_switch", "on_contention_begin", "on_contention_end", "on_process_hang", "on_wq_start", "dump_tasks",
+	ours := []string{"on_sched_switch", "btf_sched_switch", "on_mm_acquired_probe", "on_contention_begin", "on_contention_end", "on_process_hang", "on_wq_start", "dump_tasks",
 		"btf_contention_begin", "btf_contention_end", "raw_contention_begin", "raw_contention_end",
 		"on_mm_acquired", "on_mm_released", "on_sample", "on_memcg_reclaim_begin", "on_memcg_reclaim_end",
 		"on_direct_reclaim_begin", "on_direct_reclaim_end", "on_shrink_inactive",

@@ -38,14 +38,14 @@ import (
 
 // DetailCost is what one detailed event costs, for the gates' initial
 // rate: a kernel stack walk of 30–50 frames (a page fault's reclaim) into
-// a stack map, measured on the development VM under the memcg storm: 7–8
+// a stack map, measured on the development VM under the memcg storm: 7–10
 // µs, where the rest of a program's run is tens of ns. The controller
 // corrects for the real cost.
-const DetailCost = 8 * time.Microsecond
+const DetailCost = 10 * time.Microsecond
 
 // DetailShare is the part of the budget the gates start with; the rest
 // is the cheap, exact part's, which the budget cannot sample.
-const DetailShare = 0.1
+const DetailShare = 0.05
 
 // The gate's interval is kept within these bounds: 50 µs is 20 000
 // detailed events a second per CPU (no storm is sampled that lightly);
