@@ -56,25 +56,35 @@ func init() {
 // worker_private (Linux 6.2+) the task iterator reads each kworker's work
 // function there, and the workqueue_execute_start program, which runs for
 // every work item the host executes, is left out.
-func tableFor(table []probekit.Attach, workerPrivate bool) []probekit.Attach {
-	if !workerPrivate {
-		return table
-	}
+//
+// Where the kernel records a sleeping lock's waiter in task->blocker, the
+// contention programs only add the killable waits' locks (the mmap_lock's
+// have an iterator of their own): they are the first the BPF budget
+// sheds under a lock storm (probekit.Attach.Shed), begin and end together.
+func tableFor(table []probekit.Attach, workerPrivate, blocker bool) []probekit.Attach {
 	out := make([]probekit.Attach, 0, len(table))
 	for _, a := range table {
-		if a.Target != wqStartTarget {
-			out = append(out, a)
+		if a.Target == wqStartTarget && workerPrivate {
+			continue
 		}
+		if blocker && (a.Target == "lock/contention_begin" || a.Target == "lock/contention_end") {
+			a.Shed = ShedContention
+		}
+		out = append(out, a)
 	}
 	return out
 }
 
+// ShedContention is the contention rows' rank in the budget's shedding:
+// the first to go.
+const ShedContention = 1
+
 const wqStartTarget = "workqueue/workqueue_execute_start"
 
-// hasWorkerPrivate says whether the kernel's task_struct has
-// worker_private; false when its BTF cannot be read (the program then
-// attaches, as on kernels without the field).
-func hasWorkerPrivate() bool {
+// taskHas says whether the kernel's task_struct has a member by that
+// name (worker_private: 6.2+; blocker: 6.16+); false when its BTF cannot
+// be read (the programs then attach as on kernels without it).
+func taskHas(member string) bool {
 	spec, err := kernelbtf.Spec()
 	if err != nil {
 		return false
@@ -84,7 +94,7 @@ func hasWorkerPrivate() bool {
 		return false
 	}
 	for _, m := range ts.Members {
-		if m.Name == "worker_private" {
+		if m.Name == member {
 			return true
 		}
 	}
@@ -110,11 +120,12 @@ type hangReport struct {
 }
 
 func openProbe(useBlocker bool, btfPath string) (*probe, error) {
+	blocker := features.Probe(context.Background(), "task_blocker")
 	kit, err := probekit.Open(probekit.Object{
 		Name:  "hung",
 		Spec:  loadHung,
 		Vars:  map[string]any{"use_blocker": useBlocker},
-		Table: tableFor(attachTable, hasWorkerPrivate()),
+		Table: tableFor(attachTable, taskHas("worker_private"), useBlocker && taskHas("blocker")),
 		BTF:   btfPath,
 	})
 	if err != nil {
@@ -124,7 +135,7 @@ func openProbe(useBlocker bool, btfPath string) (*probe, error) {
 	// Without task->blocker the lock of a task already blocked when wolf
 	// starts is unknown: said, as check says it.
 	if useBlocker {
-		if st := features.Probe(context.Background(), "task_blocker"); !st.Available {
+		if !blocker.Available {
 			p.notes = append(p.notes, "the lock a task blocked before wolf started waits on is unknown (task->blocker is Linux 6.16+, blocker_mutex 6.14): such tasks are grouped by where they wait")
 		}
 	}

@@ -31,7 +31,7 @@ var attachTable = []probekit.Attach{
 	{Kind: probekit.BTFTracepoint, Target: "vmscan/mm_vmscan_direct_reclaim_end", Program: "on_direct_end",
 		Why: "a direct reclaim call ends"},
 	{Kind: probekit.BTFTracepoint, Target: "vmscan/mm_vmscan_lru_shrink_active", Program: "on_shrink_active",
-		Why: "pages moved off the active lists"},
+		Why: "pages moved off the active lists", Shed: 3},
 	{Kind: probekit.BTFTracepoint, Target: "vmscan/mm_vmscan_memcg_softlimit_reclaim_begin", Program: "on_softlimit_begin",
 		Why: "cgroup v1 soft-limit reclaim"},
 	{Kind: probekit.BTFTracepoint, Target: "vmscan/mm_vmscan_memcg_softlimit_reclaim_end", Program: "on_softlimit_end",
