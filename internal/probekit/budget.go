@@ -264,7 +264,8 @@ func (b *Budget) adjust() {
 }
 
 // shed detaches a sheddable group when the programs have spent over the
-// budget for shedAfterTicks ticks with the gates at their longest, and
+// budget for shedAfterTicks ticks with the gates at their longest (or
+// twice the budget, whatever the gates), and
 // attaches one again when they have spent under half of it for
 // restoreAfterTicks and what they spent before it was shed fits.
 func (b *Budget) shed(spend, budget float64, gatesLongest bool) {
@@ -285,7 +286,9 @@ func (b *Budget) shed(spend, budget float64, gatesLongest bool) {
 		probes = append(probes, p)
 	}
 	slices.SortFunc(probes, func(x, y *Probe) int { return strings.Compare(x.name, y.name) })
-	if b.overTicks >= shedAfterTicks && gatesLongest {
+	// Far over, the gates' last steps would take seconds more of a
+	// window that may be ten seconds long: shed beside them.
+	if b.overTicks >= shedAfterTicks && (gatesLongest || spend > 2*budget) {
 		var best *Probe
 		rank := 0
 		for _, p := range probes {

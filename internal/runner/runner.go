@@ -15,6 +15,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"time"
 
@@ -274,13 +275,21 @@ func SamplingNotes(o finding.Overhead) []string {
 		out = append(out, fmt.Sprintf("%s: under the BPF budget%s, %s of %s events got their detail (%s), 1 in %s: counts, sums and histograms are exact, the detail is a sample",
 			s.Investigator, budget, human.Count(s.Detailed), human.Count(s.Events), s.What, human.Count(uint64(math.Round(1/max(s.Rate, 1e-9))))))
 	}
-	for _, s := range o.Shed {
+	// Programs detached together (a begin and its end) make one line.
+	for i := 0; i < len(o.Shed); {
+		s := o.Shed[i]
+		targets, whys := []string{s.Target}, []string{s.Why}
+		j := i + 1
+		for ; j < len(o.Shed) && o.Shed[j].Investigator == s.Investigator && o.Shed[j].DetachedS == s.DetachedS && o.Shed[j].Ongoing == s.Ongoing; j++ {
+			targets, whys = append(targets, o.Shed[j].Target), append(whys, o.Shed[j].Why)
+		}
+		i = j
 		still := ""
 		if s.Ongoing {
 			still = ", still at the window's end"
 		}
-		out = append(out, fmt.Sprintf("%s: over the BPF budget%s with its detail sampled, its program on %s was detached for %s%s: %s not seen meanwhile",
-			s.Investigator, budget, s.Target, human.Duration(time.Duration(s.DetachedS*float64(time.Second))), still, s.Why))
+		out = append(out, fmt.Sprintf("%s: over the BPF budget%s with its detail sampled, its programs on %s were detached for %s%s: %s not seen meanwhile",
+			s.Investigator, budget, strings.Join(targets, ", "), human.Duration(time.Duration(s.DetachedS*float64(time.Second))), still, strings.Join(whys, "; ")))
 	}
 	return out
 }
