@@ -422,15 +422,15 @@ static __always_inline bool is_rwsem(__u32 type)
 	return type == TYPE_RWSEM_READ || type == TYPE_RWSEM_WRITE;
 }
 
-static __always_inline bool wanted(__u64 lock, __u32 type)
+static __always_inline bool wanted(__u64 lock, __u32 type, __u64 pid_tgid)
 {
-	if (self_tgid && (bpf_get_current_pid_tgid() >> 32) == self_tgid)
+	if (self_tgid && (pid_tgid >> 32) == self_tgid)
 		return false;
 	if (target_lock && lock != target_lock)
 		return false;
 	if (!(type_mask & (1U << type)))
 		return false;
-	if (target_tgid && (bpf_get_current_pid_tgid() >> 32) != target_tgid)
+	if (target_tgid && (pid_tgid >> 32) != target_tgid)
 		return false;
 	return true;
 }
@@ -744,10 +744,11 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 {
 	__u32 type = lock_type(flags);
 	__u64 now = bpf_ktime_get_ns();
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 zero = 0;
 
 	stat_inc(STAT_BEGIN);
-	if (!wanted(lock, type))
+	if (!wanted(lock, type, pid_tgid))
 		return;
 	if (spinning(flags)) {
 		struct pending *p = bpf_map_lookup_elem(&pending_cpu, &zero);
@@ -768,8 +769,8 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 		p->end_ns = 0;
 		p->lock = lock;
 		p->type = type;
-		p->tid = (__u32)bpf_get_current_pid_tgid();
-		p->tgid = bpf_get_current_pid_tgid() >> 32;
+		p->tid = (__u32)pid_tgid;
+		p->tgid = pid_tgid >> 32;
 		p->owner_kind = OWNER_NONE;
 		p->mm_tgid = 0;
 		p->behind_writer = 0;
@@ -777,7 +778,7 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 		return;
 	}
 
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)pid_tgid;
 	struct pending *old = bpf_map_lookup_elem(&pending_task, &tid);
 
 	if (old && old->start_ns && old->end_ns) {
@@ -812,7 +813,7 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 		p.stack_ns = old->stack_ns;
 		p.stack_cached = old->stack_cached;
 	}
-	p.tgid = bpf_get_current_pid_tgid() >> 32;
+	p.tgid = pid_tgid >> 32;
 	bpf_get_current_comm(&p.comm, sizeof(p.comm));
 	p.mm_tgid = own_mmap_lock(lock);
 	if (type == TYPE_MUTEX) {

@@ -476,7 +476,13 @@ int BPF_PROG(on_shrink_inactive, int nid, unsigned long nr_scanned, unsigned lon
 	} else {
 		cgid = task_memcg(t);
 	}
-	if (BPF_CORE_READ(t, flags) & WOLF_PF_KSWAPD) {
+	/*
+	 * kswapd reclaims outside any call but the soft limit's: a batch of a
+	 * memcg or direct call is not kswapd's, and its flags (a probe read)
+	 * need not be looked at, on the storm's hottest event.
+	 */
+	if ((!f || !f->start_ns || f->kind == KIND_SOFTLIMIT) &&
+	    (BPF_CORE_READ(t, flags) & WOLF_PF_KSWAPD)) {
 		stat_add(STAT_KSWAPD_SCANNED, nr_scanned);
 		stat_add(STAT_KSWAPD_RECLAIMED, nr_reclaimed);
 	}
