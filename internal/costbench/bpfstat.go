@@ -144,6 +144,7 @@ type Floor struct {
 	progs []*ebpf.Program
 	links []link.Link
 	ids   []ebpf.ProgramID
+	tps   []string // the tracepoint of each of ids
 }
 
 // AttachFloor attaches an empty raw-tracepoint program to each tracepoint
@@ -175,6 +176,7 @@ func AttachFloor(tracepoints []string) (*Floor, error) {
 		}
 		id, _ := info.ID()
 		f.ids = append(f.ids, id)
+		f.tps = append(f.tps, tp)
 	}
 	return f, nil
 }
@@ -190,6 +192,19 @@ func sanitize(s string) string {
 
 // IDs are the floor's programs.
 func (f *Floor) IDs() []ebpf.ProgramID { return f.ids }
+
+// IDsOf are the floor's programs on the tracepoints tps.
+func (f *Floor) IDsOf(tps ...string) []ebpf.ProgramID {
+	var out []ebpf.ProgramID
+	for i, tp := range f.tps {
+		for _, want := range tps {
+			if tp == want {
+				out = append(out, f.ids[i])
+			}
+		}
+	}
+	return out
+}
 
 // Close detaches and unloads the floor.
 func (f *Floor) Close() {
