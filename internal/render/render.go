@@ -308,6 +308,12 @@ func (t *textWriter) diagnosis(d *finding.Diagnosis, fs []finding.Finding) {
 			}
 		}
 	}
+	for i, r := range d.Rivals {
+		if i == 2 {
+			break
+		}
+		t.para(indent, "Ruled out: ", r.Text)
+	}
 	for _, c := range d.Confirm {
 		t.para(indent, "To confirm: ", c)
 	}

@@ -77,6 +77,9 @@ type Result struct {
 	DoctorRC int     `json:"doctor_rc"`
 	Seconds  float64 `json:"seconds"`
 	Required bool    `json:"required"`
+	// Others are the processes outside the run that used 10% of a CPU
+	// or more during doctor's window (the machine is shared).
+	Others []string `json:"others,omitempty"`
 }
 
 // Pass is the run's outcome.
@@ -90,11 +93,13 @@ func run() int {
 	runs := fs.Int("runs", 1, "runs per scenario (each run varies the parameters)")
 	only := fs.String("only", "", "comma-separated scenario names (default: all)")
 	out := fs.String("out", "", "write the accuracy table to OUT.md and OUT.json (e.g. docs/scenarios)")
+	update := fs.Bool("update", false, "with -out: keep OUT.json's runs of the scenarios not run now, replace the others")
 	keep := fs.String("keep", "", "directory for each run's doctor JSON and workload output (default: a new /tmp/wolf-scenarios-*)")
 	scratch := fs.String("scratch", "/var/tmp", "directory on a real disk for the workloads' files")
 	duration := fs.String("duration", "8s", "doctor's --duration")
 	ci := fs.Bool("ci", false, "exit 1 only when a required scenario (required.txt) fails")
 	list := fs.Bool("list", false, "list the scenarios and exit")
+	reproduce := fs.String("reproduce", "", "the command the table says reproduces it (default: this one)")
 	lockWait := fs.Duration("lock-wait", 30*time.Minute, "how long to wait for "+benchLock)
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
@@ -135,7 +140,11 @@ func run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
+	rev := ""
 	if *wolf == "" {
+		if out, err := exec.Command("git", "describe", "--always", "--dirty").Output(); err == nil {
+			rev = strings.TrimSpace(string(out))
+		}
 		dir, err := os.MkdirTemp("", "wolf-scenarios-bin-")
 		if err != nil {
 			logf("%v", err)
@@ -200,8 +209,20 @@ func run() int {
 	logf("%d runs in %s (%.0f s per run)", len(results), elapsed.Round(time.Second), elapsed.Seconds()/float64(max(1, len(results))))
 	if *out != "" {
 		meta := Meta{Kernel: kernel, CgroupV: map[bool]int{false: 1, true: 2}[v2], Runs: *runs, Duration: *duration, Date: time.Now().UTC().Format("2006-01-02"),
-			Wolf: wolfVersion(*wolf), Seconds: elapsed.Seconds(), Command: commandLine()}
-		if err := writeTable(*out, meta, sel, results); err != nil {
+			Wolf: strings.TrimSpace(wolfVersion(*wolf) + " " + rev), Seconds: elapsed.Seconds(), Command: commandLine()}
+		if *reproduce != "" {
+			meta.Command = *reproduce
+		}
+		all, table := results, sel
+		if *update {
+			var err error
+			if all, meta, err = mergeTable(*out, meta, sel, results); err != nil {
+				logf("%v", err)
+				return 1
+			}
+			table = scenarios
+		}
+		if err := writeTable(*out, meta, table, all); err != nil {
 			logf("%v", err)
 			return 1
 		}
@@ -291,7 +312,9 @@ func runOne(parent context.Context, s Scenario, i int, c runConfig) (res Result)
 	cmd := exec.CommandContext(dctx, c.wolf, "doctor", "--duration", c.duration, "--format", "json")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	before, tb := snapCPU(), time.Now()
 	err = cmd.Run()
+	res.Others = othersBusy(before, snapCPU(), time.Since(tb).Seconds(), os.Getpid())
 	res.DoctorRC = cmd.ProcessState.ExitCode()
 	base := filepath.Join(c.keep, fmt.Sprintf("%s-%d", s.Name, i+1))
 	_ = os.WriteFile(base+".json", stdout.Bytes(), 0o644)
@@ -316,6 +339,9 @@ func printResult(r Result) {
 		return
 	}
 	fmt.Printf("     first: %s: %s\n", r.Verdict.FirstID, r.Verdict.FirstTitle)
+	if len(r.Others) > 0 {
+		fmt.Printf("     others busy meanwhile: %s\n", strings.Join(r.Others, ", "))
+	}
 	for _, w := range r.Verdict.Why {
 		fmt.Printf("     - %s\n", w)
 	}
@@ -427,7 +453,7 @@ func commandLine() string {
 			continue
 		}
 		name := strings.TrimLeft(a, "-")
-		if strings.HasPrefix(a, "-") && slices.Contains([]string{"wolf", "keep", "scratch", "lock-wait"}, strings.SplitN(name, "=", 2)[0]) {
+		if strings.HasPrefix(a, "-") && slices.Contains([]string{"wolf", "keep", "scratch", "lock-wait", "reproduce"}, strings.SplitN(name, "=", 2)[0]) {
 			skip = !strings.Contains(a, "=")
 			continue
 		}
