@@ -25,9 +25,8 @@
  * Everything is aggregated here, per memory cgroup of the reclaiming task
  * (its memory css's kernfs id, the cgroup directory's inode number, on v1
  * and v2 alike) and per task; nothing crosses to user space per event.
- * Counters that batches update are per-CPU; histograms are shared and
- * updated atomically (one update per reclaim call, not per batch). Every
- * map is bounded and every refused insert is counted.
+ * Counters and histograms are per-CPU (plain adds; user space sums the
+ * CPUs). Every map is bounded and every refused insert is counted.
  */
 #include "wolf.h"
 
@@ -191,9 +190,15 @@ struct {
 	__type(value, struct task_stats);
 } tasks SEC(".maps");
 
+/*
+ * Per CPU, as the cgroups' counters: every reclaim call's end adds to two
+ * histograms of its cgroup, and on a storm every CPU ends calls of the
+ * same cgroup; shared, each add was a locked instruction on a cache line
+ * the CPUs took from one another (user space sums the CPUs).
+ */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1024);
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 1024); /* user space lowers it on hosts with many CPUs */
 	__type(key, struct hist_key);
 	__type(value, struct wolf_hist);
 } hists SEC(".maps");
@@ -276,7 +281,7 @@ static __always_inline void hist_add(__u64 cgid, __u32 kind, __u64 v)
 		if (!h)
 			return;
 	}
-	wolf_hist_add(h, v);
+	wolf_hist_add_local(h, v); /* this CPU's */
 }
 
 static __always_inline int reclaim_begin(__u32 kind)
