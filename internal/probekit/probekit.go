@@ -621,11 +621,14 @@ func (p *Probe) Detach() {
 // Close detaches (if not yet done), stops the meter, closes ring readers,
 // iterators, programs and maps. It is safe to call more than once.
 func (p *Probe) Close() {
-	p.Detach()
+	// Out of the budget first: once leave returns, its controller (which
+	// holds the budget's lock while it sheds or restores) touches p's
+	// links no more, and Detach closes every one.
 	if p.budget != nil {
 		p.budget.leave(p)
 		p.budget = nil
 	}
+	p.Detach()
 	if p.meter != nil {
 		p.meter.Close()
 	}
