@@ -102,7 +102,7 @@ func (s *Investigator) Start(ctx context.Context, opts investigator.Options) (in
 		s.SysCPU = "/sys/devices/system/cpu"
 	}
 	ss := &session{inv: *s, opts: opts, prevTasks: map[taskKey]schedTaskRec{}}
-	ss.cfg = config{BounceWindowNs: uint64(s.BounceWindow), SelfTGID: uint32(os.Getpid()), NoTaskStorage: s.noTaskStorage}
+	ss.cfg = config{BounceWindowNs: uint64(s.BounceWindow), SelfTGID: uint32(os.Getpid()), NoTaskStorage: s.noTaskStorage, HotNs: uint64(MigrationCost())}
 	if s.watchSelf {
 		ss.cfg.SelfTGID = 0
 	}
@@ -210,6 +210,7 @@ func (ss *session) Collect(ctx context.Context) (*investigator.Result, error) {
 		CgroupRunq:   map[string]hist.Log2{},
 		Thresholds:   s.Thresholds,
 		BounceWindow: s.BounceWindow,
+		HotWindow:    time.Duration(cfg.HotNs),
 		CPUIdleLong:  p.cpuIdleLong(),
 		CPUCoverage:  p.cpuCoverage(),
 		Virtual:      virt.Detect(),
@@ -401,6 +402,12 @@ func taskWindow(r, prev *schedTaskRec, seen bool, start uint64, w uint32) *Task 
 		Remote:     sub(st.Remote, ps.Remote), WakeAffine: sub(st.WakeAffine, ps.WakeAffine), WakeWide: sub(st.WakeWide, ps.WakeWide),
 		WakerFlips: probekit.WindowMax(st.WakerFlipsMax.V, st.WakerFlipsMax.Win, w), KernelTotal: r.NrMigrations,
 		Runq: runq, IdleLong: sub(st.IdleLong, ps.IdleLong),
+		MovedRuns: sub(st.MovedRuns, ps.MovedRuns), HotMoves: sub(st.HotMoves, ps.HotMoves),
+		MovedWaits: sub(st.MovedWaits, ps.MovedWaits), MovedWait: time.Duration(probekit.Sub(st.MovedWaitNs, ps.MovedWaitNs)),
+		HotMoved: RunStats{N: sub(st.HotMovedUnits, ps.HotMovedUnits), Sum: time.Duration(probekit.Sub(st.HotMovedNs, ps.HotMovedNs)),
+			SqUs2: probekit.Sub(st.HotMovedSqUs, ps.HotMovedSqUs)},
+		HotStayed: RunStats{N: sub(st.HotStayedUnits, ps.HotStayedUnits), Sum: time.Duration(probekit.Sub(st.HotStayedNs, ps.HotStayedNs)),
+			SqUs2: probekit.Sub(st.HotStayedSqUs, ps.HotStayedSqUs)},
 	}
 	for k := 0; k < NKinds; k++ {
 		t.ByKind[k] = sub(st.ByKind[k], ps.ByKind[k])
@@ -422,6 +429,7 @@ func taskWindow(r, prev *schedTaskRec, seen bool, start uint64, w uint32) *Task 
 	}
 	if span := r.NowTs - t0; t0 > 0 && r.NowTs > t0 && r.RuntimeNow >= run0 {
 		t.CPUPct = 100 * float64(r.RuntimeNow-run0) / float64(span)
+		t.CPUTime = time.Duration(r.RuntimeNow - run0)
 	}
 	return t
 }

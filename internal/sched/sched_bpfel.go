@@ -100,30 +100,43 @@ type schedTopoArgs struct {
 }
 
 type schedTstat struct {
-	_             structs.HostLayout
-	EnqTs         uint64
-	FirstTs       uint64
-	Runtime0      uint64
-	LastMigTs     uint64
-	LastFrom      uint32
-	LastTo        uint32
-	LastKind      uint32
-	Migrations    uint32
-	ByKind        [6]uint32
-	Bounces       uint32
-	BounceOut     [6]uint32
-	BounceBack    [6]uint32
-	BounceA       uint32
-	BounceB       uint32
-	Remote        uint32
-	WakeAffine    uint32
-	WakeWide      uint32
-	Dumped        uint32
-	IdleLong      uint32
-	Pad           uint32
-	_             [4]byte
-	WakeeFlipsSum uint64
-	WakerFlipsMax struct {
+	_              structs.HostLayout
+	EnqTs          uint64
+	FirstTs        uint64
+	Runtime0       uint64
+	LastMigTs      uint64
+	LastFrom       uint32
+	LastTo         uint32
+	LastKind       uint32
+	Migrations     uint32
+	ByKind         [6]uint32
+	Bounces        uint32
+	BounceOut      [6]uint32
+	BounceBack     [6]uint32
+	BounceA        uint32
+	BounceB        uint32
+	Remote         uint32
+	WakeAffine     uint32
+	WakeWide       uint32
+	Dumped         uint32
+	IdleLong       uint32
+	OffCpu         uint32
+	_              [4]byte
+	OffTs          uint64
+	OnTs           uint64
+	RunFlags       uint32
+	MovedRuns      uint32
+	HotMoves       uint32
+	MovedWaits     uint32
+	MovedWaitNs    uint64
+	HotMovedUnits  uint32
+	HotStayedUnits uint32
+	HotMovedNs     uint64
+	HotStayedNs    uint64
+	HotMovedSqUs   uint64
+	HotStayedSqUs  uint64
+	WakeeFlipsSum  uint64
+	WakerFlipsMax  struct {
 		_   structs.HostLayout
 		V   [2]uint64
 		Win [2]uint32
@@ -171,6 +184,7 @@ const (
 	schedProgOnWakeupNew     = "on_wakeup_new"
 	schedProgReadCpu         = "read_cpu"
 	schedVarBounceWindowNs   = "bounce_window_ns"
+	schedVarHotNs            = "hot_ns"
 	schedVarLlcSize          = "llc_size"
 	schedVarOffPreemptCount  = "off_preempt_count"
 	schedVarOffRunqueues     = "off_runqueues"
@@ -267,6 +281,7 @@ type schedMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type schedVariableSpecs struct {
 	BounceWindowNs   *ebpf.VariableSpec `ebpf:"bounce_window_ns"`
+	HotNs            *ebpf.VariableSpec `ebpf:"hot_ns"`
 	LlcSize          *ebpf.VariableSpec `ebpf:"llc_size"`
 	OffPreemptCount  *ebpf.VariableSpec `ebpf:"off_preempt_count"`
 	OffRunqueues     *ebpf.VariableSpec `ebpf:"off_runqueues"`
@@ -343,6 +358,7 @@ func (m *schedMaps) Close() error {
 // It can be passed to loadSchedObjects or ebpf.CollectionSpec.LoadAndAssign.
 type schedVariables struct {
 	BounceWindowNs   *ebpf.Variable `ebpf:"bounce_window_ns"`
+	HotNs            *ebpf.Variable `ebpf:"hot_ns"`
 	LlcSize          *ebpf.Variable `ebpf:"llc_size"`
 	OffPreemptCount  *ebpf.Variable `ebpf:"off_preempt_count"`
 	OffRunqueues     *ebpf.Variable `ebpf:"off_runqueues"`
