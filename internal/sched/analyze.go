@@ -362,7 +362,7 @@ type moveCost struct {
 	penalty      time.Duration // how much longer a run is after a hot move than after a hot stay
 	penaltySE    time.Duration // the standard error of that difference
 	penaltyKnown bool          // both kinds of runs timed often enough to compare
-	lostPct      float64       // penalty × hot moves, % of its CPU time; 0 unless the penalty is significant
+	lostPct      float64       // penalty × hot moves, % of its CPU time; 0 unless the penalty is significant (3 SE)
 }
 
 // minTimedRuns is how many runs of each kind (after a hot move, after a
@@ -383,8 +383,9 @@ func costOf(t *Task) moveCost {
 		c.penalty = m.Mean() - st.Mean()
 		se := math.Sqrt(m.varianceUs2()/float64(m.N) + st.varianceUs2()/float64(st.N))
 		c.penaltySE = time.Duration(se * 1e3)
-		// Significant: over twice its standard error.
-		if c.penalty > 0 && c.penalty > 2*c.penaltySE && t.CPUTime > 0 {
+		// Significant: over three standard errors, so that the noise of
+		// the many tasks of a busy host seldom passes for a cost.
+		if c.penalty > 0 && c.penalty > 3*c.penaltySE && t.CPUTime > 0 {
 			c.lostPct = 100 * float64(c.penalty) * float64(t.HotMoves) / float64(t.CPUTime)
 		}
 	}
