@@ -76,6 +76,10 @@ const (
 	// other user-space) daemon a chain ends at, and the root cause.
 	RoleLock   = "lock"
 	RoleDaemon = "daemon"
+	// A block device (Subject.Device), and a consumer of a saturated
+	// resource (a process using the CPUs, a cgroup reading a device).
+	RoleDevice   = "device"
+	RoleConsumer = "consumer"
 )
 
 // Subject is a task, cgroup or CPU a finding is about.
@@ -95,6 +99,7 @@ type Subject struct {
 	CgroupID uint64 `json:"cgroup_id,omitempty"` // the cgroup's kernfs id (its directory's inode)
 	Lock     string `json:"lock,omitempty"`      // role lock, or the lock a task waits on or holds: "mmap_lock of x (pid 5)"
 	LockAddr string `json:"lock_addr,omitempty"` // that lock's address, "0xffff…"
+	Device   string `json:"device,omitempty"`    // a block device's kernel name, "vda"
 	// Evidence is this subject's own numbers (a waiter's wait, a holder's
 	// hold and where its time went), keys with units as Finding.Evidence.
 	Evidence map[string]any `json:"evidence,omitempty"`
@@ -137,6 +142,10 @@ const (
 	// its cgroup's memory limit or CPU quota, a saturated host, softirq
 	// work on its CPU.
 	ConstrainedBy Relation = "constrained_by"
+	// UsedBy: a saturated resource's capacity went to a consumer (a
+	// process on the CPUs, a cgroup's reclaim, a cgroup's reads of a
+	// device), measured in the same window.
+	UsedBy Relation = "used_by"
 )
 
 // Hop is one link of a diagnosis chain: From relates to To, with the
@@ -183,6 +192,22 @@ type Diagnosis struct {
 	Confirm     []string `json:"confirm,omitempty"`
 	Remediation []string `json:"remediation,omitempty"`
 	References  []string `json:"references,omitempty"`
+	// Attribution is the share (0..1) of the victims' lost time that the
+	// chain traces to the root, by measured attribution: a hold split by
+	// where the holder's time went, a saturated resource's time split by
+	// its consumers.
+	Attribution float64 `json:"attribution,omitempty"`
+	// Rivals are the other causes the same victims' time traces to, most
+	// likely first, each with its share and why it is not the root.
+	Rivals []Rival `json:"rivals,omitempty"`
+}
+
+// Rival is a cause a diagnosis ranked below its root.
+type Rival struct {
+	ID    string  `json:"id"` // the diagnosis kind it would have been
+	Root  Subject `json:"root"`
+	Share float64 `json:"share"` // of the victims' lost time, 0..1
+	Text  string  `json:"text"`  // one line: "not the host's CPUs: 70% of their time went to …"
 }
 
 // Bucket is one cumulative histogram bucket: Count observations were <= LE.

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/wolf-investigator/wolf/internal/diagnose"
+	"github.com/wolf-investigator/wolf/internal/fact"
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/overhead"
@@ -56,6 +57,9 @@ type Config struct {
 type Run struct {
 	Report *finding.Report
 	Errors []error
+	// Facts are every investigator's typed facts of the window, merged:
+	// what the report's diagnoses were joined from.
+	Facts *fact.Set
 
 	closeOnce sync.Once
 	sessions  []*slot
@@ -82,7 +86,7 @@ func Start(ctx context.Context, cfg Config) *Run {
 	if timeout <= 0 {
 		timeout = pace.Scaled(DefaultCollectTimeout)
 	}
-	r := &Run{Report: rep}
+	r := &Run{Report: rep, Facts: &fact.Set{}}
 
 	// Start side by side: loading and verifying is most of the wait.
 	slots := make([]*slot, len(cfg.Investigators))
@@ -124,7 +128,11 @@ func Start(ctx context.Context, cfg Config) *Run {
 	restart(ctx, r.sessions)
 	var sys *sysstat.Sampler
 	if cfg.Checklist {
-		sys = sysstat.Start(ctx, sysstat.Options{})
+		var names []string // the investigators watching the window with it
+		for _, s := range r.sessions {
+			names = append(names, s.name)
+		}
+		sys = sysstat.Start(ctx, sysstat.Options{Alongside: names})
 	}
 	opts := cfg.Options
 	opts.Duration, opts.Progress = cfg.Duration, cfg.Progress
@@ -196,6 +204,7 @@ func Start(ctx context.Context, cfg Config) *Run {
 			continue
 		}
 		Merge(rep, inv.Name(), results[i])
+		r.Facts.Merge(results[i].Facts)
 	}
 	rep.Findings = append(rep.Findings, audits...)
 	if checklist != nil {
@@ -204,6 +213,7 @@ func Start(ctx context.Context, cfg Config) *Run {
 		for _, n := range checklist.Notes {
 			rep.Notes = append(rep.Notes, "system: "+n)
 		}
+		r.Facts.Merge(checklist.Facts)
 	}
 	// Investigators run side by side in this one process, and each one's
 	// CPU figure is the process's over its window: summed, they would
@@ -211,7 +221,7 @@ func Start(ctx context.Context, cfg Config) *Run {
 	rep.Overhead.CPUSeconds = (overhead.CPUTime() - cpuStart).Seconds()
 	finding.Sort(rep.Findings)
 	// Join what the investigators found into root-cause chains.
-	diagnose.Apply(rep)
+	diagnose.Apply(rep, r.Facts)
 	rep.DurationS = float64(time.Since(started).Milliseconds()) / 1000
 	return r
 }

@@ -103,11 +103,14 @@ type Task struct {
 	Affinity    *AffinityCalls
 
 	Runq hist.Log2 // run-queue waits, ns
+	// Runtime is the CPU time it got in the window; Throttled the time
+	// it waited, runnable, with its cgroup throttled by its CPU quota
+	// (kept out of Runq), in ThrottledWaits waits.
+	Runtime        time.Duration
+	Throttled      time.Duration
+	ThrottledWaits uint64
 
-	// What its moves cost it (sched.bpf.c, on_switch). CPUTime is the CPU
-	// time it used in the window.
-	CPUTime time.Duration
-	// MovedRuns are its runs that began on another CPU than its last one;
+	// What its moves cost it (sched.bpf.c, on_switch). MovedRuns are its runs that began on another CPU than its last one;
 	// HotMoves those that began within the scheduler's migration cost
 	// (HotWindow) of leaving it: moves that lost warm caches.
 	MovedRuns, HotMoves uint64
@@ -119,6 +122,7 @@ type Task struct {
 	// that began hot, after a move or on the same CPU: what a cold start
 	// costs, for a task that does about the same work at each wake-up.
 	HotMoved, HotStayed RunStats
+
 	// IdleLong counts its waits of IdleLongNs or more that ended with the
 	// CPU leaving its idle task, or wolf's own: not the host's contention
 	// (see idleExplained).
@@ -241,6 +245,21 @@ type Snapshot struct {
 	// Bandwidth is the CPU quota of every cgroup that has one and ran in
 	// the window, with its throttling (cgroupfs, read at both ends).
 	Bandwidth []Bandwidth
+	// Exited is the CPU time of tasks that exited in the window before
+	// wolf read them, by cgroup and name.
+	Exited []ExitedCPU
+	// CPUs is how many CPUs the host has online (0: unknown).
+	CPUs int
+}
+
+// ExitedCPU is the CPU time of tasks of one name and cgroup that exited
+// in the window unreported.
+type ExitedCPU struct {
+	Comm     string
+	Cgroup   string
+	Runtime  time.Duration
+	Tasks    uint64
+	LastTGID int
 }
 
 // notExecuting is the clock-sample coverage under which a CPU did not
@@ -306,6 +325,9 @@ func Conclude(s *Snapshot) []finding.Finding {
 		out = append(out, mismatchFinding(mismatches, s.Sched))
 	}
 	out = append(out, ThrottleFindings(s.Bandwidth, s.Duration)...)
+	if f, ok := consumersFinding(s); ok {
+		out = append(out, f)
+	}
 	finding.Sort(out)
 	return out
 }
@@ -372,7 +394,7 @@ const minTimedRuns = 20
 func costOf(t *Task) moveCost {
 	c := moveCost{hotPerS: t.Rate(t.HotMoves)}
 	if t.HotMoves > 0 {
-		c.cpuPerHot = t.CPUTime / time.Duration(t.HotMoves)
+		c.cpuPerHot = t.Runtime / time.Duration(t.HotMoves)
 	}
 	if t.MovedWaits > 0 {
 		c.movedWait = t.MovedWait / time.Duration(t.MovedWaits)
@@ -385,8 +407,8 @@ func costOf(t *Task) moveCost {
 		c.penaltySE = time.Duration(se * 1e3)
 		// Significant: over three standard errors, so that the noise of
 		// the many tasks of a busy host seldom passes for a cost.
-		if c.penalty > 0 && c.penalty > 3*c.penaltySE && t.CPUTime > 0 {
-			c.lostPct = 100 * float64(c.penalty) * float64(t.HotMoves) / float64(t.CPUTime)
+		if c.penalty > 0 && c.penalty > 3*c.penaltySE && t.Runtime > 0 {
+			c.lostPct = 100 * float64(c.penalty) * float64(t.HotMoves) / float64(t.Runtime)
 		}
 	}
 	return c
@@ -476,7 +498,7 @@ func bounceFinding(t *Task, s *Snapshot, th Thresholds, mismatches []Mismatch) f
 		ev["wakee_flips_mean"] = human.Round(t.WakeeFlips, 1)
 		ev["waker_flips_max"] = t.WakerFlips
 	}
-	ev["cpu_ms"] = human.Round(float64(t.CPUTime)/1e6, 1)
+	ev["cpu_ms"] = human.Round(float64(t.Runtime)/1e6, 1)
 	ev["moved_runs"] = t.MovedRuns
 	ev["hot_moves"] = t.HotMoves
 	ev["hot_moves_per_s"] = human.Round(cost.hotPerS, 1)

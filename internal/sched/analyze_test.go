@@ -21,7 +21,7 @@ func seedTask() *Task {
 		Migrations: 3000, Bounces: 1400, BounceCPUs: [2]int{0, 1},
 		Remote: 700, WakeAffine: 1400, WakeWide: 1300, WakeeFlips: 2100, WakerFlips: 3500,
 		CPUPct: 85, CPU: 0, CPUsAllowed: "0-3",
-		CPUTime: 8500 * time.Millisecond, MovedRuns: 3000, HotMoves: 2800,
+		Runtime: 8500 * time.Millisecond, MovedRuns: 3000, HotMoves: 2800,
 		MovedWaits: 3000, MovedWait: 3000 * 30 * time.Microsecond,
 		HotMoved:  runs(2600, 500*time.Microsecond, 100*time.Microsecond),
 		HotStayed: runs(5000, 150*time.Microsecond, 50*time.Microsecond),
@@ -142,7 +142,7 @@ func TestSeverityByCost(t *testing.T) {
 	// packages on a busy 2-CPU machine, woken on either CPU: 125
 	// migrations/s, 52% of a CPU; few of its moves hot, and its runs
 	// after them no longer than after staying.
-	vet := &Task{TID: 10040, PID: 10040, Comm: "vet", Window: 3 * time.Second, Prio: 120, CPUPct: 52, CPUTime: 1560 * time.Millisecond,
+	vet := &Task{TID: 10040, PID: 10040, Comm: "vet", Window: 3 * time.Second, Prio: 120, CPUPct: 52, Runtime: 1560 * time.Millisecond,
 		Migrations: 375, Bounces: 330, BounceCPUs: [2]int{0, 1}, MovedRuns: 360, HotMoves: 150,
 		HotMoved: runs(120, 900*time.Microsecond, 2*time.Millisecond), HotStayed: runs(400, 880*time.Microsecond, 2*time.Millisecond)}
 	vet.ByKind[KindWakeup] = 375
@@ -152,13 +152,13 @@ func TestSeverityByCost(t *testing.T) {
 	vetUnmeasured.TID, vetUnmeasured.HotStayed = 10041, runs(5, time.Millisecond, 0)
 	// An I/O-bound fio: each move measurably costs it (16 µs on 60 µs
 	// runs) but moves are rare for its CPU time: 0.7% of it.
-	fio := &Task{TID: 20, PID: 20, Comm: "fio", Window: 5 * time.Second, Prio: 120, CPUPct: 11, CPUTime: 565 * time.Millisecond,
+	fio := &Task{TID: 20, PID: 20, Comm: "fio", Window: 5 * time.Second, Prio: 120, CPUPct: 11, Runtime: 565 * time.Millisecond,
 		Migrations: 305, Bounces: 286, BounceCPUs: [2]int{0, 1}, MovedRuns: 300, HotMoves: 246,
 		HotMoved: runs(245, 76*time.Microsecond, 20*time.Microsecond), HotStayed: runs(6880, 60*time.Microsecond, 20*time.Microsecond)}
 	fio.ByKind[KindWakeup] = 305
 	// sched-bounce's task: moved hot at nearly every wake-up, so no stays
 	// to compare with; a hot move every 400 µs of its CPU.
-	lab := &Task{TID: 30, PID: 30, Comm: "bounce-task", Window: 3 * time.Second, Prio: 120, CPUPct: 20, CPUTime: 600 * time.Millisecond,
+	lab := &Task{TID: 30, PID: 30, Comm: "bounce-task", Window: 3 * time.Second, Prio: 120, CPUPct: 20, Runtime: 600 * time.Millisecond,
 		Migrations: 2400, Bounces: 2390, BounceCPUs: [2]int{0, 1}, MovedRuns: 2400, HotMoves: 1500,
 		HotMoved: runs(1400, 200*time.Microsecond, 50*time.Microsecond), HotStayed: runs(3, 180*time.Microsecond, 10*time.Microsecond)}
 	lab.ByKind[KindWakeup] = 2400

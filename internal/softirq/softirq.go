@@ -314,8 +314,10 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 	if inv.collected != nil {
 		inv.collected(snap)
 	}
+	fs, facts := ConcludeFacts(snap)
 	res := &investigator.Result{
-		Findings:     Conclude(snap),
+		Findings:     fs,
+		Facts:        facts,
 		Histograms:   Histograms(snap, inv.PerCPU),
 		Profiles:     Profiles(snap),
 		Capabilities: p.kit.Capabilities(p.table),

@@ -33,7 +33,6 @@ import (
 	"context"
 	_ "embed"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -372,38 +371,35 @@ func debPackage(tool string) string {
 	return tool
 }
 
-// flock takes an exclusive lock on path, waiting up to wait.
+// flock takes an exclusive lock on path, waiting up to wait. It waits in
+// a blocking flock (the kernel hands a freed lock to a blocked waiter at
+// once; a poller would lose every race to the tests that block on it).
 func flock(ctx context.Context, path string, wait time.Duration, logf func(string, ...any)) (func(), error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o666)
 	if err != nil {
 		return nil, err
 	}
-	deadline := time.Now().Add(wait)
-	said := false
-	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			return func() { f.Close() }, nil
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) {
+	if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
+		return func() { f.Close() }, nil
+	}
+	logf("waiting for %s (another measurement or test holds it)", path)
+	got := make(chan error, 1)
+	go func() { got <- unix.Flock(int(f.Fd()), unix.LOCK_EX) }()
+	select {
+	case err := <-got:
+		if err != nil {
 			f.Close()
 			return nil, fmt.Errorf("flock %s: %w", path, err)
 		}
-		if !said {
-			logf("waiting for %s (another measurement or test holds it)", path)
-			said = true
-		}
-		if time.Now().After(deadline) {
-			f.Close()
-			return nil, fmt.Errorf("%s still held after %s", path, wait)
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, ctx.Err()
-		case <-time.After(500 * time.Millisecond):
-		}
+		return func() { f.Close() }, nil
+	case <-time.After(wait):
+		err = fmt.Errorf("%s still held after %s", path, wait)
+	case <-ctx.Done():
+		err = ctx.Err()
 	}
+	// Given up: the blocked flock may still succeed; let it go then.
+	go func() { <-got; f.Close() }()
+	return nil, err
 }
 
 func unameRelease() string {

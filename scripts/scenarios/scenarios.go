@@ -153,7 +153,7 @@ var scenarios = []Scenario{
 		What: "wolf's memcg-mmap-lock lab (a process at its memory cgroup's limit reclaims under its mmap_lock, writers queue, a ps-like reader waits: the ClickHouse story), several thread counts; root: the cgroup's memory limit",
 		V2:   true,
 		Setup: func(r *Run) (Expect, error) {
-			v := pick(r.Index, 8, 4, 16)
+			v := pick(r.Index, 8, 4, 11) // the lab refuses 12 and more (they would OOM its cgroup)
 			r.Params = fmt.Sprintf("wolf lab run memcg-mmap-lock --victims %d (populating threads)", v)
 			l, err := r.Lab("memcg-mmap-lock", v)
 			if err != nil {
@@ -169,8 +169,13 @@ var scenarios = []Scenario{
 		What:  "stress-ng --vm (anonymous) and --mmap (file-backed, mmap/munmap) at a memory cgroup's limit, ps reading their cmdlines; root: the cgroup's memory limit",
 		Tools: []string{"stress-ng", "ps"},
 		Setup: func(r *Run) (Expect, error) {
+			// Anonymous memory (no swap: not reclaimable) fills 85% of the
+			// limit; the file-backed mappings push past it, so the
+			// cgroup reclaims their pages while the workers fault them
+			// back under their mmap_lock.
 			limit, vm, mm := pick(r.Index, 160, 128, 192), pick(r.Index, 2, 1, 4), pick(r.Index, 4, 8, 2)
-			r.Params = fmt.Sprintf("limit %d MiB; stress-ng --vm %d --vm-bytes %dM --vm-keep, --mmap %d --mmap-file --mmap-bytes %dM", limit, vm, limit/2/vm, mm, limit/mm)
+			vmMB, mmMB := limit*85/100/vm, limit/2
+			r.Params = fmt.Sprintf("limit %d MiB; stress-ng --vm %d --vm-bytes %dM --vm-keep, --mmap %d --mmap-file --mmap-bytes %dM", limit, vm, vmMB, mm, mmMB)
 			cg, err := r.memLimit("vm", limit)
 			if err != nil {
 				return Expect{}, err
@@ -179,8 +184,8 @@ var scenarios = []Scenario{
 			if err != nil {
 				return Expect{}, err
 			}
-			if _, err := r.Start(cg, "stress-ng", "--temp-path", tmp, "--vm", strconv.Itoa(vm), "--vm-bytes", fmt.Sprintf("%dM", limit/2/vm), "--vm-keep",
-				"--mmap", strconv.Itoa(mm), "--mmap-file", "--mmap-bytes", fmt.Sprintf("%dM", limit/mm), "--timeout", toolSecs()); err != nil {
+			if _, err := r.Start(cg, "stress-ng", "--temp-path", tmp, "--vm", strconv.Itoa(vm), "--vm-bytes", fmt.Sprintf("%dM", vmMB), "--vm-keep",
+				"--mmap", strconv.Itoa(mm), "--mmap-file", "--mmap-bytes", fmt.Sprintf("%dM", mmMB), "--timeout", toolSecs()); err != nil {
 				return Expect{}, err
 			}
 			if err := r.psLoop(); err != nil {
