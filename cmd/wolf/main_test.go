@@ -105,6 +105,10 @@ func TestBadUsageExitsTwoWithOneLine(t *testing.T) {
 		{"sched", "--min-rate", "0"},
 		{"sched", "extra-arg"},
 		{"doctor", "--duration", "48h"},
+		{"doctor", "--max-cpu", "-1"},
+		{"doctor", "--max-cpu", "NaN"},
+		{"doctor", "--max-cpu", "100000"},
+		{"locks", "--max-cpu", "lots"},
 		{"doctor", "extra-arg"},
 		{"analyze"},
 		{"hung", "--btf", "/nonexistent/vmlinux.btf"},
@@ -415,7 +419,11 @@ func TestDoctorHealthyHostFinishesInTime(t *testing.T) {
 		}
 	}
 	for _, d := range rep.Diagnoses {
-		t.Errorf("healthy host diagnosed: %s", d.Title)
+		if cpuLoaded && cpuLoadFindings[d.ID] {
+			t.Logf("the machine was busy: %s %s", d.ID, d.Title)
+			continue
+		}
+		t.Errorf("healthy host diagnosed: %s (%s)", d.Title, d.ID)
 	}
 	checkHealthyChecklist(t, &rep, cpuLoaded)
 	if len(rep.Errors) > 0 {

@@ -437,11 +437,16 @@ func (e *engine) consumed(b *branch, k string, subj finding.Subject, kind string
 			c := b.fork(frac)
 			c.via, c.viaFrac = k, frac
 			act := finding.Subject{Role: finding.RoleConsumer, Comm: d.what, Cgroup: cgroupName(d.by), PID: d.by.PID,
-				Detail: fmt.Sprintf("%s %s", d.what, forWhom(e, d.on))}
+				Detail: strings.TrimSpace(fmt.Sprintf("%s %s", d.what, forWhom(e, d.on)))}
 			ev := map[string]any{unitKey(unit, d.unit): round3(d.amount), "share_pct": round1(100 * frac)}
 			c.hop(finding.Hop{From: subj, Relation: finding.UsedBy, To: act, Evidence: ev, Mechanism: mechUsedFor(kindOfKey(k), d.what),
-				Text: fmt.Sprintf("%s of %s went to %s %s (%s)", pct1(frac), timeOf(subj), d.what, forWhom(e, d.on), amountText(d.amount, d.unit))}, d.refs...)
-			c.hop(e.intoHop(act, finding.ConstrainedBy, d.on, "", nil))
+				Text: strings.Join(strings.Fields(fmt.Sprintf("%s of %s went to %s %s (%s)", pct1(frac), timeOf(subj), d.what, forWhom(e, d.on), amountText(d.amount, d.unit))), " ")}, d.refs...)
+			if kindOfKey(d.on) == fact.Softirq {
+				// The activity is the resource itself: the hop ends there.
+				c.hops[len(c.hops)-1].To = e.subjectOf(d.on)
+			} else {
+				c.hop(e.intoHop(act, finding.ConstrainedBy, d.on, "", nil))
+			}
 			out = append(out, e.resolve(c, d.on, depth+1, nil)...)
 		}
 	}
@@ -556,6 +561,9 @@ func (e *engine) topConsumers(k string) []*fact.Usage {
 		if u.For != "" || u.Activity == "refault" || (u.By.TID != 0 && u.By.TID != u.By.PID && u.Threads == 0) {
 			continue
 		}
+		if kindOfKey(k) == fact.HostCPU && u.Unit != "cpu_s" {
+			continue
+		}
 		if u.By.PID == 0 && u.By.TID == 0 && u.By.Comm == "" {
 			continue // a cgroup's total: its processes say more
 		}
@@ -570,14 +578,14 @@ func (e *engine) topConsumers(k string) []*fact.Usage {
 	total, _ := e.used(k)
 	var out []*fact.Usage
 	for i, u := range us {
-		share := u.Share
-		if share == 0 && total > 0 {
-			share = u.Amount / total
+		c := *u
+		if c.Share == 0 && total > 0 {
+			c.Share = c.Amount / total
 		}
-		if i >= maxConsumers || (i > 0 && share < 0.05) {
+		if i >= maxConsumers || (i > 0 && c.Share < 0.05) {
 			break
 		}
-		out = append(out, u)
+		out = append(out, &c)
 	}
 	return out
 }
@@ -593,6 +601,8 @@ func forWhom(e *engine, k string) string {
 		return "in memory cgroup " + r.Cgroup
 	case fact.CPUQuota:
 		return "in cgroup " + r.Cgroup
+	case fact.Softirq:
+		return ""
 	}
 	return "for " + nameOf(e.subjectOf(k))
 }
@@ -600,7 +610,7 @@ func forWhom(e *engine, k string) string {
 // timeOf says a resource's time: "the CPUs' busy time", "vda's time".
 func timeOf(s finding.Subject) string {
 	switch {
-	case s.Role == finding.RoleCPU && s.CPU == nil:
+	case s.Role == finding.RoleCPU && s.CPU == nil && s.Comm == "all CPUs":
 		return "the CPUs' busy time"
 	case s.Role == finding.RoleDevice:
 		return nameOf(s) + "'s throughput"
@@ -612,6 +622,8 @@ func activityName(a string) string {
 	switch a {
 	case "reclaim":
 		return "memory reclaim"
+	case "softirq":
+		return "softirq processing"
 	case "":
 		return "work"
 	}
@@ -643,7 +655,12 @@ func amountText(v float64, unit string) string {
 
 func consumerLabel(u *fact.Usage) string {
 	s := label(taskSubject(u.By, ""))
-	if u.By.PID == 0 && u.By.TID == 0 {
+	switch {
+	case u.By.PID == 0 && u.By.TID == 0 && u.By.Comm != "" && u.Threads > 0:
+		return fmt.Sprintf("%s (%d tasks that exited)", u.By.Comm, u.Threads)
+	case u.By.PID == 0 && u.By.TID == 0 && u.By.Comm != "":
+		return u.By.Comm
+	case u.By.PID == 0 && u.By.TID == 0:
 		s = "cgroup " + cgroupName(u.By)
 	}
 	if u.Threads > 1 {

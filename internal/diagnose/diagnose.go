@@ -188,8 +188,45 @@ func (e *engine) significant(w *fact.Wait) bool {
 		return w.Total >= floor || (w.Kind == fact.WaitReclaim && w.Max >= victimMaxWait)
 	case fact.WaitRefault:
 		return false // refaults are counted, not timed: they weigh a device's use
+	case fact.WaitIO:
+		if kindOfKey(e.canon(w.On)) == fact.Device {
+			return w.Max >= victimMaxWait || (w.Total >= victimTotalWait && e.waitsBehindOthers(w))
+		}
 	}
 	return w.Max >= victimMaxWait || w.Total >= victimTotalWait
+}
+
+// waitsBehindOthers says whether a task's I/O waits on a device are time
+// lost rather than its own work: a task streaming I/O to a device it has
+// to itself waits for each of its requests, as a CPU-bound task runs, and
+// is no victim. It is one when the device's time went mostly to others,
+// or to use made for another resource (reads that are refaults, for the
+// memory limit that evicted the pages).
+func (e *engine) waitsBehindOthers(w *fact.Wait) bool {
+	k := e.canon(w.On)
+	total, _ := e.used(k)
+	if total <= 0 {
+		return false
+	}
+	for _, d := range e.directedUse(k) {
+		if d.amount/total >= 0.3 {
+			return true
+		}
+	}
+	s := e.saturation(k)
+	if s == nil || !s.AtLimit {
+		return false
+	}
+	mine := 0.0
+	for _, u := range e.usage[k] {
+		if u.For != "" {
+			continue
+		}
+		if (w.Task.PID != 0 && u.By.PID == w.Task.PID) || (u.By.PID == 0 && u.By.IOCgroup != "" && u.By.IOCgroup == w.Task.IOCgroup) {
+			mine = max(mine, u.Amount)
+		}
+	}
+	return mine/total < 0.5
 }
 
 // dedupeVictims keeps one wait per task and resource (the worst), and

@@ -625,10 +625,22 @@ func TestHeavyUnthrottledIOHasNone(t *testing.T) {
 	dk := fact.DeviceKey("vda")
 	s.Saturations = append(s.Saturations, fact.Saturation{On: dk, Level: 0.99, Used: 200 << 20, Unit: "bytes_per_s", AtLimit: true})
 	s.Usage = append(s.Usage, fact.Usage{On: dk, By: task(90, 90, "fio"), Amount: 2000 << 20, Unit: "bytes", Activity: "read"})
-	s.Waits = append(s.Waits, fact.Wait{Task: task(90, 90, "fio"), Kind: fact.WaitIO, On: dk, Total: 600 * ms1, Max: 5 * ms1, Count: 50000})
+	// fio waits for every one of its requests: that is its work, as a
+	// CPU-bound task runs.
+	s.Waits = append(s.Waits, fact.Wait{Task: task(90, 90, "fio"), Kind: fact.WaitIO, On: dk, Total: 8 * sec, Max: 15 * ms1, Count: 2000})
 	if ds := Diagnose(nil, s); len(ds) != 0 {
 		t.Errorf("diagnosed: %s", ds[0].Title)
 	}
+	// Another task's reads queue behind the stream: it lost time to it.
+	s.Waits = append(s.Waits, fact.Wait{Task: task(95, 95, "postgres"), Kind: fact.WaitIO, On: dk, Total: 2 * sec, Max: 80 * ms1, Count: 100})
+	s.Usage = append(s.Usage, fact.Usage{On: dk, By: task(95, 95, "postgres"), Amount: 10 << 20, Unit: "bytes", Activity: "read"})
+	ds := Diagnose(nil, s)
+	logChain(t, ds)
+	d := only(t, ds)
+	if d.ID != "diagnose.device" || subject(d, finding.RoleConsumer, func(s finding.Subject) bool { return s.PID == 90 }) == nil {
+		t.Errorf("%s: %s", d.ID, d.Title)
+	}
+	checkHops(t, d)
 }
 
 // A lock that is wolf's own is left out by its investigator; facts
@@ -658,4 +670,45 @@ func TestStableOrder(t *testing.T) {
 			t.Errorf("%d: %q vs %q", i, da[i].Title, db[i].Title)
 		}
 	}
+}
+
+// Socket traffic over loopback: the CPUs are saturated, and half of
+// their time is softirq processing (NET_RX) of that traffic: the CPUs are
+// the root, softirq processing named first among their consumers.
+func TestSoftirqLoadOnTheCPUs(t *testing.T) {
+	s := window()
+	hostSaturated(s, 2)
+	s.Usage = append(s.Usage,
+		fact.Usage{On: fact.HostCPUKey(), By: fact.Task{Comm: "NET_RX softirq"}, Amount: 8.1, Unit: "cpu_s", Activity: "softirq", Share: 0.41},
+		fact.Usage{On: fact.HostCPUKey(), By: fact.Task{Comm: "HRTIMER softirq"}, Amount: 2.7, Unit: "cpu_s", Activity: "softirq", Share: 0.13},
+		fact.Usage{On: fact.HostCPUKey(), By: task(31537, 0, "stress-ng-sock"), Amount: 7, Unit: "cpu_s", Share: 0.35},
+	)
+	s.Waits = append(s.Waits,
+		fact.Wait{Task: task(31536, 31536, "stress-ng-sock"), Kind: fact.WaitRunQueue, On: fact.HostCPUKey(), Total: 2 * sec, Max: 20 * ms1, Count: 900},
+		fact.Wait{Task: task(31537, 31537, "stress-ng-sock"), Kind: fact.WaitRunQueue, On: fact.HostCPUKey(), Total: 2 * sec, Max: 20 * ms1, Count: 900},
+	)
+	ds := Diagnose(nil, s)
+	logChain(t, ds)
+	d := only(t, ds)
+	if d.ID != "diagnose.host-cpu" || !strings.HasPrefix(d.Title, "Saturated CPUs: NET_RX softirq 41%, stress-ng-sock (pid 31537) 35%, HRTIMER softirq 13%") {
+		t.Fatalf("%s: %s", d.ID, d.Title)
+	}
+	checkHops(t, d)
+}
+
+// A NET_RX run of 23 ms on top of a task (the story of one latency
+// spike): softirq time on that CPU is the root, and it is critical.
+func TestSoftirqStallOnACPU(t *testing.T) {
+	s := window()
+	k := fact.SoftirqKey(1)
+	s.Resource(fact.Resource{Kind: fact.Softirq, Key: k, Name: "softirq processing on CPU 1 (NET_RX: tcp collapse)", CPU: 1})
+	s.Saturations = append(s.Saturations, fact.Saturation{On: k, Level: 0.05, AtLimit: true, Numbers: map[string]float64{"max_run_us": 23000}, Finding: "softirq.stall"})
+	s.Waits = append(s.Waits, fact.Wait{Task: task(0, 0, ""), Kind: fact.WaitSoftirq, On: k, Total: 60 * ms1, Max: 23 * ms1, Count: 3,
+		Numbers: map[string]any{"vector": "NET_RX"}, Detail: "NET_RX ran on top of it in 3 runs of up to 23 ms", Finding: "softirq.stall"})
+	s.Waits[0].Task.Comm = "CPU 1's work"
+	d := only(t, Diagnose([]finding.Finding{{ID: "softirq.stall", Title: "x"}}, s))
+	if d.ID != "diagnose.softirq" || d.Severity != finding.Critical || !strings.Contains(d.Title, "tcp collapse") || !slices.Contains(d.Explains, "softirq.stall") {
+		t.Errorf("%s %v %s %v", d.ID, d.Severity, d.Title, d.Explains)
+	}
+	checkHops(t, d)
 }

@@ -1,6 +1,7 @@
 package diagnose
 
 import (
+	"path"
 	"slices"
 	"strings"
 	"time"
@@ -251,18 +252,23 @@ func (e *engine) saturation(k string) *sat { return e.sats[k] }
 // IOLimit) that a task is in: its own fact's path, else a resource of
 // that kind whose members include its process.
 func (e *engine) cgroupOf(t fact.Task, kind fact.Kind) string {
-	switch kind {
-	case fact.CPUQuota:
-		if t.CPUCgroup != "" {
-			return t.CPUCgroup
-		}
-	case fact.Memory:
-		if t.MemCgroup != "" {
-			return t.MemCgroup
-		}
-	case fact.IOLimit:
-		if t.IOCgroup != "" {
-			return t.IOCgroup
+	own := map[fact.Kind]string{fact.CPUQuota: t.CPUCgroup, fact.Memory: t.MemCgroup, fact.IOLimit: t.IOCgroup}[kind]
+	if own != "" {
+		// The limit may be set on an ancestor: the nearest one measured.
+		for p := own; ; p = path.Dir(p) {
+			var k string
+			switch kind {
+			case fact.CPUQuota:
+				k = fact.CPUQuotaKey(p)
+			case fact.Memory:
+				k = fact.MemoryKey(p)
+			}
+			if k != "" && e.sats[k] != nil {
+				return p
+			}
+			if p == "/" || p == "." || p == "" {
+				return own
+			}
 		}
 	}
 	if t.PID == 0 {

@@ -33,8 +33,10 @@ func nameOf(s finding.Subject) string {
 	switch {
 	case s.Lock != "":
 		return s.Lock
-	case s.Role == finding.RoleCPU && s.CPU == nil:
+	case s.Role == finding.RoleCPU && s.CPU == nil && s.Comm == "all CPUs":
 		return "the host's CPUs"
+	case s.Role == finding.RoleCPU && s.CPU == nil:
+		return s.Detail
 	case s.Role == finding.RoleCPU:
 		return fmt.Sprintf("CPU %d", *s.CPU)
 	case s.Role == finding.RoleCgroup && s.Device != "":
@@ -82,7 +84,13 @@ func (e *engine) subjectOf(k string) finding.Subject {
 			d = fmt.Sprintf("the host's %.0f CPUs", n)
 		}
 		return finding.Subject{Role: finding.RoleCPU, Comm: "all CPUs", Detail: d}
-	case fact.CPU, fact.Softirq:
+	case fact.Softirq:
+		if r.CPU < 0 || k == fact.SoftirqKey(-1) {
+			return finding.Subject{Role: finding.RoleCPU, Comm: "softirq processing", Detail: "softirq processing on all CPUs"}
+		}
+		cpu := r.CPU
+		return finding.Subject{Role: finding.RoleCPU, CPU: &cpu, Detail: "softirq processing on CPU " + fmt.Sprint(cpu)}
+	case fact.CPU:
 		cpu := r.CPU
 		d := "softirq processing on CPU " + fmt.Sprint(cpu)
 		if r.Kind == fact.CPU {

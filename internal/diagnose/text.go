@@ -264,8 +264,11 @@ func (d *draft) words(e *engine) (title, summary string) {
 	case "journal":
 		title = fmt.Sprintf("Journal commits on %s%s: %s", e.resource(d.root).Device, satShort(rs), d.victimsPhrase())
 	case "softirq":
-		name := cmp.Or(e.resource(d.root).Name, "softirq processing on "+nameOf(b.rootSubj))
+		name := cmp.Or(e.resource(d.root).Name, nameOf(b.rootSubj))
 		title = fmt.Sprintf("%s%s: %s", strings.ToUpper(name[:1]), name[1:], d.victimsPhrase())
+		if d.via == fact.HostCPUKey() && d.viaFrac > 0 {
+			title += fmt.Sprintf("; it took %s of the CPUs' busy time", pct1(d.viaFrac))
+		}
 	case "host-memory":
 		title = "The host is short of memory: " + d.victimsPhrase()
 	default:
@@ -342,6 +345,8 @@ func (d *draft) evictedBy(e *engine) string {
 func (d *draft) viaWhat(e *engine) string {
 	r := e.resource(d.root)
 	switch r.Kind {
+	case fact.Softirq:
+		return nameOf(e.subjectOf(d.root))
 	case fact.Memory:
 		if r.Cgroup == "/" {
 			return "reclaim for the host's memory"
@@ -394,6 +399,9 @@ func (d *draft) rootRemedy(e *engine) []string {
 		return []string{fmt.Sprintf("Give cgroup %s memory headroom (v1 memory.limit_in_bytes, v2 memory.max) or shrink its working set: its tasks reclaim on every charge and read back what the limit evicted.", cg)}
 	case "cpu-quota":
 		cg := e.resource(d.root).Cgroup
+		if lockName == "" && len(d.remedy) > 0 {
+			return nil // the quota's own finding says what to do about it
+		}
 		if lockName != "" {
 			return []string{fmt.Sprintf("Raise the CPU quota of cgroup %s (v1 cpu.cfs_quota_us, v2 cpu.max) or run fewer busy threads in it: a lock holder throttled with its cgroup keeps the lock until the next period.", cg)}
 		}

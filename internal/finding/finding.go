@@ -295,6 +295,49 @@ type Overhead struct {
 	BPFRunNs   uint64  `json:"bpf_run_ns"`
 	Events     uint64  `json:"events"`
 	Dropped    uint64  `json:"dropped"`
+
+	// What follows says what the window cost apart from start-up, against
+	// the budget (--max-cpu). The report's are set by the command that
+	// ran the window; an investigator's result carries only Sampled.
+
+	// StartupS and StartupCPUS are the time and CPU wolf took to load,
+	// verify and attach its programs, before the window (counted in
+	// CPUSeconds, not in WindowCPUS).
+	StartupS    float64 `json:"startup_s,omitempty"`
+	StartupCPUS float64 `json:"startup_cpu_s,omitempty"`
+	// WindowCPUS is wolf's process CPU time from the window's start to
+	// the report (the window and concluding it); CPUPct is that over
+	// the window, in percent of one CPU.
+	WindowCPUS float64 `json:"window_cpu_s,omitempty"`
+	CPUPct     float64 `json:"cpu_one_cpu_pct,omitempty"`
+	// BPFPct is BPFRunNs over the window, in percent of one CPU.
+	BPFPct float64 `json:"bpf_one_cpu_pct,omitempty"`
+	// BudgetPct is the BPF budget, in percent of one CPU (0: none).
+	// BudgetBit says the budget made some investigator sample (Sampled
+	// says which and at what rate); OverBudget that the programs spent
+	// more than the budget all the same (what they keep exact costs
+	// more than the budget on this host's event rate).
+	BudgetPct  float64 `json:"budget_one_cpu_pct,omitempty"`
+	BudgetBit  bool    `json:"budget_bit,omitempty"`
+	OverBudget bool    `json:"over_budget,omitempty"`
+	// Sampled lists the investigators whose expensive detail (stacks,
+	// records) was sampled in the window, and at what rate.
+	Sampled []Sampling `json:"sampled,omitempty"`
+}
+
+// Sampling is one investigator's detail sampled under the budget: of
+// Events eligible for it, Detailed got it. Their counts, sums and
+// histograms stay exact; what the detail feeds (stacks, per-owner
+// records) is a sample.
+type Sampling struct {
+	Investigator string  `json:"investigator"`
+	What         string  `json:"what"`
+	Events       uint64  `json:"events"`
+	Detailed     uint64  `json:"detailed"`
+	Rate         float64 `json:"rate"` // Detailed / Events
+	// IntervalUs is the least time between two detailed events on one
+	// CPU at the end of the window, in microseconds.
+	IntervalUs float64 `json:"interval_us"`
 }
 
 // Add accumulates another investigator's overhead into o.
@@ -303,6 +346,7 @@ func (o *Overhead) Add(p Overhead) {
 	o.BPFRunNs += p.BPFRunNs
 	o.Events += p.Events
 	o.Dropped += p.Dropped
+	o.Sampled = append(o.Sampled, p.Sampled...)
 }
 
 // Report is the whole result of one wolf command.

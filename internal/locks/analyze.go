@@ -237,8 +237,14 @@ func (s *Snapshot) aggregate() []*lockAgg {
 		slices.SortFunc(a.waits, func(x, y Wait) int { return cmp.Compare(y.TotalNs, x.TotalNs) })
 		slices.SortFunc(a.waiters, func(x, y Waiter) int { return cmp.Compare(y.TotalNs, x.TotalNs) })
 		slices.SortFunc(a.owners, func(x, y Owner) int { return cmp.Compare(y.TotalNs, x.TotalNs) })
-		if len(a.waits) > 0 {
-			a.topWaitStack = waiterFrames(a.waits[0].Stack)
+		// The costliest waits that have a stack: under a storm the
+		// stacks are a sample (the detail budget), and the waits
+		// filed without one say nothing of where the lock is taken.
+		for _, w := range a.waits {
+			if len(w.Stack) > 0 {
+				a.topWaitStack = waiterFrames(w.Stack)
+				break
+			}
 		}
 		a.name, a.nameFrom = s.nameLock(a)
 	}

@@ -738,7 +738,7 @@ func runqFinding(s *Snapshot, th Thresholds) *finding.Finding {
 		Subjects:     subj,
 		Evidence:     ev,
 		Remediation: []string{
-			"Find what else runs on those CPUs: wolf sched --format json (histograms runq_latency_us by cpu and cgroup), top -H, or perf sched latency.",
+			"Who used the CPUs meanwhile is measured in the same window: sched's CPU consumers (CPU time per process and cgroup) and, when tasks lost real time, the diagnosis that names them; the histograms runq_latency_us by CPU and cgroup are in the JSON report.",
 			"Give the latency-sensitive tasks their own CPUs (cpusets) or more weight (cpu.weight of their cgroup, nice); move batch work to SCHED_BATCH or a lower weight.",
 		},
 	}

@@ -2,6 +2,7 @@ package softirq
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -76,6 +77,43 @@ func (s *Snapshot) facts(fs []finding.Finding) *fact.Set {
 		v.w.Detail = fmt.Sprintf("%s ran on top of it in %d runs of up to %s", v.w.Numbers["vector"], v.w.Count, human.Duration(v.w.Max))
 		set.Waits = append(set.Waits, v.w)
 	}
+	// The host's CPUs' time that went to softirq processing, by vector:
+	// consumers of the CPUs like any task (softirq work is done for the
+	// traffic or the I/O that raised it, whose tasks are consumers too).
+	all := fact.SoftirqKey(-1)
+	byVector := map[string]time.Duration{}
+	var allTotal time.Duration
+	for _, vecs := range perCPU {
+		for v, d := range vecs {
+			byVector[v] += d
+			allTotal += d
+		}
+	}
+	if allTotal > 0 {
+		capa := time.Duration(len(perCPU)) * s.Window
+		if s.CPUs > 0 {
+			capa = time.Duration(s.CPUs) * s.Window
+		}
+		var parts []string
+		x := fact.Saturation{On: all, Level: share(allTotal, capa), Used: allTotal.Seconds(), Unit: "s",
+			Numbers: map[string]float64{"softirq_ms": human.Round(float64(allTotal)/1e6, 2), "softirq_pct": human.Round(100*share(allTotal, capa), 1)}}
+		x.AtLimit = x.Level >= softirqBusyShare
+		for _, v := range sortedVectors(byVector) {
+			d := byVector[v]
+			set.Usage = append(set.Usage, fact.Usage{On: fact.HostCPUKey(), By: fact.Task{Comm: v + " softirq"}, Amount: d.Seconds(), Unit: "cpu_s",
+				Activity: "softirq", Share: share(d, capa)})
+			x.Numbers[strings.ToLower(v)+"_ms"] = human.Round(float64(d)/1e6, 2)
+			if p := share(d, capa); p >= 0.01 {
+				parts = append(parts, fmt.Sprintf("%s %s", v, human.Percent(100*p)))
+			}
+		}
+		name := "softirq processing on all CPUs"
+		if len(parts) > 0 {
+			name += " (" + strings.Join(parts, ", ") + " of their time)"
+		}
+		set.Resource(fact.Resource{Kind: fact.Softirq, Key: all, Name: name, CPU: -1})
+		set.Saturations = append(set.Saturations, x)
+	}
 	for cpu, vecs := range perCPU {
 		k := fact.SoftirqKey(cpu)
 		var total time.Duration
@@ -110,6 +148,26 @@ func (s *Snapshot) facts(fs []finding.Finding) *fact.Set {
 		set.Saturations = append(set.Saturations, x)
 	}
 	return set
+}
+
+// softirqBusyShare is the share of the CPUs' time softirq processing
+// takes before it holds the host's tasks back (the checklist's 20% of a
+// CPU).
+const softirqBusyShare = 0.2
+
+// sortedVectors are the vectors by time, largest first.
+func sortedVectors(m map[string]time.Duration) []string {
+	vs := make([]string, 0, len(m))
+	for v := range m {
+		vs = append(vs, v)
+	}
+	sort.Slice(vs, func(i, j int) bool {
+		if m[vs[i]] != m[vs[j]] {
+			return m[vs[i]] > m[vs[j]]
+		}
+		return vs[i] < vs[j]
+	})
+	return vs
 }
 
 func share(d, window time.Duration) float64 {

@@ -28,6 +28,7 @@ import (
 	"github.com/wolf-investigator/wolf/internal/kallsyms"
 	"github.com/wolf-investigator/wolf/internal/kernelbtf"
 	"github.com/wolf-investigator/wolf/internal/pace"
+	"github.com/wolf-investigator/wolf/internal/perfsample"
 	"github.com/wolf-investigator/wolf/internal/probekit"
 	"github.com/wolf-investigator/wolf/internal/sysctl"
 	"github.com/wolf-investigator/wolf/internal/virt"
@@ -211,6 +212,9 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 		Virtual:     virt.Detect(),
 		Slowdown:    pace.Slowdown(),
 		SelfTGID:    os.Getpid(),
+	}
+	if cpus, err := perfsample.OnlineCPUs(); err == nil {
+		snap.CPUs = len(cpus)
 	}
 	if s.cpuErr == nil {
 		if after, err := readCPUTimes(); err == nil {

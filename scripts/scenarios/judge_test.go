@@ -227,3 +227,25 @@ func hasWhy(v Verdict, s string) bool {
 	}
 	return false
 }
+
+func TestMarkdownTable(t *testing.T) {
+	sel := []Scenario{{Name: "cpu-quota", What: "hogs"}, {Name: "neg-cpu-busy", What: "busy"}}
+	rs := []Result{
+		{Scenario: "cpu-quota", Run: 1, Verdict: Verdict{Pass: true, FirstID: "diagnose.cpu-quota", FirstTitle: "quota"}},
+		{Scenario: "cpu-quota", Run: 2, Verdict: Verdict{FirstID: "sched.runq-latency", FirstTitle: "Run-queue | latency", Why: []string{"no diagnosis"}, Wrong: []string{"Run-queue | latency"}}},
+		{Scenario: "neg-cpu-busy", Run: 1, Required: true, Verdict: Verdict{Pass: true}},
+	}
+	md := markdown(Meta{Runs: 2}, sel, rs)
+	for _, want := range []string{
+		"| cpu-quota | 1/2 |  | `diagnose.cpu-quota`: 1, `sched.runq-latency`: 1 | Run-queue \\| latency |",
+		"| neg-cpu-busy | 1/1 | yes | `(nothing)`: 1 |  |",
+		"- **cpu-quota** (right in 1 of 2): first `sched.runq-latency` (no diagnosis).",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("table lacks %q:\n%s", want, md)
+		}
+	}
+	if strings.Contains(md, "**neg-cpu-busy**") {
+		t.Errorf("a scenario right in every run is listed as not right:\n%s", md)
+	}
+}

@@ -135,7 +135,11 @@ func run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
+	rev := ""
 	if *wolf == "" {
+		if out, err := exec.Command("git", "describe", "--always", "--dirty").Output(); err == nil {
+			rev = strings.TrimSpace(string(out))
+		}
 		dir, err := os.MkdirTemp("", "wolf-scenarios-bin-")
 		if err != nil {
 			logf("%v", err)
@@ -200,7 +204,7 @@ func run() int {
 	logf("%d runs in %s (%.0f s per run)", len(results), elapsed.Round(time.Second), elapsed.Seconds()/float64(max(1, len(results))))
 	if *out != "" {
 		meta := Meta{Kernel: kernel, CgroupV: map[bool]int{false: 1, true: 2}[v2], Runs: *runs, Duration: *duration, Date: time.Now().UTC().Format("2006-01-02"),
-			Wolf: wolfVersion(*wolf), Seconds: elapsed.Seconds(), Command: commandLine()}
+			Wolf: strings.TrimSpace(wolfVersion(*wolf) + " " + rev), Seconds: elapsed.Seconds(), Command: commandLine()}
 		if err := writeTable(*out, meta, sel, results); err != nil {
 			logf("%v", err)
 			return 1

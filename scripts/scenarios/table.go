@@ -129,6 +129,7 @@ func markdown(m Meta, sel []Scenario, rs []Result) string {
 		}
 		fmt.Fprintf(&b, "| %s | %d/%d | %s | %s | %s |\n", s.Name, right, len(runs), req, strings.Join(fl, ", "), strings.Join(wrong, "<br>"))
 	}
+	b.WriteString(notPassing(sel, rs))
 	b.WriteString("\n## Runs\n")
 	for _, s := range sel {
 		first := true
@@ -162,4 +163,41 @@ func cell(s string, n int) string {
 		s = string(r[:n-1]) + "…"
 	}
 	return s
+}
+
+// notPassing says, per scenario not right in every run, what doctor put
+// first instead and what the judge missed: the open work, in one place.
+func notPassing(sel []Scenario, rs []Result) string {
+	var b strings.Builder
+	for _, s := range sel {
+		var runs []Result
+		for _, r := range rs {
+			if r.Scenario == s.Name {
+				runs = append(runs, r)
+			}
+		}
+		right := 0
+		var whys []string
+		for _, r := range runs {
+			if r.Pass() {
+				right++
+				continue
+			}
+			w := r.Error
+			if w == "" {
+				w = fmt.Sprintf("first `%s` (%s)", r.Verdict.FirstID, strings.Join(r.Verdict.Why, "; "))
+			}
+			if w = cell(w, 240); !slices.Contains(whys, w) {
+				whys = append(whys, w)
+			}
+		}
+		if len(runs) == 0 || right == len(runs) {
+			continue
+		}
+		if b.Len() == 0 {
+			b.WriteString("\n## Not right yet\n\n")
+		}
+		fmt.Fprintf(&b, "- **%s** (right in %d of %d): %s.\n", s.Name, right, len(runs), strings.Join(whys, "; "))
+	}
+	return b.String()
 }
