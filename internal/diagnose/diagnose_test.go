@@ -712,3 +712,16 @@ func TestSoftirqStallOnACPU(t *testing.T) {
 	}
 	checkHops(t, d)
 }
+
+// A quota set on a parent cgroup holds back the tasks of its children:
+// the holder in /pod/app is throttled by the quota of /pod.
+func TestQuotaOnAnAncestor(t *testing.T) {
+	s := quotaFacts()
+	s.Saturations[0].On = fact.CPUQuotaKey("/pod")
+	s.Saturations[0].Members = nil
+	s.Holds[0].Holder.CPUCgroup = "/pod/app"
+	d := only(t, Diagnose(nil, s))
+	if d.ID != "diagnose.cpu-quota" || d.Root.Cgroup != "/pod" {
+		t.Errorf("%s root %+v", d.ID, d.Root)
+	}
+}
