@@ -32,7 +32,8 @@
 #      the VM's disk. Each is reported; the
 #      check fails when one listed as "v2 NAME" in
 #      scripts/scenarios/required.txt fails. The table lands in
-#      $OUT/scenarios-table.out (markdown).
+#      $OUT/scenarios-table.out (markdown) and scenarios-json.out
+#      (docs/scenarios-v2.md and .json are a copy of a 3-run pass).
 #
 # Exit status: 0 when every check passes, 1 when one fails, 2 on a setup error.
 #
@@ -95,6 +96,7 @@ cat >"$OUT/tasks.sh" <<TASKS
 LABS="$LABS"
 SCENARIOS="$SCENARIOS"
 SCENARIO_RUNS="$SCENARIO_RUNS"
+SCEN_REV="$(git -C "$REPO" describe --always --dirty 2>/dev/null || echo unknown)"
 TASKS
 cat >>"$OUT/tasks.sh" <<'TASKS'
 { uname -a; cat /sys/fs/cgroup/cgroup.subtree_control; ls -l /dev/fuse; cat /tmp/insmod.err; } >/tmp/env.out 2>&1
@@ -118,7 +120,8 @@ done
 if [ -n "$SCENARIOS" ]; then
 	note "scenarios start uptime=$(up)s"
 	mkdir -p /tmp/scen
-	scenarios -wolf /bin/wolf -only "$(echo $SCENARIOS | tr ' ' ,)" -runs "$SCENARIO_RUNS" -keep /tmp/scen -out /tmp/scen/table -scratch /var/tmp -ci >/tmp/scen.out 2>&1; rc=$?
+	scenarios -wolf /bin/wolf -only "$(echo $SCENARIOS | tr ' ' ,)" -runs "$SCENARIO_RUNS" -keep /tmp/scen -out /tmp/scen/table -scratch /var/tmp -ci \
+		-reproduce "WOLF_QEMU_SCENARIO_RUNS=$SCENARIO_RUNS scripts/qemu/diagnose-on-debian.sh (wolf built from $SCEN_REV; Debian $(uname -r) under qemu, 2 vCPUs, 2 GiB)" >/tmp/scen.out 2>&1; rc=$?
 	note "scenarios done rc=$rc uptime=$(up)s"
 	emit scenarios $rc /tmp/scen.out
 	emit scenarios-table 0 /tmp/scen/table.md

@@ -249,3 +249,41 @@ func TestMarkdownTable(t *testing.T) {
 		t.Errorf("a scenario right in every run is listed as not right:\n%s", md)
 	}
 }
+
+func TestMergeTable(t *testing.T) {
+	prefix := t.TempDir() + "/t"
+	old := []Result{{Scenario: "cpu-quota", Run: 1}, {Scenario: "softirq", Run: 1}, {Scenario: "softirq", Run: 2}}
+	if err := writeTable(prefix, Meta{Command: "first"}, scenarios, old); err != nil {
+		t.Fatal(err)
+	}
+	sel, _ := selectScenarios("softirq", false)
+	all, m, err := mergeTable(prefix, Meta{Command: "again"}, sel, []Result{{Scenario: "softirq", Run: 1, Verdict: Verdict{Pass: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 2 || all[0].Scenario != "cpu-quota" || !all[1].Pass() || m.Command != "first" || len(m.Updated) != 1 || !strings.Contains(m.Updated[0], "softirq with `again`") {
+		t.Fatalf("merged %+v, meta %+v", all, m)
+	}
+}
+
+func TestParseStat(t *testing.T) {
+	line := "1234 (my (odd) comm) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 3 0 100 0 0\n"
+	pid, p, ok := parseStat([]byte(line))
+	if !ok || pid != 1234 || p.comm != "my (odd) comm" || p.ppid != 1 || p.ticks != 300 {
+		t.Fatalf("got %d %+v %v", pid, p, ok)
+	}
+	if _, _, ok := parseStat([]byte("garbage")); ok {
+		t.Fatal("garbage parsed")
+	}
+}
+
+func TestOthersBusy(t *testing.T) {
+	// 10 is the runner, 11 its doctor, 12 a workload under a shell 13.
+	a := map[int]procCPU{11: {ppid: 10}, 12: {ppid: 13}, 13: {ppid: 10}, 20: {ppid: 1, comm: "chromium"}, 21: {ppid: 1, comm: "idle"}, 22: {ppid: 1, comm: "cc"}}
+	b := map[int]procCPU{11: {ppid: 10, ticks: 800}, 12: {ppid: 13, ticks: 800}, 13: {ppid: 10}, 20: {ppid: 1, comm: "chromium", ticks: 400},
+		21: {ppid: 1, comm: "idle", ticks: 5}, 22: {ppid: 1, comm: "cc", ticks: 160}, 23: {ppid: 1, comm: "new", ticks: 900}}
+	got := othersBusy(a, b, 8, 10)
+	if strings.Join(got, "; ") != "chromium (pid 20) 50%; cc (pid 22) 20%" {
+		t.Fatalf("got %q", got)
+	}
+}
