@@ -323,6 +323,19 @@ type Overhead struct {
 	// Sampled lists the investigators whose expensive detail (stacks,
 	// records) was sampled in the window, and at what rate.
 	Sampled []Sampling `json:"sampled,omitempty"`
+	// Shed lists the programs the budget detached for part of the
+	// window: what they see was not seen meanwhile.
+	Shed []Shedding `json:"shed,omitempty"`
+}
+
+// Shedding is one program the budget detached for DetachedS seconds of
+// the window (Ongoing: still detached at its end).
+type Shedding struct {
+	Investigator string  `json:"investigator"`
+	Target       string  `json:"target"`
+	Why          string  `json:"why"`
+	DetachedS    float64 `json:"detached_s"`
+	Ongoing      bool    `json:"ongoing,omitempty"`
 }
 
 // Sampling is one investigator's detail sampled under the budget: of
@@ -347,6 +360,7 @@ func (o *Overhead) Add(p Overhead) {
 	o.Events += p.Events
 	o.Dropped += p.Dropped
 	o.Sampled = append(o.Sampled, p.Sampled...)
+	o.Shed = append(o.Shed, p.Shed...)
 }
 
 // Report is the whole result of one wolf command.

@@ -31,7 +31,7 @@ type Metrics struct {
 	success, lastDuration, lastSuccess, window, runs, errs *prometheus.Desc
 	attaches                                               *prometheus.Desc
 	bpfRun, events, dropped                                *prometheus.Desc
-	detailRatio, budget                                    *prometheus.Desc
+	detailRatio, budget, shed                              *prometheus.Desc
 	findingsDesc                                           *prometheus.Desc
 	version, kernel                                        string
 	budgetPct                                              float64 // --max-cpu, 0: none
@@ -60,6 +60,9 @@ type collectorState struct {
 	// detailRatio is the last window's share of events that got their
 	// detail under the BPF budget (1: all of them, nothing sampled).
 	detailRatio float64
+	// shedS is how long the budget kept the investigator's programs
+	// detached, summed over programs and windows.
+	shedS float64
 }
 
 type findingLabels struct{ id, severity string }
@@ -102,6 +105,7 @@ func NewMetrics(version, kernel string, top int, windows map[string]time.Duratio
 	m.events = prometheus.NewDesc("wolf_events_total", "Kernel events wolf's programs handled.", c, nil)
 	m.dropped = prometheus.NewDesc("wolf_events_dropped_total", "Events lost: ring buffer full, map full, recursion misses.", c, nil)
 	m.detailRatio = prometheus.NewDesc("wolf_collector_detail_ratio", "Share of the last window's events whose detail (stacks, records) the investigator kept under the BPF budget: 1 when nothing was sampled. Counts, sums and histograms are exact either way.", c, nil)
+	m.shed = prometheus.NewDesc("wolf_collector_shed_seconds_total", "Program-seconds the BPF budget kept the investigator's sheddable programs detached (what they see was not seen meanwhile; the JSON lines' notes say which).", c, nil)
 	m.budget = prometheus.NewDesc("wolf_bpf_budget_ratio", "The budget of wolf's BPF programs (--max-cpu) as a fraction of one CPU; compare with rate(wolf_bpf_run_seconds_total[5m]) summed over collectors.", nil, nil)
 	m.findingsDesc = prometheus.NewDesc("wolf_findings", "Findings active after the investigator's last window.", []string{"investigator", "id", "severity"}, nil)
 	return m
@@ -130,6 +134,9 @@ func (m *Metrics) Observe(name string, res *investigator.Result, took time.Durat
 	s.detailRatio = 1
 	for _, sm := range res.Overhead.Sampled {
 		s.detailRatio = min(s.detailRatio, sm.Rate)
+	}
+	for _, sh := range res.Overhead.Shed {
+		s.shedS += sh.DetachedS
 	}
 
 	active := map[findingLabels]int{}
@@ -217,6 +224,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.bpfRun, prometheus.CounterValue, float64(s.bpfRunNs)/1e9, name)
 		ch <- prometheus.MustNewConstMetric(m.events, prometheus.CounterValue, float64(s.events), name)
 		ch <- prometheus.MustNewConstMetric(m.dropped, prometheus.CounterValue, float64(s.dropped), name)
+		ch <- prometheus.MustNewConstMetric(m.shed, prometheus.CounterValue, s.shedS, name)
 		if !s.ran {
 			continue // no window finished yet: success unknown
 		}
