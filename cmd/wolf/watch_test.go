@@ -218,7 +218,7 @@ func mustAbs(t *testing.T, p string) string {
 func watchSignalLeavesNothing(t *testing.T, progs int, sig syscall.Signal) {
 	t.Helper()
 	cmd, _, out := startWatch(t, "--interval", "60s")
-	waitFor(t, "wolf watch's programs to load", 15*time.Second, func() bool { return len(wolfPrograms(t)) >= progs })
+	ids := heldPrograms(t, "wolf watch's programs to load", cmd.Process.Pid, progs, 15*time.Second)
 	started := time.Now()
 	if err := cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
@@ -238,7 +238,7 @@ func watchSignalLeavesNothing(t *testing.T, progs int, sig syscall.Signal) {
 			}
 		}
 	}
-	waitFor(t, "the kernel to drop wolf watch's programs after "+sig.String(), 5*time.Second, func() bool { return len(wolfPrograms(t)) == 0 })
+	waitFor(t, "the kernel to drop wolf watch's programs after "+sig.String(), 5*time.Second, func() bool { return stillLoaded(ids) == 0 })
 }
 
 // The shipped deployment files are valid for the tools that read them.

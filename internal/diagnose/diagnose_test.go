@@ -712,3 +712,28 @@ func TestSoftirqStallOnACPU(t *testing.T) {
 	}
 	checkHops(t, d)
 }
+
+// A quota set on a parent cgroup holds back the tasks of its children:
+// the holder in /pod/app is throttled by the quota of /pod.
+func TestQuotaOnAnAncestor(t *testing.T) {
+	s := quotaFacts()
+	s.Saturations[0].On = fact.CPUQuotaKey("/pod")
+	s.Saturations[0].Members = nil
+	s.Holds[0].Holder.CPUCgroup = "/pod/app"
+	d := only(t, Diagnose(nil, s))
+	if d.ID != "diagnose.cpu-quota" || d.Root.Cgroup != "/pod" {
+		t.Errorf("%s root %+v", d.ID, d.Root)
+	}
+}
+
+// The cgroup's own threads stalled in reclaim lose more time than the
+// lock's waiters; the title still tells the chain through the lock.
+func TestMemcgTitleTellsTheLockChain(t *testing.T) {
+	s := memcgFacts()
+	s.Waits = append(s.Waits, fact.Wait{Task: fact.Task{PID: 100, Comm: "memchain", MemCgroup: "/wolf-lab-memchain"}, Kind: fact.WaitReclaim,
+		On: fact.MemoryKey("/wolf-lab-memchain"), Total: 56 * sec, Max: 650 * ms1, Count: 46809})
+	d := only(t, Diagnose(nil, s))
+	if !strings.Contains(d.Title, "its reclaim runs under "+memLock+", held by r_memory (pid 100, tid 105)") {
+		t.Errorf("title %q", d.Title)
+	}
+}

@@ -71,7 +71,9 @@ func attachTable(m mode, profileHz int) []probekit.Attach {
 	}
 	t = append(t, []probekit.Attach{
 		{Kind: probekit.RawTracepoint, Target: "mmap_lock/mmap_lock_acquire_returned", Program: "on_mm_acquired",
-			Why: "mmap_lock holds and waits per thread"},
+			Why: "mmap_lock holds and waits per thread",
+			// Before 5.11 (no bpf_get_current_task_btf): probe reads.
+			Or: []probekit.Attach{{Kind: probekit.RawTracepoint, Target: "mmap_lock/mmap_lock_acquire_returned", Program: "on_mm_acquired_probe"}}},
 		{Kind: probekit.RawTracepoint, Target: "mmap_lock/mmap_lock_released", Program: "on_mm_released",
 			Why: "mmap_lock hold times and long holds"},
 		{Kind: probekit.RawTracepoint, Target: "vmscan/mm_vmscan_memcg_reclaim_begin", Program: "on_memcg_reclaim_begin",

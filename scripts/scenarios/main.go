@@ -75,7 +75,7 @@ type Result struct {
 	// Error is a set-up or doctor failure: the run judged nothing.
 	Error    string  `json:"error,omitempty"`
 	DoctorRC int     `json:"doctor_rc"`
-	Seconds  float64 `json:"seconds"`
+	Seconds  float64 `json:"seconds"` // from the tests lock taken to the run undone
 	Required bool    `json:"required"`
 	// Others are the processes outside the run that used 10% of a CPU
 	// or more during doctor's window (the machine is shared).
@@ -273,14 +273,15 @@ type runConfig struct {
 // runOne sets the scenario up, runs doctor, judges, undoes.
 func runOne(parent context.Context, s Scenario, i int, c runConfig) (res Result) {
 	res = Result{Scenario: s.Name, Run: i + 1, DoctorRC: -1}
-	t0 := time.Now()
-	defer func() { res.Seconds = time.Since(t0).Seconds() }()
 	unlock, err := flock(parent, testsLock, 10*time.Minute, c.logf)
 	if err != nil {
 		res.Error = err.Error()
 		return res
 	}
 	defer unlock()
+	// The run's own time, without the wait for the lock.
+	t0 := time.Now()
+	defer func() { res.Seconds = time.Since(t0).Seconds() }()
 	ctx, cancel := context.WithTimeout(parent, lab.Scaled(runDeadline))
 	defer cancel()
 	r := &Run{ctx: ctx, Index: i, Wolf: c.wolf, Scratch: c.scratch, V2: c.v2, led: c.led, logf: c.logf}
