@@ -194,8 +194,10 @@ tracepoint:block:block_rq_complete /args->dev == %d/ { @n = count(); }`, kdev(l.
 	btN, _ := strconv.ParseFloat(string(m[1]), 64)
 	wolfN := float64(requestsOf(t, res, l.Name))
 	t.Logf("completions on %s: wolf %.0f, bpftrace %.0f; dropped %d", l.Name, wolfN, btN, res.Overhead.Dropped)
-	if btN < 20000 {
-		t.Fatalf("bpftrace counted only %.0f of the 20000 reads", btN)
+	// Reads of the same block by two readers at once may merge into one
+	// request: a few fewer requests than reads.
+	if btN < 19000 {
+		t.Fatalf("bpftrace counted only %.0f requests for the 20000 reads", btN)
 	}
 	if d := (wolfN - btN) / btN; d > 0.02 || d < -0.02 {
 		t.Errorf("counts differ by %.2f%%", 100*d)
