@@ -103,6 +103,29 @@ type Subject struct {
 	// Evidence is this subject's own numbers (a waiter's wait, a holder's
 	// hold and where its time went), keys with units as Finding.Evidence.
 	Evidence map[string]any `json:"evidence,omitempty"`
+
+	// Workload names the container and pod the cgroup or task is in, as
+	// their users know them; filled after the investigators, from the
+	// cgroup's path and the container runtimes (internal/containers).
+	Workload
+}
+
+// Workload is the container and pod a cgroup or task belongs to. Every
+// field is optional: a cgroup of no container has none, and without a
+// runtime to ask only what the cgroup's path tells is there (the runtime,
+// the container id, the pod's uid and QoS class).
+type Workload struct {
+	Runtime     string `json:"runtime,omitempty"`      // "docker", "containerd", "cri-o", "podman", "cri" (a Kubernetes runtime the path does not tell)
+	ContainerID string `json:"container_id,omitempty"` // the full id
+	Container   string `json:"container,omitempty"`    // the container's name (in Kubernetes, its name in the pod)
+	Image       string `json:"image,omitempty"`
+	Pod         string `json:"pod,omitempty"`       // the pod's name (a Kubernetes pod or a podman pod)
+	Namespace   string `json:"namespace,omitempty"` // the Kubernetes namespace
+	PodUID      string `json:"pod_uid,omitempty"`
+	QoS         string `json:"qos,omitempty"` // the Kubernetes QoS class: "guaranteed", "burstable", "besteffort"
+	// Label says it all in words, as the text and HTML show it:
+	// "pod clickhouse-0 (ns prod), container server".
+	Label string `json:"workload,omitempty"`
 }
 
 // Finding is one conclusion: a verdict a person can act on, the evidence

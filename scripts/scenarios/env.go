@@ -492,7 +492,7 @@ func (r *Run) SetFile(path, value, undo string) error {
 
 // undoDir holds, per runner pid, the writes that undo what it set
 // machine-wide, one "PATH\tVALUE" line each.
-const undoDir = "/run/wolf/scenarios"
+var undoDir = "/run/wolf/scenarios"
 
 func journalUndo(path, undo string) error {
 	if err := os.MkdirAll(undoDir, 0o700); err != nil {
