@@ -24,6 +24,10 @@ const (
 	// filterTimeout bounds asking the runtimes what --container and --pod
 	// name, before the window.
 	filterTimeout = 5 * time.Second
+	// refreshTimeout bounds asking them in the background during the
+	// window (a shorter window bounds it more): a runtime that has not
+	// answered in half a minute will not, and its CLI is not left behind.
+	refreshTimeout = 30 * time.Second
 )
 
 // workloadFlags are --container and --pod.
@@ -61,7 +65,7 @@ func (w *workloadFlags) prepare(ctx context.Context, window time.Duration) (*nam
 	n := &naming{resolver: containers.NewResolver(containers.Options{})}
 	n.namer = &containers.Namer{Resolver: n.resolver}
 	if w.container == "" && w.pod == "" {
-		n.resolver.RefreshAsync(window)
+		n.resolver.RefreshAsync(min(window, refreshTimeout))
 		return n, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, filterTimeout)
