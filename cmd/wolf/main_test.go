@@ -188,6 +188,8 @@ func TestBadUsageExitsTwoWithOneLine(t *testing.T) {
 		{"sched", "--duration", "24h", "--pid", "0"},
 		{"reclaim", "--duration", "24h", "--pid", "0"},
 		{"bpf", "--duration", "24h", "--pid", "0"},
+		{"doctor", "--duration", "24h", "--container", ""},
+		{"sched", "--duration", "24h", "--pod", ""},
 	} {
 		r := runWolf(t, 10*time.Second, args...)
 		if r.code != exitUsage {

@@ -536,19 +536,32 @@ func (e *engine) directedUse(k string) []directed {
 // the block layer per cgroup: the smaller of the two is read for the
 // limit.
 func (e *engine) refaultReads(k string, add func(on string, amt float64, unit, what string, t fact.Task, r ref)) {
+	// The device's users by memory cgroup: the user's own, else the one
+	// whose processes it is among (on cgroup v1 a process's blkio and
+	// memory cgroups are different directories).
+	reads := map[string]float64{}
 	for _, u := range e.usage[k] {
 		if u.Unit != "bytes" || u.For != "" || (u.Activity != "" && u.Activity != "read") {
 			continue
 		}
-		cg := cmp.Or(u.By.MemCgroup, u.By.IOCgroup)
+		cg := u.By.MemCgroup
 		if cg == "" {
-			continue
+			cg = e.cgroupOf(fact.Task{PID: u.By.PID}, fact.Memory)
 		}
-		for _, mu := range e.usage[e.canon(fact.MemoryKey(cg))] {
+		if cg == "" && u.By.PID == 0 {
+			cg = u.By.IOCgroup
+		}
+		if cg != "" {
+			reads[cg] += u.Amount
+		}
+	}
+	for _, cg := range sortedKeys(reads) {
+		mk := e.canon(fact.MemoryKey(cg))
+		for _, mu := range e.usage[mk] {
 			if mu.Activity != "refault" || mu.Unit != "bytes" {
 				continue
 			}
-			add(e.canon(fact.MemoryKey(cg)), min(mu.Amount, u.Amount), "bytes", "refault reads", fact.Task{MemCgroup: cg}, refOf(mu.Finding, mu.FindingTitle))
+			add(mk, min(mu.Amount, reads[cg]), "bytes", "refault reads", fact.Task{MemCgroup: cg}, refOf(mu.Finding, mu.FindingTitle))
 		}
 	}
 }

@@ -58,6 +58,9 @@ const (
 	// NET_RX run of "The story of one latency spike"), a victim and
 	// critical however rare.
 	softirqStall = 20 * time.Millisecond
+	// A device this busy (its utilisation) makes the tasks that wait
+	// behind others' requests victims.
+	deviceBusy = 0.9
 	// Rivals below this share of the victims' time are not worth a line.
 	rivalMinShare = 0.05
 	maxVictimHops = 4 // victims drawn as hops; the rest are subjects
@@ -199,11 +202,16 @@ func (e *engine) significant(w *fact.Wait) bool {
 // waitsBehindOthers says whether a task's I/O waits on a device are time
 // lost rather than its own work: a task streaming I/O to a device it has
 // to itself waits for each of its requests, as a CPU-bound task runs, and
-// is no victim. It is one when the device's time went mostly to others,
-// or to use made for another resource (reads that are refaults, for the
-// memory limit that evicted the pages).
+// is no victim. It is one when the device is slow by itself (AtLimit: the
+// I/O investigator's verdict), when the device's time went to use made
+// for another resource (reads that are refaults, for the memory limit
+// that evicted the pages), or when the device was busy with others.
 func (e *engine) waitsBehindOthers(w *fact.Wait) bool {
 	k := e.canon(w.On)
+	s := e.saturation(k)
+	if s != nil && s.AtLimit {
+		return true
+	}
 	total, _ := e.used(k)
 	if total <= 0 {
 		return false
@@ -213,8 +221,7 @@ func (e *engine) waitsBehindOthers(w *fact.Wait) bool {
 			return true
 		}
 	}
-	s := e.saturation(k)
-	if s == nil || !s.AtLimit {
+	if s == nil || s.Level < deviceBusy {
 		return false
 	}
 	mine := 0.0

@@ -60,6 +60,16 @@ type locksLockKey struct {
 	Pad  uint32
 }
 
+type locksMmFoldSlots struct {
+	_ structs.HostLayout
+	S [16]struct {
+		_    structs.HostLayout
+		Key  locksMmKey
+		Comm [16]int8
+		Hold locksWolfHist
+	}
+}
+
 type locksMmKey struct {
 	_      structs.HostLayout
 	Tgid   uint32
@@ -249,7 +259,8 @@ const (
 	locksStatIndexSTAT_THROTTLED_HOLDS    locksStatIndex = 19
 	locksStatIndexSTAT_MM_STALE_HOLD      locksStatIndex = 20
 	locksStatIndexSTAT_STACK_SKIPPED      locksStatIndex = 21
-	locksStatIndexSTAT_MAX                locksStatIndex = 22
+	locksStatIndexSTAT_FOLD_FLUSH         locksStatIndex = 22
+	locksStatIndexSTAT_MAX                locksStatIndex = 23
 )
 
 type locksTaskKey struct {
@@ -325,6 +336,7 @@ const (
 	locksMapFoldCache             = "fold_cache"
 	locksMapHolds                 = "holds"
 	locksMapLockHist              = "lock_hist"
+	locksMapMmFold                = "mm_fold"
 	locksMapMmStats               = "mm_stats"
 	locksMapMmThreads             = "mm_threads"
 	locksMapOwnerFrames           = "owner_frames"
@@ -357,6 +369,7 @@ const (
 	locksProgOnMemcgReclaimBegin  = "on_memcg_reclaim_begin"
 	locksProgOnMemcgReclaimEnd    = "on_memcg_reclaim_end"
 	locksProgOnMmAcquired         = "on_mm_acquired"
+	locksProgOnMmAcquiredProbe    = "on_mm_acquired_probe"
 	locksProgOnMmReleased         = "on_mm_released"
 	locksProgOnSample             = "on_sample"
 	locksProgOnShrinkInactive     = "on_shrink_inactive"
@@ -431,6 +444,7 @@ type locksProgramSpecs struct {
 	OnMemcgReclaimBegin  *ebpf.ProgramSpec `ebpf:"on_memcg_reclaim_begin"`
 	OnMemcgReclaimEnd    *ebpf.ProgramSpec `ebpf:"on_memcg_reclaim_end"`
 	OnMmAcquired         *ebpf.ProgramSpec `ebpf:"on_mm_acquired"`
+	OnMmAcquiredProbe    *ebpf.ProgramSpec `ebpf:"on_mm_acquired_probe"`
 	OnMmReleased         *ebpf.ProgramSpec `ebpf:"on_mm_released"`
 	OnSample             *ebpf.ProgramSpec `ebpf:"on_sample"`
 	OnShrinkInactive     *ebpf.ProgramSpec `ebpf:"on_shrink_inactive"`
@@ -446,6 +460,7 @@ type locksMapSpecs struct {
 	FoldCache        *ebpf.MapSpec `ebpf:"fold_cache"`
 	Holds            *ebpf.MapSpec `ebpf:"holds"`
 	LockHist         *ebpf.MapSpec `ebpf:"lock_hist"`
+	MmFold           *ebpf.MapSpec `ebpf:"mm_fold"`
 	MmStats          *ebpf.MapSpec `ebpf:"mm_stats"`
 	MmThreads        *ebpf.MapSpec `ebpf:"mm_threads"`
 	OwnerFrames      *ebpf.MapSpec `ebpf:"owner_frames"`
@@ -511,6 +526,7 @@ type locksMaps struct {
 	FoldCache        *ebpf.Map `ebpf:"fold_cache"`
 	Holds            *ebpf.Map `ebpf:"holds"`
 	LockHist         *ebpf.Map `ebpf:"lock_hist"`
+	MmFold           *ebpf.Map `ebpf:"mm_fold"`
 	MmStats          *ebpf.Map `ebpf:"mm_stats"`
 	MmThreads        *ebpf.Map `ebpf:"mm_threads"`
 	OwnerFrames      *ebpf.Map `ebpf:"owner_frames"`
@@ -539,6 +555,7 @@ func (m *locksMaps) Close() error {
 		m.FoldCache,
 		m.Holds,
 		m.LockHist,
+		m.MmFold,
 		m.MmStats,
 		m.MmThreads,
 		m.OwnerFrames,
@@ -597,6 +614,7 @@ type locksPrograms struct {
 	OnMemcgReclaimBegin  *ebpf.Program `ebpf:"on_memcg_reclaim_begin"`
 	OnMemcgReclaimEnd    *ebpf.Program `ebpf:"on_memcg_reclaim_end"`
 	OnMmAcquired         *ebpf.Program `ebpf:"on_mm_acquired"`
+	OnMmAcquiredProbe    *ebpf.Program `ebpf:"on_mm_acquired_probe"`
 	OnMmReleased         *ebpf.Program `ebpf:"on_mm_released"`
 	OnSample             *ebpf.Program `ebpf:"on_sample"`
 	OnShrinkInactive     *ebpf.Program `ebpf:"on_shrink_inactive"`
@@ -618,6 +636,7 @@ func (p *locksPrograms) Close() error {
 		p.OnMemcgReclaimBegin,
 		p.OnMemcgReclaimEnd,
 		p.OnMmAcquired,
+		p.OnMmAcquiredProbe,
 		p.OnMmReleased,
 		p.OnSample,
 		p.OnShrinkInactive,

@@ -111,6 +111,14 @@ type Attach struct {
 	// When one of them attaches, the missing row's loss is not noted:
 	// the investigator says what the stand-ins do not see (StoodIn).
 	Unless string
+	// Shed, when not 0, lets the budget detach the row while the
+	// programs spend more than the budget with their detail sampled as
+	// far as it goes: wolf's cost is then that of the events it must
+	// count exactly, and only dropping a program's runs lowers it. Rows
+	// of one object with the same Shed go and come back together (a
+	// begin and its end); lower values go first, and come back last.
+	// For optional rows whose loss the report can say in a line (Why).
+	Shed int
 }
 
 // Feature is the `wolf check` feature this row needs, named as package
@@ -210,9 +218,11 @@ type Probe struct {
 	samplers []*perfsample.Sampler
 	rings    []interface{ close() }
 
-	attached map[string]bool     // by Target (and "perf_event")
-	chosen   map[string]Attach   // by the row's Target: the variant that attached
-	stoodIn  map[string][]string // by a missing row's Target: its stand-ins' Targets that attached
+	attached map[string]bool      // by Target (and "perf_event")
+	rowLinks map[string]link.Link // by Target: the link of a row that may be shed
+	shed     shedState            // budget.go
+	chosen   map[string]Attach    // by the row's Target: the variant that attached
+	stoodIn  map[string][]string  // by a missing row's Target: its stand-ins' Targets that attached
 	losses   []Loss
 	meter    *overhead.Meter
 	counters counterWindow
@@ -281,7 +291,8 @@ func Open(o Object) (*Probe, error) {
 		name: o.Name, spec: spec,
 		progs: map[string]*ebpf.Program{}, iters: map[string]*link.Iter{},
 		attached: map[string]bool{}, chosen: map[string]Attach{}, stoodIn: map[string][]string{},
-		extra: o.Extra, meter: overhead.Start(), detailWhat: o.Detail, detailEvents: -1,
+		rowLinks: map[string]link.Link{},
+		extra:    o.Extra, meter: overhead.Start(), detailWhat: o.Detail, detailEvents: -1,
 	}
 	if err := p.loadMaps(opts); err != nil {
 		p.Close()
@@ -413,22 +424,31 @@ func (p *Probe) attachRow(row Attach, opts ebpf.CollectionOptions, refuse map[st
 			err = fmt.Errorf("refused for a test: %w", ebpf.ErrNotSupported)
 			continue
 		}
-		if err = p.attachOne(a, opts); err == nil {
+		var l link.Link
+		if l, err = p.attachOne(a, opts); err == nil {
 			p.attached[row.Target] = true
 			if a.Kind == PerfSample {
 				p.attached["perf_event"] = true
 			}
+			// The budget's controller may shed and restore rows
+			// (budget.go) while later ones attach.
+			p.mu.Lock()
 			p.chosen[row.Target] = a
+			if row.Shed != 0 && l != nil {
+				p.rowLinks[row.Target] = l
+				p.shed.rows = append(p.shed.rows, shedRow{attach: row, rank: row.Shed})
+			}
+			p.mu.Unlock()
 			return nil
 		}
 	}
 	return err
 }
 
-func (p *Probe) attachOne(a Attach, opts ebpf.CollectionOptions) error {
+func (p *Probe) attachOne(a Attach, opts ebpf.CollectionOptions) (link.Link, error) {
 	prog, err := p.program(a.Program, opts)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var l link.Link
 	switch a.Kind {
@@ -447,29 +467,29 @@ func (p *Probe) attachOne(a Attach, opts ebpf.CollectionOptions) error {
 	case PerfSample:
 		s, err := perfsample.Attach(prog, a.Hz)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		p.mu.Lock()
 		p.samplers = append(p.samplers, s)
 		p.mu.Unlock()
-		return nil
+		return nil, nil
 	case Iter:
 		it, err := link.AttachIter(link.IterOptions{Program: prog})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		p.iters[a.Program] = it
-		return nil
+		return nil, nil
 	default:
-		return fmt.Errorf("unknown attach kind %v", a.Kind)
+		return nil, fmt.Errorf("unknown attach kind %v", a.Kind)
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	p.mu.Lock()
 	p.links = append(p.links, l)
 	p.mu.Unlock()
-	return nil
+	return l, nil
 }
 
 // Map returns the object's map by name, nil if it has none.
@@ -566,6 +586,7 @@ func (p *Probe) Overhead(events, dropped uint64) finding.Overhead {
 	if s := p.sampling(); s != nil {
 		o.Sampled = append(o.Sampled, *s)
 	}
+	o.Shed = p.sheddings()
 	return o
 }
 
@@ -600,11 +621,14 @@ func (p *Probe) Detach() {
 // Close detaches (if not yet done), stops the meter, closes ring readers,
 // iterators, programs and maps. It is safe to call more than once.
 func (p *Probe) Close() {
-	p.Detach()
+	// Out of the budget first: once leave returns, its controller (which
+	// holds the budget's lock while it sheds or restores) touches p's
+	// links no more, and Detach closes every one.
 	if p.budget != nil {
 		p.budget.leave(p)
 		p.budget = nil
 	}
+	p.Detach()
 	if p.meter != nil {
 		p.meter.Close()
 	}

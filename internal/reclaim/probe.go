@@ -31,7 +31,7 @@ var attachTable = []probekit.Attach{
 	{Kind: probekit.BTFTracepoint, Target: "vmscan/mm_vmscan_direct_reclaim_end", Program: "on_direct_end",
 		Why: "a direct reclaim call ends"},
 	{Kind: probekit.BTFTracepoint, Target: "vmscan/mm_vmscan_lru_shrink_active", Program: "on_shrink_active",
-		Why: "pages moved off the active lists"},
+		Why: "pages moved off the active lists", Shed: 3},
 	{Kind: probekit.BTFTracepoint, Target: "vmscan/mm_vmscan_memcg_softlimit_reclaim_begin", Program: "on_softlimit_begin",
 		Why: "cgroup v1 soft-limit reclaim"},
 	{Kind: probekit.BTFTracepoint, Target: "vmscan/mm_vmscan_memcg_softlimit_reclaim_end", Program: "on_softlimit_end",
@@ -50,8 +50,9 @@ var attachTable = []probekit.Attach{
 		Why: "allocations that ask kswapd to run"},
 }
 
-// perCPUBudget bounds the memory of the per-CPU cgroup map: its entries are
-// lowered on hosts with many CPUs so that it never takes more than this.
+// perCPUBudget bounds the memory of each per-CPU map (cgroups, hists):
+// their entries are lowered on hosts with many CPUs so that none takes
+// more than this.
 const perCPUBudget = 16 << 20
 
 // probe owns everything reclaim attaches to the kernel, through the kit.
@@ -73,6 +74,9 @@ func openProbe(useMemcg bool, refuse map[string]bool) (*probe, error) {
 				ms := spec.Maps["cgroups"]
 				per := uint32(perCPUBudget / (int(unsafe.Sizeof(reclaimCgStats{})) * n))
 				ms.MaxEntries = max(min(ms.MaxEntries, per), 64)
+				hs := spec.Maps["hists"]
+				per = uint32(perCPUBudget / (int(unsafe.Sizeof(reclaimWolfHist{})) * n))
+				hs.MaxEntries = max(min(hs.MaxEntries, per), 64)
 			}
 			return nil
 		},
@@ -172,7 +176,9 @@ func (p *probe) read(w uint32) (*raw, error) {
 	var f reclaimInflight
 	it = p.maps.Inflights.Iterate()
 	for it.Next(&tid, &f) {
-		r.inflight[tid] = f
+		if f.StartNs != 0 { // 0: the thread's last call is over
+			r.inflight[tid] = f
+		}
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("reclaim: read inflight map: %w", err)
@@ -181,9 +187,15 @@ func (p *probe) read(w uint32) (*raw, error) {
 		hk reclaimHistKey
 		hv reclaimWolfHist
 	)
+	var hvs []reclaimWolfHist
 	it = p.maps.Hists.Iterate()
-	for it.Next(&hk, &hv) {
-		r.hists[hk] = hist.FromBPF(&hv, w)
+	for it.Next(&hk, &hvs) {
+		var h hist.Log2
+		for i := range hvs {
+			x := hist.FromBPF(&hvs[i], w)
+			h.Merge(&x)
+		}
+		r.hists[hk] = h
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("reclaim: read histograms: %w", err)

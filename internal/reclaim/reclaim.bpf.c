@@ -25,9 +25,8 @@
  * Everything is aggregated here, per memory cgroup of the reclaiming task
  * (its memory css's kernfs id, the cgroup directory's inode number, on v1
  * and v2 alike) and per task; nothing crosses to user space per event.
- * Counters that batches update are per-CPU; histograms are shared and
- * updated atomically (one update per reclaim call, not per batch). Every
- * map is bounded and every refused insert is counted.
+ * Counters and histograms are per-CPU (plain adds; user space sums the
+ * CPUs). Every map is bounded and every refused insert is counted.
  */
 #include "wolf.h"
 
@@ -171,8 +170,14 @@ struct {
 	__type(value, struct cg_stats);
 } cgroups SEC(".maps");
 
+/*
+ * The call each thread is in, by tid; start_ns 0 when it is in none. An
+ * entry stays when its call ends and is written in place by the thread's
+ * next call: an insert and a delete per call cost more than the rest of
+ * begin and end together. LRU: threads that exit give their entries back.
+ */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 8192);
 	__type(key, __u32);
 	__type(value, struct inflight);
@@ -185,9 +190,15 @@ struct {
 	__type(value, struct task_stats);
 } tasks SEC(".maps");
 
+/*
+ * Per CPU, as the cgroups' counters: every reclaim call's end adds to two
+ * histograms of its cgroup, and on a storm every CPU ends calls of the
+ * same cgroup; shared, each add was a locked instruction on a cache line
+ * the CPUs took from one another (user space sums the CPUs).
+ */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1024);
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 1024); /* user space lowers it on hosts with many CPUs */
 	__type(key, struct hist_key);
 	__type(value, struct wolf_hist);
 } hists SEC(".maps");
@@ -270,7 +281,7 @@ static __always_inline void hist_add(__u64 cgid, __u32 kind, __u64 v)
 		if (!h)
 			return;
 	}
-	wolf_hist_add(h, v);
+	wolf_hist_add_local(h, v); /* this CPU's */
 }
 
 static __always_inline int reclaim_begin(__u32 kind)
@@ -283,7 +294,8 @@ static __always_inline int reclaim_begin(__u32 kind)
 	struct inflight f = {};
 
 	stat_add(STAT_EVENTS, 1);
-	if (bpf_map_lookup_elem(&inflights, &tid))
+	struct inflight *old = bpf_map_lookup_elem(&inflights, &tid);
+	if (old && old->start_ns)
 		stat_add(STAT_NESTED_BEGIN, 1);
 	f.start_ns = bpf_ktime_get_ns();
 	f.start_runtime = BPF_CORE_READ(t, se.sum_exec_runtime);
@@ -291,7 +303,9 @@ static __always_inline int reclaim_begin(__u32 kind)
 	f.cgid = task_memcg(t);
 	f.kind = kind;
 	f.tgid = id >> 32;
-	if (bpf_map_update_elem(&inflights, &tid, &f, BPF_ANY))
+	if (old)
+		*old = f;
+	else if (bpf_map_update_elem(&inflights, &tid, &f, BPF_ANY))
 		stat_add(STAT_INFLIGHT_FULL, 1);
 	return 0;
 }
@@ -356,7 +370,7 @@ static __always_inline int reclaim_end(__u32 kind, unsigned long nr_reclaimed)
 
 	stat_add(STAT_EVENTS, 1);
 	f = bpf_map_lookup_elem(&inflights, &tid);
-	if (!f) {
+	if (!f || !f->start_ns) {
 		/* Began before wolf attached: the duration is unknown. Only
 		 * cgroup-driven kinds count: those are what cgroups are judged on. */
 		if (kind != KIND_MEMCG && kind != KIND_SOFTLIMIT)
@@ -388,7 +402,7 @@ static __always_inline int reclaim_end(__u32 kind, unsigned long nr_reclaimed)
 	hist_add(f->cgid, kind, ns);
 	hist_add(f->cgid, HIST_SCANNED, f->scanned);
 	task_account(t, tid, f, ns, cpu, csw);
-	bpf_map_delete_elem(&inflights, &tid);
+	f->start_ns = 0; /* over: the thread's next call writes it in place */
 	return 0;
 }
 
@@ -458,7 +472,7 @@ int BPF_PROG(on_shrink_inactive, int nid, unsigned long nr_scanned, unsigned lon
 	act_file = stat->nr_activate[1];
 	keep = stat->nr_ref_keep;
 	f = bpf_map_lookup_elem(&inflights, &tid);
-	if (f) {
+	if (f && f->start_ns) {
 		f->scanned += nr_scanned;
 		f->reclaimed += nr_reclaimed;
 		f->ref_keep += keep;
@@ -467,7 +481,13 @@ int BPF_PROG(on_shrink_inactive, int nid, unsigned long nr_scanned, unsigned lon
 	} else {
 		cgid = task_memcg(t);
 	}
-	if (BPF_CORE_READ(t, flags) & WOLF_PF_KSWAPD) {
+	/*
+	 * kswapd reclaims outside any call but the soft limit's: a batch of a
+	 * memcg or direct call is not kswapd's, and its flags (a probe read)
+	 * need not be looked at, on the storm's hottest event.
+	 */
+	if ((!f || !f->start_ns || f->kind == KIND_SOFTLIMIT) &&
+	    (BPF_CORE_READ(t, flags) & WOLF_PF_KSWAPD)) {
 		stat_add(STAT_KSWAPD_SCANNED, nr_scanned);
 		stat_add(STAT_KSWAPD_RECLAIMED, nr_reclaimed);
 	}
@@ -503,7 +523,7 @@ int BPF_PROG(on_shrink_active, int nid, unsigned long nr_taken, unsigned long nr
 
 	stat_add(STAT_EVENTS, 1);
 	f = bpf_map_lookup_elem(&inflights, &tid);
-	cgid = f ? f->cgid : task_memcg(wolf_current());
+	cgid = f && f->start_ns ? f->cgid : task_memcg(wolf_current());
 	s = cg_get(cgid);
 	if (!s)
 		return 0;
