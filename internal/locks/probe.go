@@ -88,8 +88,15 @@ func attachTable(m mode, profileHz int) []probekit.Attach {
 			Why: "pages scanned and reclaimed under an mmap_lock"},
 	}...)
 	if m == btfMode {
-		t = append(t, probekit.Attach{Kind: probekit.BTFTracepoint, Target: "sched/sched_switch", Program: "on_switch",
-			Why: "how long mmap_lock holders wait throttled by their cgroup's CPU quota"})
+		sw := probekit.Attach{Kind: probekit.BTFTracepoint, Target: "sched/sched_switch", Program: "on_switch",
+			Why: "how long mmap_lock holders wait throttled by their cgroup's CPU quota"}
+		// Since 6.18 a task is throttled on its way back to user space,
+		// holding no mmap_lock: the program then only drops holds whose
+		// release was lost, and the BPF budget may shed it.
+		if throttledAtUserReturn() {
+			sw.Shed = ShedThrottledHolders
+		}
+		t = append(t, sw)
 	}
 	if profileHz > 0 {
 		t = append(t, probekit.Attach{Kind: probekit.PerfSample, Program: "on_sample", Hz: profileHz,
@@ -272,6 +279,31 @@ func hasContentionTracepoints() bool {
 
 // kernelHasFunc says whether the kernel's BTF has a function by that name
 // (kfuncs such as bpf_task_from_pid, 6.2+).
+// ShedThrottledHolders is the rank of the throttled-holder program in the
+// BPF budget's shedding (probekit.Attach.Shed), on kernels that throttle
+// at user return: after hung's contention programs and softirq's raise.
+const ShedThrottledHolders = 5
+
+// throttledAtUserReturn says whether the kernel throttles a CFS-bandwidth
+// capped task only on its way back to user space (task_struct.throttled,
+// 6.18+).
+func throttledAtUserReturn() bool {
+	spec, err := kernelbtf.Spec()
+	if err != nil {
+		return false
+	}
+	var ts *btf.Struct
+	if err := spec.TypeByName("task_struct", &ts); err != nil {
+		return false
+	}
+	for _, m := range ts.Members {
+		if m.Name == "throttled" {
+			return true
+		}
+	}
+	return false
+}
+
 func kernelHasFunc(name string) bool {
 	spec, err := kernelbtf.Spec()
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
 )
@@ -318,7 +319,24 @@ func TestSweepUndo(t *testing.T) {
 	if err := journalUndo(knob, "own"); err != nil {
 		t.Fatal(err)
 	}
+	// A runner killed a moment ago: a zombie its parent has not reaped.
+	z := exec.Command("true")
+	if err := z.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = z.Wait() }()
+	for i := 0; i < 500 && !gone(z.Process.Pid); i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	knob2 := filepath.Join(t.TempDir(), "knob2")
+	zombie := filepath.Join(undoDir, fmt.Sprintf("undo-%d", z.Process.Pid))
+	if err := os.WriteFile(zombie, []byte(knob2+"\tundone\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	sweepUndo(t.Logf, false)
+	if b, _ := os.ReadFile(knob2); string(b) != "undone" {
+		t.Errorf("a zombie runner's journal was not applied (knob2 %q)", b)
+	}
 	if b, _ := os.ReadFile(knob); string(b) != "7:3 0" {
 		t.Errorf("knob %q: the dead runner's undo was not written back", b)
 	}
