@@ -95,7 +95,21 @@ func (e *engine) fromVictim(v *victim) []*branch {
 	}
 	k := e.canon(w.On)
 	to := e.subjectOf(k)
-	b.hop(e.waitHop(w, from, to, ""), wr)
+	hop := e.waitHop(w, from, to, "")
+	switch e.resource(k).Kind {
+	case fact.Lock, fact.FUSE, fact.Site:
+	default:
+		// A limit or a device: the hop into it carries its numbers too
+		// (an I/O limit's rate, a device's busy time).
+		if s := e.saturation(k); s != nil {
+			for n, v := range s.Numbers {
+				if _, ok := hop.Evidence[n]; !ok {
+					hop.Evidence[n] = v
+				}
+			}
+		}
+	}
+	b.hop(hop, wr)
 	return e.resolve(b, k, 0, map[string]bool{k: true})
 }
 
