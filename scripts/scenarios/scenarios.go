@@ -99,7 +99,10 @@ var scenarios = []Scenario{
 				return Expect{}, err
 			}
 			r.sleep(2 * time.Second)
-			return Expect{Kinds: []string{KindCPUQuota}, Cgroup: CgroupOf(l.Offender, "cpu"), Consumers: []int{l.Offender},
+			// The quota's consumer is the lab's process: its spinners and
+			// its holder (the offender is the holder thread), whichever
+			// the diagnosis names.
+			return Expect{Kinds: []string{KindCPUQuota}, Cgroup: CgroupOf(l.Offender, "cpu"), Consumers: []int{l.Offender, tgid(l.Offender)},
 				Numbers: []string{`quota`, `throttl`}}, nil
 		},
 	},
