@@ -153,7 +153,7 @@ func TestHeapProperty(t *testing.T) {
 				if v4 {
 					fam = IPv4
 				}
-				tb, err := newHeapTable(Options{Family: fam, MaxPrefixes: 3000, DirBits: dirBits, Nodes: 120000, Leaves: 240000})
+				tb, err := newHeapTable(Options{Family: fam, MaxPrefixes: 3000, DirBits: dirBits, Words: 1 << 21})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -221,8 +221,11 @@ func TestHeapProperty(t *testing.T) {
 				if err := tb.Sync(); err != nil {
 					t.Fatal(err)
 				}
-				if st := tb.Stats(); st.Nodes != 0 || st.Leaves != 0 || st.Prefixes != 0 {
+				if st := tb.Stats(); st.Directs != 0 || st.Lists != 0 || st.Prefixes != 0 || st.BytesInLimbo != 0 {
 					t.Fatalf("empty table still holds %+v", st)
+				}
+				if st := tb.Stats(); st.BytesUsed > uint64(headerUnits+listUnits(listK))*8+4<<st.DirBits {
+					t.Fatalf("empty table uses %d bytes: %+v", st.BytesUsed, st)
 				}
 			}
 		}
@@ -242,9 +245,9 @@ func TestHeapChurn(t *testing.T) {
 		pool, vals := genPrefixes(rng, v4, 3000)
 		// Room for a few times what the prefixes need, so that reuse
 		// must happen.
-		opts := Options{Family: fam, MaxPrefixes: 1500, Nodes: 4000, Leaves: 16000}
+		opts := Options{Family: fam, DirBits: 12, Words: 1<<12 + 20000}
 		if !v4 {
-			opts.Nodes, opts.Leaves = 14000, 60000
+			opts.Words = 1<<12 + 90000
 		}
 		tb, err := newHeapTable(opts)
 		if err != nil {
@@ -293,7 +296,7 @@ func FuzzBuilder(f *testing.F) {
 		if v4 {
 			fam, width = IPv4, 32
 		}
-		tb, err := newHeapTable(Options{Family: fam, MaxPrefixes: 64, DirBits: 8 + len(data)%9, Nodes: 4096, Leaves: 16384})
+		tb, err := newHeapTable(Options{Family: fam, MaxPrefixes: 64, DirBits: 8 + len(data)%9, Words: 1 << 17})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -344,47 +347,40 @@ func FuzzBuilder(f *testing.F) {
 	})
 }
 
-// TestHeapFull runs a table out of space: the failing update must leave
-// every slot as it was before or after it (never half-written), and the
-// next commit with room must publish the rest.
+// TestHeapFull runs a table out of space: the change that does not fit
+// must leave the table as it was before it (the earlier ones of its batch
+// stay), and once deletes make room the same change must go through.
 func TestHeapFull(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 5))
-	tb, err := newHeapTable(Options{Family: IPv4, DirBits: 12, Nodes: 600, Leaves: 6000})
+	tb, err := newHeapTable(Options{Family: IPv4, DirBits: 12, Words: 1<<12 + 2000})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := newRef(true)
 	var all []netip.Prefix
-	full := false
-	for i := 0; i < 5000 && !full; i++ {
+	var failed netip.Prefix
+	var failedV uint32
+	for i := 0; i < 5000 && !failed.IsValid(); i++ {
 		ps, vs := genPrefixes(rng, true, 1+rng.IntN(30))
-		before := newRef(true)
-		for p, v := range r.m {
-			before.m[p] = v
-		}
 		for j, p := range ps {
-			r.m[p.Masked()] = vs[j]
-		}
-		all = append(all, ps...)
-		err := tb.Update(ps, vs)
-		if err == nil {
-			continue
-		}
-		if !errors.Is(err, ErrFull) {
-			t.Fatal(err)
-		}
-		full = true
-		for _, a := range probesFor(rng, true, all, 500) {
-			got, _ := tb.Lookup(a)
-			if got != before.lookup(a) && got != r.lookup(a) {
-				t.Fatalf("after ErrFull, %v = %d: neither before (%d) nor after (%d) the update", a, got, before.lookup(a), r.lookup(a))
+			err := tb.Update(ps[j:j+1], vs[j:j+1])
+			if err == nil {
+				r.m[p.Masked()] = vs[j]
+				all = append(all, p)
+				continue
 			}
+			if !errors.Is(err, ErrFull) {
+				t.Fatal(err)
+			}
+			failed, failedV = p.Masked(), vs[j]
+			break
 		}
 	}
-	if !full {
+	if !failed.IsValid() {
 		t.Fatal("the table never filled up")
 	}
-	// Make room, then everything must be published.
+	checkAgainst(t, tb, r, probesFor(rng, true, append(all, failed), 500), "after ErrFull")
+	// Make room (deletes need none), then the change must go through.
 	var dels []netip.Prefix
 	for p := range r.m {
 		if rng.IntN(2) == 0 {
@@ -394,14 +390,12 @@ func TestHeapFull(t *testing.T) {
 	for _, p := range dels {
 		delete(r.m, p)
 	}
-	// The deletes themselves need room (they copy), so they may be
-	// published over a few rounds as space comes back.
-	_, err = tb.Delete(dels)
-	for i := 0; errors.Is(err, ErrFull) && i < 100; i++ {
-		err = tb.Sync()
-	}
-	if err != nil {
+	if _, err := tb.Delete(dels); err != nil {
 		t.Fatal(err)
 	}
-	checkAgainst(t, tb, r, probesFor(rng, true, all, 2000), "after making room")
+	if err := tb.Update([]netip.Prefix{failed}, []uint32{failedV}); err != nil {
+		t.Fatalf("after deleting half the table: %v (%+v)", err, tb.Stats())
+	}
+	r.m[failed] = failedV
+	checkAgainst(t, tb, r, probesFor(rng, true, append(all, failed), 2000), "after making room")
 }
