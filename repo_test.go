@@ -167,3 +167,45 @@ func TestNoSeedReferences(t *testing.T) {
 		}
 	})
 }
+
+// Every relative link in a Markdown document (the README and the pages
+// under docs/ link each other) points at a file that exists and, when it
+// names a section of a Markdown file, at a heading of that file: the
+// README is a landing page whose links are its content.
+func TestMarkdownLinksResolve(t *testing.T) {
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	n := 0
+	walk(t, []string{".md"}, nil, func(path, text string) {
+		inCode := false
+		for _, line := range strings.Split(text, "\n") {
+			if strings.HasPrefix(line, "```") {
+				inCode = !inCode
+			}
+			if inCode {
+				continue
+			}
+			for _, m := range link.FindAllStringSubmatch(line, -1) {
+				target := m[1]
+				if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+					continue
+				}
+				n++
+				file, anchor, _ := strings.Cut(target, "#")
+				dest := path
+				if file != "" {
+					dest = filepath.Join(filepath.Dir(path), file)
+				}
+				if _, err := os.Stat(dest); err != nil {
+					t.Errorf("%s: link %s: %v", path, target, err)
+					continue
+				}
+				if anchor != "" && strings.HasSuffix(dest, ".md") && !anchors(t, dest)[anchor] {
+					t.Errorf("%s: link %s names no heading of %s", path, target, dest)
+				}
+			}
+		}
+	})
+	if n < 30 {
+		t.Errorf("only %d relative links found: the scan is broken", n)
+	}
+}

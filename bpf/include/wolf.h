@@ -44,6 +44,61 @@
 		stat_add(idx, 1);                                                                  \
 	}
 
+/*
+ * Detail under a budget. An event's cheap part (its counts, sums and
+ * histograms) is always kept; its expensive part (a stack walk, a record
+ * through a ring buffer, a task decoded) only when the CPU's detail budget
+ * allows. User space (probekit's budget) sets wolf_detail_ns, the least
+ * time between two detailed events on one CPU at the steady rate, from
+ * the share of wolf's CPU budget (--max-cpu) the object may spend; 0 takes
+ * every one. The gate is a per-CPU GCRA (generic cell rate algorithm): up
+ * to WOLF_DETAIL_BURST detailed events at once, then one per
+ * wolf_detail_ns, so that a quiet host loses nothing and a storm's detail
+ * is a sample spread evenly over time. What it took and what it skipped,
+ * per CPU, tells user space the rate it sampled at (the report says it).
+ *
+ * WOLF_BUDGET(n) declares the per-CPU state of n gates and
+ * wolf_detail_take(gate, now), now being bpf_ktime_get_ns() or any clock
+ * that only goes forward on a CPU. Gates share the interval and each
+ * keeps its own pace, so that one kind of detail asked for often (the
+ * stacks of many sleeping threads) cannot starve another (a spin lock's
+ * one stack a while). wolf_detail_ns has a section of its own, as
+ * wolf_window, so that user space can change it while the programs run.
+ */
+#define WOLF_DETAIL_BURST 16
+
+struct wolf_detail {
+	__u64 next_ns; /* when the gate's next detail is due at the steady rate */
+	__u64 taken;   /* events that got their detail */
+	__u64 skipped; /* events whose detail the budget left out */
+};
+
+static __u64 wolf_detail_ns __attribute__((section(".data.wolf_budget")));
+
+#define WOLF_BUDGET(n)                                                                   \
+	struct {                                                                         \
+		__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);                                 \
+		__uint(max_entries, n);                                                  \
+		__type(key, __u32);                                                      \
+		__type(value, struct wolf_detail);                                       \
+	} wolf_detail SEC(".maps");                                                      \
+	static __always_inline __attribute__((unused)) bool wolf_detail_take(__u32 gate, \
+									     __u64 now)  \
+	{                                                                                \
+		__u64 every = *(volatile __u64 *)&wolf_detail_ns;                        \
+		struct wolf_detail *d = bpf_map_lookup_elem(&wolf_detail, &gate);        \
+                                                                                         \
+		if (!d)                                                                  \
+			return true;                                                     \
+		if (every && d->next_ns > now + WOLF_DETAIL_BURST * every) {             \
+			d->skipped++;                                                    \
+			return false;                                                    \
+		}                                                                        \
+		d->next_ns = (d->next_ns > now ? d->next_ns : now) + every;              \
+		d->taken++;                                                              \
+		return true;                                                             \
+	}
+
 /* include/linux/sched.h: task states. */
 #define WOLF_TASK_RUNNING 0x00000000
 #define WOLF_TASK_INTERRUPTIBLE 0x00000001

@@ -20,6 +20,7 @@ func newDoctorCmd() *cobra.Command {
 	var (
 		out      outputFlags
 		duration time.Duration
+		maxCPU   float64
 	)
 	c := &cobra.Command{
 		Use:   "doctor",
@@ -35,14 +36,18 @@ findings ranked by severity, or a one-line healthy verdict.`,
 			if err := checkDuration(duration); err != nil {
 				return err
 			}
+			if err := checkMaxCPU(maxCPU); err != nil {
+				return err
+			}
 			if err := requireRoot("wolf doctor"); err != nil {
 				return err
 			}
-			return investigate(cmd, &out, "doctor", investigators(), investigator.Options{}, duration, true, false, nil)
+			return investigate(cmd, &out, "doctor", investigators(), investigator.Options{}, duration, maxCPU, true, false, nil)
 		},
 	}
 	out.register(c)
 	c.Flags().DurationVarP(&duration, "duration", "d", 10*time.Second, "how long to watch")
+	maxCPUFlag(c, &maxCPU, defaultMaxCPU)
 	return c
 }
 

@@ -45,6 +45,7 @@ func newInvestigatorCmd(inv investigator.Investigator, spec investigator.Command
 		out      outputFlags
 		duration time.Duration
 		pid      int
+		maxCPU   float64
 	)
 	name := inv.Name()
 	c := &cobra.Command{
@@ -62,6 +63,9 @@ func newInvestigatorCmd(inv investigator.Investigator, spec investigator.Command
 				return err
 			}
 			if err := checkPID(pid); err != nil {
+				return err
+			}
+			if err := checkMaxCPU(maxCPU); err != nil {
 				return err
 			}
 			if spec.Validate != nil {
@@ -82,7 +86,7 @@ func newInvestigatorCmd(inv investigator.Investigator, spec investigator.Command
 			if spec.TextHistograms != nil && format == render.FormatText {
 				appendix = func(o *render.TextOptions) { o.Histograms = spec.TextHistograms }
 			}
-			return investigate(cmd, &out, name, []investigator.Investigator{inv}, opts, duration, spec.Audit, true, appendix)
+			return investigate(cmd, &out, name, []investigator.Investigator{inv}, opts, duration, maxCPU, spec.Audit, true, appendix)
 		},
 	}
 	out.register(c)
@@ -91,6 +95,7 @@ func newInvestigatorCmd(inv investigator.Investigator, spec investigator.Command
 		d = 10 * time.Second
 	}
 	c.Flags().DurationVarP(&duration, "duration", "d", d, "how long to watch")
+	maxCPUFlag(c, &maxCPU, defaultMaxCPU)
 	if spec.PID != "" {
 		c.Flags().IntVarP(&pid, "pid", "p", 0, spec.PID)
 	}
@@ -104,7 +109,7 @@ func newInvestigatorCmd(inv investigator.Investigator, spec investigator.Command
 // anything is detached (see internal/runner). With single set, the
 // command is one investigator's own, and its failure is the command's.
 // text, when set, adjusts the text rendering.
-func investigate(cmd *cobra.Command, out *outputFlags, command string, invs []investigator.Investigator, opts investigator.Options, d time.Duration, audit, single bool, text func(*render.TextOptions)) error {
+func investigate(cmd *cobra.Command, out *outputFlags, command string, invs []investigator.Investigator, opts investigator.Options, d time.Duration, maxCPU float64, audit, single bool, text func(*render.TextOptions)) error {
 	if opts.BTF == "" {
 		opts.BTF = kernelbtf.External() // --btf
 	}
@@ -118,6 +123,7 @@ func investigate(cmd *cobra.Command, out *outputFlags, command string, invs []in
 		Audit:         audit,
 		Checklist:     command == "doctor",
 		Progress:      bar.update,
+		MaxCPUPct:     maxCPU,
 	})
 	bar.stop()
 	defer run.Close()

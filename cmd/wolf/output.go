@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -205,6 +207,26 @@ func checkDuration(d time.Duration) error {
 	}
 	if d > 24*time.Hour {
 		return usageErr("--duration %v is longer than a day; use `wolf watch` for long runs", d)
+	}
+	return nil
+}
+
+// The BPF budgets (--max-cpu), in percent of one CPU: a window of doctor
+// or an investigator's command, and wolf watch, which runs for months and
+// takes less.
+const (
+	defaultMaxCPU      = 2.0
+	defaultWatchMaxCPU = 1.0
+)
+
+// maxCPUFlag registers --max-cpu on c.
+func maxCPUFlag(c *cobra.Command, v *float64, def float64) {
+	c.Flags().Float64Var(v, "max-cpu", def, "budget of wolf's BPF programs, in percent of one CPU: over it, their expensive detail (stacks, records) is sampled, their counts stay exact (0: no budget)")
+}
+
+func checkMaxCPU(pct float64) error {
+	if math.IsNaN(pct) || pct < 0 || pct > 100*float64(runtime.NumCPU()) {
+		return usageErr("--max-cpu must be from 0 (no budget) to %d (every CPU), got %v", 100*runtime.NumCPU(), pct)
 	}
 	return nil
 }

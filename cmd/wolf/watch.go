@@ -17,6 +17,7 @@ import (
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/incident"
 	"github.com/wolf-investigator/wolf/internal/investigator"
+	"github.com/wolf-investigator/wolf/internal/probekit"
 	"github.com/wolf-investigator/wolf/internal/watch"
 )
 
@@ -47,6 +48,7 @@ func newWatchCmd() *cobra.Command {
 		incMax      int
 		incMaxMiB   int
 		incInterval time.Duration
+		maxCPU      float64
 	)
 	c := &cobra.Command{
 		Use:   "watch",
@@ -107,6 +109,9 @@ hashes), as node_exporter does.`,
 			if top < 1 || top > 1000 {
 				return usageErr("--top must be from 1 to 1000, got %d", top)
 			}
+			if err := checkMaxCPU(maxCPU); err != nil {
+				return err
+			}
 			minSev, err := finding.ParseSeverity(minSeverity)
 			if err != nil {
 				return usageErr("--min-severity: %v", err)
@@ -151,12 +156,14 @@ hashes), as node_exporter does.`,
 				listen: listen, interval: interval, windows: own, top: top, output: output,
 				minSeverity: minSev, clearAfter: clearAfter, webConfig: webConfig,
 				incidents: incidents, incidentLimits: incident.Limits{MaxCount: incMax, MaxBytes: int64(incMaxMiB) << 20, MinInterval: orNone(incInterval)},
+				maxCPU: maxCPU,
 			})
 		},
 	}
 	c.Flags().StringVar(&listen, "listen", watch.DefaultListen, "serve metrics on `HOST:PORT`")
 	c.Flags().BoolVar(&listenAny, "listen-any", false, "allow --listen on all interfaces (empty host, 0.0.0.0, ::)")
 	c.Flags().DurationVar(&interval, "interval", defaultWatchInterval, "window length of each investigator")
+	maxCPUFlag(c, &maxCPU, defaultWatchMaxCPU)
 	for _, inv := range investigators() {
 		cm, ok := inv.(investigator.Commander)
 		if !ok || cm.Command().WatchWindow <= 0 {
@@ -202,6 +209,9 @@ type watchSettings struct {
 	webConfig      string
 	incidents      string
 	incidentLimits incident.Limits
+	// maxCPU is the budget of the BPF programs (--max-cpu), percent of
+	// one CPU; 0 none.
+	maxCPU float64
 }
 
 // checkWindow bounds a window: at least a second (each window reads and
@@ -278,6 +288,16 @@ func runWatch(ctx context.Context, stdout io.Writer, invs []investigator.Investi
 	}
 	rep := newReport("watch", time.Now())
 	metrics := watch.NewMetrics(version, rep.Kernel, s.top, windows, invs)
+	if s.maxCPU > 0 {
+		b, err := probekit.NewBudget(s.maxCPU)
+		if err != nil {
+			return usageErr("--max-cpu: %v", err)
+		}
+		// Every session watch starts, and restarts, is under it.
+		probekit.SetBudget(b)
+		defer probekit.SetBudget(nil)
+		metrics.SetBudget(s.maxCPU)
+	}
 	w, err := watch.New(watch.Config{Investigators: invs, Window: windows, Default: s.interval, Events: out, Metrics: metrics,
 		MinSeverity: s.minSeverity, ClearAfter: s.clearAfter, Incidents: store, Header: *rep,
 		Diagnose: watch.DiagnoseReport})

@@ -261,7 +261,7 @@ func TestDeployFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !bytes.Contains(unit, []byte("ExecStart=/usr/local/bin/wolf watch --listen 127.0.0.1:9740")) {
-		t.Errorf("unit's ExecStart changed: update this test and the README together")
+		t.Errorf("unit's ExecStart changed: update this test and docs/watch.md together")
 	}
 	// The incidents directory must be one systemd lets wolf write.
 	if !bytes.Contains(unit, []byte("--incidents /var/lib/wolf/incidents")) || !bytes.Contains(unit, []byte("StateDirectory=wolf")) {

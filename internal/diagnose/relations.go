@@ -1,6 +1,6 @@
 package diagnose
 
-import "github.com/wolf-investigator/wolf/internal/finding"
+import "github.com/wolf-investigator/wolf/internal/fact"
 
 // Every hop of a chain is one of these relations, and each carries the
 // kernel mechanism that makes it a cause. A relation is only ever drawn
@@ -56,12 +56,63 @@ const (
 	// The holder sleeps in D (I/O, a page lock) while holding.
 	mechBlockedHold = "The holder sleeps while it holds the lock; the lock is held until whatever it waits for happens."
 	mechOnCPUHold   = "The holder was on a CPU, working, for most of the hold: the work it does under the lock is what makes others wait."
+	mechHostMemory  = "The host has too little free memory: allocations wait while they reclaim it themselves (direct reclaim)."
+	// Run-queue wait of a victim: runnable, not running.
+	mechRunQueue = "A runnable task waits on a run queue until the scheduler gives it a CPU; with more runnable tasks than CPUs, each waits for the others' time slices."
+	// Block I/O: a task in io_schedule sleeps until the device (or the
+	// cgroup's throttle in front of it) completes its request.
+	mechIO       = "The task sleeps until its block request completes: queued in the cgroup's throttle, in the device's queue, or on the device."
+	mechIOLimit  = "The cgroup's I/O limit (blkio.throttle, io.max) holds its requests back once it has used its rate for the slice; they wait in the throttle, not on the device."
+	mechDirty    = "balance_dirty_pages pauses a task that dirties pages faster than its backing device writes them back, in proportion to how far over the dirty limit it is."
+	mechJournal  = "A journal commit (jbd2, XFS log) writes every transaction in it; an fsync that needs the commit waits for all of it, other tasks' data included."
+	mechSoftirq  = "Softirq processing runs before the interrupted task resumes, or in ksoftirqd; while it runs, other work on that CPU waits."
+	mechSiteWait = "The task sleeps uninterruptibly until whatever its wait site waits for happens."
+	// A saturated resource and who used it: the consumers' use of it is
+	// what everyone else waited behind.
+	mechCPUConsumer    = "The CPUs' time went to these tasks; everyone else waited for it."
+	mechDeviceConsumer = "The device's time went to these users' requests; everyone else's requests queued behind them."
+	// CPU time burned in reclaim for a memory limit, and device reads that
+	// are refaults: use of one resource made for another, whose limit is
+	// then the upstream cause.
+	mechCPUForReclaim  = "Reclaim runs on the CPU of the task that charges memory; at a memory limit every charge pays for it, so the CPU time goes to the limit, not to the work."
+	mechReadForRefault = "A refault reads back a page the memory limit evicted shortly before: the device works for the limit, not for new data."
 )
 
-// Relations, the names the JSON carries.
-const (
-	waitsOn       = finding.WaitsOn
-	heldBy        = finding.HeldBy
-	spendsHold    = finding.SpendsHold
-	constrainedBy = finding.ConstrainedBy
-)
+// mechWaitsOn is the mechanism of a victim's wait on a kind of resource.
+func mechWaitsOn(k fact.Kind, w fact.WaitKind) string {
+	switch {
+	case w == fact.WaitRunQueue || k == fact.HostCPU:
+		return mechRunQueue
+	case k == fact.FUSE:
+		return mechFuseRequest
+	case k == fact.Device:
+		return mechIO
+	case k == fact.IOLimit:
+		return mechIOLimit
+	case k == fact.Dirty:
+		return mechDirty
+	case k == fact.Journal:
+		return mechJournal
+	case k == fact.Softirq || k == fact.CPU:
+		return mechSoftirq
+	case k == fact.Site:
+		return mechSiteWait
+	}
+	return mechWaitsOnLock
+}
+
+// mechConsumer is the mechanism of a saturated resource's consumer.
+func mechConsumer(k fact.Kind) string {
+	if k == fact.Device {
+		return mechDeviceConsumer
+	}
+	return mechCPUConsumer
+}
+
+// mechUsedFor is the mechanism of a resource's use for another resource.
+func mechUsedFor(k fact.Kind, what string) string {
+	if k == fact.Device {
+		return mechReadForRefault
+	}
+	return mechCPUForReclaim
+}

@@ -1,380 +1,283 @@
 package diagnose
 
 import (
+	"cmp"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
+	"time"
 
-	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/fact"
 )
 
-// label names a subject the way the findings do.
-func label(s finding.Subject) string {
-	switch {
-	case s.PID != 0 && s.TID != 0 && s.TID != s.PID:
-		return fmt.Sprintf("%s (pid %d, tid %d)", s.Comm, s.PID, s.TID)
-	case s.PID != 0:
-		return fmt.Sprintf("%s (pid %d)", s.Comm, s.PID)
-	case s.TID != 0:
-		return fmt.Sprintf("%s (tid %d)", s.Comm, s.TID)
-	case s.Lock != "":
-		return s.Lock
-	case s.Cgroup != "":
-		return "cgroup " + s.Cgroup
+func plural(n int) string {
+	if n == 1 {
+		return "s"
 	}
-	return s.Comm
+	return ""
 }
 
-func lockSubject(l *lockFact) finding.Subject {
-	s := finding.Subject{Role: finding.RoleLock, Lock: l.name, LockAddr: l.addr}
-	if l.mmPID > 0 {
-		s.PID = 0
-		s.Evidence = map[string]any{"mm_pid": l.mmPID}
-	}
-	return s
-}
-
-func activity(name, detail string) finding.Subject {
-	return finding.Subject{Role: finding.RoleTask, Comm: name, Detail: detail}
-}
-
-// ms prints milliseconds the way a person reads them.
-func ms(v float64) string {
-	switch {
-	case v >= 10000:
-		return fmt.Sprintf("%.0f s", v/1000)
-	case v >= 1000:
-		return fmt.Sprintf("%.1f s", v/1000)
-	case v >= 10:
-		return fmt.Sprintf("%.0f ms", v)
-	case v >= 1:
-		return fmt.Sprintf("%.1f ms", v)
-	}
-	return fmt.Sprintf("%.2f ms", v)
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
-func pct(part, whole float64) string {
-	if whole <= 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.0f%%", 100*part/whole)
-}
-
-func waitHop(w *waitFact, lock finding.Subject, x *facts) finding.Hop {
-	ev := map[string]any{}
-	var b strings.Builder
-	b.WriteString(label(w.task))
-	switch {
-	case w.hung:
-		fmt.Fprintf(&b, " has been blocked (D) %s on %s", ms(w.blocked*1000), lock.Lock)
-		ev["blocked_s"] = w.blocked
-	default:
-		fmt.Fprintf(&b, " waited %s for %s", ms(w.totalMs), lock.Lock)
-		if w.waits > 0 {
-			fmt.Fprintf(&b, " in %d waits, the longest %s", w.waits, ms(w.maxMs))
-		}
-		ev["wait_ms_total"], ev["wait_ms_max"] = w.totalMs, w.maxMs
-		if w.waits > 0 {
-			ev["waits"] = w.waits
+// shownVictims are the victims said as such: not the holders in the chain.
+func (d *draft) shownVictims() []*victim {
+	var out []*victim
+	for _, v := range d.victims {
+		if !d.holders[v.w.Task.TID] {
+			out = append(out, v)
 		}
 	}
-	if w.mode != "" {
-		fmt.Fprintf(&b, ", for %s", map[string]string{"read": "reading", "write": "writing"}[w.mode])
-		ev["mode"] = w.mode
+	if len(out) == 0 {
+		return d.victims
 	}
-	mech := mechWaitsOnLock
-	if w.behindWriter != 0 {
-		fmt.Fprintf(&b, ", queued behind writer tid %d", w.behindWriter)
-		ev["behind_writer_tid"] = w.behindWriter
-		mech = mechBehindWriter
-	}
-	if w.ongoing && !w.hung {
-		b.WriteString(", still waiting when wolf stopped")
-	}
-	return finding.Hop{From: w.task, Relation: waitsOn, To: lock, Evidence: ev, Text: b.String(), Mechanism: mech, Findings: []string{x.fs[w.finding].ID}}
-}
-
-func victimSubject(w *waitFact, x *facts) finding.Subject {
-	s := w.task
-	s.Role = finding.RoleVictim
-	s.Stack = nil
-	ev := map[string]any{}
-	if s.Evidence != nil {
-		ev = maps.Clone(s.Evidence)
-	}
-	if w.mode != "" {
-		ev["mode"] = w.mode
-	}
-	if w.hung {
-		ev["blocked_s"] = w.blocked
-	} else {
-		ev["wait_ms_total"], ev["wait_ms_max"] = w.totalMs, w.maxMs
-	}
-	s.Evidence = ev
-	l := x.locks[w.lock]
-	switch {
-	case w.mode == "write":
-		s.Detail = "writer queued on " + l.name
-	case w.behindWriter != 0:
-		s.Detail = fmt.Sprintf("reader of %s, queued behind writer tid %d", l.name, w.behindWriter)
-	case l.mmPID > 0 && w.task.PID != l.mmPID:
-		s.Detail = fmt.Sprintf("another process waiting for %s (reading /proc/%d: ps, top, a monitoring agent)", l.name, l.mmPID)
-	default:
-		s.Detail = "waits for " + l.name
-	}
-	s.Lock, s.LockAddr = l.name, l.addr
-	return s
-}
-
-func holderSubject(h *holdFact, l *lockFact) finding.Subject {
-	s := h.holder
-	s.Role = finding.RoleHolder
-	s.Lock, s.LockAddr = l.name, l.addr
-	ev := map[string]any{}
-	if s.Evidence != nil {
-		ev = maps.Clone(s.Evidence)
-	}
-	if h.mode != "" {
-		ev["mode"] = h.mode
-	}
-	if !h.exact {
-		ev["likely"] = true
-	}
-	s.Evidence = ev
-	switch {
-	case !h.exact:
-		s.Detail = "latest reader of " + l.name + ", likely still holding it"
-	case h.holds > 0 && h.totalMs > 0:
-		s.Detail = fmt.Sprintf("holds %s: %d holds, the longest %s", l.name, h.holds, ms(h.maxMs))
-	default:
-		s.Detail = "holds " + l.name
-	}
-	if len(s.Stack) > 8 {
-		s.Stack = s.Stack[:8]
-	}
-	return s
-}
-
-func heldHop(lock finding.Subject, h *holdFact, holder finding.Subject, l *lockFact) finding.Hop {
-	ev := map[string]any{}
-	var b strings.Builder
-	mode := ""
-	if h.mode != "" {
-		mode = " for " + map[string]string{"read": "reading", "write": "writing"}[h.mode]
-	}
-	switch {
-	case !h.exact:
-		fmt.Fprintf(&b, "%s is reader-owned; its latest reader, likely still holding it, is %s", l.name, label(holder))
-	case h.holds > 0 && h.totalMs > 0:
-		fmt.Fprintf(&b, "%s is held%s by %s: %d holds over the threshold, the longest %s, %s in all", l.name, mode, label(holder), h.holds, ms(h.maxMs), ms(h.totalMs))
-		ev["holds"], ev["hold_ms_max"], ev["hold_ms_total"] = h.holds, h.maxMs, h.totalMs
-	case h.charged > 0:
-		fmt.Fprintf(&b, "%s is held%s by %s while others waited %s", l.name, mode, label(holder), ms(h.charged))
-		ev["waited_ms"] = h.charged
-	default:
-		fmt.Fprintf(&b, "%s is held%s by %s", l.name, mode, label(holder))
-	}
-	mech := mechHeldBy
-	if !h.exact {
-		mech = mechHeldByReader
-	}
-	if len(ev) == 0 {
-		ev = nil
-	}
-	return finding.Hop{From: lock, Relation: heldBy, To: holder, Evidence: ev, Text: b.String(), Mechanism: mech, Likely: !h.exact}
-}
-
-// spendHop says where a holder's time went, with every component wolf
-// measured, not only the one that explains it.
-func spendHop(holder, to finding.Subject, sp *spendFact, kind, mech string) finding.Hop {
-	ev := map[string]any{}
-	var parts []string
-	if sp.holdMs > 0 {
-		ev["hold_ms"] = sp.holdMs
-		add := func(key, what string, v float64, always bool) {
-			if v <= 0 && !always {
-				return
-			}
-			ev[key] = v
-			parts = append(parts, fmt.Sprintf("%s %s (%s)", what, ms(v), pct(v, sp.holdMs)))
-		}
-		add("reclaim_ms", "in memory reclaim", sp.reclaimMs, kind == "reclaim")
-		add("on_cpu_ms", "on CPU", sp.onCPUMs, true)
-		add("runnable_ms", "waiting for a CPU", sp.runnableMs, true)
-		switch {
-		case sp.throttledMs > 0:
-			add("throttled_ms", "throttled", sp.throttledMs, true)
-		case sp.throttleKnown:
-			ev["throttled_ms"] = 0.0
-			parts = append(parts, "never throttled")
-		}
-		if sp.scanned > 0 {
-			ev["pages_scanned"], ev["pages_reclaimed"] = sp.scanned, sp.reclaimed
-			parts = append(parts, fmt.Sprintf("%.0f pages scanned, %.0f reclaimed", sp.scanned, sp.reclaimed))
-		}
-	}
-	text := fmt.Sprintf("%s is %s", label(holder), to.Detail)
-	switch {
-	case len(parts) > 0 && sp.span:
-		text += fmt.Sprintf(": over the %s between the first and the last wait that found it owning the lock, %s", ms(sp.holdMs), strings.Join(parts, ", "))
-	case len(parts) > 0 && sp.state != "":
-		// A hold still going: what wolf saw of it over its window.
-		text += fmt.Sprintf(": over the %s wolf watched, %s", ms(sp.holdMs), strings.Join(parts, ", "))
-	case len(parts) > 0:
-		text += fmt.Sprintf(": of %s held, %s", ms(sp.holdMs), strings.Join(parts, ", "))
-	}
-	if sp.state != "" && sp.holdMs <= 0 {
-		text += fmt.Sprintf(" (state %s)", sp.state)
-	}
-	if len(ev) == 0 {
-		ev = nil
-	}
-	return finding.Hop{From: holder, Relation: spendsHold, To: to, Evidence: ev, Text: text, Mechanism: mech}
-}
-
-func fuseRequestText(f *fuseFact) string {
-	var b strings.Builder
-	op := f.opcode
-	if op == "" {
-		op = "a"
-	}
-	b.WriteString(op + " request")
-	if f.unique > 0 {
-		fmt.Fprintf(&b, " #%.0f", f.unique)
-	}
-	if f.ageS > 0 {
-		fmt.Fprintf(&b, " unanswered for %s", ms(f.ageS*1000))
-	} else {
-		b.WriteString(" unanswered")
-	}
-	if f.exact {
-		b.WriteString(", sent by this task and found on the daemon's /dev/fuse queue")
-	}
-	if f.waiting > 0 {
-		fmt.Fprintf(&b, "; %.0f request(s) waiting on the connection", f.waiting)
-	}
-	return b.String()
-}
-
-func memcgNumbers(ev map[string]any) string {
-	var parts []string
-	if v := num(ev, "limit_bytes"); v > 0 {
-		parts = append(parts, fmt.Sprintf("limit %s", mib(v)))
-	}
-	if v := num(ev, "usage_bytes"); v > 0 {
-		parts = append(parts, fmt.Sprintf("usage %s", mib(v)))
-	}
-	if v := num(ev, "limit_hits"); v > 0 {
-		parts = append(parts, fmt.Sprintf("limit hit %.0f times in the window", v))
-	}
-	if has(ev, "efficiency_pct") {
-		parts = append(parts, fmt.Sprintf("reclaim frees %.0f%% of the pages it scans", num(ev, "efficiency_pct")))
-	}
-	if len(parts) == 0 {
-		return ""
-	}
-	return ": " + strings.Join(parts, ", ")
-}
-
-func quotaNumbers(ev map[string]any) string {
-	q, p := num(ev, "quota_us"), num(ev, "period_us")
-	s := fmt.Sprintf("%s per %s", ms(q/1000), ms(p/1000))
-	if p > 0 {
-		s += fmt.Sprintf(" (%.2g CPUs)", q/p)
-	}
-	if has(ev, "throttled_pct") {
-		s += fmt.Sprintf("; it was throttled in %.0f%% of its periods (%.0f of %.0f)", num(ev, "throttled_pct"), num(ev, "nr_throttled"), num(ev, "nr_periods"))
-	}
-	if v := num(ev, "throttled_s"); v > 0 {
-		s += fmt.Sprintf(", %s throttled in all", ms(v*1000))
-	}
-	return s
-}
-
-func mib(b float64) string { return fmt.Sprintf("%.0f MiB", b/(1<<20)) }
-
-// finish turns the draft into the diagnosis: title, summary, remediation,
-// confidence.
-func (d *draft) finish(x *facts, ref string) finding.Diagnosis {
-	diag := finding.Diagnosis{Ref: ref, ID: "diagnose." + d.kind, Severity: max(d.severity, finding.Warning), Root: d.root, Chain: d.hops}
-	diag.Subjects = dedupeSubjects(d.subjects)
-	for _, e := range d.extra {
-		diag.Chain = dedupeHops(append(diag.Chain, e.hops...))
-		diag.Subjects = dedupeSubjects(append(diag.Subjects, e.subjects...))
-	}
-	ids := map[string]bool{}
-	for _, fi := range slices.Sorted(maps.Keys(d.explains)) {
-		if !ids[x.fs[fi].ID] {
-			ids[x.fs[fi].ID] = true
-			diag.Explains = append(diag.Explains, x.fs[fi].ID)
-		}
-	}
-	diag.Confidence = "certain"
-	if d.likely {
-		diag.Confidence = "likely"
-	}
-	diag.Confirm = d.confirm
-	diag.Title, diag.Summary = d.words()
-	diag.Remediation = dedupeStrings(append(d.rootRemedy(), d.remedy...))
-	if d.lock != nil && d.lock.mmPID > 0 {
-		diag.Remediation = append(diag.Remediation, fmt.Sprintf("Until it is fixed, keep ps, top and monitoring agents from reading /proc/%d/cmdline, environ or maps: each read waits for this mmap_lock.", d.lock.mmPID))
-	}
-	diag.References = d.references()
-	return diag
+	return out
 }
 
 func (d *draft) victimWords() string {
 	var names []string
-	for i, v := range d.victims {
-		if i == 3 {
-			names = append(names, fmt.Sprintf("%d more", len(d.victims)-3))
+	seen := map[string]bool{}
+	vs := d.shownVictims()
+	for _, v := range vs {
+		n := label(taskSubject(v.w.Task, ""))
+		if seen[n] {
+			continue
+		}
+		seen[n] = true
+		if len(names) == 3 {
+			names = append(names, fmt.Sprintf("%d more", len(vs)-3))
 			break
 		}
-		names = append(names, label(v.task))
+		names = append(names, n)
 	}
 	return strings.Join(names, ", ")
 }
 
-func (d *draft) worstWait() string {
-	w := 0.0
+func (d *draft) worst() time.Duration {
+	var w time.Duration
 	for _, v := range d.victims {
-		w = max(w, v.longest())
+		w = max(w, v.w.Max)
 	}
-	return ms(w)
+	return w
+}
+
+// lostBy sums the victims' lost time by how they waited.
+func (d *draft) lostBy() (map[fact.WaitKind]time.Duration, []fact.WaitKind) {
+	m := map[fact.WaitKind]time.Duration{}
+	for _, v := range d.victims {
+		m[v.w.Kind] += v.lost()
+	}
+	kinds := make([]fact.WaitKind, 0, len(m))
+	for k := range m {
+		kinds = append(kinds, k)
+	}
+	slices.SortStableFunc(kinds, func(a, b fact.WaitKind) int {
+		if c := cmp.Compare(m[b], m[a]); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	})
+	return m, kinds
+}
+
+// quotaDemand says what a throttled cgroup's tasks got and how long they
+// waited for more: "stress-ng-cpu (pid 50, 4 threads) got 0.1 CPU and
+// waited 36 s throttled".
+func (d *draft) quotaDemand(e *engine, rs *sat) string {
+	var throttled time.Duration
+	for _, v := range d.victims {
+		if v.w.Kind == fact.WaitThrottled {
+			throttled += v.w.Total
+		}
+	}
+	if throttled == 0 || rs == nil || rs.Used <= 0 {
+		return d.victimsPhrase()
+	}
+	return fmt.Sprintf("%s got %.2g CPU and waited %s throttled", d.whoWords(fact.WaitThrottled), rs.Used, ms(msOf(throttled)))
+}
+
+// whoWords names the victims of one kind of wait by process: one process
+// with its threads, a few by name, many by count.
+func (d *draft) whoWords(kind fact.WaitKind) string {
+	type proc struct {
+		label   string
+		threads int
+	}
+	byPID := map[int]*proc{}
+	var order []int
+	for _, v := range d.shownVictims() {
+		if v.w.Kind != kind {
+			continue
+		}
+		pid := cmp.Or(v.w.Task.PID, v.w.Task.TID)
+		p := byPID[pid]
+		if p == nil {
+			p = &proc{label: fmt.Sprintf("%s (pid %d", v.w.Task.Comm, pid)}
+			byPID[pid] = p
+			order = append(order, pid)
+		}
+		p.threads++
+	}
+	var parts []string
+	for i, pid := range order {
+		if i == 3 {
+			parts = append(parts, fmt.Sprintf("%d more %s", len(order)-3, map[bool]string{true: "process", false: "processes"}[len(order) == 4]))
+			break
+		}
+		p := byPID[pid]
+		if p.threads > 1 {
+			parts = append(parts, fmt.Sprintf("%s, %d threads)", p.label, p.threads))
+		} else {
+			parts = append(parts, p.label+")")
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// victimsPhrase says what the victims lost, the largest kind of wait
+// first: "stress-ng (pid 5) and 3 more waited 38 s for a CPU".
+func (d *draft) victimsPhrase() string {
+	m, kinds := d.lostBy()
+	if len(kinds) == 0 {
+		return ""
+	}
+	n := 0
+	for _, v := range d.victims {
+		if v.w.Kind == kinds[0] {
+			n++
+		}
+	}
+	who := d.whoWords(kinds[0])
+	if who == "" {
+		who = fmt.Sprintf("%d tasks", n)
+	}
+	total := ms(msOf(m[kinds[0]]))
+	switch kinds[0] {
+	case fact.WaitRunQueue:
+		return fmt.Sprintf("%s waited %s for a CPU", who, total)
+	case fact.WaitThrottled:
+		return fmt.Sprintf("%s were throttled %s in all", who, total)
+	case fact.WaitReclaim:
+		return fmt.Sprintf("%s spent %s in reclaim, calls up to %s", who, total, ms(msOf(d.worstOf(fact.WaitReclaim))))
+	case fact.WaitIO:
+		return fmt.Sprintf("%s waited %s for I/O", who, total)
+	case fact.WaitDirty:
+		return fmt.Sprintf("%s were paused %s writing dirty pages", who, total)
+	case fact.WaitJournal:
+		return fmt.Sprintf("%s waited %s for journal commits", who, total)
+	case fact.WaitSoftirq:
+		return fmt.Sprintf("%s lost %s to it, in runs of up to %s", who, total, ms(msOf(d.worstOf(fact.WaitSoftirq))))
+	}
+	return fmt.Sprintf("%s wait%s up to %s", who, plural(n), ms(msOf(d.worst())))
+}
+
+func (d *draft) worstOf(k fact.WaitKind) time.Duration {
+	var w time.Duration
+	for _, v := range d.victims {
+		if v.w.Kind == k {
+			w = max(w, v.w.Max)
+		}
+	}
+	return w
+}
+
+// consumersWords names a saturated resource's top consumers with their
+// shares: "stress-ng (pid 5, 8 threads) 96%".
+func consumersWords(cs []*fact.Usage) string {
+	var parts []string
+	for _, u := range cs {
+		share := u.Share
+		parts = append(parts, fmt.Sprintf("%s %s", consumerLabel(u), pct1(share)))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // words writes the title and the summary.
-func (d *draft) words() (title, summary string) {
-	l, h := d.lock, d.holder
-	holder := label(h.holder)
-	victims := d.victimWords()
+func (d *draft) words(e *engine) (title, summary string) {
+	b := d.best
+	lockName := ""
+	holder := ""
+	if b.lock != "" {
+		lockName = nameOf(e.subjectOf(b.lock))
+	}
+	if b.hold != nil {
+		holder = label(taskSubject(b.hold.Holder, ""))
+	}
+	rs := e.saturation(d.root)
+	victims, n := d.victimWords(), len(d.shownVictims())
+	lockTail := fmt.Sprintf("%s wait%s up to %s", victims, plural(n), ms(msOf(d.worst())))
 	switch d.kind {
 	case "memcg-limit":
-		title = fmt.Sprintf("Memory cgroup %s at its limit%s: its reclaim runs under %s, held by %s; %s wait%s up to %s",
-			d.cgroup.subject.Cgroup, limitWords(d.cgroup.ev), l.name, holder, victims, plural(len(d.victims)), d.worstWait())
+		cg := e.resource(d.root).Cgroup
+		lim := ""
+		if v, _ := satNum(rs, "limit_bytes"); v > 0 {
+			lim = " (" + mib(v) + ")"
+		}
+		switch {
+		case lockName != "" && holder != "":
+			title = fmt.Sprintf("Memory cgroup %s at its limit%s: its reclaim runs under %s, held by %s; %s", cg, lim, lockName, holder, lockTail)
+		default:
+			title = fmt.Sprintf("Memory cgroup %s at its limit%s: %s", cg, lim, d.victimsPhrase())
+		}
+		switch {
+		case d.via == fact.HostCPUKey() && d.viaFrac > 0:
+			title += fmt.Sprintf("; its reclaim took %s of the CPUs' busy time", pct1(d.viaFrac))
+		case d.via != "" && kindOfKey(d.via) == fact.Device && d.viaFrac > 0:
+			title += fmt.Sprintf("; %s of what %s read were refaults of pages the limit evicted", pct1(d.viaFrac), e.resource(d.via).Device)
+		}
 	case "cpu-quota":
-		title = fmt.Sprintf("CPU quota of cgroup %s (%s): %s held %s while throttled; %s wait%s up to %s",
-			d.cgroup.subject.Cgroup, quotaShort(d.cgroup.ev), holder, l.name, victims, plural(len(d.victims)), d.worstWait())
-	case "fuse-daemon":
-		title = fmt.Sprintf("FUSE daemon %s has not answered: %s holds %s while it waits, and %s hang behind it",
-			label(d.root), holder, l.name, victims)
+		cg := e.resource(d.root).Cgroup
+		if lockName != "" && holder != "" {
+			title = fmt.Sprintf("CPU quota of cgroup %s (%s): %s held %s while throttled; %s", cg, quotaShort(rs), holder, lockName, lockTail)
+		} else {
+			title = fmt.Sprintf("CPU quota of cgroup %s (%s): %s", cg, quotaShort(rs), d.quotaDemand(e, rs))
+		}
 	case "host-cpu":
-		title = fmt.Sprintf("Saturated CPUs: %s waited for a CPU while holding %s; %s wait%s up to %s", holder, l.name, victims, plural(len(d.victims)), d.worstWait())
+		who := consumersWords(b.consumers)
+		cpus := ""
+		if rs != nil && rs.Limit > 0 {
+			cpus = fmt.Sprintf(" %.0f", rs.Limit)
+		}
+		if who == "" {
+			who = "tasks wolf could not name"
+		}
+		if lockName != "" && holder != "" {
+			title = fmt.Sprintf("Saturated CPUs (%s of the%s CPUs): %s waited for a CPU while holding %s; %s", who, cpus, holder, lockName, lockTail)
+		} else {
+			title = fmt.Sprintf("Saturated CPUs: %s of the%s CPUs; %s", who, cpus, d.victimsPhrase())
+		}
+	case "fuse-daemon":
+		if lockName != "" && holder != "" {
+			title = fmt.Sprintf("FUSE daemon %s has not answered: %s holds %s while it waits, and %s hang behind it", label(b.rootSubj), holder, lockName, victims)
+		} else {
+			title = fmt.Sprintf("FUSE daemon %s has not answered: %s", label(b.rootSubj), lockTail)
+		}
 	case "reclaim-under-lock":
-		title = fmt.Sprintf("%s reclaims memory while holding %s; %s wait%s up to %s", holder, l.name, victims, plural(len(d.victims)), d.worstWait())
+		title = fmt.Sprintf("%s reclaims memory while holding %s; %s", holder, lockName, lockTail)
 	case "deadlock":
-		title = fmt.Sprintf("Deadlock: the holders of %s wait for each other; %s hang", l.name, victims)
+		title = fmt.Sprintf("Deadlock: the holders of %s wait for each other; %s hang", lockName, victims)
+	case "device":
+		who := consumersWords(b.consumers)
+		title = fmt.Sprintf("Device %s is the bottleneck%s: %s", e.resource(d.root).Device, ifSome(" (used by "+who+")", who), d.victimsPhrase())
+	case "io-limit":
+		r := e.resource(d.root)
+		title = fmt.Sprintf("I/O limit of cgroup %s on %s%s: %s", r.Cgroup, r.Device, satShort(rs), d.victimsPhrase())
+	case "dirty-throttle":
+		title = fmt.Sprintf("Dirty-page throttling on %s%s: %s", cmp.Or(e.resource(d.root).Device, "the host"), satShort(rs), d.victimsPhrase())
+	case "journal":
+		title = fmt.Sprintf("Journal commits on %s%s: %s", e.resource(d.root).Device, satShort(rs), d.victimsPhrase())
+	case "softirq":
+		name := cmp.Or(e.resource(d.root).Name, nameOf(b.rootSubj))
+		title = fmt.Sprintf("%s%s: %s", strings.ToUpper(name[:1]), name[1:], d.victimsPhrase())
+		if d.via == fact.HostCPUKey() && d.viaFrac > 0 {
+			title += fmt.Sprintf("; it took %s of the CPUs' busy time", pct1(d.viaFrac))
+		}
+	case "host-memory":
+		title = "The host is short of memory: " + d.victimsPhrase()
 	default:
-		doing := map[string]string{"oncpu": " working on a CPU", "runnable": " waiting for a CPU", "blocked": " asleep", "throttled": " throttled"}[d.activity]
-		title = fmt.Sprintf("%s holds %s%s; %s wait%s up to %s", holder, l.name, doing, victims, plural(len(d.victims)), d.worstWait())
+		doing := map[string]string{"holder-work": " working on a CPU", "holder-runnable": " waiting for a CPU", "holder-blocked": " asleep", "throttled-holder": " throttled"}[d.kind]
+		if lockName != "" {
+			title = fmt.Sprintf("%s holds %s%s; %s", holder, lockName, doing, lockTail)
+		} else {
+			title = d.victimsPhrase()
+		}
 	}
 	var parts []string
 	for _, hp := range d.hops {
@@ -384,44 +287,146 @@ func (d *draft) words() (title, summary string) {
 	return title, summary
 }
 
-func plural(n int) string {
-	if n == 1 {
-		return "s"
-	}
-	return ""
-}
-
-func limitWords(ev map[string]any) string {
-	if v := num(ev, "limit_bytes"); v > 0 {
-		return " (" + mib(v) + ")"
-	}
-	return ""
-}
-
-func quotaShort(ev map[string]any) string {
-	q, p := num(ev, "quota_us"), num(ev, "period_us")
-	s := fmt.Sprintf("%s per %s", ms(q/1000), ms(p/1000))
-	if has(ev, "throttled_pct") {
-		s += fmt.Sprintf(", throttled in %.0f%% of periods", num(ev, "throttled_pct"))
+func ifSome(s, cond string) string {
+	if cond == "" {
+		return ""
 	}
 	return s
 }
 
-func (d *draft) rootRemedy() []string {
+func quotaShort(s *sat) string {
+	q, _ := satNum(s, "quota_us")
+	p, _ := satNum(s, "period_us")
+	out := "quota"
+	if q > 0 && p > 0 {
+		out = fmt.Sprintf("%s per %s", ms(q/1000), ms(p/1000))
+	}
+	if v, ok := satNum(s, "throttled_pct"); ok {
+		out += fmt.Sprintf(", throttled in %.0f%% of periods", v)
+	}
+	return out
+}
+
+func satShort(s *sat) string {
+	if s == nil || s.Level <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%.0f%% of its limit)", 100*s.Level)
+}
+
+// rivalText says in one line why a rival is not the root.
+func (d *draft) rivalText(e *engine, r *branch, share float64) string {
+	name := rivalName(e, r)
+	head := fmt.Sprintf("not %s (%s of the victims' time)", name, pct1(share))
+	b := d.best
+	switch {
+	case r.kind == "host-cpu" && d.via == fact.HostCPUKey() && d.viaFrac > 0:
+		return fmt.Sprintf("not the host's CPUs: %s of their busy time went to %s", pct1(d.viaFrac), d.viaWhat(e))
+	case r.kind == "device" && d.via == r.root && d.viaFrac > 0:
+		return fmt.Sprintf("not device %s: %s of what it read were refaults of pages %s", e.resource(r.root).Device, pct1(d.viaFrac), d.evictedBy(e))
+	case d.kind == "host-cpu" && r.via == fact.HostCPUKey() && r.viaFrac > 0:
+		return fmt.Sprintf("%s: it took only %s of the CPUs' busy time", head, pct1(r.viaFrac))
+	case strings.HasPrefix(r.kind, "holder-") && r.hold != nil:
+		return fmt.Sprintf("%s: most of %s's holds went elsewhere", head, label(taskSubject(r.hold.Holder, "")))
+	}
+	return fmt.Sprintf("%s, against %s to %s", head, pct1(d.weight/d.lost), rivalName(e, b))
+}
+
+// evictedBy says who evicted the pages a device read back.
+func (d *draft) evictedBy(e *engine) string {
+	r := e.resource(d.root)
+	if r.Kind == fact.Memory && r.Cgroup != "/" {
+		return "the memory limit of cgroup " + r.Cgroup + " evicted"
+	}
+	return "evicted for lack of memory"
+}
+
+// viaWhat names what a root's activity on the saturated resource was.
+func (d *draft) viaWhat(e *engine) string {
+	r := e.resource(d.root)
+	switch r.Kind {
+	case fact.Softirq:
+		return nameOf(e.subjectOf(d.root))
+	case fact.Memory:
+		if r.Cgroup == "/" {
+			return "reclaim for the host's memory"
+		}
+		return "memory reclaim in memory cgroup " + r.Cgroup
+	}
+	return nameOf(e.subjectOf(d.root))
+}
+
+func rivalName(e *engine, b *branch) string {
+	switch b.kind {
+	case "host-cpu":
+		return "the host's CPUs"
+	case "memcg-limit":
+		return "the memory limit of cgroup " + b.rootSubj.Cgroup
+	case "cpu-quota":
+		return "the CPU quota of cgroup " + b.rootSubj.Cgroup
+	case "holder-work", "holder-runnable", "holder-blocked", "holder-unknown", "throttled-holder":
+		return label(b.rootSubj) + "'s own work under the lock"
+	case "fuse-daemon":
+		return "FUSE daemon " + label(b.rootSubj)
+	}
+	return nameOf(b.rootSubj)
+}
+
+// rootRemedy is what the investigator that measured a limit says to do
+// about it.
+func (e *engine) rootRemedy(k string) []string {
+	if s := e.saturation(k); s != nil {
+		return s.Remediation
+	}
+	return nil
+}
+
+func (d *draft) rootRemedy(e *engine) []string {
+	b := d.best
+	lockName := ""
+	if b.lock != "" {
+		lockName = nameOf(e.subjectOf(b.lock))
+	}
 	switch d.kind {
 	case "memcg-limit":
 		if len(d.remedy) > 0 {
-			return nil // the cgroup's finding says what to do about its limit
+			return nil // the cgroup's own finding says what to do about its limit
 		}
-		return []string{fmt.Sprintf("Give cgroup %s memory headroom (v1 memory.limit_in_bytes, v2 memory.max) or shrink what it keeps in memory: its tasks reclaim on every charge, and the one holding %s makes everyone behind the lock wait for that reclaim.", d.cgroup.subject.Cgroup, d.lock.name)}
+		cg := e.resource(d.root).Cgroup
+		if lockName != "" {
+			return []string{fmt.Sprintf("Give cgroup %s memory headroom (v1 memory.limit_in_bytes, v2 memory.max) or shrink what it keeps in memory: its tasks reclaim on every charge, and the one holding %s makes everyone behind the lock wait for that reclaim.", cg, lockName)}
+		}
+		return []string{fmt.Sprintf("Give cgroup %s memory headroom (v1 memory.limit_in_bytes, v2 memory.max) or shrink its working set: its tasks reclaim on every charge and read back what the limit evicted.", cg)}
 	case "cpu-quota":
-		return []string{fmt.Sprintf("Raise the CPU quota of cgroup %s (v1 cpu.cfs_quota_us, v2 cpu.max) or run fewer busy threads in it: a lock holder throttled with its cgroup keeps the lock until the next period.", d.cgroup.subject.Cgroup)}
+		cg := e.resource(d.root).Cgroup
+		if lockName == "" && len(d.remedy) > 0 {
+			return nil // the quota's own finding says what to do about it
+		}
+		if lockName != "" {
+			return []string{fmt.Sprintf("Raise the CPU quota of cgroup %s (v1 cpu.cfs_quota_us, v2 cpu.max) or run fewer busy threads in it: a lock holder throttled with its cgroup keeps the lock until the next period.", cg)}
+		}
+		return []string{fmt.Sprintf("Raise the CPU quota of cgroup %s (v1 cpu.cfs_quota_us, v2 cpu.max) if its tasks should run faster, or run fewer busy threads in it: its tasks wait because the cgroup used up its quota, not because the host is busy.", cg)}
 	case "host-cpu":
-		return []string{"Find what saturates the CPUs (wolf sched, top -H) and give the lock's holder CPU time: its cgroup more cpu.weight, fewer busy threads elsewhere."}
+		who := consumersWords(b.consumers)
+		if who == "" {
+			who = "the tasks above"
+		}
+		r := fmt.Sprintf("The CPUs are busy with %s: run less of it at once (fewer threads, a lower priority with nice or SCHED_BATCH, a cap with cpu.max in its cgroup), or give the tasks that wait more weight (cpu.weight of their cgroup).", who)
+		if lockName != "" {
+			r += fmt.Sprintf(" The holder of %s waits for a CPU like everyone else and makes the lock's waiters wait with it.", lockName)
+		}
+		return []string{r}
 	case "holder-work", "reclaim-under-lock", "holder-blocked", "holder-runnable":
-		return []string{fmt.Sprintf("Look at what %s does under the lock: cat /proc/%d/task/%d/stack, or wolf locks --pid %d for its holds and a profile under the lock.", label(d.holder.holder), d.holder.holder.PID, d.holder.holder.TID, d.holder.holder.PID)}
+		h := b.hold.Holder
+		return []string{fmt.Sprintf("Look at what %s does under the lock: cat /proc/%d/task/%d/stack, or wolf locks --pid %d for its holds and a profile under the lock.", label(taskSubject(h, "")), h.PID, h.TID, h.PID)}
 	case "deadlock":
 		return []string{"A lock-order deadlock does not resolve by itself: the tasks in the chain must be killed (if killable) or the host rebooted; report the stacks upstream."}
+	case "io-limit":
+		r := e.resource(d.root)
+		return []string{fmt.Sprintf("Raise the I/O limit of cgroup %s on %s (v1 blkio.throttle.*_device, v2 io.max) if its tasks should go faster, or reduce what they read and write: they wait for the throttle, not for the device.", r.Cgroup, r.Device)}
+	case "device":
+		who := consumersWords(b.consumers)
+		return []string{fmt.Sprintf("Device %s is at its capacity%s: spread the I/O over more devices, cap the heaviest users (io.max, blkio.throttle), or move latency-sensitive work elsewhere.", e.resource(d.root).Device, ifSome(" (busiest users: "+who+")", who))}
 	}
 	return nil
 }
@@ -434,55 +439,4 @@ func (d *draft) references() []string {
 		return []string{"https://blog.cloudflare.com/searching-for-the-cause-of-hung-tasks-in-the-linux-kernel/"}
 	}
 	return nil
-}
-
-// dedupeSubjects keeps the first subject of each identity.
-func dedupeSubjects(ss []finding.Subject) []finding.Subject {
-	seen := map[string]bool{}
-	var out []finding.Subject
-	for _, s := range ss {
-		k := fmt.Sprintf("%s|%d|%d|%s|%s|%s", s.Role, s.PID, s.TID, s.Cgroup, s.Lock, s.Comm)
-		if seen[k] {
-			continue
-		}
-		seen[k] = true
-		out = append(out, s)
-	}
-	return out
-}
-
-// dedupeHops drops a hop already said: merged chains that share their
-// root share the hops below where they meet (a lock's holder that itself
-// waits on the next lock is, in that lock's own chain, its victim).
-func dedupeHops(hs []finding.Hop) []finding.Hop {
-	key := func(s finding.Subject) string {
-		if s.PID != 0 || s.TID != 0 {
-			// A task, whatever role and lock it has in either chain.
-			return fmt.Sprintf("task|%d|%d", s.PID, s.TID)
-		}
-		return fmt.Sprintf("%s|%s|%s|%s|%s", s.LockAddr, s.Lock, s.Cgroup, s.Comm, s.Detail)
-	}
-	seen := map[string]bool{}
-	var out []finding.Hop
-	for _, h := range hs {
-		k := string(h.Relation) + "|" + key(h.From) + "|" + key(h.To)
-		if seen[k] {
-			continue
-		}
-		seen[k] = true
-		out = append(out, h)
-	}
-	return out
-}
-
-func dedupeStrings(ss []string) []string {
-	seen := map[string]bool{}
-	var out []string
-	for _, s := range ss {
-		if !seen[s] {
-			seen[s] = true
-			out = append(out, s)
-		}
-	}
-	return out
 }

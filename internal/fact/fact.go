@@ -53,6 +53,9 @@ const (
 	Journal Kind = "journal"
 	// Softirq processing on one CPU.
 	Softirq Kind = "softirq"
+	// A place in the kernel where tasks sleep uninterruptibly that wolf
+	// could not tie to a resource (named by the wait site's function).
+	Site Kind = "site"
 )
 
 // Resource is one thing tasks wait on.
@@ -67,6 +70,11 @@ type Resource struct {
 	CPU      int    // CPU, Softirq (-1: not a CPU's)
 	LockAddr string // Lock
 	MMPID    int    // Lock: the process whose mmap_lock this is
+	// LockType is the lock's kind for people ("rw-semaphore", "mutex").
+	LockType string
+	// Conn is a FUSE connection's directory under
+	// /sys/fs/fuse/connections.
+	Conn string
 }
 
 // HostCPUKey is the host's CPUs.
@@ -108,6 +116,10 @@ func JournalKey(dev string) string { return "journal:" + dev }
 
 // SoftirqKey is softirq processing on a CPU.
 func SoftirqKey(cpu int) string { return "softirq:" + strconv.Itoa(cpu) }
+
+// SiteKey is a kernel wait site (its function) that wolf could not tie
+// to a resource.
+func SiteKey(fn string) string { return "site:" + fn }
 
 // Task is a task as facts name it. Cgroups are per controller because on
 // cgroup v1 a task's cpu and memory cgroups are different directories; on
@@ -154,7 +166,20 @@ type Wait struct {
 	// BehindWriter is the tid of the writer a reader queued behind on an
 	// rw-semaphore (0: none).
 	BehindWriter int
-	Finding      string // the id of the finding that reports it
+	// Numbers are more of the wait's measurements, keys with units
+	// ("fuse_age_s", "fuse_unique"), for the hop that shows it.
+	Numbers map[string]any
+	// Detail says what the wait is, for people ("READ request #42 sent by
+	// this task"), when the kind and resource do not.
+	Detail string
+	// Likely marks a wait the kernel did not name exactly (a D-state task
+	// placed by its wait site only; a request found by its sender, not on
+	// the daemon's queue).
+	Likely  bool
+	Finding string // the id of the finding that reports it
+	// FindingTitle tells that finding from others with the same id (""
+	// when the id is enough).
+	FindingTitle string
 }
 
 // Hold is a task holding a lock (or, for FUSE, a daemon owning a
@@ -171,8 +196,9 @@ type Hold struct {
 	Max, Total, Charged time.Duration
 	Holds               int
 	// Where the holder's time went while it held it (nil: unknown).
-	Split   *Split
-	Finding string
+	Split        *Split
+	Finding      string
+	FindingTitle string
 }
 
 // Split is where a task's wall time went over a span: on a CPU, runnable
@@ -191,7 +217,11 @@ type Split struct {
 	// Span is only the stretch between the first and the last wait that
 	// found the holder owning the lock, not a measured hold.
 	Bounded bool
-	Finding string
+	// Still says the span is a hold still going when wolf stopped (a hung
+	// offender), watched for Span.
+	Still        bool
+	Finding      string
+	FindingTitle string
 }
 
 // Usage is a consumer of a resource, measured in the window: CPU seconds
@@ -208,8 +238,12 @@ type Usage struct {
 	Activity string  // what the consumer spent it on: "", "reclaim", "user", "system", "NET_RX", "writeback"
 	// For is the resource this use was made on behalf of: CPU burned in
 	// reclaim "for" a memory limit, device time "for" refaults.
-	For     string
-	Finding string
+	For string
+	// Threads is how many threads of the consumer used it (0: unknown,
+	// or a thread itself).
+	Threads      int
+	Finding      string
+	FindingTitle string
 }
 
 // Saturation says a resource is at its limit in the window: its
@@ -227,7 +261,16 @@ type Saturation struct {
 	// Members are the processes in the resource's cgroup (CPUQuota,
 	// Memory, IOLimit), when the investigator listed them.
 	Members []int
-	Finding string
+	// AtLimit is the investigator's verdict that the resource held its
+	// users back in the window (a memory cgroup that hit its limit and
+	// reclaimed, a quota that throttled, busy CPUs with tasks waiting);
+	// Level alone may be high without that.
+	AtLimit      bool
+	Finding      string
+	FindingTitle string
+	// Remediation is what to do about the resource at its limit, when the
+	// investigator knows better than the diagnosis stage.
+	Remediation []string
 }
 
 // Set is every fact of one window, from every investigator.

@@ -76,6 +76,10 @@ const (
 	// other user-space) daemon a chain ends at, and the root cause.
 	RoleLock   = "lock"
 	RoleDaemon = "daemon"
+	// A block device (Subject.Device), and a consumer of a saturated
+	// resource (a process using the CPUs, a cgroup reading a device).
+	RoleDevice   = "device"
+	RoleConsumer = "consumer"
 )
 
 // Subject is a task, cgroup or CPU a finding is about.
@@ -95,6 +99,7 @@ type Subject struct {
 	CgroupID uint64 `json:"cgroup_id,omitempty"` // the cgroup's kernfs id (its directory's inode)
 	Lock     string `json:"lock,omitempty"`      // role lock, or the lock a task waits on or holds: "mmap_lock of x (pid 5)"
 	LockAddr string `json:"lock_addr,omitempty"` // that lock's address, "0xffff…"
+	Device   string `json:"device,omitempty"`    // a block device's kernel name, "vda"
 	// Evidence is this subject's own numbers (a waiter's wait, a holder's
 	// hold and where its time went), keys with units as Finding.Evidence.
 	Evidence map[string]any `json:"evidence,omitempty"`
@@ -137,6 +142,10 @@ const (
 	// its cgroup's memory limit or CPU quota, a saturated host, softirq
 	// work on its CPU.
 	ConstrainedBy Relation = "constrained_by"
+	// UsedBy: a saturated resource's capacity went to a consumer (a
+	// process on the CPUs, a cgroup's reclaim, a cgroup's reads of a
+	// device), measured in the same window.
+	UsedBy Relation = "used_by"
 )
 
 // Hop is one link of a diagnosis chain: From relates to To, with the
@@ -183,6 +192,22 @@ type Diagnosis struct {
 	Confirm     []string `json:"confirm,omitempty"`
 	Remediation []string `json:"remediation,omitempty"`
 	References  []string `json:"references,omitempty"`
+	// Attribution is the share (0..1) of the victims' lost time that the
+	// chain traces to the root, by measured attribution: a hold split by
+	// where the holder's time went, a saturated resource's time split by
+	// its consumers.
+	Attribution float64 `json:"attribution,omitempty"`
+	// Rivals are the other causes the same victims' time traces to, most
+	// likely first, each with its share and why it is not the root.
+	Rivals []Rival `json:"rivals,omitempty"`
+}
+
+// Rival is a cause a diagnosis ranked below its root.
+type Rival struct {
+	ID    string  `json:"id"` // the diagnosis kind it would have been
+	Root  Subject `json:"root"`
+	Share float64 `json:"share"` // of the victims' lost time, 0..1
+	Text  string  `json:"text"`  // one line: "not the host's CPUs: 70% of their time went to …"
 }
 
 // Bucket is one cumulative histogram bucket: Count observations were <= LE.
@@ -270,6 +295,49 @@ type Overhead struct {
 	BPFRunNs   uint64  `json:"bpf_run_ns"`
 	Events     uint64  `json:"events"`
 	Dropped    uint64  `json:"dropped"`
+
+	// What follows says what the window cost apart from start-up, against
+	// the budget (--max-cpu). The report's are set by the command that
+	// ran the window; an investigator's result carries only Sampled.
+
+	// StartupS and StartupCPUS are the time and CPU wolf took to load,
+	// verify and attach its programs, before the window (counted in
+	// CPUSeconds, not in WindowCPUS).
+	StartupS    float64 `json:"startup_s,omitempty"`
+	StartupCPUS float64 `json:"startup_cpu_s,omitempty"`
+	// WindowCPUS is wolf's process CPU time from the window's start to
+	// the report (the window and concluding it); CPUPct is that over
+	// the window, in percent of one CPU.
+	WindowCPUS float64 `json:"window_cpu_s,omitempty"`
+	CPUPct     float64 `json:"cpu_one_cpu_pct,omitempty"`
+	// BPFPct is BPFRunNs over the window, in percent of one CPU.
+	BPFPct float64 `json:"bpf_one_cpu_pct,omitempty"`
+	// BudgetPct is the BPF budget, in percent of one CPU (0: none).
+	// BudgetBit says the budget made some investigator sample (Sampled
+	// says which and at what rate); OverBudget that the programs spent
+	// more than the budget all the same (what they keep exact costs
+	// more than the budget on this host's event rate).
+	BudgetPct  float64 `json:"budget_one_cpu_pct,omitempty"`
+	BudgetBit  bool    `json:"budget_bit,omitempty"`
+	OverBudget bool    `json:"over_budget,omitempty"`
+	// Sampled lists the investigators whose expensive detail (stacks,
+	// records) was sampled in the window, and at what rate.
+	Sampled []Sampling `json:"sampled,omitempty"`
+}
+
+// Sampling is one investigator's detail sampled under the budget: of
+// Events eligible for it, Detailed got it. Their counts, sums and
+// histograms stay exact; what the detail feeds (stacks, per-owner
+// records) is a sample.
+type Sampling struct {
+	Investigator string  `json:"investigator"`
+	What         string  `json:"what"`
+	Events       uint64  `json:"events"`
+	Detailed     uint64  `json:"detailed"`
+	Rate         float64 `json:"rate"` // Detailed / Events
+	// IntervalUs is the least time between two detailed events on one
+	// CPU at the end of the window, in microseconds.
+	IntervalUs float64 `json:"interval_us"`
 }
 
 // Add accumulates another investigator's overhead into o.
@@ -278,6 +346,7 @@ func (o *Overhead) Add(p Overhead) {
 	o.BPFRunNs += p.BPFRunNs
 	o.Events += p.Events
 	o.Dropped += p.Dropped
+	o.Sampled = append(o.Sampled, p.Sampled...)
 }
 
 // Report is the whole result of one wolf command.

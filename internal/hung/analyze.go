@@ -55,18 +55,8 @@ const maxHops = 4
 // Conclude turns a snapshot into findings: one per thing the victims wait
 // on, the offender named when it can be known, plus tasks that recovered.
 func Conclude(s *Snapshot) []finding.Finding {
-	var out []finding.Finding
-	for _, g := range groupVictims(s.Victims, func(tid int) bool { return requestOf(s.Fuse, tid) != nil }) {
-		out = append(out, s.groupFinding(g))
-	}
-	if f, ok := s.recoveredFinding(); ok {
-		out = append(out, f)
-	}
-	if f, ok := s.unmatchedHangs(); ok {
-		out = append(out, f)
-	}
-	finding.Sort(out)
-	return out
+	fs, _ := ConcludeFacts(s)
+	return fs
 }
 
 // groupVictims groups victims by what they wait on; fuseReq says whether

@@ -179,8 +179,10 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 			delete(s.seen, tid) // it ran again: reported once, forgotten
 		}
 	}
+	fs, facts := ConcludeFacts(snap)
 	res := &investigator.Result{
-		Findings:     Conclude(snap),
+		Findings:     fs,
+		Facts:        facts,
 		Capabilities: s.p.kit.Capabilities(attachTable),
 		Notes:        s.p.Notes(),
 	}
@@ -286,7 +288,8 @@ func (s *session) Peek(ctx context.Context) (*investigator.Result, error) {
 			snap.Victims = append(snap.Victims, tr.last)
 		}
 	}
-	res := &investigator.Result{Findings: Conclude(snap), Capabilities: s.p.kit.Capabilities(attachTable)}
+	fs, facts := ConcludeFacts(snap)
+	res := &investigator.Result{Findings: fs, Facts: facts, Capabilities: s.p.kit.Capabilities(attachTable)}
 	if prof := snap.Profile(); prof != nil {
 		res.Profiles = append(res.Profiles, *prof)
 	}

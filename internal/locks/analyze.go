@@ -62,7 +62,14 @@ type Snapshot struct {
 	// aggs caches aggregate(): Conclude and Profiles both walk the locks,
 	// and naming them reads /proc (mmap_lock owners' comm).
 	aggs []*lockAgg
+	// refs are the findings Conclude made, by lock address (contention)
+	// and by holding process and mm (mmap_lock holds), for the facts.
+	contRefs map[uint64]findingRef
+	holdRefs map[[2]int]findingRef
 }
+
+// findingRef names a finding: its id and title.
+type findingRef struct{ id, title string }
 
 // DefaultTop is how many contended locks a report names.
 const DefaultTop = 5
@@ -139,7 +146,12 @@ func Conclude(s *Snapshot) ([]finding.Finding, []finding.Histogram) {
 		if s.severity(a) == finding.Info && a.totalNs*100 < uint64(s.Window) {
 			continue
 		}
-		out = append(out, s.contentionFinding(a))
+		cf := s.contentionFinding(a)
+		out = append(out, cf)
+		if s.contRefs == nil {
+			s.contRefs = map[uint64]findingRef{}
+		}
+		s.contRefs[a.addr] = findingRef{cf.ID, cf.Title}
 		if f, ok := s.starvationFinding(a); ok {
 			out = append(out, f)
 		}
@@ -225,8 +237,14 @@ func (s *Snapshot) aggregate() []*lockAgg {
 		slices.SortFunc(a.waits, func(x, y Wait) int { return cmp.Compare(y.TotalNs, x.TotalNs) })
 		slices.SortFunc(a.waiters, func(x, y Waiter) int { return cmp.Compare(y.TotalNs, x.TotalNs) })
 		slices.SortFunc(a.owners, func(x, y Owner) int { return cmp.Compare(y.TotalNs, x.TotalNs) })
-		if len(a.waits) > 0 {
-			a.topWaitStack = waiterFrames(a.waits[0].Stack)
+		// The costliest waits that have a stack: under a storm the
+		// stacks are a sample (the detail budget), and the waits
+		// filed without one say nothing of where the lock is taken.
+		for _, w := range a.waits {
+			if len(w.Stack) > 0 {
+				a.topWaitStack = waiterFrames(w.Stack)
+				break
+			}
 		}
 		a.name, a.nameFrom = s.nameLock(a)
 	}
@@ -786,7 +804,12 @@ func (s *Snapshot) mmapFindings() ([]finding.Finding, []finding.Histogram) {
 		if i >= top {
 			break
 		}
-		out = append(out, s.holdFinding(k.tgid, k.mmTGID, byProc[k]))
+		hf := s.holdFinding(k.tgid, k.mmTGID, byProc[k])
+		out = append(out, hf)
+		if s.holdRefs == nil {
+			s.holdRefs = map[[2]int]findingRef{}
+		}
+		s.holdRefs[[2]int{k.tgid, k.mmTGID}] = findingRef{hf.ID, hf.Title}
 	}
 
 	// Histograms: per process and mode, threads merged, the processes with

@@ -285,10 +285,56 @@ func (p *probe) read(w uint32) (*reading, error) {
 		return nil, err
 	}
 
+	if err := p.readFolds(r, w); err != nil {
+		return nil, err
+	}
 	if err := p.readPending(r); err != nil {
 		return nil, err
 	}
 	return r, nil
+}
+
+// readFolds adds the waits the programs folded into their per-CPU
+// cache (fold_cache in locks.bpf.c) but not yet into the maps: read after
+// the maps, so that a slot flushed between the two reads is missed for
+// one window rather than counted twice, and marked unfolded, so that its
+// keys stay in the maps (the slot's next flush goes there).
+func (p *probe) readFolds(r *reading, w uint32) error {
+	if p.maps.FoldCache == nil {
+		return nil
+	}
+	var per []locksFoldSlots
+	if err := p.maps.FoldCache.Lookup(uint32(0), &per); err != nil {
+		return fmt.Errorf("folded spin waits: %w", err)
+	}
+	for c := range per {
+		for i := range per[c].S {
+			sl := &per[c].S[i]
+			if sl.Val.Count == 0 {
+				continue
+			}
+			ws := r.waits[sl.Key]
+			if ws == nil {
+				ws = &waitSum{}
+				r.waits[sl.Key] = ws
+			}
+			ws.count += sl.Val.Count
+			ws.totalNs += sl.Val.TotalNs
+			ws.ownerReaders += uint64(sl.Val.OwnerReaders)
+			ws.writerHead += sl.Val.WriterHead
+			ws.unfolded = true
+			if m, tid := probekit.WindowMaxTag(sl.Val.Max.V, sl.Val.Max.Win, sl.Val.Max.Tag, w); m > ws.maxNs {
+				ws.maxNs, ws.maxTID = m, int(tid)
+			}
+			lk := locksLockKey{Lock: sl.Key.Lock, Type: sl.Key.Type}
+			h := r.hists[lk]
+			x := hist.FromBPF(&sl.Hist, w)
+			h.Merge(&x)
+			r.hists[lk] = h
+			r.histUnfolded[lk] = true
+		}
+	}
+	return nil
 }
 
 // readPending adds the waits the programs have not folded into the

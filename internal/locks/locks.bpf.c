@@ -107,10 +107,21 @@ enum stat_index {
 	STAT_STALE,	      /* pending wait whose end was lost */
 	STAT_THROTTLED_HOLDS, /* a holder switched out with its cgroup throttled */
 	STAT_MM_STALE_HOLD,   /* a hold whose release was lost, seen at user return */
+	STAT_STACK_SKIPPED,   /* a wait filed without a stack: the detail budget was spent */
 	STAT_MAX,
 };
 
 WOLF_STATS()
+
+/* The detail gates (wolf.h): stack walks of spin waits, of sleeping waits, of owners. */
+enum detail_gate {
+	GATE_SPIN = 0,
+	GATE_SLEEP = 1,
+	GATE_OWNER = 2,
+	GATES = 3,
+};
+
+WOLF_BUDGET(GATES)
 
 struct {
 	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
@@ -219,6 +230,36 @@ struct {
 	__type(key, struct lock_key);
 	__type(value, struct wolf_hist);
 } lock_hist SEC(".maps");
+
+/*
+ * Spin waits fold into a per-CPU cache before the maps above: a spin lock
+ * under contention is waited for tens of thousands of times a second, the
+ * same lock from the same place over and over, and two hash lookups per
+ * wait (waits, lock_hist) were most of a wait's cost. A wait whose key
+ * (lock, type, stack, mm) holds its slot adds to it in place; one that
+ * finds the slot taken by another key flushes that key into the maps
+ * first. Direct-mapped by the key's hash. User space reads the slots with
+ * the maps (after them: a flush between the two reads is then missed for
+ * one window, never counted twice; see collect.go).
+ */
+#define FOLD_SLOTS 16
+
+struct fold_slot {
+	struct wait_key key;
+	struct wait_val val;
+	struct wolf_hist hist; /* the lock's histogram's share */
+};
+
+struct fold_slots {
+	struct fold_slot s[FOLD_SLOTS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct fold_slots);
+} fold_cache SEC(".maps");
 
 /* Waits per lock and waiting task. */
 struct task_key {
@@ -470,7 +511,7 @@ static __always_inline __s32 owner_stack(__u64 lock, struct task_struct *o, __u3
 
 	if (seen && now - seen->at_ns < owner_stack_every_ns)
 		return seen->tid == tid ? seen->stack_id : -1;
-	if (can_walk && owner_stacks) {
+	if (can_walk && owner_stacks && wolf_detail_take(GATE_OWNER, now)) {
 		__u32 zero = 0;
 		struct frames *f = bpf_map_lookup_elem(&scratch, &zero);
 		struct task_struct *t = 0;
@@ -595,17 +636,86 @@ static __always_inline bool queued_type(__u32 type)
 	return is_rwsem(type);
 }
 
-/* The waiter's stack id, from the cache in c when it is fresh enough. */
+/*
+ * Spin waits' stacks, per CPU, by lock: a spin lock under contention is
+ * waited for thousands of times a second on each CPU, by whichever thread
+ * runs there, and a stack walk costs a microsecond or two. Each CPU walks
+ * the stack of a wait on a given lock at most once per stack_every_ns and
+ * files the waits on that lock in between under it: under contention the
+ * stacks are a sample, spread over time, of where the lock is waited for.
+ * Direct-mapped: a lock whose slot another took walks again.
+ */
+#define STACK_SLOTS 16
+
+struct stack_slot {
+	__u64 lock;
+	__u64 ns;
+	__s32 id;
+	__u32 type;
+};
+
+struct stack_slots {
+	struct stack_slot s[STACK_SLOTS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct stack_slots);
+} stack_cache SEC(".maps");
+
+/* A spin wait's stack id, from this CPU's cache of the lock's when fresh. */
+static __always_inline __s32 spin_stack(void *ctx, __u64 lock, __u32 type, __u64 now)
+{
+	__u32 zero = 0;
+	struct stack_slots *c = bpf_map_lookup_elem(&stack_cache, &zero);
+	struct stack_slot *sl;
+	__s32 id;
+
+	if (!c)
+		return -1;
+	sl = &c->s[wolf_bound((__u32)(lock >> 6) ^ (__u32)(lock >> 16) ^ type, STACK_SLOTS - 1)];
+	if (sl->lock == lock && sl->type == type && now - sl->ns < stack_every_ns)
+		return sl->id;
+	if (!wolf_detail_take(GATE_SPIN, now)) {
+		/*
+		 * Out of budget: the lock's last stack, however old, else
+		 * none, and the slot stays as it is for another interval
+		 * (the gate is asked once per interval, not per wait).
+		 */
+		stat_inc(STAT_STACK_SKIPPED);
+		id = sl->lock == lock && sl->type == type ? sl->id : -1;
+	} else {
+		id = bpf_get_stackid(ctx, &stacks, 0);
+		if (id < 0)
+			stat_inc(STAT_STACK_ERR);
+	}
+	sl->lock = lock;
+	sl->type = type;
+	sl->ns = now;
+	sl->id = id;
+	return id;
+}
+
+/* A sleeping wait's stack id, from its thread's cache in c when fresh. */
 static __always_inline __s32 waiter_stack(void *ctx, struct pending *c, __u64 lock, __u32 tid,
 					  __u64 now)
 {
+	bool mine = c && c->stack_tid == tid && c->stack_lock == lock;
 	__s32 id;
 
-	if (c && c->stack_tid == tid && c->stack_lock == lock && now - c->stack_ns < stack_every_ns)
+	if (mine && now - c->stack_ns < stack_every_ns)
 		return c->stack_cached;
-	id = bpf_get_stackid(ctx, &stacks, 0);
-	if (id < 0)
-		stat_inc(STAT_STACK_ERR);
+	if (!wolf_detail_take(GATE_SLEEP, now)) {
+		/* Out of budget: as for spin waits. */
+		stat_inc(STAT_STACK_SKIPPED);
+		id = mine ? c->stack_cached : -1;
+	} else {
+		id = bpf_get_stackid(ctx, &stacks, 0);
+		if (id < 0)
+			stat_inc(STAT_STACK_ERR);
+	}
 	if (c) {
 		c->stack_tid = tid;
 		c->stack_lock = lock;
@@ -624,6 +734,7 @@ static __always_inline __u64 task_run_delay(struct task_struct *t)
 }
 
 static __always_inline void account(struct pending *p, const bool can_walk);
+static __always_inline void fold_spin(struct pending *p);
 
 static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const bool can_walk)
 {
@@ -640,7 +751,7 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 		if (!p)
 			return;
 		if (p->start_ns && p->end_ns) {
-			account(p, can_walk); /* the CPU's last spin wait */
+			fold_spin(p); /* the CPU's last spin wait */
 		} else if (p->start_ns) {
 			if (now - p->start_ns < max_spin_ns) {
 				/* A spin wait in an interrupt on top of another. */
@@ -658,7 +769,7 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 		p->owner_kind = OWNER_NONE;
 		p->mm_tgid = 0;
 		p->behind_writer = 0;
-		p->stack_id = waiter_stack(ctx, p, lock, p->tid, now);
+		p->stack_id = spin_stack(ctx, lock, type, now);
 		return;
 	}
 
@@ -763,6 +874,86 @@ static __always_inline void owner_name(struct pending *p, struct owner_val *ov, 
 	BPF_CORE_READ_STR_INTO(&ov->owner_comm, o, comm);
 }
 
+/* Adds src's window maxima into dst (the tagged form of wolf_max_merge). */
+static __always_inline void hist_merge(struct wolf_hist *dst, const struct wolf_hist *src)
+{
+	for (int i = 0; i < WOLF_HIST_SLOTS; i++)
+		if (src->slots[i])
+			dst->slots[i] += src->slots[i];
+	dst->count += src->count;
+	dst->sum += src->sum;
+	wolf_max_merge(&dst->max, &src->max);
+}
+
+/* A slot's waits into the maps (per CPU, as the slot: plain adds). */
+static __always_inline void fold_flush(struct fold_slot *sl)
+{
+	struct wait_val wz = {};
+	struct wait_val *wv = lookup_or_init(&waits, &sl->key, &wz);
+	struct lock_key lk = { .lock = sl->key.lock, .type = sl->key.type };
+	struct wolf_hist *h;
+
+	if (wv) {
+		wv->count += sl->val.count;
+		wv->total_ns += sl->val.total_ns;
+		wv->owner_readers += sl->val.owner_readers;
+		wv->writer_head += sl->val.writer_head;
+		wolf_max_merge(&wv->max, &sl->val.max);
+	} else {
+		stat_inc(STAT_WAITS_FULL);
+	}
+	h = hist_for(&lock_hist, &lk);
+	if (h)
+		hist_merge(h, &sl->hist);
+	else
+		stat_inc(STAT_WAITS_FULL);
+}
+
+/*
+ * A wait that is over, d long, into this CPU's fold cache: its count, time
+ * and maximum per lock, type, stack and mm, and its lock's histogram.
+ */
+static __always_inline void fold_wait(struct pending *p, __u64 d)
+{
+	__u32 zero = 0;
+	struct fold_slots *fs = bpf_map_lookup_elem(&fold_cache, &zero);
+	struct fold_slot *sl;
+	__u32 i;
+
+	if (!fs)
+		return;
+	i = (__u32)(p->lock >> 6) ^ (__u32)(p->lock >> 16) ^ p->type ^ (__u32)p->stack_id * 7;
+	sl = &fs->s[wolf_bound(i, FOLD_SLOTS - 1)];
+	if (sl->key.lock != p->lock || sl->key.type != p->type || sl->key.stack_id != p->stack_id ||
+	    sl->key.mm_tgid != p->mm_tgid) {
+		if (sl->val.count)
+			fold_flush(sl);
+		__builtin_memset(sl, 0, sizeof(*sl));
+		sl->key.lock = p->lock;
+		sl->key.type = p->type;
+		sl->key.stack_id = p->stack_id;
+		sl->key.mm_tgid = p->mm_tgid;
+	}
+	sl->val.count += 1;
+	sl->val.total_ns += d;
+	wolf_max_tag_at(&sl->val.max, d, p->tid, p->end_win);
+	if (p->owner_kind == OWNER_READERS)
+		sl->val.owner_readers += 1;
+	if (p->behind_writer)
+		sl->val.writer_head += 1;
+	wolf_hist_add_local_at(&sl->hist, d, p->end_win);
+}
+
+/* A spin wait that is over into the fold cache; p->start_ns is cleared. */
+static __always_inline void fold_spin(struct pending *p)
+{
+	__u64 d = p->end_ns - p->start_ns;
+
+	p->start_ns = 0;
+	p->end_ns = 0;
+	fold_wait(p, d);
+}
+
 /*
  * Fold a wait that is over into the aggregations; p->start_ns is cleared.
  * Counts and sums go to the window the fold happens in, maxima to the one
@@ -778,29 +969,7 @@ static __always_inline void account(struct pending *p, const bool can_walk)
 	p->start_ns = 0;
 	p->end_ns = 0;
 
-	struct wait_key wk = {
-		.lock = p->lock, .type = p->type, .stack_id = p->stack_id, .mm_tgid = p->mm_tgid
-	};
-	struct wait_val wz = {};
-	struct wait_val *wv = lookup_or_init(&waits, &wk, &wz);
-	if (wv) {
-		wv->count += 1;
-		wv->total_ns += d;
-		wolf_max_tag_at(&wv->max, d, tid, p->end_win);
-		if (p->owner_kind == OWNER_READERS)
-			wv->owner_readers += 1;
-		if (p->behind_writer)
-			wv->writer_head += 1;
-	} else {
-		stat_inc(STAT_WAITS_FULL);
-	}
-
-	struct lock_key lk = { .lock = p->lock, .type = p->type };
-	struct wolf_hist *h = hist_for(&lock_hist, &lk);
-	if (h)
-		wolf_hist_add_local_at(h, d, p->end_win); /* per CPU */
-	else
-		stat_inc(STAT_WAITS_FULL);
+	fold_wait(p, d);
 
 	if (spin_type(p->type))
 		return; /* per-task and owner detail for sleeping locks only */

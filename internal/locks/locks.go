@@ -266,10 +266,11 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 		snap.keepPID(opts.PID, s.tgid)
 	}
 	l.last = snap
-	findings, hists := Conclude(snap)
+	findings, hists, facts := ConcludeFacts(snap)
 	res := &investigator.Result{
 		Findings:     findings,
 		Histograms:   hists,
+		Facts:        facts,
 		Capabilities: p.kit.Capabilities(p.table),
 		Notes:        append(slices.Clone(p.notes), p.kit.Notes()...),
 	}

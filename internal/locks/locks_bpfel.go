@@ -13,6 +13,16 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type locksFoldSlots struct {
+	_ structs.HostLayout
+	S [16]struct {
+		_    structs.HostLayout
+		Key  locksWaitKey
+		Val  locksWaitVal
+		Hist locksWolfHist
+	}
+}
+
 type locksFrames struct {
 	_  structs.HostLayout
 	Ip [64]uint64
@@ -203,6 +213,17 @@ type locksSlowRange struct {
 	End   uint64
 }
 
+type locksStackSlots struct {
+	_ structs.HostLayout
+	S [16]struct {
+		_    structs.HostLayout
+		Lock uint64
+		Ns   uint64
+		Id   int32
+		Type uint32
+	}
+}
+
 type locksStatIndex uint32
 
 const (
@@ -227,7 +248,8 @@ const (
 	locksStatIndexSTAT_STALE              locksStatIndex = 18
 	locksStatIndexSTAT_THROTTLED_HOLDS    locksStatIndex = 19
 	locksStatIndexSTAT_MM_STALE_HOLD      locksStatIndex = 20
-	locksStatIndexSTAT_MAX                locksStatIndex = 21
+	locksStatIndexSTAT_STACK_SKIPPED      locksStatIndex = 21
+	locksStatIndexSTAT_MAX                locksStatIndex = 22
 )
 
 type locksTaskKey struct {
@@ -276,6 +298,13 @@ type locksWaitVal struct {
 	}
 }
 
+type locksWolfDetail struct {
+	_       structs.HostLayout
+	NextNs  uint64
+	Taken   uint64
+	Skipped uint64
+}
+
 type locksWolfHist struct {
 	_     structs.HostLayout
 	Slots [65]uint64
@@ -293,6 +322,7 @@ type locksWolfHist struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	locksMapFoldCache             = "fold_cache"
 	locksMapHolds                 = "holds"
 	locksMapLockHist              = "lock_hist"
 	locksMapMmStats               = "mm_stats"
@@ -306,12 +336,14 @@ const (
 	locksMapQueues                = "queues"
 	locksMapScratch               = "scratch"
 	locksMapSlowStack             = "slow_stack"
+	locksMapStackCache            = "stack_cache"
 	locksMapStacks                = "stacks"
 	locksMapStats                 = "stats"
 	locksMapThrottledPending      = "throttled_pending"
 	locksMapUnderLock             = "under_lock"
 	locksMapWaiters               = "waiters"
 	locksMapWaits                 = "waits"
+	locksMapWolfDetail            = "wolf_detail"
 	locksMapZeroHist              = "zero_hist"
 	locksMapZeroMm                = "zero_mm"
 	locksProgBtfContentionBegin   = "btf_contention_begin"
@@ -411,6 +443,7 @@ type locksProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type locksMapSpecs struct {
+	FoldCache        *ebpf.MapSpec `ebpf:"fold_cache"`
 	Holds            *ebpf.MapSpec `ebpf:"holds"`
 	LockHist         *ebpf.MapSpec `ebpf:"lock_hist"`
 	MmStats          *ebpf.MapSpec `ebpf:"mm_stats"`
@@ -424,12 +457,14 @@ type locksMapSpecs struct {
 	Queues           *ebpf.MapSpec `ebpf:"queues"`
 	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
 	SlowStack        *ebpf.MapSpec `ebpf:"slow_stack"`
+	StackCache       *ebpf.MapSpec `ebpf:"stack_cache"`
 	Stacks           *ebpf.MapSpec `ebpf:"stacks"`
 	Stats            *ebpf.MapSpec `ebpf:"stats"`
 	ThrottledPending *ebpf.MapSpec `ebpf:"throttled_pending"`
 	UnderLock        *ebpf.MapSpec `ebpf:"under_lock"`
 	Waiters          *ebpf.MapSpec `ebpf:"waiters"`
 	Waits            *ebpf.MapSpec `ebpf:"waits"`
+	WolfDetail       *ebpf.MapSpec `ebpf:"wolf_detail"`
 	ZeroHist         *ebpf.MapSpec `ebpf:"zero_hist"`
 	ZeroMm           *ebpf.MapSpec `ebpf:"zero_mm"`
 }
@@ -473,6 +508,7 @@ func (o *locksObjects) Close() error {
 //
 // It can be passed to loadLocksObjects or ebpf.CollectionSpec.LoadAndAssign.
 type locksMaps struct {
+	FoldCache        *ebpf.Map `ebpf:"fold_cache"`
 	Holds            *ebpf.Map `ebpf:"holds"`
 	LockHist         *ebpf.Map `ebpf:"lock_hist"`
 	MmStats          *ebpf.Map `ebpf:"mm_stats"`
@@ -486,18 +522,21 @@ type locksMaps struct {
 	Queues           *ebpf.Map `ebpf:"queues"`
 	Scratch          *ebpf.Map `ebpf:"scratch"`
 	SlowStack        *ebpf.Map `ebpf:"slow_stack"`
+	StackCache       *ebpf.Map `ebpf:"stack_cache"`
 	Stacks           *ebpf.Map `ebpf:"stacks"`
 	Stats            *ebpf.Map `ebpf:"stats"`
 	ThrottledPending *ebpf.Map `ebpf:"throttled_pending"`
 	UnderLock        *ebpf.Map `ebpf:"under_lock"`
 	Waiters          *ebpf.Map `ebpf:"waiters"`
 	Waits            *ebpf.Map `ebpf:"waits"`
+	WolfDetail       *ebpf.Map `ebpf:"wolf_detail"`
 	ZeroHist         *ebpf.Map `ebpf:"zero_hist"`
 	ZeroMm           *ebpf.Map `ebpf:"zero_mm"`
 }
 
 func (m *locksMaps) Close() error {
 	return _LocksClose(
+		m.FoldCache,
 		m.Holds,
 		m.LockHist,
 		m.MmStats,
@@ -511,12 +550,14 @@ func (m *locksMaps) Close() error {
 		m.Queues,
 		m.Scratch,
 		m.SlowStack,
+		m.StackCache,
 		m.Stacks,
 		m.Stats,
 		m.ThrottledPending,
 		m.UnderLock,
 		m.Waiters,
 		m.Waits,
+		m.WolfDetail,
 		m.ZeroHist,
 		m.ZeroMm,
 	)

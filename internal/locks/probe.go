@@ -206,6 +206,10 @@ func open(cfg config, m mode, extra ...map[string]any) (*probe, error) {
 		Prepare: fitPerCPU,
 		Table:   p.table,
 		BTF:     kernelbtf.External(),
+		// A wait's stack walk costs microseconds; under contention
+		// the stacks are a sample (see spin_stack in locks.bpf.c).
+		Detail:       "stacks of lock waiters and owners",
+		DetailEvents: "begin",
 	})
 	if err != nil {
 		return nil, err

@@ -52,6 +52,15 @@ type Meter struct {
 	done   chan struct{}
 	sample *sampled
 	laps   lapState
+	// last is the latest measured period's, for a budget's feedback.
+	last period
+}
+
+// period is one measured (on) period: the programs' run time in it, and
+// its length.
+type period struct {
+	run, length time.Duration
+	ok          bool
 }
 
 // lapState is where the previous Lap left the cumulative readings.
@@ -152,6 +161,7 @@ func (m *Meter) cycle(stop <-chan struct{}, done chan<- struct{}) {
 			s.run += cur.run - last.run
 			s.runs += cur.runs - last.runs
 			s.measured += end.Sub(lastAt)
+			m.last = period{run: cur.run - last.run, length: end.Sub(lastAt), ok: true}
 		} else if !stopped {
 			m.on()
 			last, lastAt = read(s.progs), time.Now()
@@ -186,6 +196,15 @@ func (m *Meter) untilToggle(now time.Time, on bool) time.Duration {
 func read(progs []*ebpf.Program) stat {
 	run, runs, _ := Programs(progs...)
 	return stat{run, runs}
+}
+
+// LastPeriod is what the tracked programs cost in the latest measured
+// period: their run time and the period's length. ok is false before the
+// first period has ended (or without run statistics).
+func (m *Meter) LastPeriod() (run, length time.Duration, ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.last.run, m.last.length, m.last.ok
 }
 
 // Close stops the duty cycle and turns the run statistics off again (if

@@ -160,6 +160,15 @@ type Object struct {
 	// (uprobes, which the table has no kind for), metered with the
 	// object's own.
 	Extra []*ebpf.Program
+	// Detail says, for the report, what the object's detail gate
+	// (WOLF_BUDGET in wolf.h) guards: "stacks of lock waiters and
+	// owners". Objects without a gate leave it empty.
+	Detail string
+	// DetailEvents names the counter (an enumerator of the object's
+	// enum stat_index, as CounterNames spells it: "begin") that counts
+	// the events the detail is for, so that the report's rate is per
+	// event; empty: the gate's own count of the events it was asked for.
+	DetailEvents string
 }
 
 // Requirements lists what the table needs, for `wolf check`: one entry per
@@ -208,6 +217,14 @@ type Probe struct {
 	meter    *overhead.Meter
 	counters counterWindow
 	window   uint32 // wolf_window: the window whose maxima the programs keep
+
+	// The detail budget (budget.go): the one this probe is under (nil:
+	// none, the gate takes everything), what its gate guards, and the
+	// gate's counts at the previous Overhead.
+	budget       *Budget
+	detailWhat   string
+	detailEvents int // index of Object.DetailEvents in the counters, -1: none
+	detailSeen   struct{ taken, skipped, events uint64 }
 }
 
 // Open loads o's programs, attaches them as its table says, and starts
@@ -264,11 +281,33 @@ func Open(o Object) (*Probe, error) {
 		name: o.Name, spec: spec,
 		progs: map[string]*ebpf.Program{}, iters: map[string]*link.Iter{},
 		attached: map[string]bool{}, chosen: map[string]Attach{}, stoodIn: map[string][]string{},
-		extra: o.Extra, meter: overhead.Start(),
+		extra: o.Extra, meter: overhead.Start(), detailWhat: o.Detail, detailEvents: -1,
 	}
 	if err := p.loadMaps(opts); err != nil {
 		p.Close()
 		return nil, err
+	}
+	if o.DetailEvents != "" {
+		names, err := p.CounterNames()
+		if err != nil {
+			p.Close()
+			return nil, err
+		}
+		for i, n := range names {
+			if n == o.DetailEvents {
+				p.detailEvents = i
+			}
+		}
+		if p.detailEvents < 0 {
+			p.Close()
+			return nil, fmt.Errorf("%s: no counter %q for the detail's events", o.Name, o.DetailEvents)
+		}
+	}
+	// Under the budget before anything attaches: a storm is sampled
+	// from its first event.
+	if b := CurrentBudget(); b != nil {
+		b.join(p)
+		p.budget = b
 	}
 	for _, name := range o.Load {
 		if _, err := p.program(name, opts); err != nil {
@@ -523,7 +562,11 @@ func (p *Probe) Notes() []string {
 // Overhead is what the programs cost since Open or the previous call,
 // with the investigator's own event and drop counts for that window.
 func (p *Probe) Overhead(events, dropped uint64) finding.Overhead {
-	return p.meter.Lap(events, dropped, p.metered()...)
+	o := p.meter.Lap(events, dropped, p.metered()...)
+	if s := p.sampling(); s != nil {
+		o.Sampled = append(o.Sampled, *s)
+	}
+	return o
 }
 
 // Detach takes every program out of the kernel's hooks, all at once: each
@@ -558,6 +601,10 @@ func (p *Probe) Detach() {
 // iterators, programs and maps. It is safe to call more than once.
 func (p *Probe) Close() {
 	p.Detach()
+	if p.budget != nil {
+		p.budget.leave(p)
+		p.budget = nil
+	}
 	if p.meter != nil {
 		p.meter.Close()
 	}

@@ -22,6 +22,9 @@ type Snapshot struct {
 	System  System
 	// Reclaim done while holding an mmap_lock (the per-hold table of "The case of the vanishing CPU")
 	// is the locks investigator's: it times the holds (locks.mmap-hold).
+
+	// refs are the findings Conclude made per cgroup, for the facts.
+	refs map[*Cgroup]*finding.Finding
 }
 
 // Cgroup is one memory cgroup: its state at the end of the window, what
@@ -141,10 +144,12 @@ const storyRef = "https://clickhouse.com/blog/a-case-of-the-vanishing-cpu-a-linu
 // Conclude turns a snapshot into findings.
 func Conclude(s *Snapshot) []finding.Finding {
 	var out []finding.Finding
+	s.refs = map[*Cgroup]*finding.Finding{}
 	for _, c := range s.Cgroups {
 		c.Window = s.Window
 		if f, ok := s.cgroupFinding(c); ok {
 			out = append(out, f)
+			s.refs[c] = &f
 		}
 	}
 	if f, ok := s.directFinding(); ok {

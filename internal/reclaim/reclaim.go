@@ -217,8 +217,10 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 	if iv.snapshot != nil {
 		iv.snapshot(snap)
 	}
+	fs, facts := ConcludeFacts(snap)
 	res := &investigator.Result{
-		Findings:     Conclude(snap),
+		Findings:     fs,
+		Facts:        facts,
 		Histograms:   snap.Histograms(),
 		Capabilities: p.kit.Capabilities(attachTable),
 		Notes:        p.kit.Notes(),

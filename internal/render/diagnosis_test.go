@@ -7,9 +7,11 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/wolf-investigator/wolf/internal/diagnose"
+	"github.com/wolf-investigator/wolf/internal/fact"
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/testutil"
 )
@@ -35,7 +37,23 @@ func diagnosedReport(comm string) *finding.Report {
 				Subjects: []finding.Subject{{Role: finding.RoleVictim, PID: 400, TID: 401, Comm: comm, State: "D", Evidence: map[string]any{"sleeps_on": "folio"}}}},
 			{ID: "audit.no-swap", Investigator: "audit", Severity: finding.Info, Title: "No swap: only file pages can be reclaimed"},
 		}}
-	diagnose.Apply(r)
+	// The facts hung makes of the same window.
+	k, fk := fact.MMLockKey(400), fact.FUSEKey("47")
+	owner, site := r.Findings[0], r.Findings[1]
+	facts := &fact.Set{}
+	facts.Resource(fact.Resource{Kind: fact.Lock, Key: k, Name: lock, LockAddr: addr, MMPID: 400})
+	facts.Resource(fact.Resource{Kind: fact.FUSE, Key: fk, Conn: "47"})
+	facts.Waits = append(facts.Waits,
+		fact.Wait{Task: fact.Task{PID: 400, TID: 402, Comm: comm}, Kind: fact.WaitLock, On: k, Max: 11800 * time.Millisecond, Hung: true, Mode: "write", Finding: owner.ID, FindingTitle: owner.Title},
+		fact.Wait{Task: fact.Task{PID: 500, TID: 500, Comm: "cat"}, Kind: fact.WaitLock, On: k, Max: 11 * time.Second, Hung: true, Mode: "read", BehindWriter: 402, Finding: owner.ID, FindingTitle: owner.Title},
+		fact.Wait{Task: fact.Task{PID: 400, TID: 401, Comm: comm}, Kind: fact.WaitFUSE, On: fk, Max: 12500 * time.Millisecond, Hung: true, Finding: site.ID, FindingTitle: site.Title,
+			Numbers: map[string]any{"fuse_opcode": "READ", "fuse_unique": 42, "fuse_age_s": 12.5, "sleeps_on": "folio"}, Detail: "READ request #42 unanswered for 12 s"},
+	)
+	facts.Holds = append(facts.Holds,
+		fact.Hold{On: k, Holder: fact.Task{PID: 400, TID: 401, Comm: comm}, Mode: "read", Split: &fact.Split{State: "D", SleepsOn: fk, Site: "filemap_fault", Still: true}, Finding: owner.ID, FindingTitle: owner.Title},
+		fact.Hold{On: fk, Holder: fact.Task{PID: 600, TID: 600, Comm: "wolf"}, Finding: owner.ID, FindingTitle: owner.Title},
+	)
+	diagnose.Apply(r, facts)
 	return r
 }
 

@@ -153,6 +153,7 @@ func newHTMLView(r *finding.Report) *htmlView {
 		NsPerEvent: "n/a",
 		Events:     ov.Events,
 		Dropped:    ov.Dropped,
+		Window:     windowCost(ov),
 	}
 	if ov.Events > 0 {
 		v.Overhead.NsPerEvent = strconv.FormatFloat(float64(ov.BPFRunNs)/float64(ov.Events), 'f', 0, 64)
@@ -185,6 +186,7 @@ type htmlCapability struct {
 type htmlOverhead struct {
 	CPUSeconds, BPFMs, NsPerEvent string
 	Events, Dropped               uint64
+	Window                        string // windowCost's line, "" when none
 }
 
 type htmlCheck struct {

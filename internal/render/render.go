@@ -156,6 +156,9 @@ func Text(w io.Writer, r *finding.Report, o TextOptions) error {
 	}
 	t.printf("wolf's own cost: %.2f s CPU, %.1f ms in BPF programs%s, %d events, %d dropped\n",
 		ov.CPUSeconds, float64(ov.BPFRunNs)/1e6, perEvent, ov.Events, ov.Dropped)
+	if line := windowCost(ov); line != "" {
+		t.printf("  %s\n", line)
+	}
 	if o.Histograms != nil && t.err == nil {
 		for _, h := range r.Histograms {
 			if o.Histograms(h.Name) {
@@ -164,6 +167,28 @@ func Text(w io.Writer, r *finding.Report, o TextOptions) error {
 		}
 	}
 	return t.err
+}
+
+// windowCost says what the window cost apart from start-up, against the
+// BPF budget: "" when the report has no such figures (a report of an
+// older wolf, or a command that attached nothing).
+func windowCost(ov finding.Overhead) string {
+	if ov.StartupS == 0 && ov.CPUPct == 0 && ov.BPFPct == 0 {
+		return ""
+	}
+	budget := ""
+	if ov.BudgetPct > 0 {
+		budget = " (budget " + human.Percent(ov.BudgetPct)
+		if ov.OverBudget {
+			budget += ", over it"
+		}
+		if ov.BudgetBit {
+			budget += ", detail sampled"
+		}
+		budget += ")"
+	}
+	return fmt.Sprintf("start-up %.2f s CPU; then %s of one CPU, BPF %s%s",
+		ov.StartupCPUS, human.Percent(ov.CPUPct), human.Percent(ov.BPFPct), budget)
 }
 
 // header is the report's first line: who ran what where. A saved log's
@@ -282,6 +307,12 @@ func (t *textWriter) diagnosis(d *finding.Diagnosis, fs []finding.Finding) {
 				t.printf("%s   %s\n", indent, line)
 			}
 		}
+	}
+	for i, r := range d.Rivals {
+		if i == 2 {
+			break
+		}
+		t.para(indent, "Ruled out: ", r.Text)
 	}
 	for _, c := range d.Confirm {
 		t.para(indent, "To confirm: ", c)

@@ -14,14 +14,18 @@ package runner
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
 	"github.com/wolf-investigator/wolf/internal/diagnose"
+	"github.com/wolf-investigator/wolf/internal/fact"
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/human"
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/overhead"
 	"github.com/wolf-investigator/wolf/internal/pace"
+	"github.com/wolf-investigator/wolf/internal/probekit"
 	"github.com/wolf-investigator/wolf/internal/sysstat"
 )
 
@@ -49,6 +53,10 @@ type Config struct {
 	// CollectTimeout bounds each investigator's Collect after the window;
 	// 0 means DefaultCollectTimeout.
 	CollectTimeout time.Duration
+	// MaxCPUPct is the budget of wolf's BPF programs, in percent of one
+	// CPU (--max-cpu), shared by every investigator (probekit's Budget);
+	// 0 means none.
+	MaxCPUPct float64
 }
 
 // Run is a finished window: its report, the investigators that failed, and
@@ -56,6 +64,9 @@ type Config struct {
 type Run struct {
 	Report *finding.Report
 	Errors []error
+	// Facts are every investigator's typed facts of the window, merged:
+	// what the report's diagnoses were joined from.
+	Facts *fact.Set
 
 	closeOnce sync.Once
 	sessions  []*slot
@@ -82,7 +93,13 @@ func Start(ctx context.Context, cfg Config) *Run {
 	if timeout <= 0 {
 		timeout = pace.Scaled(DefaultCollectTimeout)
 	}
-	r := &Run{Report: rep}
+	r := &Run{Report: rep, Facts: &fact.Set{}}
+	if cfg.MaxCPUPct > 0 {
+		if b, err := probekit.NewBudget(cfg.MaxCPUPct); err == nil {
+			probekit.SetBudget(b)
+			defer probekit.SetBudget(nil)
+		}
+	}
 
 	// Start side by side: loading and verifying is most of the wait.
 	slots := make([]*slot, len(cfg.Investigators))
@@ -114,6 +131,7 @@ func Start(ctx context.Context, cfg Config) *Run {
 			r.sessions = append(r.sessions, s)
 		}
 	}
+	attached, cpuAttached := time.Now(), overhead.CPUTime()
 
 	// The window starts once everything is attached: the sessions that
 	// measure waits begin theirs again (side by side with the wait, which
@@ -124,7 +142,11 @@ func Start(ctx context.Context, cfg Config) *Run {
 	restart(ctx, r.sessions)
 	var sys *sysstat.Sampler
 	if cfg.Checklist {
-		sys = sysstat.Start(ctx, sysstat.Options{})
+		var names []string // the investigators watching the window with it
+		for _, s := range r.sessions {
+			names = append(names, s.name)
+		}
+		sys = sysstat.Start(ctx, sysstat.Options{Alongside: names})
 	}
 	opts := cfg.Options
 	opts.Duration, opts.Progress = cfg.Duration, cfg.Progress
@@ -196,6 +218,7 @@ func Start(ctx context.Context, cfg Config) *Run {
 			continue
 		}
 		Merge(rep, inv.Name(), results[i])
+		r.Facts.Merge(results[i].Facts)
 	}
 	rep.Findings = append(rep.Findings, audits...)
 	if checklist != nil {
@@ -204,16 +227,53 @@ func Start(ctx context.Context, cfg Config) *Run {
 		for _, n := range checklist.Notes {
 			rep.Notes = append(rep.Notes, "system: "+n)
 		}
+		r.Facts.Merge(checklist.Facts)
 	}
 	// Investigators run side by side in this one process, and each one's
 	// CPU figure is the process's over its window: summed, they would
 	// count the same CPU seconds once per investigator.
-	rep.Overhead.CPUSeconds = (overhead.CPUTime() - cpuStart).Seconds()
+	cpuEnd := overhead.CPUTime()
+	rep.Overhead.CPUSeconds = (cpuEnd - cpuStart).Seconds()
+	window(&rep.Overhead, attached.Sub(started), cpuAttached-cpuStart, time.Since(attached), cpuEnd-cpuAttached, cfg.MaxCPUPct)
+	rep.Notes = append(rep.Notes, SamplingNotes(rep.Overhead)...)
 	finding.Sort(rep.Findings)
 	// Join what the investigators found into root-cause chains.
-	diagnose.Apply(rep)
+	diagnose.Apply(rep, r.Facts)
 	rep.DurationS = float64(time.Since(started).Milliseconds()) / 1000
 	return r
+}
+
+// window fills the report's cost of the window apart from start-up:
+// start-up took startup and startupCPU, the window (attach to report) took
+// length and windowCPU; budget is --max-cpu.
+func window(o *finding.Overhead, startup, startupCPU, length, windowCPU time.Duration, budget float64) {
+	o.StartupS = round3(startup.Seconds())
+	o.StartupCPUS = round3(startupCPU.Seconds())
+	o.WindowCPUS = round3(windowCPU.Seconds())
+	if length > 0 {
+		o.CPUPct = round3(100 * windowCPU.Seconds() / length.Seconds())
+		o.BPFPct = round3(100 * float64(o.BPFRunNs) / float64(length.Nanoseconds()))
+	}
+	o.BudgetPct = budget
+	o.BudgetBit = len(o.Sampled) > 0
+	o.OverBudget = budget > 0 && o.BPFPct > budget
+}
+
+func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
+
+// SamplingNotes says, one line per investigator that sampled, that the
+// budget made it sample its detail and at what rate.
+func SamplingNotes(o finding.Overhead) []string {
+	var out []string
+	for _, s := range o.Sampled {
+		budget := ""
+		if o.BudgetPct > 0 {
+			budget = fmt.Sprintf(" (%s of one CPU)", human.Percent(o.BudgetPct))
+		}
+		out = append(out, fmt.Sprintf("%s: under the BPF budget%s, %s of %s events got their detail (%s), 1 in %s: counts, sums and histograms are exact, the detail is a sample",
+			s.Investigator, budget, human.Count(s.Detailed), human.Count(s.Events), s.What, human.Count(uint64(math.Round(1/max(s.Rate, 1e-9))))))
+	}
+	return out
 }
 
 // restart begins the window again of every session that can

@@ -184,3 +184,23 @@ func TestRestartAfterEveryAttach(t *testing.T) {
 		}
 	}
 }
+
+func TestWindowCostApartFromStartup(t *testing.T) {
+	o := finding.Overhead{BPFRunNs: 300_000_000, Sampled: []finding.Sampling{{Investigator: "locks", What: "stacks of lock waiters and owners", Events: 250_000, Detailed: 1000, Rate: 0.004}}}
+	window(&o, 1500*time.Millisecond, 900*time.Millisecond, 10*time.Second, 200*time.Millisecond, 2)
+	if o.StartupS != 1.5 || o.StartupCPUS != 0.9 || o.WindowCPUS != 0.2 || o.CPUPct != 2 || o.BPFPct != 3 {
+		t.Fatalf("%+v", o)
+	}
+	if o.BudgetPct != 2 || !o.BudgetBit || !o.OverBudget {
+		t.Fatalf("budget: %+v", o)
+	}
+	notes := SamplingNotes(o)
+	if len(notes) != 1 || !strings.Contains(notes[0], "locks: under the BPF budget (2.0% of one CPU)") || !strings.Contains(notes[0], "1 in 250") || !strings.Contains(notes[0], "stacks of lock waiters and owners") {
+		t.Fatalf("notes: %q", notes)
+	}
+	var calm finding.Overhead
+	window(&calm, time.Second, time.Second, 10*time.Second, 0, 2)
+	if calm.BudgetBit || calm.OverBudget || len(SamplingNotes(calm)) != 0 {
+		t.Fatalf("nothing sampled, nothing spent: %+v", calm)
+	}
+}

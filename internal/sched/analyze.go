@@ -85,6 +85,12 @@ type Task struct {
 	Affinity    *AffinityCalls
 
 	Runq hist.Log2 // run-queue waits, ns
+	// Runtime is the CPU time it got in the window; Throttled the time
+	// it waited, runnable, with its cgroup throttled by its CPU quota
+	// (kept out of Runq), in ThrottledWaits waits.
+	Runtime        time.Duration
+	Throttled      time.Duration
+	ThrottledWaits uint64
 	// IdleLong counts its waits of IdleLongNs or more that ended with the
 	// CPU leaving its idle task, or wolf's own: not the host's contention
 	// (see idleExplained).
@@ -179,6 +185,21 @@ type Snapshot struct {
 	// Bandwidth is the CPU quota of every cgroup that has one and ran in
 	// the window, with its throttling (cgroupfs, read at both ends).
 	Bandwidth []Bandwidth
+	// Exited is the CPU time of tasks that exited in the window before
+	// wolf read them, by cgroup and name.
+	Exited []ExitedCPU
+	// CPUs is how many CPUs the host has online (0: unknown).
+	CPUs int
+}
+
+// ExitedCPU is the CPU time of tasks of one name and cgroup that exited
+// in the window unreported.
+type ExitedCPU struct {
+	Comm     string
+	Cgroup   string
+	Runtime  time.Duration
+	Tasks    uint64
+	LastTGID int
 }
 
 // notExecuting is the clock-sample coverage under which a CPU did not
@@ -241,6 +262,9 @@ func Conclude(s *Snapshot) []finding.Finding {
 		out = append(out, mismatchFinding(mismatches, s.Sched))
 	}
 	out = append(out, ThrottleFindings(s.Bandwidth, s.Duration)...)
+	if f, ok := consumersFinding(s); ok {
+		out = append(out, f)
+	}
 	finding.Sort(out)
 	return out
 }
@@ -568,7 +592,7 @@ func runqFinding(s *Snapshot, th Thresholds) *finding.Finding {
 		Subjects:     subj,
 		Evidence:     ev,
 		Remediation: []string{
-			"Find what else runs on those CPUs: wolf sched --format json (histograms runq_latency_us by cpu and cgroup), top -H, or perf sched latency.",
+			"Who used the CPUs meanwhile is measured in the same window: sched's CPU consumers (CPU time per process and cgroup) and, when tasks lost real time, the diagnosis that names them; the histograms runq_latency_us by CPU and cgroup are in the JSON report.",
 			"Give the latency-sensitive tasks their own CPUs (cpusets) or more weight (cpu.weight of their cgroup, nice); move batch work to SCHED_BATCH or a lower weight.",
 		},
 	}

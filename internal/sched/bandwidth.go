@@ -255,70 +255,77 @@ func ThrottleFindings(bws []Bandwidth, window time.Duration) []finding.Finding {
 		if len(out) == maxThrottled {
 			break
 		}
-		pct := b.ThrottledPct()
-		if b.Periods < throttleMinPer || pct < throttleInfoPct {
-			continue
+		if f, ok := throttleFinding(b, window); ok {
+			out = append(out, f)
 		}
-		sev := finding.Info
-		if pct >= throttleWarnPct {
-			sev = finding.Warning
-		}
-		cpus := float64(b.QuotaUs) / float64(b.PeriodUs)
-		ev := map[string]any{
-			"cgroup":         b.Path,
-			"cgroup_version": b.Version,
-			"cgroup_id":      b.ID,
-			"controller":     "cpu",
-			"quota_us":       b.QuotaUs,
-			"period_us":      b.PeriodUs,
-			"quota_cpus":     human.Round(cpus, 3),
-			"nr_periods":     b.Periods,
-			"nr_throttled":   b.Throttled,
-			"throttled_pct":  human.Round(pct, 1),
-			"throttled_s":    human.Round(b.ThrottledTime.Seconds(), 3),
-			"window_s":       human.Round(window.Seconds(), 3),
-		}
-		if b.Usage > 0 {
-			ev["usage_s"] = human.Round(b.Usage.Seconds(), 3)
-		}
-		var pids []int
-		var names []string
-		subj := []finding.Subject{{Role: finding.RoleCgroup, Cgroup: b.Path, CgroupID: b.ID,
-			Detail:   fmt.Sprintf("cgroup v%d, CPU quota %s per %s (%.2g CPUs), throttled in %d of %d periods", b.Version, human.Duration(time.Microsecond*time.Duration(b.QuotaUs)), human.Duration(time.Microsecond*time.Duration(b.PeriodUs)), cpus, b.Throttled, b.Periods),
-			Evidence: map[string]any{"controller": "cpu", "quota_us": b.QuotaUs, "period_us": b.PeriodUs, "throttled_pct": human.Round(pct, 1)}}}
-		for i, p := range b.Procs {
-			pids = append(pids, p.PID)
-			if i < 8 {
-				subj = append(subj, finding.Subject{Role: finding.RoleTask, PID: p.PID, Comm: p.Comm, Cgroup: b.Path})
-				names = append(names, fmt.Sprintf("%s (pid %d)", p.Comm, p.PID))
-			}
-		}
-		if len(pids) > 0 {
-			ev["pids"] = pids
-		}
-		who := ""
-		if len(names) > 0 {
-			who = " Its processes: " + strings.Join(names, ", ")
-			if len(b.Procs) > len(names) {
-				who += fmt.Sprintf(" and %d more", len(b.Procs)-len(names))
-			}
-			who += "."
-		}
-		out = append(out, finding.Finding{
-			ID: "sched.cpu-throttled", Investigator: "sched", Severity: sev,
-			Title: fmt.Sprintf("cgroup %s throttled by its CPU quota in %.0f%% of periods: %s per %s (%.2g CPUs), %s throttled in %s",
-				b.Path, pct, human.Duration(time.Microsecond*time.Duration(b.QuotaUs)), human.Duration(time.Microsecond*time.Duration(b.PeriodUs)), cpus, human.Duration(b.ThrottledTime), human.Duration(window)),
-			Summary: fmt.Sprintf("%d of the cgroup's %d scheduling periods in the window ended with its quota used up and its tasks throttled until the next one.%s",
-				b.Throttled, b.Periods, who),
-			Mechanism: "CFS bandwidth control lets a cgroup's tasks run for at most its quota in each period; once they have, its run queues are taken off the CPUs until the period ends, however idle the CPUs are. Latency-sensitive work in it waits up to a period at a time; a task throttled while it holds a kernel lock (on kernels before 6.18, which throttle tasks inside the kernel) keeps the lock held meanwhile.",
-			Subjects:  subj,
-			Evidence:  ev,
-			Remediation: []string{
-				fmt.Sprintf("Raise the quota (v1: echo N > %s/cpu.cfs_quota_us; v2: echo \"N %d\" > %s/cpu.max), or run fewer busy threads in the cgroup; in Kubernetes, raise or remove the container's CPU limit.", b.Path, b.PeriodUs, b.Path),
-				"Allow short bursts above the quota (v1 cpu.cfs_burst_us, v2 cpu.max.burst) when the work is bursty rather than steadily over the limit.",
-			},
-			References: []string{"https://docs.kernel.org/scheduler/sched-bwc.html"},
-		})
 	}
 	return out
+}
+
+// throttleFinding is one cgroup's throttling, when it is worth a finding.
+func throttleFinding(b Bandwidth, window time.Duration) (finding.Finding, bool) {
+	pct := b.ThrottledPct()
+	if b.Periods < throttleMinPer || pct < throttleInfoPct {
+		return finding.Finding{}, false
+	}
+	sev := finding.Info
+	if pct >= throttleWarnPct {
+		sev = finding.Warning
+	}
+	cpus := float64(b.QuotaUs) / float64(b.PeriodUs)
+	ev := map[string]any{
+		"cgroup":         b.Path,
+		"cgroup_version": b.Version,
+		"cgroup_id":      b.ID,
+		"controller":     "cpu",
+		"quota_us":       b.QuotaUs,
+		"period_us":      b.PeriodUs,
+		"quota_cpus":     human.Round(cpus, 3),
+		"nr_periods":     b.Periods,
+		"nr_throttled":   b.Throttled,
+		"throttled_pct":  human.Round(pct, 1),
+		"throttled_s":    human.Round(b.ThrottledTime.Seconds(), 3),
+		"window_s":       human.Round(window.Seconds(), 3),
+	}
+	if b.Usage > 0 {
+		ev["usage_s"] = human.Round(b.Usage.Seconds(), 3)
+	}
+	var pids []int
+	var names []string
+	subj := []finding.Subject{{Role: finding.RoleCgroup, Cgroup: b.Path, CgroupID: b.ID,
+		Detail:   fmt.Sprintf("cgroup v%d, CPU quota %s per %s (%.2g CPUs), throttled in %d of %d periods", b.Version, human.Duration(time.Microsecond*time.Duration(b.QuotaUs)), human.Duration(time.Microsecond*time.Duration(b.PeriodUs)), cpus, b.Throttled, b.Periods),
+		Evidence: map[string]any{"controller": "cpu", "quota_us": b.QuotaUs, "period_us": b.PeriodUs, "throttled_pct": human.Round(pct, 1)}}}
+	for i, p := range b.Procs {
+		pids = append(pids, p.PID)
+		if i < 8 {
+			subj = append(subj, finding.Subject{Role: finding.RoleTask, PID: p.PID, Comm: p.Comm, Cgroup: b.Path})
+			names = append(names, fmt.Sprintf("%s (pid %d)", p.Comm, p.PID))
+		}
+	}
+	if len(pids) > 0 {
+		ev["pids"] = pids
+	}
+	who := ""
+	if len(names) > 0 {
+		who = " Its processes: " + strings.Join(names, ", ")
+		if len(b.Procs) > len(names) {
+			who += fmt.Sprintf(" and %d more", len(b.Procs)-len(names))
+		}
+		who += "."
+	}
+	return finding.Finding{
+		ID: "sched.cpu-throttled", Investigator: "sched", Severity: sev,
+		Title: fmt.Sprintf("cgroup %s throttled by its CPU quota in %.0f%% of periods: %s per %s (%.2g CPUs), %s throttled in %s",
+			b.Path, pct, human.Duration(time.Microsecond*time.Duration(b.QuotaUs)), human.Duration(time.Microsecond*time.Duration(b.PeriodUs)), cpus, human.Duration(b.ThrottledTime), human.Duration(window)),
+		Summary: fmt.Sprintf("%d of the cgroup's %d scheduling periods in the window ended with its quota used up and its tasks throttled until the next one.%s",
+			b.Throttled, b.Periods, who),
+		Mechanism: "CFS bandwidth control lets a cgroup's tasks run for at most its quota in each period; once they have, its run queues are taken off the CPUs until the period ends, however idle the CPUs are. Latency-sensitive work in it waits up to a period at a time; a task throttled while it holds a kernel lock (on kernels before 6.18, which throttle tasks inside the kernel) keeps the lock held meanwhile.",
+		Subjects:  subj,
+		Evidence:  ev,
+		Remediation: []string{
+			fmt.Sprintf("Raise the quota (v1: echo N > %s/cpu.cfs_quota_us; v2: echo \"N %d\" > %s/cpu.max), or run fewer busy threads in the cgroup; in Kubernetes, raise or remove the container's CPU limit.", b.Path, b.PeriodUs, b.Path),
+			"Allow short bursts above the quota (v1 cpu.cfs_burst_us, v2 cpu.max.burst) when the work is bursty rather than steadily over the limit.",
+		},
+		References: []string{"https://docs.kernel.org/scheduler/sched-bwc.html"},
+	}, true
 }

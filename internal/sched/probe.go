@@ -477,6 +477,19 @@ func (p *probe) cgroupHists(w uint32) map[uint64]hist.Log2 {
 	return out
 }
 
+// exitCPU returns the CPU time of tasks that exited unreported, by
+// cgroup and name (cumulative).
+func (p *probe) exitCPU() map[schedExitKey]schedExitCpuVal {
+	out := map[schedExitKey]schedExitCpuVal{}
+	var k schedExitKey
+	var v schedExitCpuVal
+	it := p.maps.ExitCpu.Iterate()
+	for it.Next(&k, &v) {
+		out[k] = v
+	}
+	return out
+}
+
 // affinityCalls returns who called sched_setaffinity on whom (counts
 // cumulative).
 func (p *probe) affinityCalls() map[uint32]schedAffRec {

@@ -18,7 +18,16 @@
  *    contexts count as "other".
  *  - A bounce is a move A->B followed by B->A within bounce_window_ns.
  *  - tp_btf/sched_wakeup(_new) and sched_switch time the run-queue wait:
- *    from becoming runnable (woken, or preempted) to getting the CPU.
+ *    from becoming runnable (woken, or preempted) to getting the CPU. A
+ *    wait that began with the task switched out throttled by its cgroup's
+ *    CPU quota (CFS bandwidth control) is counted apart, as throttled
+ *    time: the task waited for its quota, not for a CPU.
+ *  - Each task's CPU time is its own se.sum_exec_runtime, read by the
+ *    iterator (no work on the hot path): the CPU's consumers per thread,
+ *    process and cgroup. The iterator gives a running task that has no
+ *    state yet (it never slept or was preempted while wolf watched) its
+ *    state, so the next window counts it; a task that exits unreported
+ *    adds its CPU time to its cgroup's and name's, in a bounded hash.
  *
  * Per-task state lives in task-local storage (bounded by the number of
  * tasks, freed with them); a task iterator dumps it on demand. Everything
@@ -87,8 +96,11 @@ enum stat_index {
 	STAT_BIG_CPU = 10, /* events on CPUs >= MAX_CPUS (classified coarsely) */
 	STAT_IDLE_LONG =
 		11, /* per CPU: waits >= IDLE_LONG_NS that ended on it while idle, or behind wolf */
-	STAT_TICKS = 12, /* per CPU: clock samples that landed (on_tick) */
-	STAT_MAX = 13,
+	STAT_TICKS = 12,	/* per CPU: clock samples that landed (on_tick) */
+	STAT_THROTTLED = 13,	/* run-queue waits that began throttled by a CPU quota */
+	STAT_EXITCPU_FULL = 14, /* exited tasks' CPU time map full: their CPU time unattributed */
+	STAT_ADOPTED = 15,	/* running tasks the iterator gave state to */
+	STAT_MAX = 16,
 };
 
 /* Set by user space before load. */
@@ -131,11 +143,14 @@ struct tstat {
 	__u32 bounce_back[NKINDS]; /* kind of the move back */
 	__u32 bounce_a;		   /* CPUs of the last bounce */
 	__u32 bounce_b;
-	__u32 remote;	   /* moved by a CPU that is neither source nor destination */
-	__u32 wake_affine; /* wake-up moves onto the waker's own CPU */
-	__u32 wake_wide;   /* wake-up moves where wake_wide() held */
-	__u32 dumped;	   /* the iterator has reported it: see on_exit */
-	__u32 idle_long;   /* waits >= IDLE_LONG_NS that ended on an idle CPU, or behind wolf */
+	__u32 remote;	     /* moved by a CPU that is neither source nor destination */
+	__u32 wake_affine;   /* wake-up moves onto the waker's own CPU */
+	__u32 wake_wide;     /* wake-up moves where wake_wide() held */
+	__u32 dumped;	     /* the iterator has reported it: see on_exit */
+	__u32 idle_long;     /* waits >= IDLE_LONG_NS that ended on an idle CPU, or behind wolf */
+	__u32 enq_throttled; /* the wait that enq_ts began started throttled */
+	__u64 throttled_ns;  /* run-queue waits that began throttled by the cgroup's quota */
+	__u32 throttled_waits;
 	__u32 pad;
 	__u64 wakee_flips_sum; /* the task's wakee_flips at its wake-up moves */
 	struct wolf_max waker_flips_max;
@@ -252,6 +267,29 @@ struct {
 	__type(value, struct wolf_hist);
 } cgroup_runq SEC(".maps");
 
+/*
+ * CPU time of tasks that exited before the iterator ever reported them,
+ * by cgroup and name (a build's compilers, a shell loop's commands):
+ * cumulative, user space subtracts.
+ */
+struct exit_key {
+	__u64 cgroup_id;
+	char comm[WOLF_COMM_LEN];
+};
+
+struct exit_cpu_val {
+	__u64 runtime_ns;
+	__u32 tasks;
+	__u32 last_tgid;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct exit_key);
+	__type(value, struct exit_cpu_val);
+} exit_cpu SEC(".maps");
+
 /* Each CPU's own histogram of the waits that ended on it. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -304,6 +342,8 @@ const struct task_rec *unused_task_rec __attribute__((unused));
 const struct topo_args *unused_topo_args __attribute__((unused));
 const struct mig_key *unused_mig_key __attribute__((unused));
 const struct mig_event *unused_mig_event __attribute__((unused));
+const struct exit_key *unused_exit_key __attribute__((unused));
+const struct exit_cpu_val *unused_exit_cpu __attribute__((unused));
 
 /* All-zero values to create entries from. */
 const struct wolf_hist zero_hist = {};
@@ -322,6 +362,27 @@ struct thread_info___pc {
 struct task_struct___ti {
 	struct thread_info___pc thread_info;
 } __attribute__((preserve_access_index));
+
+/* Since 6.18 a task is throttled on its way back to user space. */
+struct task_struct___618 {
+	bool throttled;
+} __attribute__((preserve_access_index));
+
+/*
+ * Is a task switched out runnable held back by its cgroup's CPU quota?
+ * Since 6.18 the task itself says so (task->throttled, set when it was
+ * taken off the run queue on its way to user space); before, its group's
+ * run queue (or an ancestor's) was throttled as a whole. prev is a BTF
+ * pointer: a direct load on the current kernels.
+ */
+static __always_inline bool task_throttled(struct task_struct *t)
+{
+	if (bpf_core_field_exists(((struct task_struct___618 *)t)->throttled))
+		return ((struct task_struct___618 *)t)->throttled;
+	if (bpf_core_field_exists(t->se.cfs_rq))
+		return BPF_CORE_READ(t, se.cfs_rq, throttle_count) > 0;
+	return false;
+}
 
 /* Kernels without CONFIG_FAIR_GROUP_SCHED have no cfs_rq->rq. */
 struct cfs_rq___grp {
@@ -410,8 +471,10 @@ static __always_inline int enqueued(struct task_struct *p)
 	if (!wanted(p))
 		return 0;
 	st = tstat_of(p, true);
-	if (st)
+	if (st) {
 		st->enq_ts = rq_clock_of(p);
+		st->enq_throttled = 0;
+	}
 	return 0;
 }
 
@@ -451,11 +514,16 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	__u32 zero = 0;
 	__u64 d;
 
-	/* Preempted (or yielding): still runnable, its wait starts now. */
+	/*
+	 * Preempted (or yielding): still runnable, its wait starts now, for a
+	 * CPU or, throttled, for its quota.
+	 */
 	if ((preempt || switch_state(prev) == WOLF_TASK_RUNNING) && wanted(prev)) {
 		st = tstat_of(prev, true);
-		if (st)
+		if (st) {
 			st->enq_ts = now;
+			st->enq_throttled = task_throttled(prev);
+		}
 	}
 	if (!wanted(next))
 		return 0;
@@ -464,6 +532,13 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 		return 0;
 	d = now > st->enq_ts ? now - st->enq_ts : 0;
 	st->enq_ts = 0;
+	if (st->enq_throttled) {
+		st->enq_throttled = 0;
+		st->throttled_ns += d;
+		st->throttled_waits++;
+		stat_inc(STAT_THROTTLED);
+		return 0;
+	}
 	wolf_hist_add_local(&st->runq, d);
 	if (d >= IDLE_LONG_NS && (prev->pid == 0 || (self_tgid && prev->tgid == self_tgid))) {
 		st->idle_long++;
@@ -673,6 +748,30 @@ static __always_inline void fill_rec(struct task_rec *r, struct task_struct *t, 
 	bpf_probe_read_kernel(&r->st, sizeof(r->st), st);
 }
 
+/* An exiting task's CPU time that no record will carry. */
+static __always_inline void exit_cpu_add(struct task_struct *p, struct tstat *st)
+{
+	__u64 rt = BPF_CORE_READ(p, se.sum_exec_runtime);
+	struct exit_key k = {};
+	struct exit_cpu_val *v, zero = {};
+
+	if (rt <= st->runtime0)
+		return;
+	k.cgroup_id = cgroup_id_of(p);
+	bpf_probe_read_kernel_str(k.comm, sizeof(k.comm), p->comm);
+	v = bpf_map_lookup_elem(&exit_cpu, &k);
+	if (!v) {
+		if (bpf_map_update_elem(&exit_cpu, &k, &zero, BPF_NOEXIST) == -7 /* E2BIG */)
+			stat_inc(STAT_EXITCPU_FULL);
+		v = bpf_map_lookup_elem(&exit_cpu, &k);
+		if (!v)
+			return;
+	}
+	__sync_fetch_and_add(&v->runtime_ns, rt - st->runtime0);
+	__sync_fetch_and_add(&v->tasks, 1);
+	v->last_tgid = p->tgid;
+}
+
 /* A task that migrated is exiting: keep its record, fold its waits into its cgroup's. */
 static __always_inline void save_exited(struct task_struct *p)
 {
@@ -707,9 +806,14 @@ static __always_inline void save_exited(struct task_struct *p)
 			wolf_max_merge(&h->max, &st->runq.max);
 		}
 	}
-	/* Only tasks that moved at least twice could have bounced. */
-	if (st->migrations < 2 && !st->dumped)
+	/*
+	 * Only tasks that moved at least twice could have bounced; the CPU
+	 * time of the others, never reported, goes to their cgroup and name.
+	 */
+	if (st->migrations < 2 && !st->dumped) {
+		exit_cpu_add(p, st);
 		return;
+	}
 	r = bpf_map_lookup_elem(&scratch, &zero);
 	if (!r)
 		return;
@@ -753,8 +857,15 @@ int dump_tasks(struct bpf_iter__task *ctx)
 	if (!t)
 		return 0;
 	st = tstat_lookup(t);
-	if (!st)
+	if (!st) {
+		/*
+		 * A task running (or runnable) since before wolf watched, that
+		 * has not switched since: from now on its CPU time is counted.
+		 */
+		if (wolf_task_state(t) == WOLF_TASK_RUNNING && wanted(t) && tstat_of(t, true))
+			stat_inc(STAT_ADOPTED);
 		return 0;
+	}
 	r = bpf_map_lookup_elem(&scratch, &zero);
 	if (!r)
 		return 0;

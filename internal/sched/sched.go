@@ -25,6 +25,7 @@ import (
 	"github.com/wolf-investigator/wolf/internal/hist"
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/kernelbtf"
+	"github.com/wolf-investigator/wolf/internal/perfsample"
 	"github.com/wolf-investigator/wolf/internal/probekit"
 	"github.com/wolf-investigator/wolf/internal/procfs"
 	"github.com/wolf-investigator/wolf/internal/virt"
@@ -147,11 +148,13 @@ type session struct {
 	prevCg    map[uint64]hist.Log2
 	prevKinds [NKinds]uint64
 	prevAff   map[uint32]schedAffRec
+	prevExit  map[schedExitKey]schedExitCpuVal
 	// The cgroup and setaffinity maps are bounded (1024) and keyed by
 	// things that come and go: entries unchanged for a few windows are
 	// deleted, and count from zero if they come back.
-	idleCg  probekit.Idle[uint64]
-	idleAff probekit.Idle[uint32]
+	idleCg   probekit.Idle[uint64]
+	idleAff  probekit.Idle[uint32]
+	idleExit probekit.Idle[schedExitKey]
 	// CPU bandwidth: where the cpu controller's cgroups are, and what
 	// their quotas had done when the window opened (one window's after
 	// is the next one's before).
@@ -231,11 +234,15 @@ func (ss *session) Collect(ctx context.Context) (*investigator.Result, error) {
 		ss.prevCPU = hs
 	}
 	aff := p.affinityCalls()
+	exits := p.exitCPU()
 	cgHists := p.cgroupHists(w)
 	// Cgroup ids to paths, for the tasks and the exited tasks' histograms.
 	want := map[uint64]bool{}
 	for id := range cgHists {
 		want[id] = true
+	}
+	for k := range exits {
+		want[k.CgroupId] = true
 	}
 	for _, recs := range [][]schedTaskRec{live, exited} {
 		for i := range recs {
@@ -273,7 +280,7 @@ func (ss *session) Collect(ctx context.Context) (*investigator.Result, error) {
 			return
 		}
 		t := taskWindow(r, &prev, seen, start, w)
-		if t.Migrations == 0 && t.Runq.Count == 0 {
+		if t.Migrations == 0 && t.Runq.Count == 0 && t.Runtime == 0 && t.Throttled == 0 {
 			return // nothing in this window
 		}
 		t.Cgroup = cgName(r.CgroupId)
@@ -303,6 +310,21 @@ func (ss *session) Collect(ctx context.Context) (*investigator.Result, error) {
 			delete(next, k) // gone: nothing more will come of it
 		}
 	}
+	for k, v := range exits {
+		b := ss.prevExit[k]
+		d := probekit.Sub(v.RuntimeNs, b.RuntimeNs)
+		if d > 0 {
+			snap.Exited = append(snap.Exited, ExitedCPU{Comm: bpfrec.CString(k.Comm[:]), Cgroup: cgName(k.CgroupId), Runtime: time.Duration(d),
+				Tasks: probekit.Sub(uint64(v.Tasks), uint64(b.Tasks)), LastTGID: int(v.LastTgid)})
+		}
+		if ss.idleExit.Step(k, d > 0) {
+			_ = p.maps.ExitCpu.Delete(k)
+			delete(exits, k)
+		}
+	}
+	ss.idleExit.End()
+	ss.prevExit = exits
+	sort.Slice(snap.Exited, func(i, j int) bool { return snap.Exited[i].Runtime > snap.Exited[j].Runtime })
 	for tid, a := range aff {
 		b := ss.prevAff[tid]
 		if ss.idleAff.Step(tid, a.SelfCalls != b.SelfCalls || a.OtherCalls != b.OtherCalls) {
@@ -322,6 +344,12 @@ func (ss *session) Collect(ctx context.Context) (*investigator.Result, error) {
 		snap.Sched = schedViewFromBPF(p.topo, p.percpu)
 	}
 	snap.SchedMCOff = schedMCOff(snap.Hardware)
+	snap.CPUs = len(p.tickCPUs)
+	if snap.CPUs == 0 {
+		if cpus, err := perfsample.OnlineCPUs(); err == nil {
+			snap.CPUs = len(cpus)
+		}
+	}
 	for _, b := range bandwidthDeltas(bwBefore, bwAfter, ss.cpuh.version) {
 		if b.Periods < throttleMinPer || b.ThrottledPct() < throttleInfoPct {
 			continue // only the throttled ones are reported: read their processes
@@ -337,7 +365,7 @@ func (ss *session) Collect(ctx context.Context) (*investigator.Result, error) {
 		s.snapshot(snap)
 	}
 
-	findings := Conclude(snap)
+	findings, facts := ConcludeFacts(snap)
 	named := map[int]bool{}
 	for _, f := range findings {
 		for _, sub := range f.Subjects {
@@ -348,6 +376,7 @@ func (ss *session) Collect(ctx context.Context) (*investigator.Result, error) {
 	}
 	res := &investigator.Result{
 		Findings:     findings,
+		Facts:        facts,
 		Histograms:   Histograms(snap, named),
 		Timelines:    Timelines(snap.Tasks, p.migrations(start, end), named),
 		Capabilities: p.kit.Capabilities(attachTable),
@@ -401,6 +430,8 @@ func taskWindow(r, prev *schedTaskRec, seen bool, start uint64, w uint32) *Task 
 		Remote:     sub(st.Remote, ps.Remote), WakeAffine: sub(st.WakeAffine, ps.WakeAffine), WakeWide: sub(st.WakeWide, ps.WakeWide),
 		WakerFlips: probekit.WindowMax(st.WakerFlipsMax.V, st.WakerFlipsMax.Win, w), KernelTotal: r.NrMigrations,
 		Runq: runq, IdleLong: sub(st.IdleLong, ps.IdleLong),
+		Throttled:      time.Duration(probekit.Sub(st.ThrottledNs, ps.ThrottledNs)),
+		ThrottledWaits: sub(st.ThrottledWaits, ps.ThrottledWaits),
 	}
 	for k := 0; k < NKinds; k++ {
 		t.ByKind[k] = sub(st.ByKind[k], ps.ByKind[k])
@@ -422,6 +453,9 @@ func taskWindow(r, prev *schedTaskRec, seen bool, start uint64, w uint32) *Task 
 	}
 	if span := r.NowTs - t0; t0 > 0 && r.NowTs > t0 && r.RuntimeNow >= run0 {
 		t.CPUPct = 100 * float64(r.RuntimeNow-run0) / float64(span)
+	}
+	if r.RuntimeNow >= run0 {
+		t.Runtime = time.Duration(r.RuntimeNow - run0)
 	}
 	return t
 }

@@ -41,6 +41,19 @@ type schedCpuTopo struct {
 	}
 }
 
+type schedExitCpuVal struct {
+	_         structs.HostLayout
+	RuntimeNs uint64
+	Tasks     uint32
+	LastTgid  uint32
+}
+
+type schedExitKey struct {
+	_        structs.HostLayout
+	CgroupId uint64
+	Comm     [16]int8
+}
+
 type schedMigEvent struct {
 	_    structs.HostLayout
 	Ts   uint64
@@ -72,7 +85,10 @@ const (
 	schedStatIndexSTAT_BIG_CPU      schedStatIndex = 10
 	schedStatIndexSTAT_IDLE_LONG    schedStatIndex = 11
 	schedStatIndexSTAT_TICKS        schedStatIndex = 12
-	schedStatIndexSTAT_MAX          schedStatIndex = 13
+	schedStatIndexSTAT_THROTTLED    schedStatIndex = 13
+	schedStatIndexSTAT_EXITCPU_FULL schedStatIndex = 14
+	schedStatIndexSTAT_ADOPTED      schedStatIndex = 15
+	schedStatIndexSTAT_MAX          schedStatIndex = 16
 )
 
 type schedTaskRec struct {
@@ -100,30 +116,33 @@ type schedTopoArgs struct {
 }
 
 type schedTstat struct {
-	_             structs.HostLayout
-	EnqTs         uint64
-	FirstTs       uint64
-	Runtime0      uint64
-	LastMigTs     uint64
-	LastFrom      uint32
-	LastTo        uint32
-	LastKind      uint32
-	Migrations    uint32
-	ByKind        [6]uint32
-	Bounces       uint32
-	BounceOut     [6]uint32
-	BounceBack    [6]uint32
-	BounceA       uint32
-	BounceB       uint32
-	Remote        uint32
-	WakeAffine    uint32
-	WakeWide      uint32
-	Dumped        uint32
-	IdleLong      uint32
-	Pad           uint32
-	_             [4]byte
-	WakeeFlipsSum uint64
-	WakerFlipsMax struct {
+	_              structs.HostLayout
+	EnqTs          uint64
+	FirstTs        uint64
+	Runtime0       uint64
+	LastMigTs      uint64
+	LastFrom       uint32
+	LastTo         uint32
+	LastKind       uint32
+	Migrations     uint32
+	ByKind         [6]uint32
+	Bounces        uint32
+	BounceOut      [6]uint32
+	BounceBack     [6]uint32
+	BounceA        uint32
+	BounceB        uint32
+	Remote         uint32
+	WakeAffine     uint32
+	WakeWide       uint32
+	Dumped         uint32
+	IdleLong       uint32
+	EnqThrottled   uint32
+	_              [4]byte
+	ThrottledNs    uint64
+	ThrottledWaits uint32
+	Pad            uint32
+	WakeeFlipsSum  uint64
+	WakerFlipsMax  struct {
 		_   structs.HostLayout
 		V   [2]uint64
 		Win [2]uint32
@@ -151,6 +170,7 @@ type schedWolfHist struct {
 const (
 	schedMapCgroupRunq       = "cgroup_runq"
 	schedMapCpuRunq          = "cpu_runq"
+	schedMapExitCpu          = "exit_cpu"
 	schedMapExited           = "exited"
 	schedMapKinds            = "kinds"
 	schedMapMigs             = "migs"
@@ -181,6 +201,8 @@ const (
 	schedVarTargetTgid       = "target_tgid"
 	schedVarTimelineAfter    = "timeline_after"
 	schedVarTimelineLen      = "timeline_len"
+	schedVarUnusedExitCpu    = "unused_exit_cpu"
+	schedVarUnusedExitKey    = "unused_exit_key"
 	schedVarUnusedMigEvent   = "unused_mig_event"
 	schedVarUnusedMigKey     = "unused_mig_key"
 	schedVarUnusedTaskRec    = "unused_task_rec"
@@ -250,6 +272,7 @@ type schedProgramSpecs struct {
 type schedMapSpecs struct {
 	CgroupRunq  *ebpf.MapSpec `ebpf:"cgroup_runq"`
 	CpuRunq     *ebpf.MapSpec `ebpf:"cpu_runq"`
+	ExitCpu     *ebpf.MapSpec `ebpf:"exit_cpu"`
 	Exited      *ebpf.MapSpec `ebpf:"exited"`
 	Kinds       *ebpf.MapSpec `ebpf:"kinds"`
 	Migs        *ebpf.MapSpec `ebpf:"migs"`
@@ -277,6 +300,8 @@ type schedVariableSpecs struct {
 	TargetTgid       *ebpf.VariableSpec `ebpf:"target_tgid"`
 	TimelineAfter    *ebpf.VariableSpec `ebpf:"timeline_after"`
 	TimelineLen      *ebpf.VariableSpec `ebpf:"timeline_len"`
+	UnusedExitCpu    *ebpf.VariableSpec `ebpf:"unused_exit_cpu"`
+	UnusedExitKey    *ebpf.VariableSpec `ebpf:"unused_exit_key"`
 	UnusedMigEvent   *ebpf.VariableSpec `ebpf:"unused_mig_event"`
 	UnusedMigKey     *ebpf.VariableSpec `ebpf:"unused_mig_key"`
 	UnusedTaskRec    *ebpf.VariableSpec `ebpf:"unused_task_rec"`
@@ -309,6 +334,7 @@ func (o *schedObjects) Close() error {
 type schedMaps struct {
 	CgroupRunq  *ebpf.Map `ebpf:"cgroup_runq"`
 	CpuRunq     *ebpf.Map `ebpf:"cpu_runq"`
+	ExitCpu     *ebpf.Map `ebpf:"exit_cpu"`
 	Exited      *ebpf.Map `ebpf:"exited"`
 	Kinds       *ebpf.Map `ebpf:"kinds"`
 	Migs        *ebpf.Map `ebpf:"migs"`
@@ -325,6 +351,7 @@ func (m *schedMaps) Close() error {
 	return _SchedClose(
 		m.CgroupRunq,
 		m.CpuRunq,
+		m.ExitCpu,
 		m.Exited,
 		m.Kinds,
 		m.Migs,
@@ -353,6 +380,8 @@ type schedVariables struct {
 	TargetTgid       *ebpf.Variable `ebpf:"target_tgid"`
 	TimelineAfter    *ebpf.Variable `ebpf:"timeline_after"`
 	TimelineLen      *ebpf.Variable `ebpf:"timeline_len"`
+	UnusedExitCpu    *ebpf.Variable `ebpf:"unused_exit_cpu"`
+	UnusedExitKey    *ebpf.Variable `ebpf:"unused_exit_key"`
 	UnusedMigEvent   *ebpf.Variable `ebpf:"unused_mig_event"`
 	UnusedMigKey     *ebpf.Variable `ebpf:"unused_mig_key"`
 	UnusedTaskRec    *ebpf.Variable `ebpf:"unused_task_rec"`

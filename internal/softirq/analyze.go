@@ -70,6 +70,8 @@ type Snapshot struct {
 	// starts a process (pace.Slowdown; 1 here, 6-8 under QEMU's TCG): an
 	// emulated CPU runs the same softirq work that many times longer.
 	Slowdown float64
+	// CPUs is how many CPUs are online (0: unknown).
+	CPUs int
 	// SampleCoverage is the share of the sampler's timer samples (every
 	// CPU, the whole window) that landed, 0 when unknown: a CPU that is
 	// not executing (a descheduled or emulated vCPU) takes none.

@@ -28,6 +28,7 @@ import (
 	"github.com/wolf-investigator/wolf/internal/kallsyms"
 	"github.com/wolf-investigator/wolf/internal/kernelbtf"
 	"github.com/wolf-investigator/wolf/internal/pace"
+	"github.com/wolf-investigator/wolf/internal/perfsample"
 	"github.com/wolf-investigator/wolf/internal/probekit"
 	"github.com/wolf-investigator/wolf/internal/sysctl"
 	"github.com/wolf-investigator/wolf/internal/virt"
@@ -212,6 +213,9 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 		Slowdown:    pace.Slowdown(),
 		SelfTGID:    os.Getpid(),
 	}
+	if cpus, err := perfsample.OnlineCPUs(); err == nil {
+		snap.CPUs = len(cpus)
+	}
 	if s.cpuErr == nil {
 		if after, err := readCPUTimes(); err == nil {
 			snap.StealPct = StealPct(s.cpu, after)
@@ -314,8 +318,10 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 	if inv.collected != nil {
 		inv.collected(snap)
 	}
+	fs, facts := ConcludeFacts(snap)
 	res := &investigator.Result{
-		Findings:     Conclude(snap),
+		Findings:     fs,
+		Facts:        facts,
 		Histograms:   Histograms(snap, inv.PerCPU),
 		Profiles:     Profiles(snap),
 		Capabilities: p.kit.Capabilities(p.table),

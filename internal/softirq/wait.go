@@ -62,7 +62,7 @@ func waitFinding(s *Snapshot) (finding.Finding, bool) {
 			"waits_summary": strings.Join(slow, "; "),
 		},
 		Remediation: []string{
-			"See whether ksoftirqd is starved: ps -eLo pid,comm,psr,pcpu,rtprio | grep ksoftirqd, and wolf sched for run-queue latency on that CPU.",
+			"See whether ksoftirqd is starved: ps -eLo pid,comm,psr,pcpu,rtprio | grep ksoftirqd, and the run-queue latency of that CPU (wolf sched; doctor runs it alongside).",
 			"Move heavy tasks off the CPUs that take network interrupts (irqbalance, /proc/irq/N/smp_affinity), or give ksoftirqd a higher priority (chrt -f -p 1 PID) where latency matters more than fairness.",
 		},
 		References: []string{storyRef},

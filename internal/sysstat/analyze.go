@@ -3,6 +3,7 @@ package sysstat
 import (
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
 )
@@ -12,6 +13,10 @@ type Window struct {
 	First, Last Snapshot
 	Ticks       []Tick // run-queue samples, the first and last snapshots included
 	Kernel      KernelLog
+	// Alongside names the investigators that watched the same window
+	// (doctor runs them all): advice to run them, or top and pidstat for
+	// what sched measured, points at their findings instead.
+	Alongside []string
 }
 
 // Areas are the checklist's areas, in the order they are reported (the
@@ -61,6 +66,8 @@ func Analyze(w Window) Result {
 	a.network()
 	a.kernelLog()
 	a.res.WindowS = a.dt
+	a.pointAtAlongside()
+	a.res.Facts = a.facts()
 	for _, s := range []Snapshot{w.First, w.Last} {
 		names := make([]string, 0, len(s.Errors))
 		for n := range s.Errors {
@@ -85,6 +92,55 @@ type analysis struct {
 
 // check adds the area's line; its severity is the worst of the area's
 // findings.
+// pointAtAlongside rewrites advice to go and measure what an
+// investigator that ran alongside has just measured: "wolf sched" when
+// sched's findings are in the same report, "top" and "pidstat" for the CPU
+// consumers sched named.
+func (a *analysis) pointAtAlongside() {
+	if len(a.w.Alongside) == 0 {
+		return
+	}
+	ran := map[string]bool{}
+	for _, n := range a.w.Alongside {
+		ran[n] = true
+	}
+	for i := range a.res.Findings {
+		f := &a.res.Findings[i]
+		var out []string
+		for _, r := range f.Remediation {
+			out = append(out, alongsideAdvice(r, ran))
+		}
+		f.Remediation = dedupe(out)
+	}
+}
+
+// alongsideAdvice is one line of advice, rewritten when an investigator
+// that ran alongside measured what it asks for.
+func alongsideAdvice(r string, ran map[string]bool) string {
+	if name, ok := strings.CutPrefix(r, "wolf "); ok {
+		name, _, _ = strings.Cut(name, " ")
+		if ran[name] {
+			return fmt.Sprintf("wolf %s ran in this window: its findings, and the diagnoses above them, say what it measured", name)
+		}
+	}
+	if ran["sched"] && (strings.Contains(r, "top") || strings.Contains(r, "pidstat")) && !strings.Contains(r, "perf top") {
+		return "the CPU consumers are measured in this window: sched's findings name them with their share of the CPUs (per process and thread)"
+	}
+	return r
+}
+
+func dedupe(ss []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, s := range ss {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 func (a *analysis) check(area, summary string, values map[string]any, fs ...finding.Finding) {
 	sev := finding.Info
 	for i := range fs {

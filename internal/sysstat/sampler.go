@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/wolf-investigator/wolf/internal/fact"
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/procfs"
 )
@@ -18,6 +19,9 @@ type Options struct {
 	Kmsg     string        // "/dev/kmsg" when empty; "-" to not read the kernel log
 	Interval time.Duration // between run-queue samples; 1 s when zero
 	Timeout  time.Duration // per read; procfs.DefaultTimeout when zero
+	// Alongside names the investigators watching the same window
+	// (Window.Alongside).
+	Alongside []string
 }
 
 // Tick is one per-interval sample of the run queue (vmstat's r and b).
@@ -49,6 +53,9 @@ type Result struct {
 	Findings []finding.Finding
 	Notes    []string
 	WindowS  float64 // the window's length in seconds
+	// Facts are the window's measurements for the diagnosis stage (the
+	// host's CPUs and disks), made from the same window as the findings.
+	Facts *fact.Set
 }
 
 // Start takes the first snapshot, positions the kernel log at its end and
@@ -123,7 +130,7 @@ func (s *Sampler) Stop(ctx context.Context) Result {
 		<-s.done
 		ctx := context.WithoutCancel(ctx)
 		last := s.snapshot(ctx)
-		w := Window{First: s.first, Last: last}
+		w := Window{First: s.first, Last: last, Alongside: s.opts.Alongside}
 		s.mu.Lock()
 		w.Ticks = append([]Tick(nil), s.ticks...)
 		s.mu.Unlock()

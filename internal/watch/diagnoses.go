@@ -7,7 +7,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/wolf-investigator/wolf/internal/diagnose"
+	"github.com/wolf-investigator/wolf/internal/fact"
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/investigator"
 )
 
 // Diagnoses in a watch: after every investigator's window, the diagnosis
@@ -20,9 +22,9 @@ import (
 // diagnoser keeps what the joins need between windows.
 type diagnoser struct {
 	mu      sync.Mutex
-	latest  map[string][]finding.Finding // investigator -> its last window's findings
-	active  map[string]*diagState        // diagnosis key -> state
-	started map[string]uint64            // diagnosis id -> diagnoses started
+	latest  map[string]*investigator.Result // investigator -> its last window
+	active  map[string]*diagState           // diagnosis key -> state
+	started map[string]uint64               // diagnosis id -> diagnoses started
 }
 
 type diagState struct {
@@ -43,27 +45,29 @@ func diagKey(d *finding.Diagnosis) string {
 	return d.ID + "|" + subjectKey(&d.Root)
 }
 
-// joinWindow records one investigator's findings and re-diagnoses.
-func (w *Watcher) joinWindow(name string, fs []finding.Finding) {
+// joinWindow records one investigator's window and re-diagnoses.
+func (w *Watcher) joinWindow(name string, res *investigator.Result) {
 	g := &w.diag
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.latest == nil {
-		g.latest, g.active, g.started = map[string][]finding.Finding{}, map[string]*diagState{}, map[string]uint64{}
+		g.latest, g.active, g.started = map[string]*investigator.Result{}, map[string]*diagState{}, map[string]uint64{}
 	}
-	g.latest[name] = fs
+	g.latest[name] = res
 	names := make([]string, 0, len(g.latest))
 	for n := range g.latest {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	var all []finding.Finding
+	facts := &fact.Set{}
 	for _, n := range names {
-		all = append(all, g.latest[n]...)
+		all = append(all, g.latest[n].Findings...)
+		facts.Merge(g.latest[n].Facts)
 	}
 	now := w.cfg.Now()
 	seen := map[string]bool{}
-	for _, d := range diagnose.Diagnose(all) {
+	for _, d := range diagnose.Diagnose(all, facts) {
 		k := diagKey(&d)
 		seen[k] = true
 		if st, ok := g.active[k]; ok {
@@ -137,8 +141,8 @@ func (m *Metrics) collectDiagnoses(ch chan<- prometheus.Metric) {
 // it fills the report's diagnoses, so that an incident bundle's report and
 // page carry them, and returns them with their identities (the same keys
 // as the JSON lines: what their victims wait on).
-func DiagnoseReport(r *finding.Report) []Diagnosed {
-	diagnose.Apply(r)
+func DiagnoseReport(r *finding.Report, facts *fact.Set) []Diagnosed {
+	diagnose.Apply(r, facts)
 	out := make([]Diagnosed, 0, len(r.Diagnoses))
 	for i := range r.Diagnoses {
 		d := &r.Diagnoses[i]

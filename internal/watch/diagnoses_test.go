@@ -12,13 +12,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/wolf-investigator/wolf/internal/fact"
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/investigator"
 )
 
-// A diagnosis joins findings of two investigators, each from its own
+// A diagnosis joins the facts of two investigators, each from its own
 // window: it starts once both have reported, is counted, and clears when
-// its findings do.
+// their facts do.
 func TestWatcherDiagnoses(t *testing.T) {
 	lock := "mmap_lock of lab (pid 5)"
 	contention := finding.Finding{ID: "locks.contention", Investigator: "locks", Severity: finding.Critical,
@@ -31,10 +32,23 @@ func TestWatcherDiagnoses(t *testing.T) {
 	memcg := finding.Finding{ID: "reclaim.memcg-pressure", Investigator: "reclaim", Severity: finding.Warning,
 		Evidence: map[string]any{"cgroup": "/lab", "limit_bytes": 192 << 20, "pids": []int{5}},
 		Subjects: []finding.Subject{{Role: finding.RoleCgroup, Cgroup: "/lab"}}}
+	// The facts each investigator makes of the same windows.
+	k := fact.MMLockKey(5)
+	lockFacts := &fact.Set{Window: 10 * time.Second}
+	lockFacts.Resource(fact.Resource{Kind: fact.Lock, Key: k, Name: lock, LockAddr: "0xffff1", MMPID: 5})
+	lockFacts.Waits = []fact.Wait{{Task: fact.Task{PID: 9, TID: 9, Comm: "ps"}, Kind: fact.WaitLock, On: k, Total: 3 * time.Second, Max: 600 * time.Millisecond, Count: 5, Finding: contention.ID}}
+	lockFacts.Holds = []fact.Hold{{On: k, Holder: fact.Task{PID: 5, TID: 6, Comm: "r_memory"}, Exact: true, Max: 500 * time.Millisecond, Total: 4 * time.Second, Holds: 10,
+		Split: &fact.Split{Span: 4 * time.Second, OnCPU: 100 * time.Millisecond, Runnable: 300 * time.Millisecond, Reclaim: 3500 * time.Millisecond, ThrottleKnown: true}, Finding: hold.ID}}
+	memFacts := &fact.Set{Window: 10 * time.Second}
+	memFacts.Saturations = []fact.Saturation{{On: fact.MemoryKey("/lab"), Level: 1, Limit: 192 << 20, Unit: "bytes", AtLimit: true, Members: []int{5},
+		Numbers: map[string]float64{"limit_bytes": 192 << 20}, Finding: memcg.ID}}
+	withFacts := func(f *fact.Set, fs ...finding.Finding) func() (*investigator.Result, error) {
+		return func() (*investigator.Result, error) { return &investigator.Result{Findings: fs, Facts: f}, nil }
+	}
 	locks := &script{name: "locks", done: make(chan struct{}), steps: []func() (*investigator.Result, error){
-		found(contention, hold), found(contention, hold), found(), found()}}
+		withFacts(lockFacts, contention, hold), withFacts(lockFacts, contention, hold), found(), found()}}
 	reclaim := &script{name: "reclaim", done: make(chan struct{}), steps: []func() (*investigator.Result, error){
-		found(memcg), found(memcg), found(), found()}}
+		withFacts(memFacts, memcg), withFacts(memFacts, memcg), found(), found()}}
 	var out syncBuf
 	m := NewMetrics("test", "", 10, nil, nil)
 	w, err := New(Config{Investigators: []investigator.Investigator{locks, reclaim}, Default: 20 * time.Millisecond, Events: &out, Metrics: m, ClearAfter: 2})

@@ -31,8 +31,10 @@ type Metrics struct {
 	success, lastDuration, lastSuccess, window, runs, errs *prometheus.Desc
 	attaches                                               *prometheus.Desc
 	bpfRun, events, dropped                                *prometheus.Desc
+	detailRatio, budget                                    *prometheus.Desc
 	findingsDesc                                           *prometheus.Desc
 	version, kernel                                        string
+	budgetPct                                              float64 // --max-cpu, 0: none
 }
 
 // gauge is a GaugeMetric an investigator declares, with its last window's
@@ -55,6 +57,9 @@ type collectorState struct {
 	bpfRunNs     uint64
 	events       uint64
 	dropped      uint64
+	// detailRatio is the last window's share of events that got their
+	// detail under the BPF budget (1: all of them, nothing sampled).
+	detailRatio float64
 }
 
 type findingLabels struct{ id, severity string }
@@ -96,6 +101,8 @@ func NewMetrics(version, kernel string, top int, windows map[string]time.Duratio
 	m.bpfRun = prometheus.NewDesc("wolf_bpf_run_seconds_total", "CPU time wolf's BPF programs ran in the kernel (kernel run statistics).", c, nil)
 	m.events = prometheus.NewDesc("wolf_events_total", "Kernel events wolf's programs handled.", c, nil)
 	m.dropped = prometheus.NewDesc("wolf_events_dropped_total", "Events lost: ring buffer full, map full, recursion misses.", c, nil)
+	m.detailRatio = prometheus.NewDesc("wolf_collector_detail_ratio", "Share of the last window's events whose detail (stacks, records) the investigator kept under the BPF budget: 1 when nothing was sampled. Counts, sums and histograms are exact either way.", c, nil)
+	m.budget = prometheus.NewDesc("wolf_bpf_budget_ratio", "The budget of wolf's BPF programs (--max-cpu) as a fraction of one CPU; compare with rate(wolf_bpf_run_seconds_total[5m]) summed over collectors.", nil, nil)
 	m.findingsDesc = prometheus.NewDesc("wolf_findings", "Findings active after the investigator's last window.", []string{"investigator", "id", "severity"}, nil)
 	return m
 }
@@ -120,6 +127,10 @@ func (m *Metrics) Observe(name string, res *investigator.Result, took time.Durat
 	s.bpfRunNs += res.Overhead.BPFRunNs
 	s.events += res.Overhead.Events
 	s.dropped += res.Overhead.Dropped
+	s.detailRatio = 1
+	for _, sm := range res.Overhead.Sampled {
+		s.detailRatio = min(s.detailRatio, sm.Rate)
+	}
 
 	active := map[findingLabels]int{}
 	for _, f := range res.Findings {
@@ -160,6 +171,13 @@ func (m *Metrics) Observe(name string, res *investigator.Result, took time.Durat
 	}
 }
 
+// SetBudget records the BPF budget, percent of one CPU, for its metric.
+func (m *Metrics) SetBudget(pct float64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.budgetPct = pct
+}
+
 // Attached records that an investigator loaded and attached (a session
 // started).
 func (m *Metrics) Attached(name string) {
@@ -188,6 +206,9 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	ch <- prometheus.MustNewConstMetric(m.buildInfo, prometheus.GaugeValue, 1, m.version, runtime.Version(), m.kernel)
+	if m.budgetPct > 0 {
+		ch <- prometheus.MustNewConstMetric(m.budget, prometheus.GaugeValue, m.budgetPct/100)
+	}
 	for name, s := range m.collectors {
 		ch <- prometheus.MustNewConstMetric(m.window, prometheus.GaugeValue, s.window.Seconds(), name)
 		ch <- prometheus.MustNewConstMetric(m.runs, prometheus.CounterValue, float64(s.runs), name)
@@ -203,6 +224,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.lastDuration, prometheus.GaugeValue, s.lastDuration.Seconds(), name)
 		if !s.lastSuccess.IsZero() {
 			ch <- prometheus.MustNewConstMetric(m.lastSuccess, prometheus.GaugeValue, float64(s.lastSuccess.UnixNano())/1e9, name)
+			ch <- prometheus.MustNewConstMetric(m.detailRatio, prometheus.GaugeValue, s.detailRatio, name)
 		}
 	}
 	for inv, active := range m.findings {

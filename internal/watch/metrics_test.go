@@ -184,6 +184,7 @@ func TestFindingsHungAndLint(t *testing.T) {
 // exports (or client_golang's process collector does).
 func TestDeployQueriesUseExportedMetrics(t *testing.T) {
 	m := NewMetrics("test", "6.18", 10, map[string]time.Duration{"hung": time.Second}, declared())
+	m.SetBudget(1) // wolf watch's default --max-cpu
 	var h hist.Log2
 	h.Add(5000)
 	res := &investigator.Result{Findings: []finding.Finding{

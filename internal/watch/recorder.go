@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/wolf-investigator/wolf/internal/fact"
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/incident"
 	"github.com/wolf-investigator/wolf/internal/investigator"
@@ -120,7 +121,7 @@ func (r *recorder) record(win *winResult, changes []Change) {
 	var rep *finding.Report
 	if r.w.cfg.Diagnose != nil {
 		rep = r.w.hostReport(cur)
-		triggers = append(triggers, r.trackDiagnoses(r.w.cfg.Diagnose(rep))...)
+		triggers = append(triggers, r.trackDiagnoses(r.w.cfg.Diagnose(rep, viewFacts(cur)))...)
 	}
 	r.mu.Unlock()
 
@@ -146,7 +147,7 @@ func (r *recorder) open(triggers []incident.Trigger, rep *finding.Report, before
 	for _, v := range before {
 		br := r.w.hostReport(v)
 		if r.w.cfg.Diagnose != nil {
-			r.w.cfg.Diagnose(br)
+			r.w.cfg.Diagnose(br, viewFacts(v))
 		}
 		b.Before = append(b.Before, br)
 	}
@@ -182,7 +183,7 @@ func (r *recorder) peeked(win *winResult, changes []Change) {
 	before := append([]view(nil), r.views...)
 	rep := r.w.hostReport(cur)
 	if r.w.cfg.Diagnose != nil {
-		triggers = append(triggers, r.trackDiagnoses(r.w.cfg.Diagnose(rep))...)
+		triggers = append(triggers, r.trackDiagnoses(r.w.cfg.Diagnose(rep, viewFacts(cur)))...)
 	}
 	r.mu.Unlock()
 	r.open(triggers, rep, before)
@@ -273,6 +274,17 @@ func (r *recorder) close() {
 	}
 	close(r.queue)
 	<-r.done
+}
+
+// viewFacts merges the facts of a view's windows, each investigator's
+// from its own latest window: what the diagnoses of the view's report
+// are joined from.
+func viewFacts(v view) *fact.Set {
+	s := &fact.Set{}
+	for _, win := range v.windows {
+		s.Merge(win.res.Facts)
+	}
+	return s
 }
 
 // hostReport merges a view's windows into one report: every

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wolf-investigator/wolf/internal/fact"
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/incident"
 	"github.com/wolf-investigator/wolf/internal/investigator"
@@ -150,7 +151,7 @@ func TestIncidentOnDiagnosis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	diagnose := func(r *finding.Report) []Diagnosed {
+	diagnose := func(r *finding.Report, _ *fact.Set) []Diagnosed {
 		var h, l bool
 		for _, f := range r.Findings {
 			h = h || f.Investigator == "hung"

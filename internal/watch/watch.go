@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/wolf-investigator/wolf/internal/fact"
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/incident"
 	"github.com/wolf-investigator/wolf/internal/investigator"
@@ -59,7 +60,7 @@ type Config struct {
 	// Diagnose, when set, runs the diagnosis stage over a report of the
 	// latest window of every investigator, filling its diagnoses, and
 	// returns them so that the watch can follow them across windows.
-	Diagnose func(*finding.Report) []Diagnosed
+	Diagnose func(*finding.Report, *fact.Set) []Diagnosed
 	// Ring is how many host views before an incident its bundle keeps;
 	// 0 means DefaultRing.
 	Ring int
@@ -294,7 +295,7 @@ func (w *Watcher) window(st *invState, start, end time.Time, took time.Duration,
 		w.emit(Event{Event: c.Event, Time: now, Investigator: st.name, Key: c.Key, Reason: c.Reason, Finding: c.Finding})
 	}
 	w.rec.record(&winResult{name: st.name, start: start, end: end, res: res}, changes)
-	w.joinWindow(st.name, res.Findings)
+	w.joinWindow(st.name, res)
 }
 
 // peek looks into the window so far: findings that start or escalate are

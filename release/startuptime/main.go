@@ -18,7 +18,7 @@
 //
 //	go run ./release/startuptime -n 10 dist/wolf-linux-amd64   # as root
 //
-// The README keeps the numbers it printed.
+// docs/install.md keeps the numbers it printed.
 package main
 
 import (

@@ -24,13 +24,24 @@
 #   4. checks, per lab, that diagnoses[0] has the expected root, names the
 #      lab's tasks (the lab's "offender pid N, victims [...]" line) and
 #      carries the root's numbers on its hops (the cgroup's memory limit,
-#      or its CPU quota and the share of periods it was throttled in).
+#      or its CPU quota and the share of periods it was throttled in);
+#   5. then runs scenarios of the scenario suite (scripts/scenarios, built
+#      static, with the host's stress-ng and fio and the shared libraries
+#      ldd lists for them) under cgroup v2: a CPU quota (cpu.max), a memory
+#      limit (memory.max), I/O throttles (io.max) on a loop device and on
+#      the VM's disk. Each is reported; the
+#      check fails when one listed as "v2 NAME" in
+#      scripts/scenarios/required.txt fails. The table lands in
+#      $OUT/scenarios-table.out (markdown).
 #
 # Exit status: 0 when every check passes, 1 when one fails, 2 on a setup error.
 #
 # Environment:
 #   WOLF_QEMU_SERIES   kernel series (default 6.12; must be before 6.18)
 #   WOLF_QEMU_LABS     labs (default "cpu-quota-lock memcg-mmap-lock ps-hang-fuse")
+#   WOLF_QEMU_SCENARIOS  scenarios of scripts/scenarios to run under cgroup v2
+#                      (default "cpu-quota memcg-thrash io-throttle-loop io-throttle-disk"; empty: none)
+#   WOLF_QEMU_SCENARIO_RUNS  runs per scenario (default 1)
 #   WOLF_QEMU_TIMEOUT  hard limit for qemu, seconds (default 1200)
 #   WOLF_QEMU_OUT      where the logs go (default $CACHE/runs/diagnose-DATE)
 #   and lib.sh's: WOLF_QEMU_CACHE, WOLF_QEMU_REFRESH, WOLF_QEMU_ACCEL
@@ -43,21 +54,47 @@ SELF_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 SERIES=${WOLF_QEMU_SERIES:-6.12}
 LABS=${WOLF_QEMU_LABS:-cpu-quota-lock memcg-mmap-lock ps-hang-fuse}
 TIMEOUT=${WOLF_QEMU_TIMEOUT:-1200}
+SCENARIOS=${WOLF_QEMU_SCENARIOS-cpu-quota memcg-thrash io-throttle-loop io-throttle-disk}
+SCENARIO_RUNS=${WOLF_QEMU_SCENARIO_RUNS:-1}
 [[ $(id -u) -eq 0 ]] || die "run as root (the private apt's cache, and qemu's disk image)"
 command -v jq >/dev/null || die "jq missing (apt-get install jq)"
+if [[ -n $SCENARIOS ]]; then
+	for t in stress-ng fio ldd; do command -v $t >/dev/null || die "$t missing: the scenarios copy the host's into the guest (apt-get install stress-ng fio, or .ci/run deps)"; done
+fi
 
 qemu_setup
 OUT=${WOLF_QEMU_OUT:-$CACHE/runs/diagnose-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT"
-read -r -a mods <<<"fuse $(qemu_modules amd64)"
+read -r -a mods <<<"fuse loop $(qemu_modules amd64)"
 qemu_kernel "$SERIES" amd64 "${mods[@]}"
 grep -q '^CONFIG_CFS_BANDWIDTH=y' "$KDIR/config" || die "$KPKG: no CONFIG_CFS_BANDWIDTH"
 log "kernel $KPKG $KVER, logs in $OUT"
 
 ROOT=$OUT/rootfs
 qemu_rootfs "$ROOT" amd64
+# copy_with_libs ROOT BIN...: the host's binaries with every shared library
+# ldd lists for them, at the same paths (the guest's C library is bookworm's,
+# as the host's).
+copy_with_libs() {
+	local root=$1 b p l
+	shift
+	for b in "$@"; do
+		p=$(command -v "$b")
+		install -D -m 755 "$p" "$root/usr/bin/$(basename "$p")"
+		ldd "$p" | awk '/=> \//{print $3} /^[ \t]*\//{print $1}' | sort -u | while read -r l; do
+			install -D -m 755 "$(readlink -f "$l")" "$root$l"
+		done
+	done
+}
+if [[ -n $SCENARIOS ]]; then
+	log "building the scenario suite (static) and copying stress-ng and fio with their libraries"
+	(cd "$REPO" && CGO_ENABLED=0 go build -trimpath -o "$ROOT/bin/scenarios" ./scripts/scenarios) || die "go build ./scripts/scenarios failed"
+	copy_with_libs "$ROOT" stress-ng fio
+fi
 cat >"$OUT/tasks.sh" <<TASKS
 LABS="$LABS"
+SCENARIOS="$SCENARIOS"
+SCENARIO_RUNS="$SCENARIO_RUNS"
 TASKS
 cat >>"$OUT/tasks.sh" <<'TASKS'
 { uname -a; cat /sys/fs/cgroup/cgroup.subtree_control; ls -l /dev/fuse; cat /tmp/insmod.err; } >/tmp/env.out 2>&1
@@ -78,6 +115,15 @@ for l in $LABS; do
 	emit $l-lab 0 /tmp/$l-lab.out
 	emit $l-lab-stderr 0 /tmp/$l-lab.err
 done
+if [ -n "$SCENARIOS" ]; then
+	note "scenarios start uptime=$(up)s"
+	mkdir -p /tmp/scen
+	scenarios -wolf /bin/wolf -only "$(echo $SCENARIOS | tr ' ' ,)" -runs "$SCENARIO_RUNS" -keep /tmp/scen -out /tmp/scen/table -scratch /var/tmp -ci >/tmp/scen.out 2>&1; rc=$?
+	note "scenarios done rc=$rc uptime=$(up)s"
+	emit scenarios $rc /tmp/scen.out
+	emit scenarios-table 0 /tmp/scen/table.md
+	emit scenarios-json 0 /tmp/scen/table.json
+fi
 TASKS
 qemu_init "$ROOT" "$(qemu_datadev amd64)" "$OUT/tasks.sh"
 qemu_initramfs "$ROOT" "$OUT/initrd.gz"
@@ -154,5 +200,11 @@ for l in $LABS; do
 	check "$l: numbers on the hops" "$what" jqd "$j" "($nums) and ([.chain[] | select(.relation != \"held_by\" and ((.evidence // {}) | length == 0))] | length == 0)"
 	jq -r '.diagnoses[0].chain[]? | "      " + .relation + ": " + (.text // "")' "$j" | head -12
 done
+if [[ -n $SCENARIOS ]]; then
+	# The suite's own judgement; -ci fails only on the v2 scenarios that
+	# scripts/scenarios/required.txt requires. Every run is shown.
+	grep -E '^(PASS|FAIL) |^     |^scenarios: (first|required)' "$OUT/scenarios.out" 2>/dev/null | sed 's/^/      /' || true
+	check "scenarios under cgroup v2: the required ones right" "$SCENARIOS" bash -c "[[ \$(cat '$OUT/scenarios.rc' 2>/dev/null) == 0 ]]"
+fi
 log "$PASS passed, $FAIL failed; logs in $OUT"
 [[ $FAIL -eq 0 ]]

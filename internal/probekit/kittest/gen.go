@@ -12,8 +12,9 @@ import "github.com/cilium/ebpf"
 // Spec reads the object.
 func Spec() (*ebpf.CollectionSpec, error) { return loadKittest() }
 
-// StatSwitches and StatMine index the counters.
+// StatSwitches, StatMine and StatDetailed index the counters.
 const (
 	StatSwitches = kittestStatIndexSTAT_SWITCHES
 	StatMine     = kittestStatIndexSTAT_MINE
+	StatDetailed = kittestStatIndexSTAT_DETAILED
 )

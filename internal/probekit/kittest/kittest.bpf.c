@@ -15,10 +15,22 @@ const volatile __u32 target_tgid = 0;
 enum stat_index {
 	STAT_SWITCHES = 0, /* sched_switch runs seen */
 	STAT_MINE = 1,	   /* of those, switches out of target_tgid */
-	STAT_MAX = 2,
+	STAT_DETAILED = 2, /* switches the detail gate let through */
+	STAT_MAX = 3,
 };
 
 WOLF_STATS()
+WOLF_BUDGET(1)
+
+/* Every switch asks the detail gate, as an investigator's costly part would. */
+SEC("raw_tp/sched_switch")
+int on_switch_gated(void *ctx)
+{
+	stat_inc(STAT_SWITCHES);
+	if (wolf_detail_take(0, bpf_ktime_get_ns()))
+		stat_inc(STAT_DETAILED);
+	return 0;
+}
 
 SEC("raw_tp/sched_switch")
 int on_switch(void *ctx)

@@ -8,6 +8,7 @@ import (
 	_ "embed"
 	"fmt"
 	"io"
+	"structs"
 
 	"github.com/cilium/ebpf"
 )
@@ -17,17 +18,27 @@ type kittestStatIndex uint32
 const (
 	kittestStatIndexSTAT_SWITCHES kittestStatIndex = 0
 	kittestStatIndexSTAT_MINE     kittestStatIndex = 1
-	kittestStatIndexSTAT_MAX      kittestStatIndex = 2
+	kittestStatIndexSTAT_DETAILED kittestStatIndex = 2
+	kittestStatIndexSTAT_MAX      kittestStatIndex = 3
 )
+
+type kittestWolfDetail struct {
+	_       structs.HostLayout
+	NextNs  uint64
+	Taken   uint64
+	Skipped uint64
+}
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	kittestMapStats            = "stats"
+	kittestMapWolfDetail       = "wolf_detail"
 	kittestProgBtfOnSwitch     = "btf_on_switch"
 	kittestProgOnMissing       = "on_missing"
 	kittestProgOnSwitch        = "on_switch"
+	kittestProgOnSwitchGated   = "on_switch_gated"
 	kittestVarTargetTgid       = "target_tgid"
 	kittestVarWolfStatIndexBtf = "wolf_stat_index_btf"
 )
@@ -74,16 +85,18 @@ type kittestSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type kittestProgramSpecs struct {
-	BtfOnSwitch *ebpf.ProgramSpec `ebpf:"btf_on_switch"`
-	OnMissing   *ebpf.ProgramSpec `ebpf:"on_missing"`
-	OnSwitch    *ebpf.ProgramSpec `ebpf:"on_switch"`
+	BtfOnSwitch   *ebpf.ProgramSpec `ebpf:"btf_on_switch"`
+	OnMissing     *ebpf.ProgramSpec `ebpf:"on_missing"`
+	OnSwitch      *ebpf.ProgramSpec `ebpf:"on_switch"`
+	OnSwitchGated *ebpf.ProgramSpec `ebpf:"on_switch_gated"`
 }
 
 // kittestMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type kittestMapSpecs struct {
-	Stats *ebpf.MapSpec `ebpf:"stats"`
+	Stats      *ebpf.MapSpec `ebpf:"stats"`
+	WolfDetail *ebpf.MapSpec `ebpf:"wolf_detail"`
 }
 
 // kittestVariableSpecs contains global variables before they are loaded into the kernel.
@@ -114,12 +127,14 @@ func (o *kittestObjects) Close() error {
 //
 // It can be passed to loadKittestObjects or ebpf.CollectionSpec.LoadAndAssign.
 type kittestMaps struct {
-	Stats *ebpf.Map `ebpf:"stats"`
+	Stats      *ebpf.Map `ebpf:"stats"`
+	WolfDetail *ebpf.Map `ebpf:"wolf_detail"`
 }
 
 func (m *kittestMaps) Close() error {
 	return _KittestClose(
 		m.Stats,
+		m.WolfDetail,
 	)
 }
 
@@ -135,9 +150,10 @@ type kittestVariables struct {
 //
 // It can be passed to loadKittestObjects or ebpf.CollectionSpec.LoadAndAssign.
 type kittestPrograms struct {
-	BtfOnSwitch *ebpf.Program `ebpf:"btf_on_switch"`
-	OnMissing   *ebpf.Program `ebpf:"on_missing"`
-	OnSwitch    *ebpf.Program `ebpf:"on_switch"`
+	BtfOnSwitch   *ebpf.Program `ebpf:"btf_on_switch"`
+	OnMissing     *ebpf.Program `ebpf:"on_missing"`
+	OnSwitch      *ebpf.Program `ebpf:"on_switch"`
+	OnSwitchGated *ebpf.Program `ebpf:"on_switch_gated"`
 }
 
 func (p *kittestPrograms) Close() error {
@@ -145,6 +161,7 @@ func (p *kittestPrograms) Close() error {
 		p.BtfOnSwitch,
 		p.OnMissing,
 		p.OnSwitch,
+		p.OnSwitchGated,
 	)
 }
 

@@ -1,0 +1,681 @@
+package diagnose
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/wolf-investigator/wolf/internal/fact"
+	"github.com/wolf-investigator/wolf/internal/finding"
+)
+
+// branch is one way a victim's time traces to a root, with the share of
+// that time it carries.
+type branch struct {
+	share    float64
+	hops     []finding.Hop
+	root     string // the root's key: a resource, or "holder:TID" for a holder's own work
+	kind     string // the diagnosis kind it makes: memcg-limit, cpu-quota, host-cpu, …
+	rootSubj finding.Subject
+	likely   bool
+	refs     []ref
+	confirm  []string
+	remedy   []string
+	// For the words: the first lock the chain runs through and its hold,
+	// the consumers a saturated root names, and, for a root reached
+	// through a saturated resource's consumers, that resource and the
+	// share of its time the root's activity took.
+	lock      string
+	hold      *fact.Hold
+	consumers []*fact.Usage
+	via       string
+	viaFrac   float64
+}
+
+// fork copies b for a sub-branch carrying part of its share.
+func (b *branch) fork(part float64) *branch {
+	c := *b
+	c.share = b.share * part
+	c.hops = slices.Clone(b.hops)
+	c.refs = slices.Clone(b.refs)
+	c.confirm = slices.Clone(b.confirm)
+	c.remedy = slices.Clone(b.remedy)
+	return &c
+}
+
+func (b *branch) hop(h finding.Hop, refs ...ref) {
+	b.hops = append(b.hops, h)
+	b.refs = append(b.refs, refs...)
+	for _, r := range refs {
+		if r.id != "" && !slices.Contains(h.Findings, r.id) {
+			h.Findings = append(h.Findings, r.id)
+		}
+	}
+	b.hops[len(b.hops)-1].Findings = h.Findings
+}
+
+// end makes b end at a root.
+func (b *branch) end(root, kind string, subj finding.Subject) []*branch {
+	b.root, b.kind, b.rootSubj = root, kind, subj
+	return []*branch{b}
+}
+
+// fromVictim traces a victim's wait to its roots.
+func (e *engine) fromVictim(v *victim) []*branch {
+	w := v.w
+	b := &branch{share: 1}
+	from := e.victimSubject(v)
+	wr := refOf(w.Finding, w.FindingTitle)
+	switch w.Kind {
+	case fact.WaitRunQueue:
+		hostSubj := e.subjectOf(fact.HostCPUKey())
+		b.hop(e.waitHop(w, from, hostSubj, "for a CPU"), wr)
+		return e.runnable(b, w.Task, hostSubj, 0)
+	case fact.WaitThrottled:
+		k := e.canon(w.On)
+		to := e.subjectOf(k)
+		b.hop(e.intoHop(from, finding.ConstrainedBy, k, fmt.Sprintf("%s was throttled %s in %d waits by the CPU quota of cgroup %s", label(from), ms(msOf(w.Total)), w.Count, to.Cgroup), waitNumbers(w)), wr)
+		return e.resolve(b, k, 0, nil)
+	case fact.WaitReclaim:
+		k := e.canon(w.On)
+		to := e.subjectOf(k)
+		text := fmt.Sprintf("%s spent %s in memory reclaim", label(from), ms(msOf(w.Total)))
+		if w.Count > 0 {
+			text += fmt.Sprintf(" in %d calls, the longest %s", w.Count, ms(msOf(w.Max)))
+		}
+		if k == fact.MemoryKey("/") || to.Cgroup == "" {
+			text += ", for the host's memory"
+		} else {
+			text += ", charging memory cgroup " + to.Cgroup
+		}
+		b.hop(e.intoHop(from, finding.ConstrainedBy, k, text, waitNumbers(w)), wr)
+		return e.resolve(b, k, 0, nil)
+	}
+	k := e.canon(w.On)
+	to := e.subjectOf(k)
+	b.hop(e.waitHop(w, from, to, ""), wr)
+	return e.resolve(b, k, 0, map[string]bool{k: true})
+}
+
+// resolve follows a resource to its roots; b has reached it.
+func (e *engine) resolve(b *branch, k string, depth int, seen map[string]bool) []*branch {
+	r := e.resource(k)
+	if s := e.saturation(k); s != nil {
+		b.refs = append(b.refs, s.refs...)
+	}
+	switch r.Kind {
+	case fact.Lock, fact.FUSE:
+		if b.lock == "" && r.Kind == fact.Lock {
+			b.lock = k
+		}
+		return e.held(b, k, depth, seen)
+	case fact.HostCPU:
+		return e.hostCPU(b, depth)
+	case fact.Device:
+		return e.device(b, k, depth)
+	case fact.CPUQuota:
+		b.remedy = append(b.remedy, e.rootRemedy(k)...)
+		return b.end(k, "cpu-quota", e.subjectOf(k))
+	case fact.Memory:
+		b.remedy = append(b.remedy, e.rootRemedy(k)...)
+		if k == fact.MemoryKey("/") {
+			return b.end(k, "host-memory", e.subjectOf(k))
+		}
+		return b.end(k, "memcg-limit", e.subjectOf(k))
+	case fact.IOLimit:
+		return b.end(k, "io-limit", e.subjectOf(k))
+	case fact.Dirty:
+		return b.end(k, "dirty-throttle", e.subjectOf(k))
+	case fact.Journal:
+		return b.end(k, "journal", e.subjectOf(k))
+	case fact.Softirq, fact.CPU:
+		return b.end(k, "softirq", e.subjectOf(k))
+	case fact.Site:
+		return b.end(k, "blocked", e.subjectOf(k))
+	}
+	return b.end(k, "blocked", e.subjectOf(k))
+}
+
+// held follows a lock or FUSE connection to whoever holds it.
+func (e *engine) held(b *branch, k string, depth int, seen map[string]bool) []*branch {
+	h := e.bestHold(k)
+	res := e.subjectOf(k)
+	if h == nil {
+		if e.resource(k).Kind == fact.FUSE {
+			return b.end(k, "fuse-daemon", res)
+		}
+		return b.end(k, "lock", res)
+	}
+	if b.hold == nil {
+		b.hold = h
+	}
+	holder := e.holderSubject(h, k)
+	hr := refOf(h.Finding, h.FindingTitle)
+	if e.resource(k).Kind == fact.FUSE {
+		holder.Role = finding.RoleDaemon
+		b.hop(finding.Hop{From: res, Relation: finding.HeldBy, To: holder, Mechanism: mechFuseDaemon, Likely: !h.Exact,
+			Text: fmt.Sprintf("the request waits for FUSE daemon %s, which has not answered it", label(holder))}, hr)
+		if !h.Exact {
+			b.likely = true
+			b.confirm = append(b.confirm, "cat /sys/fs/fuse/connections/*/waiting shows the requests each FUSE connection has waiting for its daemon.")
+		}
+		conn := e.resource(k).Conn
+		if conn == "" {
+			conn = "<N>"
+		}
+		b.remedy = append(b.remedy,
+			fmt.Sprintf("Make the FUSE daemon answer (restart or debug it); its pending requests are in /sys/fs/fuse/connections/%s/waiting.", conn),
+			fmt.Sprintf("To unblock the host now: echo 1 > /sys/fs/fuse/connections/%s/abort fails the pending requests (the mount then returns ENOTCONN); umount -l detaches it.", conn))
+		return b.end("daemon:"+strconv.Itoa(h.Holder.PID), "fuse-daemon", holder)
+	}
+	b.hop(e.heldHop(res, h, holder, k), hr)
+	if !h.Exact {
+		b.likely = true
+		b.confirm = append(b.confirm, fmt.Sprintf("%s is the latest reader the lock word recorded: cat /proc/%d/task/%d/stack shows whether it is still inside a path that holds %s.",
+			label(holder), holder.PID, holder.TID, res.Lock))
+	}
+	return e.holder(b, h, holder, k, depth, seen)
+}
+
+// holder splits a holder's time by where it went and follows each part.
+func (e *engine) holder(b *branch, h *fact.Hold, holder finding.Subject, k string, depth int, seen map[string]bool) []*branch {
+	own := "holder:" + strconv.Itoa(h.Holder.TID)
+	lockName := e.subjectOf(k).Lock
+	sp := h.Split
+	if sp == nil || (sp.Span <= 0 && sp.State == "") {
+		if o := e.ongoing[h.Holder.TID]; o != nil {
+			sp = o
+		}
+	}
+	if sp == nil {
+		return b.end(own, "holder-unknown", holder)
+	}
+	b.refs = append(b.refs, refOf(sp.Finding, sp.FindingTitle))
+	if sp.SleepsOn != "" {
+		next := e.canon(sp.SleepsOn)
+		if seen[next] || depth >= maxDepth {
+			return b.end("deadlock:"+k, "deadlock", holder)
+		}
+		seen[next] = true
+		to := e.subjectOf(next)
+		hop := finding.Hop{From: holder, Relation: finding.WaitsOn, To: to, Mechanism: mechWaitsOnLock,
+			Text: fmt.Sprintf("%s, while holding %s, itself waits for %s", label(holder), lockName, nameOf(to))}
+		if e.resource(next).Kind == fact.FUSE {
+			hop.Mechanism = mechFuseRequest
+			hop.Text = fmt.Sprintf("%s, while holding %s, sleeps waiting for the FUSE daemon's reply", label(holder), lockName)
+		}
+		if w := e.waitOf(h.Holder.TID, next); w != nil {
+			if w.Numbers["sleeps_on"] == "folio" && e.resource(next).Kind == fact.FUSE {
+				hop.Text = fmt.Sprintf("%s, while holding %s, sleeps (D) on a page-cache folio that a FUSE read is filling", label(holder), lockName)
+			}
+			hop.Evidence = waitNumbers(w)
+			if w.Detail != "" {
+				hop.Text += ": " + w.Detail
+			}
+			if w.Likely {
+				hop.Likely, b.likely = true, true
+			}
+			b.hop(hop, refOf(w.Finding, w.FindingTitle))
+		} else {
+			hop.Evidence = map[string]any{"state": sp.State}
+			b.hop(hop)
+		}
+		return e.resolve(b, next, depth+1, seen)
+	}
+	if sp.Span <= 0 {
+		// Only what it is doing now.
+		if sp.State == "R" {
+			b.hop(finding.Hop{From: holder, Relation: finding.SpendsHold, To: activity("on CPU", "running while holding "+lockName),
+				Evidence: map[string]any{"state": "R"}, Mechanism: mechOnCPUHold, Text: fmt.Sprintf("%s is running (R) while holding %s", label(holder), lockName)})
+			return b.end(own, "holder-work", holder)
+		}
+		b.hop(finding.Hop{From: holder, Relation: finding.SpendsHold, To: activity("blocked", fmt.Sprintf("asleep (%s) in %s while holding %s", sp.State, orDash(sp.Site), lockName)),
+			Evidence: map[string]any{"state": sp.State}, Mechanism: mechBlockedHold,
+			Text: fmt.Sprintf("%s is asleep (%s) in %s while holding %s", label(holder), sp.State, orDash(sp.Site), lockName)})
+		return b.end(own, "holder-blocked", holder)
+	}
+	var out []*branch
+	for _, p := range splitParts(sp) {
+		c := b.fork(p.share)
+		switch p.what {
+		case "reclaim":
+			act := activity("memory reclaim", "reclaiming memory while holding "+lockName)
+			c.hop(e.spendHop(holder, act, sp, p.what, mechReclaimUnderLock))
+			if cg := e.cgroupOf(h.Holder, fact.Memory); cg != "" {
+				mk := fact.MemoryKey(cg)
+				c.hop(e.intoHop(act, finding.ConstrainedBy, mk, "", nil))
+				out = append(out, e.resolve(c, mk, depth, seen)...)
+				continue
+			}
+			out = append(out, c.end("reclaim:"+strconv.Itoa(h.Holder.PID), "reclaim-under-lock", holder)...)
+		case "throttled":
+			act := activity("throttled", "throttled by its cgroup's CPU quota while holding "+lockName)
+			c.hop(e.spendHop(holder, act, sp, p.what, mechThrottledHold))
+			if cg := e.cgroupOf(h.Holder, fact.CPUQuota); cg != "" {
+				qk := fact.CPUQuotaKey(cg)
+				c.hop(e.intoHop(act, finding.ConstrainedBy, qk, "", nil))
+				out = append(out, e.resolve(c, qk, depth, seen)...)
+				continue
+			}
+			out = append(out, c.end("throttled:"+strconv.Itoa(h.Holder.TID), "throttled-holder", holder)...)
+		case "runnable":
+			act := activity("waiting for a CPU", "runnable, waiting for a CPU, while holding "+lockName)
+			c.hop(e.spendHop(holder, act, sp, p.what, mechRunnableHold))
+			if cg := e.cgroupOf(h.Holder, fact.CPUQuota); cg != "" && !sp.ThrottleKnown && e.throttled(cg) {
+				// The kernel did not let wolf see whether the holder itself
+				// was throttled: the quota is a likely cause, said so.
+				qk := fact.CPUQuotaKey(cg)
+				hop := e.intoHop(act, finding.ConstrainedBy, qk, "", nil)
+				hop.Likely = true
+				c.hop(hop)
+				c.likely = true
+				c.confirm = append(c.confirm, "This kernel does not show per task whether the holder was throttled; the attribution is over the window: its cgroup was throttled while the holder waited for a CPU.")
+				out = append(out, e.resolve(c, qk, depth, seen)...)
+				continue
+			}
+			if s := e.saturation(fact.HostCPUKey()); s == nil || !s.AtLimit {
+				// Not a busy host: the holder's own scheduling.
+				out = append(out, c.end(own, "holder-runnable", holder)...)
+				continue
+			}
+			host := e.subjectOf(fact.HostCPUKey())
+			c.hop(e.intoHop(act, finding.ConstrainedBy, fact.HostCPUKey(), "", nil))
+			out = append(out, e.runnable(c, h.Holder, host, depth)...)
+		case "oncpu":
+			act := activity("on CPU", "working on a CPU while holding "+lockName)
+			c.hop(e.spendHop(holder, act, sp, p.what, mechOnCPUHold))
+			out = append(out, c.end(own, "holder-work", holder)...)
+		case "io":
+			act := activity("I/O", "waiting for I/O while holding "+lockName)
+			c.hop(e.spendHop(holder, act, sp, p.what, mechBlockedHold))
+			if dk := e.ioWaitOf(h.Holder.TID); dk != "" {
+				c.hop(e.intoHop(act, finding.WaitsOn, dk, "", nil))
+				out = append(out, e.resolve(c, dk, depth, seen)...)
+				continue
+			}
+			out = append(out, c.end(own, "holder-blocked", holder)...)
+		default:
+			act := activity("blocked", "asleep while holding "+lockName)
+			c.hop(e.spendHop(holder, act, sp, p.what, mechBlockedHold))
+			out = append(out, c.end(own, "holder-blocked", holder)...)
+		}
+	}
+	return out
+}
+
+// ioWaitOf is the device or I/O limit a task waited on most, "" when no
+// fact says.
+func (e *engine) ioWaitOf(tid int) string {
+	var best *fact.Wait
+	for _, w := range e.waitsOf[tid] {
+		if w.Kind == fact.WaitIO && (best == nil || w.Total > best.Total) {
+			best = w
+		}
+	}
+	if best == nil {
+		return ""
+	}
+	return e.canon(best.On)
+}
+
+// throttled says whether a cgroup's CPU quota held it back in the window.
+func (e *engine) throttled(cg string) bool {
+	s := e.saturation(fact.CPUQuotaKey(cg))
+	return s != nil && s.AtLimit
+}
+
+// part is a share of a holder's time and what it went to.
+type part struct {
+	what  string // reclaim, throttled, runnable, oncpu, io, sleep
+	share float64
+}
+
+// minPart is the least share of a hold worth following.
+const minPart = 0.02
+
+// splitParts divides a holder's span between what its time went to, the
+// parts normalised to add up to one. Reclaim is wall time inside reclaim
+// calls, so it overlaps with on-CPU and run-queue time; what it covers is
+// taken off those in proportion. Throttled time is part of run-queue
+// time.
+func splitParts(sp *fact.Split) []part {
+	span := float64(sp.Span)
+	r, c, u, t, io := float64(sp.Reclaim), float64(sp.OnCPU), float64(sp.Runnable), float64(sp.Throttled), float64(sp.IO)
+	t = min(t, u)
+	u -= t
+	if over := r + c + u + t + io - span; over > 0 && c+u > 0 {
+		cut, cu := min(over, r, c+u), c+u
+		c -= cut * c / cu
+		u -= cut * u / cu
+	}
+	sleep := max(0, span-(r+c+u+t+io))
+	if sp.Sleep > 0 {
+		sleep = min(sleep, float64(sp.Sleep))
+	}
+	raw := []part{{"reclaim", r}, {"throttled", t}, {"runnable", u}, {"oncpu", c}, {"io", io}, {"sleep", sleep}}
+	sum := 0.0
+	for _, p := range raw {
+		sum += max(p.share, 0)
+	}
+	if sum <= 0 {
+		return []part{{"oncpu", 1}}
+	}
+	var out []part
+	for _, p := range raw {
+		if s := p.share / sum; s >= minPart {
+			out = append(out, part{p.what, s})
+		}
+	}
+	return out
+}
+
+// runnable follows time spent waiting for a CPU: the task's CPU quota
+// when its cgroup was throttled and the host's CPUs were not saturated
+// (a kernel that does not say per wait which were throttled), else the
+// host's CPUs and who used them.
+func (e *engine) runnable(b *branch, t fact.Task, host finding.Subject, depth int) []*branch {
+	hs := e.saturation(fact.HostCPUKey())
+	if hs == nil || !hs.AtLimit {
+		if cg := e.cgroupOf(t, fact.CPUQuota); cg != "" && e.throttled(cg) {
+			qk := fact.CPUQuotaKey(cg)
+			hop := e.intoHop(host, finding.ConstrainedBy, qk, fmt.Sprintf("the CPUs were not saturated, but cgroup %s, where %s runs, was throttled by its CPU quota", cg, label(taskSubject(t, ""))), nil)
+			hop.Likely = true
+			b.hop(hop)
+			b.likely = true
+			b.confirm = append(b.confirm, "This kernel does not say per wait whether the task was throttled; the wait is put down to its cgroup's quota because the host's CPUs had room.")
+			return e.resolve(b, qk, depth, nil)
+		}
+		return b.end(fact.HostCPUKey(), "host-cpu", host)
+	}
+	return e.hostCPU(b, depth)
+}
+
+// hostCPU follows the host's saturated CPUs to what their time went to:
+// activities done for another resource (reclaim for a memory limit) lead
+// there, in proportion to the CPU time they took; the rest ends at the
+// CPUs with their top consumers.
+func (e *engine) hostCPU(b *branch, depth int) []*branch {
+	host := e.subjectOf(fact.HostCPUKey())
+	return e.consumed(b, fact.HostCPUKey(), host, "host-cpu", depth)
+}
+
+// device follows a device to what its time went to, like the CPUs: reads
+// that are refaults lead to the memory limit that evicted the pages.
+func (e *engine) device(b *branch, k string, depth int) []*branch {
+	return e.consumed(b, k, e.subjectOf(k), "device", depth)
+}
+
+// directed is a saturated resource's use on behalf of another resource.
+type directed struct {
+	on     string // the other resource
+	amount float64
+	unit   string
+	what   string // activity
+	by     fact.Task
+	refs   []ref
+}
+
+// consumed splits a saturated resource by its consumers.
+func (e *engine) consumed(b *branch, k string, subj finding.Subject, kind string, depth int) []*branch {
+	if s := e.saturation(k); s != nil {
+		b.refs = append(b.refs, s.refs...)
+	}
+	total, unit := e.used(k)
+	dirs := e.directedUse(k)
+	var out []*branch
+	routed := 0.0
+	if total > 0 && depth < maxDepth {
+		for _, d := range dirs {
+			frac := min(1, d.amount/total)
+			if frac < minPart || routed >= 1 {
+				continue
+			}
+			frac = min(frac, 1-routed)
+			routed += frac
+			c := b.fork(frac)
+			c.via, c.viaFrac = k, frac
+			act := finding.Subject{Role: finding.RoleConsumer, Comm: d.what, Cgroup: cgroupName(d.by), PID: d.by.PID,
+				Detail: strings.TrimSpace(fmt.Sprintf("%s %s", d.what, forWhom(e, d.on)))}
+			ev := map[string]any{unitKey(unit, d.unit): round3(d.amount), "share_pct": round1(100 * frac)}
+			c.hop(finding.Hop{From: subj, Relation: finding.UsedBy, To: act, Evidence: ev, Mechanism: mechUsedFor(kindOfKey(k), d.what),
+				Text: strings.Join(strings.Fields(fmt.Sprintf("%s of %s went to %s %s (%s)", pct1(frac), timeOf(subj), d.what, forWhom(e, d.on), amountText(d.amount, d.unit))), " ")}, d.refs...)
+			if kindOfKey(d.on) == fact.Softirq {
+				// The activity is the resource itself: the hop ends there.
+				c.hops[len(c.hops)-1].To = e.subjectOf(d.on)
+			} else {
+				c.hop(e.intoHop(act, finding.ConstrainedBy, d.on, "", nil))
+			}
+			out = append(out, e.resolve(c, d.on, depth+1, nil)...)
+		}
+	}
+	if rest := 1 - routed; rest >= minPart || len(out) == 0 {
+		c := b.fork(max(rest, 0))
+		if len(out) == 0 {
+			c.share = b.share
+		}
+		c.consumers = e.topConsumers(k)
+		for _, u := range c.consumers {
+			cs := taskSubject(u.By, finding.RoleConsumer)
+			share := u.Share
+			if share == 0 && total > 0 {
+				share = u.Amount / total
+			}
+			ev := map[string]any{unitKey(unit, u.Unit): round3(u.Amount), "share_pct": round1(100 * share)}
+			if u.Threads > 1 {
+				ev["threads"] = u.Threads
+			}
+			cs.Detail = fmt.Sprintf("used %s of %s", pct1(share), nameOf(subj))
+			c.hop(finding.Hop{From: subj, Relation: finding.UsedBy, To: cs, Evidence: ev, Mechanism: mechConsumer(kindOfKey(k)),
+				Text: fmt.Sprintf("%s used %s of %s (%s)", consumerLabel(u), pct1(share), nameOf(subj), amountText(u.Amount, u.Unit))}, refOf(u.Finding, u.FindingTitle))
+		}
+		out = append(out, c.end(k, kind, subj)...)
+	}
+	return out
+}
+
+// used is how much of a resource was used in the window (the busy CPU
+// seconds, the bytes a device moved), from its saturation, else from its
+// consumers.
+func (e *engine) used(k string) (float64, string) {
+	if s := e.saturation(k); s != nil && s.Used > 0 {
+		switch s.Unit {
+		case "cpus":
+			return s.Used * e.window.Seconds(), "cpu_s"
+		case "bytes_per_s":
+			return s.Used * e.window.Seconds(), "bytes"
+		}
+	}
+	sum, unit := 0.0, ""
+	for _, u := range e.usage[k] {
+		if u.For == "" && (u.By.PID != 0 || u.By.TID != 0) && (u.By.TID == 0 || u.By.TID == u.By.PID || u.Threads == 0) {
+			sum += u.Amount
+			unit = u.Unit
+		}
+	}
+	return sum, unit
+}
+
+// directedUse is a resource's use on behalf of other resources, largest
+// first: what investigators said (CPU time in reclaim for a memory
+// limit), and reads of a device by a cgroup that were refaults of pages
+// its own memory limit evicted.
+func (e *engine) directedUse(k string) []directed {
+	by := map[string]*directed{}
+	add := func(on string, amt float64, unit, what string, t fact.Task, r ref) {
+		d := by[on]
+		if d == nil {
+			d = &directed{on: on, unit: unit, what: what, by: t}
+			by[on] = d
+		}
+		d.amount += amt
+		if r.id != "" {
+			d.refs = append(d.refs, r)
+		}
+	}
+	for _, u := range e.usage[k] {
+		if u.For != "" {
+			add(e.canon(u.For), u.Amount, u.Unit, activityName(u.Activity), fact.Task{MemCgroup: u.By.MemCgroup, CPUCgroup: u.By.CPUCgroup, IOCgroup: u.By.IOCgroup}, refOf(u.Finding, u.FindingTitle))
+		}
+	}
+	if kindOfKey(k) == fact.Device {
+		e.refaultReads(k, add)
+	}
+	out := make([]directed, 0, len(by))
+	for _, on := range sortedKeys(by) {
+		out = append(out, *by[on])
+	}
+	slices.SortStableFunc(out, func(a, b directed) int { return cmp.Compare(b.amount, a.amount) })
+	return out
+}
+
+// refaultReads: a cgroup that reads a device and refaults pages its own
+// memory limit evicted reads them back for that limit. Refaults are
+// counted by the memory controller (workingset_refault_file), reads by
+// the block layer per cgroup: the smaller of the two is read for the
+// limit.
+func (e *engine) refaultReads(k string, add func(on string, amt float64, unit, what string, t fact.Task, r ref)) {
+	for _, u := range e.usage[k] {
+		if u.Unit != "bytes" || u.For != "" || (u.Activity != "" && u.Activity != "read") {
+			continue
+		}
+		cg := cmp.Or(u.By.MemCgroup, u.By.IOCgroup)
+		if cg == "" {
+			continue
+		}
+		for _, mu := range e.usage[e.canon(fact.MemoryKey(cg))] {
+			if mu.Activity != "refault" || mu.Unit != "bytes" {
+				continue
+			}
+			add(e.canon(fact.MemoryKey(cg)), min(mu.Amount, u.Amount), "bytes", "refault reads", fact.Task{MemCgroup: cg}, refOf(mu.Finding, mu.FindingTitle))
+		}
+	}
+}
+
+// topConsumers are the largest plain consumers of a resource: processes
+// (not their threads, not directed use), largest first.
+func (e *engine) topConsumers(k string) []*fact.Usage {
+	var us []*fact.Usage
+	for _, u := range e.usage[k] {
+		if u.For != "" || u.Activity == "refault" || (u.By.TID != 0 && u.By.TID != u.By.PID && u.Threads == 0) {
+			continue
+		}
+		if kindOfKey(k) == fact.HostCPU && u.Unit != "cpu_s" {
+			continue
+		}
+		if u.By.PID == 0 && u.By.TID == 0 && u.By.Comm == "" {
+			continue // a cgroup's total: its processes say more
+		}
+		us = append(us, u)
+	}
+	slices.SortStableFunc(us, func(a, b *fact.Usage) int {
+		if c := cmp.Compare(b.Amount, a.Amount); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.By.PID, b.By.PID)
+	})
+	total, _ := e.used(k)
+	var out []*fact.Usage
+	for i, u := range us {
+		c := *u
+		if c.Share == 0 && total > 0 {
+			c.Share = c.Amount / total
+		}
+		if i >= maxConsumers || (i > 0 && c.Share < 0.05) {
+			break
+		}
+		out = append(out, &c)
+	}
+	return out
+}
+
+// forWhom names the resource a directed use was for.
+func forWhom(e *engine, k string) string {
+	r := e.resource(k)
+	switch r.Kind {
+	case fact.Memory:
+		if k == fact.MemoryKey("/") {
+			return "for the host's memory"
+		}
+		return "in memory cgroup " + r.Cgroup
+	case fact.CPUQuota:
+		return "in cgroup " + r.Cgroup
+	case fact.Softirq:
+		return ""
+	}
+	return "for " + nameOf(e.subjectOf(k))
+}
+
+// timeOf says a resource's time: "the CPUs' busy time", "vda's time".
+func timeOf(s finding.Subject) string {
+	switch {
+	case s.Role == finding.RoleCPU && s.CPU == nil && s.Comm == "all CPUs":
+		return "the CPUs' busy time"
+	case s.Role == finding.RoleDevice:
+		return nameOf(s) + "'s throughput"
+	}
+	return nameOf(s) + "'s time"
+}
+
+func activityName(a string) string {
+	switch a {
+	case "reclaim":
+		return "memory reclaim"
+	case "softirq":
+		return "softirq processing"
+	case "":
+		return "work"
+	}
+	return a
+}
+
+func cgroupName(t fact.Task) string { return cmp.Or(t.MemCgroup, t.CPUCgroup, t.IOCgroup) }
+
+func unitKey(unit, fallback string) string {
+	u := cmp.Or(unit, fallback)
+	switch u {
+	case "cpu_s", "bytes", "pages", "requests", "ns":
+		return u
+	}
+	return "amount_" + u
+}
+
+func amountText(v float64, unit string) string {
+	switch unit {
+	case "cpu_s":
+		return fmt.Sprintf("%s CPU", ms(v*1000))
+	case "bytes":
+		return mib(v)
+	case "ns":
+		return ms(v / 1e6)
+	}
+	return fmt.Sprintf("%.0f %s", v, unit)
+}
+
+func consumerLabel(u *fact.Usage) string {
+	s := label(taskSubject(u.By, ""))
+	switch {
+	case u.By.PID == 0 && u.By.TID == 0 && u.By.Comm != "" && u.Threads > 0:
+		return fmt.Sprintf("%s (%d tasks that exited)", u.By.Comm, u.Threads)
+	case u.By.PID == 0 && u.By.TID == 0 && u.By.Comm != "":
+		return u.By.Comm
+	case u.By.PID == 0 && u.By.TID == 0:
+		s = "cgroup " + cgroupName(u.By)
+	}
+	if u.Threads > 1 {
+		s = strings.TrimSuffix(s, ")") + fmt.Sprintf(", %d threads)", u.Threads)
+	}
+	return s
+}
+
+func round1(v float64) float64 { return float64(int64(v*10+0.5)) / 10 }
+func round3(v float64) float64 { return float64(int64(v*1000+0.5)) / 1000 }
+
+func pct1(f float64) string {
+	p := 100 * f
+	if p >= 10 || p == 0 {
+		return fmt.Sprintf("%.0f%%", p)
+	}
+	return fmt.Sprintf("%.1f%%", p)
+}

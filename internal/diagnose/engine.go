@@ -1,0 +1,335 @@
+package diagnose
+
+import (
+	"path"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/wolf-investigator/wolf/internal/fact"
+)
+
+// ref names a finding a fact came from: its id and, when several share
+// the id, its title.
+type ref struct{ id, title string }
+
+func refOf(id, title string) ref { return ref{id, title} }
+
+// engine indexes one window's facts for the joins.
+type engine struct {
+	set    *fact.Set
+	window time.Duration
+	// alias maps a key to the canonical key of the same resource (a lock
+	// named by address in one fact and as a process's mmap_lock in
+	// another).
+	alias     map[string]string
+	resources map[string]*fact.Resource
+	holds     map[string][]*fact.Hold
+	usage     map[string][]*fact.Usage
+	sats      map[string]*sat
+	waitsOf   map[int][]*fact.Wait // by tid
+	// ongoing is what a task that holds something is doing right now (a
+	// hung lock owner), by tid.
+	ongoing map[int]*fact.Split
+}
+
+// sat is a resource's saturation, merged across the investigators that
+// measured it.
+type sat struct {
+	fact.Saturation
+	refs []ref
+}
+
+func newEngine(s *fact.Set) *engine {
+	e := &engine{set: s, window: s.Window, alias: map[string]string{}, resources: map[string]*fact.Resource{},
+		holds: map[string][]*fact.Hold{}, usage: map[string][]*fact.Usage{}, sats: map[string]*sat{},
+		waitsOf: map[int][]*fact.Wait{}, ongoing: map[int]*fact.Split{}}
+	if e.window <= 0 {
+		e.window = defaultWindow
+	}
+	// A lock known both by its address and as a process's mmap_lock keys
+	// as the mmap_lock, whichever fact named it first.
+	for _, r := range s.Resources {
+		if r.Kind == fact.Lock && r.LockAddr != "" && r.MMPID > 0 {
+			e.alias[fact.LockKey(r.LockAddr)] = fact.MMLockKey(r.MMPID)
+		}
+	}
+	for _, k := range sortedKeys(s.Resources) {
+		r := *s.Resources[k]
+		ck := e.canon(k)
+		if old, ok := e.resources[ck]; ok {
+			mergeResource(old, &r)
+			continue
+		}
+		r.Key = ck
+		if ck != k && r.Kind == fact.Lock {
+			r.MMPID = mmOfKey(ck)
+		}
+		e.resources[ck] = &r
+	}
+	for i := range s.Holds {
+		h := &s.Holds[i]
+		k := e.canon(h.On)
+		e.holds[k] = append(e.holds[k], h)
+		if h.Split != nil && h.Split.State != "" && h.Holder.TID != 0 {
+			e.ongoing[h.Holder.TID] = h.Split
+		}
+	}
+	for i := range s.Usage {
+		u := &s.Usage[i]
+		k := e.canon(u.On)
+		e.usage[k] = append(e.usage[k], u)
+	}
+	for i := range s.Saturations {
+		x := &s.Saturations[i]
+		k := e.canon(x.On)
+		m := e.sats[k]
+		if m == nil {
+			m = &sat{Saturation: *x}
+			m.Numbers = map[string]float64{}
+			m.Members = nil
+			e.sats[k] = m
+		} else {
+			m.AtLimit = m.AtLimit || x.AtLimit
+			if x.Level > m.Level {
+				m.Level, m.Used, m.Limit, m.Unit = x.Level, x.Used, x.Limit, x.Unit
+			}
+			if len(m.Remediation) == 0 {
+				m.Remediation = x.Remediation
+			}
+		}
+		for n, v := range x.Numbers {
+			if _, ok := m.Numbers[n]; !ok {
+				m.Numbers[n] = v
+			}
+		}
+		for _, p := range x.Members {
+			if !slices.Contains(m.Members, p) {
+				m.Members = append(m.Members, p)
+			}
+		}
+		if x.Finding != "" {
+			m.refs = append(m.refs, refOf(x.Finding, x.FindingTitle))
+		}
+	}
+	for i := range s.Waits {
+		w := &s.Waits[i]
+		if w.Task.TID != 0 {
+			e.waitsOf[w.Task.TID] = append(e.waitsOf[w.Task.TID], w)
+		}
+	}
+	return e
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+// mergeResource fills what old lacks from r; the most telling name wins
+// (one that says whose mmap_lock it is).
+func mergeResource(old, r *fact.Resource) {
+	if old.Name == "" || (strings.HasPrefix(r.Name, "mmap_lock of ") && !strings.HasPrefix(old.Name, "mmap_lock of ")) {
+		if r.Name != "" {
+			old.Name = r.Name
+		}
+	}
+	if old.Cgroup == "" {
+		old.Cgroup = r.Cgroup
+	}
+	if old.CgroupID == 0 {
+		old.CgroupID = r.CgroupID
+	}
+	if old.Device == "" {
+		old.Device = r.Device
+	}
+	if old.LockAddr == "" {
+		old.LockAddr = r.LockAddr
+	}
+	if old.MMPID == 0 {
+		old.MMPID = r.MMPID
+	}
+	if old.LockType == "" {
+		old.LockType = r.LockType
+	}
+	if old.Conn == "" {
+		old.Conn = r.Conn
+	}
+}
+
+// canon is the canonical key of a resource key.
+func (e *engine) canon(k string) string {
+	if c, ok := e.alias[k]; ok {
+		return c
+	}
+	return k
+}
+
+// resource is the resource a key names; one made up from the key when no
+// fact described it.
+func (e *engine) resource(k string) *fact.Resource {
+	if r, ok := e.resources[k]; ok {
+		return r
+	}
+	r := &fact.Resource{Key: k, Kind: kindOfKey(k), CPU: -1}
+	switch r.Kind {
+	case fact.Lock:
+		r.MMPID = mmOfKey(k)
+		if r.MMPID == 0 {
+			r.LockAddr = strings.TrimPrefix(k, "lock:addr:")
+		}
+	case fact.CPUQuota:
+		r.Cgroup = strings.TrimPrefix(k, "cpu-quota:")
+	case fact.Memory:
+		r.Cgroup = strings.TrimPrefix(k, "memory:")
+	case fact.Device:
+		r.Device = strings.TrimPrefix(k, "device:")
+	case fact.FUSE:
+		r.Conn = strings.TrimPrefix(k, "fuse:")
+	}
+	e.resources[k] = r
+	return r
+}
+
+// kindOfKey reads a key's kind off its prefix (the *Key functions of
+// internal/fact).
+func kindOfKey(k string) fact.Kind {
+	prefix, _, _ := strings.Cut(k, ":")
+	switch prefix {
+	case "host-cpu":
+		return fact.HostCPU
+	case "cpu":
+		return fact.CPU
+	case "cpu-quota":
+		return fact.CPUQuota
+	case "memory":
+		return fact.Memory
+	case "lock":
+		return fact.Lock
+	case "fuse":
+		return fact.FUSE
+	case "device":
+		return fact.Device
+	case "io-limit":
+		return fact.IOLimit
+	case "dirty":
+		return fact.Dirty
+	case "journal":
+		return fact.Journal
+	case "softirq":
+		return fact.Softirq
+	case "site":
+		return fact.Site
+	}
+	return fact.Kind(prefix)
+}
+
+// mmOfKey is the process of an mmap_lock key, 0 for other keys.
+func mmOfKey(k string) int {
+	s, ok := strings.CutPrefix(k, "lock:mm:")
+	if !ok {
+		return 0
+	}
+	n := 0
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return 0
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n
+}
+
+// saturation is the resource's merged saturation, nil when none was
+// measured.
+func (e *engine) saturation(k string) *sat { return e.sats[k] }
+
+// cgroupOf is the cgroup of a controller's kind (CPUQuota, Memory,
+// IOLimit) that a task is in: its own fact's path, else a resource of
+// that kind whose members include its process.
+func (e *engine) cgroupOf(t fact.Task, kind fact.Kind) string {
+	own := map[fact.Kind]string{fact.CPUQuota: t.CPUCgroup, fact.Memory: t.MemCgroup, fact.IOLimit: t.IOCgroup}[kind]
+	if own != "" {
+		// The limit may be set on an ancestor: the nearest one measured.
+		for p := own; ; p = path.Dir(p) {
+			var k string
+			switch kind {
+			case fact.CPUQuota:
+				k = fact.CPUQuotaKey(p)
+			case fact.Memory:
+				k = fact.MemoryKey(p)
+			}
+			if k != "" && e.sats[k] != nil {
+				return p
+			}
+			if p == "/" || p == "." || p == "" {
+				return own
+			}
+		}
+	}
+	if t.PID == 0 {
+		return ""
+	}
+	best, bestLevel := "", -1.0
+	for _, k := range sortedKeys(e.sats) {
+		s := e.sats[k]
+		if kindOfKey(k) != kind || !slices.Contains(s.Members, t.PID) {
+			continue
+		}
+		lvl := s.Level
+		if s.AtLimit {
+			lvl += 10
+		}
+		if lvl > bestLevel {
+			best, bestLevel = e.resource(k).Cgroup, lvl
+		}
+	}
+	return best
+}
+
+// bestHold picks the fact that best says who holds a resource: a
+// measured or exactly decoded holder before a latest reader, one that
+// says where its time went before one that does not, then the one others
+// waited on longest.
+func (e *engine) bestHold(k string) *fact.Hold {
+	var best *fact.Hold
+	score := func(h *fact.Hold) (int, time.Duration) {
+		s := 0
+		if h.Exact {
+			s += 2
+		}
+		if h.Split != nil || e.ongoing[h.Holder.TID] != nil {
+			s++
+		}
+		return s, max(h.Total, h.Charged)
+	}
+	for _, h := range e.holds[k] {
+		if h.Holder.TID == 0 && h.Holder.PID == 0 {
+			continue
+		}
+		if best == nil {
+			best = h
+			continue
+		}
+		s1, w1 := score(h)
+		s2, w2 := score(best)
+		if s1 > s2 || (s1 == s2 && w1 > w2) {
+			best = h
+		}
+	}
+	return best
+}
+
+// waitOf is a task's own wait on a resource, nil when no fact names it.
+func (e *engine) waitOf(tid int, k string) *fact.Wait {
+	for _, w := range e.waitsOf[tid] {
+		if e.canon(w.On) == k {
+			return w
+		}
+	}
+	return nil
+}

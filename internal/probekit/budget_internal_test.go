@@ -1,0 +1,41 @@
+package probekit
+
+import (
+	"testing"
+	"time"
+)
+
+func TestNextInterval(t *testing.T) {
+	const ms = time.Millisecond
+	for _, c := range []struct {
+		name          string
+		cur, share    time.Duration
+		spend, budget float64
+		want          time.Duration
+	}{
+		{"over budget: tightened in proportion", 8 * ms, 8 * ms, 3e7, 1e7, 24 * ms},
+		{"just over: by half again at least", 8 * ms, 8 * ms, 1.1e7, 1e7, 12 * ms},
+		{"far over: eightfold at most a step", 8 * ms, 8 * ms, 1e9, 1e7, 64 * ms},
+		{"never longer than a second", 500 * ms, 8 * ms, 1e9, 1e7, time.Second},
+		{"within budget: kept", 32 * ms, 8 * ms, 0.8e7, 1e7, 32 * ms},
+		{"well under: loosened by half", 32 * ms, 8 * ms, 0.2e7, 1e7, 16 * ms},
+		{"never looser than the share", 10 * ms, 8 * ms, 0, 1e7, 8 * ms},
+		{"at the share: kept", 8 * ms, 8 * ms, 0, 1e7, 8 * ms},
+	} {
+		if got := nextInterval(c.cur, c.share, c.spend, c.budget); got != c.want {
+			t.Errorf("%s: nextInterval(%v, %v, %g, %g) = %v, want %v", c.name, c.cur, c.share, c.spend, c.budget, got, c.want)
+		}
+	}
+}
+
+func TestNewBudgetRefusesNonsense(t *testing.T) {
+	for _, pct := range []float64{0, -1, 1e9} {
+		if _, err := NewBudget(pct); err == nil {
+			t.Errorf("NewBudget(%v) accepted", pct)
+		}
+	}
+	b, err := NewBudget(2)
+	if err != nil || b.perSecond() != 2e7 {
+		t.Fatalf("NewBudget(2): %v, %v ns a second", err, b.perSecond())
+	}
+}

@@ -1,0 +1,98 @@
+package probekit_test
+
+import (
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/wolf-investigator/wolf/internal/probekit"
+	"github.com/wolf-investigator/wolf/internal/probekit/kittest"
+	"github.com/wolf-investigator/wolf/internal/testutil"
+)
+
+var gatedRow = probekit.Attach{Kind: probekit.RawTracepoint, Target: "sched/sched_switch", Program: "on_switch_gated", Required: true, Why: "task switches, with detail"}
+
+func openGated(t *testing.T) *probekit.Probe {
+	t.Helper()
+	testutil.RequireRoot(t)
+	p, err := probekit.Open(probekit.Object{
+		Name: "kittest", Spec: kittest.Spec, Table: []probekit.Attach{gatedRow},
+		Detail: "test detail", DetailEvents: "switches",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+// switchMany makes this process switch out a few thousand times, from
+// several threads at once.
+func switchMany() {
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 1000 {
+				time.Sleep(50 * time.Microsecond)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// Without a budget the gate takes every event and nothing says sampled.
+func TestNoBudgetTakesEveryDetail(t *testing.T) {
+	probekit.SetBudget(nil)
+	p := openGated(t)
+	switchMany()
+	ov := p.Overhead(0, 0)
+	c, err := p.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c[kittest.StatDetailed] == 0 || c[kittest.StatDetailed] != c[kittest.StatSwitches] {
+		t.Fatalf("detailed %d of %d switches", c[kittest.StatDetailed], c[kittest.StatSwitches])
+	}
+	if len(ov.Sampled) != 0 {
+		t.Fatalf("nothing was sampled, yet: %+v", ov.Sampled)
+	}
+}
+
+// A budget too small for the events samples their detail, keeps the count
+// exact, and the overhead says at what rate.
+func TestBudgetSamplesDetail(t *testing.T) {
+	b, err := probekit.NewBudget(0.0001) // the gate's interval: a second
+	if err != nil {
+		t.Fatal(err)
+	}
+	probekit.SetBudget(b)
+	defer probekit.SetBudget(nil)
+	start := time.Now()
+	p := openGated(t)
+	switchMany()
+	c, err := p.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ov := p.Overhead(0, 0)
+	elapsed := time.Since(start)
+	if len(ov.Sampled) != 1 {
+		t.Fatalf("sampled: %+v", ov.Sampled)
+	}
+	s := ov.Sampled[0]
+	if s.Investigator != "kittest" || s.What != "test detail" || s.IntervalUs != 1e6 {
+		t.Errorf("sampling: %+v", s)
+	}
+	// Each CPU takes a burst, then one a second.
+	bound := uint64(runtime.NumCPU()) * uint64(16+2+elapsed/time.Second)
+	if s.Detailed == 0 || s.Detailed > bound || s.Detailed != c[kittest.StatDetailed] {
+		t.Errorf("detailed %d (counter %d), want 1..%d", s.Detailed, c[kittest.StatDetailed], bound)
+	}
+	// Every switch counted, exactly, whatever the gate did.
+	if s.Events < c[kittest.StatSwitches] || s.Events < 4000 || s.Rate != float64(s.Detailed)/float64(s.Events) {
+		t.Errorf("events %d (switches counted %d), rate %v", s.Events, c[kittest.StatSwitches], s.Rate)
+	}
+}

@@ -1,0 +1,128 @@
+package reclaim
+
+import (
+	"os"
+
+	"github.com/wolf-investigator/wolf/internal/fact"
+	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/human"
+	"github.com/wolf-investigator/wolf/internal/memcg"
+)
+
+// ConcludeFacts is Conclude and the window's facts for the diagnosis
+// stage, from the same snapshot: per memory cgroup whether it sat at its
+// limit (a saturation with its numbers and processes), each process's
+// time in reclaim (a wait on the limit, or on the host's memory for
+// direct reclaim), the CPU its reclaim burned (used for the limit), and
+// the pages it read back after the limit evicted them (refaults).
+func ConcludeFacts(s *Snapshot) ([]finding.Finding, *fact.Set) {
+	fs := Conclude(s)
+	return fs, s.facts(fs)
+}
+
+// pageSize is the size of the pages refaults count.
+var pageSize = float64(os.Getpagesize())
+
+func (s *Snapshot) facts(fs []finding.Finding) *fact.Set {
+	set := &fact.Set{Window: s.Window}
+	var direct *finding.Finding
+	for i := range fs {
+		if fs[i].ID == "reclaim.direct" {
+			direct = &fs[i]
+		}
+	}
+	for _, c := range s.Cgroups {
+		c.Window = s.Window
+		if c.Path == "" {
+			continue // a removed cgroup: nothing to join on
+		}
+		f := s.refs[c]
+		ref := func() (string, string) {
+			if f == nil {
+				return "", ""
+			}
+			return f.ID, f.Title
+		}
+		id, title := ref()
+		mk := fact.MemoryKey(c.Path)
+		set.Resource(fact.Resource{Kind: fact.Memory, Key: mk, Name: "memory cgroup " + c.Path, Cgroup: c.Path, CgroupID: c.ID, CPU: -1})
+		r := &c.Reclaim
+		memcgTime := r.memcgTime()
+		directTime := r.Time[kindDirect] + r.Time[kindNode]
+		if st := c.State; st != nil {
+			x := fact.Saturation{On: mk, Used: float64(st.UsageBytes), Unit: "bytes", Finding: id, FindingTitle: title,
+				AtLimit: c.atLimit() && r.memcgCalls() > 0 && (f == nil || f.Severity >= finding.Warning),
+				Numbers: map[string]float64{"usage_bytes": float64(st.UsageBytes), "reclaim_s_total": human.Round(memcgTime.Seconds(), 3),
+					"reclaim_cpu_s_total": human.Round((r.CPU[kindMemcg] + r.CPU[kindSoftlimit]).Seconds(), 3)}}
+			if st.EffectiveLimitBytes != memcg.Unlimited && st.EffectiveLimitBytes > 0 {
+				x.Limit = float64(st.EffectiveLimitBytes)
+				x.Level = float64(st.UsageBytes) / x.Limit
+				x.Numbers["limit_bytes"] = x.Limit
+			}
+			if n, ok := c.limitHits(); ok {
+				x.Numbers["limit_hits"] = float64(n)
+			}
+			if e := r.Efficiency(); e >= 0 {
+				x.Numbers["efficiency_pct"] = human.Round(e, 2)
+			}
+			if c.Before != nil {
+				x.Numbers["oom_kills"] = float64(c.oomKills())
+			}
+			if ref, ok := c.refaults(); ok && s.Window > 0 {
+				x.Numbers["refaults_per_s"] = human.Round(float64(ref)/s.Window.Seconds(), 1)
+				set.Usage = append(set.Usage, fact.Usage{On: mk, By: fact.Task{MemCgroup: c.Path}, Amount: float64(ref) * pageSize, Unit: "bytes",
+					Activity: "refault", Finding: id, FindingTitle: title})
+			}
+			for _, p := range c.Procs {
+				x.Members = append(x.Members, p.PID)
+			}
+			if f != nil && f.Severity >= finding.Warning {
+				x.Remediation = f.Remediation
+			}
+			set.Saturations = append(set.Saturations, x)
+		}
+		// Whose reclaim it was: the cgroup's limit, or the host's memory
+		// when its tasks reclaimed for the host (direct reclaim).
+		on, wid, wtitle := mk, id, title
+		if directTime > memcgTime {
+			on = fact.MemoryKey("/")
+			set.Resource(fact.Resource{Kind: fact.Memory, Key: on, Name: "the host's memory", Cgroup: "/", CPU: -1})
+			wid, wtitle = "", ""
+			if direct != nil {
+				wid, wtitle = direct.ID, direct.Title
+			}
+		}
+		for _, p := range c.Procs {
+			t := fact.Task{PID: p.PID, Comm: p.Comm, MemCgroup: c.Path}
+			if p.InReclaim > 0 {
+				set.Waits = append(set.Waits, fact.Wait{Task: t, Kind: fact.WaitReclaim, On: on, Total: p.InReclaim, Max: p.MaxReclaim,
+					Count: int(p.Calls), Finding: wid, FindingTitle: wtitle})
+			}
+			if p.ReclaimCPU > 0 {
+				set.Usage = append(set.Usage, fact.Usage{On: fact.HostCPUKey(), By: t, Amount: p.ReclaimCPU.Seconds(), Unit: "cpu_s",
+					Activity: "reclaim", For: on, Threads: p.Threads, Finding: wid, FindingTitle: wtitle})
+			}
+		}
+	}
+	return set
+}
+
+// refaults are the file pages the cgroup read back in the window after
+// reclaim had evicted them (workingset_refault_file; v1 before 5.9 and
+// older v2 kernels say workingset_refault).
+func (c *Cgroup) refaults() (uint64, bool) {
+	if c.State == nil || c.Before == nil {
+		return 0, false
+	}
+	for _, k := range []string{"workingset_refault_file", "workingset_refault"} {
+		a, ok1 := c.Before.Stat[k]
+		b, ok2 := c.State.Stat[k]
+		if ok1 && ok2 {
+			if b < a {
+				return 0, false
+			}
+			return b - a, true
+		}
+	}
+	return 0, false
+}
