@@ -9,16 +9,18 @@ import (
 // Options configure New.
 type Options struct {
 	Family Family
-	// MaxPrefixes sizes the map: the directory and room for the nodes of
-	// a table of this many prefixes twice over (Load writes the new
-	// table's nodes before it frees the old ones), plus slack for the
-	// blocks updates retire while a grace period is under way. The bound
-	// is really on the structure the prefixes need, not on their count:
-	// the default fits routing tables and dense sets (1.5 words per
-	// IPv4 prefix, 16 per IPv6 one, measured: 0.14 for the real IPv4
-	// table, 1.03 for dense /32 sets, 13 for the real IPv6 table); set
-	// Words for unusual sets, such as scattered /32s (up to 8 words each).
-	// Stats shows what a table uses.
+	// MaxPrefixes sizes the map: the directory, room for the nodes below
+	// it, and slack for the blocks updates retire while a grace period
+	// is under way. The bound is really on the structure the prefixes
+	// need, not on their count. IPv4 gets 1.5 words per prefix twice
+	// over (a Load that replaces a whole table writes the new nodes
+	// before it frees the old ones); measured needs are 0.14 for the
+	// real IPv4 table and 1.03 for dense /32 sets. IPv6 gets 20 words
+	// per prefix, 1.4 times the real IPv6 table's 14.7: a Load of that
+	// table into a full one fails with ErrFull (and changes nothing)
+	// unless most directory entries keep their prefixes, whose subtrees
+	// it reuses. Set Words for unusual sets, such as scattered /32s (up
+	// to 8 words each). Stats shows what a table uses.
 	MaxPrefixes int
 	// DirBits fixes how many leading address bits the directory, the
 	// first level, resolves (8..24). Zero derives it from MaxPrefixes
@@ -49,9 +51,9 @@ func (o *Options) normalize() error {
 	fixed := uint64(headerUnits+padUnits)*unitWords + 1<<o.DirBits
 	if o.Words == 0 {
 		p := uint64(o.MaxPrefixes)
-		per := uint64(3) // words per prefix, twice over
+		per := uint64(3) // words per prefix
 		if o.Family == IPv6 {
-			per = 32
+			per = 20
 		}
 		// Slack: what a burst of updates retires during a grace period
 		// (~10 ms), at least a few of the largest blocks.

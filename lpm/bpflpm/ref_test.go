@@ -399,3 +399,55 @@ func TestHeapFull(t *testing.T) {
 	r.m[failed] = failedV
 	checkAgainst(t, tb, r, probesFor(rng, true, append(all, failed), 2000), "after making room")
 }
+
+// TestHeapReload loads a table, then the same prefixes again, then with a
+// few changes: the unchanged directory entries keep their subtrees (the
+// identical reload retires nothing), and every lookup stays right.
+func TestHeapReload(t *testing.T) {
+	for _, v4 := range []bool{true, false} {
+		fam := IPv6
+		if v4 {
+			fam = IPv4
+		}
+		rng := rand.New(rand.NewPCG(11, 12))
+		tb, err := newHeapTable(Options{Family: fam, MaxPrefixes: 3000, DirBits: 12, Words: 1 << 21})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps, vs := genPrefixes(rng, v4, 3000)
+		r := newRef(v4)
+		for i, p := range ps {
+			r.m[p.Masked()] = vs[i]
+		}
+		if err := tb.Load(ps, vs); err != nil {
+			t.Fatal(err)
+		}
+		before := tb.Stats()
+		if err := tb.Load(ps, vs); err != nil {
+			t.Fatal(err)
+		}
+		if st := tb.Stats(); st.BytesInLimbo != 0 || st.BytesUsed != before.BytesUsed {
+			t.Errorf("%v: reloading the same table replaced nodes: %+v, before %+v", fam, st, before)
+		}
+		probes := probesFor(rng, v4, ps, 1000)
+		checkAgainst(t, tb, r, probes, "identical reload")
+		for range 20 {
+			vs[rng.IntN(len(ps))]++
+		}
+		// A later duplicate wins.
+		ps, vs = append(ps, ps[0]), append(vs, 999)
+		for i, p := range ps {
+			r.m[p.Masked()] = vs[i]
+		}
+		if err := tb.Load(ps, vs); err != nil {
+			t.Fatal(err)
+		}
+		checkAgainst(t, tb, r, probes, "changed reload")
+		if st := tb.Stats(); st.BytesInLimbo == 0 || st.BytesInLimbo > before.BytesUsed/2 {
+			t.Errorf("%v: a reload with 21 changes retired %d bytes of %d", fam, st.BytesInLimbo, before.BytesUsed)
+		}
+		if tb.Len() != len(r.m) {
+			t.Errorf("Len %d, want %d", tb.Len(), len(r.m))
+		}
+	}
+}

@@ -295,8 +295,10 @@ func maskedKey(p netip.Prefix) (key, uint8) {
 // duplicate wins). It writes the new table's nodes into free blocks while
 // lookups keep using the old ones, then switches each directory entry
 // with one store (or, while the table fits a list, the root word): a
-// lookup sees the old table or the new one. The old nodes' space is
-// reused after a grace period (see the package doc).
+// lookup sees the old table or the new one. A directory entry whose
+// prefixes did not change keeps its nodes. The old nodes' space is
+// reused after a grace period (see the package doc). On ErrFull nothing
+// changed.
 func (t *Table) Load(prefixes []netip.Prefix, values []uint32) error {
 	if err := t.check(prefixes, values); err != nil {
 		return err

@@ -550,6 +550,12 @@ func (t *Table) buildList(ps []bp, base key, depth uint8, def uint32) (*tnode, e
 // must hold, in entry order, each child already written when its pointer
 // is put.
 func (t *Table) fill(n *tnode, ps []bp, put func(lo, hi, v uint32)) error {
+	return t.fillReuse(n, ps, put, nil)
+}
+
+// fillReuse is fill that first offers each child's prefixes to reuse,
+// which may return an existing subtree holding exactly them.
+func (t *Table) fillReuse(n *tnode, ps []bp, put func(lo, hi, v uint32), reuse func(e uint32, ps []bp, def uint32) *tnode) error {
 	type open struct {
 		end uint32
 		rl  uint8
@@ -589,9 +595,15 @@ func (t *Table) fill(n *tnode, ps []bp, put func(lo, hi, v uint32)) error {
 			j++
 		}
 		if j > i {
-			c, err := t.build(ps[i:j], n.base.withBits(n.depth, n.k, uint64(e)), end, v)
-			if err != nil {
-				return err
+			var c *tnode
+			if reuse != nil {
+				c = reuse(e, ps[i:j], v)
+			}
+			if c == nil {
+				var err error
+				if c, err = t.build(ps[i:j], n.base.withBits(n.depth, n.k, uint64(e)), end, v); err != nil {
+					return err
+				}
 			}
 			c.parent, c.pe = n, e
 			n.kids[e] = c
@@ -650,6 +662,8 @@ func (t *Table) buildDir(ps []bp, old *tnode, zero uint32) (*tnode, error) {
 	var entries []uint32
 	w := n.word(0)
 	put := func(lo, hi, v uint32) { t.im.putRun(w+uint64(lo), w+uint64(hi), v) }
+	var reuse func(e uint32, ps []bp, def uint32) *tnode
+	kept := map[*tnode]bool{}
 	if live {
 		entries = make([]uint32, 1<<t.s)
 		put = func(lo, hi, v uint32) {
@@ -657,8 +671,25 @@ func (t *Table) buildDir(ps []bp, old *tnode, zero uint32) (*tnode, error) {
 				entries[lo+uint32(e)] = v
 			}
 		}
+		// An entry whose prefixes and default did not change keeps its
+		// subtree: reloading a table that changed a little needs little
+		// room.
+		reuse = func(e uint32, ps []bp, def uint32) *tnode {
+			c := old.kids[e]
+			if c == nil || c.def != def || c.n != len(ps) || !sameBP(t.collect(c, nil), ps) {
+				return nil
+			}
+			kept[c] = true
+			return c
+		}
 	}
-	if err := t.fill(n, ps, put); err != nil {
+	if err := t.fillReuse(n, ps, put, reuse); err != nil {
+		for e, c := range n.kids {
+			if kept[c] {
+				delete(n.kids, e)
+				c.parent = old
+			}
+		}
 		t.releaseTree(n)
 		return nil, err
 	}
@@ -667,9 +698,56 @@ func (t *Table) buildDir(ps []bp, old *tnode, zero uint32) (*tnode, error) {
 			t.im.store(n.word(uint32(e)), v)
 		}
 		for _, c := range old.kids {
-			t.retireTree(c)
+			if !kept[c] {
+				t.retireTree(c)
+			}
 		}
 	}
 	t.dirRetired = false
 	return n, nil
+}
+
+// collect appends the live prefixes of subtree n, sorted.
+func (t *Table) collect(n *tnode, out []bp) []bp {
+	start := len(out)
+	var walk func(n *tnode)
+	walk = func(n *tnode) {
+		if n.isList() {
+			for _, en := range n.ents {
+				if !en.gone {
+					out = append(out, bp{n.base.withRest(n.depth, en.key, en.rl), n.depth + en.rl, en.val})
+				}
+			}
+			return
+		}
+		for rl := uint8(1); rl <= n.k; rl++ {
+			for b := uint32(0); b < 1<<rl; b++ {
+				if i := uint64(1)<<rl | uint64(b); n.has[i>>6] == 0 {
+					b |= 63 // skip an empty word
+				} else if n.testHas(rl, b) {
+					out = append(out, bp{n.base.withBits(n.depth, rl, uint64(b)), n.depth + rl, t.ownValue(n, rl, b)})
+				}
+			}
+		}
+		for _, c := range n.kids {
+			walk(c)
+		}
+	}
+	walk(n)
+	sortBP(out[start:])
+	return out
+}
+
+// sameBP reports whether two sorted prefix lists hold the same prefixes
+// with the same values.
+func sameBP(a, b []bp) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
 }
