@@ -146,7 +146,7 @@ static __always_inline __u32 wolf_lpm__lookup(void *map, __u64 cap, __u64 hi, __
 }
 
 /* Look up an IPv4 address in network byte order (iph->daddr). */
-#define wolf_lpm_lookup4(name, be32_addr)                                                    \
+#define wolf_lpm_lookup4(name, be32_addr)                                                 \
 	wolf_lpm__lookup(&name##_words, name##_cap, (__u64)bpf_ntohl(be32_addr) << 32, 0, \
 			 WOLF_LPM_LEVELS4)
 
