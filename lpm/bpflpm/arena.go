@@ -29,6 +29,12 @@ type arena struct {
 // 256 KiB). The directory is not allocated from the arena.
 const maxOrder = maxChildStride - 1
 
+// tight reports whether more than half the arena is used or in limbo:
+// then space is worth more than avoiding a rewrite (Table.shrink).
+func (a *arena) tight() bool {
+	return 2*(a.live+a.inLimbo) > uint64(a.size)
+}
+
 // retired is a block in limbo and the epoch it was retired in.
 type retired struct {
 	at    uint32

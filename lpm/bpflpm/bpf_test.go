@@ -116,6 +116,12 @@ func newTestTable(t *testing.T, fam Family, dirBits, maxPrefixes int) *Table {
 // rendition does).
 func TestBPFProperty(t *testing.T) {
 	testutil.RequireRoot(t)
+	var kinds Stats // the most of each node kind seen after a load
+	defer func() {
+		if kinds.Directs == 0 || kinds.Packed == 0 || kinds.Lists == 0 {
+			t.Errorf("not every node kind was exercised: %+v", kinds)
+		}
+	}()
 	for _, fam := range []Family{IPv4, IPv6} {
 		v4 := fam == IPv4
 		for _, dirBits := range []int{0, 8, 19} {
@@ -163,6 +169,8 @@ func TestBPFProperty(t *testing.T) {
 					}
 				}
 				check("load")
+				st := tb.Stats()
+				kinds.Directs, kinds.Packed, kinds.Lists = max(kinds.Directs, st.Directs), max(kinds.Packed, st.Packed), max(kinds.Lists, st.Lists)
 				for range 3 {
 					ups, uvs := genPrefixes(rng, v4, 1+rng.IntN(50))
 					if err := tb.Update(ups, uvs); err != nil {

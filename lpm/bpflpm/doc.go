@@ -16,13 +16,19 @@
 //
 // A multibit trie with leaf pushing, in one array of 32-bit words (one
 // BPF_F_MMAPABLE array map of one element). Every entry is one word: a
-// value, or a pointer to a node. Two kinds of node:
+// value, or a pointer to a node. Three kinds of node:
 //
 //   - A direct node of stride k: 2^k entries indexed by the next k address
 //     bits - one load, no arithmetic beyond a shift. The first, the
 //     directory, resolves DirBits (8..24) bits; below it the builder gives
 //     a subtree a node of 4 to 16 bits, the widest that stays dense
-//     (2^k entries for at least 2^k/16 prefixes).
+//     (2^k entries for at least 2^k prefixes below it).
+//   - A packed node: a direct node of 5 or 6 bits stored run-length
+//     compressed - a 64-bit word marks where runs of equal entries start,
+//     then one word per run; the entry is the run whose index is the
+//     population count of the marks up to it. It holds the middle of a
+//     routing table (the /25../30s below a directory entry) in half the
+//     space or less, in the same cache line or two.
 //   - A list: up to seven prefixes, longest first, each checked with a
 //     shift and a compare; the first that matches is the longest. It
 //     holds the sparse parts of a table (a /48 alone under its /32), and a
@@ -36,21 +42,19 @@
 //
 // # Dependent reads per lookup
 //
-// The directory is 24 bits (64 MiB) for a table of ~840 K IPv4 prefixes
-// or more (chooseDirBits: at most 80 bytes per prefix). Then every lookup
-// that ends at a /24 or shorter - 99.9% of lookups in the real IPv4 table
-// - is one read of the root word (always cached) and one of the
-// directory: one cache miss. A dense set of a million /32s is the
-// directory, whose 4096 live entries stay cached, and one 1 KiB node per
-// /24: again one miss. The real IPv6 table averages 3.5 entries below the
-// root word, the upper ones shared by many lookups and cached. The kernel
-// trie needs ~20 for the same IPv4 lookups.
-//
-// The price is the directory: 64 MiB at 24 bits, 75 bytes per prefix of
-// the real table, where the kernel trie's nodes take ~128. A table
-// created for fewer prefixes gets a narrower directory (DirBits
-// overrides): with 16 bits the real IPv4 table takes ~20 bytes per prefix
-// and a lookup reads about two entries.
+// The directory grows with the table, up to 18 bits for IPv4 (1 MiB) and
+// 16 for IPv6 (chooseDirBits). Below the root word (always cached) a
+// lookup in the real IPv4 table reads 1.97 nodes on average - the
+// directory entry, then one packed or direct node - and one in a million
+// dense /32s reads 2 (the directory, then a 64-entry node); the real IPv6
+// table averages 5.1, the upper levels shared by many lookups and cached
+// (TestRealReads counts them). The kernel trie follows ~20 pointers for
+// the same IPv4 lookups. That footprint is small - 8 bytes per prefix of
+// the real IPv4 table, 5 for the dense set, 24 for IPv6, where the kernel
+// trie's nodes take 124 to 140 - so the lines a lookup needs stay in the
+// caches. A 24-bit directory (DirBits: 24, 64 MiB) would answer nearly
+// every routing-table lookup in one read, but its entries miss the caches
+// and the TLB; `wolf bench lpm --dir-bits 24` measures that trade.
 //
 // # Writes, from user space, without syscalls
 //
@@ -78,7 +82,11 @@
 //
 // So every lookup sees each change before or after it, never torn; a
 // batch (Update or Delete of many prefixes) is applied prefix by prefix,
-// in order. Deletes and value changes never allocate.
+// in order. Deletes and value changes allocate only in a packed node
+// whose runs move (it is rewritten whole and republished). A node a
+// delete leaves empty stays in place, holding its default, while the map
+// has room to spare, so that adding a prefix back is a store, not a new
+// block; Sync drops empty nodes.
 //
 // Grace periods: a retired block is reused only after every lookup that
 // could have reached it has finished. Non-sleepable BPF programs run

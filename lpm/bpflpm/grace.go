@@ -73,16 +73,26 @@ func (t *Table) maybeReclaim() {
 	}
 }
 
-// Sync waits for one grace period and reclaims the space of everything
-// retired so far. Writes reclaim on their own when they run out of free
-// blocks; call it to bound memory held in limbo after a burst.
+// Sync drops the nodes deletes left empty (see Delete), publishes what a
+// change could not for lack of room, then waits for one grace period and
+// reclaims the space of everything retired so far. Writes reclaim on
+// their own when they run out of free blocks; call it to bound memory
+// held in limbo or in empty nodes after a burst.
 func (t *Table) Sync() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
 		return ErrClosed
 	}
-	return t.sync()
+	if t.root != nil {
+		t.dropEmpty(t.root)
+	}
+	err := t.flushPacked()
+	t.flushRetired()
+	if serr := t.sync(); serr != nil {
+		return serr
+	}
+	return err
 }
 
 // retire notes a block the change being made stops using; flushRetired

@@ -2,6 +2,7 @@ package bpflpm
 
 import (
 	"encoding/binary"
+	"math/bits"
 	"sync/atomic"
 	"unsafe"
 )
@@ -14,12 +15,16 @@ import (
 //	units 8..    the directory, 2^DirBits words (used once the table
 //	             outgrows a list)
 //	then         the arena: direct nodes and lists (arena.go)
-//	the last 16  padding, so that one bounds check covers a whole list
+//	the last 34  padding, so that one bounds check covers a whole node
 //
 // An entry (the root, a directory or a direct node's slot) is one word:
 // a value below 2^30 (Miss when nothing matches), or with ptrFlag a
-// pointer: bits 26..30 the stride k of a direct node (1..24), or 0 for a
-// list, and bits 0..25 the node's offset in units. A direct node of
+// pointer: bits 26..30 the stride k of a direct node (1..24), 24+k for a
+// packed one (k up to 6), or 0 for a list, and bits 0..25 the node's
+// offset in units. A packed node is a direct node stored run-length
+// compressed: a 64-bit word marks at bit j where a run of equal entries
+// starts at entry j, then one word per run; entry j is run
+// popcount(bits 0..j) - 1. A direct node of
 // stride k is 2^k entries indexed by the next k address bits; a list
 // holds up to listK prefixes, longest first, and the value of its range
 // when none matches (see listWord). Entries are leaf-pushed: a slot that
@@ -43,7 +48,7 @@ const (
 	skip         = ^uint32(0)
 
 	headerUnits = 8
-	padUnits    = 16 // >= listMaxWords/2
+	padUnits    = 34 // >= listMaxWords/2 and (2+64)/2: one bounds check per node
 	unitWords   = 2
 
 	// maxMapBytes bounds the map's value: the verifier refuses variable
@@ -98,29 +103,50 @@ func (im *image) get64(i uint64) uint64 { return binary.NativeEndian.Uint64(im.w
 // lookup is wolf_lpm.h's lookup, step for step, in Go: Table.Lookup uses
 // it, and tests hold it to a naive reference without needing BPF.
 func (im *image) lookup(k key, levels int) uint32 {
+	v, _ := im.walk(k, levels)
+	return v
+}
+
+// walk is lookup that also counts the node reads below the root word:
+// the dependent loads a lookup makes (a list's entries share its lines).
+func (im *image) walk(k key, levels int) (uint32, int) {
 	capw := im.words()
 	if capw == 0 {
-		return Miss
+		return Miss, 0
 	}
 	hi, lo := k.hi, k.lo
 	e := im.load(0)
-	for range levels {
+	for r := range levels {
 		if e&ptrFlag == 0 {
-			return e
+			return e, r
 		}
 		i := uint64(e&offMask) * unitWords
-		if s := uint(e>>strideShift) & strideMask; s != 0 {
+		s := uint(e>>strideShift) & strideMask
+		if s > packedCode {
+			// A packed node: the run of the next s-24 bits.
+			s -= packedCode
+			if i+2+64 > capw {
+				return Miss, r
+			}
+			v := hi >> (64 - s)
+			hi = hi<<s | lo>>(64-s)
+			lo <<= s
+			bm := im.get64(i)
+			e = im.load(i + 1 + uint64(bits.OnesCount64(bm&(2<<v-1))))
+			continue
+		}
+		if s != 0 {
 			i += hi >> (64 - s)
 			hi = hi<<s | lo>>(64-s)
 			lo <<= s
 			if i >= capw {
-				return Miss
+				return Miss, r
 			}
 			e = im.load(i)
 			continue
 		}
 		if i+listMaxWords > capw {
-			return Miss
+			return Miss, r
 		}
 		n := uint64(im.load(i + 1))
 		for j := uint64(0); j < listK && j < n; j++ {
@@ -128,10 +154,10 @@ func (im *image) lookup(k key, levels int) uint32 {
 			rl := uint(im.load(b + 2))
 			v := im.load(b + 3)
 			if rl-1 < 64 && (hi^im.get64(b))>>(64-rl) == 0 && v != skip {
-				return v
+				return v, r + 1
 			}
 		}
-		return im.load(i)
+		return im.load(i), r + 1
 	}
-	return Miss
+	return Miss, levels
 }

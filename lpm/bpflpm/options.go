@@ -10,23 +10,22 @@ import (
 type Options struct {
 	Family Family
 	// MaxPrefixes sizes the map: the directory, room for the nodes below
-	// it, and slack for the blocks updates retire while a grace period
-	// is under way. The bound is really on the structure the prefixes
-	// need, not on their count. IPv4 gets 1.5 words per prefix twice
-	// over (a Load that replaces a whole table writes the new nodes
-	// before it frees the old ones); measured needs are 0.14 for the
-	// real IPv4 table and 1.03 for dense /32 sets. IPv6 gets 20 words
-	// per prefix, 1.4 times the real IPv6 table's 14.7: a Load of that
-	// table into a full one fails with ErrFull (and changes nothing)
-	// unless most directory entries keep their prefixes, whose subtrees
-	// it reuses. Set Words for unusual sets, such as scattered /32s (up
-	// to 8 words each). Stats shows what a table uses.
+	// it twice over (a Load that replaces a whole table writes the new
+	// nodes before it frees the old ones; one that changes a few
+	// directory entries reuses the others' nodes), and slack for the
+	// blocks updates retire while a grace period is under way. The bound
+	// is really on the structure the prefixes need, not on their count:
+	// IPv4 gets 2 words per prefix (measured: 1.75 for the real IPv4
+	// table, 1.25 for dense /32 sets), IPv6 5 (measured 4.3 for the real
+	// IPv6 table). Set Words for unusual sets, such as scattered /32s
+	// (up to 8 words each). Stats shows what a table uses.
 	MaxPrefixes int
 	// DirBits fixes how many leading address bits the directory, the
 	// first level, resolves (8..24). Zero derives it from MaxPrefixes
 	// (chooseDirBits): 24 from about 840 K IPv4 prefixes, a 64 MiB
 	// directory that answers nearly every lookup of a routing table in
-	// one read.
+	// one read. A narrower one than that gets four times the room for
+	// nodes (unless Words is set).
 	DirBits int
 	// Words overrides the map's size, in 32-bit words (at most 2^27, the
 	// verifier's bound on a variable offset into a map value).
@@ -42,8 +41,9 @@ func (o *Options) normalize() error {
 	if o.MaxPrefixes < 0 || o.Words < 0 {
 		return errors.New("bpflpm: negative capacity")
 	}
+	derived := chooseDirBits(o.Family, o.MaxPrefixes)
 	if o.DirBits == 0 {
-		o.DirBits = chooseDirBits(o.Family, o.MaxPrefixes)
+		o.DirBits = derived
 	}
 	if o.DirBits < minDirBits || o.DirBits > maxDirBits {
 		return fmt.Errorf("bpflpm: DirBits must be %d..%d, got %d", minDirBits, maxDirBits, o.DirBits)
@@ -51,9 +51,15 @@ func (o *Options) normalize() error {
 	fixed := uint64(headerUnits+padUnits)*unitWords + 1<<o.DirBits
 	if o.Words == 0 {
 		p := uint64(o.MaxPrefixes)
-		per := uint64(3) // words per prefix
+		per := uint64(4) // words per prefix
 		if o.Family == IPv6 {
-			per = 20
+			per = 10
+		}
+		if o.DirBits < derived {
+			// A narrower directory than the table's size calls for
+			// leaves more prefixes to nodes: the real IPv4 table
+			// needs 3.6 to 5 words each below 16 to 20 bits.
+			per *= 4
 		}
 		// Slack: what a burst of updates retires during a grace period
 		// (~10 ms), at least a few of the largest blocks.
@@ -81,9 +87,9 @@ const minArenaWords = 256
 // whose prefixes lie far below any directory.
 func chooseDirBits(f Family, maxPrefixes int) int {
 	s := bits.Len64(uint64(maxPrefixes)*20) - 1
-	top := maxDirBits
+	top := 18
 	if f == IPv6 {
-		top = 20
+		top = 16
 	}
 	return min(max(s, minDirBits), top)
 }

@@ -145,6 +145,12 @@ func checkAgainst(t *testing.T, tb *Table, r *ref, probes []netip.Addr, what str
 // updates and deletes. The same memory image is what the BPF side reads;
 // TestBPFProperty checks that the C lookup agrees.
 func TestHeapProperty(t *testing.T) {
+	var kinds Stats // the most of each node kind seen after a load
+	defer func() {
+		if kinds.Directs == 0 || kinds.Packed == 0 || kinds.Lists == 0 {
+			t.Errorf("not every node kind was exercised: %+v", kinds)
+		}
+	}()
 	for _, v4 := range []bool{true, false} {
 		for _, dirBits := range []int{0, 8, 16, 20} {
 			for seed := range uint64(6) {
@@ -167,6 +173,8 @@ func TestHeapProperty(t *testing.T) {
 				}
 				probes := probesFor(rng, v4, ps, 2000)
 				checkAgainst(t, tb, r, probes, "load")
+				st := tb.Stats()
+				kinds.Directs, kinds.Packed, kinds.Lists = max(kinds.Directs, st.Directs), max(kinds.Packed, st.Packed), max(kinds.Lists, st.Lists)
 				if tb.Len() != len(r.m) {
 					t.Fatalf("Len %d, want %d", tb.Len(), len(r.m))
 				}
@@ -443,11 +451,68 @@ func TestHeapReload(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkAgainst(t, tb, r, probes, "changed reload")
-		if st := tb.Stats(); st.BytesInLimbo == 0 || st.BytesInLimbo > before.BytesUsed/2 {
+		if st := tb.Stats(); st.BytesInLimbo == 0 || st.BytesInLimbo >= before.BytesUsed-4<<st.DirBits {
 			t.Errorf("%v: a reload with 21 changes retired %d bytes of %d", fam, st.BytesInLimbo, before.BytesUsed)
 		}
 		if tb.Len() != len(r.m) {
 			t.Errorf("Len %d, want %d", tb.Len(), len(r.m))
 		}
+	}
+}
+
+// TestDeleteReaddNoGrace: deleting every prefix of a small table and
+// adding them back, over and over, reuses the nodes the deletes left
+// empty, so no write waits for a grace period (it did: each round
+// retired the subtree and the next one filled the small map with limbo).
+// Sync then drops the empty nodes.
+func TestDeleteReaddNoGrace(t *testing.T) {
+	const n = 100
+	ps := make([]netip.Prefix, n)
+	vs := make([]uint32, n)
+	for i := range ps {
+		ps[i] = netip.PrefixFrom(denseAddr(i), 32)
+		vs[i] = uint32(i)
+	}
+	tb, err := newHeapTable(Options{Family: IPv4, MaxPrefixes: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.Load(ps, vs); err != nil {
+		t.Fatal(err)
+	}
+	used := tb.Stats().BytesUsed
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 50 {
+		idx := rng.Perm(n)
+		for _, i := range idx {
+			if k, err := tb.Delete(ps[i : i+1]); k != 1 || err != nil {
+				t.Fatalf("delete %v: %d, %v", ps[i], k, err)
+			}
+		}
+		if got, ok := tb.Lookup(ps[0].Addr()); ok {
+			t.Fatalf("emptied table answers %d", got)
+		}
+		for _, i := range idx {
+			if err := tb.Update(ps[i:i+1], vs[i:i+1]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i, p := range ps {
+			if got, _ := tb.Lookup(p.Addr()); got != vs[i] {
+				t.Fatalf("%v: %d, want %d", p, got, vs[i])
+			}
+		}
+	}
+	if st := tb.Stats(); st.GracePeriods != 0 || st.BytesInLimbo != 0 || st.BytesUsed != used {
+		t.Errorf("50 rounds of delete and re-add: %+v, want no grace period, nothing in limbo, %d bytes used", st, used)
+	}
+	if _, err := tb.Delete(ps); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if st := tb.Stats(); st.Directs+st.Packed+st.Lists != 0 {
+		t.Errorf("Sync left nodes in an empty table: %+v", st)
 	}
 }

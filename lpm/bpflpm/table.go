@@ -87,7 +87,8 @@ type Table struct {
 	dirRetired bool
 	dirEpoch   uint64
 
-	pending []pend // blocks the current change stops using
+	pending []pend   // blocks the current change stops using
+	dirty   []*tnode // packed nodes whose entries changed (flushPacked)
 
 	// Grace periods. Retired blocks are tagged with epoch; once a grace
 	// period that began after epoch e has ended, safe >= e and the
@@ -411,6 +412,9 @@ func (t *Table) Update(prefixes []netip.Prefix, values []uint32) error {
 	for i, p := range prefixes {
 		k, l := maskedKey(p)
 		err := t.insert(k, l, values[i])
+		if err == nil {
+			err = t.flushPacked()
+		}
 		// Each change is published on its own: what it replaced can
 		// go to limbo now, and be reused within the batch.
 		t.flushRetired()
@@ -422,8 +426,13 @@ func (t *Table) Update(prefixes []netip.Prefix, values []uint32) error {
 }
 
 // Delete removes prefixes and returns how many were present. It
-// publishes like Update and never needs free space: the entries a prefix
-// owned go back to the next shorter prefix, in place.
+// publishes like Update: the entries a prefix owned go back to the next
+// shorter prefix, in place, except in a packed node whose runs change,
+// which is rewritten; if that finds no room (ErrFull), the prefix is
+// gone from the table's copy and the next change or Sync publishes it.
+// A node left empty stays in place while the map has room to spare
+// (adding its prefixes back is then a store, not a new block); Sync
+// drops such nodes.
 func (t *Table) Delete(prefixes []netip.Prefix) (int, error) {
 	if err := t.check(prefixes, nil); err != nil {
 		return 0, err
@@ -439,7 +448,11 @@ func (t *Table) Delete(prefixes []netip.Prefix) (int, error) {
 		if t.remove(k, l) {
 			n++
 		}
+		err := t.flushPacked()
 		t.flushRetired()
+		if err != nil {
+			return n, err
+		}
 	}
 	return n, nil
 }
@@ -466,9 +479,9 @@ func (t *Table) Len() int {
 // Stats describes the table's memory.
 type Stats struct {
 	Prefixes int
-	// Directs and Lists count the nodes below the root; Depth is the
-	// most entries a lookup reads (the root word included).
-	Directs, Lists, Depth int
+	// Directs, Packed and Lists count the nodes below the root; Depth is
+	// the most entries a lookup reads (the root word included).
+	Directs, Packed, Lists, Depth int
 	// BytesUsed is the live structure: the header, the directory if the
 	// root is one, and the blocks of the nodes. BytesAllocated is the
 	// map's whole value. BytesInLimbo waits for a grace period.
@@ -502,6 +515,8 @@ func (t *Table) Stats() Stats {
 		switch {
 		case n.isList():
 			st.Lists++
+		case n.packed:
+			st.Packed++
 		default:
 			st.Directs++
 		}

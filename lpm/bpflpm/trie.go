@@ -1,6 +1,9 @@
 package bpflpm
 
-import "slices"
+import (
+	"math/bits"
+	"slices"
+)
 
 // The writer's copy of the structure: one tnode per node in the words
 // map, with what a write needs to find and change its entries and the
@@ -22,10 +25,11 @@ import "slices"
 const maxChildStride = 16
 
 // rho is how dense a direct node must be: the builder gives a node 2^k
-// entries only if its subtree holds at least 2^k/rho prefixes. Larger is
-// faster (fewer levels) and bigger; 16 halves the levels of the real IPv6
-// table's /48s at ~30 bytes per prefix.
-const rho = 16
+// entries only if its subtree holds at least 2^k/rho prefixes. Larger
+// means fewer levels and more memory; measured side by side on the real
+// tables, the smaller footprint of 1 wins: lookups there are bound by
+// cache and TLB misses, not by the number of levels.
+const rho = 1
 
 type tnode struct {
 	parent *tnode // nil for the root
@@ -53,6 +57,25 @@ type tnode struct {
 
 	// A list: its entries, as in the block (longest first).
 	ents []lent
+
+	// A packed direct node (stride up to 6) keeps its entries here: the
+	// block holds them run-length compressed (bm marks where a run of
+	// equal entries starts, then one word per run). A change that keeps
+	// the runs is stored in place; one that moves them rewrites the
+	// block (flushPacked).
+	packed bool
+	ent    []uint32
+	bm     uint64
+	dirty  bool
+}
+
+// code is what a pointer to n carries in bits 26..30: the stride of a
+// direct node, 0 for a list, 24+stride for a packed node.
+func (n *tnode) code() uint8 {
+	if n.packed {
+		return packedCode + n.k
+	}
+	return n.k
 }
 
 type lent struct {
@@ -94,7 +117,31 @@ func (t *Table) ownValue(n *tnode, rl uint8, b uint32) uint32 {
 	if c := n.kids[b]; c != nil {
 		return c.def
 	}
-	return t.im.load(n.word(b))
+	return t.entryWord(n, b)
+}
+
+// entryWord is what entry e of direct node n holds.
+func (t *Table) entryWord(n *tnode, e uint32) uint32 {
+	if n.packed {
+		return n.ent[e]
+	}
+	return t.im.load(n.word(e))
+}
+
+// writeEntry sets entry e of direct node n: one store in a plain node;
+// in a packed one, the entry, to be published by flushPacked.
+func (t *Table) writeEntry(n *tnode, e, v uint32) {
+	if !n.packed {
+		t.im.store(n.word(e), v)
+		return
+	}
+	if n.ent[e] != v {
+		n.ent[e] = v
+		if !n.dirty {
+			n.dirty = true
+			t.dirty = append(t.dirty, n)
+		}
+	}
 }
 
 // entryValue is what entry e of a direct node holds for lookups when no
@@ -126,11 +173,13 @@ func (k key) withBits(d, rl uint8, b uint64) key {
 // setEntry makes entry e of direct node n hold v for lookups: the entry
 // itself, or the default of the child that hangs there.
 func (t *Table) setEntry(n *tnode, e uint32, v uint32) {
-	if c := n.kids[e]; c != nil {
-		t.pushDef(c, v)
+	// The entry itself says whether a child hangs there: no map lookup
+	// for the common case of a value.
+	if t.entryWord(n, e)&ptrFlag == 0 {
+		t.writeEntry(n, e, v)
 		return
 	}
-	t.im.store(n.word(e), v)
+	t.pushDef(n.kids[e], v)
 }
 
 // pushDef changes the value n's range inherits from above.
@@ -155,7 +204,7 @@ func (t *Table) rootEntry() uint32 {
 	if t.root == nil {
 		return t.zeroVal()
 	}
-	return ptr(t.root.k, t.root.at)
+	return ptr(t.root.code(), t.root.at)
 }
 
 // zeroVal is the value of /0, or Miss.
@@ -170,10 +219,10 @@ func (t *Table) zeroVal() uint32 {
 // in its parent) point at it.
 func (t *Table) publish(n *tnode) {
 	if n.parent == nil {
-		t.im.store(0, ptr(n.k, n.at))
+		t.im.store(0, ptr(n.code(), n.at))
 		return
 	}
-	t.im.store(n.parent.word(n.pe), ptr(n.k, n.at))
+	t.writeEntry(n.parent, n.pe, ptr(n.code(), n.at))
 }
 
 // replace puts n where old was, in the Go trie and then in the maps, and
@@ -192,6 +241,7 @@ func (t *Table) replace(old, n *tnode) {
 func (t *Table) retireNode(n *tnode) {
 	if n.order >= 0 {
 		t.retire(n.at, n.order)
+		n.order = -3 // gone: a dirty entry must not resurrect it
 	} else {
 		t.dirRetired, t.dirEpoch = true, t.epoch
 	}
@@ -401,12 +451,21 @@ func (t *Table) remove(k key, l uint8) bool {
 // shrink takes one prefix off the counts from n up, and removes the
 // nodes left empty: the entry that pointed at one gets its default back.
 // The root stays (a list with every entry deleted, or the directory).
+//
+// A node left empty stays where it is, holding its default, while the
+// arena has room to spare: a prefix added back there is then a store in
+// place, not a new block, and a run of deletes and re-adds retires
+// nothing and never waits for a grace period. A Load drops those of the
+// directory entries it rebuilds, Sync all of them.
 func (t *Table) shrink(n *tnode) {
 	t.grow(n, -1)
+	if n.n == 0 && !t.arena.tight() {
+		return
+	}
 	for n.parent != nil && n.n == 0 {
 		p := n.parent
 		delete(p.kids, n.pe)
-		t.im.store(p.word(n.pe), n.def)
+		t.writeEntry(p, n.pe, n.def)
 		t.retireTree(n)
 		n = p
 	}
@@ -417,6 +476,20 @@ type bp struct {
 	k key
 	l uint8
 	v uint32
+}
+
+// dropEmpty removes the nodes shrink left empty below n: the entry that
+// pointed at each gets its default back, the node is retired.
+func (t *Table) dropEmpty(n *tnode) {
+	for e, c := range n.kids {
+		if c.n == 0 {
+			delete(n.kids, e)
+			t.writeEntry(n, e, c.def)
+			t.retireTree(c)
+			continue
+		}
+		t.dropEmpty(c)
+	}
 }
 
 // sortBP orders prefixes by address, then length: a prefix comes before
@@ -449,6 +522,16 @@ func fitsList(ps []bp, depth uint8) bool {
 	}
 	for _, p := range ps {
 		if p.l-depth > 64 {
+			return false
+		}
+	}
+	return true
+}
+
+// within reports whether every prefix of ps is at most l long.
+func within(ps []bp, l uint8) bool {
+	for _, p := range ps {
+		if p.l > l {
 			return false
 		}
 	}
@@ -491,10 +574,36 @@ func (t *Table) newRoot(ps []bp) (*tnode, error) {
 // def is the value of the range where none of ps matches. On ErrFull
 // nothing is left allocated.
 func (t *Table) build(ps []bp, base key, depth uint8, def uint32) (*tnode, error) {
-	if fitsList(ps, depth) {
+	k := t.stride(depth, len(ps))
+	// A list, unless one packed node resolves every prefix: that is
+	// smaller and takes no scan.
+	if fitsList(ps, depth) && (k > maxPackedStride || !within(ps, depth+k)) {
 		return t.buildList(ps, base, depth, def)
 	}
-	k := t.stride(depth, len(ps))
+	if k <= maxPackedStride {
+		// Entries first, then the block: packed if runs of equal
+		// entries make it at most half the size.
+		n := t.newDirect(base, depth, k, def, noBlock, -2)
+		ent := make([]uint32, 1<<k)
+		if err := t.fill(n, ps, func(lo, hi, v uint32) {
+			for e := lo; e < hi; e++ {
+				ent[e] = v
+			}
+		}); err != nil {
+			t.releaseTree(n)
+			return nil, err
+		}
+		// Not below 5 bits: 16 entries are one cache line already,
+		// and a packed node's deletes rewrite it when its runs move.
+		if bm := runsOf(ent); k > 4 && 2*(2+bits.OnesCount64(bm)) <= 1<<k {
+			n.packed, n.ent = true, ent
+		}
+		if err := t.writeNode(n, ent); err != nil {
+			t.releaseTree(n)
+			return nil, err
+		}
+		return n, nil
+	}
 	at, err := t.alloc(int8(k) - 1)
 	if err != nil {
 		return nil, err
@@ -507,6 +616,108 @@ func (t *Table) build(ps []bp, base key, depth uint8, def uint32) (*tnode, error
 		return nil, err
 	}
 	return n, nil
+}
+
+// maxPackedStride is the largest packed node: its run bitmap is one
+// 64-bit word.
+const maxPackedStride = 6
+
+// packedCode marks a packed node's stride in a pointer.
+const packedCode = 24
+
+// runsOf returns the bitmap of where runs of equal entries start.
+func runsOf(ent []uint32) uint64 {
+	var bm uint64
+	for e, v := range ent {
+		if e == 0 || v != ent[e-1] {
+			bm |= 1 << e
+		}
+	}
+	return bm
+}
+
+// writeNode allocates and writes the block of a direct node of stride at
+// most maxPackedStride from its entries, packed or not. Nothing points at
+// it yet.
+func (t *Table) writeNode(n *tnode, ent []uint32) error {
+	if !n.packed {
+		o := int8(n.k) - 1
+		if n.k == 0 {
+			o = 0
+		}
+		at, err := t.alloc(max(o, 0))
+		if err != nil {
+			return err
+		}
+		n.at, n.order = at, max(o, 0)
+		w := n.word(0)
+		for e, v := range ent {
+			t.im.put(w+uint64(e), v)
+		}
+		return nil
+	}
+	bm := runsOf(ent)
+	words := 2 + uint32(bits.OnesCount64(bm))
+	o := orderFor((words + 1) / 2)
+	at, err := t.alloc(o)
+	if err != nil {
+		return err
+	}
+	n.at, n.order, n.bm = at, o, bm
+	w := n.word(0)
+	t.im.put64(w, bm)
+	r := uint64(2)
+	for e, v := range ent {
+		if bm>>e&1 != 0 {
+			t.im.put(w+r, v)
+			r++
+		}
+	}
+	return nil
+}
+
+// flushPacked publishes the entries of the packed nodes changed by the
+// last change: in place where the runs stayed (each run's word is read
+// by the lookups of its range only), else as a new block whose pointer
+// replaces the old one in the parent (deepest nodes first: that pointer
+// is itself an entry). On ErrFull the nodes stay dirty for the next
+// change or Sync to publish.
+func (t *Table) flushPacked() error {
+	for len(t.dirty) > 0 {
+		// The deepest first.
+		i := 0
+		for j, n := range t.dirty {
+			if n.depth > t.dirty[i].depth {
+				i = j
+			}
+		}
+		n := t.dirty[i]
+		if !n.packed || n.order == -3 { // gone since
+			t.dirty = slices.Delete(t.dirty, i, i+1)
+			continue
+		}
+		if bm := runsOf(n.ent); bm == n.bm {
+			w := n.word(0)
+			r := uint64(2)
+			for e, v := range n.ent {
+				if bm>>e&1 != 0 {
+					t.im.store(w+r, v)
+					r++
+				}
+			}
+		} else {
+			oldAt, oldOrder := n.at, n.order
+			if err := t.writeNode(n, n.ent); err != nil {
+				n.at, n.order = oldAt, oldOrder
+				return err
+			}
+			t.publish(n)
+			t.retire(oldAt, oldOrder)
+		}
+		n.dirty = false
+		t.dirty = slices.Delete(t.dirty, i, i+1)
+	}
+	return nil
 }
 
 func (t *Table) newDirect(base key, depth, k uint8, def, at uint32, order int8) *tnode {
@@ -609,7 +820,7 @@ func (t *Table) fillReuse(n *tnode, ps []bp, put func(lo, hi, v uint32), reuse f
 			n.kids[e] = c
 			n.n += c.n
 			n.own[e] = rl
-			put(e, e+1, ptr(c.k, c.at))
+			put(e, e+1, ptr(c.code(), c.at))
 			i = j
 			e++
 			continue
@@ -640,6 +851,7 @@ func (t *Table) releaseTree(n *tnode) {
 	}
 	if n.order >= 0 {
 		t.arena.release(n.at-t.base, n.order)
+		n.order = -3
 	}
 }
 

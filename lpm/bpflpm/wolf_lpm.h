@@ -17,10 +17,11 @@
  * The structure is a multibit trie with leaf pushing, in an array of
  * 32-bit words. Every entry is one word: a value, or a pointer to a node.
  * A direct node of stride k is 2^k entries indexed by the next k address
- * bits (the first one, the directory, resolves the first 8..24 bits: 24
- * for a routing table, so that most lookups end in one read); a list
- * holds up to WOLF_LPM_LIST prefixes, longest first, for the sparse parts
- * of a table, and a table of a few prefixes is one list. Leaf pushing: an
+ * bits (the first one, the directory, resolves the first 8..24 bits); a
+ * packed node is a direct node of up to 6 bits stored run-length
+ * compressed, for the sparse middle of a routing table; a list holds up
+ * to WOLF_LPM_LIST prefixes, longest first, for the sparsest parts, and a
+ * table of a few prefixes is one list. Leaf pushing: an
  * entry that no longer prefix covers already holds the value of the
  * longest shorter one, so a lookup reads one entry per level and returns
  * the first value it finds; there is no best match to remember and
@@ -65,6 +66,14 @@
 #define WOLF_LPM_LIST 7
 #define WOLF_LPM_LIST_WORDS (2 + 4 * WOLF_LPM_LIST)
 #define WOLF_LPM_SKIP 0xffffffffU
+/*
+ * A pointer whose stride field is above WOLF_LPM_PACKED points at a packed
+ * node of stride field - WOLF_LPM_PACKED (1..6): a direct node stored as
+ * a 64-bit word marking where runs of equal entries start, then one word
+ * per run.
+ */
+#define WOLF_LPM_PACKED 24
+#define WOLF_LPM_PACKED_WORDS (2 + 64)
 /* Entries a lookup may read: root, directory, a node per 4 bits, list. */
 #define WOLF_LPM_LEVELS4 9
 #define WOLF_LPM_LEVELS6 33
@@ -87,6 +96,15 @@
 		__uint(value_size, 64);            \
 	} name##_words SEC(".maps");               \
 	const volatile __u32 name##_cap = 0
+
+/* BPF has no population count instruction: the SWAR one. */
+static __always_inline __u64 wolf_lpm__popcount(__u64 x)
+{
+	x = x - ((x >> 1) & 0x5555555555555555ULL);
+	x = (x & 0x3333333333333333ULL) + ((x >> 2) & 0x3333333333333333ULL);
+	x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0fULL;
+	return (x * 0x0101010101010101ULL) >> 56;
+}
 
 /*
  * The address is a 128-bit number, most significant bit first, in two
@@ -112,6 +130,25 @@ static __always_inline __u32 wolf_lpm__lookup(void *map, __u64 cap, __u64 hi, __
 			return e;
 		i = (__u64)(e & WOLF_LPM_OFF) * 2;
 		k = (e >> 26) & 31;
+		if (k > WOLF_LPM_PACKED) {
+			/*
+			 * A packed node: a 64-bit word marks where runs of
+			 * equal entries start, one word per run follows; the
+			 * entry of the next k bits is run popcount(bits
+			 * 0..slot) - 1.
+			 */
+			k -= WOLF_LPM_PACKED;
+			barrier_var(i);
+			if (cap < WOLF_LPM_PACKED_WORDS || i > cap - WOLF_LPM_PACKED_WORDS)
+				return WOLF_LPM_MISS;
+			j = hi >> (64 - k);
+			hi = hi << k | lo >> (64 - k);
+			lo <<= k;
+			/* Bits 0..j; for j = 63 the shift wraps to 0: all. */
+			n = wolf_lpm__popcount(*(__u64 *)&w[i] & ((2ULL << j) - 1));
+			e = *(volatile __u32 *)&w[i + 1 + (n & 63)];
+			continue;
+		}
 		if (k) {
 			/* A direct node: the entry of the next k bits. */
 			i += hi >> (64 - k);
