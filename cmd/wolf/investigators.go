@@ -13,6 +13,7 @@ import (
 	"github.com/wolf-investigator/wolf/internal/bpfcost"
 	"github.com/wolf-investigator/wolf/internal/hung"
 	"github.com/wolf-investigator/wolf/internal/investigator"
+	wolfio "github.com/wolf-investigator/wolf/internal/io"
 	"github.com/wolf-investigator/wolf/internal/kernelbtf"
 	"github.com/wolf-investigator/wolf/internal/locks"
 	"github.com/wolf-investigator/wolf/internal/reclaim"
@@ -33,6 +34,7 @@ func investigators() []investigator.Investigator {
 		reclaim.New(),
 		sched.New(),
 		softirq.New(),
+		wolfio.New(),
 		bpfcost.New(),
 	}
 }

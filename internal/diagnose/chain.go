@@ -95,7 +95,21 @@ func (e *engine) fromVictim(v *victim) []*branch {
 	}
 	k := e.canon(w.On)
 	to := e.subjectOf(k)
-	b.hop(e.waitHop(w, from, to, ""), wr)
+	hop := e.waitHop(w, from, to, "")
+	switch e.resource(k).Kind {
+	case fact.Lock, fact.FUSE, fact.Site:
+	default:
+		// A limit or a device: the hop into it carries its numbers too
+		// (an I/O limit's rate, a device's busy time).
+		if s := e.saturation(k); s != nil {
+			for n, v := range s.Numbers {
+				if _, ok := hop.Evidence[n]; !ok {
+					hop.Evidence[n] = v
+				}
+			}
+		}
+	}
+	b.hop(hop, wr)
 	return e.resolve(b, k, 0, map[string]bool{k: true})
 }
 
@@ -127,9 +141,9 @@ func (e *engine) resolve(b *branch, k string, depth int, seen map[string]bool) [
 	case fact.IOLimit:
 		return b.end(k, "io-limit", e.subjectOf(k))
 	case fact.Dirty:
-		return b.end(k, "dirty-throttle", e.subjectOf(k))
+		return e.dirty(b, k, depth, seen)
 	case fact.Journal:
-		return b.end(k, "journal", e.subjectOf(k))
+		return e.journal(b, k, depth, seen)
 	case fact.Softirq, fact.CPU:
 		return b.end(k, "softirq", e.subjectOf(k))
 	case fact.Site:
@@ -182,7 +196,7 @@ func (e *engine) held(b *branch, k string, depth int, seen map[string]bool) []*b
 // holder splits a holder's time by where it went and follows each part.
 func (e *engine) holder(b *branch, h *fact.Hold, holder finding.Subject, k string, depth int, seen map[string]bool) []*branch {
 	own := "holder:" + strconv.Itoa(h.Holder.TID)
-	lockName := e.subjectOf(k).Lock
+	lockName := nameOf(e.subjectOf(k)) // a lock, or a journal its committer holds
 	sp := h.Split
 	if sp == nil || (sp.Span <= 0 && sp.State == "") {
 		if o := e.ongoing[h.Holder.TID]; o != nil {

@@ -517,7 +517,8 @@ func TestSaturatedHostNamesItsConsumers(t *testing.T) {
 		fact.Usage{On: fact.HostCPUKey(), By: task(1, 0, "systemd"), Amount: 0.1, Unit: "cpu_s", Share: 0.005},
 	)
 	for i := range 8 {
-		s.Waits = append(s.Waits, fact.Wait{Task: task(70, 71+i, "stress-ng-cpu"), Kind: fact.WaitRunQueue, On: fact.HostCPUKey(), Total: 7500 * ms1, Max: 40 * ms1, Count: 2000})
+		s.Waits = append(s.Waits, fact.Wait{Task: task(70, 71+i, "stress-ng-cpu"), Kind: fact.WaitRunQueue, On: fact.HostCPUKey(), Total: 7500 * ms1, Max: 40 * ms1, Count: 2000,
+			Numbers: map[string]any{"on_cpu_ms": 2450.0}})
 	}
 	ds := Diagnose([]finding.Finding{{ID: "sched.cpu-consumers", Title: "x"}, {ID: "system.cpu-saturated", Title: "y"}}, s)
 	logChain(t, ds)
@@ -686,8 +687,10 @@ func TestSoftirqLoadOnTheCPUs(t *testing.T) {
 		fact.Usage{On: fact.HostCPUKey(), By: task(31537, 0, "stress-ng-sock"), Amount: 7, Unit: "cpu_s", Share: 0.35},
 	)
 	s.Waits = append(s.Waits,
-		fact.Wait{Task: task(31536, 31536, "stress-ng-sock"), Kind: fact.WaitRunQueue, On: fact.HostCPUKey(), Total: 2 * sec, Max: 20 * ms1, Count: 900},
-		fact.Wait{Task: task(31537, 31537, "stress-ng-sock"), Kind: fact.WaitRunQueue, On: fact.HostCPUKey(), Total: 2 * sec, Max: 20 * ms1, Count: 900},
+		fact.Wait{Task: task(31536, 31536, "stress-ng-sock"), Kind: fact.WaitRunQueue, On: fact.HostCPUKey(), Total: 2 * sec, Max: 20 * ms1, Count: 900,
+			Numbers: map[string]any{"on_cpu_ms": 3500.0}},
+		fact.Wait{Task: task(31537, 31537, "stress-ng-sock"), Kind: fact.WaitRunQueue, On: fact.HostCPUKey(), Total: 2 * sec, Max: 20 * ms1, Count: 900,
+			Numbers: map[string]any{"on_cpu_ms": 3500.0}},
 	)
 	ds := Diagnose(nil, s)
 	logChain(t, ds)
@@ -777,4 +780,20 @@ func TestRefaultsJoinedByProcess(t *testing.T) {
 		t.Errorf("%s: %s", d.ID, d.Title)
 	}
 	checkHops(t, d)
+}
+
+// As many CPU hogs as CPUs, others' builds taking a tenth of the CPUs now
+// and then: each hog waited 1.5 s of the 8 it wanted a CPU. All CPUs are
+// busy and nobody lost a third of its time: no diagnosis.
+func TestAsManyHogsAsCPUsHasNone(t *testing.T) {
+	s := &fact.Set{Window: 8 * sec}
+	hostSaturated(s, 2)
+	s.Usage = append(s.Usage, fact.Usage{On: fact.HostCPUKey(), By: task(3694, 0, "stress-ng-cpu"), Amount: 6.5, Unit: "cpu_s", Share: 0.41})
+	for _, p := range []int{3694, 3695} {
+		s.Waits = append(s.Waits, fact.Wait{Task: task(p, p, "stress-ng-cpu"), Kind: fact.WaitRunQueue, On: fact.HostCPUKey(), Total: 1500 * ms1, Max: 30 * ms1, Count: 800,
+			Numbers: map[string]any{"on_cpu_ms": 6500.0}})
+	}
+	if ds := Diagnose(nil, s); len(ds) != 0 {
+		t.Errorf("diagnosed: %s", ds[0].Title)
+	}
 }

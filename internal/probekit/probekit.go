@@ -111,6 +111,12 @@ type Attach struct {
 	// When one of them attaches, the missing row's loss is not noted:
 	// the investigator says what the stand-ins do not see (StoodIn).
 	Unless string
+	// Later rows are loaded (verified) at Open but attached only when the
+	// investigator calls Arm with their Target: programs that cost more
+	// than the rest and are worth it only once there is something for
+	// them to see. Until then they count as capabilities (they load), not
+	// as attached.
+	Later bool
 	// Shed, when not 0, lets the budget detach the row while the
 	// programs spend more than the budget with their detail sampled as
 	// far as it goes: wolf's cost is then that of the events it must
@@ -227,6 +233,7 @@ type Probe struct {
 	shed     shedState            // budget.go
 	chosen   map[string]Attach    // by the row's Target: the variant that attached
 	stoodIn  map[string][]string  // by a missing row's Target: its stand-ins' Targets that attached
+	later    map[string]Attach    // by a Later row's Target: the variant that loaded, to attach on Arm
 	losses   []Loss
 	meter    *overhead.Meter
 	counters counterWindow
@@ -300,8 +307,8 @@ func Open(o Object) (*Probe, error) {
 		name: o.Name, spec: spec,
 		progs: map[string]*ebpf.Program{}, iters: map[string]*link.Iter{},
 		attached: map[string]bool{}, chosen: map[string]Attach{}, stoodIn: map[string][]string{},
-		rowLinks: map[string]link.Link{},
-		extra:    o.Extra, meter: overhead.Start(), detailWhat: o.Detail, detailEvents: -1,
+		rowLinks: map[string]link.Link{}, later: map[string]Attach{},
+		extra: o.Extra, meter: overhead.Start(), detailWhat: o.Detail, detailEvents: -1,
 	}
 	if err := p.loadMaps(opts, o.Share); err != nil {
 		p.Close()
@@ -347,7 +354,12 @@ func Open(o Object) (*Probe, error) {
 		if row.Unless != "" && p.attached[row.Unless] {
 			continue // what it stands in for is there
 		}
-		err := p.attachRow(row, opts, o.Refuse)
+		var err error
+		if row.Later {
+			err = p.loadRow(row, opts, o.Refuse)
+		} else {
+			err = p.attachRow(row, opts, o.Refuse)
+		}
 		if err == nil {
 			if row.Unless != "" {
 				p.stoodIn[row.Unless] = append(p.stoodIn[row.Unless], row.Target)
@@ -462,6 +474,54 @@ func (p *Probe) attachRow(row Attach, opts ebpf.CollectionOptions, refuse map[st
 	return err
 }
 
+// loadRow loads a Later row's program (or an alternative's) for Arm.
+func (p *Probe) loadRow(row Attach, opts ebpf.CollectionOptions, refuse map[string]bool) error {
+	var err error
+	for _, a := range append([]Attach{row}, row.Or...) {
+		if refuse[a.Target] || refuse[a.Program] {
+			err = fmt.Errorf("refused for a test: %w", ebpf.ErrNotSupported)
+			continue
+		}
+		if _, err = p.program(a.Program, opts); err == nil {
+			p.later[row.Target] = a
+			return nil
+		}
+	}
+	return err
+}
+
+// Arm attaches the Later row with this Target, once; it fails when the
+// row's program did not load at Open (its loss is in the notes).
+func (p *Probe) Arm(target string) error {
+	p.mu.Lock()
+	a, ok := p.later[target]
+	done := p.attached[target]
+	p.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("%s: %s was not loaded", p.name, target)
+	}
+	if done {
+		return nil
+	}
+	if _, err := p.attachOne(a, ebpf.CollectionOptions{}); err != nil {
+		return fmt.Errorf("%s: attach %s: %s", p.name, target, Explain(err))
+	}
+	p.mu.Lock()
+	p.attached[target] = true
+	p.chosen[target] = a
+	p.mu.Unlock()
+	return nil
+}
+
+// Armable says whether the Later row with this Target loaded, and can be
+// armed.
+func (p *Probe) Armable(target string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok := p.later[target]
+	return ok
+}
+
 func (p *Probe) attachOne(a Attach, opts ebpf.CollectionOptions) (link.Link, error) {
 	prog, err := p.program(a.Program, opts)
 	if err != nil {
@@ -539,10 +599,16 @@ func (p *Probe) Iter(program string) *link.Iter { return p.iters[program] }
 
 // Attached says whether the row with this Target attached (through any
 // of its alternatives). "perf_event" says whether a PerfSample row did.
-func (p *Probe) Attached(target string) bool { return p.attached[target] }
+func (p *Probe) Attached(target string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.attached[target]
+}
 
 // Chosen returns the variant that attached for the row with this Target.
 func (p *Probe) Chosen(target string) (Attach, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	a, ok := p.chosen[target]
 	return a, ok
 }
@@ -564,9 +630,12 @@ func (p *Probe) AssignMaps(to any) error {
 // Capabilities are the report's: one entry per row's feature (attached or
 // not), "perf_event" for sampling rows.
 func (p *Probe) Capabilities(table []Attach) map[string]bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	out := map[string]bool{}
 	for _, a := range table {
-		out[a.Feature()] = out[a.Feature()] || p.attached[a.Target]
+		_, loaded := p.later[a.Target]
+		out[a.Feature()] = out[a.Feature()] || p.attached[a.Target] || loaded
 	}
 	return out
 }

@@ -169,6 +169,53 @@ func TestStandInForMissingRow(t *testing.T) {
 	}
 }
 
+// A Later row loads at Open and counts nothing until it is armed; a
+// Later row that cannot load is a loss like any optional row.
+func TestLaterRowArmed(t *testing.T) {
+	later := switchRow
+	later.Required, later.Later = false, true
+	lost := missingRow
+	lost.Later = true
+	p, err := open(t, []probekit.Attach{later, lost}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if p.Attached(later.Target) || !p.Armable(later.Target) || p.Armable(lost.Target) {
+		t.Fatalf("before Arm: attached %v, armable %v, missing armable %v", p.Attached(later.Target), p.Armable(later.Target), p.Armable(lost.Target))
+	}
+	if caps := p.Capabilities([]probekit.Attach{later, lost}); !caps["tracepoint:sched/sched_switch"] || caps["tracepoint:wolf/wolf_no_such_tracepoint"] {
+		t.Fatalf("capabilities: %v", caps)
+	}
+	if n := p.Notes(); len(n) != 1 || !strings.Contains(n[0], "wolf/wolf_no_such_tracepoint") {
+		t.Fatalf("notes: %q", n)
+	}
+	switchSome()
+	c, err := p.WindowCounters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c[kittest.StatMine] != 0 {
+		t.Fatalf("a Later row ran before Arm: %d", c[kittest.StatMine])
+	}
+	if err := p.Arm(later.Target); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Arm(later.Target); err != nil {
+		t.Fatalf("a second Arm: %v", err)
+	}
+	if err := p.Arm(lost.Target); err == nil {
+		t.Fatal("armed a row that did not load")
+	}
+	switchSome()
+	if c, err = p.WindowCounters(); err != nil {
+		t.Fatal(err)
+	}
+	if !p.Attached(later.Target) || c[kittest.StatMine] < 10 {
+		t.Fatalf("after Arm: attached %v, counted %d", p.Attached(later.Target), c[kittest.StatMine])
+	}
+}
+
 func TestRequiredRowFails(t *testing.T) {
 	req := missingRow
 	req.Required = true

@@ -21,6 +21,7 @@ import (
 	"github.com/wolf-investigator/wolf/internal/hist"
 	"github.com/wolf-investigator/wolf/internal/hung"
 	"github.com/wolf-investigator/wolf/internal/investigator"
+	wolfio "github.com/wolf-investigator/wolf/internal/io"
 	"github.com/wolf-investigator/wolf/internal/locks"
 	"github.com/wolf-investigator/wolf/internal/reclaim"
 	"github.com/wolf-investigator/wolf/internal/sched"
@@ -192,6 +193,8 @@ func TestDeployQueriesUseExportedMetrics(t *testing.T) {
 	res := &investigator.Result{Findings: []finding.Finding{
 		hungGroup([]int{1}, 6, finding.Warning),
 		{ID: "sched.bounce", Investigator: "sched", Subjects: []finding.Subject{{Role: finding.RoleTask, PID: 3, Comm: "x"}}, Evidence: map[string]any{"migrations_per_s": 50.0}},
+		{ID: "io.device", Investigator: "io", Evidence: map[string]any{"device": "vda", "busy_pct": 3.0}},
+		{ID: "io.throttled", Investigator: "io", Evidence: map[string]any{"device": "vda", "cgroup": "/x", "held_s_total": 9.9, "throttled_requests": uint64(40)}},
 	}}
 	for _, fams := range m.families {
 		for _, f := range fams {
@@ -202,7 +205,7 @@ func TestDeployQueriesUseExportedMetrics(t *testing.T) {
 			res.Histograms = append(res.Histograms, h.Report(f.source, "us", labels, 1000))
 		}
 	}
-	for _, name := range []string{"hung", "sched", "reclaim", "locks", "softirq"} {
+	for _, name := range []string{"hung", "sched", "reclaim", "locks", "softirq", "io"} {
 		m.Observe(name, res, time.Second, time.Now())
 	}
 	mfs, err := Registry(m).Gather()
@@ -251,7 +254,7 @@ func TestDeployQueriesUseExportedMetrics(t *testing.T) {
 
 // declared are the investigators whose metrics the tests expect.
 func declared() []investigator.Investigator {
-	return []investigator.Investigator{hung.New(), locks.New(), reclaim.New(), sched.New(), softirq.New()}
+	return []investigator.Investigator{hung.New(), locks.New(), reclaim.New(), sched.New(), softirq.New(), wolfio.New()}
 }
 
 // fakeWorkloads names cgroups and tasks from fixed tables.
