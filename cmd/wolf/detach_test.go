@@ -51,7 +51,7 @@ func TestReportWrittenBeforeDetach(t *testing.T) {
 	cmd.SetContext(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- investigate(cmd, out, "slowdetach", []investigator.Investigator{inv}, investigator.Options{}, 100*time.Millisecond, 0, false, true, nil)
+		done <- investigate(cmd, out, "slowdetach", []investigator.Investigator{inv}, investigator.Options{}, 100*time.Millisecond, 0, false, true, nil, nil)
 	}()
 	select {
 	case <-inv.closing:

@@ -21,6 +21,7 @@ func newDoctorCmd() *cobra.Command {
 		out      outputFlags
 		duration time.Duration
 		maxCPU   float64
+		wl       workloadFlags
 	)
 	c := &cobra.Command{
 		Use:   "doctor",
@@ -39,15 +40,23 @@ findings ranked by severity, or a one-line healthy verdict.`,
 			if err := checkMaxCPU(maxCPU); err != nil {
 				return err
 			}
+			if err := wl.validate(cmd); err != nil {
+				return err
+			}
 			if err := requireRoot("wolf doctor"); err != nil {
 				return err
 			}
-			return investigate(cmd, &out, "doctor", investigators(), investigator.Options{}, duration, maxCPU, true, false, nil)
+			names, err := wl.prepare(cmd.Context(), duration)
+			if err != nil {
+				return err
+			}
+			return investigate(cmd, &out, "doctor", investigators(), investigator.Options{}, duration, maxCPU, true, false, nil, names)
 		},
 	}
 	out.register(c)
 	c.Flags().DurationVarP(&duration, "duration", "d", 10*time.Second, "how long to watch")
 	maxCPUFlag(c, &maxCPU, defaultMaxCPU)
+	wl.register(c)
 	return c
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/wolf-investigator/wolf/internal/bpfcost"
 	"github.com/wolf-investigator/wolf/internal/hung"
 	"github.com/wolf-investigator/wolf/internal/investigator"
+	wolfio "github.com/wolf-investigator/wolf/internal/io"
 	"github.com/wolf-investigator/wolf/internal/kernelbtf"
 	"github.com/wolf-investigator/wolf/internal/locks"
 	"github.com/wolf-investigator/wolf/internal/reclaim"
@@ -33,6 +34,7 @@ func investigators() []investigator.Investigator {
 		reclaim.New(),
 		sched.New(),
 		softirq.New(),
+		wolfio.New(),
 		bpfcost.New(),
 	}
 }
@@ -46,6 +48,7 @@ func newInvestigatorCmd(inv investigator.Investigator, spec investigator.Command
 		duration time.Duration
 		pid      int
 		maxCPU   float64
+		wl       workloadFlags
 	)
 	name := inv.Name()
 	c := &cobra.Command{
@@ -68,12 +71,19 @@ func newInvestigatorCmd(inv investigator.Investigator, spec investigator.Command
 			if err := checkMaxCPU(maxCPU); err != nil {
 				return err
 			}
+			if err := wl.validate(cmd); err != nil {
+				return err
+			}
 			if spec.Validate != nil {
 				if err := spec.Validate(cmd.Context(), pid); err != nil {
 					return checkErr(err)
 				}
 			}
 			if err := requireRoot("wolf " + name); err != nil {
+				return err
+			}
+			names, err := wl.prepare(cmd.Context(), duration)
+			if err != nil {
 				return err
 			}
 			if spec.Prepare != nil {
@@ -86,7 +96,7 @@ func newInvestigatorCmd(inv investigator.Investigator, spec investigator.Command
 			if spec.TextHistograms != nil && format == render.FormatText {
 				appendix = func(o *render.TextOptions) { o.Histograms = spec.TextHistograms }
 			}
-			return investigate(cmd, &out, name, []investigator.Investigator{inv}, opts, duration, maxCPU, spec.Audit, true, appendix)
+			return investigate(cmd, &out, name, []investigator.Investigator{inv}, opts, duration, maxCPU, spec.Audit, true, appendix, names)
 		},
 	}
 	out.register(c)
@@ -98,6 +108,7 @@ func newInvestigatorCmd(inv investigator.Investigator, spec investigator.Command
 	maxCPUFlag(c, &maxCPU, defaultMaxCPU)
 	if spec.PID != "" {
 		c.Flags().IntVarP(&pid, "pid", "p", 0, spec.PID)
+		wl.register(c)
 	}
 	if spec.Flags != nil {
 		spec.Flags(c.Flags())
@@ -108,8 +119,9 @@ func newInvestigatorCmd(inv investigator.Investigator, spec investigator.Command
 // investigate runs invs for one window of d and writes the report, before
 // anything is detached (see internal/runner). With single set, the
 // command is one investigator's own, and its failure is the command's.
-// text, when set, adjusts the text rendering.
-func investigate(cmd *cobra.Command, out *outputFlags, command string, invs []investigator.Investigator, opts investigator.Options, d time.Duration, maxCPU float64, audit, single bool, text func(*render.TextOptions)) error {
+// text, when set, adjusts the text rendering; names, when set, names the
+// report's containers and pods and keeps what --container and --pod ask.
+func investigate(cmd *cobra.Command, out *outputFlags, command string, invs []investigator.Investigator, opts investigator.Options, d time.Duration, maxCPU float64, audit, single bool, text func(*render.TextOptions), names *naming) error {
 	if opts.BTF == "" {
 		opts.BTF = kernelbtf.External() // --btf
 	}
@@ -130,6 +142,7 @@ func investigate(cmd *cobra.Command, out *outputFlags, command string, invs []in
 	if single && len(run.Errors) > 0 {
 		return investigationErr(run.Errors[0])
 	}
+	names.apply(cmd.Context(), run.Report)
 	out.text = text
 	return out.write(cmd.OutOrStdout(), run.Report)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/wolf-investigator/wolf/internal/lab/cpuquota"
 	"github.com/wolf-investigator/wolf/internal/lab/fusestall"
 	"github.com/wolf-investigator/wolf/internal/lab/hotuprobe"
+	"github.com/wolf-investigator/wolf/internal/lab/iolab"
 	"github.com/wolf-investigator/wolf/internal/lab/memcgstress"
 	"github.com/wolf-investigator/wolf/internal/lab/memchain"
 	"github.com/wolf-investigator/wolf/internal/lab/mmaplock"
@@ -30,7 +31,7 @@ import (
 func labs() *lab.Registry {
 	return lab.NewRegistry(fusestall.NewRWSem(), fusestall.NewMutex(), coredump.New(), mmaplock.New(),
 		memcgstress.New(), memcgstress.NewPopulate(), bounce.NewBounce(), bounce.NewAffinity(), bounce.NewPinned(), tcpcollapse.New(),
-		hotuprobe.New(), pshang.New(), memchain.New(), cpuquota.New())
+		hotuprobe.New(), pshang.New(), memchain.New(), cpuquota.New(), iolab.NewThrottle(), iolab.NewDirty(), iolab.NewJournal(), iolab.NewSlow())
 }
 
 func newLabCmd() *cobra.Command {

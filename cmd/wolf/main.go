@@ -86,6 +86,7 @@ a verdict, the evidence, the mechanism and what to do.
   wolf reclaim          memory reclaim per cgroup: stalls, efficiency, the memcg livelock
   wolf sched            tasks bounced between CPUs, who moves them, run-queue latency
   wolf softirq          softirq stalls per CPU (NET_RX: TCP collapse, budget)
+  wolf io               block I/O per disk, cgroup, process: who waits, throttles, journals
   wolf watch            always on: findings as JSON lines, Prometheus metrics, incidents
   wolf incidents        the incident bundles watch wrote: list, show, pack
   wolf bpf              what every BPF program on the host costs (like bpftop)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/kconfig"
@@ -187,6 +188,8 @@ func TestBadUsageExitsTwoWithOneLine(t *testing.T) {
 		{"sched", "--duration", "24h", "--pid", "0"},
 		{"reclaim", "--duration", "24h", "--pid", "0"},
 		{"bpf", "--duration", "24h", "--pid", "0"},
+		{"doctor", "--duration", "24h", "--container", ""},
+		{"sched", "--duration", "24h", "--pod", ""},
 	} {
 		r := runWolf(t, 10*time.Second, args...)
 		if r.code != exitUsage {
@@ -265,54 +268,53 @@ func TestNotRootExitsThree(t *testing.T) {
 	}
 }
 
-// wolfPrograms lists loaded BPF programs that are wolf's (by name).
-func wolfPrograms(t *testing.T) []string {
+// programsOf returns the BPF programs process pid holds, by id: its
+// program and link file descriptors name them (fdinfo's prog_id). What
+// other processes hold is none of a test's business: other tests' wolf,
+// or another engineer's, may run on the same machine at the same time.
+func programsOf(t *testing.T, pid int) map[ebpf.ProgramID]bool {
 	t.Helper()
-	// The kernel keeps 15 characters of a name; cilium/ebpf may report the
-	// full one from BTF. Match either.
-	ours := []string{"on_sched_switch", "on_contention_begin", "on_contention_end", "on_process_hang", "on_wq_start", "dump_tasks",
-		"btf_contention_begin", "btf_contention_end", "raw_contention_begin", "raw_contention_end",
-		"on_mm_acquired", "on_mm_released", "on_sample", "on_memcg_reclaim_begin", "on_memcg_reclaim_end",
-		"on_direct_reclaim_begin", "on_direct_reclaim_end", "on_shrink_inactive",
-		// reclaim
-		"on_memcg_begin", "on_memcg_end", "on_direct_begin", "on_direct_end", "on_softlimit_begin", "on_softlimit_end",
-		"on_node_begin", "on_node_end", "on_shrink_inactive", "on_shrink_active", "on_throttled", "on_kswapd_wake",
-		"on_kswapd_sleep", "on_wakeup_kswapd",
-		// sched
-		"on_migrate", "on_switch", "on_wakeup", "on_wakeup_new", "on_exit", "on_setaffinity", "read_cpu",
-		// softirq
-		"on_softirq_raise", "on_softirq_entry", "on_softirq_exit", "on_napi_poll", "on_kfree_skb", "func_entry", "func_return",
-		// the hot-uprobe lab
-		"hot_entry", "hot_return",
-		// bpf's trap calibration
-		"wolf_trap_calib"}
-	isOurs := func(name string) bool {
-		for _, o := range ours {
-			if name == o || (len(name) == 15 && strings.HasPrefix(o, name)) {
-				return true
-			}
-		}
-		return false
-	}
-	var found []string
-	id := ebpf.ProgramID(0)
-	for {
-		next, err := ebpf.ProgramGetNextID(id)
-		if err != nil {
-			break
-		}
-		id = next
-		p, err := ebpf.NewProgramFromID(id)
+	ids := map[ebpf.ProgramID]bool{}
+	dir := fmt.Sprintf("/proc/%d/fdinfo", pid)
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
 		if err != nil {
 			continue
 		}
-		if info, err := p.Info(); err == nil && isOurs(info.Name) {
-			found = append(found, info.Name)
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "prog_id:"); ok {
+				if n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32); err == nil {
+					ids[ebpf.ProgramID(n)] = true
+				}
+			}
 		}
-		p.Close()
 	}
-	sort.Strings(found)
-	return found
+	return ids
+}
+
+// stillLoaded counts the programs of ids the kernel still has.
+func stillLoaded(ids map[ebpf.ProgramID]bool) int {
+	n := 0
+	for id := range ids {
+		if p, err := ebpf.NewProgramFromID(id); err == nil {
+			p.Close()
+			n++
+		}
+	}
+	return n
+}
+
+// heldPrograms waits until process pid holds at least n BPF programs and
+// returns them.
+func heldPrograms(t *testing.T, what string, pid, n int, d time.Duration) map[ebpf.ProgramID]bool {
+	t.Helper()
+	var ids map[ebpf.ProgramID]bool
+	waitFor(t, what, d, func() bool {
+		ids = programsOf(t, pid)
+		return len(ids) >= n
+	})
+	return ids
 }
 
 func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
@@ -331,9 +333,6 @@ func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
 func TestSignalsLeaveNothingAttached(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.Exclusive(t)
-	// A test that just ended may have closed its programs while the
-	// kernel still frees them (after an RCU grace period).
-	waitFor(t, "programs of earlier tests to be freed", 5*time.Second, func() bool { return len(wolfPrograms(t)) == 0 })
 	for _, c := range []struct {
 		command string
 		progs   int // programs it loads, at least
@@ -360,7 +359,7 @@ func signalLeavesNothing(t *testing.T, command string, progs int, sig syscall.Si
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill() }) // if the test fails midway
-	waitFor(t, "wolf "+command+"'s programs to load", 10*time.Second, func() bool { return len(wolfPrograms(t)) >= progs })
+	ids := heldPrograms(t, "wolf "+command+"'s programs to load", cmd.Process.Pid, progs, 10*time.Second)
 	started := time.Now()
 	if err := cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
@@ -378,7 +377,7 @@ func signalLeavesNothing(t *testing.T, command string, progs int, sig syscall.Si
 			t.Errorf("%s %v: no JSON report after the signal: %v: %q", command, sig, err, out.String())
 		}
 	}
-	waitFor(t, "the kernel to drop wolf "+command+"'s programs after "+sig.String(), 5*time.Second, func() bool { return len(wolfPrograms(t)) == 0 })
+	waitFor(t, "the kernel to drop wolf "+command+"'s programs after "+sig.String(), 5*time.Second, func() bool { return stillLoaded(ids) == 0 })
 }
 
 func TestDoctorHealthyHostFinishesInTime(t *testing.T) {
@@ -388,7 +387,8 @@ func TestDoctorHealthyHostFinishesInTime(t *testing.T) {
 	meter := startLoadMeter(t)
 	r := runWolf(t, 20*time.Second, "doctor", "--duration", "3s", "--format", "json")
 	took := time.Since(start)
-	cpuLoaded := meter.cpuLoaded(t, took.Seconds())
+	tr := meter.truth(t, took.Seconds())
+	cpuLoaded := tr.CPU
 	if r.code != 0 {
 		t.Fatalf("doctor exit %d: %s", r.code, r.stderr)
 	}
@@ -406,7 +406,7 @@ func TestDoctorHealthyHostFinishesInTime(t *testing.T) {
 		if f.Investigator == "locks" && f.Severity == finding.Critical {
 			t.Errorf("healthy host gave a critical lock finding: %s", f.Title)
 		}
-		if f.Investigator == "reclaim" && f.Severity >= finding.Warning {
+		if f.Investigator == "reclaim" && f.Severity >= finding.Warning && !tr.Memory {
 			t.Errorf("healthy host gave a reclaim %s: %s", f.Severity, f.Title)
 		}
 		if f.Investigator == "softirq" && f.Severity >= finding.Warning {
@@ -422,16 +422,20 @@ func TestDoctorHealthyHostFinishesInTime(t *testing.T) {
 		}
 	}
 	for _, d := range rep.Diagnoses {
-		t.Errorf("healthy host diagnosed: %s", d.Title)
+		if tr.explains(d.ID, d.Root.Cgroup) {
+			t.Logf("the machine was busy: %s %s", d.ID, d.Title)
+			continue
+		}
+		t.Errorf("healthy host diagnosed: %s (%s)", d.Title, d.ID)
 	}
-	checkHealthyChecklist(t, &rep, cpuLoaded)
+	checkHealthyChecklist(t, &rep, tr)
 	if len(rep.Errors) > 0 {
 		t.Errorf("errors: %v", rep.Errors)
 	}
 	meter = startLoadMeter(t)
 	textStart := time.Now()
 	text := runWolf(t, 20*time.Second, "doctor", "--duration", "1s")
-	if !healthyText(t, text.stdout, meter.cpuLoaded(t, time.Since(textStart).Seconds())) {
+	if !healthyText(t, text.stdout, meter.truth(t, time.Since(textStart).Seconds())) {
 		t.Errorf("no healthy verdict in text output:\n%s", text.stdout)
 	}
 	if !strings.Contains(text.stdout, "\nload ") || !strings.Contains(text.stdout, "\nkernel log ") {
@@ -991,7 +995,6 @@ func holdsStatsFD(pid int) bool {
 func TestBPFCLIOnHotUprobeLab(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.Exclusive(t)
-	waitFor(t, "programs of earlier tests to be freed", 5*time.Second, func() bool { return len(wolfPrograms(t)) == 0 })
 	cmd := exec.Command(wolfBin, "lab", "run", "hot-uprobe", "--duration", "60s")
 	var out syncBuffer
 	cmd.Stdout = &out
@@ -1003,6 +1006,13 @@ func TestBPFCLIOnHotUprobeLab(t *testing.T) {
 	var yesPID int
 	if _, err := fmt.Sscanf(out.String()[strings.Index(out.String(), "victims [")+len("victims ["):], "%d", &yesPID); err != nil {
 		t.Fatalf("no victim pid in %q", out.String())
+	}
+	ids := heldPrograms(t, "the lab's programs", cmd.Process.Pid, 2, 5*time.Second)
+	// The lab nices its yes to 19: on a machine busy with other tests it
+	// would call write() too seldom to be a hot path. Its CPU, for the
+	// window: this test is about wolf bpf's reading of a hot uprobe.
+	if err := unix.Setpriority(unix.PRIO_PROCESS, yesPID, -20); err != nil {
+		t.Fatal(err)
 	}
 	r := runWolf(t, 30*time.Second, "bpf", "--duration", "2s", "--format", "json")
 	if r.code != 0 {
@@ -1025,7 +1035,7 @@ func TestBPFCLIOnHotUprobeLab(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
-	waitFor(t, "the kernel to drop the lab's programs after kill -9", 5*time.Second, func() bool { return len(wolfPrograms(t)) == 0 })
+	waitFor(t, "the kernel to drop the lab's programs after kill -9", 5*time.Second, func() bool { return stillLoaded(ids) == 0 })
 	waitFor(t, "the lab's yes to die with it", 5*time.Second, func() bool {
 		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", yesPID))
 		return err != nil || strings.Contains(string(st), ") Z")

@@ -9,7 +9,7 @@ import (
 // liveCommands are the commands that watch the live kernel and exist only
 // in a wolf built for Linux (live_linux.go); a test keeps the list in step
 // with the Linux command tree.
-var liveCommands = []string{"doctor", "hung", "locks", "reclaim", "sched", "softirq", "bpf", "check", "lab", "bench", "watch"}
+var liveCommands = []string{"doctor", "hung", "locks", "reclaim", "sched", "softirq", "io", "bpf", "check", "lab", "bench", "watch"}
 
 // addNeedsLinux adds, for each live command, one that fails at once with
 // one line and exit code 3 (a missing kernel feature: the kernel is not

@@ -182,6 +182,11 @@ func (o *outputFlags) export(r *finding.Report) error {
 // newReport fills the header of a report.
 func newReport(command string, started time.Time) *finding.Report {
 	host, _ := os.Hostname()
+	// In a pod the hostname is the pod's name; the DaemonSet says the
+	// node's (the downward API's spec.nodeName).
+	if node := os.Getenv("WOLF_NODE_NAME"); node != "" {
+		host = node
+	}
 	var uts unix.Utsname
 	kernel := ""
 	if unix.Uname(&uts) == nil {

@@ -133,3 +133,16 @@ func TestSoftirqHistogramsInReportFile(t *testing.T) {
 		t.Errorf("stdout %q, want everything in the file", r.stdout)
 	}
 }
+
+// In the DaemonSet, reports name the node (WOLF_NODE_NAME, from the
+// downward API), not the pod's hostname.
+func TestReportHostIsTheNode(t *testing.T) {
+	t.Setenv("WOLF_NODE_NAME", "node-7")
+	if got := newReport("doctor", time.Now()).Host; got != "node-7" {
+		t.Errorf("host %q, want node-7", got)
+	}
+	t.Setenv("WOLF_NODE_NAME", "")
+	if h, _ := os.Hostname(); newReport("doctor", time.Now()).Host != h {
+		t.Errorf("without WOLF_NODE_NAME the host is the hostname")
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
+	"github.com/wolf-investigator/wolf/internal/containers"
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/incident"
 	"github.com/wolf-investigator/wolf/internal/investigator"
@@ -29,6 +30,10 @@ import (
 // which is also peeked into every few seconds, so a hang inside a window
 // opens an incident while it lasts).
 const defaultWatchInterval = 60 * time.Second
+
+// watchRefreshTimeout bounds asking the container runtimes at watch's
+// start (in the background).
+const watchRefreshTimeout = 10 * time.Second
 
 func newWatchCmd() *cobra.Command {
 	var (
@@ -288,6 +293,13 @@ func runWatch(ctx context.Context, stdout io.Writer, invs []investigator.Investi
 	}
 	rep := newReport("watch", time.Now())
 	metrics := watch.NewMetrics(version, rep.Kernel, s.top, windows, invs)
+	// Containers and pods are named in every line, metric and bundle: the
+	// runtimes are asked now, and again (at most once a minute) when a
+	// container nobody named yet appears.
+	resolver := containers.NewResolver(containers.Options{AutoRefresh: time.Minute})
+	resolver.RefreshAsync(watchRefreshTimeout)
+	namer := &containers.Namer{Resolver: resolver}
+	metrics.SetWorkloads(&containers.Labels{Namer: namer})
 	if s.maxCPU > 0 {
 		b, err := probekit.NewBudget(s.maxCPU)
 		if err != nil {
@@ -300,7 +312,7 @@ func runWatch(ctx context.Context, stdout io.Writer, invs []investigator.Investi
 	}
 	w, err := watch.New(watch.Config{Investigators: invs, Window: windows, Default: s.interval, Events: out, Metrics: metrics,
 		MinSeverity: s.minSeverity, ClearAfter: s.clearAfter, Incidents: store, Header: *rep,
-		Diagnose: watch.DiagnoseReport})
+		Namer: namer, Diagnose: watch.DiagnoseNamed(namer)})
 	if err != nil {
 		return wrapFailure(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wolf-investigator/wolf/internal/containers"
 	"github.com/wolf-investigator/wolf/internal/lab"
 	"github.com/wolf-investigator/wolf/internal/lab/fusestall"
 	"github.com/wolf-investigator/wolf/internal/testutil"
@@ -218,7 +219,7 @@ func mustAbs(t *testing.T, p string) string {
 func watchSignalLeavesNothing(t *testing.T, progs int, sig syscall.Signal) {
 	t.Helper()
 	cmd, _, out := startWatch(t, "--interval", "60s")
-	waitFor(t, "wolf watch's programs to load", 15*time.Second, func() bool { return len(wolfPrograms(t)) >= progs })
+	ids := heldPrograms(t, "wolf watch's programs to load", cmd.Process.Pid, progs, 15*time.Second)
 	started := time.Now()
 	if err := cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
@@ -238,7 +239,7 @@ func watchSignalLeavesNothing(t *testing.T, progs int, sig syscall.Signal) {
 			}
 		}
 	}
-	waitFor(t, "the kernel to drop wolf watch's programs after "+sig.String(), 5*time.Second, func() bool { return len(wolfPrograms(t)) == 0 })
+	waitFor(t, "the kernel to drop wolf watch's programs after "+sig.String(), 5*time.Second, func() bool { return stillLoaded(ids) == 0 })
 }
 
 // The shipped deployment files are valid for the tools that read them.
@@ -303,9 +304,15 @@ assert any(a.startswith("--listen=") for a in c["args"]), "listen"
 inc = [a.split("=", 1)[1] for a in c["args"] if a.startswith("--incidents=")]
 assert inc and inc[0] in mounts, "incidents directory not mounted: %s" % inc
 assert vols["incidents"] == inc[0], "incidents volume"
+# The container runtimes' state and sockets, where wolf looks for them
+# (containers.DefaultHostRoot), read-only; the node's name.
+run = [m for m in c["volumeMounts"] if m["mountPath"] == sys.argv[2] + "/run"]
+assert run and run[0].get("readOnly") is True and vols[run[0]["name"]] == "/run", "the node's /run read-only at %s/run" % sys.argv[2]
+env = {e["name"]: e for e in c["env"]}
+assert env["WOLF_NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName", "WOLF_NODE_NAME"
 print("ok")
 `
-		if out, err := exec.Command("python3", "-c", script, ds).CombinedOutput(); err != nil {
+		if out, err := exec.Command("python3", "-c", script, ds, containers.DefaultHostRoot).CombinedOutput(); err != nil {
 			t.Errorf("DaemonSet: %v\n%s", err, out)
 		}
 	} else {
@@ -313,7 +320,8 @@ print("ok")
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, want := range []string{"hostPID: true", "privileged: true", "path: /sys/kernel/btf", "path: /sys/fs/bpf", "path: /sys/kernel/tracing", "path: /sys/fs/cgroup", "path: /proc", "--incidents=/var/lib/wolf/incidents", "mountPath: /var/lib/wolf/incidents"} {
+		for _, want := range []string{"hostPID: true", "privileged: true", "path: /sys/kernel/btf", "path: /sys/fs/bpf", "path: /sys/kernel/tracing", "path: /sys/fs/cgroup", "path: /proc", "--incidents=/var/lib/wolf/incidents", "mountPath: /var/lib/wolf/incidents",
+			"mountPath: " + containers.DefaultHostRoot + "/run", "path: /run", "name: WOLF_NODE_NAME", "fieldPath: spec.nodeName"} {
 			if !bytes.Contains(b, []byte(want)) {
 				t.Errorf("DaemonSet lacks %q", want)
 			}

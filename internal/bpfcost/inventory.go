@@ -152,6 +152,11 @@ func (r *resolver) sharedBy(file string) int {
 	return r.exes[file]
 }
 
+// Links reads every BPF link on the host and what it attaches to, by
+// program id (for the cost benchmarks: the tracepoints a process's
+// programs are attached to).
+func Links() (map[uint32][]Attach, error) { return listLinks(&resolver{}) }
+
 // listLinks reads every BPF link and what it attaches to, by program id.
 func listLinks(r *resolver) (map[uint32][]Attach, error) {
 	out := map[uint32][]Attach{}

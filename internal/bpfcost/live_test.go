@@ -6,12 +6,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/investigator"
@@ -63,6 +66,13 @@ func TestLiveHotUprobe(t *testing.T) {
 	defer li.Close()
 	in := li.(*hotuprobe.Instance)
 	ids := in.ProgramIDs()
+	// The lab nices its looping yes to 19, so as not to take a CPU from
+	// anyone; on a machine busy with other tests it then calls write()
+	// too seldom to be a hot path at all. This test is about wolf's
+	// reading of a hot uprobe, so the loop gets its CPU for the window.
+	if err := unix.Setpriority(unix.PRIO_PROCESS, in.PID(), -20); err != nil {
+		t.Fatal(err)
+	}
 
 	inv := New()
 	inv.Top = 50
@@ -142,13 +152,46 @@ func TestLiveHotUprobe(t *testing.T) {
 		t.Errorf("kernel.bpf_stats_enabled %d after Run, was %d", after, sysctlBefore)
 	}
 	if sysctlBefore == 0 {
+		// Statistics are on while anyone holds them (BPF_ENABLE_STATS
+		// counts its holders): every wolf meters its own cost that way,
+		// and other tests' or other people's may run beside this one.
+		others := statsHolders(t)
 		a := bpftoolStat(t, ids[0])
 		time.Sleep(300 * time.Millisecond)
 		b := bpftoolStat(t, ids[0])
-		if b.RunNs != a.RunNs {
+		others = append(others, statsHolders(t)...)
+		switch {
+		case len(others) > 0:
+			t.Logf("statistics held by other processes %v: not checking that Run turned them off", others)
+		case b.RunNs != a.RunNs:
 			t.Errorf("run time still counted after Run: %d -> %d ns (statistics left on?)", a.RunNs, b.RunNs)
 		}
 	}
+}
+
+// statsHolders are the processes other than this one that hold BPF run
+// time statistics on (a BPF_ENABLE_STATS file descriptor).
+func statsHolders(t *testing.T) []int {
+	t.Helper()
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+		for _, fd := range fds {
+			if l, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); l == "anon_inode:bpf-stats" {
+				out = append(out, pid)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // A healthy host: nothing of bpf's at warning or above when no costly

@@ -95,7 +95,21 @@ func (e *engine) fromVictim(v *victim) []*branch {
 	}
 	k := e.canon(w.On)
 	to := e.subjectOf(k)
-	b.hop(e.waitHop(w, from, to, ""), wr)
+	hop := e.waitHop(w, from, to, "")
+	switch e.resource(k).Kind {
+	case fact.Lock, fact.FUSE, fact.Site:
+	default:
+		// A limit or a device: the hop into it carries its numbers too
+		// (an I/O limit's rate, a device's busy time).
+		if s := e.saturation(k); s != nil {
+			for n, v := range s.Numbers {
+				if _, ok := hop.Evidence[n]; !ok {
+					hop.Evidence[n] = v
+				}
+			}
+		}
+	}
+	b.hop(hop, wr)
 	return e.resolve(b, k, 0, map[string]bool{k: true})
 }
 
@@ -127,9 +141,9 @@ func (e *engine) resolve(b *branch, k string, depth int, seen map[string]bool) [
 	case fact.IOLimit:
 		return b.end(k, "io-limit", e.subjectOf(k))
 	case fact.Dirty:
-		return b.end(k, "dirty-throttle", e.subjectOf(k))
+		return e.dirty(b, k, depth, seen)
 	case fact.Journal:
-		return b.end(k, "journal", e.subjectOf(k))
+		return e.journal(b, k, depth, seen)
 	case fact.Softirq, fact.CPU:
 		return b.end(k, "softirq", e.subjectOf(k))
 	case fact.Site:
@@ -182,7 +196,7 @@ func (e *engine) held(b *branch, k string, depth int, seen map[string]bool) []*b
 // holder splits a holder's time by where it went and follows each part.
 func (e *engine) holder(b *branch, h *fact.Hold, holder finding.Subject, k string, depth int, seen map[string]bool) []*branch {
 	own := "holder:" + strconv.Itoa(h.Holder.TID)
-	lockName := e.subjectOf(k).Lock
+	lockName := nameOf(e.subjectOf(k)) // a lock, or a journal its committer holds
 	sp := h.Split
 	if sp == nil || (sp.Span <= 0 && sp.State == "") {
 		if o := e.ongoing[h.Holder.TID]; o != nil {
@@ -536,19 +550,32 @@ func (e *engine) directedUse(k string) []directed {
 // the block layer per cgroup: the smaller of the two is read for the
 // limit.
 func (e *engine) refaultReads(k string, add func(on string, amt float64, unit, what string, t fact.Task, r ref)) {
+	// The device's users by memory cgroup: the user's own, else the one
+	// whose processes it is among (on cgroup v1 a process's blkio and
+	// memory cgroups are different directories).
+	reads := map[string]float64{}
 	for _, u := range e.usage[k] {
 		if u.Unit != "bytes" || u.For != "" || (u.Activity != "" && u.Activity != "read") {
 			continue
 		}
-		cg := cmp.Or(u.By.MemCgroup, u.By.IOCgroup)
+		cg := u.By.MemCgroup
 		if cg == "" {
-			continue
+			cg = e.cgroupOf(fact.Task{PID: u.By.PID}, fact.Memory)
 		}
-		for _, mu := range e.usage[e.canon(fact.MemoryKey(cg))] {
+		if cg == "" && u.By.PID == 0 {
+			cg = u.By.IOCgroup
+		}
+		if cg != "" {
+			reads[cg] += u.Amount
+		}
+	}
+	for _, cg := range sortedKeys(reads) {
+		mk := e.canon(fact.MemoryKey(cg))
+		for _, mu := range e.usage[mk] {
 			if mu.Activity != "refault" || mu.Unit != "bytes" {
 				continue
 			}
-			add(e.canon(fact.MemoryKey(cg)), min(mu.Amount, u.Amount), "bytes", "refault reads", fact.Task{MemCgroup: cg}, refOf(mu.Finding, mu.FindingTitle))
+			add(mk, min(mu.Amount, reads[cg]), "bytes", "refault reads", fact.Task{MemCgroup: cg}, refOf(mu.Finding, mu.FindingTitle))
 		}
 	}
 }

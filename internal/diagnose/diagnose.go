@@ -51,6 +51,8 @@ const (
 	// A task that lost a tenth of the window (at least a second) waiting
 	// for a CPU, throttled, or in reclaim is a victim too.
 	victimShareOfWindow = 0.1
+	runqShareOfWindow   = 0.25
+	runqShareOfWanted   = 1.0 / 3
 	// A single wait this long makes a diagnosis critical: no ordinary
 	// pattern blocks a task for a second.
 	criticalWait = time.Second
@@ -58,6 +60,9 @@ const (
 	// NET_RX run of "The story of one latency spike"), a victim and
 	// critical however rare.
 	softirqStall = 20 * time.Millisecond
+	// A device this busy (its utilisation) makes the tasks that wait
+	// behind others' requests victims.
+	deviceBusy = 0.9
 	// Rivals below this share of the victims' time are not worth a line.
 	rivalMinShare = 0.05
 	maxVictimHops = 4 // victims drawn as hops; the rest are subjects
@@ -183,8 +188,24 @@ func (e *engine) significant(w *fact.Wait) bool {
 		return w.Max >= softirqStall || w.Total >= max(time.Second, time.Duration(victimShareOfWindow*float64(e.window)))
 	case fact.WaitRunQueue, fact.WaitThrottled, fact.WaitReclaim:
 		// Time lost a little at a time: worth it as a share of the
-		// window.
-		floor := max(time.Second, time.Duration(victimShareOfWindow*float64(e.window)))
+		// window. Waiting for a CPU is what every busy task does now
+		// and then: a quarter of the window, as with more runnable tasks
+		// than CPUs by half (3 on 2 CPUs waits a third).
+		share := victimShareOfWindow
+		if w.Kind == fact.WaitRunQueue {
+			// A task is a victim of the CPUs when it waited for a third
+			// of the time it wanted one: 2 hogs on 2 CPUs that others
+			// disturb now and then are not, 3 on 2 CPUs are. Without its
+			// CPU time, a quarter of the window.
+			if cpu, ok := finding.Number(w.Numbers["on_cpu_ms"]); ok {
+				if wait := msOf(w.Total); wait < runqShareOfWanted*(wait+cpu) {
+					return false
+				}
+			} else {
+				share = runqShareOfWindow
+			}
+		}
+		floor := max(time.Second, time.Duration(share*float64(e.window)))
 		return w.Total >= floor || (w.Kind == fact.WaitReclaim && w.Max >= victimMaxWait)
 	case fact.WaitRefault:
 		return false // refaults are counted, not timed: they weigh a device's use
@@ -199,11 +220,16 @@ func (e *engine) significant(w *fact.Wait) bool {
 // waitsBehindOthers says whether a task's I/O waits on a device are time
 // lost rather than its own work: a task streaming I/O to a device it has
 // to itself waits for each of its requests, as a CPU-bound task runs, and
-// is no victim. It is one when the device's time went mostly to others,
-// or to use made for another resource (reads that are refaults, for the
-// memory limit that evicted the pages).
+// is no victim. It is one when the device is slow by itself (AtLimit: the
+// I/O investigator's verdict), when the device's time went to use made
+// for another resource (reads that are refaults, for the memory limit
+// that evicted the pages), or when the device was busy with others.
 func (e *engine) waitsBehindOthers(w *fact.Wait) bool {
 	k := e.canon(w.On)
+	s := e.saturation(k)
+	if s != nil && s.AtLimit {
+		return true
+	}
 	total, _ := e.used(k)
 	if total <= 0 {
 		return false
@@ -213,8 +239,7 @@ func (e *engine) waitsBehindOthers(w *fact.Wait) bool {
 			return true
 		}
 	}
-	s := e.saturation(k)
-	if s == nil || !s.AtLimit {
+	if s == nil || s.Level < deviceBusy {
 		return false
 	}
 	mine := 0.0

@@ -517,7 +517,8 @@ func TestSaturatedHostNamesItsConsumers(t *testing.T) {
 		fact.Usage{On: fact.HostCPUKey(), By: task(1, 0, "systemd"), Amount: 0.1, Unit: "cpu_s", Share: 0.005},
 	)
 	for i := range 8 {
-		s.Waits = append(s.Waits, fact.Wait{Task: task(70, 71+i, "stress-ng-cpu"), Kind: fact.WaitRunQueue, On: fact.HostCPUKey(), Total: 7500 * ms1, Max: 40 * ms1, Count: 2000})
+		s.Waits = append(s.Waits, fact.Wait{Task: task(70, 71+i, "stress-ng-cpu"), Kind: fact.WaitRunQueue, On: fact.HostCPUKey(), Total: 7500 * ms1, Max: 40 * ms1, Count: 2000,
+			Numbers: map[string]any{"on_cpu_ms": 2450.0}})
 	}
 	ds := Diagnose([]finding.Finding{{ID: "sched.cpu-consumers", Title: "x"}, {ID: "system.cpu-saturated", Title: "y"}}, s)
 	logChain(t, ds)
@@ -623,7 +624,9 @@ func TestRefaultsPointAtTheLimit(t *testing.T) {
 func TestHeavyUnthrottledIOHasNone(t *testing.T) {
 	s := window()
 	dk := fact.DeviceKey("vda")
-	s.Saturations = append(s.Saturations, fact.Saturation{On: dk, Level: 0.99, Used: 200 << 20, Unit: "bytes_per_s", AtLimit: true})
+	// 99% busy, not slow: AtLimit is the I/O investigator's verdict of a
+	// device slow by itself.
+	s.Saturations = append(s.Saturations, fact.Saturation{On: dk, Level: 0.99, Used: 200 << 20, Unit: "bytes_per_s"})
 	s.Usage = append(s.Usage, fact.Usage{On: dk, By: task(90, 90, "fio"), Amount: 2000 << 20, Unit: "bytes", Activity: "read"})
 	// fio waits for every one of its requests: that is its work, as a
 	// CPU-bound task runs.
@@ -684,8 +687,10 @@ func TestSoftirqLoadOnTheCPUs(t *testing.T) {
 		fact.Usage{On: fact.HostCPUKey(), By: task(31537, 0, "stress-ng-sock"), Amount: 7, Unit: "cpu_s", Share: 0.35},
 	)
 	s.Waits = append(s.Waits,
-		fact.Wait{Task: task(31536, 31536, "stress-ng-sock"), Kind: fact.WaitRunQueue, On: fact.HostCPUKey(), Total: 2 * sec, Max: 20 * ms1, Count: 900},
-		fact.Wait{Task: task(31537, 31537, "stress-ng-sock"), Kind: fact.WaitRunQueue, On: fact.HostCPUKey(), Total: 2 * sec, Max: 20 * ms1, Count: 900},
+		fact.Wait{Task: task(31536, 31536, "stress-ng-sock"), Kind: fact.WaitRunQueue, On: fact.HostCPUKey(), Total: 2 * sec, Max: 20 * ms1, Count: 900,
+			Numbers: map[string]any{"on_cpu_ms": 3500.0}},
+		fact.Wait{Task: task(31537, 31537, "stress-ng-sock"), Kind: fact.WaitRunQueue, On: fact.HostCPUKey(), Total: 2 * sec, Max: 20 * ms1, Count: 900,
+			Numbers: map[string]any{"on_cpu_ms": 3500.0}},
 	)
 	ds := Diagnose(nil, s)
 	logChain(t, ds)
@@ -711,4 +716,84 @@ func TestSoftirqStallOnACPU(t *testing.T) {
 		t.Errorf("%s %v %s %v", d.ID, d.Severity, d.Title, d.Explains)
 	}
 	checkHops(t, d)
+}
+
+// A quota set on a parent cgroup holds back the tasks of its children:
+// the holder in /pod/app is throttled by the quota of /pod.
+func TestQuotaOnAnAncestor(t *testing.T) {
+	s := quotaFacts()
+	s.Saturations[0].On = fact.CPUQuotaKey("/pod")
+	s.Saturations[0].Members = nil
+	s.Holds[0].Holder.CPUCgroup = "/pod/app"
+	d := only(t, Diagnose(nil, s))
+	if d.ID != "diagnose.cpu-quota" || d.Root.Cgroup != "/pod" {
+		t.Errorf("%s root %+v", d.ID, d.Root)
+	}
+}
+
+// The cgroup's own threads stalled in reclaim lose more time than the
+// lock's waiters; the title still tells the chain through the lock.
+func TestMemcgTitleTellsTheLockChain(t *testing.T) {
+	s := memcgFacts()
+	s.Waits = append(s.Waits, fact.Wait{Task: fact.Task{PID: 100, Comm: "memchain", MemCgroup: "/wolf-lab-memchain"}, Kind: fact.WaitReclaim,
+		On: fact.MemoryKey("/wolf-lab-memchain"), Total: 56 * sec, Max: 650 * ms1, Count: 46809})
+	d := only(t, Diagnose(nil, s))
+	if !strings.Contains(d.Title, "its reclaim runs under "+memLock+", held by r_memory (pid 100, tid 105)") {
+		t.Errorf("title %q", d.Title)
+	}
+}
+
+// A device slow by itself (a loop device on a throttled one): its only
+// user's waits are time lost to it.
+func TestSlowDevice(t *testing.T) {
+	s := window()
+	dk := fact.DeviceKey("loop1")
+	s.Saturations = append(s.Saturations, fact.Saturation{On: dk, Level: 0.3, Unit: "busy_pct", AtLimit: true, Numbers: map[string]float64{"on_device_ms_avg": 8}})
+	s.Usage = append(s.Usage, fact.Usage{On: dk, By: fact.Task{PID: 90, TID: 90, Comm: "fio"}, Amount: 16 << 20, Unit: "bytes"})
+	s.Waits = append(s.Waits, fact.Wait{Task: task(90, 90, "fio"), Kind: fact.WaitIO, On: dk, Total: 7 * sec, Max: 30 * ms1, Count: 900})
+	d := only(t, Diagnose(nil, s))
+	if d.ID != "diagnose.device" || !strings.Contains(d.Title, "loop1") {
+		t.Errorf("%s: %s", d.ID, d.Title)
+	}
+	checkHops(t, d)
+}
+
+// On cgroup v1 the readers' blkio cgroup is not their memory cgroup: the
+// refaults are joined to their reads by the memory cgroup's processes.
+func TestRefaultsJoinedByProcess(t *testing.T) {
+	s := window()
+	dk, mk := fact.DeviceKey("vda"), fact.MemoryKey("/thrash")
+	s.Saturations = append(s.Saturations,
+		fact.Saturation{On: dk, Level: 0.6, Unit: "busy_pct"},
+		fact.Saturation{On: mk, Level: 1, Limit: 64 << 20, Unit: "bytes", AtLimit: true, Members: []int{80, 81}, Numbers: map[string]float64{"limit_bytes": 64 << 20}},
+	)
+	s.Usage = append(s.Usage,
+		fact.Usage{On: dk, By: fact.Task{PID: 80, TID: 80, Comm: "fio", IOCgroup: "/"}, Amount: 300 << 20, Unit: "bytes"},
+		fact.Usage{On: dk, By: fact.Task{PID: 81, TID: 81, Comm: "fio", IOCgroup: "/"}, Amount: 300 << 20, Unit: "bytes"},
+		fact.Usage{On: mk, By: fact.Task{MemCgroup: "/thrash"}, Amount: 550 << 20, Unit: "bytes", Activity: "refault"},
+	)
+	for _, p := range []int{80, 81} {
+		s.Waits = append(s.Waits, fact.Wait{Task: fact.Task{PID: p, TID: p, Comm: "fio", IOCgroup: "/"}, Kind: fact.WaitIO, On: dk, Total: 7 * sec, Max: 30 * ms1, Count: 5000})
+	}
+	d := only(t, Diagnose(nil, s))
+	if d.ID != "diagnose.memcg-limit" || d.Root.Cgroup != "/thrash" {
+		t.Errorf("%s: %s", d.ID, d.Title)
+	}
+	checkHops(t, d)
+}
+
+// As many CPU hogs as CPUs, others' builds taking a tenth of the CPUs now
+// and then: each hog waited 1.5 s of the 8 it wanted a CPU. All CPUs are
+// busy and nobody lost a third of its time: no diagnosis.
+func TestAsManyHogsAsCPUsHasNone(t *testing.T) {
+	s := &fact.Set{Window: 8 * sec}
+	hostSaturated(s, 2)
+	s.Usage = append(s.Usage, fact.Usage{On: fact.HostCPUKey(), By: task(3694, 0, "stress-ng-cpu"), Amount: 6.5, Unit: "cpu_s", Share: 0.41})
+	for _, p := range []int{3694, 3695} {
+		s.Waits = append(s.Waits, fact.Wait{Task: task(p, p, "stress-ng-cpu"), Kind: fact.WaitRunQueue, On: fact.HostCPUKey(), Total: 1500 * ms1, Max: 30 * ms1, Count: 800,
+			Numbers: map[string]any{"on_cpu_ms": 6500.0}})
+	}
+	if ds := Diagnose(nil, s); len(ds) != 0 {
+		t.Errorf("diagnosed: %s", ds[0].Title)
+	}
 }

@@ -81,10 +81,27 @@ func (d *draft) settle(e *engine) {
 		}
 	}
 	// The best branch: the largest share to the root among the first
-	// victim's that is not a holder; the others' paths to the root join
-	// it.
+	// victim's that is not a holder, preferring one that runs through a
+	// lock (its holder and what held it say the most); the others' paths
+	// to the root join it.
 	for _, v := range d.victims {
-		if d.holders[v.w.Task.TID] && d.best == nil {
+		if d.holders[v.w.Task.TID] {
+			continue
+		}
+		for _, b := range v.branches {
+			if b.root == d.root && b.lock != "" && (d.best == nil || b.share > d.best.share) {
+				d.best = b
+			}
+		}
+		if d.best != nil {
+			break
+		}
+	}
+	for _, v := range d.victims {
+		if d.best != nil {
+			break
+		}
+		if d.holders[v.w.Task.TID] {
 			continue
 		}
 		for _, b := range v.branches {

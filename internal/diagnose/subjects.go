@@ -258,7 +258,10 @@ func (e *engine) intoHop(from finding.Subject, rel finding.Relation, k string, t
 		if from.PID == 0 && from.TID == 0 {
 			words = fmt.Sprintf("%s: the host's CPUs were saturated%s", label(from), hostNumbers(s))
 		}
-	case fact.Device, fact.IOLimit, fact.Dirty, fact.Journal:
+	case fact.IOLimit:
+		mech = mechWaitsOn(r.Kind, fact.WaitIO)
+		words = fmt.Sprintf("%s waits for %s%s", label(from), nameOf(to), ioLimitNumbers(s))
+	case fact.Device, fact.Dirty, fact.Journal:
 		mech = mechWaitsOn(r.Kind, fact.WaitIO)
 		words = fmt.Sprintf("%s waits for %s%s", label(from), nameOf(to), satNumbers(s))
 	default:
@@ -319,6 +322,9 @@ func (e *engine) holderSubject(h *fact.Hold, k string) finding.Subject {
 }
 
 func (e *engine) heldHop(lock finding.Subject, h *fact.Hold, holder finding.Subject, k string) finding.Hop {
+	if e.resource(k).Kind == fact.Journal {
+		return journalHop(lock, h, holder)
+	}
 	ev := map[string]any{}
 	var b strings.Builder
 	mode := ""

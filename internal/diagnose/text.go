@@ -96,6 +96,11 @@ func (d *draft) quotaDemand(e *engine, rs *sat) string {
 // whoWords names the victims of one kind of wait by process: one process
 // with its threads, a few by name, many by count.
 func (d *draft) whoWords(kind fact.WaitKind) string {
+	return d.whoWordsWhere(kind, nil)
+}
+
+// whoWordsWhere is whoWords for the victims keep keeps (nil: all).
+func (d *draft) whoWordsWhere(kind fact.WaitKind, keep func(*victim) bool) string {
 	type proc struct {
 		label   string
 		threads int
@@ -103,7 +108,7 @@ func (d *draft) whoWords(kind fact.WaitKind) string {
 	byPID := map[int]*proc{}
 	var order []int
 	for _, v := range d.shownVictims() {
-		if v.w.Kind != kind {
+		if v.w.Kind != kind || (keep != nil && !keep(v)) {
 			continue
 		}
 		pid := cmp.Or(v.w.Task.PID, v.w.Task.TID)
@@ -255,10 +260,9 @@ func (d *draft) words(e *engine) (title, summary string) {
 		title = fmt.Sprintf("Deadlock: the holders of %s wait for each other; %s hang", lockName, victims)
 	case "device":
 		who := consumersWords(b.consumers)
-		title = fmt.Sprintf("Device %s is the bottleneck%s: %s", e.resource(d.root).Device, ifSome(" (used by "+who+")", who), d.victimsPhrase())
+		title = fmt.Sprintf("Device %s is the bottleneck%s%s: %s", e.resource(d.root).Device, deviceNumbers(rs), ifSome(" (used by "+who+")", who), d.victimsPhrase())
 	case "io-limit":
-		r := e.resource(d.root)
-		title = fmt.Sprintf("I/O limit of cgroup %s on %s%s: %s", r.Cgroup, r.Device, satShort(rs), d.victimsPhrase())
+		title = d.ioLimitTitle(e, rs)
 	case "dirty-throttle":
 		title = fmt.Sprintf("Dirty-page throttling on %s%s: %s", cmp.Or(e.resource(d.root).Device, "the host"), satShort(rs), d.victimsPhrase())
 	case "journal":
@@ -423,6 +427,9 @@ func (d *draft) rootRemedy(e *engine) []string {
 		return []string{"A lock-order deadlock does not resolve by itself: the tasks in the chain must be killed (if killable) or the host rebooted; report the stacks upstream."}
 	case "io-limit":
 		r := e.resource(d.root)
+		if rs := e.saturation(d.root); rs != nil && len(rs.Remediation) > 0 {
+			return rs.Remediation
+		}
 		return []string{fmt.Sprintf("Raise the I/O limit of cgroup %s on %s (v1 blkio.throttle.*_device, v2 io.max) if its tasks should go faster, or reduce what they read and write: they wait for the throttle, not for the device.", r.Cgroup, r.Device)}
 	case "device":
 		who := consumersWords(b.consumers)

@@ -271,6 +271,9 @@ type Saturation struct {
 	// Remediation is what to do about the resource at its limit, when the
 	// investigator knows better than the diagnosis stage.
 	Remediation []string
+	// LimitText says the limit for people, with where it is set: "1 MiB/s
+	// of reads (blkio.throttle.read_bps_device)" ("" when Limit says it).
+	LimitText string
 }
 
 // Set is every fact of one window, from every investigator.

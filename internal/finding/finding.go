@@ -103,6 +103,29 @@ type Subject struct {
 	// Evidence is this subject's own numbers (a waiter's wait, a holder's
 	// hold and where its time went), keys with units as Finding.Evidence.
 	Evidence map[string]any `json:"evidence,omitempty"`
+
+	// Workload names the container and pod the cgroup or task is in, as
+	// their users know them; filled after the investigators, from the
+	// cgroup's path and the container runtimes (internal/containers).
+	Workload
+}
+
+// Workload is the container and pod a cgroup or task belongs to. Every
+// field is optional: a cgroup of no container has none, and without a
+// runtime to ask only what the cgroup's path tells is there (the runtime,
+// the container id, the pod's uid and QoS class).
+type Workload struct {
+	Runtime     string `json:"runtime,omitempty"`      // "docker", "containerd", "cri-o", "podman", "cri" (a Kubernetes runtime the path does not tell)
+	ContainerID string `json:"container_id,omitempty"` // the full id
+	Container   string `json:"container,omitempty"`    // the container's name (in Kubernetes, its name in the pod)
+	Image       string `json:"image,omitempty"`
+	Pod         string `json:"pod,omitempty"`       // the pod's name (a Kubernetes pod or a podman pod)
+	Namespace   string `json:"namespace,omitempty"` // the Kubernetes namespace
+	PodUID      string `json:"pod_uid,omitempty"`
+	QoS         string `json:"qos,omitempty"` // the Kubernetes QoS class: "guaranteed", "burstable", "besteffort"
+	// Label says it all in words, as the text and HTML show it:
+	// "pod clickhouse-0 (ns prod), container server".
+	Label string `json:"workload,omitempty"`
 }
 
 // Finding is one conclusion: a verdict a person can act on, the evidence
@@ -323,6 +346,19 @@ type Overhead struct {
 	// Sampled lists the investigators whose expensive detail (stacks,
 	// records) was sampled in the window, and at what rate.
 	Sampled []Sampling `json:"sampled,omitempty"`
+	// Shed lists the programs the budget detached for part of the
+	// window: what they see was not seen meanwhile.
+	Shed []Shedding `json:"shed,omitempty"`
+}
+
+// Shedding is one program the budget detached for DetachedS seconds of
+// the window (Ongoing: still detached at its end).
+type Shedding struct {
+	Investigator string  `json:"investigator"`
+	Target       string  `json:"target"`
+	Why          string  `json:"why"`
+	DetachedS    float64 `json:"detached_s"`
+	Ongoing      bool    `json:"ongoing,omitempty"`
 }
 
 // Sampling is one investigator's detail sampled under the budget: of
@@ -347,6 +383,7 @@ func (o *Overhead) Add(p Overhead) {
 	o.Events += p.Events
 	o.Dropped += p.Dropped
 	o.Sampled = append(o.Sampled, p.Sampled...)
+	o.Shed = append(o.Shed, p.Shed...)
 }
 
 // Report is the whole result of one wolf command.

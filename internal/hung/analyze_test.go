@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/probekit"
 )
 
 // The lab's shape: two writers blocked on an inode rw-semaphore owned by a
@@ -227,5 +228,35 @@ func TestProfileOfBlockedTasks(t *testing.T) {
 	}
 	if (&Snapshot{}).Profile() != nil {
 		t.Error("a profile with no blocked task")
+	}
+}
+
+func TestTableForTheKernel(t *testing.T) {
+	has := func(table []probekit.Attach, target string) (probekit.Attach, bool) {
+		for _, a := range table {
+			if a.Target == target {
+				return a, true
+			}
+		}
+		return probekit.Attach{}, false
+	}
+	old := tableFor(attachTable, false, false)
+	if _, ok := has(old, wqStartTarget); !ok {
+		t.Error("without worker_private the work-function program must attach")
+	}
+	if a, _ := has(old, "lock/contention_begin"); a.Shed != 0 {
+		t.Error("without task->blocker the contention programs are what names a waiter's lock: never shed")
+	}
+	now := tableFor(attachTable, true, true)
+	if _, ok := has(now, wqStartTarget); ok {
+		t.Error("with worker_private the work-function program is left out")
+	}
+	b, _ := has(now, "lock/contention_begin")
+	e, _ := has(now, "lock/contention_end")
+	if b.Shed == 0 || b.Shed != e.Shed {
+		t.Errorf("with task->blocker begin and end are shed, together: %d, %d", b.Shed, e.Shed)
+	}
+	if len(now) != len(attachTable)-1 {
+		t.Errorf("rows: %d of %d", len(now), len(attachTable))
 	}
 }

@@ -194,6 +194,56 @@ static __always_inline bool is_blocked(unsigned int state, unsigned int flags)
 	return (state & WOLF_TASK_UNINTERRUPTIBLE) && (flags & WOLF_PF_POSTCOREDUMP);
 }
 
+/*
+ * A task switches out in D: stamp the sleep with the switch count. If the
+ * task has not switched since, the stamp still describes its current
+ * sleep, so nothing needs deleting when it wakes (no map op on switch-in).
+ */
+static __always_inline void note_d_sleep(__u32 tid, __u64 nr_switches)
+{
+	struct d_sleep s = {
+		.since_ktime = bpf_ktime_get_ns(),
+		.nr_switches = nr_switches,
+	};
+	/*
+	 * A task that slept in D before has its entry: written in place, a
+	 * lookup, where an update of an LRU hash takes a node off a free
+	 * list and puts one back (hundreds of ns; a storm of page-fault and
+	 * lock sleeps is thousands a second).
+	 */
+	struct d_sleep *old = bpf_map_lookup_elem(&d_sleeps, &tid);
+	if (old)
+		*old = s;
+	else if (bpf_map_update_elem(&d_sleeps, &tid, &s, BPF_ANY))
+		stat_inc(STAT_MAP_FULL);
+	stat_inc(STAT_D_SLEEPS);
+}
+
+/*
+ * sched_switch runs at every context switch on the host: through a BTF
+ * tracepoint prev is a typed pointer and its fields plain loads, where a
+ * raw tracepoint pays a probe-read helper call for each.
+ */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(btf_sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	unsigned int state;
+
+	if (preempt)
+		return 0;
+	if (bpf_core_field_exists(prev->__state))
+		state = prev->__state;
+	else
+		state = ((struct task_struct___pre514 *)prev)->state;
+	if (!(state & WOLF_TASK_UNINTERRUPTIBLE))
+		return 0;
+	if (!is_blocked(state, prev->flags))
+		return 0;
+	note_d_sleep(prev->pid, prev->nvcsw + prev->nivcsw);
+	return 0;
+}
+
+/* The same through a raw tracepoint, for kernels without BTF tracepoints. */
 SEC("raw_tp/sched_switch")
 int BPF_PROG(on_sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
@@ -204,19 +254,7 @@ int BPF_PROG(on_sched_switch, bool preempt, struct task_struct *prev, struct tas
 		return 0;
 	if (!is_blocked(state, BPF_CORE_READ(prev, flags)))
 		return 0;
-	/*
-	 * Stamp the sleep with the switch count: if the task has not
-	 * switched since, the stamp still describes its current sleep, so
-	 * nothing needs deleting when it wakes (no map op on switch-in).
-	 */
-	__u32 tid = BPF_CORE_READ(prev, pid);
-	struct d_sleep s = {
-		.since_ktime = bpf_ktime_get_ns(),
-		.nr_switches = task_switches(prev),
-	};
-	if (bpf_map_update_elem(&d_sleeps, &tid, &s, BPF_ANY))
-		stat_inc(STAT_MAP_FULL);
-	stat_inc(STAT_D_SLEEPS);
+	note_d_sleep(BPF_CORE_READ(prev, pid), task_switches(prev));
 	return 0;
 }
 
@@ -234,7 +272,10 @@ static __always_inline int wait_begin(__u64 lock, unsigned int flags)
 		.since_ktime = bpf_ktime_get_ns(),
 		.flags = flags,
 	};
-	if (bpf_map_update_elem(&lock_waits, &tid, &w, BPF_ANY))
+	struct lock_wait *old = bpf_map_lookup_elem(&lock_waits, &tid);
+	if (old)
+		*old = w; /* in place, as note_d_sleep does */
+	else if (bpf_map_update_elem(&lock_waits, &tid, &w, BPF_ANY))
 		stat_inc(STAT_MAP_FULL);
 	stat_inc(STAT_CONTENTIONS);
 	return 0;
@@ -246,13 +287,18 @@ int BPF_PROG(on_contention_begin, void *lock, unsigned int flags)
 	return wait_begin((__u64)lock, flags);
 }
 
+/*
+ * A wait that ended leaves its entry, marked over (lock_addr 0), rather
+ * than being deleted: the thread's next wait writes it in place. The
+ * iterator skips entries that are over.
+ */
 SEC("raw_tp/contention_end")
 int BPF_PROG(on_contention_end, void *lock, int ret)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct lock_wait *w = bpf_map_lookup_elem(&lock_waits, &tid);
 	if (w && w->lock_addr == (__u64)lock)
-		bpf_map_delete_elem(&lock_waits, &tid);
+		w->lock_addr = 0;
 	return 0;
 }
 
@@ -386,8 +432,8 @@ static __always_inline void find_lock(struct task_struct *t, struct task_rec *r)
 
 	__u32 tid = r->tid;
 	struct lock_wait *w = bpf_map_lookup_elem(&lock_waits, &tid);
-	if (!w)
-		return;
+	if (!w || !w->lock_addr)
+		return; /* none, or over (contention_end) */
 	/*
 	 * A slow-path kprobe's wait has no end event: it still stands only if
 	 * the task sleeps where that wait began, one of the return addresses

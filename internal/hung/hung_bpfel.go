@@ -130,6 +130,7 @@ const (
 	hungMapStats              = "stats"
 	hungMapWanted             = "wanted"
 	hungMapWqFuncs            = "wq_funcs"
+	hungProgBtfSchedSwitch    = "btf_sched_switch"
 	hungProgDumpFuse          = "dump_fuse"
 	hungProgDumpMmQueues      = "dump_mm_queues"
 	hungProgDumpTasks         = "dump_tasks"
@@ -190,6 +191,7 @@ type hungSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type hungProgramSpecs struct {
+	BtfSchedSwitch    *ebpf.ProgramSpec `ebpf:"btf_sched_switch"`
 	DumpFuse          *ebpf.ProgramSpec `ebpf:"dump_fuse"`
 	DumpMmQueues      *ebpf.ProgramSpec `ebpf:"dump_mm_queues"`
 	DumpTasks         *ebpf.ProgramSpec `ebpf:"dump_tasks"`
@@ -289,6 +291,7 @@ type hungVariables struct {
 //
 // It can be passed to loadHungObjects or ebpf.CollectionSpec.LoadAndAssign.
 type hungPrograms struct {
+	BtfSchedSwitch    *ebpf.Program `ebpf:"btf_sched_switch"`
 	DumpFuse          *ebpf.Program `ebpf:"dump_fuse"`
 	DumpMmQueues      *ebpf.Program `ebpf:"dump_mm_queues"`
 	DumpTasks         *ebpf.Program `ebpf:"dump_tasks"`
@@ -304,6 +307,7 @@ type hungPrograms struct {
 
 func (p *hungPrograms) Close() error {
 	return _HungClose(
+		p.BtfSchedSwitch,
 		p.DumpFuse,
 		p.DumpMmQueues,
 		p.DumpTasks,

@@ -7,9 +7,11 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 
 	"github.com/wolf-investigator/wolf/internal/bpfrec"
 	"github.com/wolf-investigator/wolf/internal/features"
+	"github.com/wolf-investigator/wolf/internal/kernelbtf"
 	"github.com/wolf-investigator/wolf/internal/lockslow"
 	"github.com/wolf-investigator/wolf/internal/probekit"
 )
@@ -18,8 +20,9 @@ import (
 // tracepoint and the task iterator are required; without the others the
 // investigation still works, with less precision.
 var attachTable = []probekit.Attach{
-	{Kind: probekit.RawTracepoint, Target: "sched/sched_switch", Program: "on_sched_switch", Required: true,
-		Why: "the exact time each task entered D state"},
+	{Kind: probekit.BTFTracepoint, Target: "sched/sched_switch", Program: "btf_sched_switch", Required: true,
+		Why: "the exact time each task entered D state",
+		Or:  []probekit.Attach{{Kind: probekit.RawTracepoint, Target: "sched/sched_switch", Program: "on_sched_switch"}}},
 	{Kind: probekit.Iter, Target: "task", Program: "dump_tasks", Required: true,
 		Why: "walking every task to find the blocked ones, with their stacks and lock owners"},
 	{Kind: probekit.RawTracepoint, Target: "lock/contention_begin", Program: "on_contention_begin",
@@ -28,7 +31,7 @@ var attachTable = []probekit.Attach{
 		Why: "the end of a lock wait"},
 	{Kind: probekit.RawTracepoint, Target: "sched/sched_process_hang", Program: "on_process_hang",
 		Why: "khungtaskd's own reports"},
-	{Kind: probekit.RawTracepoint, Target: "workqueue/workqueue_execute_start", Program: "on_wq_start",
+	{Kind: probekit.RawTracepoint, Target: wqStartTarget, Program: "on_wq_start",
 		Why: "kworkers' work functions, on kernels without worker_private"},
 	{Kind: probekit.Iter, Target: "task", Program: "dump_mm_queues",
 		Why: "mmap_lock wait lists: the lock, the queue order and the latest reader of killable waits that set no task->blocker (mmap, munmap, /proc/PID/cmdline)"},
@@ -47,6 +50,55 @@ func init() {
 				Why: "the " + k.String() + " a task waits on, where the kernel has no lock:contention_begin", Unless: "lock/contention_begin"})
 		}
 	}
+}
+
+// tableFor is the table to attach on this kernel: where task_struct has
+// worker_private (Linux 6.2+) the task iterator reads each kworker's work
+// function there, and the workqueue_execute_start program, which runs for
+// every work item the host executes, is left out.
+//
+// Where the kernel records a sleeping lock's waiter in task->blocker, the
+// contention programs only add the killable waits' locks (the mmap_lock's
+// have an iterator of their own): they are the first the BPF budget
+// sheds under a lock storm (probekit.Attach.Shed), begin and end together.
+func tableFor(table []probekit.Attach, workerPrivate, blocker bool) []probekit.Attach {
+	out := make([]probekit.Attach, 0, len(table))
+	for _, a := range table {
+		if a.Target == wqStartTarget && workerPrivate {
+			continue
+		}
+		if blocker && (a.Target == "lock/contention_begin" || a.Target == "lock/contention_end") {
+			a.Shed = ShedContention
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// ShedContention is the contention rows' rank in the budget's shedding:
+// the first to go.
+const ShedContention = 1
+
+const wqStartTarget = "workqueue/workqueue_execute_start"
+
+// taskHas says whether the kernel's task_struct has a member by that
+// name (worker_private: 6.2+; blocker: 6.16+); false when its BTF cannot
+// be read (the programs then attach as on kernels without it).
+func taskHas(member string) bool {
+	spec, err := kernelbtf.Spec()
+	if err != nil {
+		return false
+	}
+	var ts *btf.Struct
+	if err := spec.TypeByName("task_struct", &ts); err != nil {
+		return false
+	}
+	for _, m := range ts.Members {
+		if m.Name == member {
+			return true
+		}
+	}
+	return false
 }
 
 // maxHangReports bounds khungtaskd reports kept per window.
@@ -68,11 +120,12 @@ type hangReport struct {
 }
 
 func openProbe(useBlocker bool, btfPath string) (*probe, error) {
+	blocker := features.Probe(context.Background(), "task_blocker")
 	kit, err := probekit.Open(probekit.Object{
 		Name:  "hung",
 		Spec:  loadHung,
 		Vars:  map[string]any{"use_blocker": useBlocker},
-		Table: attachTable,
+		Table: tableFor(attachTable, taskHas("worker_private"), useBlocker && taskHas("blocker")),
 		BTF:   btfPath,
 	})
 	if err != nil {
@@ -82,7 +135,7 @@ func openProbe(useBlocker bool, btfPath string) (*probe, error) {
 	// Without task->blocker the lock of a task already blocked when wolf
 	// starts is unknown: said, as check says it.
 	if useBlocker {
-		if st := features.Probe(context.Background(), "task_blocker"); !st.Available {
+		if !blocker.Available {
 			p.notes = append(p.notes, "the lock a task blocked before wolf started waits on is unknown (task->blocker is Linux 6.16+, blocker_mutex 6.14): such tasks are grouped by where they wait")
 		}
 	}

@@ -45,6 +45,11 @@ const (
 	KindCgroup  = "cgroup"  // a cgroup directory; its processes killed, then removed
 	KindSysctl  = "sysctl"  // a sysctl the lab set to Value; set back to Orig if it still holds Value
 	KindProcess = "process" // a process that does not die with the lab; killed if it is still the same one
+	// KindLoop is a loop device (Source, "/dev/loopN") bound to a lab's
+	// backing file (Path): unbound if it still is, then removed if it is
+	// unbound (a removed device takes its queue's settings with it: the
+	// throttle rules, the bdi's dirty limits a lab set on it).
+	KindLoop = "loop"
 )
 
 // Item is one thing a lab leaves behind if it dies.
@@ -56,7 +61,7 @@ type Item struct {
 	// nothing that is not named so.
 	Path   string `json:"path"`
 	FSType string `json:"fstype,omitempty"` // KindMount
-	Source string `json:"source,omitempty"` // KindMount
+	Source string `json:"source,omitempty"` // KindMount; KindLoop: the device
 	Value  string `json:"value,omitempty"`  // KindSysctl: what the lab set
 	Orig   string `json:"orig,omitempty"`   // KindSysctl: what was there before
 	PID    int    `json:"pid,omitempty"`    // KindProcess
@@ -68,10 +73,14 @@ type Item struct {
 func Mount(point, fstype, source string) Item {
 	return Item{Kind: KindMount, Path: point, FSType: fstype, Source: source}
 }
-func Dir(path string) Item    { return Item{Kind: KindDir, Path: path} }
-func Tree(path string) Item   { return Item{Kind: KindTree, Path: path} }
-func File(path string) Item   { return Item{Kind: KindFile, Path: path} }
-func Cgroup(path string) Item { return Item{Kind: KindCgroup, Path: path} }
+func Dir(path string) Item { return Item{Kind: KindDir, Path: path} }
+
+// Loop records loop device dev ("/dev/loop3") bound to backing, a file of
+// the lab's.
+func Loop(dev, backing string) Item { return Item{Kind: KindLoop, Path: backing, Source: dev} }
+func Tree(path string) Item         { return Item{Kind: KindTree, Path: path} }
+func File(path string) Item         { return Item{Kind: KindFile, Path: path} }
+func Cgroup(path string) Item       { return Item{Kind: KindCgroup, Path: path} }
 func Sysctl(name, value, orig string) Item {
 	return Item{Kind: KindSysctl, Path: name, Value: value, Orig: orig}
 }
@@ -92,6 +101,8 @@ func (it Item) String() string {
 		return fmt.Sprintf("mount %s (%s %s)", it.Path, it.FSType, it.Source)
 	case KindSysctl:
 		return fmt.Sprintf("sysctl %s = %q (was %q)", it.Path, it.Value, it.Orig)
+	case KindLoop:
+		return fmt.Sprintf("loop device %s on %s", it.Source, it.Path)
 	case KindProcess:
 		return fmt.Sprintf("process %s pid %d", it.Path, it.PID)
 	}
@@ -434,6 +445,8 @@ func undo(it Item, owner int) error {
 		return os.RemoveAll(it.Path)
 	case KindCgroup:
 		return removeCgroup(it.Path)
+	case KindLoop:
+		return UndoLoop(it.Source, it.Path)
 	case KindSysctl:
 		cur, err := sysctl.Read(it.Path)
 		if err != nil {
@@ -538,6 +551,64 @@ func removeCgroup(dir string) error {
 		err := os.Remove(dir)
 		return err == nil || errors.Is(err, fs.ErrNotExist), nil
 	})
+}
+
+// UndoLoop unbinds loop device dev ("/dev/loop3") if backing is still
+// its backing file, then removes the device if nothing is bound to it.
+// A device bound to another file is someone else's now and is left.
+func UndoLoop(dev, backing string) error {
+	name := filepath.Base(dev)
+	n, err := strconv.Atoi(strings.TrimPrefix(name, "loop"))
+	if err != nil || !strings.HasPrefix(name, "loop") {
+		return fmt.Errorf("%s is not a loop device", dev)
+	}
+	cur := loopBacking(name)
+	if cur != "" && cur != backing && cur != backing+" (deleted)" {
+		return nil // bound to another file: not the lab's any more
+	}
+	if cur != "" {
+		f, err := os.OpenFile(dev, os.O_RDONLY, 0)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		if err == nil {
+			// On a device still in use this sets autoclear: it unbinds
+			// when its last user lets go.
+			err = unix.IoctlSetInt(int(f.Fd()), unix.LOOP_CLR_FD, 0)
+			f.Close()
+			if err != nil && !errors.Is(err, unix.ENXIO) {
+				return fmt.Errorf("unbind %s: %w", dev, err)
+			}
+		}
+	}
+	return WaitFor(context.Background(), 10*time.Second, dev+" to unbind", func() (bool, error) {
+		if loopBacking(name) != "" {
+			return false, nil
+		}
+		ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR, 0)
+		if err != nil {
+			return false, err
+		}
+		defer ctl.Close()
+		err = unix.IoctlSetInt(int(ctl.Fd()), unix.LOOP_CTL_REMOVE, n)
+		switch {
+		case err == nil, errors.Is(err, unix.ENODEV), errors.Is(err, unix.ENXIO):
+			return true, nil
+		case errors.Is(err, unix.EBUSY):
+			return false, nil // still closing
+		}
+		return false, fmt.Errorf("remove %s: %w", dev, err)
+	})
+}
+
+// loopBacking is the backing file of loop device name ("loop3"), "" when
+// it is unbound or gone.
+func loopBacking(name string) string {
+	b, err := os.ReadFile(filepath.Join("/sys/block", name, "loop/backing_file"))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
 
 func ignoreMissing(err error) error {

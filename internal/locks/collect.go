@@ -294,7 +294,7 @@ func (p *probe) read(w uint32) (*reading, error) {
 	return r, nil
 }
 
-// readFolds adds the waits the programs folded into their per-CPU
+// readFolds adds the waits (and mmap_lock holds) the programs folded into their per-CPU
 // cache (fold_cache in locks.bpf.c) but not yet into the maps: read after
 // the maps, so that a slot flushed between the two reads is missed for
 // one window rather than counted twice, and marked unfolded, so that its
@@ -332,6 +332,30 @@ func (p *probe) readFolds(r *reading, w uint32) error {
 			h.Merge(&x)
 			r.hists[lk] = h
 			r.histUnfolded[lk] = true
+		}
+	}
+	// mmap_lock holds, folded per CPU by thread the same way (mm_fold).
+	if p.maps.MmFold == nil {
+		return nil
+	}
+	var mper []locksMmFoldSlots
+	if err := p.maps.MmFold.Lookup(uint32(0), &mper); err != nil {
+		return fmt.Errorf("folded mmap_lock holds: %w", err)
+	}
+	for c := range mper {
+		for i := range mper[c].S {
+			sl := &mper[c].S[i]
+			if sl.Hold.Count == 0 {
+				continue
+			}
+			m := r.mm[sl.Key]
+			if m == nil {
+				m = &mmSum{comm: bpfrec.CString(sl.Comm[:])}
+				r.mm[sl.Key] = m
+			}
+			x := hist.FromBPF(&sl.Hold, w)
+			m.hold.Merge(&x)
+			m.unfolded = true
 		}
 	}
 	return nil

@@ -48,13 +48,22 @@ const volatile __u32 type_mask = 0xffffffff; /* enum lock_type bits */
 const volatile __u64 hold_threshold_ns = 20 * 1000 * 1000;
 const volatile bool owner_stacks = true;	 /* needs bpf_task_from_pid */
 const volatile bool mmap_has_memcg_path = false; /* 5.14..6.13 tracepoint args */
+/*
+ * The reclaim investigator runs in this process and shares its per-thread
+ * reclaim totals (reclaim_tasks, wolf.h): a hold's reclaim is their
+ * difference from acquire to release, and the vmscan programs below are
+ * not attached (user space leaves their rows out).
+ */
+const volatile bool reclaim_shared = false;
 const volatile __u64 owner_stack_every_ns = 10 * 1000 * 1000;
 /*
- * A stack walk costs a microsecond or two; under heavy contention the same
- * thread waits on the same lock from the same place thousands of times a
- * second, so its stack is walked at most once per this interval per lock.
+ * A stack walk costs microseconds (7-10 us on this project's VM, through a
+ * page fault's reclaim); under heavy contention the same lock is waited
+ * for from the same places thousands of times a second, so a thread's (or,
+ * for spin locks, a CPU's) stack of a lock is walked at most once per this
+ * interval, and the detail budget bounds the walks of all locks together.
  */
-const volatile __u64 stack_every_ns = 10 * 1000 * 1000;
+const volatile __u64 stack_every_ns = 100 * 1000 * 1000;
 /*
  * No spin wait lasts this long: a pending spin wait older than this lost
  * its end (the program was busy on this CPU: a recursion miss) and is
@@ -107,18 +116,23 @@ enum stat_index {
 	STAT_STALE,	      /* pending wait whose end was lost */
 	STAT_THROTTLED_HOLDS, /* a holder switched out with its cgroup throttled */
 	STAT_MM_STALE_HOLD,   /* a hold whose release was lost, seen at user return */
-	STAT_STACK_SKIPPED,   /* a wait filed without a stack: the detail budget was spent */
+	STAT_STACK_SKIPPED,   /* a wait or long hold filed without a stack: the detail budget was spent */
+	STAT_FOLD_FLUSH,      /* a fold slot flushed to the maps for another key */
 	STAT_MAX,
 };
 
 WOLF_STATS()
 
-/* The detail gates (wolf.h): stack walks of spin waits, of sleeping waits, of owners. */
+/*
+ * The detail gates (wolf.h): stack walks of spin waits, of sleeping waits,
+ * of owners, and of long mmap_lock holds at their release.
+ */
 enum detail_gate {
 	GATE_SPIN = 0,
 	GATE_SLEEP = 1,
 	GATE_OWNER = 2,
-	GATES = 3,
+	GATE_HOLD = 3,
+	GATES = 4,
 };
 
 WOLF_BUDGET(GATES)
@@ -419,15 +433,15 @@ static __always_inline bool is_rwsem(__u32 type)
 	return type == TYPE_RWSEM_READ || type == TYPE_RWSEM_WRITE;
 }
 
-static __always_inline bool wanted(__u64 lock, __u32 type)
+static __always_inline bool wanted(__u64 lock, __u32 type, __u64 pid_tgid)
 {
-	if (self_tgid && (bpf_get_current_pid_tgid() >> 32) == self_tgid)
+	if (self_tgid && (pid_tgid >> 32) == self_tgid)
 		return false;
 	if (target_lock && lock != target_lock)
 		return false;
 	if (!(type_mask & (1U << type)))
 		return false;
-	if (target_tgid && (bpf_get_current_pid_tgid() >> 32) != target_tgid)
+	if (target_tgid && (pid_tgid >> 32) != target_tgid)
 		return false;
 	return true;
 }
@@ -699,10 +713,11 @@ static __always_inline __s32 spin_stack(void *ctx, __u64 lock, __u32 type, __u64
 }
 
 /* A sleeping wait's stack id, from its thread's cache in c when fresh. */
-static __always_inline __s32 waiter_stack(void *ctx, struct pending *c, __u64 lock, __u32 tid,
-					  __u64 now)
+static __always_inline __s32 waiter_stack(void *ctx, struct pending *c, __u64 lock, __u32 type,
+					  __u32 tid, __u64 now)
 {
-	bool mine = c && c->stack_tid == tid && c->stack_lock == lock;
+	/* Its own, of this lock, taken as a wait of the same type (c->type: the last wait's). */
+	bool mine = c && c->stack_tid == tid && c->stack_lock == lock && c->type == type;
 	__s32 id;
 
 	if (mine && now - c->stack_ns < stack_every_ns)
@@ -740,10 +755,11 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 {
 	__u32 type = lock_type(flags);
 	__u64 now = bpf_ktime_get_ns();
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 zero = 0;
 
 	stat_inc(STAT_BEGIN);
-	if (!wanted(lock, type))
+	if (!wanted(lock, type, pid_tgid))
 		return;
 	if (spinning(flags)) {
 		struct pending *p = bpf_map_lookup_elem(&pending_cpu, &zero);
@@ -764,8 +780,8 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 		p->end_ns = 0;
 		p->lock = lock;
 		p->type = type;
-		p->tid = (__u32)bpf_get_current_pid_tgid();
-		p->tgid = bpf_get_current_pid_tgid() >> 32;
+		p->tid = (__u32)pid_tgid;
+		p->tgid = pid_tgid >> 32;
 		p->owner_kind = OWNER_NONE;
 		p->mm_tgid = 0;
 		p->behind_writer = 0;
@@ -773,7 +789,7 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 		return;
 	}
 
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)pid_tgid;
 	struct pending *old = bpf_map_lookup_elem(&pending_task, &tid);
 
 	if (old && old->start_ns && old->end_ns) {
@@ -801,14 +817,14 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 			     .tid = tid };
 	struct task_struct *o = 0;
 
-	p.stack_id = waiter_stack(ctx, old, lock, tid, now);
+	p.stack_id = waiter_stack(ctx, old, lock, type, tid, now);
 	if (old) {
 		p.stack_tid = old->stack_tid;
 		p.stack_lock = old->stack_lock;
 		p.stack_ns = old->stack_ns;
 		p.stack_cached = old->stack_cached;
 	}
-	p.tgid = bpf_get_current_pid_tgid() >> 32;
+	p.tgid = pid_tgid >> 32;
 	bpf_get_current_comm(&p.comm, sizeof(p.comm));
 	p.mm_tgid = own_mmap_lock(lock);
 	if (type == TYPE_MUTEX) {
@@ -926,8 +942,10 @@ static __always_inline void fold_wait(struct pending *p, __u64 d)
 	sl = &fs->s[wolf_bound(i, FOLD_SLOTS - 1)];
 	if (sl->key.lock != p->lock || sl->key.type != p->type || sl->key.stack_id != p->stack_id ||
 	    sl->key.mm_tgid != p->mm_tgid) {
-		if (sl->val.count)
+		if (sl->val.count) {
 			fold_flush(sl);
+			stat_inc(STAT_FOLD_FLUSH);
+		}
 		__builtin_memset(sl, 0, sizeof(*sl));
 		sl->key.lock = p->lock;
 		sl->key.type = p->type;
@@ -1219,6 +1237,9 @@ struct {
 	__type(value, struct mm_thread);
 } mm_threads SEC(".maps");
 
+/* The reclaim investigator's, when reclaim_shared (else one unused entry). */
+WOLF_RECLAIM_TASKS()
+
 static __always_inline struct mm_thread *mm_thread_of(__u32 tid)
 {
 	struct mm_thread z = {};
@@ -1334,20 +1355,30 @@ static __always_inline __u32 mm_owner_tgid(struct mm_struct *mm)
 	return 0;
 }
 
-static __always_inline struct mm_val *mm_stats_for(struct mm_key *k)
+/* k's entry, created if new, named comm (NULL: the current task's). */
+static __always_inline struct mm_val *mm_stats_named(struct mm_key *k, const char *comm)
 {
 	__u32 zero = 0;
-	struct mm_val *z = bpf_map_lookup_elem(&zero_mm, &zero);
-	struct mm_val *v;
+	struct mm_val *z, *v = bpf_map_lookup_elem(&mm_stats, k);
 
+	if (v)
+		return v;
+	z = bpf_map_lookup_elem(&zero_mm, &zero);
 	if (!z)
 		return 0;
 	v = lookup_or_init(&mm_stats, k, z);
 	if (!v)
 		stat_inc(STAT_MM_STATS_FULL);
+	else if (!v->comm[0] && comm)
+		__builtin_memcpy(v->comm, comm, sizeof(v->comm));
 	else if (!v->comm[0])
 		bpf_get_current_comm(&v->comm, sizeof(v->comm));
 	return v;
+}
+
+static __always_inline struct mm_val *mm_stats_for(struct mm_key *k)
+{
+	return mm_stats_named(k, 0);
 }
 
 /* A contended wait for the thread's own mmap_lock, into its histogram. */
@@ -1370,8 +1401,14 @@ static __always_inline bool mm_wanted(__u64 pid_tgid)
 	return !target_tgid || (pid_tgid >> 32) == target_tgid;
 }
 
-SEC("raw_tp/mmap_lock_acquire_returned")
-int on_mm_acquired(__u64 *ctx)
+/*
+ * A hold begins. With btf (5.11+: bpf_get_current_task_btf), the holder's
+ * clocks are plain loads from its task_struct; without, each is a probe
+ * read, a helper call of its own: the acquire runs for every mmap_lock
+ * taken on the host (an mmap-heavy workload takes it 70 000 times a
+ * second), and four probe reads were half of its cost.
+ */
+static __always_inline int mm_acquired(__u64 *ctx, const bool btf)
 {
 	__u64 now = bpf_ktime_get_ns();
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -1390,20 +1427,45 @@ int on_mm_acquired(__u64 *ctx)
 		/* mmap_write_downgrade: the hold goes on, now for reading. */
 		return 0;
 	}
-	__u32 mm_tgid = mm_owner_tgid(mm);
-	struct task_struct *cur = (struct task_struct *)bpf_get_current_task();
+	if (btf) {
+		struct task_struct *cur = bpf_get_current_task_btf();
 
+		if (cur->mm == mm)
+			t->mm_tgid = cur->tgid;
+		else
+			t->mm_tgid = mm_owner_tgid(mm);
+		t->runtime_ns = cur->se.sum_exec_runtime;
+		t->csw = cur->nvcsw + cur->nivcsw;
+		t->run_delay = 0;
+		if (bpf_core_field_exists(cur->sched_info.run_delay))
+			t->run_delay = cur->sched_info.run_delay;
+	} else {
+		struct task_struct *cur = (struct task_struct *)bpf_get_current_task();
+
+		t->mm_tgid = mm_owner_tgid(mm);
+		t->runtime_ns = BPF_CORE_READ(cur, se.sum_exec_runtime);
+		t->csw = BPF_CORE_READ(cur, nvcsw) + BPF_CORE_READ(cur, nivcsw);
+		t->run_delay = task_run_delay(cur);
+	}
 	t->hold_start_ns = now;
 	t->hold_mm = (__u64)mm;
 	t->hold_lock = (__u64)mm + bpf_core_field_offset(struct mm_struct, mmap_lock);
-	t->runtime_ns = BPF_CORE_READ(cur, se.sum_exec_runtime);
-	t->csw = BPF_CORE_READ(cur, nvcsw) + BPF_CORE_READ(cur, nivcsw);
-	t->run_delay = task_run_delay(cur);
 	t->throttled_since = 0;
 	t->throttled_ns = 0;
 	t->write = write;
-	t->mm_tgid = mm_tgid;
 	t->reclaim_start_ns = 0;
+	if (reclaim_shared) {
+		/* The thread's reclaim so far: the release takes the difference. */
+		struct wolf_reclaim_task *rt = bpf_map_lookup_elem(&reclaim_tasks, &tid);
+
+		t->reclaim_ns = rt ? rt->ns : 0;
+		t->reclaim_calls = rt ? rt->calls : 0;
+		t->pages_scanned = rt ? rt->scanned : 0;
+		t->pages_reclaimed = rt ? rt->reclaimed : 0;
+		t->pages_activated = rt ? rt->activated : 0;
+		t->pages_ref_keep = rt ? rt->ref_keep : 0;
+		return 0;
+	}
 	t->reclaim_ns = 0;
 	t->reclaim_calls = 0;
 	t->pages_scanned = 0;
@@ -1411,6 +1473,104 @@ int on_mm_acquired(__u64 *ctx)
 	t->pages_activated = 0;
 	t->pages_ref_keep = 0;
 	return 0;
+}
+
+/*
+ * The reclaim a hold did: with reclaim_shared, the thread's totals now
+ * minus at acquire (a thread whose entry was evicted and made again in
+ * between counts from zero); else what the vmscan programs added up.
+ */
+static __always_inline void hold_reclaim(struct hold_event *e, struct mm_thread *t, __u32 tid)
+{
+	if (reclaim_shared) {
+		struct wolf_reclaim_task *rt = bpf_map_lookup_elem(&reclaim_tasks, &tid);
+
+		if (!rt || rt->calls < t->reclaim_calls) {
+			e->reclaim_calls = rt ? rt->calls : 0;
+			e->reclaim_ns = rt ? rt->ns : 0;
+			e->pages_scanned = rt ? rt->scanned : 0;
+			e->pages_reclaimed = rt ? rt->reclaimed : 0;
+			e->pages_activated = rt ? rt->activated : 0;
+			e->pages_ref_keep = rt ? rt->ref_keep : 0;
+			return;
+		}
+		e->reclaim_calls = rt->calls - t->reclaim_calls;
+		e->reclaim_ns = rt->ns - t->reclaim_ns;
+		e->pages_scanned = rt->scanned - t->pages_scanned;
+		e->pages_reclaimed = rt->reclaimed - t->pages_reclaimed;
+		e->pages_activated = rt->activated - t->pages_activated;
+		e->pages_ref_keep = rt->ref_keep - t->pages_ref_keep;
+		return;
+	}
+	e->reclaim_ns = t->reclaim_ns;
+	e->reclaim_calls = t->reclaim_calls;
+	e->pages_scanned = t->pages_scanned;
+	e->pages_reclaimed = t->pages_reclaimed;
+	e->pages_activated = t->pages_activated;
+	e->pages_ref_keep = t->pages_ref_keep;
+}
+
+SEC("raw_tp/mmap_lock_acquire_returned")
+int on_mm_acquired(__u64 *ctx)
+{
+	return mm_acquired(ctx, true);
+}
+
+/* The same, for kernels before 5.11 (no bpf_get_current_task_btf). */
+SEC("raw_tp/mmap_lock_acquire_returned")
+int on_mm_acquired_probe(__u64 *ctx)
+{
+	return mm_acquired(ctx, false);
+}
+
+/*
+ * Holds fold into a per-CPU cache by thread, as waits do (fold_cache):
+ * the release runs as often as the acquire, and the hash lookup of the
+ * thread's mm_stats entry was most of it. A thread's holds add to its
+ * slot while it keeps the slot; another thread's flushes them first.
+ */
+#define MM_FOLD_SLOTS 16
+
+struct mm_fold_slot {
+	struct mm_key key;
+	char comm[WOLF_COMM_LEN]; /* the thread's, for a new mm_stats entry */
+	struct wolf_hist hold;
+};
+
+struct mm_fold_slots {
+	struct mm_fold_slot s[MM_FOLD_SLOTS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct mm_fold_slots);
+} mm_fold SEC(".maps");
+
+static __always_inline void mm_fold_hold(struct mm_key *k, __u64 d)
+{
+	__u32 zero = 0;
+	struct mm_fold_slots *fs = bpf_map_lookup_elem(&mm_fold, &zero);
+	struct mm_fold_slot *sl;
+
+	if (!fs)
+		return;
+	sl = &fs->s[wolf_bound(k->tid ^ (k->tid >> 4) ^ k->write, MM_FOLD_SLOTS - 1)];
+	if (sl->key.tid != k->tid || sl->key.tgid != k->tgid || sl->key.mm_tgid != k->mm_tgid ||
+	    sl->key.write != k->write) {
+		if (sl->hold.count) {
+			/* Another thread runs here: the slot's thread's name. */
+			struct mm_val *v = mm_stats_named(&sl->key, sl->comm);
+
+			if (v)
+				hist_merge(&v->hold, &sl->hold);
+		}
+		__builtin_memset(sl, 0, sizeof(*sl));
+		sl->key = *k;
+		bpf_get_current_comm(&sl->comm, sizeof(sl->comm));
+	}
+	wolf_hist_add_local(&sl->hold, d);
 }
 
 SEC("raw_tp/mmap_lock_released")
@@ -1433,9 +1593,7 @@ int on_mm_released(__u64 *ctx)
 	struct mm_key k = {
 		.tgid = pid_tgid >> 32, .tid = tid, .mm_tgid = t->mm_tgid, .write = t->write
 	};
-	struct mm_val *v = mm_stats_for(&k);
-	if (v)
-		wolf_hist_add_local(&v->hold, d); /* keyed by tid */
+	mm_fold_hold(&k, d);
 	if (d >= hold_threshold_ns) {
 		struct task_struct *cur = (struct task_struct *)bpf_get_current_task();
 		struct hold_event *e = bpf_ringbuf_reserve(&holds, sizeof(*e), 0);
@@ -1450,14 +1608,20 @@ int on_mm_released(__u64 *ctx)
 			e->tgid = pid_tgid >> 32;
 			e->mm_tgid = t->mm_tgid;
 			e->write = t->write;
-			e->stack_id = bpf_get_stackid(ctx, &stacks, 0);
+			/*
+			 * Under a storm most holds of a faulting process are
+			 * long (reclaim under the lock), and the walk through
+			 * reclaim's frames costs microseconds: the hold is
+			 * reported whatever the budget, its stack when it allows.
+			 */
+			if (wolf_detail_take(GATE_HOLD, now)) {
+				e->stack_id = bpf_get_stackid(ctx, &stacks, 0);
+			} else {
+				e->stack_id = -1;
+				stat_inc(STAT_STACK_SKIPPED);
+			}
 			bpf_get_current_comm(&e->comm, sizeof(e->comm));
-			e->reclaim_ns = t->reclaim_ns;
-			e->reclaim_calls = t->reclaim_calls;
-			e->pages_scanned = t->pages_scanned;
-			e->pages_reclaimed = t->pages_reclaimed;
-			e->pages_activated = t->pages_activated;
-			e->pages_ref_keep = t->pages_ref_keep;
+			hold_reclaim(e, t, tid);
 			e->runnable_ns = task_run_delay(cur) - t->run_delay;
 			e->lock = t->hold_lock;
 			e->throttled_ns = t->throttled_ns;
@@ -1564,11 +1728,20 @@ static __always_inline bool task_throttled(struct task_struct *t)
 {
 	struct task_struct___618 *t618 = (void *)t;
 
+	/* t is a BTF pointer (sched_switch's prev): direct loads. */
 	if (bpf_core_field_exists(t618->throttled))
-		return BPF_CORE_READ(t618, throttled);
+		return t618->throttled;
 	if (bpf_core_field_exists(t->se.cfs_rq))
-		return BPF_CORE_READ(t, se.cfs_rq, throttle_count) > 0;
+		return t->se.cfs_rq->throttle_count > 0;
 	return false;
+}
+
+/* A BTF pointer's state (5.14 renamed state to __state): a direct load. */
+static __always_inline unsigned int switch_state(struct task_struct *t)
+{
+	if (bpf_core_field_exists(t->__state))
+		return t->__state;
+	return ((struct task_struct___pre514 *)t)->state;
 }
 
 /* Throttled only on the way back to user space (6.18+). */
@@ -1587,9 +1760,12 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 
 	if (!pending)
 		return 0;
-	/* Switched out runnable with its cgroup throttled, holding? */
-	if (wolf_task_state(prev) == WOLF_TASK_RUNNING && task_throttled(prev)) {
-		__u32 tid = BPF_CORE_READ(prev, pid);
+	/*
+	 * Switched out runnable with its cgroup throttled, holding? Direct
+	 * loads (prev and next are BTF pointers): this runs at every switch.
+	 */
+	if (switch_state(prev) == WOLF_TASK_RUNNING && task_throttled(prev)) {
+		__u32 tid = prev->pid;
 		struct mm_thread *t = bpf_map_lookup_elem(&mm_threads, &tid);
 
 		if (t && t->hold_start_ns && throttle_at_user_return(prev)) {
@@ -1609,7 +1785,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	}
 	if (!*pending)
 		return 0;
-	__u32 ntid = BPF_CORE_READ(next, pid);
+	__u32 ntid = next->pid;
 	struct mm_thread *n = bpf_map_lookup_elem(&mm_threads, &ntid);
 
 	if (n && n->throttled_since) {

@@ -60,6 +60,16 @@ type locksLockKey struct {
 	Pad  uint32
 }
 
+type locksMmFoldSlots struct {
+	_ structs.HostLayout
+	S [16]struct {
+		_    structs.HostLayout
+		Key  locksMmKey
+		Comm [16]int8
+		Hold locksWolfHist
+	}
+}
+
 type locksMmKey struct {
 	_      structs.HostLayout
 	Tgid   uint32
@@ -249,7 +259,8 @@ const (
 	locksStatIndexSTAT_THROTTLED_HOLDS    locksStatIndex = 19
 	locksStatIndexSTAT_MM_STALE_HOLD      locksStatIndex = 20
 	locksStatIndexSTAT_STACK_SKIPPED      locksStatIndex = 21
-	locksStatIndexSTAT_MAX                locksStatIndex = 22
+	locksStatIndexSTAT_FOLD_FLUSH         locksStatIndex = 22
+	locksStatIndexSTAT_MAX                locksStatIndex = 23
 )
 
 type locksTaskKey struct {
@@ -318,6 +329,28 @@ type locksWolfHist struct {
 	}
 }
 
+type locksWolfReclaimTask struct {
+	_      structs.HostLayout
+	Cgid   uint64
+	Tgid   uint32
+	Kswapd uint32
+	Calls  uint64
+	Ns     uint64
+	CpuNs  uint64
+	MaxNs  struct {
+		_   structs.HostLayout
+		V   [2]uint64
+		Win [2]uint32
+		Tag [2]uint32
+	}
+	Csw       uint64
+	Scanned   uint64
+	Reclaimed uint64
+	Comm      [16]int8
+	RefKeep   uint64
+	Activated uint64
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -325,6 +358,7 @@ const (
 	locksMapFoldCache             = "fold_cache"
 	locksMapHolds                 = "holds"
 	locksMapLockHist              = "lock_hist"
+	locksMapMmFold                = "mm_fold"
 	locksMapMmStats               = "mm_stats"
 	locksMapMmThreads             = "mm_threads"
 	locksMapOwnerFrames           = "owner_frames"
@@ -334,6 +368,7 @@ const (
 	locksMapPendingCpu            = "pending_cpu"
 	locksMapPendingTask           = "pending_task"
 	locksMapQueues                = "queues"
+	locksMapReclaimTasks          = "reclaim_tasks"
 	locksMapScratch               = "scratch"
 	locksMapSlowStack             = "slow_stack"
 	locksMapStackCache            = "stack_cache"
@@ -357,6 +392,7 @@ const (
 	locksProgOnMemcgReclaimBegin  = "on_memcg_reclaim_begin"
 	locksProgOnMemcgReclaimEnd    = "on_memcg_reclaim_end"
 	locksProgOnMmAcquired         = "on_mm_acquired"
+	locksProgOnMmAcquiredProbe    = "on_mm_acquired_probe"
 	locksProgOnMmReleased         = "on_mm_released"
 	locksProgOnSample             = "on_sample"
 	locksProgOnShrinkInactive     = "on_shrink_inactive"
@@ -368,6 +404,7 @@ const (
 	locksVarMmapHasMemcgPath      = "mmap_has_memcg_path"
 	locksVarOwnerStackEveryNs     = "owner_stack_every_ns"
 	locksVarOwnerStacks           = "owner_stacks"
+	locksVarReclaimShared         = "reclaim_shared"
 	locksVarSelfTgid              = "self_tgid"
 	locksVarSlowRanges            = "slow_ranges"
 	locksVarStackEveryNs          = "stack_every_ns"
@@ -431,6 +468,7 @@ type locksProgramSpecs struct {
 	OnMemcgReclaimBegin  *ebpf.ProgramSpec `ebpf:"on_memcg_reclaim_begin"`
 	OnMemcgReclaimEnd    *ebpf.ProgramSpec `ebpf:"on_memcg_reclaim_end"`
 	OnMmAcquired         *ebpf.ProgramSpec `ebpf:"on_mm_acquired"`
+	OnMmAcquiredProbe    *ebpf.ProgramSpec `ebpf:"on_mm_acquired_probe"`
 	OnMmReleased         *ebpf.ProgramSpec `ebpf:"on_mm_released"`
 	OnSample             *ebpf.ProgramSpec `ebpf:"on_sample"`
 	OnShrinkInactive     *ebpf.ProgramSpec `ebpf:"on_shrink_inactive"`
@@ -446,6 +484,7 @@ type locksMapSpecs struct {
 	FoldCache        *ebpf.MapSpec `ebpf:"fold_cache"`
 	Holds            *ebpf.MapSpec `ebpf:"holds"`
 	LockHist         *ebpf.MapSpec `ebpf:"lock_hist"`
+	MmFold           *ebpf.MapSpec `ebpf:"mm_fold"`
 	MmStats          *ebpf.MapSpec `ebpf:"mm_stats"`
 	MmThreads        *ebpf.MapSpec `ebpf:"mm_threads"`
 	OwnerFrames      *ebpf.MapSpec `ebpf:"owner_frames"`
@@ -455,6 +494,7 @@ type locksMapSpecs struct {
 	PendingCpu       *ebpf.MapSpec `ebpf:"pending_cpu"`
 	PendingTask      *ebpf.MapSpec `ebpf:"pending_task"`
 	Queues           *ebpf.MapSpec `ebpf:"queues"`
+	ReclaimTasks     *ebpf.MapSpec `ebpf:"reclaim_tasks"`
 	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
 	SlowStack        *ebpf.MapSpec `ebpf:"slow_stack"`
 	StackCache       *ebpf.MapSpec `ebpf:"stack_cache"`
@@ -478,6 +518,7 @@ type locksVariableSpecs struct {
 	MmapHasMemcgPath  *ebpf.VariableSpec `ebpf:"mmap_has_memcg_path"`
 	OwnerStackEveryNs *ebpf.VariableSpec `ebpf:"owner_stack_every_ns"`
 	OwnerStacks       *ebpf.VariableSpec `ebpf:"owner_stacks"`
+	ReclaimShared     *ebpf.VariableSpec `ebpf:"reclaim_shared"`
 	SelfTgid          *ebpf.VariableSpec `ebpf:"self_tgid"`
 	SlowRanges        *ebpf.VariableSpec `ebpf:"slow_ranges"`
 	StackEveryNs      *ebpf.VariableSpec `ebpf:"stack_every_ns"`
@@ -511,6 +552,7 @@ type locksMaps struct {
 	FoldCache        *ebpf.Map `ebpf:"fold_cache"`
 	Holds            *ebpf.Map `ebpf:"holds"`
 	LockHist         *ebpf.Map `ebpf:"lock_hist"`
+	MmFold           *ebpf.Map `ebpf:"mm_fold"`
 	MmStats          *ebpf.Map `ebpf:"mm_stats"`
 	MmThreads        *ebpf.Map `ebpf:"mm_threads"`
 	OwnerFrames      *ebpf.Map `ebpf:"owner_frames"`
@@ -520,6 +562,7 @@ type locksMaps struct {
 	PendingCpu       *ebpf.Map `ebpf:"pending_cpu"`
 	PendingTask      *ebpf.Map `ebpf:"pending_task"`
 	Queues           *ebpf.Map `ebpf:"queues"`
+	ReclaimTasks     *ebpf.Map `ebpf:"reclaim_tasks"`
 	Scratch          *ebpf.Map `ebpf:"scratch"`
 	SlowStack        *ebpf.Map `ebpf:"slow_stack"`
 	StackCache       *ebpf.Map `ebpf:"stack_cache"`
@@ -539,6 +582,7 @@ func (m *locksMaps) Close() error {
 		m.FoldCache,
 		m.Holds,
 		m.LockHist,
+		m.MmFold,
 		m.MmStats,
 		m.MmThreads,
 		m.OwnerFrames,
@@ -548,6 +592,7 @@ func (m *locksMaps) Close() error {
 		m.PendingCpu,
 		m.PendingTask,
 		m.Queues,
+		m.ReclaimTasks,
 		m.Scratch,
 		m.SlowStack,
 		m.StackCache,
@@ -572,6 +617,7 @@ type locksVariables struct {
 	MmapHasMemcgPath  *ebpf.Variable `ebpf:"mmap_has_memcg_path"`
 	OwnerStackEveryNs *ebpf.Variable `ebpf:"owner_stack_every_ns"`
 	OwnerStacks       *ebpf.Variable `ebpf:"owner_stacks"`
+	ReclaimShared     *ebpf.Variable `ebpf:"reclaim_shared"`
 	SelfTgid          *ebpf.Variable `ebpf:"self_tgid"`
 	SlowRanges        *ebpf.Variable `ebpf:"slow_ranges"`
 	StackEveryNs      *ebpf.Variable `ebpf:"stack_every_ns"`
@@ -597,6 +643,7 @@ type locksPrograms struct {
 	OnMemcgReclaimBegin  *ebpf.Program `ebpf:"on_memcg_reclaim_begin"`
 	OnMemcgReclaimEnd    *ebpf.Program `ebpf:"on_memcg_reclaim_end"`
 	OnMmAcquired         *ebpf.Program `ebpf:"on_mm_acquired"`
+	OnMmAcquiredProbe    *ebpf.Program `ebpf:"on_mm_acquired_probe"`
 	OnMmReleased         *ebpf.Program `ebpf:"on_mm_released"`
 	OnSample             *ebpf.Program `ebpf:"on_sample"`
 	OnShrinkInactive     *ebpf.Program `ebpf:"on_shrink_inactive"`
@@ -618,6 +665,7 @@ func (p *locksPrograms) Close() error {
 		p.OnMemcgReclaimBegin,
 		p.OnMemcgReclaimEnd,
 		p.OnMmAcquired,
+		p.OnMmAcquiredProbe,
 		p.OnMmReleased,
 		p.OnSample,
 		p.OnShrinkInactive,

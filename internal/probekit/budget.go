@@ -4,10 +4,13 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/overhead"
@@ -38,14 +41,14 @@ import (
 
 // DetailCost is what one detailed event costs, for the gates' initial
 // rate: a kernel stack walk of 30–50 frames (a page fault's reclaim) into
-// a stack map, measured on the development VM under the memcg storm: 7–8
+// a stack map, measured on the development VM under the memcg storm: 7–10
 // µs, where the rest of a program's run is tens of ns. The controller
 // corrects for the real cost.
-const DetailCost = 8 * time.Microsecond
+const DetailCost = 10 * time.Microsecond
 
 // DetailShare is the part of the budget the gates start with; the rest
 // is the cheap, exact part's, which the budget cannot sample.
-const DetailShare = 0.1
+const DetailShare = 0.05
 
 // The gate's interval is kept within these bounds: 50 µs is 20 000
 // detailed events a second per CPU (no storm is sampled that lightly);
@@ -71,12 +74,25 @@ type Budget struct {
 	ncpu    int
 	tick    time.Duration // the controller's period: the meters' cycle
 	offset  time.Duration // into each cycle: after the measured period ends
+
+	// Shedding's state (see shedGroup): ticks over and well under the
+	// budget in a row, and what the programs spent before each group was
+	// shed, by member and rank, to tell whether it fits again.
+	overTicks, underTicks int
+	shedAt                map[shedKey]float64
+	lastSpend             float64
+}
+
+type shedKey struct {
+	p    *Probe
+	rank int
 }
 
 // member is one probe under the budget.
 type member struct {
-	share    time.Duration // its gate's initial interval
-	interval time.Duration // its gate's interval now
+	gates    int           // its object's detail gates (0: none)
+	share    time.Duration // their initial interval
+	interval time.Duration // their interval now
 }
 
 var (
@@ -105,45 +121,54 @@ func NewBudget(pct float64) (*Budget, error) {
 	if math.IsNaN(pct) || pct <= 0 || pct > 100*float64(runtime.NumCPU()) {
 		return nil, fmt.Errorf("a BPF budget must be above 0 and at most %d%% (every CPU), got %v", 100*runtime.NumCPU(), pct)
 	}
-	return &Budget{OneCPUPct: pct, members: map[*Probe]*member{}, ncpu: runtime.NumCPU(),
+	return &Budget{OneCPUPct: pct, members: map[*Probe]*member{}, ncpu: runtime.NumCPU(), shedAt: map[shedKey]float64{},
 		tick: overhead.OnPeriod + overhead.OffPeriod, offset: overhead.OnPeriod + 50*time.Millisecond}, nil
 }
 
 // perSecond is the budget in ns of BPF run time per second.
 func (b *Budget) perSecond() float64 { return b.OneCPUPct / 100 * 1e9 }
 
-// join puts p under the budget, if its object has gates, and sets their
-// initial interval: the detail share split evenly between the objects
-// with gates (counting p), then between each object's gates, each spread
-// over the CPUs.
+// join puts p under the budget: its programs' spend counts, its sheddable
+// rows may be shed, and if its object has gates they get their initial
+// interval: the detail share split evenly between the objects with gates
+// (counting p), then between each object's gates, each spread over the
+// CPUs.
 func (b *Budget) join(p *Probe) {
-	if p.maps[budgetMap] == nil || p.maps["wolf_detail"] == nil {
-		return
+	gates := 0
+	if p.maps[budgetMap] != nil && p.maps["wolf_detail"] != nil {
+		gates = int(max(p.maps["wolf_detail"].MaxEntries(), 1))
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	n := len(b.members) + 1
-	perObject := b.perSecond() * DetailShare / float64(n) // ns a second
-	// Each of the object's gates may take that rate (they share the
-	// interval and keep their own pace).
-	gates := max(p.maps["wolf_detail"].MaxEntries(), 1)
-	perCPU := perObject / float64(b.ncpu) / float64(gates) / float64(DetailCost.Nanoseconds())
-	share := clampInterval(time.Duration(float64(time.Second) / perCPU))
-	m := &member{share: share, interval: share}
-	b.members[p] = m
-	// The others' shares shrink to make room; their intervals follow
-	// at the controller's next tick.
-	for q, o := range b.members {
-		o.share = share
-		if q != p && o.interval < share {
-			o.interval = share
-			_ = q.setDetailInterval(o.interval)
-		}
-	}
-	_ = p.setDetailInterval(m.interval)
+	b.members[p] = &member{gates: gates}
+	b.reshare(p)
 	if b.stop == nil {
 		b.stop = make(chan struct{})
 		go b.control(b.stop)
+	}
+}
+
+// reshare gives every member with gates its share of the detail part of
+// the budget; a member whose interval is shorter than its new share (or
+// the new member, joined) starts there.
+func (b *Budget) reshare(joined *Probe) {
+	n := 0
+	for _, m := range b.members {
+		if m.gates > 0 {
+			n++
+		}
+	}
+	for q, m := range b.members {
+		if m.gates == 0 {
+			continue
+		}
+		perObject := b.perSecond() * DetailShare / float64(n) // ns a second
+		perCPU := perObject / float64(b.ncpu) / float64(m.gates) / float64(DetailCost.Nanoseconds())
+		m.share = clampInterval(time.Duration(float64(time.Second) / perCPU))
+		if q == joined || m.interval < m.share {
+			m.interval = m.share
+			_ = q.setDetailInterval(m.interval)
+		}
 	}
 }
 
@@ -152,6 +177,11 @@ func (b *Budget) leave(p *Probe) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	delete(b.members, p)
+	for k := range b.shedAt {
+		if k.p == p {
+			delete(b.shedAt, k)
+		}
+	}
 	if len(b.members) == 0 && b.stop != nil {
 		close(b.stop)
 		b.stop = nil
@@ -208,6 +238,9 @@ func (b *Budget) adjust() {
 		}
 		run += r
 		measured = max(measured, d)
+		if m.gates == 0 {
+			continue
+		}
 		if taken, skipped, err := p.detailCounts(); err == nil && taken+skipped > 0 {
 			gated = append(gated, active{p, m})
 		}
@@ -217,12 +250,78 @@ func (b *Budget) adjust() {
 	}
 	spend := float64(run) / float64(measured) * 1e9 // ns a second
 	budget := b.perSecond()
+	longest := true
 	for _, g := range gated {
 		next := nextInterval(g.m.interval, g.m.share, spend, budget)
 		if next != g.m.interval {
 			g.m.interval = next
 			_ = g.p.setDetailInterval(next)
 		}
+		longest = longest && next >= maxDetailInterval
+	}
+	b.shed(spend, budget, longest)
+	b.lastSpend = spend
+}
+
+// shed detaches a sheddable group when the programs have spent over the
+// budget for shedAfterTicks ticks with the gates at their longest (or
+// twice the budget, whatever the gates), and
+// attaches one again when they have spent under half of it for
+// restoreAfterTicks and what they spent before it was shed fits.
+func (b *Budget) shed(spend, budget float64, gatesLongest bool) {
+	switch {
+	case spend > budget:
+		b.overTicks++
+		b.underTicks = 0
+	case spend < budget/2:
+		b.underTicks++
+		b.overTicks = 0
+	default:
+		b.overTicks, b.underTicks = 0, 0
+	}
+	// Members in a fixed order (by name), so that which goes first is
+	// decided by rank, then name, not by map order.
+	probes := make([]*Probe, 0, len(b.members))
+	for p := range b.members {
+		probes = append(probes, p)
+	}
+	slices.SortFunc(probes, func(x, y *Probe) int { return strings.Compare(x.name, y.name) })
+	// Far over, the gates' last steps would take seconds more of a
+	// window that may be ten seconds long: shed beside them.
+	if b.overTicks >= shedAfterTicks && (gatesLongest || spend > 2*budget) {
+		var best *Probe
+		rank := 0
+		for _, p := range probes {
+			if att, _ := p.sheddable(); len(att) > 0 && (best == nil || att[0] < rank) {
+				best, rank = p, att[0]
+			}
+		}
+		if best != nil {
+			b.shedAt[shedKey{best, rank}] = spend
+			best.shedGroup(rank)
+			b.overTicks = 0
+		}
+		return
+	}
+	if b.underTicks >= restoreAfterTicks {
+		var best *Probe
+		rank := 0
+		for _, p := range probes {
+			if _, det := p.sheddable(); len(det) > 0 && (best == nil || det[0] > rank) {
+				best, rank = p, det[0]
+			}
+		}
+		if best == nil {
+			return
+		}
+		// What the group cost is at most what all spent before it went
+		// minus what they spend now; back only if that fits.
+		k := shedKey{best, rank}
+		if cost := b.shedAt[k] - spend; spend+max(cost, 0) < budget {
+			delete(b.shedAt, k)
+			best.restoreGroup(rank)
+		}
+		b.underTicks = 0
 	}
 }
 
@@ -310,4 +409,129 @@ func (p *Probe) sampling() *finding.Sampling {
 		s.IntervalUs = float64(p.budget.interval(p).Nanoseconds()) / 1e3
 	}
 	return s
+}
+
+// Shedding. Sampling bounds what the detail costs; what a program must
+// count exactly costs its runs. When the programs still spend more than
+// the budget with every gate at its longest interval, the budget detaches
+// the rows their investigators marked sheddable (Attach.Shed), a group at
+// a time, lowest Shed first, and attaches them again once the programs
+// spend well under the budget. Each report says for how long what was
+// detached, and what was not seen meanwhile.
+
+// shedState is a probe's sheddable rows.
+type shedState struct {
+	rows []shedRow
+}
+
+type shedRow struct {
+	attach Attach // the row as the table has it
+	rank   int
+	since  time.Time     // detached since; zero while attached
+	total  time.Duration // detached time in the window so far (ended detachments)
+}
+
+// The controller's hysteresis: over budget this many ticks in a row (with
+// the gates at their longest) before a group is shed; well under it this
+// many before one comes back, and only if what it cost when it was shed
+// fits under the budget again.
+const (
+	shedAfterTicks    = 2
+	restoreAfterTicks = 3
+)
+
+// sheddable lists the ranks p could shed now (attached groups), lowest
+// first, and those it has shed, highest first.
+func (p *Probe) sheddable() (attached, detached []int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	seenA, seenD := map[int]bool{}, map[int]bool{}
+	for _, r := range p.shed.rows {
+		if r.since.IsZero() && !seenA[r.rank] {
+			seenA[r.rank] = true
+			attached = append(attached, r.rank)
+		} else if !r.since.IsZero() && !seenD[r.rank] {
+			seenD[r.rank] = true
+			detached = append(detached, r.rank)
+		}
+	}
+	slices.Sort(attached)
+	slices.Sort(detached)
+	slices.Reverse(detached)
+	return attached, detached
+}
+
+// shedGroup detaches p's rows of rank.
+func (p *Probe) shedGroup(rank int) {
+	now := time.Now()
+	var closing []link.Link
+	p.mu.Lock()
+	for i := range p.shed.rows {
+		r := &p.shed.rows[i]
+		if r.rank != rank || !r.since.IsZero() {
+			continue
+		}
+		l := p.rowLinks[r.attach.Target]
+		if l == nil {
+			continue
+		}
+		delete(p.rowLinks, r.attach.Target)
+		p.links = slices.DeleteFunc(p.links, func(x link.Link) bool { return x == l })
+		closing = append(closing, l)
+		r.since = now
+	}
+	p.mu.Unlock()
+	for _, l := range closing {
+		_ = l.Close()
+	}
+}
+
+// restoreGroup attaches p's rows of rank again, as they attached first.
+func (p *Probe) restoreGroup(rank int) {
+	for i := range p.shed.rows {
+		p.mu.Lock()
+		r := &p.shed.rows[i]
+		if r.rank != rank || r.since.IsZero() {
+			p.mu.Unlock()
+			continue
+		}
+		a, ok := p.chosen[r.attach.Target]
+		p.mu.Unlock()
+		if !ok {
+			continue
+		}
+		l, err := p.attachOne(a, ebpf.CollectionOptions{})
+		p.mu.Lock()
+		if err == nil && l != nil {
+			p.rowLinks[r.attach.Target] = l
+			r.total += time.Since(r.since)
+			r.since = time.Time{}
+		}
+		p.mu.Unlock()
+	}
+}
+
+// sheddings are the window's detachments since the previous call, for
+// the report.
+func (p *Probe) sheddings() []finding.Shedding {
+	now := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []finding.Shedding
+	for i := range p.shed.rows {
+		r := &p.shed.rows[i]
+		d := r.total
+		ongoing := !r.since.IsZero()
+		if ongoing {
+			d += now.Sub(r.since)
+			r.since = now // the rest counts in the next window
+		}
+		r.total = 0
+		if d <= 0 {
+			continue
+		}
+		out = append(out, finding.Shedding{Investigator: p.name, Target: r.attach.Target, Why: r.attach.Why,
+			DetachedS: math.Round(d.Seconds()*100) / 100, Ongoing: ongoing})
+	}
+	return out
 }

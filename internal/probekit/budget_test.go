@@ -1,6 +1,7 @@
 package probekit_test
 
 import (
+	"os"
 	"runtime"
 	"sync"
 	"testing"
@@ -94,5 +95,43 @@ func TestBudgetSamplesDetail(t *testing.T) {
 	// Every switch counted, exactly, whatever the gate did.
 	if s.Events < c[kittest.StatSwitches] || s.Events < 4000 || s.Rate != float64(s.Detailed)/float64(s.Events) {
 		t.Errorf("events %d (switches counted %d), rate %v", s.Events, c[kittest.StatSwitches], s.Rate)
+	}
+}
+
+// Over budget with the detail sampled as far as it goes, the budget
+// detaches the sheddable rows and the overhead says for how long.
+func TestBudgetShedsOverBudget(t *testing.T) {
+	testutil.RequireRoot(t)
+	b, err := probekit.NewBudget(0.0001) // far under what any program costs
+	if err != nil {
+		t.Fatal(err)
+	}
+	probekit.SetBudget(b)
+	defer probekit.SetBudget(nil)
+	// A raw tracepoint program attaches anywhere: the sheddable row on an
+	// event of its own (rows are keyed by their target).
+	shed := probekit.Attach{Kind: probekit.RawTracepoint, Target: "sched/sched_wakeup", Program: "on_switch", Why: "wake-ups", Shed: 1}
+	p, err := probekit.Open(probekit.Object{
+		Name: "kittest", Spec: kittest.Spec, Table: []probekit.Attach{gatedRow, shed},
+		Vars: map[string]any{"target_tgid": uint32(os.Getpid())},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	// The controller ticks once a second: shedding takes a few.
+	deadline := time.Now().Add(15 * time.Second)
+	var got []string
+	for time.Now().Before(deadline) && len(got) == 0 {
+		switchMany()
+		for _, s := range p.Overhead(0, 0).Shed {
+			got = append(got, s.Target)
+			if s.Investigator != "kittest" || s.Why != "wake-ups" || s.DetachedS <= 0 {
+				t.Errorf("shedding: %+v", s)
+			}
+		}
+	}
+	if len(got) != 1 || got[0] != "sched/sched_wakeup" {
+		t.Fatalf("shed: %v", got)
 	}
 }

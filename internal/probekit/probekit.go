@@ -111,6 +111,20 @@ type Attach struct {
 	// When one of them attaches, the missing row's loss is not noted:
 	// the investigator says what the stand-ins do not see (StoodIn).
 	Unless string
+	// Later rows are loaded (verified) at Open but attached only when the
+	// investigator calls Arm with their Target: programs that cost more
+	// than the rest and are worth it only once there is something for
+	// them to see. Until then they count as capabilities (they load), not
+	// as attached.
+	Later bool
+	// Shed, when not 0, lets the budget detach the row while the
+	// programs spend more than the budget with their detail sampled as
+	// far as it goes: wolf's cost is then that of the events it must
+	// count exactly, and only dropping a program's runs lowers it. Rows
+	// of one object with the same Shed go and come back together (a
+	// begin and its end); lower values go first, and come back last.
+	// For optional rows whose loss the report can say in a line (Why).
+	Shed int
 }
 
 // Feature is the `wolf check` feature this row needs, named as package
@@ -169,6 +183,10 @@ type Object struct {
 	// the events the detail is for, so that the report's rate is per
 	// event; empty: the gate's own count of the events it was asked for.
 	DetailEvents string
+	// Share names maps the object shares with other objects of this
+	// process, and what its programs do with each (shared.go): one
+	// investigator's programs keep what another's read.
+	Share map[string]ShareRole
 }
 
 // Requirements lists what the table needs, for `wolf check`: one entry per
@@ -210,13 +228,21 @@ type Probe struct {
 	samplers []*perfsample.Sampler
 	rings    []interface{ close() }
 
-	attached map[string]bool     // by Target (and "perf_event")
-	chosen   map[string]Attach   // by the row's Target: the variant that attached
-	stoodIn  map[string][]string // by a missing row's Target: its stand-ins' Targets that attached
+	attached map[string]bool      // by Target (and "perf_event")
+	rowLinks map[string]link.Link // by Target: the link of a row that may be shed
+	shed     shedState            // budget.go
+	chosen   map[string]Attach    // by the row's Target: the variant that attached
+	stoodIn  map[string][]string  // by a missing row's Target: its stand-ins' Targets that attached
+	later    map[string]Attach    // by a Later row's Target: the variant that loaded, to attach on Arm
 	losses   []Loss
 	meter    *overhead.Meter
 	counters counterWindow
 	window   uint32 // wolf_window: the window whose maxima the programs keep
+
+	// Shared maps (shared.go): those the probe holds, and of them those
+	// its programs write (counted once it attached).
+	share   map[string]ShareRole
+	writing []string
 
 	// The detail budget (budget.go): the one this probe is under (nil:
 	// none, the gate takes everything), what its gate guards, and the
@@ -281,9 +307,10 @@ func Open(o Object) (*Probe, error) {
 		name: o.Name, spec: spec,
 		progs: map[string]*ebpf.Program{}, iters: map[string]*link.Iter{},
 		attached: map[string]bool{}, chosen: map[string]Attach{}, stoodIn: map[string][]string{},
+		rowLinks: map[string]link.Link{}, later: map[string]Attach{},
 		extra: o.Extra, meter: overhead.Start(), detailWhat: o.Detail, detailEvents: -1,
 	}
-	if err := p.loadMaps(opts); err != nil {
+	if err := p.loadMaps(opts, o.Share); err != nil {
 		p.Close()
 		return nil, err
 	}
@@ -327,7 +354,12 @@ func Open(o Object) (*Probe, error) {
 		if row.Unless != "" && p.attached[row.Unless] {
 			continue // what it stands in for is there
 		}
-		err := p.attachRow(row, opts, o.Refuse)
+		var err error
+		if row.Later {
+			err = p.loadRow(row, opts, o.Refuse)
+		} else {
+			err = p.attachRow(row, opts, o.Refuse)
+		}
 		if err == nil {
 			if row.Unless != "" {
 				p.stoodIn[row.Unless] = append(p.stoodIn[row.Unless], row.Target)
@@ -341,6 +373,7 @@ func Open(o Object) (*Probe, error) {
 		p.losses = append(p.losses, Loss{Attach: row, Err: err})
 	}
 	p.meter.Track(p.metered()...)
+	p.markWriters()
 	return p, nil
 }
 
@@ -371,9 +404,16 @@ func CheckTable(spec *ebpf.CollectionSpec, table []Attach) error {
 }
 
 // loadMaps creates every map of the object (and its rodata, configured),
-// once; programs are then loaded one by one against them.
-func (p *Probe) loadMaps(opts ebpf.CollectionOptions) error {
+// once, but for the shared ones, which it takes from the process's;
+// programs are then loaded one by one against them.
+func (p *Probe) loadMaps(opts ebpf.CollectionOptions, share map[string]ShareRole) error {
+	repl, held, err := shareMaps(p.name, p.spec, share)
+	if err != nil {
+		return err
+	}
+	p.share = held
 	only := &ebpf.CollectionSpec{Maps: p.spec.Maps, Variables: p.spec.Variables, Types: p.spec.Types, ByteOrder: p.spec.ByteOrder}
+	opts.MapReplacements = repl
 	coll, err := ebpf.NewCollectionWithOptions(only, opts)
 	if err != nil {
 		return fmt.Errorf("%s: create BPF maps: %w", p.name, err)
@@ -413,22 +453,79 @@ func (p *Probe) attachRow(row Attach, opts ebpf.CollectionOptions, refuse map[st
 			err = fmt.Errorf("refused for a test: %w", ebpf.ErrNotSupported)
 			continue
 		}
-		if err = p.attachOne(a, opts); err == nil {
+		var l link.Link
+		if l, err = p.attachOne(a, opts); err == nil {
 			p.attached[row.Target] = true
 			if a.Kind == PerfSample {
 				p.attached["perf_event"] = true
 			}
+			// The budget's controller may shed and restore rows
+			// (budget.go) while later ones attach.
+			p.mu.Lock()
 			p.chosen[row.Target] = a
+			if row.Shed != 0 && l != nil {
+				p.rowLinks[row.Target] = l
+				p.shed.rows = append(p.shed.rows, shedRow{attach: row, rank: row.Shed})
+			}
+			p.mu.Unlock()
 			return nil
 		}
 	}
 	return err
 }
 
-func (p *Probe) attachOne(a Attach, opts ebpf.CollectionOptions) error {
+// loadRow loads a Later row's program (or an alternative's) for Arm.
+func (p *Probe) loadRow(row Attach, opts ebpf.CollectionOptions, refuse map[string]bool) error {
+	var err error
+	for _, a := range append([]Attach{row}, row.Or...) {
+		if refuse[a.Target] || refuse[a.Program] {
+			err = fmt.Errorf("refused for a test: %w", ebpf.ErrNotSupported)
+			continue
+		}
+		if _, err = p.program(a.Program, opts); err == nil {
+			p.later[row.Target] = a
+			return nil
+		}
+	}
+	return err
+}
+
+// Arm attaches the Later row with this Target, once; it fails when the
+// row's program did not load at Open (its loss is in the notes).
+func (p *Probe) Arm(target string) error {
+	p.mu.Lock()
+	a, ok := p.later[target]
+	done := p.attached[target]
+	p.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("%s: %s was not loaded", p.name, target)
+	}
+	if done {
+		return nil
+	}
+	if _, err := p.attachOne(a, ebpf.CollectionOptions{}); err != nil {
+		return fmt.Errorf("%s: attach %s: %s", p.name, target, Explain(err))
+	}
+	p.mu.Lock()
+	p.attached[target] = true
+	p.chosen[target] = a
+	p.mu.Unlock()
+	return nil
+}
+
+// Armable says whether the Later row with this Target loaded, and can be
+// armed.
+func (p *Probe) Armable(target string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok := p.later[target]
+	return ok
+}
+
+func (p *Probe) attachOne(a Attach, opts ebpf.CollectionOptions) (link.Link, error) {
 	prog, err := p.program(a.Program, opts)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var l link.Link
 	switch a.Kind {
@@ -447,29 +544,29 @@ func (p *Probe) attachOne(a Attach, opts ebpf.CollectionOptions) error {
 	case PerfSample:
 		s, err := perfsample.Attach(prog, a.Hz)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		p.mu.Lock()
 		p.samplers = append(p.samplers, s)
 		p.mu.Unlock()
-		return nil
+		return nil, nil
 	case Iter:
 		it, err := link.AttachIter(link.IterOptions{Program: prog})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		p.iters[a.Program] = it
-		return nil
+		return nil, nil
 	default:
-		return fmt.Errorf("unknown attach kind %v", a.Kind)
+		return nil, fmt.Errorf("unknown attach kind %v", a.Kind)
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	p.mu.Lock()
 	p.links = append(p.links, l)
 	p.mu.Unlock()
-	return nil
+	return l, nil
 }
 
 // Map returns the object's map by name, nil if it has none.
@@ -502,10 +599,16 @@ func (p *Probe) Iter(program string) *link.Iter { return p.iters[program] }
 
 // Attached says whether the row with this Target attached (through any
 // of its alternatives). "perf_event" says whether a PerfSample row did.
-func (p *Probe) Attached(target string) bool { return p.attached[target] }
+func (p *Probe) Attached(target string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.attached[target]
+}
 
 // Chosen returns the variant that attached for the row with this Target.
 func (p *Probe) Chosen(target string) (Attach, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	a, ok := p.chosen[target]
 	return a, ok
 }
@@ -527,9 +630,12 @@ func (p *Probe) AssignMaps(to any) error {
 // Capabilities are the report's: one entry per row's feature (attached or
 // not), "perf_event" for sampling rows.
 func (p *Probe) Capabilities(table []Attach) map[string]bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	out := map[string]bool{}
 	for _, a := range table {
-		out[a.Feature()] = out[a.Feature()] || p.attached[a.Target]
+		_, loaded := p.later[a.Target]
+		out[a.Feature()] = out[a.Feature()] || p.attached[a.Target] || loaded
 	}
 	return out
 }
@@ -566,6 +672,7 @@ func (p *Probe) Overhead(events, dropped uint64) finding.Overhead {
 	if s := p.sampling(); s != nil {
 		o.Sampled = append(o.Sampled, *s)
 	}
+	o.Shed = p.sheddings()
 	return o
 }
 
@@ -600,11 +707,14 @@ func (p *Probe) Detach() {
 // Close detaches (if not yet done), stops the meter, closes ring readers,
 // iterators, programs and maps. It is safe to call more than once.
 func (p *Probe) Close() {
-	p.Detach()
+	// Out of the budget first: once leave returns, its controller (which
+	// holds the budget's lock while it sheds or restores) touches p's
+	// links no more, and Detach closes every one.
 	if p.budget != nil {
 		p.budget.leave(p)
 		p.budget = nil
 	}
+	p.Detach()
 	if p.meter != nil {
 		p.meter.Close()
 	}
@@ -627,6 +737,7 @@ func (p *Probe) Close() {
 		_ = m.Close()
 		delete(p.maps, n)
 	}
+	p.releaseShared()
 }
 
 // ErrNoCounters is returned by Counters for objects without a stats map.

@@ -31,7 +31,7 @@ var attachTable = []probekit.Attach{
 	{Kind: probekit.BTFTracepoint, Target: "vmscan/mm_vmscan_direct_reclaim_end", Program: "on_direct_end",
 		Why: "a direct reclaim call ends"},
 	{Kind: probekit.BTFTracepoint, Target: "vmscan/mm_vmscan_lru_shrink_active", Program: "on_shrink_active",
-		Why: "pages moved off the active lists"},
+		Why: "pages moved off the active lists", Shed: 3},
 	{Kind: probekit.BTFTracepoint, Target: "vmscan/mm_vmscan_memcg_softlimit_reclaim_begin", Program: "on_softlimit_begin",
 		Why: "cgroup v1 soft-limit reclaim"},
 	{Kind: probekit.BTFTracepoint, Target: "vmscan/mm_vmscan_memcg_softlimit_reclaim_end", Program: "on_softlimit_end",
@@ -50,8 +50,9 @@ var attachTable = []probekit.Attach{
 		Why: "allocations that ask kswapd to run"},
 }
 
-// perCPUBudget bounds the memory of the per-CPU cgroup map: its entries are
-// lowered on hosts with many CPUs so that it never takes more than this.
+// perCPUBudget bounds the memory of each per-CPU map (cgroups, hists):
+// their entries are lowered on hosts with many CPUs so that none takes
+// more than this.
 const perCPUBudget = 16 << 20
 
 // probe owns everything reclaim attaches to the kernel, through the kit.
@@ -67,18 +68,25 @@ func openProbe(useMemcg bool, refuse map[string]bool) (*probe, error) {
 	kit, err := probekit.Open(probekit.Object{
 		Name: "reclaim",
 		Spec: loadReclaim,
-		Vars: map[string]any{"use_memcg": useMemcg},
+		Vars: map[string]any{"use_memcg": useMemcg, "task_btf": probekit.HaveCurrentTaskBTF()},
 		Prepare: func(spec *ebpf.CollectionSpec) error {
 			if n, err := ebpf.PossibleCPU(); err == nil && n > 0 {
 				ms := spec.Maps["cgroups"]
 				per := uint32(perCPUBudget / (int(unsafe.Sizeof(reclaimCgStats{})) * n))
 				ms.MaxEntries = max(min(ms.MaxEntries, per), 64)
+				hs := spec.Maps["hists"]
+				per = uint32(perCPUBudget / (int(unsafe.Sizeof(reclaimWolfHist{})) * n))
+				hs.MaxEntries = max(min(hs.MaxEntries, per), 64)
 			}
 			return nil
 		},
 		Table:  attachTable,
 		Refuse: refuse,
 		BTF:    kernelbtf.External(),
+		// Its per-thread totals, which locks reads when it runs in this
+		// process too (a hold's reclaim), instead of following every
+		// reclaim batch itself.
+		Share: map[string]probekit.ShareRole{"reclaim_tasks": probekit.Writes},
 	})
 	if err != nil {
 		return nil, err
@@ -124,7 +132,7 @@ type cgRead struct {
 // window's maxima, the calls in flight.
 type raw struct {
 	cgroups  map[uint64]*cgRead
-	tasks    map[uint32]reclaimTaskStats
+	tasks    map[uint32]reclaimWolfReclaimTask
 	taskMax  map[uint32]uint64 // the window's longest call per thread
 	inflight map[uint32]reclaimInflight
 	before   map[uint32]flight // windows: what earlier windows counted of a call in flight
@@ -138,7 +146,7 @@ type raw struct {
 func (p *probe) read(w uint32) (*raw, error) {
 	r := &raw{
 		cgroups:  map[uint64]*cgRead{},
-		tasks:    map[uint32]reclaimTaskStats{},
+		tasks:    map[uint32]reclaimWolfReclaimTask{},
 		taskMax:  map[uint32]uint64{},
 		inflight: map[uint32]reclaimInflight{},
 		hists:    map[reclaimHistKey]hist.Log2{},
@@ -156,9 +164,9 @@ func (p *probe) read(w uint32) (*raw, error) {
 	}
 	var (
 		tid uint32
-		ts  reclaimTaskStats
+		ts  reclaimWolfReclaimTask
 	)
-	it = p.maps.Tasks.Iterate()
+	it = p.maps.ReclaimTasks.Iterate()
 	for it.Next(&tid, &ts) {
 		r.tasks[tid] = ts
 		r.taskMax[tid] = probekit.WindowMax(ts.MaxNs.V, ts.MaxNs.Win, w)
@@ -172,7 +180,9 @@ func (p *probe) read(w uint32) (*raw, error) {
 	var f reclaimInflight
 	it = p.maps.Inflights.Iterate()
 	for it.Next(&tid, &f) {
-		r.inflight[tid] = f
+		if f.StartNs != 0 { // 0: the thread's last call is over
+			r.inflight[tid] = f
+		}
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("reclaim: read inflight map: %w", err)
@@ -181,9 +191,15 @@ func (p *probe) read(w uint32) (*raw, error) {
 		hk reclaimHistKey
 		hv reclaimWolfHist
 	)
+	var hvs []reclaimWolfHist
 	it = p.maps.Hists.Iterate()
-	for it.Next(&hk, &hv) {
-		r.hists[hk] = hist.FromBPF(&hv, w)
+	for it.Next(&hk, &hvs) {
+		var h hist.Log2
+		for i := range hvs {
+			x := hist.FromBPF(&hvs[i], w)
+			h.Merge(&x)
+		}
+		r.hists[hk] = h
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("reclaim: read histograms: %w", err)

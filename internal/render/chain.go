@@ -69,6 +69,8 @@ func subjectLines(s finding.Subject) (string, string) {
 	switch {
 	case s.Role == finding.RoleLock:
 		l1 = s.Lock
+	case s.Role == finding.RoleCgroup && s.Label != "":
+		l1 = s.Label
 	case s.Role == finding.RoleCgroup:
 		l1 = "cgroup " + s.Cgroup
 	case s.PID != 0 && s.TID != 0 && s.TID != s.PID:

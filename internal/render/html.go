@@ -206,8 +206,8 @@ type htmlFinding struct {
 }
 
 type subjectCols struct {
-	PID, TID, Comm, Cgroup, CPU, State, Detail bool
-	Span                                       int // columns after the role, for the stack row
+	PID, TID, Comm, Cgroup, Workload, CPU, State, Detail bool
+	Span                                                 int // columns after the role, for the stack row
 }
 
 type htmlSubject struct {
@@ -235,11 +235,12 @@ func newHTMLFinding(i int, f *finding.Finding) htmlFinding {
 		c.TID = c.TID || (s.TID != 0 && s.TID != s.PID)
 		c.Comm = c.Comm || s.Comm != ""
 		c.Cgroup = c.Cgroup || s.Cgroup != ""
+		c.Workload = c.Workload || s.Label != ""
 		c.CPU = c.CPU || s.CPU != nil
 		c.State = c.State || s.State != ""
 		c.Detail = c.Detail || s.Detail != ""
 	}
-	for _, on := range []bool{h.Cols.PID, h.Cols.TID, h.Cols.Comm, h.Cols.Cgroup, h.Cols.CPU, h.Cols.State, h.Cols.Detail} {
+	for _, on := range []bool{h.Cols.PID, h.Cols.TID, h.Cols.Comm, h.Cols.Cgroup, h.Cols.Workload, h.Cols.CPU, h.Cols.State, h.Cols.Detail} {
 		if on {
 			h.Cols.Span++
 		}

@@ -38,6 +38,8 @@ func hostileReport() *finding.Report {
 				Subjects: []finding.Subject{
 					{Role: finding.RoleOffender, PID: 10, TID: 11, Comm: h(0), Cgroup: "/sys/fs/cgroup/" + h(1), State: "D", Detail: h(2), Stack: []string{h(3), "fuse_simple_request+0x1a/0x2b [fuse]"}},
 					{Role: finding.RoleVictim, PID: 12, Comm: h(1)},
+					// Container and pod names come from the runtimes: as hostile as a comm.
+					{Role: finding.RoleCgroup, Cgroup: "/libpod_parent/" + h(2), Workload: finding.Workload{Container: h(0), Pod: h(1), Image: h(4), Label: h(3)}},
 					{Role: finding.RoleCPU, CPU: &cpu},
 				},
 				Evidence: map[string]any{
@@ -106,6 +108,9 @@ func TestHTMLEscapesEverythingFromTheSystem(t *testing.T) {
 		if tg.name == "img" {
 			t.Errorf("an img element: %v", tg.attrs)
 		}
+	}
+	if !strings.Contains(out, "<th>container</th>") || !strings.Contains(out, `<td class="workload" title="image `) {
+		t.Error("a subject in a container has no container column")
 	}
 	// Escaped, the strings are there as text.
 	if !strings.Contains(out, "&lt;img src=x onerror=alert(1)&gt;") {

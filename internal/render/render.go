@@ -406,6 +406,8 @@ func (t *textWriter) subject(indent string, s *finding.Subject) {
 		who = fmt.Sprintf("%s (pid %d, tid %d)", s.Comm, s.PID, s.TID)
 	case s.PID != 0:
 		who = fmt.Sprintf("%s (pid %d)", s.Comm, s.PID)
+	case s.Cgroup != "" && s.Label != "":
+		who = s.Label + " (cgroup " + s.Cgroup + ")"
 	case s.Cgroup != "":
 		who = s.Cgroup
 	case s.CPU != nil:
@@ -413,6 +415,9 @@ func (t *textWriter) subject(indent string, s *finding.Subject) {
 	}
 	if s.State != "" {
 		who += " " + s.State
+	}
+	if s.PID != 0 && s.Label != "" {
+		who += " in " + s.Label
 	}
 	line := who
 	if s.Detail != "" {

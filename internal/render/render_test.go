@@ -168,3 +168,29 @@ func TestTextMentionsProfilesAndTimelines(t *testing.T) {
 		t.Errorf("text without profiles: %v\n%s", err, b.String())
 	}
 }
+
+// A subject in a container says so: a cgroup by its workload then its
+// path, a task after its pid.
+func TestTextNamesWorkloads(t *testing.T) {
+	w := finding.Workload{Runtime: "containerd", Container: "server", Pod: "clickhouse-0", Namespace: "prod", Label: "pod clickhouse-0 (ns prod), container server"}
+	r := &finding.Report{Findings: []finding.Finding{{ID: "sched.cpu-throttled", Severity: finding.Warning, Title: "t",
+		Subjects: []finding.Subject{
+			{Role: finding.RoleCgroup, Cgroup: "/kubepods/burstable/podx/abc", Detail: "cgroup v2", Workload: w},
+			{Role: finding.RoleTask, PID: 7, Comm: "clickhouse", Workload: w},
+			{Role: finding.RoleCgroup, Cgroup: "/system.slice/a.service"},
+		}}}}
+	var b bytes.Buffer
+	if err := Text(&b, r, TextOptions{Width: 200}); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"cgroup    pod clickhouse-0 (ns prod), container server (cgroup /kubepods/burstable/podx/abc): cgroup v2",
+		"task      clickhouse (pid 7) in pod clickhouse-0 (ns prod), container server",
+		"cgroup    /system.slice/a.service",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+}

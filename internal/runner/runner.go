@@ -15,6 +15,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -107,9 +109,16 @@ func Start(ctx context.Context, cfg Config) *Run {
 	var wg sync.WaitGroup
 	for i, inv := range cfg.Investigators {
 		wg.Add(1)
+		opts := cfg.Options
+		opts.Alongside = slices.Clip(opts.Alongside) // appends copy: no goroutine sees another's
+		for _, other := range cfg.Investigators {
+			if other != inv {
+				opts.Alongside = append(opts.Alongside, other.Name())
+			}
+		}
 		go func() {
 			defer wg.Done()
-			s, err := inv.Start(ctx, cfg.Options)
+			s, err := inv.Start(ctx, opts)
 			if err != nil {
 				startErrs[i] = err
 				return
@@ -255,23 +264,40 @@ func window(o *finding.Overhead, startup, startupCPU, length, windowCPU time.Dur
 		o.BPFPct = round3(100 * float64(o.BPFRunNs) / float64(length.Nanoseconds()))
 	}
 	o.BudgetPct = budget
-	o.BudgetBit = len(o.Sampled) > 0
+	o.BudgetBit = len(o.Sampled) > 0 || len(o.Shed) > 0
 	o.OverBudget = budget > 0 && o.BPFPct > budget
 }
 
 func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
 
 // SamplingNotes says, one line per investigator that sampled, that the
-// budget made it sample its detail and at what rate.
+// budget made it sample its detail and at what rate, and one per program
+// the budget detached, for how long and what was not seen meanwhile.
 func SamplingNotes(o finding.Overhead) []string {
 	var out []string
+	budget := ""
+	if o.BudgetPct > 0 {
+		budget = fmt.Sprintf(" (%s of one CPU)", human.Percent(o.BudgetPct))
+	}
 	for _, s := range o.Sampled {
-		budget := ""
-		if o.BudgetPct > 0 {
-			budget = fmt.Sprintf(" (%s of one CPU)", human.Percent(o.BudgetPct))
-		}
 		out = append(out, fmt.Sprintf("%s: under the BPF budget%s, %s of %s events got their detail (%s), 1 in %s: counts, sums and histograms are exact, the detail is a sample",
 			s.Investigator, budget, human.Count(s.Detailed), human.Count(s.Events), s.What, human.Count(uint64(math.Round(1/max(s.Rate, 1e-9))))))
+	}
+	// Programs detached together (a begin and its end) make one line.
+	for i := 0; i < len(o.Shed); {
+		s := o.Shed[i]
+		targets, whys := []string{s.Target}, []string{s.Why}
+		j := i + 1
+		for ; j < len(o.Shed) && o.Shed[j].Investigator == s.Investigator && o.Shed[j].DetachedS == s.DetachedS && o.Shed[j].Ongoing == s.Ongoing; j++ {
+			targets, whys = append(targets, o.Shed[j].Target), append(whys, o.Shed[j].Why)
+		}
+		i = j
+		still := ""
+		if s.Ongoing {
+			still = ", still at the window's end"
+		}
+		out = append(out, fmt.Sprintf("%s: over the BPF budget%s with its detail sampled, its programs on %s were detached for %s%s: %s not seen meanwhile",
+			s.Investigator, budget, strings.Join(targets, ", "), human.Duration(time.Duration(s.DetachedS*float64(time.Second))), still, strings.Join(whys, "; ")))
 	}
 	return out
 }

@@ -198,6 +198,13 @@ func TestWindowCostApartFromStartup(t *testing.T) {
 	if len(notes) != 1 || !strings.Contains(notes[0], "locks: under the BPF budget (2.0% of one CPU)") || !strings.Contains(notes[0], "1 in 250") || !strings.Contains(notes[0], "stacks of lock waiters and owners") {
 		t.Fatalf("notes: %q", notes)
 	}
+	o.Shed = []finding.Shedding{{Investigator: "hung", Target: "lock/contention_begin", Why: "the lock a task waits on", DetachedS: 6.5, Ongoing: true},
+		{Investigator: "hung", Target: "lock/contention_end", Why: "the end of a lock wait", DetachedS: 6.5, Ongoing: true}}
+	window(&o, time.Second, time.Second, 10*time.Second, 0, 2)
+	notes = SamplingNotes(o)
+	if len(notes) != 2 || !strings.Contains(notes[1], "hung: over the BPF budget (2.0% of one CPU) with its detail sampled, its programs on lock/contention_begin, lock/contention_end were detached for 6.5 s, still at the window's end: the lock a task waits on; the end of a lock wait not seen meanwhile") {
+		t.Fatalf("notes: %q", notes)
+	}
 	var calm finding.Overhead
 	window(&calm, time.Second, time.Second, 10*time.Second, 0, 2)
 	if calm.BudgetBit || calm.OverBudget || len(SamplingNotes(calm)) != 0 {

@@ -2,6 +2,7 @@ package sched
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -23,9 +24,23 @@ type Thresholds struct {
 	// noted (info): a task that mostly sleeps has cold caches anyway.
 	BusyCPUPct float64
 	// CriticalBouncesPerSec and CriticalCPUPct make a busy task's
-	// ping-pong critical: the iperf thread of "The Network Is Slow".
+	// ping-pong critical: the iperf thread of "The Network Is Slow", if
+	// its moves cost it CriticalLostPct.
 	CriticalBouncesPerSec float64
 	CriticalCPUPct        float64
+	// WarningLostPct and CriticalLostPct: the share of a task's CPU time
+	// its cache-hot moves measurably cost it (cold starts: the runs after
+	// a hot move, longer than those after a hot stay) that makes a mover
+	// a warning, and a busy bouncing task critical. A mover whose moves
+	// cost nothing measurable is only noted (info): on a small machine
+	// any task that sleeps and wakes is woken on either CPU.
+	WarningLostPct  float64
+	CriticalLostPct float64
+	// HotMoveCPU: where the cost cannot be measured (the task almost
+	// never stays on its CPU when it wakes hot, so there is nothing to
+	// compare with), a task that moves while cache-hot at least once per
+	// this much of its CPU time is a warning.
+	HotMoveCPU time.Duration
 	// RunqP99 and RunqCriticalP99: run-queue latency (p99 of a task or CPU)
 	// that is a warning, and critical. RunqMinWaits: fewer waits than this
 	// are not judged.
@@ -41,6 +56,9 @@ var DefaultThresholds = Thresholds{
 	BusyCPUPct:            5,
 	CriticalBouncesPerSec: 100,
 	CriticalCPUPct:        20,
+	WarningLostPct:        2,
+	CriticalLostPct:       10,
+	HotMoveCPU:            time.Millisecond,
 	RunqP99:               50 * time.Millisecond,
 	RunqCriticalP99:       200 * time.Millisecond,
 	RunqMinWaits:          20,
@@ -91,10 +109,49 @@ type Task struct {
 	Runtime        time.Duration
 	Throttled      time.Duration
 	ThrottledWaits uint64
+
+	// What its moves cost it (sched.bpf.c, on_switch). MovedRuns are its runs that began on another CPU than its last one;
+	// HotMoves those that began within the scheduler's migration cost
+	// (HotWindow) of leaving it: moves that lost warm caches.
+	MovedRuns, HotMoves uint64
+	// MovedWaits and MovedWait: the run-queue waits before runs on a new
+	// CPU, counted and summed.
+	MovedWaits uint64
+	MovedWait  time.Duration
+	// HotMoved and HotStayed are its runs from a wake-up to the next sleep
+	// that began hot, after a move or on the same CPU: what a cold start
+	// costs, for a task that does about the same work at each wake-up.
+	HotMoved, HotStayed RunStats
+
 	// IdleLong counts its waits of IdleLongNs or more that ended with the
 	// CPU leaving its idle task, or wolf's own: not the host's contention
 	// (see idleExplained).
 	IdleLong uint64
+}
+
+// RunStats sums run lengths: their number, total and sum of squares (in
+// microseconds squared), for a mean and its standard error.
+type RunStats struct {
+	N     uint64
+	Sum   time.Duration
+	SqUs2 uint64
+}
+
+// Mean is the mean run length.
+func (r RunStats) Mean() time.Duration {
+	if r.N == 0 {
+		return 0
+	}
+	return r.Sum / time.Duration(r.N)
+}
+
+// varianceUs2 is the runs' variance, in microseconds squared.
+func (r RunStats) varianceUs2() float64 {
+	if r.N < 2 {
+		return 0
+	}
+	m := float64(r.Sum.Microseconds()) / float64(r.N)
+	return max(0, float64(r.SqUs2)/float64(r.N)-m*m)
 }
 
 // IdleLongNs is the shortest wait sched.bpf.c checks for having ended on an
@@ -171,6 +228,9 @@ type Snapshot struct {
 	Thresholds Thresholds
 	// Window is the bounce window the BPF side used.
 	BounceWindow time.Duration
+	// HotWindow is the migration cost the BPF side called a task
+	// cache-hot within (MigrationCost).
+	HotWindow time.Duration
 	// CPUIdleLong counts, per CPU, the long waits that ended on it while
 	// it was idle (Task.IdleLong, by CPU).
 	CPUIdleLong map[int]uint64
@@ -232,6 +292,9 @@ func Conclude(s *Snapshot) []finding.Finding {
 	th := s.Thresholds
 	if th == (Thresholds{}) {
 		th = DefaultThresholds
+	}
+	if th.WarningLostPct == 0 && th.CriticalLostPct == 0 && th.HotMoveCPU == 0 {
+		th.WarningLostPct, th.CriticalLostPct, th.HotMoveCPU = DefaultThresholds.WarningLostPct, DefaultThresholds.CriticalLostPct, DefaultThresholds.HotMoveCPU
 	}
 	var out []finding.Finding
 	mismatches := Mismatches(s.Hardware, s.Sched)
@@ -313,19 +376,84 @@ func bouncePattern(t *Task) (out, back Kind, ok bool) {
 	return out, back, true
 }
 
+// moveCost is what a task's moves measurably cost it in the window.
+type moveCost struct {
+	hotPerS      float64       // cache-hot moves a second
+	cpuPerHot    time.Duration // its CPU time per hot move; 0 when none
+	movedWait    time.Duration // mean run-queue wait before a run on a new CPU
+	penalty      time.Duration // how much longer a run is after a hot move than after a hot stay
+	penaltySE    time.Duration // the standard error of that difference
+	penaltyKnown bool          // both kinds of runs timed often enough to compare
+	lostPct      float64       // penalty × hot moves, % of its CPU time; 0 unless the penalty is significant (3 SE)
+}
+
+// minTimedRuns is how many runs of each kind (after a hot move, after a
+// hot stay) a cold-start penalty is computed from.
+const minTimedRuns = 20
+
+func costOf(t *Task) moveCost {
+	c := moveCost{hotPerS: t.Rate(t.HotMoves)}
+	if t.HotMoves > 0 {
+		c.cpuPerHot = t.Runtime / time.Duration(t.HotMoves)
+	}
+	if t.MovedWaits > 0 {
+		c.movedWait = t.MovedWait / time.Duration(t.MovedWaits)
+	}
+	m, st := t.HotMoved, t.HotStayed
+	if m.N >= minTimedRuns && st.N >= minTimedRuns {
+		c.penaltyKnown = true
+		c.penalty = m.Mean() - st.Mean()
+		se := math.Sqrt(m.varianceUs2()/float64(m.N) + st.varianceUs2()/float64(st.N))
+		c.penaltySE = time.Duration(se * 1e3)
+		// Significant: over three standard errors, so that the noise of
+		// the many tasks of a busy host seldom passes for a cost.
+		if c.penalty > 0 && c.penalty > 3*c.penaltySE && t.Runtime > 0 {
+			c.lostPct = 100 * float64(c.penalty) * float64(t.HotMoves) / float64(t.Runtime)
+		}
+	}
+	return c
+}
+
+// grade judges a mover by what its moves cost it, and says why in a
+// sentence. A move costs a task its warm caches only if it ran recently
+// (cache-hot), and that costs it time only if its runs after such moves
+// take measurably longer than after staying put. An ordinary task woken on
+// either CPU of a small, busy machine moves often and loses nothing
+// measurable: noted, not judged.
+func grade(t *Task, c moveCost, th Thresholds) (finding.Severity, string) {
+	switch {
+	case t.Dominant() == KindAffinity && t.Share(KindAffinity) >= 50:
+		// Someone changes its CPUs on purpose, over and over: worth a
+		// warning however little the task runs.
+		return finding.Warning, "Its allowed CPUs are changed on purpose, over and over."
+	case t.CPUPct < th.BusyCPUPct:
+		return finding.Info, "It barely runs, so each move costs little: noted, not judged."
+	case c.penaltyKnown:
+		says := fmt.Sprintf("Its runs after a cache-hot move take %s on average, after staying on a warm CPU %s",
+			human.Duration(t.HotMoved.Mean()), human.Duration(t.HotStayed.Mean()))
+		if c.lostPct < th.WarningLostPct {
+			return finding.Info, says + ": its moves cost it no measurable time. Noted, not judged."
+		}
+		says += fmt.Sprintf(": cold starts cost it %.1f%% of its CPU time.", c.lostPct)
+		if c.lostPct >= th.CriticalLostPct && t.Rate(t.Bounces) >= th.CriticalBouncesPerSec && t.CPUPct >= th.CriticalCPUPct {
+			return finding.Critical, says
+		}
+		return finding.Warning, says
+	case t.HotMoves > 0 && c.hotPerS >= th.MigrationsPerSec && c.cpuPerHot <= th.HotMoveCPU:
+		return finding.Warning, fmt.Sprintf("It moves while cache-hot once every %s of its CPU time (%.0f times/s), and almost never stays on a warm CPU, so what the cold starts cost could not be measured.",
+			human.Duration(c.cpuPerHot), c.hotPerS)
+	}
+	if t.HotMoves == 0 {
+		return finding.Info, "None of its moves came within the scheduler's migration cost of its last run, so none cost it warm caches: noted, not judged."
+	}
+	return finding.Info, fmt.Sprintf("It moves while cache-hot only once every %s of its CPU time, too seldom to cost it measurable time: noted, not judged.", human.Duration(c.cpuPerHot))
+}
+
 func bounceFinding(t *Task, s *Snapshot, th Thresholds, mismatches []Mismatch) finding.Finding {
 	rate, bounceRate := t.Rate(t.Migrations), t.Rate(t.Bounces)
 	dom := t.Dominant()
-	sev := finding.Warning
-	switch {
-	case dom == KindAffinity && t.Share(KindAffinity) >= 50:
-		// Someone changes its CPUs on purpose, over and over: worth a
-		// warning however little the task runs.
-	case t.CPUPct < th.BusyCPUPct:
-		sev = finding.Info
-	case bounceRate >= th.CriticalBouncesPerSec && t.CPUPct >= th.CriticalCPUPct:
-		sev = finding.Critical
-	}
+	cost := costOf(t)
+	sev, verdict := grade(t, cost, th)
 	title := fmt.Sprintf("%s moved between CPUs %.0f times/s", taskName(t), rate)
 	if t.Bounces > 0 {
 		title = fmt.Sprintf("%s bounced between CPUs %d and %d: %.0f migrations/s, %.0f bounces/s",
@@ -370,6 +498,26 @@ func bounceFinding(t *Task, s *Snapshot, th Thresholds, mismatches []Mismatch) f
 		ev["wakee_flips_mean"] = human.Round(t.WakeeFlips, 1)
 		ev["waker_flips_max"] = t.WakerFlips
 	}
+	ev["cpu_ms"] = human.Round(float64(t.Runtime)/1e6, 1)
+	ev["moved_runs"] = t.MovedRuns
+	ev["hot_moves"] = t.HotMoves
+	ev["hot_moves_per_s"] = human.Round(cost.hotPerS, 1)
+	ev["hot_window_us"] = s.HotWindow.Microseconds()
+	if t.HotMoves > 0 {
+		ev["cpu_us_per_hot_move"] = human.Round(float64(cost.cpuPerHot)/1e3, 1)
+	}
+	if t.MovedWaits > 0 {
+		ev["moved_runq_wait_us_mean"] = human.Round(float64(cost.movedWait)/1e3, 1)
+	}
+	ev["hot_moved_runs_timed"] = t.HotMoved.N
+	ev["hot_stayed_runs_timed"] = t.HotStayed.N
+	if cost.penaltyKnown {
+		ev["hot_moved_run_us_mean"] = human.Round(float64(t.HotMoved.Mean())/1e3, 1)
+		ev["hot_stayed_run_us_mean"] = human.Round(float64(t.HotStayed.Mean())/1e3, 1)
+		ev["cold_start_us"] = human.Round(float64(cost.penalty)/1e3, 1)
+		ev["cold_start_se_us"] = human.Round(float64(cost.penaltySE)/1e3, 1)
+		ev["lost_cpu_pct"] = human.Round(cost.lostPct, 1)
+	}
 	if t.Runq.Count > 0 {
 		ev["runq_waits"] = t.Runq.Count
 		ev["runq_p99_us"] = human.Round(float64(t.Runq.Quantile(0.99))/1e3, 1)
@@ -402,9 +550,7 @@ func bounceFinding(t *Task, s *Snapshot, th Thresholds, mismatches []Mismatch) f
 	if t.CPUPct > 0 {
 		summary += fmt.Sprintf(" It used %.0f%% of a CPU.", t.CPUPct)
 	}
-	if sev == finding.Info {
-		summary += " It barely runs, so each move costs little: noted, not judged."
-	}
+	summary += " " + verdict
 
 	subj := finding.Subject{Role: finding.RoleTask, PID: t.PID, TID: t.TID, Comm: t.Comm, Cgroup: t.Cgroup, Detail: "allowed CPUs " + t.CPUsAllowed}
 	if t.Cpuset != "" {

@@ -11,13 +11,20 @@ import (
 )
 
 // seedTask is "The Network Is Slow"'s iperf thread: busy, moved away by the balancer
-// (ksoftirqd on a third CPU) and back by its next wake-up.
+// (ksoftirqd on a third CPU) and back by its next wake-up, nearly always
+// while cache-hot; its runs after those moves take over three times as
+// long as after staying on its warm CPU (cold starts cost it 11% of its
+// CPU time).
 func seedTask() *Task {
 	t := &Task{
 		TID: 351528, PID: 351520, Comm: "iperf", Window: 10 * time.Second, Prio: 120,
 		Migrations: 3000, Bounces: 1400, BounceCPUs: [2]int{0, 1},
 		Remote: 700, WakeAffine: 1400, WakeWide: 1300, WakeeFlips: 2100, WakerFlips: 3500,
 		CPUPct: 85, CPU: 0, CPUsAllowed: "0-3",
+		Runtime: 8500 * time.Millisecond, MovedRuns: 3000, HotMoves: 2800,
+		MovedWaits: 3000, MovedWait: 3000 * 30 * time.Microsecond,
+		HotMoved:  runs(2600, 500*time.Microsecond, 100*time.Microsecond),
+		HotStayed: runs(5000, 150*time.Microsecond, 50*time.Microsecond),
 	}
 	t.ByKind[KindBalance] = 1500
 	t.ByKind[KindWakeup] = 1500
@@ -27,6 +34,12 @@ func seedTask() *Task {
 		t.Runq.Add(uint64(20_000 + i*10))
 	}
 	return t
+}
+
+// runs is n runs of mean length mean and standard deviation sd.
+func runs(n uint64, mean, sd time.Duration) RunStats {
+	m, v := float64(mean.Microseconds()), float64(sd.Microseconds())
+	return RunStats{N: n, Sum: time.Duration(n) * mean, SqUs2: uint64(float64(n) * (v*v + m*m))}
 }
 
 func quietTask(tid int) *Task {
@@ -63,6 +76,12 @@ func TestConcludeSeedPingPong(t *testing.T) {
 	}
 	if ev["bounce_pattern"] != "balance away, wakeup back" {
 		t.Errorf("bounce_pattern %v", ev["bounce_pattern"])
+	}
+	if ev["cold_start_us"] != 350.0 || ev["lost_cpu_pct"] != 11.5 || ev["hot_moves_per_s"] != 280.0 || ev["cpu_us_per_hot_move"] != 3035.7 {
+		t.Errorf("cost evidence %v", ev)
+	}
+	if !strings.Contains(f.Summary, "cold starts cost it 11.5% of its CPU time") {
+		t.Errorf("summary should say what the moves cost: %s", f.Summary)
 	}
 	if ev["wake_affine_pct"] != 93.3 || ev["moved_by_third_cpu"] != uint64(700) {
 		t.Errorf("wake_affine_pct %v moved_by_third_cpu %v", ev["wake_affine_pct"], ev["moved_by_third_cpu"])
@@ -113,6 +132,62 @@ func TestSeverityByCPUAndInitiator(t *testing.T) {
 	}
 	if got[42].Severity != finding.Warning {
 		t.Errorf("busy, few bounces: %v", got[42].Severity)
+	}
+}
+
+// The grading by cost: a task is judged by what its moves measurably cost
+// it, not by how often it moves.
+func TestSeverityByCost(t *testing.T) {
+	// "vet" of the issue: a go vet that go test ran beside other
+	// packages on a busy 2-CPU machine, woken on either CPU: 125
+	// migrations/s, 52% of a CPU; few of its moves hot, and its runs
+	// after them no longer than after staying.
+	vet := &Task{TID: 10040, PID: 10040, Comm: "vet", Window: 3 * time.Second, Prio: 120, CPUPct: 52, Runtime: 1560 * time.Millisecond,
+		Migrations: 375, Bounces: 330, BounceCPUs: [2]int{0, 1}, MovedRuns: 360, HotMoves: 150,
+		HotMoved: runs(120, 900*time.Microsecond, 2*time.Millisecond), HotStayed: runs(400, 880*time.Microsecond, 2*time.Millisecond)}
+	vet.ByKind[KindWakeup] = 375
+	// The same with too few stays to compare: its hot moves are rare for
+	// its CPU time (one per 10 ms).
+	vetUnmeasured := *vet
+	vetUnmeasured.TID, vetUnmeasured.HotStayed = 10041, runs(5, time.Millisecond, 0)
+	// An I/O-bound fio: each move measurably costs it (16 µs on 60 µs
+	// runs) but moves are rare for its CPU time: 0.7% of it.
+	fio := &Task{TID: 20, PID: 20, Comm: "fio", Window: 5 * time.Second, Prio: 120, CPUPct: 11, Runtime: 565 * time.Millisecond,
+		Migrations: 305, Bounces: 286, BounceCPUs: [2]int{0, 1}, MovedRuns: 300, HotMoves: 246,
+		HotMoved: runs(245, 76*time.Microsecond, 20*time.Microsecond), HotStayed: runs(6880, 60*time.Microsecond, 20*time.Microsecond)}
+	fio.ByKind[KindWakeup] = 305
+	// sched-bounce's task: moved hot at nearly every wake-up, so no stays
+	// to compare with; a hot move every 400 µs of its CPU.
+	lab := &Task{TID: 30, PID: 30, Comm: "bounce-task", Window: 3 * time.Second, Prio: 120, CPUPct: 20, Runtime: 600 * time.Millisecond,
+		Migrations: 2400, Bounces: 2390, BounceCPUs: [2]int{0, 1}, MovedRuns: 2400, HotMoves: 1500,
+		HotMoved: runs(1400, 200*time.Microsecond, 50*time.Microsecond), HotStayed: runs(3, 180*time.Microsecond, 10*time.Microsecond)}
+	lab.ByKind[KindWakeup] = 2400
+	// A busy task whose cold starts cost it 4%: a warning, not critical.
+	mild := *lab
+	mild.TID, mild.HotStayed = 31, runs(300, 184*time.Microsecond, 50*time.Microsecond)
+	s := &Snapshot{Duration: 5 * time.Second, Tasks: []*Task{vet, &vetUnmeasured, fio, lab, &mild}, Thresholds: DefaultThresholds, BounceWindow: DefaultBounceWindow}
+	got := map[int]finding.Finding{}
+	for _, f := range Conclude(s) {
+		got[f.Subjects[0].TID] = f
+	}
+	for tid, want := range map[int]finding.Severity{10040: finding.Info, 10041: finding.Info, 20: finding.Info, 30: finding.Warning, 31: finding.Warning} {
+		f, ok := got[tid]
+		if !ok {
+			t.Errorf("task %d: no finding", tid)
+			continue
+		}
+		if f.Severity != want {
+			t.Errorf("task %d (%s): %v, want %v: %s", tid, f.Evidence["comm"], f.Severity, want, f.Summary)
+		}
+	}
+	if sum := got[10040].Summary; !strings.Contains(sum, "no measurable time") {
+		t.Errorf("vet: the summary should say its moves cost nothing measurable: %s", sum)
+	}
+	if sum := got[30].Summary; !strings.Contains(sum, "could not be measured") || !strings.Contains(sum, "400 µs") {
+		t.Errorf("lab: the summary should say the cost is unmeasured, and how often it moves hot: %s", sum)
+	}
+	if ev := got[31].Evidence; ev["lost_cpu_pct"] != 4.0 {
+		t.Errorf("mild: lost_cpu_pct %v", ev["lost_cpu_pct"])
 	}
 }
 

@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -28,8 +29,10 @@ import (
 // config is what the BPF side is told before it loads.
 type config struct {
 	BounceWindowNs uint64
-	TargetTGID     uint32 // 0: every process
-	SelfTGID       uint32 // wolf itself, ignored unless it is the target
+	// HotNs: a task that ran this recently is cache-hot (MigrationCost).
+	HotNs      uint64
+	TargetTGID uint32 // 0: every process
+	SelfTGID   uint32 // wolf itself, ignored unless it is the target
 	// NoTaskStorage keeps per-task state in the hash used on kernels
 	// without task-local storage (tests of that path on newer kernels).
 	NoTaskStorage bool
@@ -56,6 +59,26 @@ var attachTable = []probekit.Attach{
 		Why: "read the per-task counters kept in task-local storage"},
 	{Kind: probekit.PerfSample, Program: "on_tick", Hz: tickHz,
 		Why: "whether each CPU executed: a wait on a CPU that was not executing (a vCPU descheduled) is not contention"},
+}
+
+// DefaultMigrationCost is the kernel's default migration_cost_ns.
+const DefaultMigrationCost = 500 * time.Microsecond
+
+// MigrationCost is this kernel's migration_cost_ns: task_hot() calls a task
+// that ran this recently cache-hot, and the load balancer leaves it where
+// it is. debugfs since 5.13, a sysctl before; the default when neither can
+// be read.
+func MigrationCost() time.Duration {
+	for _, f := range []string{"/sys/kernel/debug/sched/migration_cost_ns", "/proc/sys/kernel/sched_migration_cost_ns"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		if n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && n > 0 {
+			return time.Duration(n)
+		}
+	}
+	return DefaultMigrationCost
 }
 
 // maxHashTasks bounds the per-task hash used where the kernel has no
@@ -157,6 +180,7 @@ func openProbe(cfg config) (*probe, error) {
 		Spec: loadSched,
 		Vars: map[string]any{
 			"bounce_window_ns":  cfg.BounceWindowNs,
+			"hot_ns":            cmp.Or(cfg.HotNs, uint64(DefaultMigrationCost)),
 			"target_tgid":       cfg.TargetTGID,
 			"self_tgid":         cfg.SelfTGID,
 			"timeline_len":      uint32(DefaultTimelineLen),

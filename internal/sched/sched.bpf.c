@@ -28,6 +28,15 @@
  *    state yet (it never slept or was preempted while wolf watched) its
  *    state, so the next window counts it; a task that exits unreported
  *    adds its CPU time to its cgroup's and name's, in a bounded hash.
+ *  - What a move costs the task: sched_switch notes where and when it last
+ *    left a CPU; a run that begins on another CPU is a move that took
+ *    effect, "hot" when it begins within hot_ns (the kernel's
+ *    migration_cost_ns, the window task_hot() calls a task cache-hot) of
+ *    leaving the last one: its caches were warm and are lost. The run-queue
+ *    wait before runs on a new CPU is summed; and runs from a wake-up to the
+ *    next sleep, uninterrupted, that begin hot, are timed apart for hot
+ *    moves and hot stays: what a cold start costs, where a task does about
+ *    the same work each time it wakes.
  *
  * Per-task state lives in task-local storage (bounded by the number of
  * tasks, freed with them); a task iterator dumps it on demand. Everything
@@ -72,6 +81,10 @@ char LICENSE[] SEC("license") = "GPL";
 #define SCHED_RR 2
 #define SCHED_DEADLINE 6
 
+#define RUN_HOT_MOVED 1	 /* began on a new CPU, within hot_ns of leaving the last one */
+#define RUN_HOT_STAYED 2 /* began on the same CPU, within hot_ns */
+#define RUN_RESUMES 4	 /* preempted: its next run goes on with the same work */
+
 enum kind {
 	KIND_WAKEUP = 0,   /* wake-up placement (select_task_rq) on the waker's CPU */
 	KIND_BALANCE = 1,  /* periodic load balancer: SCHED_SOFTIRQ or ksoftirqd */
@@ -105,6 +118,8 @@ enum stat_index {
 
 /* Set by user space before load. */
 const volatile __u64 bounce_window_ns = 50000000ULL;
+/* A task that ran this recently is cache-hot (the kernel's migration_cost_ns). */
+const volatile __u64 hot_ns = 500000ULL;
 const volatile __u32 target_tgid = 0;	 /* 0: every process */
 const volatile __u32 self_tgid = 0;	 /* wolf itself, ignored unless targeted */
 const volatile __u32 timeline_len = 128; /* migrations kept per task for its timeline; 0: none */
@@ -151,7 +166,21 @@ struct tstat {
 	__u32 enq_throttled; /* the wait that enq_ts began started throttled */
 	__u64 throttled_ns;  /* run-queue waits that began throttled by the cgroup's quota */
 	__u32 throttled_waits;
-	__u32 pad;
+	__u32 off_cpu;	   /* the CPU it last left, + 1; 0: not seen leaving one */
+	__u64 off_ts;	   /* when it left it (that run queue's clock) */
+	__u64 on_ts;	   /* when its current run began after a wake-up; 0: none timed */
+	__u32 run_flags;   /* its current run: RUN_HOT_MOVED, RUN_HOT_STAYED; RUN_RESUMES */
+	__u32 moved_runs;  /* runs begun on another CPU than its last one */
+	__u32 hot_moves;   /* of those, begun within hot_ns of leaving the last CPU */
+	__u32 moved_waits; /* of those, runs whose run-queue wait was timed */
+	__u64 moved_wait_ns;
+	/* Runs from wake-up to sleep that began hot: after a move, on the same CPU. */
+	__u32 hot_moved_units;
+	__u32 hot_stayed_units;
+	__u64 hot_moved_ns;
+	__u64 hot_stayed_ns;
+	__u64 hot_moved_sq_us; /* their squares, us^2: the spread of the two means */
+	__u64 hot_stayed_sq_us;
 	__u64 wakee_flips_sum; /* the task's wakee_flips at its wake-up moves */
 	struct wolf_max waker_flips_max;
 	struct wolf_hist runq; /* run-queue wait, ns */
@@ -509,29 +538,75 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 {
 	/* This CPU's run queue, through a task on it that is not the idle task. */
 	__u64 now = rq_clock_of(next->pid ? next : prev);
+	__u32 cpu = bpf_get_smp_processor_id() + 1;
 	struct wolf_hist *h;
 	struct tstat *st;
-	__u32 zero = 0;
-	__u64 d;
+	__u32 zero = 0, flags = 0, resumes;
+	bool moved = false;
+	__u64 d, us;
 
-	/*
-	 * Preempted (or yielding): still runnable, its wait starts now, for a
-	 * CPU or, throttled, for its quota.
-	 */
-	if ((preempt || switch_state(prev) == WOLF_TASK_RUNNING) && wanted(prev)) {
-		st = tstat_of(prev, true);
+	if (wanted(prev)) {
+		/*
+		 * Preempted (or yielding): still runnable, its wait starts now,
+		 * for a CPU or, throttled, for its quota.
+		 */
+		bool runnable = preempt || switch_state(prev) == WOLF_TASK_RUNNING;
+
+		st = tstat_of(prev, runnable);
 		if (st) {
-			st->enq_ts = now;
-			st->enq_throttled = task_throttled(prev);
+			flags = 0;
+			if (runnable) {
+				st->enq_ts = now;
+				st->enq_throttled = task_throttled(prev);
+				flags = RUN_RESUMES;
+			} else if (st->on_ts && now > st->on_ts && st->run_flags) {
+				/* A run from wake-up to sleep, begun hot: time it. */
+				d = now - st->on_ts;
+				us = d / 1000;
+				if (st->run_flags == RUN_HOT_MOVED) {
+					st->hot_moved_units++;
+					st->hot_moved_ns += d;
+					st->hot_moved_sq_us += us * us;
+				} else {
+					st->hot_stayed_units++;
+					st->hot_stayed_ns += d;
+					st->hot_stayed_sq_us += us * us;
+				}
+			}
+			st->on_ts = 0;
+			st->run_flags = flags;
+			st->off_ts = now;
+			st->off_cpu = cpu;
 		}
 	}
 	if (!wanted(next))
 		return 0;
 	st = tstat_of(next, false);
-	if (!st || !st->enq_ts)
+	if (!st)
+		return 0;
+	resumes = st->run_flags & RUN_RESUMES;
+	flags = 0;
+	if (st->off_cpu) {
+		bool hot = now < st->off_ts + hot_ns;
+
+		if (st->off_cpu != cpu) {
+			moved = true;
+			st->moved_runs++;
+			if (hot) {
+				st->hot_moves++;
+				flags = RUN_HOT_MOVED;
+			}
+		} else if (hot) {
+			flags = RUN_HOT_STAYED;
+		}
+	}
+	if (!st->enq_ts)
 		return 0;
 	d = now > st->enq_ts ? now - st->enq_ts : 0;
 	st->enq_ts = 0;
+	/* Only runs after a wake-up are units of work; a preempted one resumes. */
+	st->on_ts = resumes ? 0 : now;
+	st->run_flags = resumes ? 0 : flags;
 	if (st->enq_throttled) {
 		st->enq_throttled = 0;
 		st->throttled_ns += d;
@@ -540,6 +615,10 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 		return 0;
 	}
 	wolf_hist_add_local(&st->runq, d);
+	if (moved) {
+		st->moved_waits++;
+		st->moved_wait_ns += d;
+	}
 	if (d >= IDLE_LONG_NS && (prev->pid == 0 || (self_tgid && prev->tgid == self_tgid))) {
 		st->idle_long++;
 		stat_inc(STAT_IDLE_LONG);

@@ -103,7 +103,7 @@ func (s *Investigator) Start(ctx context.Context, opts investigator.Options) (in
 		s.SysCPU = "/sys/devices/system/cpu"
 	}
 	ss := &session{inv: *s, opts: opts, prevTasks: map[taskKey]schedTaskRec{}}
-	ss.cfg = config{BounceWindowNs: uint64(s.BounceWindow), SelfTGID: uint32(os.Getpid()), NoTaskStorage: s.noTaskStorage}
+	ss.cfg = config{BounceWindowNs: uint64(s.BounceWindow), SelfTGID: uint32(os.Getpid()), NoTaskStorage: s.noTaskStorage, HotNs: uint64(MigrationCost())}
 	if s.watchSelf {
 		ss.cfg.SelfTGID = 0
 	}
@@ -213,6 +213,7 @@ func (ss *session) Collect(ctx context.Context) (*investigator.Result, error) {
 		CgroupRunq:   map[string]hist.Log2{},
 		Thresholds:   s.Thresholds,
 		BounceWindow: s.BounceWindow,
+		HotWindow:    time.Duration(cfg.HotNs),
 		CPUIdleLong:  p.cpuIdleLong(),
 		CPUCoverage:  p.cpuCoverage(),
 		Virtual:      virt.Detect(),
@@ -430,6 +431,12 @@ func taskWindow(r, prev *schedTaskRec, seen bool, start uint64, w uint32) *Task 
 		Remote:     sub(st.Remote, ps.Remote), WakeAffine: sub(st.WakeAffine, ps.WakeAffine), WakeWide: sub(st.WakeWide, ps.WakeWide),
 		WakerFlips: probekit.WindowMax(st.WakerFlipsMax.V, st.WakerFlipsMax.Win, w), KernelTotal: r.NrMigrations,
 		Runq: runq, IdleLong: sub(st.IdleLong, ps.IdleLong),
+		MovedRuns: sub(st.MovedRuns, ps.MovedRuns), HotMoves: sub(st.HotMoves, ps.HotMoves),
+		MovedWaits: sub(st.MovedWaits, ps.MovedWaits), MovedWait: time.Duration(probekit.Sub(st.MovedWaitNs, ps.MovedWaitNs)),
+		HotMoved: RunStats{N: sub(st.HotMovedUnits, ps.HotMovedUnits), Sum: time.Duration(probekit.Sub(st.HotMovedNs, ps.HotMovedNs)),
+			SqUs2: probekit.Sub(st.HotMovedSqUs, ps.HotMovedSqUs)},
+		HotStayed: RunStats{N: sub(st.HotStayedUnits, ps.HotStayedUnits), Sum: time.Duration(probekit.Sub(st.HotStayedNs, ps.HotStayedNs)),
+			SqUs2: probekit.Sub(st.HotStayedSqUs, ps.HotStayedSqUs)},
 		Throttled:      time.Duration(probekit.Sub(st.ThrottledNs, ps.ThrottledNs)),
 		ThrottledWaits: sub(st.ThrottledWaits, ps.ThrottledWaits),
 	}

@@ -140,7 +140,20 @@ type schedTstat struct {
 	_              [4]byte
 	ThrottledNs    uint64
 	ThrottledWaits uint32
-	Pad            uint32
+	OffCpu         uint32
+	OffTs          uint64
+	OnTs           uint64
+	RunFlags       uint32
+	MovedRuns      uint32
+	HotMoves       uint32
+	MovedWaits     uint32
+	MovedWaitNs    uint64
+	HotMovedUnits  uint32
+	HotStayedUnits uint32
+	HotMovedNs     uint64
+	HotStayedNs    uint64
+	HotMovedSqUs   uint64
+	HotStayedSqUs  uint64
 	WakeeFlipsSum  uint64
 	WakerFlipsMax  struct {
 		_   structs.HostLayout
@@ -191,6 +204,7 @@ const (
 	schedProgOnWakeupNew     = "on_wakeup_new"
 	schedProgReadCpu         = "read_cpu"
 	schedVarBounceWindowNs   = "bounce_window_ns"
+	schedVarHotNs            = "hot_ns"
 	schedVarLlcSize          = "llc_size"
 	schedVarOffPreemptCount  = "off_preempt_count"
 	schedVarOffRunqueues     = "off_runqueues"
@@ -290,6 +304,7 @@ type schedMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type schedVariableSpecs struct {
 	BounceWindowNs   *ebpf.VariableSpec `ebpf:"bounce_window_ns"`
+	HotNs            *ebpf.VariableSpec `ebpf:"hot_ns"`
 	LlcSize          *ebpf.VariableSpec `ebpf:"llc_size"`
 	OffPreemptCount  *ebpf.VariableSpec `ebpf:"off_preempt_count"`
 	OffRunqueues     *ebpf.VariableSpec `ebpf:"off_runqueues"`
@@ -370,6 +385,7 @@ func (m *schedMaps) Close() error {
 // It can be passed to loadSchedObjects or ebpf.CollectionSpec.LoadAndAssign.
 type schedVariables struct {
 	BounceWindowNs   *ebpf.Variable `ebpf:"bounce_window_ns"`
+	HotNs            *ebpf.Variable `ebpf:"hot_ns"`
 	LlcSize          *ebpf.Variable `ebpf:"llc_size"`
 	OffPreemptCount  *ebpf.Variable `ebpf:"off_preempt_count"`
 	OffRunqueues     *ebpf.Variable `ebpf:"off_runqueues"`

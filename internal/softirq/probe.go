@@ -38,10 +38,13 @@ var attachRows = []probekit.Attach{
 		Why: "when each softirq handler ends"},
 	{Kind: probekit.RawTracepoint, Target: "irq/softirq_entry", Program: "on_softirq_entry", Required: true,
 		Why: "when each softirq handler starts (run time per vector and CPU)"},
+	// Under a softirq flood these two run hundreds of thousands of times
+	// a second: the BPF budget sheds them (probekit.Attach.Shed) before
+	// anything the stalls are measured with.
 	{Kind: probekit.RawTracepoint, Target: "irq/softirq_raise", Program: "on_softirq_raise",
-		Why: "raise-to-run wait per vector"},
+		Why: "raise-to-run wait per vector", Shed: 2},
 	{Kind: probekit.RawTracepoint, Target: "napi/napi_poll", Program: "on_napi_poll",
-		Why: "NAPI work against budget per device"},
+		Why: "NAPI work against budget per device", Shed: 4},
 	{Kind: probekit.RawTracepoint, Target: "skb/kfree_skb", Program: "on_kfree_skb",
 		Why: "packet drops by reason (the reason argument needs Linux 5.17+)"},
 }

@@ -44,7 +44,8 @@ func (a *analysis) facts() *fact.Set {
 		k := fact.DeviceKey(d.Name)
 		s.Resource(fact.Resource{Kind: fact.Device, Key: k, Name: d.Name, Device: d.Name, CPU: -1})
 		x := fact.Saturation{On: k, Level: d.UtilPct / 100, Used: (d.ReadKBPerS + d.WriteKBPerS) * 1024, Unit: "bytes_per_s",
-			AtLimit: d.UtilPct >= diskUtilWarnPct,
+			// How busy it was, not whether it held anyone back: a device
+			// streaming for one task is 100% busy by design.
 			Numbers: map[string]float64{"util_pct": human.Round(d.UtilPct, 1), "await_ms": human.Round(d.AwaitMs, 2), "r_kb_per_s": human.Round(d.ReadKBPerS, 1),
 				"w_kb_per_s": human.Round(d.WriteKBPerS, 1), "queue_size": human.Round(d.QueueSize, 2)}}
 		for _, f := range a.res.Findings {

@@ -1,6 +1,7 @@
 package watch
 
 import (
+	"context"
 	"sort"
 	"sync"
 
@@ -67,7 +68,13 @@ func (w *Watcher) joinWindow(name string, res *investigator.Result) {
 	}
 	now := w.cfg.Now()
 	seen := map[string]bool{}
-	for _, d := range diagnose.Diagnose(all, facts) {
+	ds := diagnose.Diagnose(all, facts)
+	if w.cfg.Namer != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), nameTimeout)
+		w.cfg.Namer.Diagnoses(ctx, ds)
+		cancel()
+	}
+	for _, d := range ds {
 		k := diagKey(&d)
 		seen[k] = true
 		if st, ok := g.active[k]; ok {
@@ -142,7 +149,24 @@ func (m *Metrics) collectDiagnoses(ch chan<- prometheus.Metric) {
 // page carry them, and returns them with their identities (the same keys
 // as the JSON lines: what their victims wait on).
 func DiagnoseReport(r *finding.Report, facts *fact.Set) []Diagnosed {
-	diagnose.Apply(r, facts)
+	return DiagnoseNamed(nil)(r, facts)
+}
+
+// DiagnoseNamed is DiagnoseReport with the diagnoses' containers and pods
+// named by n (nil: not named).
+func DiagnoseNamed(n Namer) func(*finding.Report, *fact.Set) []Diagnosed {
+	return func(r *finding.Report, facts *fact.Set) []Diagnosed {
+		diagnose.Apply(r, facts)
+		if n != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), nameTimeout)
+			n.Diagnoses(ctx, r.Diagnoses)
+			cancel()
+		}
+		return diagnosed(r)
+	}
+}
+
+func diagnosed(r *finding.Report) []Diagnosed {
 	out := make([]Diagnosed, 0, len(r.Diagnoses))
 	for i := range r.Diagnoses {
 		d := &r.Diagnoses[i]

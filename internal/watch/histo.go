@@ -34,6 +34,11 @@ type family struct {
 	loSlot, hiSlot int
 	capped         bool // label sets are tasks, cgroups or locks: keep the top N
 	maxName        string
+	// cgroupAt and pidAt are the positions of the "cgroup" and "pid"
+	// labels (-1: none); a family with either gets namespace, pod and
+	// container labels too when the metrics name workloads.
+	cgroupAt, pidAt int
+	wl              *workloads
 
 	desc, maxDesc *prometheus.Desc
 	series        map[string]*series
@@ -70,13 +75,45 @@ func newFamilies(invs []investigator.Investigator) map[string][]*family {
 			if strings.HasSuffix(h.Histogram, "_us") {
 				f.unitScale, f.baseDiv, f.loSlot, f.hiSlot = 1000, 1e6, 10, 36 // 1 µs .. 68.7 s
 			}
-			f.desc = prometheus.NewDesc(f.name, f.help, f.labels, nil)
-			f.maxDesc = prometheus.NewDesc(f.maxName, "Largest single value of "+f.name+" in the last window.", f.labels, nil)
+			f.cgroupAt, f.pidAt = indexOf(f.labels, "cgroup"), indexOf(f.labels, "pid")
+			f.describe()
 			f.series = map[string]*series{}
 			out[f.source] = append(out[f.source], f)
 		}
 	}
 	return out
+}
+
+// describe makes the family's descriptions, with the workload labels
+// when it has them.
+func (f *family) describe() {
+	labels := f.labels
+	if f.workloadLabels() {
+		labels = append(append([]string(nil), labels...), workloadLabelNames...)
+	}
+	f.desc = prometheus.NewDesc(f.name, f.help, labels, nil)
+	f.maxDesc = prometheus.NewDesc(f.maxName, "Largest single value of "+f.name+" in the last window.", labels, nil)
+}
+
+func (f *family) workloadLabels() bool {
+	return f.wl != nil && (f.cgroupAt >= 0 || f.pidAt >= 0)
+}
+
+// labelValues are a series' label values, its workload's after them.
+func (f *family) labelValues(values []string) []string {
+	if !f.workloadLabels() {
+		return values
+	}
+	return f.wl.extend(values, f.cgroupAt, f.pidAt)
+}
+
+func indexOf(list []string, s string) int {
+	for i, v := range list {
+		if v == s {
+			return i
+		}
+	}
+	return -1
 }
 
 // match says whether a report histogram's labels are exactly this
@@ -233,7 +270,8 @@ func (f *family) collect(ch chan<- prometheus.Metric) {
 		// count is what the kernel counted; it never falls below the
 		// slots' sum, so +Inf is never smaller than the last bucket.
 		count := max(s.count, total)
-		ch <- prometheus.MustNewConstHistogram(f.desc, count, s.sum, buckets, s.values...)
-		ch <- prometheus.MustNewConstMetric(f.maxDesc, prometheus.GaugeValue, s.max, s.values...)
+		values := f.labelValues(s.values)
+		ch <- prometheus.MustNewConstHistogram(f.desc, count, s.sum, buckets, values...)
+		ch <- prometheus.MustNewConstMetric(f.maxDesc, prometheus.GaugeValue, s.max, values...)
 	}
 }

@@ -31,10 +31,13 @@ type Metrics struct {
 	success, lastDuration, lastSuccess, window, runs, errs *prometheus.Desc
 	attaches                                               *prometheus.Desc
 	bpfRun, events, dropped                                *prometheus.Desc
-	detailRatio, budget                                    *prometheus.Desc
+	detailRatio, budget, shed                              *prometheus.Desc
 	findingsDesc                                           *prometheus.Desc
 	version, kernel                                        string
-	budgetPct                                              float64 // --max-cpu, 0: none
+	// wl, when set (SetWorkloads), labels series about cgroups and tasks
+	// with their workloads.
+	wl        *workloads
+	budgetPct float64 // --max-cpu, 0: none
 }
 
 // gauge is a GaugeMetric an investigator declares, with its last window's
@@ -44,6 +47,26 @@ type gauge struct {
 	spec   investigator.GaugeMetric
 	desc   *prometheus.Desc
 	values []investigator.GaugeValue
+	// cgroupAt and pidAt are the positions of its "cgroup" and "pid"
+	// labels (-1: none), for the workload labels.
+	cgroupAt, pidAt int
+	wl              *workloads
+}
+
+func (g *gauge) workloadLabels() bool {
+	return g.wl != nil && (g.cgroupAt >= 0 || g.pidAt >= 0)
+}
+
+// describe makes the gauge's description, with the workload labels when
+// it has them.
+func (g *gauge) describe(wl *workloads) {
+	g.wl = wl
+	g.cgroupAt, g.pidAt = indexOf(g.spec.Labels, "cgroup"), indexOf(g.spec.Labels, "pid")
+	labels := g.spec.Labels
+	if g.workloadLabels() {
+		labels = append(append([]string(nil), labels...), workloadLabelNames...)
+	}
+	g.desc = prometheus.NewDesc(g.spec.Name, g.spec.Help, labels, nil)
 }
 
 type collectorState struct {
@@ -60,6 +83,9 @@ type collectorState struct {
 	// detailRatio is the last window's share of events that got their
 	// detail under the BPF budget (1: all of them, nothing sampled).
 	detailRatio float64
+	// shedS is how long the budget kept the investigator's programs
+	// detached, summed over programs and windows.
+	shedS float64
 }
 
 type findingLabels struct{ id, severity string }
@@ -82,7 +108,9 @@ func NewMetrics(version, kernel string, top int, windows map[string]time.Duratio
 		if ex, ok := inv.(investigator.Exporter); ok {
 			_, gs := ex.Metrics()
 			for _, g := range gs {
-				m.gauges = append(m.gauges, &gauge{owner: inv.Name(), spec: g, desc: prometheus.NewDesc(g.Name, g.Help, g.Labels, nil)})
+				gg := &gauge{owner: inv.Name(), spec: g}
+				gg.describe(nil)
+				m.gauges = append(m.gauges, gg)
 			}
 		}
 	}
@@ -102,6 +130,7 @@ func NewMetrics(version, kernel string, top int, windows map[string]time.Duratio
 	m.events = prometheus.NewDesc("wolf_events_total", "Kernel events wolf's programs handled.", c, nil)
 	m.dropped = prometheus.NewDesc("wolf_events_dropped_total", "Events lost: ring buffer full, map full, recursion misses.", c, nil)
 	m.detailRatio = prometheus.NewDesc("wolf_collector_detail_ratio", "Share of the last window's events whose detail (stacks, records) the investigator kept under the BPF budget: 1 when nothing was sampled. Counts, sums and histograms are exact either way.", c, nil)
+	m.shed = prometheus.NewDesc("wolf_collector_shed_seconds_total", "Program-seconds the BPF budget kept the investigator's sheddable programs detached (what they see was not seen meanwhile; the JSON lines' notes say which).", c, nil)
 	m.budget = prometheus.NewDesc("wolf_bpf_budget_ratio", "The budget of wolf's BPF programs (--max-cpu) as a fraction of one CPU; compare with rate(wolf_bpf_run_seconds_total[5m]) summed over collectors.", nil, nil)
 	m.findingsDesc = prometheus.NewDesc("wolf_findings", "Findings active after the investigator's last window.", []string{"investigator", "id", "severity"}, nil)
 	return m
@@ -118,6 +147,24 @@ func (m *Metrics) state(name string) *collectorState {
 
 // Observe records one investigator window that succeeded.
 func (m *Metrics) Observe(name string, res *investigator.Result, took time.Duration, end time.Time) {
+	// The gauges' values, and the workloads of the cgroups and tasks the
+	// window names, are worked out before the lock: learning a workload
+	// may read /proc and runtime state, and a scrape must not wait on it.
+	values := map[*gauge][]investigator.GaugeValue{}
+	for _, g := range m.gauges {
+		if g.owner != name || g.spec.Values == nil {
+			continue
+		}
+		vs := g.spec.Values(res)
+		if g.spec.TopN {
+			sort.SliceStable(vs, func(i, j int) bool { return vs[i].Value > vs[j].Value })
+			if len(vs) > m.top {
+				vs = vs[:m.top]
+			}
+		}
+		values[g] = vs
+	}
+	m.learnWorkloads(res, values)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.state(name)
@@ -130,6 +177,9 @@ func (m *Metrics) Observe(name string, res *investigator.Result, took time.Durat
 	s.detailRatio = 1
 	for _, sm := range res.Overhead.Sampled {
 		s.detailRatio = min(s.detailRatio, sm.Rate)
+	}
+	for _, sh := range res.Overhead.Shed {
+		s.shedS += sh.DetachedS
 	}
 
 	active := map[findingLabels]int{}
@@ -156,17 +206,7 @@ func (m *Metrics) Observe(name string, res *investigator.Result, took time.Durat
 			}
 		}
 	}
-	for _, g := range m.gauges {
-		if g.owner != name || g.spec.Values == nil {
-			continue
-		}
-		vs := g.spec.Values(res)
-		if g.spec.TopN {
-			sort.SliceStable(vs, func(i, j int) bool { return vs[i].Value > vs[j].Value })
-			if len(vs) > m.top {
-				vs = vs[:m.top]
-			}
-		}
+	for g, vs := range values {
 		g.values = vs
 	}
 }
@@ -217,6 +257,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.bpfRun, prometheus.CounterValue, float64(s.bpfRunNs)/1e9, name)
 		ch <- prometheus.MustNewConstMetric(m.events, prometheus.CounterValue, float64(s.events), name)
 		ch <- prometheus.MustNewConstMetric(m.dropped, prometheus.CounterValue, float64(s.dropped), name)
+		ch <- prometheus.MustNewConstMetric(m.shed, prometheus.CounterValue, s.shedS, name)
 		if !s.ran {
 			continue // no window finished yet: success unknown
 		}
@@ -237,7 +278,11 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 			continue // no window yet: no value to tell
 		}
 		for _, v := range g.values {
-			ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, v.Value, v.Labels...)
+			labels := v.Labels
+			if g.workloadLabels() {
+				labels = g.wl.extend(labels, g.cgroupAt, g.pidAt)
+			}
+			ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, v.Value, labels...)
 		}
 	}
 	m.collectDiagnoses(ch)

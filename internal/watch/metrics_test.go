@@ -2,9 +2,11 @@ package watch
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +21,7 @@ import (
 	"github.com/wolf-investigator/wolf/internal/hist"
 	"github.com/wolf-investigator/wolf/internal/hung"
 	"github.com/wolf-investigator/wolf/internal/investigator"
+	wolfio "github.com/wolf-investigator/wolf/internal/io"
 	"github.com/wolf-investigator/wolf/internal/locks"
 	"github.com/wolf-investigator/wolf/internal/reclaim"
 	"github.com/wolf-investigator/wolf/internal/sched"
@@ -190,6 +193,8 @@ func TestDeployQueriesUseExportedMetrics(t *testing.T) {
 	res := &investigator.Result{Findings: []finding.Finding{
 		hungGroup([]int{1}, 6, finding.Warning),
 		{ID: "sched.bounce", Investigator: "sched", Subjects: []finding.Subject{{Role: finding.RoleTask, PID: 3, Comm: "x"}}, Evidence: map[string]any{"migrations_per_s": 50.0}},
+		{ID: "io.device", Investigator: "io", Evidence: map[string]any{"device": "vda", "busy_pct": 3.0}},
+		{ID: "io.throttled", Investigator: "io", Evidence: map[string]any{"device": "vda", "cgroup": "/x", "held_s_total": 9.9, "throttled_requests": uint64(40)}},
 	}}
 	for _, fams := range m.families {
 		for _, f := range fams {
@@ -200,7 +205,7 @@ func TestDeployQueriesUseExportedMetrics(t *testing.T) {
 			res.Histograms = append(res.Histograms, h.Report(f.source, "us", labels, 1000))
 		}
 	}
-	for _, name := range []string{"hung", "sched", "reclaim", "locks", "softirq"} {
+	for _, name := range []string{"hung", "sched", "reclaim", "locks", "softirq", "io"} {
 		m.Observe(name, res, time.Second, time.Now())
 	}
 	mfs, err := Registry(m).Gather()
@@ -249,5 +254,85 @@ func TestDeployQueriesUseExportedMetrics(t *testing.T) {
 
 // declared are the investigators whose metrics the tests expect.
 func declared() []investigator.Investigator {
-	return []investigator.Investigator{hung.New(), locks.New(), reclaim.New(), sched.New(), softirq.New()}
+	return []investigator.Investigator{hung.New(), locks.New(), reclaim.New(), sched.New(), softirq.New(), wolfio.New()}
+}
+
+// fakeWorkloads names cgroups and tasks from fixed tables.
+type fakeWorkloads struct {
+	cgroups  map[string][3]string
+	tasks    map[int][3]string
+	resolved []string
+}
+
+func (f *fakeWorkloads) Resolve(_ context.Context, cgroups []string, pids []int) {
+	f.resolved = append(f.resolved, cgroups...)
+	for _, p := range pids {
+		f.resolved = append(f.resolved, strconv.Itoa(p))
+	}
+}
+func (f *fakeWorkloads) Cgroup(p string) [3]string { return f.cgroups[p] }
+func (f *fakeWorkloads) Task(pid int) [3]string    { return f.tasks[pid] }
+
+// Series about cgroups and tasks carry their workload's namespace, pod
+// and container; the top N's "other" carries none, and the series count
+// does not grow.
+func TestWorkloadLabels(t *testing.T) {
+	m := NewMetrics("test", "6.18", 2, nil, declared())
+	fw := &fakeWorkloads{
+		cgroups: map[string][3]string{"/kubepods/burstable/podx/abc": {"prod", "clickhouse-0", "server"}},
+		tasks:   map[int][3]string{42: {"", "shop", "web"}},
+	}
+	m.SetWorkloads(fw)
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(m)
+	m.Observe("reclaim", reclaimWindow(map[string][]uint64{"/kubepods/burstable/podx/abc": {3e6}, "/b": {2e6}, "/c": {1e6}}), time.Second, time.Now())
+	got := map[string]map[string]string{}
+	for _, mt := range gather(t, reg)["wolf_reclaim_duration_seconds"].GetMetric() {
+		l := labelsOf(mt)
+		got[l["cgroup"]] = l
+	}
+	if len(got) != 3 {
+		t.Fatalf("series: %v", got)
+	}
+	if l := got["/kubepods/burstable/podx/abc"]; l["namespace"] != "prod" || l["pod"] != "clickhouse-0" || l["container"] != "server" {
+		t.Errorf("a container's series: %v", l)
+	}
+	if l := got["/b"]; l["pod"] != "" || l["container"] != "" {
+		t.Errorf("no container: %v", l)
+	}
+	if l := got["other"]; l["pod"] != "" || l["container"] != "" {
+		t.Errorf("other: %v", l)
+	}
+	if !strings.Contains(strings.Join(fw.resolved, ","), "/kubepods/burstable/podx/abc") {
+		t.Errorf("the window's cgroups were not resolved: %v", fw.resolved)
+	}
+	// A task's series (sched's per-task run-queue latency), by its pid.
+	var h hist.Log2
+	h.Add(5e6)
+	res := &investigator.Result{Histograms: []finding.Histogram{h.Report("runq_latency_us", "us", map[string]string{"comm": "web", "pid": "42", "tid": "42"}, 1000)}}
+	m.Observe("sched", res, time.Second, time.Now())
+	mf := gather(t, reg)["wolf_task_runqueue_latency_seconds"]
+	if mf == nil || len(mf.Metric) != 1 {
+		t.Fatalf("task series: %v", mf)
+	}
+	if l := labelsOf(mf.Metric[0]); l["pod"] != "shop" || l["container"] != "web" || l["namespace"] != "" {
+		t.Errorf("a task's series: %v", l)
+	}
+	var buf bytes.Buffer
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if _, err := expfmt.MetricFamilyToText(&buf, mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	problems, err := promlint.New(&buf).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
 }

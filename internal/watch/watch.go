@@ -70,6 +70,10 @@ type Config struct {
 	// PeekEvery is how often sessions that can (Peeker) are looked into
 	// between windows; 0 means DefaultPeek, negative never.
 	PeekEvery time.Duration
+	// Namer, when set, names the containers and pods of every window's
+	// findings and of the diagnoses, before anything is emitted, counted
+	// or recorded (internal/containers).
+	Namer Namer
 	// OnWindow, when set, is called with every successful window's
 	// result, in order per investigator (tests total them; it must not
 	// keep res past the call or change it).
@@ -283,6 +287,7 @@ func (w *Watcher) attached(ctx context.Context, inv investigator.Investigator, s
 // window handles one concluded window: metrics, finding changes and their
 // lines, the recorder.
 func (w *Watcher) window(st *invState, start, end time.Time, took time.Duration, res *investigator.Result) {
+	w.nameFindings(res)
 	if w.cfg.Metrics != nil {
 		w.cfg.Metrics.Observe(st.name, res, took, end)
 	}
@@ -308,6 +313,7 @@ func (w *Watcher) peek(ctx context.Context, p Peeker, st *invState, winStart tim
 	if err != nil {
 		return err
 	}
+	w.nameFindings(res)
 	now := w.cfg.Now()
 	changes := DiffPeek(st.active, w.shown(res))
 	for _, c := range changes {
@@ -317,6 +323,16 @@ func (w *Watcher) peek(ctx context.Context, p Peeker, st *invState, winStart tim
 		w.rec.peeked(&winResult{name: st.name, start: winStart, end: time.Now(), res: res, partial: true}, changes)
 	}
 	return nil
+}
+
+// nameFindings names the containers and pods of a window's findings.
+func (w *Watcher) nameFindings(res *investigator.Result) {
+	if w.cfg.Namer == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), nameTimeout)
+	defer cancel()
+	w.cfg.Namer.Findings(ctx, res.Findings)
 }
 
 // shown are the findings at or above MinSeverity.

@@ -14,11 +14,11 @@
 STEPS=${STEPS:-env check doctor investigators labs}
 DURATION=${DURATION:-10s}
 DOCTOR_RUNS=${DOCTOR_RUNS:-3}
-INVESTIGATORS=${INVESTIGATORS:-hung locks reclaim sched softirq bpf}
+INVESTIGATORS=${INVESTIGATORS:-hung locks reclaim sched softirq io bpf}
 # LAB:INVESTIGATOR:ORDER. ORDER "lab" starts the lab first and wolf once the
 # lab is up; "wolf" starts wolf first and the lab once wolf is attached (the
 # hung labs: a lock is known from the wait's start, which wolf must see).
-ALL_LABS="fuse-rwsem:hung:wolf fuse-mutex:hung:wolf coredump:hung:lab mmap-lock:locks:wolf mmap-lock-reclaim:locks:lab memcg-stress:reclaim:lab sched-bounce:sched:lab sched-affinity:sched:lab sched-pinned:sched:lab tcp-collapse:softirq:lab hot-uprobe:bpf:lab"
+ALL_LABS="fuse-rwsem:hung:wolf fuse-mutex:hung:wolf coredump:hung:lab mmap-lock:locks:wolf mmap-lock-reclaim:locks:lab memcg-stress:reclaim:lab sched-bounce:sched:lab sched-affinity:sched:lab sched-pinned:sched:lab tcp-collapse:softirq:lab io-throttle:io:lab dirty-throttle:io:lab slow-device:io:lab hot-uprobe:bpf:lab"
 LABS=${LABS:-$ALL_LABS}
 W=${WOLF:-wolf}
 T=${MATRIX_TMP:-/tmp/matrix}
@@ -39,7 +39,7 @@ if has_step env; then
 		[ -s /tmp/insmod.err ] && sed 's/^/insmod: /' /tmp/insmod.err
 		echo "/dev/fuse: $(ls -l /dev/fuse 2>&1)"
 		echo "cgroup2: $(cat /sys/fs/cgroup/cgroup.controllers 2>&1)"
-		for tp in sched/sched_switch lock/contention_begin mmap_lock/mmap_lock_start_locking vmscan/mm_vmscan_throttled skb/kfree_skb; do
+		for tp in sched/sched_switch lock/contention_begin mmap_lock/mmap_lock_start_locking vmscan/mm_vmscan_throttled skb/kfree_skb block/block_io_start writeback/balance_dirty_pages jbd2/jbd2_run_stats; do
 			if [ -d /sys/kernel/tracing/events/$tp ]; then echo "tracepoint $tp: yes"; else echo "tracepoint $tp: no"; fi
 		done
 	} >"$T/env.out" 2>&1

@@ -12,6 +12,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -492,7 +493,7 @@ func (r *Run) SetFile(path, value, undo string) error {
 
 // undoDir holds, per runner pid, the writes that undo what it set
 // machine-wide, one "PATH\tVALUE" line each.
-const undoDir = "/run/wolf/scenarios"
+var undoDir = "/run/wolf/scenarios"
 
 func journalUndo(path, undo string) error {
 	if err := os.MkdirAll(undoDir, 0o700); err != nil {
@@ -521,7 +522,7 @@ func sweepUndo(logf func(string, ...any), own bool) {
 			}
 			continue
 		}
-		if unix.Kill(pid, 0) != unix.ESRCH {
+		if !gone(pid) {
 			continue
 		}
 		b, _ := os.ReadFile(m)
@@ -549,7 +550,7 @@ func sweepLoops(logf func(string, ...any)) {
 			continue
 		}
 		pid, _ := strconv.Atoi(sm[1])
-		if pid == os.Getpid() || unix.Kill(pid, 0) != unix.ESRCH {
+		if pid == os.Getpid() || !gone(pid) {
 			continue
 		}
 		dev := filepath.Base(filepath.Dir(filepath.Dir(m)))
@@ -559,4 +560,21 @@ func sweepLoops(logf func(string, ...any)) {
 			logf("detached %s, left by a killed run (pid %d): %v", dev, pid, err)
 		}
 	}
+}
+
+// gone says whether a runner is dead: no such process, or a zombie (a
+// runner killed with SIGKILL whose parent has not reaped it yet is dead
+// all the same; its journal must not wait for the reaping).
+func gone(pid int) bool {
+	if unix.Kill(pid, 0) == unix.ESRCH {
+		return true
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) {
+		return b[i+2] == 'Z'
+	}
+	return false
 }

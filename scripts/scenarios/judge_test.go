@@ -2,8 +2,13 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
 )
@@ -247,5 +252,104 @@ func TestMarkdownTable(t *testing.T) {
 	}
 	if strings.Contains(md, "**neg-cpu-busy**") {
 		t.Errorf("a scenario right in every run is listed as not right:\n%s", md)
+	}
+}
+
+func TestMergeTable(t *testing.T) {
+	prefix := t.TempDir() + "/t"
+	old := []Result{{Scenario: "cpu-quota", Run: 1}, {Scenario: "softirq", Run: 1}, {Scenario: "softirq", Run: 2}}
+	if err := writeTable(prefix, Meta{Command: "first"}, scenarios, old); err != nil {
+		t.Fatal(err)
+	}
+	sel, _ := selectScenarios("softirq", false)
+	all, m, err := mergeTable(prefix, Meta{Command: "again"}, sel, []Result{{Scenario: "softirq", Run: 1, Verdict: Verdict{Pass: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 2 || all[0].Scenario != "cpu-quota" || !all[1].Pass() || m.Command != "first" || len(m.Updated) != 1 || !strings.Contains(m.Updated[0], "softirq with `again`") {
+		t.Fatalf("merged %+v, meta %+v", all, m)
+	}
+}
+
+func TestParseStat(t *testing.T) {
+	line := "1234 (my (odd) comm) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 3 0 100 0 0\n"
+	pid, p, ok := parseStat([]byte(line))
+	if !ok || pid != 1234 || p.comm != "my (odd) comm" || p.ppid != 1 || p.ticks != 300 {
+		t.Fatalf("got %d %+v %v", pid, p, ok)
+	}
+	if _, _, ok := parseStat([]byte("garbage")); ok {
+		t.Fatal("garbage parsed")
+	}
+}
+
+func TestOthersBusy(t *testing.T) {
+	// 10 is the runner, 11 its doctor, 12 a workload under a shell 13.
+	a := map[int]procCPU{11: {ppid: 10}, 12: {ppid: 13}, 13: {ppid: 10}, 20: {ppid: 1, comm: "chromium"}, 21: {ppid: 1, comm: "idle"}, 22: {ppid: 1, comm: "cc"}}
+	b := map[int]procCPU{11: {ppid: 10, ticks: 800}, 12: {ppid: 13, ticks: 800}, 13: {ppid: 10}, 20: {ppid: 1, comm: "chromium", ticks: 400},
+		21: {ppid: 1, comm: "idle", ticks: 5}, 22: {ppid: 1, comm: "cc", ticks: 160}, 23: {ppid: 1, comm: "new", ticks: 900}}
+	got := othersBusy(a, b, 8, 10)
+	if strings.Join(got, "; ") != "chromium (pid 20) 50%; cc (pid 22) 20%" {
+		t.Fatalf("got %q", got)
+	}
+}
+
+// A journal left by a runner that is gone is written back and removed;
+// this runner's own and a live runner's are left alone.
+func TestSweepUndo(t *testing.T) {
+	old := undoDir
+	undoDir = t.TempDir()
+	defer func() { undoDir = old }()
+	knob := filepath.Join(t.TempDir(), "knob")
+	if err := os.WriteFile(knob, []byte("7:3 4194304"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A dead runner: a child that has exited and been reaped.
+	c := exec.Command("true")
+	if err := c.Run(); err != nil {
+		t.Fatal(err)
+	}
+	dead := filepath.Join(undoDir, fmt.Sprintf("undo-%d", c.Process.Pid))
+	if err := os.WriteFile(dead, []byte(knob+"\t7:3 0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	live := filepath.Join(undoDir, fmt.Sprintf("undo-%d", os.Getppid()))
+	if err := os.WriteFile(live, []byte(knob+"\tlive\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := journalUndo(knob, "own"); err != nil {
+		t.Fatal(err)
+	}
+	// A runner killed a moment ago: a zombie its parent has not reaped.
+	z := exec.Command("true")
+	if err := z.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = z.Wait() }()
+	for i := 0; i < 500 && !gone(z.Process.Pid); i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	knob2 := filepath.Join(t.TempDir(), "knob2")
+	zombie := filepath.Join(undoDir, fmt.Sprintf("undo-%d", z.Process.Pid))
+	if err := os.WriteFile(zombie, []byte(knob2+"\tundone\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sweepUndo(t.Logf, false)
+	if b, _ := os.ReadFile(knob2); string(b) != "undone" {
+		t.Errorf("a zombie runner's journal was not applied (knob2 %q)", b)
+	}
+	if b, _ := os.ReadFile(knob); string(b) != "7:3 0" {
+		t.Errorf("knob %q: the dead runner's undo was not written back", b)
+	}
+	if _, err := os.Stat(dead); err == nil {
+		t.Error("the dead runner's journal is still there")
+	}
+	for _, f := range []string{live, filepath.Join(undoDir, fmt.Sprintf("undo-%d", os.Getpid()))} {
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("journal %s of a live runner removed: %v", f, err)
+		}
+	}
+	sweepUndo(t.Logf, true)
+	if _, err := os.Stat(filepath.Join(undoDir, fmt.Sprintf("undo-%d", os.Getpid()))); err == nil {
+		t.Error("this runner's own journal stays after its pass")
 	}
 }

@@ -75,8 +75,11 @@ type Result struct {
 	// Error is a set-up or doctor failure: the run judged nothing.
 	Error    string  `json:"error,omitempty"`
 	DoctorRC int     `json:"doctor_rc"`
-	Seconds  float64 `json:"seconds"`
+	Seconds  float64 `json:"seconds"` // from the tests lock taken to the run undone
 	Required bool    `json:"required"`
+	// Others are the processes outside the run that used 10% of a CPU
+	// or more during doctor's window (the machine is shared).
+	Others []string `json:"others,omitempty"`
 }
 
 // Pass is the run's outcome.
@@ -90,11 +93,13 @@ func run() int {
 	runs := fs.Int("runs", 1, "runs per scenario (each run varies the parameters)")
 	only := fs.String("only", "", "comma-separated scenario names (default: all)")
 	out := fs.String("out", "", "write the accuracy table to OUT.md and OUT.json (e.g. docs/scenarios)")
+	update := fs.Bool("update", false, "with -out: keep OUT.json's runs of the scenarios not run now, replace the others")
 	keep := fs.String("keep", "", "directory for each run's doctor JSON and workload output (default: a new /tmp/wolf-scenarios-*)")
 	scratch := fs.String("scratch", "/var/tmp", "directory on a real disk for the workloads' files")
 	duration := fs.String("duration", "8s", "doctor's --duration")
 	ci := fs.Bool("ci", false, "exit 1 only when a required scenario (required.txt) fails")
 	list := fs.Bool("list", false, "list the scenarios and exit")
+	reproduce := fs.String("reproduce", "", "the command the table says reproduces it (default: this one)")
 	lockWait := fs.Duration("lock-wait", 30*time.Minute, "how long to wait for "+benchLock)
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
@@ -205,7 +210,19 @@ func run() int {
 	if *out != "" {
 		meta := Meta{Kernel: kernel, CgroupV: map[bool]int{false: 1, true: 2}[v2], Runs: *runs, Duration: *duration, Date: time.Now().UTC().Format("2006-01-02"),
 			Wolf: strings.TrimSpace(wolfVersion(*wolf) + " " + rev), Seconds: elapsed.Seconds(), Command: commandLine()}
-		if err := writeTable(*out, meta, sel, results); err != nil {
+		if *reproduce != "" {
+			meta.Command = *reproduce
+		}
+		all, table := results, sel
+		if *update {
+			var err error
+			if all, meta, err = mergeTable(*out, meta, sel, results); err != nil {
+				logf("%v", err)
+				return 1
+			}
+			table = scenarios
+		}
+		if err := writeTable(*out, meta, table, all); err != nil {
 			logf("%v", err)
 			return 1
 		}
@@ -256,14 +273,15 @@ type runConfig struct {
 // runOne sets the scenario up, runs doctor, judges, undoes.
 func runOne(parent context.Context, s Scenario, i int, c runConfig) (res Result) {
 	res = Result{Scenario: s.Name, Run: i + 1, DoctorRC: -1}
-	t0 := time.Now()
-	defer func() { res.Seconds = time.Since(t0).Seconds() }()
 	unlock, err := flock(parent, testsLock, 10*time.Minute, c.logf)
 	if err != nil {
 		res.Error = err.Error()
 		return res
 	}
 	defer unlock()
+	// The run's own time, without the wait for the lock.
+	t0 := time.Now()
+	defer func() { res.Seconds = time.Since(t0).Seconds() }()
 	ctx, cancel := context.WithTimeout(parent, lab.Scaled(runDeadline))
 	defer cancel()
 	r := &Run{ctx: ctx, Index: i, Wolf: c.wolf, Scratch: c.scratch, V2: c.v2, led: c.led, logf: c.logf}
@@ -295,7 +313,9 @@ func runOne(parent context.Context, s Scenario, i int, c runConfig) (res Result)
 	cmd := exec.CommandContext(dctx, c.wolf, "doctor", "--duration", c.duration, "--format", "json")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	before, tb := snapCPU(), time.Now()
 	err = cmd.Run()
+	res.Others = othersBusy(before, snapCPU(), time.Since(tb).Seconds(), os.Getpid())
 	res.DoctorRC = cmd.ProcessState.ExitCode()
 	base := filepath.Join(c.keep, fmt.Sprintf("%s-%d", s.Name, i+1))
 	_ = os.WriteFile(base+".json", stdout.Bytes(), 0o644)
@@ -320,6 +340,9 @@ func printResult(r Result) {
 		return
 	}
 	fmt.Printf("     first: %s: %s\n", r.Verdict.FirstID, r.Verdict.FirstTitle)
+	if len(r.Others) > 0 {
+		fmt.Printf("     others busy meanwhile: %s\n", strings.Join(r.Others, ", "))
+	}
 	for _, w := range r.Verdict.Why {
 		fmt.Printf("     - %s\n", w)
 	}
@@ -431,7 +454,7 @@ func commandLine() string {
 			continue
 		}
 		name := strings.TrimLeft(a, "-")
-		if strings.HasPrefix(a, "-") && slices.Contains([]string{"wolf", "keep", "scratch", "lock-wait"}, strings.SplitN(name, "=", 2)[0]) {
+		if strings.HasPrefix(a, "-") && slices.Contains([]string{"wolf", "keep", "scratch", "lock-wait", "reproduce"}, strings.SplitN(name, "=", 2)[0]) {
 			skip = !strings.Contains(a, "=")
 			continue
 		}

@@ -20,6 +20,9 @@ type Meta struct {
 	Runs     int     `json:"runs"`
 	Duration string  `json:"doctor_duration"`
 	Seconds  float64 `json:"seconds"`
+	// Updated says which scenarios were run again later (-update), how
+	// and on what.
+	Updated []string `json:"updated,omitempty"`
 }
 
 type summary struct {
@@ -78,9 +81,16 @@ func markdown(m Meta, sel []Scenario, rs []Result) string {
 	fmt.Fprintf(&b, "Reproduce (as root, from the repository's root): `%s`.\n\n", m.Command)
 	fmt.Fprintf(&b, "Kernel %s, cgroup v%d, %s, %s; `wolf doctor --duration %s --format json`, %d run(s) per scenario, each run with other parameters; %.0f s in all.\n\n",
 		m.Kernel, m.CgroupV, m.Wolf, m.Date, m.Duration, m.Runs, m.Seconds)
+	for _, u := range m.Updated {
+		fmt.Fprintf(&b, "Run again later: %s.\n\n", u)
+	}
 	b.WriteString("A run is right when doctor's first diagnosis names the scenario's root as a resource (its kind and identity: the cgroup, the device, the task), ")
 	b.WriteString("with numbers on every hop and the consumer named where the scenario has one; a negative control is right with no diagnosis and nothing critical. ")
-	b.WriteString("Required: CI fails when this scenario fails (`scripts/scenarios/required.txt`).\n\n")
+	b.WriteString("Required: CI fails when this scenario fails (`scripts/scenarios/required.txt`). ")
+	b.WriteString("\"Others busy\" are processes outside the run that used 10% of a CPU or more during doctor's window: on a shared machine a run can be judged on someone else's load.\n\n")
+	if n, noisy := len(rs), countNoisy(rs); noisy > 0 {
+		fmt.Fprintf(&b, "%d of %d runs had others busy.\n\n", noisy, n)
+	}
 	b.WriteString("| scenario | right | required | first items (id: count) | wrong titles |\n|---|---|---|---|---|\n")
 	for _, s := range sel {
 		var runs []Result
@@ -138,7 +148,7 @@ func markdown(m Meta, sel []Scenario, rs []Result) string {
 				continue
 			}
 			if first {
-				fmt.Fprintf(&b, "\n### %s\n\n%s.\n\n| run | parameters | right | first item | what was missing |\n|---|---|---|---|---|\n", s.Name, s.What)
+				fmt.Fprintf(&b, "\n### %s\n\n%s.\n\n| run | parameters | right | first item | what was missing | others busy meanwhile |\n|---|---|---|---|---|---|\n", s.Name, s.What)
 				first = false
 			}
 			ok := "yes"
@@ -150,7 +160,7 @@ func markdown(m Meta, sel []Scenario, rs []Result) string {
 			if r.Error != "" {
 				item, why = "", cell(r.Error, 300)
 			}
-			fmt.Fprintf(&b, "| %d | %s | %s | %s | %s |\n", r.Run, cell(r.Params, 120), ok, item, why)
+			fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s |\n", r.Run, cell(r.Params, 120), ok, item, why, cell(strings.Join(r.Others, ", "), 160))
 		}
 	}
 	return b.String()
@@ -200,4 +210,44 @@ func notPassing(sel []Scenario, rs []Result) string {
 		fmt.Fprintf(&b, "- **%s** (right in %d of %d): %s.\n", s.Name, right, len(runs), strings.Join(whys, "; "))
 	}
 	return b.String()
+}
+
+// mergeTable reads prefix.json and replaces its runs of the scenarios in
+// sel with rs; the meta stays the first pass's, with a line for this one.
+func mergeTable(prefix string, m Meta, sel []Scenario, rs []Result) ([]Result, Meta, error) {
+	b, err := os.ReadFile(prefix + ".json")
+	if err != nil {
+		return nil, m, fmt.Errorf("-update: %w", err)
+	}
+	var old struct {
+		Meta    Meta     `json:"meta"`
+		Results []Result `json:"results"`
+	}
+	if err := json.Unmarshal(b, &old); err != nil {
+		return nil, m, fmt.Errorf("-update: %s.json: %w", prefix, err)
+	}
+	var names []string
+	for _, s := range sel {
+		names = append(names, s.Name)
+	}
+	var all []Result
+	for _, r := range old.Results {
+		if !slices.Contains(names, r.Scenario) {
+			all = append(all, r)
+		}
+	}
+	all = append(all, rs...)
+	om := old.Meta
+	om.Updated = append(om.Updated, fmt.Sprintf("%s with `%s`, %s, %s", strings.Join(names, ", "), m.Command, m.Wolf, m.Date))
+	return all, om, nil
+}
+
+func countNoisy(rs []Result) int {
+	n := 0
+	for _, r := range rs {
+		if len(r.Others) > 0 {
+			n++
+		}
+	}
+	return n
 }

@@ -46,6 +46,10 @@ type Spec struct {
 	Name    string // argv[0] and the process's name until it renames itself
 	Arg     string // the part's configuration
 	MaxLife time.Duration
+	// ExtraFiles are passed to the child as fds 3, 4, …: a pipe the lab
+	// signals through where the child cannot wait on its stdin's lines
+	// (pshang's unmapper, which must not need the Go scheduler to wake).
+	ExtraFiles []*os.File
 }
 
 // Start re-executes this binary as a child running part spec.Part and
@@ -55,6 +59,7 @@ func Start(s Spec) (*Child, error) {
 	cmd := lab.ChildCommand(context.Background(), s.Part, s.Name, s.MaxLife.String()+"|"+s.Arg, "GOTRACEBACK=none", "GOMAXPROCS=4")
 	c := &Child{Name: s.Name, cmd: cmd, lines: make(chan string, 64), done: make(chan struct{}), stderr: &Capped{Max: 4096}}
 	cmd.Stderr = c.stderr
+	cmd.ExtraFiles = s.ExtraFiles
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, fmt.Errorf("%s: stdin: %w", s.Name, err)

@@ -5,11 +5,18 @@ package pshang
 //
 // Once the memreader holds the mmap_lock and sleeps, anything in this
 // process that maps or unmaps memory queues behind it, the Go runtime
-// included (heap growth, thread stacks); a runtime thread queued there may
-// hold the heap's lock, and then every allocating goroutine waits. So
-// after the gate opens nothing allocates: both threads use raw system
-// calls on buffers made beforehand, the unmapper starts by itself once the
-// memreader sleeps, and the collector is off.
+// included: a new thread's stack, heap growth. The runtime does map memory
+// then (the memreader's blocked system call makes it start threads), and
+// the thread that queues may hold the heap's or the scheduler's lock: from
+// then on no goroutine that was not already running gets to run. So the
+// unmapper cannot be a goroutine woken once the memreader sleeps (that is
+// how set-up used to fail, now and then, with the unmapper parked on a
+// futex and runtime threads queued in vm_mmap_pgoff instead). It is
+// already running before the memreader reads, blocked in a raw read of a
+// pipe from the lab (fd 3) inside a nosplit function: no preemption point
+// and no call into the scheduler lies between the lab's word and its
+// munmap. The lab says the word once the memreader's READ is parked and
+// the memreader sleeps. The collector is off.
 
 import (
 	"fmt"
@@ -17,6 +24,9 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strconv"
+	"sync/atomic"
+	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -51,9 +61,15 @@ func runChild(path string, lines <-chan string) {
 	addr := int64(uintptr(unsafe.Pointer(&m[0])))
 	spareAddr, spareLen := uintptr(unsafe.Pointer(&spare[0])), uintptr(len(spare))
 
+	// fd 3: the read end of the lab's pipe; blocking, whatever the lab's
+	// side of it did to the file's flags.
+	if err := unix.SetNonblock(goFD, false); err != nil {
+		labproc.Fail(fmt.Errorf("fd %d, the lab's pipe: %w", goFD, err))
+	}
+
 	gate := make(chan struct{})
-	memTID := make(chan int, 1)
 	tids := make(chan string, 2)
+	var armed int32
 	// memreader: reads its own mapping of the FUSE file through
 	// /proc/self/mem. access_remote_vm holds the mmap_lock for reading
 	// while get_user_pages faults the page in, and the fault sleeps, in D,
@@ -61,31 +77,27 @@ func runChild(path string, lines <-chan string) {
 	go func() {
 		runtime.LockOSThread()
 		labproc.SetComm("memreader")
-		tid := unix.Gettid()
-		memTID <- tid
-		tids <- "memreader=" + strconv.Itoa(tid)
+		tids <- "memreader=" + strconv.Itoa(unix.Gettid())
 		<-gate
 		_, _ = unix.Pread(mem, buf, addr)
 	}()
-	// unmapper: once the memreader sleeps, munmap takes the mmap_lock for
-	// writing and queues behind it; every later reader queues behind it.
+	// unmapper: armed before the memreader may read, it munmaps when the
+	// lab says so, takes the mmap_lock for writing and queues behind the
+	// memreader; every later reader queues behind it.
 	go func() {
 		runtime.LockOSThread()
 		labproc.SetComm("unmapper")
-		stat := []byte("/proc/self/task/" + strconv.Itoa(<-memTID) + "/stat\x00")
-		sbuf := make([]byte, 512)
-		pause := unix.Timespec{Nsec: 2e6}
 		tids <- "unmapper=" + strconv.Itoa(unix.Gettid())
-		<-gate
-		for range 15000 { // 30 s at most
-			if threadInD(stat, sbuf) {
-				break
-			}
-			_, _, _ = unix.Syscall(unix.SYS_NANOSLEEP, uintptr(unsafe.Pointer(&pause)), 0, 0)
-		}
-		_, _, _ = unix.Syscall(unix.SYS_MUNMAP, spareAddr, spareLen, 0)
+		unmapWhenTold(goFD, &armed, spareAddr, spareLen)
 	}()
-	fmt.Println("ready " + <-tids + " " + <-tids)
+	ready := "ready " + <-tids + " " + <-tids
+	for deadline := time.Now().Add(10 * time.Second); atomic.LoadInt32(&armed) == 0; {
+		if time.Now().After(deadline) {
+			labproc.Fail(fmt.Errorf("the unmapper did not start"))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	fmt.Println(ready)
 	for l := range lines {
 		if l == "read" {
 			close(gate)
@@ -96,21 +108,28 @@ func runChild(path string, lines <-chan string) {
 	}
 }
 
-// threadInD reads a /proc stat file (NUL-terminated path) with raw system
-// calls into buf and says whether the thread is in D.
-func threadInD(path, buf []byte) bool {
-	cwd := unix.AT_FDCWD
-	fd, _, e := unix.Syscall6(unix.SYS_OPENAT, uintptr(cwd), uintptr(unsafe.Pointer(&path[0])), unix.O_RDONLY|unix.O_CLOEXEC, 0, 0, 0)
-	if e != 0 {
-		return false
-	}
-	n, _, _ := unix.Syscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)))
-	_, _, _ = unix.Syscall(unix.SYS_CLOSE, fd, 0, 0)
-	b := buf[:n]
-	for i := len(b) - 1; i >= 0; i-- {
-		if b[i] == ')' {
-			return i+2 < len(b) && b[i+2] == 'D'
+// goFD is the pipe the lab writes one byte to when the unmapper is to go.
+const goFD = 3
+
+// unmapWhenTold says it is armed, blocks in a raw read of fd until the lab
+// writes to it (or closes it: then it returns), and munmaps [addr,
+// addr+length). nosplit and raw system calls only: once armed, nothing up
+// to the munmap is a preemption point or needs the Go scheduler, whose
+// threads may by then be queued on the mmap_lock themselves.
+//
+//go:nosplit
+func unmapWhenTold(fd uintptr, armed *int32, addr, length uintptr) {
+	var b [1]byte
+	atomic.StoreInt32(armed, 1)
+	for {
+		n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&b[0])), 1)
+		if e == syscall.EINTR {
+			continue
 		}
+		if e != 0 || n != 1 {
+			return
+		}
+		break
 	}
-	return false
+	_, _, _ = syscall.RawSyscall(syscall.SYS_MUNMAP, addr, length, 0)
 }

@@ -18,8 +18,9 @@
 //     (access_remote_vm) while get_user_pages faults the page in;
 //     readahead sends a READ and the thread sleeps in D on the page's
 //     folio lock (filemap_fault, uninterruptible: only the READ's reply or
-//     the connection's abort ends it). Then thread "unmapper" calls munmap
-//     and queues as a writer (D, killable);
+//     the connection's abort ends it). Then thread "unmapper", told by
+//     the lab once the READ is parked, calls munmap and queues as a writer
+//     (D, killable);
 //   - the reader (wolf-psreader) reads /proc/CHILD/cmdline: a reader
 //     queued behind the writer, in D.
 //
@@ -98,6 +99,7 @@ type Instance struct {
 	srv     *server
 
 	child   *labproc.Child
+	goPipe  *os.File // the unmapper's word: one byte and it munmaps
 	readers []*labproc.PSReader
 	tids    map[string]int // memreader, unmapper
 
@@ -183,7 +185,13 @@ func (in *Instance) mount(ctx context.Context) error {
 }
 
 func (in *Instance) startChild(ctx context.Context) error {
-	c, err := labproc.Start(labproc.Spec{Part: childPart, Name: childComm, Arg: filepath.Join(in.dir, fileName), MaxLife: childLife})
+	r, w, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("pshang: %w", err)
+	}
+	in.goPipe = w
+	c, err := labproc.Start(labproc.Spec{Part: childPart, Name: childComm, Arg: filepath.Join(in.dir, fileName), MaxLife: childLife, ExtraFiles: []*os.File{r}})
+	_ = r.Close() // the child's now: its end alone tells the unmapper we are gone
 	if err != nil {
 		return fmt.Errorf("pshang: %w", err)
 	}
@@ -233,8 +241,11 @@ func (in *Instance) stall(ctx context.Context) error {
 	if err := in.waitD(ctx, pid, in.tids["memreader"], "the memreader to sleep on the folio"); err != nil {
 		return err
 	}
-	// 2. The writer queues behind it (the child starts it once the
-	// memreader sleeps: see child.go).
+	// 2. The writer queues behind it: the unmapper, armed in the child
+	// before the memreader read, munmaps at our word (see child.go).
+	if _, err := in.goPipe.Write([]byte{'g'}); err != nil {
+		return fmt.Errorf("pshang: telling the unmapper to go: %w", err)
+	}
 	if err := in.waitD(ctx, pid, in.tids["unmapper"], "the unmapper to queue for the mmap_lock"); err != nil {
 		return err
 	}
@@ -365,6 +376,9 @@ func (in *Instance) close() error {
 		if err := r.Close(time.Second, 10*time.Second); err != nil {
 			errs = append(errs, fmt.Errorf("pshang: %w", err))
 		}
+	}
+	if in.goPipe != nil {
+		_ = in.goPipe.Close()
 	}
 	if in.child != nil {
 		if err := in.child.Close(2*time.Second, 10*time.Second); err != nil {

@@ -90,10 +90,14 @@ var labs = []struct{ name, inv, want, fallback string }{
 	{"sched-affinity", "sched", "sched.bounce", ""},
 	{"sched-pinned", "sched", "!sched.bounce", ""},
 	{"tcp-collapse", "softirq", "softirq.stall", ""},
+	// journal-stall is not among them: the guest has no mkfs.ext4.
+	{"io-throttle", "io", "io.throttled", ""},
+	{"dirty-throttle", "io", "io.dirty-throttled", ""},
+	{"slow-device", "io", "io.slow-device", ""},
 	{"hot-uprobe", "bpf", "bpf.hot-uprobe", ""},
 }
 
-var investigators = []string{"hung", "locks", "reclaim", "sched", "softirq", "bpf"}
+var investigators = []string{"hung", "locks", "reclaim", "sched", "softirq", "io", "bpf"}
 
 func columns() []string {
 	cols := []string{"kernel-log", "check", "doctor"}

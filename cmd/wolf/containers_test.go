@@ -1,0 +1,193 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wolf-investigator/wolf/internal/containers/podmantest"
+	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/testutil"
+)
+
+// firstItem is the first item of a text report: the first DIAGNOSIS or
+// finding, its title lines joined.
+func firstItem(text string) string {
+	lines := strings.Split(text, "\n")
+	for i, l := range lines {
+		for _, head := range []string{"DIAGNOSIS ", "CRITICAL  ", "WARNING   ", "INFO      "} {
+			if !strings.HasPrefix(l, head) {
+				continue
+			}
+			title := strings.TrimSpace(l[len(head):])
+			for _, more := range lines[i+1:] {
+				more = strings.TrimSpace(more)
+				if more == "" || strings.HasPrefix(more, "[") {
+					break
+				}
+				title += " " + more
+			}
+			return title
+		}
+	}
+	return ""
+}
+
+// The issue's acceptance test: with a CPU-capped container in a podman
+// pod, doctor names the pod and the container by name, and its first item
+// is about them when asked about the pod.
+func TestDoctorNamesPodAndContainer(t *testing.T) {
+	podmantest.Require(t)
+	testutil.Exclusive(t)
+	p := podmantest.New(t)
+	tag := fmt.Sprint(os.Getpid())
+	pod, name := "wolf-test-shop-"+tag, "wolf-test-api-"+tag
+	p.Pod(pod)
+	c := p.Start(name, []string{"--pod", pod, "--cpus", "0.1"}, "spin", "60")
+	want := "pod " + pod + ", container " + name
+	time.Sleep(time.Second) // a few throttled periods before the window
+
+	// The whole host: some item names them, its subjects say who they are.
+	rep := doctorJSON(t, 6*time.Second)
+	var named *finding.Subject
+	titles := ""
+	for _, d := range rep.Diagnoses {
+		titles += d.Title + "\n"
+		for i := range d.Subjects {
+			if s := &d.Subjects[i]; s.ContainerID == c.ID && strings.Contains(d.Title, want) {
+				named = s
+			}
+		}
+	}
+	for _, f := range rep.Findings {
+		titles += f.Title + "\n"
+		for i := range f.Subjects {
+			if s := &f.Subjects[i]; s.ContainerID == c.ID && strings.Contains(f.Title, want) {
+				named = s
+			}
+		}
+	}
+	if named == nil {
+		t.Fatalf("no diagnosis or finding names %q; titles:\n%s", want, titles)
+	}
+	if named.Pod != pod || named.Container != name || named.Runtime != "podman" || named.Image != podmantest.Image || named.Label != want {
+		t.Errorf("subject: %+v", named.Workload)
+	}
+	// On a host where nothing else is wrong, doctor's first item is
+	// theirs; on a shared machine others' work may come first.
+	first, others := "", 0
+	if len(rep.Diagnoses) > 0 {
+		first = rep.Diagnoses[0].Title
+	} else if len(rep.Findings) > 0 {
+		first = rep.Findings[0].Title
+	}
+	for _, d := range rep.Diagnoses {
+		if !strings.Contains(d.Title, want) {
+			others++
+		}
+	}
+	for _, f := range rep.Findings {
+		if f.Severity >= finding.Warning && len(f.ExplainedBy) == 0 && !strings.Contains(f.Title, want) {
+			others++
+		}
+	}
+	if others == 0 && !strings.Contains(first, want) {
+		t.Errorf("nothing else is wrong, yet doctor's first item does not name %q: %q", want, first)
+	}
+	t.Logf("doctor's first item (%d others at warning or above): %s", others, first)
+
+	// Asked about the pod, doctor's first item names it and the container.
+	r := runWolf(t, 60*time.Second, "doctor", "--duration", "6s", "--pod", pod)
+	if r.code != 0 {
+		t.Fatalf("doctor --pod: exit %d: %s", r.code, r.stderr)
+	}
+	first = firstItem(r.stdout)
+	t.Logf("first item: %s", first)
+	if !strings.Contains(first, want) {
+		t.Errorf("doctor --pod %s: first item %q does not name %q\n%s", pod, first, want, r.stdout)
+	}
+	if !strings.Contains(first, "CPU quota") && !strings.Contains(first, "throttled") {
+		t.Errorf("the first item is not the container's CPU quota: %q", first)
+	}
+}
+
+// --container and --pod that name nothing: one line, exit 2, before the
+// window (a window of a day would time the test out).
+func TestUnknownWorkloadIsUsage(t *testing.T) {
+	testutil.RequireRoot(t)
+	for _, args := range [][]string{
+		{"doctor", "--duration", "24h", "--container", "wolf-no-such-container"},
+		{"sched", "--duration", "24h", "--pod", "wolf-no-such-pod.default"},
+		{"hung", "--duration", "24h", "--container", "0123456789ab"},
+	} {
+		r := runWolf(t, 30*time.Second, args...)
+		if r.code != exitUsage {
+			t.Errorf("wolf %v: exit %d, want %d (stderr %q)", args, r.code, exitUsage, r.stderr)
+		}
+		if lines := strings.Count(strings.TrimSpace(r.stderr), "\n") + 1; lines != 1 || !strings.HasPrefix(r.stderr, "wolf: --") {
+			t.Errorf("wolf %v: want one 'wolf: --…' line on stderr, got %q", args, r.stderr)
+		}
+	}
+}
+
+// wolf watch's series about a capped container's cgroup and task carry
+// its pod and container labels; promtool accepts what is served.
+func TestWatchLabelsPodAndContainer(t *testing.T) {
+	podmantest.Require(t)
+	promtool := testutil.RequireTool(t, "promtool")
+	testutil.Exclusive(t)
+	p := podmantest.New(t)
+	tag := fmt.Sprint(os.Getpid())
+	pod, name := "wolf-test-wpod-"+tag, "wolf-test-wapi-"+tag
+	p.Pod(pod)
+	p.Start(name, []string{"--pod", pod, "--cpus", "0.1"}, "spin", "60")
+	incidents := t.TempDir()
+	_, addr, lines := startWatch(t, "--investigators", "sched", "--interval", "3s", "--top", "1000", "--incidents", incidents)
+	var body string
+	waitFor(t, "a series naming the container", 60*time.Second, func() bool {
+		body = string(httpGet(t, "http://"+addr+"/metrics"))
+		return strings.Contains(body, `container="`+name+`"`)
+	})
+	var series []string
+	for _, l := range strings.Split(body, "\n") {
+		if strings.Contains(l, `container="`+name+`"`) {
+			series = append(series, l)
+		}
+	}
+	if len(series) == 0 {
+		t.Fatalf("no series names container %s", name)
+	}
+	for _, l := range series {
+		if !strings.Contains(l, `pod="`+pod+`"`) {
+			t.Errorf("series without its pod: %s", l)
+		}
+	}
+	t.Logf("%d series name the container, e.g. %s", len(series), series[0])
+
+	// The JSON lines and the incident bundle (the CPU quota diagnosis
+	// starts one) name them too.
+	want := `"workload":"pod ` + pod + `, container ` + name + `"`
+	waitFor(t, "a JSON line naming the container", 30*time.Second, func() bool { return strings.Contains(lines.String(), want) })
+	var bundle string
+	waitFor(t, "an incident bundle naming the container", 30*time.Second, func() bool {
+		reports, _ := filepath.Glob(filepath.Join(incidents, "*", "report.json"))
+		for _, r := range reports {
+			// report.json is indented: "workload": "…".
+			if b, err := os.ReadFile(r); err == nil && strings.Contains(string(b), `"pod `+pod+`, container `+name+`"`) {
+				bundle = r
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("incident bundle %s names the container", bundle)
+	check := exec.Command(promtool, "check", "metrics")
+	check.Stdin = strings.NewReader(body)
+	if msg, err := check.CombinedOutput(); err != nil {
+		t.Errorf("promtool check metrics: %v\n%s", err, msg)
+	}
+}

@@ -1,0 +1,1251 @@
+//go:build ignore
+
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * wolf io: block I/O per device, cgroup and process, and who waits for it.
+ *
+ * Requests. A request is born when the block layer makes it out of a bio
+ * (rq->start_time_ns, the kernel's own stamp), issued to the driver
+ * (block_rq_issue) and completed (block_rq_complete): queued is birth to
+ * issue, on the device is issue to completion. The first of insert and
+ * issue runs in the submitter's context on every kernel since 5.10 (a
+ * request goes to a scheduler or plug from there, or straight to the
+ * driver): that task is the request's issuer, and the cgroup is the bio's
+ * (bio->bi_blkg), which is the one its bytes are charged to, whoever
+ * issues them (the flusher writing back a cgroup's pages, blk-throttle's
+ * worker dispatching what it held). A request born in blk-throttle's
+ * dispatch work was held there: it is flagged so.
+ *
+ * Per request, two programs run on the hot path (issue and complete) and
+ * one array slot, indexed by a hash of the request's address, carries its
+ * times from one to the other; no hash map is written per request.
+ * Completions add to one hash entry per (disk, cgroup, issuer) and one set
+ * of histograms per (disk, cgroup): the per-disk and per-cgroup totals are
+ * sums of those, made in user space.
+ *
+ * Waiters. A task that sleeps for I/O (io_schedule: in_iowait) is noted at
+ * sched_switch; when it is woken (sched_waking), the request completing on
+ * the waking CPU at that moment, if any, is the one it waited for: a
+ * completion wakes its waiters from inside the completion (bio_endio ->
+ * bi_end_io). So each wait is tied to a disk, a cgroup and a request's
+ * times; the part of the wait before the request existed is where the
+ * bio was held before the block layer made a request of it (blk-throttle,
+ * when the request was born in its dispatcher). Waits this long or longer
+ * cross a ring buffer with the waiter's kernel stack, which names the wait
+ * site (writeback, a journal, wbt, tags).
+ *
+ * Writeback and filesystems: balance_dirty_pages pauses (dirty
+ * throttling), jbd2 commits phase by phase, fsync and fdatasync per
+ * process and device, XFS log grant sleeps, wbt and iocost state.
+ *
+ * Every map is bounded and every refused insert is counted in stats.
+ */
+#include "wolf.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+/* include/linux/blk_types.h: the operation is the low REQ_OP_BITS bits. */
+#define WOLF_REQ_OP_MASK 0xff
+#define WOLF_REQ_OP_READ 0
+#define WOLF_REQ_OP_WRITE 1
+
+/* Operation classes. */
+#define OP_READ 0
+#define OP_WRITE 1
+#define OP_OTHER 2 /* flush, discard, write zeroes, … */
+#define NR_OPS 3
+
+/* Request and wait flags. */
+#define F_THROTTLED 1 /* born in blk-throttle's dispatch work: held there first */
+#define F_KWORKER 2   /* born in a workqueue worker (writeback, a stacked driver) */
+#define F_TIMED 4     /* birth and issue known: queued and device times are */
+
+/* Kinds of wait. */
+#define WAIT_IO 0     /* an I/O sleep ended by a request's completion */
+#define WAIT_OTHER 1  /* an I/O sleep ended otherwise (a timer, a qos wake-up) */
+#define WAIT_DIRTY 2  /* a balance_dirty_pages pause */
+#define WAIT_FSYNC 3  /* fsync or fdatasync, enter to exit */
+#define WAIT_XFSLOG 4 /* an XFS log grant sleep */
+
+#define RQ_SLOTS 16384 /* a power of two */
+#define STACK_DEPTH 32
+
+/* The address of blk_throtl_dispatch_work_fn (kallsyms), 0 if unknown. */
+const volatile __u64 throtl_dispatch_fn = 0;
+/* Requests this slow or slower are recorded one by one. */
+const volatile __u64 slow_ns = 50000000;
+/* Waits this long or longer are recorded one by one, with a stack. */
+const volatile __u64 long_wait_ns = 20000000;
+/*
+ * A wake-up this soon after a completion on the same CPU, with no task
+ * switch on it in between, is by it: a completion wakes its waiters from
+ * inside itself, but one of a large request first ends writeback on every
+ * page of it, which takes a while (256 pages for 1 MiB).
+ */
+const volatile __u64 link_ns = 2000000;
+/* A commit or fsync this long wants the waiter programs. */
+const volatile __u64 want_ns = 100000000;
+/* --device: only this disk (major << 20 | minor); 0 for all. */
+const volatile __u32 only_dev = 0;
+
+enum stat_index {
+	STAT_EVENTS = 0,	 /* events of the rare programs (writeback, jbd2, fsync, …) */
+	STAT_COMPLETIONS = 1,	 /* block_rq_complete runs on watched disks */
+	STAT_UNTRACKED = 2,	 /* completions of requests born before wolf attached or lost */
+	STAT_SLOT_TAKEN = 3,	 /* a request's slot held another in-flight request */
+	STAT_PROC_FULL = 4,	 /* procs refused a new (disk, cgroup, issuer) */
+	STAT_SLOW = 5,		 /* requests slower than slow_ns */
+	STAT_SLEEP_FULL = 6,	 /* sleeps refused a sleeping task */
+	STAT_WAIT_FULL = 7,	 /* waits refused a new waiter */
+	STAT_SLOW_LOST = 8,	 /* slow requests the ring had no room for */
+	STAT_LONG_LOST = 9,	 /* long waits the ring had no room for */
+	STAT_IOWAIT_SLEEPS = 10, /* I/O sleeps seen begin */
+	STAT_LINKED = 11,	 /* I/O sleeps ended by a completion */
+	STAT_JOURNAL_FULL = 12,	 /* journals refused a device */
+	STAT_FSYNC_FULL = 13,	 /* fsyncs refused a task */
+	STAT_QOS_FULL = 14,	 /* qos refused a device */
+	STAT_MAX = 15,
+};
+
+WOLF_STATS()
+
+/* Detail under wolf's CPU budget (wolf.h): the long waits' stacks, and
+ * slow requests one by one. Their counts and sums are always kept. */
+#define GATE_STACK 0
+#define GATE_SLOW 1
+WOLF_BUDGET(2)
+
+/* One request in flight: its times from birth to completion. */
+struct rq_slot {
+	__u64 rq; /* the request's identity (rq_id): 0 free */
+	__u64 birth_ns;
+	__u64 issue_ns;
+	__u64 cgid;
+	__u32 tgid; /* the issuer: the task the request was born in */
+	__u32 flags;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RQ_SLOTS);
+	__type(key, __u32);
+	__type(value, struct rq_slot);
+} reqs SEC(".maps");
+
+/*
+ * Completed requests per (disk, cgroup, issuer), with their latency
+ * histograms: birth to completion, and on the device (queued is the
+ * difference). One lookup per completion; the per-disk and per-cgroup
+ * figures are sums over these entries, made in user space. Histogram
+ * counts are not kept (the slots add up to them): fewer atomic adds.
+ */
+struct io_key {
+	__u32 dev;
+	__u32 tgid;  /* the issuer; 0 for requests blk-throttle dispatched */
+	__u32 flags; /* F_KWORKER: the issuer is a kernel worker */
+	__u32 _pad;
+	__u64 cgid;
+};
+
+struct io_stats {
+	__u64 ops[NR_OPS];
+	__u64 bytes[NR_OPS];
+	__u64 throttled; /* born in blk-throttle's dispatch work */
+	__u64 throttled_bytes;
+	struct wolf_hist total;
+	struct wolf_hist device;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct io_key);
+	__type(value, struct io_stats);
+} procs SEC(".maps");
+
+/*
+ * Issuers' names, for the processes that are gone by the time user space
+ * reads the window. Written when a CPU sees a request born of another
+ * process than the last one it saw: rarely, under one busy workload.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, char[WOLF_COMM_LEN]);
+} comms SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} last_tgid SEC(".maps");
+
+/*
+ * Whether the waiter programs (sched_switch, sched_waking) are wanted:
+ * the request programs set it when they see something a waiter would
+ * explain (a request held by blk-throttle, a slow request, a dirty pause,
+ * a slow commit or fsync), and user space, which polls it, attaches them.
+ * They cost more than the rest together, on every context switch of the
+ * host, so a host whose I/O is healthy does not pay for them.
+ */
+__u32 want_waiters SEC(".data.want");
+
+static __always_inline void want(void)
+{
+	if (!*(volatile __u32 *)&want_waiters)
+		*(volatile __u32 *)&want_waiters = 1;
+}
+
+/* The request completing on this CPU now, for the wake-ups it causes. */
+struct done_ctx {
+	__u64 at_ns;
+	__u64 birth_ns;
+	__u64 issue_ns;
+	__u64 cgid;
+	__u32 dev;
+	__u32 flags;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct done_ctx);
+} done SEC(".maps");
+
+/* A task asleep for I/O, or paused by dirty throttling, since start_ns. */
+struct sleep {
+	__u64 start_ns;
+	__u32 kind; /* WAIT_IO, or WAIT_DIRTY when balance_dirty_pages asked */
+	__u32 dev;  /* WAIT_DIRTY: the backing device */
+	__u32 tgid;
+	__u32 _pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct sleep);
+} sleeps SEC(".maps");
+
+/* Waits per (waiting thread, kind, disk, the cgroup of what it waited for). */
+struct wait_key {
+	__u32 tid;
+	__u32 kind;
+	__u32 dev;
+	__u32 flags; /* of the request that ended it (F_THROTTLED) */
+	__u64 cgid;
+};
+
+struct wait_stats {
+	__u64 count;
+	__u64 ns;
+	__u64 held_ns;	 /* before the request existed (held in blk-throttle, …) */
+	__u64 queued_ns; /* the requests' queued time */
+	__u64 device_ns; /* and their time on the device */
+	struct wolf_max max_ns;
+	__u32 tgid; /* the thread's process */
+	__u32 _pad;
+	char comm[WOLF_COMM_LEN];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct wait_key);
+	__type(value, struct wait_stats);
+} waits SEC(".maps");
+
+/* Slow requests, one by one. */
+struct slow_rq {
+	__u64 total_ns;
+	__u64 queued_ns;
+	__u64 device_ns;
+	__u64 cgid;
+	__u64 at_ns;
+	__u32 dev;
+	__u32 tgid;
+	__u32 op;
+	__u32 bytes;
+	__u32 flags;
+	__u32 _pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 * 1024);
+} slow_rqs SEC(".maps");
+
+const struct slow_rq *unused_slow_rq __attribute__((unused));
+
+/* Long waits, one by one, with the waiter's stack. */
+struct long_wait {
+	__u64 wait_ns;
+	__u64 held_ns;
+	__u64 queued_ns;
+	__u64 device_ns;
+	__u64 cgid;
+	__u64 at_ns;
+	__u32 tid;
+	__u32 tgid;
+	__u32 dev;
+	__u32 kind;
+	__u32 flags;
+	__u32 stack_bytes;
+	char comm[WOLF_COMM_LEN];
+	__u64 stack[STACK_DEPTH];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} long_waits SEC(".maps");
+
+const struct long_wait *unused_long_wait __attribute__((unused));
+
+/* jbd2 commits per journal device, phase by phase. */
+struct journal {
+	__u64 commits;
+	__u64 commit_ns;   /* start to end */
+	__u64 flushing_ns; /* writing and waiting for ordered data */
+	__u64 logging_ns;  /* writing the journal blocks */
+	__u64 locked_ns;   /* waiting for running handles to stop */
+	struct wolf_max max_ns;
+	/* The commit in progress: its phases' starts (0: none). */
+	__u64 started_ns;
+	__u64 locked_at;
+	__u64 flushing_at;
+	__u64 logging_at;
+	__u32 tid; /* the committing thread */
+	__u32 transaction;
+	__u32 sync_commits;
+	__u32 _pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, __u32);
+	__type(value, struct journal);
+} journals SEC(".maps");
+
+/* A task in fsync or fdatasync (or asleep for the XFS log) since start. */
+struct in_sync {
+	__u64 start_ns;
+	__u32 dev;
+	__u32 tgid;
+	__u32 kind; /* WAIT_FSYNC or WAIT_XFSLOG */
+	__u32 _pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, struct in_sync);
+} syncs SEC(".maps");
+
+/* Writeback throttling and iocost, per device. */
+struct qos {
+	__u64 wbt_steps; /* wbt changed its allowed depth */
+	__u64 wbt_lat_events;
+	__u64 wbt_lat_ns; /* the latest latency wbt found over its target */
+	__s32 wbt_step;	  /* its latest scale step (> 0: scaled down) */
+	__u32 wbt_normal; /* and the depth it then allowed normal writes */
+	__u64 iocost_adjusts;
+	__u64 iocost_vrate; /* the latest vrate (ppm of nominal, times 1e-2 steps as the kernel keeps it) */
+	__s32 iocost_busy;    /* the latest busy level (> 0: the device is saturated) */
+	__u32 iocost_rq_wait; /* the latest share of time requests waited for a budget, % */
+	char name[32];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, char[32]);
+	__type(value, struct qos);
+} qoses SEC(".maps");
+
+static const struct io_stats zero_io;
+static const struct wait_stats zero_wait;
+static const struct journal zero_journal;
+static const struct qos zero_qos;
+
+/* Before 5.16 a request named its disk itself. */
+struct request___old {
+	struct gendisk *rq_disk;
+} __attribute__((preserve_access_index));
+
+/* Before 5.17 a kthread's struct kthread hid in set_child_tid. */
+struct task_struct___old {
+	int *set_child_tid;
+} __attribute__((preserve_access_index));
+
+static __always_inline __u32 mkdev(int major, int minor)
+{
+	return ((__u32)major << 20) | ((__u32)minor & 0xfffff);
+}
+
+/*
+ * The request's disk, as major << 20 | minor. rq is a BTF pointer (the
+ * tracepoint's typed argument): plain loads, no probe reads.
+ */
+static __always_inline __u32 rq_dev(struct request *rq)
+{
+	struct gendisk *disk;
+
+	if (bpf_core_field_exists(((struct request___old *)0)->rq_disk))
+		disk = ((struct request___old *)rq)->rq_disk;
+	else
+		disk = rq->q->disk;
+	if (!disk)
+		return 0;
+	return mkdev(disk->major, disk->first_minor);
+}
+
+/*
+ * The bio's cgroup (the one its bytes are charged to), 0 without. The walk
+ * from the bio's blkg to the cgroup's id touches four cache lines; a blkg
+ * is one cgroup's on one queue and stays, so each CPU remembers the last
+ * blkg it walked from (by its distance from a fixed address, as rq_id).
+ */
+struct blkg_cache {
+	__u64 blkg;
+	__u64 blkcg; /* a blkg freed and reallocated for another cgroup has another */
+	__u64 cgid;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct blkg_cache);
+} blkg_cache SEC(".maps");
+
+static __always_inline __u64 bio_cgid(struct bio *bio)
+{
+	struct blkg_cache *c;
+	struct blkcg_gq *blkg;
+	struct blkcg *blkcg;
+	__u32 zero = 0;
+	__u64 id, cid;
+
+	if (!bio || !bpf_core_field_exists(bio->bi_blkg))
+		return 0;
+	blkg = bio->bi_blkg;
+	if (!blkg)
+		return 0;
+	blkcg = blkg->blkcg;
+	c = bpf_map_lookup_elem(&blkg_cache, &zero);
+	if (!c)
+		return blkcg->css.cgroup->kn->id;
+	id = (__u64)((char *)blkg - (char *)c);
+	cid = (__u64)((char *)blkcg - (char *)c);
+	if (c->blkg != id || c->blkcg != cid) {
+		c->cgid = blkcg->css.cgroup->kn->id;
+		c->blkg = id;
+		c->blkcg = cid;
+	}
+	return c->cgid;
+}
+
+static __always_inline __u32 op_class(__u32 cmd_flags)
+{
+	__u32 op = cmd_flags & WOLF_REQ_OP_MASK;
+
+	if (op == WOLF_REQ_OP_READ)
+		return OP_READ;
+	if (op == WOLF_REQ_OP_WRITE)
+		return OP_WRITE;
+	return OP_OTHER;
+}
+
+/*
+ * A request's identity as a number: its distance from a fixed address
+ * (the first slot). The verifier refuses shifts and masks on a pointer,
+ * but lets a privileged program subtract two pointers into a plain
+ * number; requests are preallocated per queue, so the number is stable.
+ */
+static __always_inline __u64 rq_id(struct request *rq)
+{
+	__u32 zero = 0;
+	struct rq_slot *base = bpf_map_lookup_elem(&reqs, &zero);
+
+	if (!base)
+		return 0;
+	return (__u64)((char *)rq - (char *)base);
+}
+
+static __always_inline struct rq_slot *slot_of(__u64 id)
+{
+	__u64 h = id;
+	__u32 key;
+
+	/* Requests are a few hundred bytes apart: drop the low bits, mix. */
+	h = (h >> 6) * 0x9E3779B97F4A7C15ULL;
+	key = (__u32)(h >> 40) & (RQ_SLOTS - 1);
+	return bpf_map_lookup_elem(&reqs, &key);
+}
+
+/*
+ * The function workqueue worker t runs now; t is a plain pointer. A
+ * kthread's struct kthread is in task->worker_private since 5.17, in
+ * set_child_tid before; its data is the workqueue's struct worker.
+ */
+static __always_inline __u64 worker_func(struct task_struct *t)
+{
+	struct kthread *k;
+	void *w;
+
+	if (bpf_core_field_exists(t->worker_private))
+		k = BPF_CORE_READ(t, worker_private);
+	else
+		k = (void *)BPF_CORE_READ((struct task_struct___old *)t, set_child_tid);
+	if (!k)
+		return 0;
+	w = BPF_CORE_READ(k, data);
+	if (!w)
+		return 0;
+	return (__u64)BPF_CORE_READ((struct worker *)w, current_func);
+}
+
+static __always_inline void note_comm(__u32 tgid)
+{
+	__u32 zero = 0, *last = bpf_map_lookup_elem(&last_tgid, &zero);
+	char comm[WOLF_COMM_LEN];
+
+	if (!tgid || !last || *last == tgid)
+		return;
+	*last = tgid;
+	bpf_get_current_comm(comm, sizeof(comm));
+	bpf_map_update_elem(&comms, &tgid, comm, BPF_ANY);
+}
+
+/*
+ * The first sight of a request (insert, or issue when it skips the
+ * scheduler and plug), in its submitter's context: t is the current task
+ * and tflags its flags. Returns the slot, now this request's.
+ */
+static __always_inline struct rq_slot *rq_born(struct request *rq, __u64 now, struct task_struct *t,
+					       unsigned int tflags, __u32 tgid)
+{
+	__u64 id = rq_id(rq), birth;
+	struct rq_slot *s = slot_of(id);
+
+	if (!s || !id)
+		return 0;
+	if (s->rq == id)
+		return s;
+	if (s->rq && now - s->birth_ns < 60000000000ULL)
+		stat_inc(STAT_SLOT_TAKEN); /* the other one's completion goes untracked */
+	birth = rq->start_time_ns;
+	s->rq = id;
+	s->birth_ns = birth && birth <= now ? birth : now;
+	s->issue_ns = 0;
+	s->cgid = bio_cgid(rq->bio);
+	s->tgid = tgid;
+	s->flags = 0;
+	if (tflags & WOLF_PF_WQ_WORKER) {
+		__u64 fn = worker_func(t);
+
+		s->flags |= F_KWORKER;
+		if (throtl_dispatch_fn && fn == throtl_dispatch_fn) {
+			/* The dispatcher is not the issuer: the cgroup is what counts. */
+			s->flags = F_THROTTLED;
+			s->tgid = 0;
+		}
+	}
+	note_comm(s->tgid);
+	return s;
+}
+
+static __always_inline bool watched(__u32 dev)
+{
+	return !only_dev || dev == only_dev;
+}
+
+/*
+ * insert and issue, since 5.11: the request is the first argument and
+ * the current task is a BTF pointer (plain loads).
+ */
+static __always_inline int on_insert(struct request *rq)
+{
+	struct task_struct *t = bpf_get_current_task_btf();
+
+	if (only_dev && rq_dev(rq) != only_dev)
+		return 0;
+	rq_born(rq, bpf_ktime_get_ns(), t, t->flags, t->tgid);
+	return 0;
+}
+
+static __always_inline int on_issue(struct request *rq)
+{
+	struct task_struct *t = bpf_get_current_task_btf();
+	struct rq_slot *s;
+	__u64 now;
+
+	if (only_dev && rq_dev(rq) != only_dev)
+		return 0;
+	now = bpf_ktime_get_ns();
+	s = rq_born(rq, now, t, t->flags, t->tgid);
+	if (s)
+		s->issue_ns = now;
+	return 0;
+}
+
+SEC("tp_btf/block_rq_insert")
+int BPF_PROG(rq_insert, struct request *rq)
+{
+	return on_insert(rq);
+}
+
+SEC("tp_btf/block_rq_issue")
+int BPF_PROG(rq_issue, struct request *rq)
+{
+	return on_issue(rq);
+}
+
+/*
+ * Before 5.11 the queue came first, and bpf_get_current_task_btf did not
+ * exist: the current task is read with probe reads.
+ */
+static __always_inline int on_insert_old(struct request *rq)
+{
+	struct task_struct *t = wolf_current();
+
+	if (only_dev && rq_dev(rq) != only_dev)
+		return 0;
+	rq_born(rq, bpf_ktime_get_ns(), t, BPF_CORE_READ(t, flags),
+		bpf_get_current_pid_tgid() >> 32);
+	return 0;
+}
+
+static __always_inline int on_issue_old(struct request *rq)
+{
+	struct task_struct *t = wolf_current();
+	struct rq_slot *s;
+	__u64 now;
+
+	if (only_dev && rq_dev(rq) != only_dev)
+		return 0;
+	now = bpf_ktime_get_ns();
+	s = rq_born(rq, now, t, BPF_CORE_READ(t, flags), bpf_get_current_pid_tgid() >> 32);
+	if (s)
+		s->issue_ns = now;
+	return 0;
+}
+
+SEC("tp_btf/block_rq_insert")
+int BPF_PROG(rq_insert_q, struct request_queue *q, struct request *rq)
+{
+	return on_insert_old(rq);
+}
+
+SEC("tp_btf/block_rq_issue")
+int BPF_PROG(rq_issue_q, struct request_queue *q, struct request *rq)
+{
+	return on_issue_old(rq);
+}
+
+static __always_inline struct io_stats *proc_get(struct io_key *k)
+{
+	struct io_stats *v = bpf_map_lookup_elem(&procs, k);
+
+	if (v)
+		return v;
+	if (bpf_map_update_elem(&procs, k, &zero_io, BPF_NOEXIST) &&
+	    !bpf_map_lookup_elem(&procs, k)) {
+		stat_inc(STAT_PROC_FULL);
+		return 0;
+	}
+	return bpf_map_lookup_elem(&procs, k);
+}
+
+/* A histogram sample without the count (the slots add up to it). */
+static __always_inline void hist_add(struct wolf_hist *h, __u64 v)
+{
+	__u32 s = wolf_log2_slot(v);
+
+	if (s < WOLF_HIST_SLOTS)
+		__sync_fetch_and_add(&h->slots[s], 1);
+	__sync_fetch_and_add(&h->sum, v);
+	wolf_max_add(&h->max, v);
+}
+
+SEC("tp_btf/block_rq_complete")
+int BPF_PROG(rq_complete, struct request *rq, int error, unsigned int nr_bytes)
+{
+	__u32 dev = rq_dev(rq), zero = 0, op;
+	struct io_key k = {};
+	struct rq_slot *s;
+	struct io_stats *st;
+	struct done_ctx *d;
+	__u64 id, now, total = 0, device = 0, birth = 0, issue = 0;
+	__u32 flags = 0;
+
+	if (!watched(dev))
+		return 0;
+	stat_inc(STAT_COMPLETIONS);
+	now = bpf_ktime_get_ns();
+	op = op_class(rq->cmd_flags);
+	k.dev = dev;
+	id = rq_id(rq);
+	s = slot_of(id);
+	if (s && id && s->rq == id) {
+		k.tgid = s->tgid;
+		k.cgid = s->cgid;
+		k.flags = s->flags & F_KWORKER;
+		flags = s->flags;
+		birth = s->birth_ns;
+		issue = s->issue_ns;
+		s->rq = 0;
+	} else {
+		stat_inc(STAT_UNTRACKED);
+		k.cgid = bio_cgid(rq->bio);
+	}
+	if (birth && issue && issue >= birth && now >= issue) {
+		flags |= F_TIMED;
+		total = now - birth;
+		device = now - issue;
+	}
+	/* For the wake-ups this completion causes (sched_waking). */
+	d = bpf_map_lookup_elem(&done, &zero);
+	if (d) {
+		d->at_ns = now;
+		d->birth_ns = birth;
+		d->issue_ns = issue;
+		d->cgid = k.cgid;
+		d->dev = dev;
+		d->flags = flags;
+	}
+	st = proc_get(&k);
+	if (!st)
+		return 0;
+	__sync_fetch_and_add(&st->ops[op & 3], 1);
+	__sync_fetch_and_add(&st->bytes[op & 3], nr_bytes);
+	if (flags & F_THROTTLED) {
+		__sync_fetch_and_add(&st->throttled, 1);
+		__sync_fetch_and_add(&st->throttled_bytes, nr_bytes);
+		want();
+	}
+	if (!(flags & F_TIMED))
+		return 0;
+	hist_add(&st->total, total);
+	hist_add(&st->device, device);
+	if (total >= slow_ns) {
+		struct slow_rq *e;
+
+		stat_inc(STAT_SLOW);
+		want();
+		if (!wolf_detail_take(GATE_SLOW, now))
+			return 0;
+		e = bpf_ringbuf_reserve(&slow_rqs, sizeof(*e), 0);
+		if (!e) {
+			stat_inc(STAT_SLOW_LOST);
+			return 0;
+		}
+		e->total_ns = total;
+		e->queued_ns = total - device;
+		e->device_ns = device;
+		e->cgid = k.cgid;
+		e->at_ns = now;
+		e->dev = dev;
+		e->tgid = k.tgid;
+		e->op = op;
+		e->bytes = nr_bytes;
+		e->flags = flags;
+		e->_pad = 0;
+		bpf_ringbuf_submit(e, 0);
+	}
+	return 0;
+}
+
+/* A task goes to sleep: note an I/O sleep (io_schedule sets in_iowait). */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	struct sleep sl = {}, *old;
+	struct done_ctx *d;
+	__u32 tid, zero = 0;
+
+	/*
+	 * A completion wakes its waiters before its CPU switches tasks: a
+	 * wake-up after a switch is not the completion's.
+	 */
+	d = bpf_map_lookup_elem(&done, &zero);
+	if (d)
+		d->at_ns = 0;
+	if (preempt || !BPF_CORE_READ_BITFIELD(prev, in_iowait))
+		return 0;
+	if (wolf_task_state(prev) == WOLF_TASK_RUNNING)
+		return 0;
+	tid = prev->pid;
+	stat_inc(STAT_IOWAIT_SLEEPS);
+	sl.start_ns = bpf_ktime_get_ns();
+	sl.kind = WAIT_IO;
+	sl.tgid = prev->tgid;
+	old = bpf_map_lookup_elem(&sleeps, &tid);
+	if (old) {
+		/* balance_dirty_pages just asked for this pause. */
+		if (old->kind == WAIT_DIRTY && sl.start_ns - old->start_ns < 10000000) {
+			sl.kind = WAIT_DIRTY;
+			sl.dev = old->dev;
+		}
+		*old = sl;
+		return 0;
+	}
+	if (bpf_map_update_elem(&sleeps, &tid, &sl, BPF_ANY))
+		stat_inc(STAT_SLEEP_FULL);
+	return 0;
+}
+
+static __always_inline struct wait_stats *wait_get(struct wait_key *k)
+{
+	struct wait_stats *v = bpf_map_lookup_elem(&waits, k);
+
+	if (v)
+		return v;
+	if (bpf_map_update_elem(&waits, k, &zero_wait, BPF_NOEXIST) &&
+	    !bpf_map_lookup_elem(&waits, k)) {
+		stat_inc(STAT_WAIT_FULL);
+		return 0;
+	}
+	return bpf_map_lookup_elem(&waits, k);
+}
+
+/* A sleeping task is woken: if it slept for I/O, its wait ends. */
+SEC("tp_btf/sched_waking")
+int BPF_PROG(sched_waking, struct task_struct *wakee)
+{
+	struct wait_key k = {};
+	struct wait_stats *w;
+	struct done_ctx *d;
+	struct sleep *sl;
+	__u64 now, ns, held = 0, queued = 0, device = 0;
+	__u32 tid, tgid, zero = 0, kind;
+
+	if (!BPF_CORE_READ_BITFIELD(wakee, in_iowait))
+		return 0;
+	tid = wakee->pid;
+	sl = bpf_map_lookup_elem(&sleeps, &tid);
+	if (!sl)
+		return 0;
+	now = bpf_ktime_get_ns();
+	ns = now > sl->start_ns ? now - sl->start_ns : 0;
+	kind = sl->kind;
+	tgid = sl->tgid;
+	k.tid = tid;
+	k.dev = sl->dev;
+	if (kind == WAIT_IO) {
+		kind = WAIT_OTHER;
+		d = bpf_map_lookup_elem(&done, &zero);
+		if (d && d->at_ns && now - d->at_ns <= link_ns) {
+			kind = WAIT_IO;
+			k.dev = d->dev;
+			k.cgid = d->cgid;
+			k.flags = d->flags & F_THROTTLED;
+			if (d->flags & F_TIMED) {
+				queued = d->issue_ns - d->birth_ns;
+				device = d->at_ns - d->issue_ns;
+				if (d->birth_ns > sl->start_ns)
+					held = d->birth_ns - sl->start_ns;
+			}
+			stat_inc(STAT_LINKED);
+		}
+	}
+	bpf_map_delete_elem(&sleeps, &tid);
+	k.kind = kind;
+	w = wait_get(&k);
+	if (w) {
+		__sync_fetch_and_add(&w->count, 1);
+		__sync_fetch_and_add(&w->ns, ns);
+		__sync_fetch_and_add(&w->held_ns, held);
+		__sync_fetch_and_add(&w->queued_ns, queued);
+		__sync_fetch_and_add(&w->device_ns, device);
+		wolf_max_add(&w->max_ns, ns);
+		if (!w->comm[0]) {
+			w->tgid = tgid;
+			BPF_CORE_READ_STR_INTO(&w->comm, wakee, comm);
+		}
+	}
+	if (ns >= long_wait_ns && wolf_detail_take(GATE_STACK, now)) {
+		struct long_wait *e = bpf_ringbuf_reserve(&long_waits, sizeof(*e), 0);
+		long n;
+
+		if (!e) {
+			stat_inc(STAT_LONG_LOST);
+			return 0;
+		}
+		e->wait_ns = ns;
+		e->held_ns = held;
+		e->queued_ns = queued;
+		e->device_ns = device;
+		e->cgid = k.cgid;
+		e->at_ns = now;
+		e->tid = tid;
+		e->tgid = tgid;
+		e->dev = k.dev;
+		e->kind = kind;
+		e->flags = k.flags;
+		BPF_CORE_READ_STR_INTO(&e->comm, wakee, comm);
+		n = bpf_get_task_stack(wakee, e->stack, sizeof(e->stack), 0);
+		e->stack_bytes = n > 0 ? n : 0;
+		bpf_ringbuf_submit(e, 0);
+	}
+	return 0;
+}
+
+/*
+ * Dirty throttling: balance_dirty_pages is about to pause the task for
+ * pause ms (a pause of 0 or less is none). The sleep that follows is
+ * marked, so that its wake-up counts it as a dirty pause, not an I/O wait.
+ */
+static __always_inline __u32 parse_bdi(const char *name)
+{
+	__u32 major = 0, minor = 0, *cur = &major;
+	bool colon = false;
+
+	for (int i = 0; i < 16; i++) {
+		char c = name[i];
+
+		if (c >= '0' && c <= '9') {
+			*cur = *cur * 10 + (c - '0');
+		} else if (c == ':' && !colon) {
+			colon = true;
+			cur = &minor;
+		} else {
+			break;
+		}
+	}
+	if (!colon)
+		return 0;
+	return mkdev(major, minor);
+}
+
+SEC("tracepoint/writeback/balance_dirty_pages")
+int balance_dirty_pages(struct trace_event_raw_balance_dirty_pages *ctx)
+{
+	struct sleep sl = {};
+	char name[16];
+	__u32 tid;
+
+	if (BPF_CORE_READ(ctx, pause) <= 0)
+		return 0;
+	stat_inc(STAT_EVENTS);
+	want();
+	bpf_probe_read_kernel(name, sizeof(name), ctx->bdi);
+	tid = (__u32)bpf_get_current_pid_tgid();
+	sl.start_ns = bpf_ktime_get_ns();
+	sl.kind = WAIT_DIRTY;
+	sl.dev = parse_bdi(name);
+	sl.tgid = bpf_get_current_pid_tgid() >> 32;
+	if (bpf_map_update_elem(&sleeps, &tid, &sl, BPF_ANY))
+		stat_inc(STAT_SLEEP_FULL);
+	return 0;
+}
+
+/* jbd2: a commit's phases, per journal device. */
+static __always_inline struct journal *journal_get(__u32 dev)
+{
+	struct journal *j = bpf_map_lookup_elem(&journals, &dev);
+
+	if (j)
+		return j;
+	if (bpf_map_update_elem(&journals, &dev, &zero_journal, BPF_NOEXIST) &&
+	    !bpf_map_lookup_elem(&journals, &dev)) {
+		stat_inc(STAT_JOURNAL_FULL);
+		return 0;
+	}
+	return bpf_map_lookup_elem(&journals, &dev);
+}
+
+/* The classic jbd2_commit events share one layout (jbd2_commit class). */
+#define J_START 0
+#define J_LOCKING 1
+#define J_FLUSHING 2
+#define J_LOGGING 3
+
+static __always_inline int jbd2_phase(struct trace_event_raw_jbd2_commit *ctx, int phase)
+{
+	__u64 now = bpf_ktime_get_ns();
+	struct journal *j;
+	__u32 dev;
+
+	stat_inc(STAT_EVENTS);
+	dev = BPF_CORE_READ(ctx, dev);
+	j = journal_get(dev);
+	if (!j)
+		return 0;
+	switch (phase) {
+	case J_START:
+		j->started_ns = now;
+		j->locked_at = 0;
+		j->flushing_at = 0;
+		j->logging_at = 0;
+		j->tid = (__u32)bpf_get_current_pid_tgid();
+		j->transaction = BPF_CORE_READ(ctx, transaction);
+		break;
+	case J_LOCKING:
+		j->locked_at = now;
+		break;
+	case J_FLUSHING:
+		if (j->locked_at && now > j->locked_at)
+			j->locked_ns += now - j->locked_at;
+		j->flushing_at = now;
+		break;
+	case J_LOGGING:
+		if (j->flushing_at && now > j->flushing_at)
+			j->flushing_ns += now - j->flushing_at;
+		j->logging_at = now;
+		break;
+	}
+	return 0;
+}
+
+SEC("tracepoint/jbd2/jbd2_start_commit")
+int jbd2_start_commit(struct trace_event_raw_jbd2_commit *ctx)
+{
+	return jbd2_phase(ctx, J_START);
+}
+
+SEC("tracepoint/jbd2/jbd2_commit_locking")
+int jbd2_commit_locking(struct trace_event_raw_jbd2_commit *ctx)
+{
+	return jbd2_phase(ctx, J_LOCKING);
+}
+
+SEC("tracepoint/jbd2/jbd2_commit_flushing")
+int jbd2_commit_flushing(struct trace_event_raw_jbd2_commit *ctx)
+{
+	return jbd2_phase(ctx, J_FLUSHING);
+}
+
+SEC("tracepoint/jbd2/jbd2_commit_logging")
+int jbd2_commit_logging(struct trace_event_raw_jbd2_commit *ctx)
+{
+	return jbd2_phase(ctx, J_LOGGING);
+}
+
+SEC("tracepoint/jbd2/jbd2_end_commit")
+int jbd2_end_commit(struct trace_event_raw_jbd2_end_commit *ctx)
+{
+	__u64 now = bpf_ktime_get_ns(), ns;
+	struct journal *j;
+	__u32 dev;
+
+	stat_inc(STAT_EVENTS);
+	dev = BPF_CORE_READ(ctx, dev);
+	j = journal_get(dev);
+	if (!j || !j->started_ns)
+		return 0;
+	ns = now > j->started_ns ? now - j->started_ns : 0;
+	if (j->logging_at && now > j->logging_at)
+		j->logging_ns += now - j->logging_at;
+	j->commits++;
+	j->commit_ns += ns;
+	if (BPF_CORE_READ(ctx, sync_commit))
+		j->sync_commits++;
+	wolf_max_tag(&j->max_ns, ns, j->tid);
+	if (ns >= want_ns)
+		want();
+	j->started_ns = 0;
+	j->locked_at = 0;
+	j->flushing_at = 0;
+	j->logging_at = 0;
+	return 0;
+}
+
+/* fsync and fdatasync: per task, enter to exit, on the file's device. */
+static __always_inline __u32 fd_dev(int fd)
+{
+	struct task_struct *t = wolf_current();
+	struct file **fds, *f;
+	unsigned int max;
+
+	if (fd < 0)
+		return 0;
+	fds = BPF_CORE_READ(t, files, fdt, fd);
+	max = BPF_CORE_READ(t, files, fdt, max_fds);
+	if (!fds || (unsigned int)fd >= max)
+		return 0;
+	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) || !f)
+		return 0;
+	return BPF_CORE_READ(f, f_inode, i_sb, s_dev);
+}
+
+static __always_inline int sync_enter(int fd)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct in_sync s = {};
+	__u32 tid = (__u32)id;
+
+	stat_inc(STAT_EVENTS);
+	s.dev = fd_dev(fd);
+	if (!s.dev || !watched(s.dev))
+		return 0;
+	s.start_ns = bpf_ktime_get_ns();
+	s.tgid = id >> 32;
+	s.kind = WAIT_FSYNC;
+	if (bpf_map_update_elem(&syncs, &tid, &s, BPF_ANY))
+		stat_inc(STAT_FSYNC_FULL);
+	return 0;
+}
+
+static __always_inline void wait_add(__u32 tid, struct in_sync *s, __u64 ns)
+{
+	struct wait_key k = { .tid = tid, .kind = s->kind, .dev = s->dev };
+	struct wait_stats *w = wait_get(&k);
+
+	if (!w)
+		return;
+	__sync_fetch_and_add(&w->count, 1);
+	__sync_fetch_and_add(&w->ns, ns);
+	wolf_max_add(&w->max_ns, ns);
+	if (!w->comm[0]) {
+		w->tgid = s->tgid;
+		bpf_get_current_comm(&w->comm, sizeof(w->comm));
+	}
+}
+
+static __always_inline int sync_exit(__u32 kind)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct in_sync *s = bpf_map_lookup_elem(&syncs, &tid);
+	__u64 now = bpf_ktime_get_ns(), ns;
+
+	stat_inc(STAT_EVENTS);
+	if (!s || s->kind != kind)
+		return 0;
+	ns = now > s->start_ns ? now - s->start_ns : 0;
+	if (ns >= want_ns)
+		want();
+	wait_add(tid, s, ns);
+	bpf_map_delete_elem(&syncs, &tid);
+	return 0;
+}
+
+struct syscall_enter_args {
+	struct trace_entry ent;
+	int __syscall_nr;
+	__u64 args[6];
+};
+
+SEC("tracepoint/syscalls/sys_enter_fsync")
+int sys_enter_fsync(struct syscall_enter_args *ctx)
+{
+	return sync_enter((int)ctx->args[0]);
+}
+
+SEC("tracepoint/syscalls/sys_exit_fsync")
+int sys_exit_fsync(void *ctx)
+{
+	return sync_exit(WAIT_FSYNC);
+}
+
+SEC("tracepoint/syscalls/sys_enter_fdatasync")
+int sys_enter_fdatasync(struct syscall_enter_args *ctx)
+{
+	return sync_enter((int)ctx->args[0]);
+}
+
+SEC("tracepoint/syscalls/sys_exit_fdatasync")
+int sys_exit_fdatasync(void *ctx)
+{
+	return sync_exit(WAIT_FSYNC);
+}
+
+/* XFS: a task sleeps for log space, and is woken when there is some. */
+SEC("tracepoint/xfs/xfs_log_grant_sleep")
+int xfs_log_grant_sleep(struct trace_event_raw_xfs_loggrant_class *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct in_sync s = {};
+	__u32 tid = (__u32)id;
+
+	stat_inc(STAT_EVENTS);
+	s.dev = BPF_CORE_READ(ctx, dev);
+	if (!watched(s.dev))
+		return 0;
+	s.start_ns = bpf_ktime_get_ns();
+	s.tgid = id >> 32;
+	s.kind = WAIT_XFSLOG;
+	if (bpf_map_update_elem(&syncs, &tid, &s, BPF_ANY))
+		stat_inc(STAT_FSYNC_FULL);
+	return 0;
+}
+
+SEC("tracepoint/xfs/xfs_log_grant_wake")
+int xfs_log_grant_wake(void *ctx)
+{
+	return sync_exit(WAIT_XFSLOG);
+}
+
+/* Writeback throttling (wbt) and iocost, per device. */
+static __always_inline struct qos *qos_get(const char *name)
+{
+	char key[32] = {};
+	struct qos *q;
+
+	bpf_probe_read_kernel_str(key, sizeof(key), name);
+	q = bpf_map_lookup_elem(&qoses, key);
+	if (q)
+		return q;
+	if (bpf_map_update_elem(&qoses, key, &zero_qos, BPF_NOEXIST) &&
+	    !bpf_map_lookup_elem(&qoses, key)) {
+		stat_inc(STAT_QOS_FULL);
+		return 0;
+	}
+	q = bpf_map_lookup_elem(&qoses, key);
+	if (q)
+		__builtin_memcpy(q->name, key, sizeof(key));
+	return q;
+}
+
+SEC("tracepoint/wbt/wbt_step")
+int wbt_step(struct trace_event_raw_wbt_step *ctx)
+{
+	struct qos *q;
+
+	stat_inc(STAT_EVENTS);
+	q = qos_get(ctx->name);
+	if (!q)
+		return 0;
+	q->wbt_steps++;
+	q->wbt_step = BPF_CORE_READ(ctx, step);
+	q->wbt_normal = BPF_CORE_READ(ctx, normal);
+	return 0;
+}
+
+SEC("tracepoint/wbt/wbt_lat")
+int wbt_lat(struct trace_event_raw_wbt_lat *ctx)
+{
+	struct qos *q;
+
+	stat_inc(STAT_EVENTS);
+	q = qos_get(ctx->name);
+	if (!q)
+		return 0;
+	q->wbt_lat_events++;
+	q->wbt_lat_ns = BPF_CORE_READ(ctx, lat);
+	return 0;
+}
+
+SEC("tracepoint/iocost/iocost_ioc_vrate_adj")
+int iocost_vrate_adj(struct trace_event_raw_iocost_ioc_vrate_adj *ctx)
+{
+	__u32 loc = BPF_CORE_READ(ctx, __data_loc_devname);
+	struct qos *q;
+
+	stat_inc(STAT_EVENTS);
+	q = qos_get((const char *)ctx + (loc & 0xffff));
+	if (!q)
+		return 0;
+	q->iocost_adjusts++;
+	q->iocost_vrate = BPF_CORE_READ(ctx, new_vrate);
+	q->iocost_busy = BPF_CORE_READ(ctx, busy_level);
+	q->iocost_rq_wait = BPF_CORE_READ(ctx, rq_wait_pct);
+	return 0;
+}

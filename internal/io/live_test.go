@@ -1,0 +1,319 @@
+package io
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	stdio "io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/wolf-investigator/wolf/internal/fact"
+	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/finding/findingtest"
+	"github.com/wolf-investigator/wolf/internal/investigator"
+	"github.com/wolf-investigator/wolf/internal/lab"
+	"github.com/wolf-investigator/wolf/internal/lab/iolab"
+	"github.com/wolf-investigator/wolf/internal/testutil"
+)
+
+// testLoop makes a loop device of the test's own (16 MiB, over a file in
+// the test's directory), removed at the end.
+func testLoop(t testing.TB) *iolab.Loop {
+	t.Helper()
+	led, err := lab.NewLedger("io-test", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	l, err := iolab.NewLoop(led, filepath.Join(dir, lab.Name("iotest")+".img"), 16<<20, false)
+	if err != nil {
+		led.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := l.Close(); err != nil {
+			t.Error(err)
+		}
+		if err := led.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return l
+}
+
+// readDirect reads the device n times, 4 KiB at a time with O_DIRECT: n
+// requests, each completed before the next.
+func readDirect(t *testing.T, dev string, n int) {
+	t.Helper()
+	fd, err := unix.Open(dev, unix.O_RDONLY|unix.O_DIRECT, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	buf, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(buf)
+	for i := range n {
+		if _, err := unix.Pread(fd, buf, int64(i%4096)*4096); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func deviceOf(res *investigator.Result, name string) *finding.Finding {
+	for i, f := range res.Findings {
+		if f.ID == "io.device" && f.Evidence["device"] == name {
+			return &res.Findings[i]
+		}
+	}
+	return nil
+}
+
+func requestsOf(t *testing.T, res *investigator.Result, name string) uint64 {
+	t.Helper()
+	f := deviceOf(res, name)
+	if f == nil {
+		return 0
+	}
+	n, ok := f.Evidence["requests"].(uint64)
+	if !ok {
+		t.Fatalf("requests %T", f.Evidence["requests"])
+	}
+	return n
+}
+
+// Windows: a known number of requests on a device of the test's own, in
+// each of three windows of one session: each window counts its own, none
+// is lost or counted twice.
+func TestLiveWindows(t *testing.T) {
+	testutil.RequireRoot(t)
+	l := testLoop(t)
+	iv := New()
+	iv.Device = l.Name
+	s, err := iv.Start(context.Background(), investigator.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for i, n := range []int{300, 0, 1200} {
+		readDirect(t, l.Dev, n)
+		res, err := s.Collect(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := requestsOf(t, res, l.Name); got != uint64(n) {
+			t.Errorf("window %d: %d requests, want %d", i, got, n)
+		}
+		for _, f := range res.Findings {
+			if d, _ := f.Evidence["device"].(string); d != "" && d != l.Name {
+				t.Errorf("window %d: --device %s reported %s", i, l.Name, d)
+			}
+		}
+	}
+}
+
+// The check against the reference: bpftrace counts block_rq_complete on
+// the same device over the same window (it attaches before wolf and
+// detaches after; the load runs while both are attached).
+func TestLiveCountsAgreeWithBpftrace(t *testing.T) {
+	testutil.RequireRoot(t)
+	bt, err := exec.LookPath("bpftrace")
+	testutil.Require(t, err == nil, "needs bpftrace (Debian: apt-get install bpftrace)")
+	l := testLoop(t)
+	script := fmt.Sprintf(`BEGIN { printf("ready\n"); }
+tracepoint:block:block_rq_complete /args->dev == %d/ { @n = count(); }`, kdev(l.Major, l.Minor))
+	cmd := exec.Command(bt, "-e", script)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	rd := bufio.NewReader(out)
+	ready := make(chan error, 1)
+	go func() {
+		for {
+			line, err := rd.ReadString('\n')
+			if err != nil {
+				ready <- fmt.Errorf("bpftrace ended before attaching: %v (stderr %q)", err, stderr.String())
+				return
+			}
+			if strings.TrimSpace(line) == "ready" {
+				ready <- nil
+				return
+			}
+		}
+	}()
+	select {
+	case err := <-ready:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("bpftrace did not attach in 60 s (stderr %q)", stderr.String())
+	}
+	iv := New()
+	iv.Device = l.Name
+	res := testutil.RunLive(t, iv, investigator.Options{Duration: time.Second}, func() {
+		// Several readers at once: requests complete on both CPUs.
+		done := make(chan struct{})
+		for range 4 {
+			go func() {
+				defer func() { done <- struct{}{} }()
+				readDirect(t, l.Dev, 5000)
+			}()
+		}
+		for range 4 {
+			<-done
+		}
+	})
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	rest, _ := stdio.ReadAll(rd)
+	_ = cmd.Wait()
+	m := regexp.MustCompile(`(?m)^@n: (\d+)`).FindSubmatch(rest)
+	if m == nil {
+		t.Fatalf("no @n in bpftrace's output %q (stderr %q)", rest, stderr.String())
+	}
+	btN, _ := strconv.ParseFloat(string(m[1]), 64)
+	wolfN := float64(requestsOf(t, res, l.Name))
+	t.Logf("completions on %s: wolf %.0f, bpftrace %.0f; dropped %d", l.Name, wolfN, btN, res.Overhead.Dropped)
+	// Reads of the same block by two readers at once may merge into one
+	// request: a few fewer requests than reads.
+	if btN < 19000 {
+		t.Fatalf("bpftrace counted only %.0f requests for the 20000 reads", btN)
+	}
+	if d := (wolfN - btN) / btN; d > 0.02 || d < -0.02 {
+		t.Errorf("counts differ by %.2f%%", 100*d)
+	}
+	if res.Overhead.Dropped != 0 {
+		t.Errorf("dropped %d", res.Overhead.Dropped)
+	}
+}
+
+// The io-throttle lab: wolf names the device, the limit, the cgroup and
+// the waiting process with its wait per read.
+func TestLiveThrottleLab(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.Exclusive(t)
+	in, err := iolab.NewThrottle().Start(context.Background(), lab.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := in.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	ti := in.(*iolab.ThrottleInstance)
+	res := testutil.RunLive(t, New(), investigator.Options{Duration: 4 * time.Second}, nil)
+	var f *finding.Finding
+	for i, x := range res.Findings {
+		if x.ID == "io.throttled" && x.Evidence["device"] == ti.Device() {
+			f = &res.Findings[i]
+		}
+	}
+	if f == nil {
+		t.Fatalf("no io.throttled on %s: %v", ti.Device(), titles(res))
+	}
+	t.Log(f.Title)
+	cg := ti.Cgroup().Path
+	if f.Evidence["cgroup"] != cg || f.Evidence["limit_bytes_per_s"] != uint64(1<<20) {
+		t.Errorf("evidence %v", f.Evidence)
+	}
+	w := findingtest.Subjects(*f, finding.RoleWaiter)
+	if len(w) == 0 || w[0].PID != ti.PID() {
+		t.Fatalf("waiters %+v, want pid %d", w, ti.PID())
+	}
+	// Four readers share 1 MiB/s, 64 KiB a read: 250 ms a read.
+	avgMs, _ := f.Evidence["wait_ms_avg"].(float64)
+	heldMs, _ := f.Evidence["held_ms_avg"].(float64)
+	if avgMs < 150 || avgMs > 400 || heldMs < 0.8*avgMs {
+		t.Errorf("waits %v ms a read, %v ms of it held: want about 250, nearly all held", avgMs, heldMs)
+	}
+	if !strings.Contains(f.Title, fmt.Sprintf("in cgroup %s waits", cg)) || !strings.Contains(f.Title, "capped at 1 MiB/s of reads") {
+		t.Errorf("title %q", f.Title)
+	}
+	if bz, _ := f.Evidence["device_busy_pct"].(float64); bz > 30 {
+		t.Errorf("the loop device is %v%% busy: it should idle", bz)
+	}
+	var wait *fact.Wait
+	for i := range res.Facts.Waits {
+		if res.Facts.Waits[i].Task.PID == ti.PID() {
+			wait = &res.Facts.Waits[i]
+		}
+	}
+	if wait == nil || wait.On != fact.IOLimitKey(cg, ti.Device()) || wait.Kind != fact.WaitIO {
+		t.Errorf("the readers' wait fact %+v", wait)
+	}
+}
+
+func titles(res *investigator.Result) []string {
+	var out []string
+	for _, f := range res.Findings {
+		out = append(out, f.ID+": "+f.Title)
+	}
+	return out
+}
+
+// Each of the other I/O labs makes its own finding, naming its device.
+func TestLiveLabsFindings(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.Exclusive(t)
+	for _, c := range []struct {
+		lab    lab.Lab
+		id     string
+		window time.Duration
+	}{
+		{iolab.NewDirty(), "io.dirty-throttled", 4 * time.Second},
+		{iolab.NewJournal(), "io.journal-stall", 6 * time.Second},
+		{iolab.NewSlow(), "io.slow-device", 4 * time.Second},
+	} {
+		t.Run(c.lab.Name(), func(t *testing.T) {
+			if c.lab.Name() == iolab.SlowName {
+				_, err := os.Stat("/dev/fuse")
+				testutil.Require(t, err == nil, "needs /dev/fuse")
+			}
+			in, err := c.lab.Start(context.Background(), lab.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := in.Close(); err != nil {
+					t.Error(err)
+				}
+			}()
+			dev := in.(interface{ Device() string }).Device()
+			res := testutil.RunLive(t, New(), investigator.Options{Duration: c.window}, nil)
+			var f *finding.Finding
+			for i, x := range res.Findings {
+				if x.ID == c.id && x.Evidence["device"] == dev {
+					f = &res.Findings[i]
+				}
+			}
+			if f == nil {
+				t.Fatalf("no %s on %s: %v", c.id, dev, titles(res))
+			}
+			t.Log(f.Title)
+			if f.Severity < finding.Warning {
+				t.Errorf("%s is %v", c.id, f.Severity)
+			}
+		})
+	}
+}
