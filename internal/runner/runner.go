@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -110,9 +111,16 @@ func Start(ctx context.Context, cfg Config) *Run {
 	var wg sync.WaitGroup
 	for i, inv := range cfg.Investigators {
 		wg.Add(1)
+		opts := cfg.Options
+		opts.Alongside = slices.Clip(opts.Alongside) // appends copy: no goroutine sees another's
+		for _, other := range cfg.Investigators {
+			if other != inv {
+				opts.Alongside = append(opts.Alongside, other.Name())
+			}
+		}
 		go func() {
 			defer wg.Done()
-			s, err := inv.Start(ctx, cfg.Options)
+			s, err := inv.Start(ctx, opts)
 			if err != nil {
 				startErrs[i] = err
 				return
