@@ -415,4 +415,36 @@ static __always_inline void wolf_hist_add_local(struct wolf_hist *h, __u64 v)
 	wolf_hist_add_local_at(h, v, wolf_window_now());
 }
 
+/*
+ * Memory reclaim per thread, cumulative: what the reclaim investigator
+ * counts of each thread's reclaim calls as they end. When locks runs in
+ * the same process (wolf doctor), it shares the map (probekit's
+ * Object.Share) rather than following every reclaim batch itself: the
+ * reclaim an mmap_lock holder did during a hold is the difference of the
+ * thread's entry between the lock's acquire and its release.
+ */
+struct wolf_reclaim_task {
+	__u64 cgid;
+	__u32 tgid;
+	__u32 kswapd;
+	__u64 calls;
+	__u64 ns;
+	__u64 cpu_ns;
+	struct wolf_max max_ns;
+	__u64 csw;
+	__u64 scanned;
+	__u64 reclaimed;
+	char comm[WOLF_COMM_LEN];
+	__u64 ref_keep;	 /* pages referenced and kept on the inactive list */
+	__u64 activated; /* pages scanned and put back on the active list */
+};
+
+#define WOLF_RECLAIM_TASKS()                                                                       \
+	struct {                                                                                   \
+		__uint(type, BPF_MAP_TYPE_HASH);                                                   \
+		__uint(max_entries, 8192);                                                         \
+		__type(key, __u32); /* tid */                                                      \
+		__type(value, struct wolf_reclaim_task);                                           \
+	} reclaim_tasks SEC(".maps");
+
 #endif /* WOLF_H */

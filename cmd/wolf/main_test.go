@@ -394,7 +394,7 @@ func TestDoctorHealthyHostFinishesInTime(t *testing.T) {
 	meter := startLoadMeter(t)
 	r := runWolf(t, 20*time.Second, "doctor", "--duration", "3s", "--format", "json")
 	took := time.Since(start)
-	cpuLoaded := meter.cpuLoaded(t, took.Seconds())
+	tr := meter.truth(t, took.Seconds())
 	if r.code != 0 {
 		t.Fatalf("doctor exit %d: %s", r.code, r.stderr)
 	}
@@ -405,44 +405,17 @@ func TestDoctorHealthyHostFinishesInTime(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
 		t.Fatalf("doctor JSON: %v", err)
 	}
-	for _, f := range rep.Findings {
-		if f.Investigator == "hung" {
-			t.Errorf("healthy host gave a hung finding: %s", f.Title)
-		}
-		if f.Investigator == "locks" && f.Severity == finding.Critical {
-			t.Errorf("healthy host gave a critical lock finding: %s", f.Title)
-		}
-		if f.Investigator == "reclaim" && f.Severity >= finding.Warning {
-			t.Errorf("healthy host gave a reclaim %s: %s", f.Severity, f.Title)
-		}
-		if f.Investigator == "softirq" && f.Severity >= finding.Warning {
-			t.Errorf("healthy host gave a softirq %s: %s", f.Severity, f.Title)
-		}
-		if f.Investigator == "bpf" && f.Severity >= finding.Warning {
-			t.Errorf("healthy host gave a bpf %s: %s", f.Severity, f.Title)
-		}
-		// Run-queue waits are the truth on a machine other tests keep
-		// busy; on one that was not, a critical one is a false alarm.
-		if f.Investigator == "sched" && f.Severity == finding.Critical && !cpuLoaded {
-			t.Errorf("healthy, unloaded host gave a critical sched finding: %s", f.Title)
-		}
+	for _, p := range unhealthy(&rep, tr) {
+		t.Error(p)
 	}
-	throttled := meter.throttled()
-	for i, d := range rep.Diagnoses {
-		if trueDiagnosis(&rep.Diagnoses[i], cpuLoaded, throttled) {
-			t.Logf("the machine was busy: %s %s", d.ID, d.Title)
-			continue
-		}
-		t.Errorf("healthy host diagnosed: %s (%s)", d.Title, d.ID)
-	}
-	checkHealthyChecklist(t, &rep, cpuLoaded)
+	checkHealthyChecklist(t, &rep, tr)
 	if len(rep.Errors) > 0 {
 		t.Errorf("errors: %v", rep.Errors)
 	}
 	meter = startLoadMeter(t)
 	textStart := time.Now()
 	text := runWolf(t, 20*time.Second, "doctor", "--duration", "1s")
-	if !healthyText(t, text.stdout, meter.cpuLoaded(t, time.Since(textStart).Seconds()), meter.throttled()) {
+	if !healthyText(t, text.stdout, meter.truth(t, time.Since(textStart).Seconds())) {
 		t.Errorf("no healthy verdict in text output:\n%s", text.stdout)
 	}
 	if !strings.Contains(text.stdout, "\nload ") || !strings.Contains(text.stdout, "\nkernel log ") {

@@ -51,6 +51,8 @@ const (
 	// A task that lost a tenth of the window (at least a second) waiting
 	// for a CPU, throttled, or in reclaim is a victim too.
 	victimShareOfWindow = 0.1
+	runqShareOfWindow   = 0.25
+	runqShareOfWanted   = 1.0 / 3
 	// A single wait this long makes a diagnosis critical: no ordinary
 	// pattern blocks a task for a second.
 	criticalWait = time.Second
@@ -137,7 +139,7 @@ func (e *engine) build() []*draft {
 		if !e.significant(w) {
 			continue
 		}
-		victims = append(victims, &victim{w: w, key: e.canon(w.On)})
+		victims = append(victims, &victim{w: w, key: e.on(w)})
 	}
 	victims = dedupeVictims(victims)
 	byRoot := map[string]*draft{}
@@ -186,13 +188,29 @@ func (e *engine) significant(w *fact.Wait) bool {
 		return w.Max >= softirqStall || w.Total >= max(time.Second, time.Duration(victimShareOfWindow*float64(e.window)))
 	case fact.WaitRunQueue, fact.WaitThrottled, fact.WaitReclaim:
 		// Time lost a little at a time: worth it as a share of the
-		// window.
-		floor := max(time.Second, time.Duration(victimShareOfWindow*float64(e.window)))
+		// window. Waiting for a CPU is what every busy task does now
+		// and then: a quarter of the window, as with more runnable tasks
+		// than CPUs by half (3 on 2 CPUs waits a third).
+		share := victimShareOfWindow
+		if w.Kind == fact.WaitRunQueue {
+			// A task is a victim of the CPUs when it waited for a third
+			// of the time it wanted one: 2 hogs on 2 CPUs that others
+			// disturb now and then are not, 3 on 2 CPUs are. Without its
+			// CPU time, a quarter of the window.
+			if cpu, ok := finding.Number(w.Numbers["on_cpu_ms"]); ok {
+				if wait := msOf(w.Total); wait < runqShareOfWanted*(wait+cpu) {
+					return false
+				}
+			} else {
+				share = runqShareOfWindow
+			}
+		}
+		floor := max(time.Second, time.Duration(share*float64(e.window)))
 		return w.Total >= floor || (w.Kind == fact.WaitReclaim && w.Max >= victimMaxWait)
 	case fact.WaitRefault:
 		return false // refaults are counted, not timed: they weigh a device's use
 	case fact.WaitIO:
-		if kindOfKey(e.canon(w.On)) == fact.Device {
+		if kindOfKey(e.on(w)) == fact.Device {
 			return w.Max >= victimMaxWait || (w.Total >= victimTotalWait && e.waitsBehindOthers(w))
 		}
 	}
@@ -207,7 +225,7 @@ func (e *engine) significant(w *fact.Wait) bool {
 // for another resource (reads that are refaults, for the memory limit
 // that evicted the pages), or when the device was busy with others.
 func (e *engine) waitsBehindOthers(w *fact.Wait) bool {
-	k := e.canon(w.On)
+	k := e.on(w)
 	s := e.saturation(k)
 	if s != nil && s.AtLimit {
 		return true

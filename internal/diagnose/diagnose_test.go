@@ -517,7 +517,8 @@ func TestSaturatedHostNamesItsConsumers(t *testing.T) {
 		fact.Usage{On: fact.HostCPUKey(), By: task(1, 0, "systemd"), Amount: 0.1, Unit: "cpu_s", Share: 0.005},
 	)
 	for i := range 8 {
-		s.Waits = append(s.Waits, fact.Wait{Task: task(70, 71+i, "stress-ng-cpu"), Kind: fact.WaitRunQueue, On: fact.HostCPUKey(), Total: 7500 * ms1, Max: 40 * ms1, Count: 2000})
+		s.Waits = append(s.Waits, fact.Wait{Task: task(70, 71+i, "stress-ng-cpu"), Kind: fact.WaitRunQueue, On: fact.HostCPUKey(), Total: 7500 * ms1, Max: 40 * ms1, Count: 2000,
+			Numbers: map[string]any{"on_cpu_ms": 2450.0}})
 	}
 	ds := Diagnose([]finding.Finding{{ID: "sched.cpu-consumers", Title: "x"}, {ID: "system.cpu-saturated", Title: "y"}}, s)
 	logChain(t, ds)
@@ -686,8 +687,10 @@ func TestSoftirqLoadOnTheCPUs(t *testing.T) {
 		fact.Usage{On: fact.HostCPUKey(), By: task(31537, 0, "stress-ng-sock"), Amount: 7, Unit: "cpu_s", Share: 0.35},
 	)
 	s.Waits = append(s.Waits,
-		fact.Wait{Task: task(31536, 31536, "stress-ng-sock"), Kind: fact.WaitRunQueue, On: fact.HostCPUKey(), Total: 2 * sec, Max: 20 * ms1, Count: 900},
-		fact.Wait{Task: task(31537, 31537, "stress-ng-sock"), Kind: fact.WaitRunQueue, On: fact.HostCPUKey(), Total: 2 * sec, Max: 20 * ms1, Count: 900},
+		fact.Wait{Task: task(31536, 31536, "stress-ng-sock"), Kind: fact.WaitRunQueue, On: fact.HostCPUKey(), Total: 2 * sec, Max: 20 * ms1, Count: 900,
+			Numbers: map[string]any{"on_cpu_ms": 3500.0}},
+		fact.Wait{Task: task(31537, 31537, "stress-ng-sock"), Kind: fact.WaitRunQueue, On: fact.HostCPUKey(), Total: 2 * sec, Max: 20 * ms1, Count: 900,
+			Numbers: map[string]any{"on_cpu_ms": 3500.0}},
 	)
 	ds := Diagnose(nil, s)
 	logChain(t, ds)
@@ -777,4 +780,65 @@ func TestRefaultsJoinedByProcess(t *testing.T) {
 		t.Errorf("%s: %s", d.ID, d.Title)
 	}
 	checkHops(t, d)
+}
+
+// As many CPU hogs as CPUs, others' builds taking a tenth of the CPUs now
+// and then: each hog waited 1.5 s of the 8 it wanted a CPU. All CPUs are
+// busy and nobody lost a third of its time: no diagnosis.
+func TestAsManyHogsAsCPUsHasNone(t *testing.T) {
+	s := &fact.Set{Window: 8 * sec}
+	hostSaturated(s, 2)
+	s.Usage = append(s.Usage, fact.Usage{On: fact.HostCPUKey(), By: task(3694, 0, "stress-ng-cpu"), Amount: 6.5, Unit: "cpu_s", Share: 0.41})
+	for _, p := range []int{3694, 3695} {
+		s.Waits = append(s.Waits, fact.Wait{Task: task(p, p, "stress-ng-cpu"), Kind: fact.WaitRunQueue, On: fact.HostCPUKey(), Total: 1500 * ms1, Max: 30 * ms1, Count: 800,
+			Numbers: map[string]any{"on_cpu_ms": 6500.0}})
+	}
+	if ds := Diagnose(nil, s); len(ds) != 0 {
+		t.Errorf("diagnosed: %s", ds[0].Title)
+	}
+}
+
+// A root blk-throttle rule caps a new filesystem's device: the flusher's
+// writeback of fio's dirty pages, and ext4lazyinit zeroing the inode
+// tables, both wait for it. The kernel thread's wait was tied to a
+// request on the device; its cgroup's limit on that device held it back,
+// so it waited for the limit, not for a device that was 0.1% busy: one
+// diagnosis, the limit, not two.
+func TestDeviceWaitBehindItsCgroupsLimit(t *testing.T) {
+	s := window()
+	dk, lk, wk := fact.DeviceKey("loop2"), fact.IOLimitKey("/", "loop2"), fact.DirtyKey("loop2")
+	s.Resource(fact.Resource{Kind: fact.Device, Key: dk, Device: "loop2"})
+	s.Resource(fact.Resource{Kind: fact.IOLimit, Key: lk, Cgroup: "/", Device: "loop2"})
+	s.Resource(fact.Resource{Kind: fact.Dirty, Key: wk, Device: "loop2"})
+	s.Saturations = append(s.Saturations,
+		fact.Saturation{On: dk, Level: 0.001, Unit: "busy_pct", Numbers: map[string]float64{"busy_pct": 0.1}},
+		fact.Saturation{On: lk, Level: 1.1, Limit: 4 << 20, Used: 4.4 * (1 << 20), Unit: "bytes_per_s", AtLimit: true,
+			Numbers: map[string]float64{"limit_bytes_per_s": 4 << 20}, LimitText: "4 MiB/s of writes (blkio.throttle.write_bps_device)"},
+		fact.Saturation{On: wk, AtLimit: true, Numbers: map[string]float64{"paused_ms_total": 3500}},
+	)
+	s.Usage = append(s.Usage,
+		fact.Usage{On: lk, By: fact.Task{IOCgroup: "/"}, Amount: 36 << 20, Unit: "bytes", Activity: "writeback", For: wk},
+		fact.Usage{On: dk, By: fact.Task{PID: 19, TID: 19, Comm: "jbd2/loop2-8", IOCgroup: "/"}, Amount: 48 << 10, Unit: "bytes", Activity: "writeback", For: wk},
+	)
+	s.Waits = append(s.Waits,
+		fact.Wait{Task: fact.Task{PID: 21, TID: 21, Comm: "ext4lazyinit", IOCgroup: "/"}, Kind: fact.WaitIO, On: dk, Total: 4 * sec, Max: 4 * sec, Count: 1},
+		fact.Wait{Task: fact.Task{PID: 26, TID: 26, Comm: "fio", IOCgroup: "/w"}, Kind: fact.WaitDirty, On: wk, Total: 3500 * ms1, Max: 200 * ms1, Count: 43},
+	)
+	ds := Diagnose(nil, s)
+	logChain(t, ds)
+	d := only(t, ds)
+	if d.ID != "diagnose.io-limit" || !strings.Contains(d.Title, "loop2") {
+		t.Fatalf("%s: %s", d.ID, d.Title)
+	}
+	if subject(d, finding.RoleVictim, func(s finding.Subject) bool { return s.PID == 26 }) == nil || !strings.Contains(d.Title, "fio") {
+		t.Errorf("fio, paused by the dirty throttling the limit caused, is not named")
+	}
+	checkHops(t, d)
+	// Without the limit, the same wait is the device's.
+	s.Saturations = slices.DeleteFunc(s.Saturations, func(x fact.Saturation) bool { return x.On == lk })
+	for _, d := range Diagnose(nil, s) {
+		if d.ID == "diagnose.io-limit" {
+			t.Errorf("an I/O limit without its saturation: %s", d.Title)
+		}
+	}
 }

@@ -2,6 +2,7 @@ package hung
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -123,7 +124,7 @@ func (h hop) label() string {
 // task twice.
 func (s *Snapshot) chain(start *Lock) (hops []hop, deadlock bool) {
 	seen := map[int]bool{}
-	lock := start
+	lock := s.inferReader(start)
 	for i := 0; i < maxHops && lock != nil && lock.Owner != OwnerNone; i++ {
 		tid := lock.OwnerTID
 		if seen[tid] {
@@ -138,6 +139,9 @@ func (s *Snapshot) chain(start *Lock) (hops []hop, deadlock bool) {
 		h := hop{task: o, what: "holds " + lock.Describe(), held: lock}
 		if lock.Owner == OwnerReaders {
 			h.what = fmt.Sprintf("last reader of %s (%d readers hold it)", lock.Describe(), lock.Readers)
+		}
+		if lock.Inferred {
+			h.what = fmt.Sprintf("likely holds %s for reading (asleep inside its read section; the lock names only its latest reader, which has gone)", lock.Describe())
 		}
 		h.doing = describeTaskWait(o)
 		if o.Lock != nil && o.Lock.Owner != OwnerNone {
@@ -162,6 +166,52 @@ func (s *Snapshot) chain(start *Lock) (hops []hop, deadlock bool) {
 		break
 	}
 	return hops, false
+}
+
+// readSection are the frames under which a task holds its process's
+// mmap_lock for reading while it may sleep: a fault on its own mapping, or
+// an access to it through /proc/PID/mem or ptrace.
+var readSection = []string{"__access_remote_vm", "access_remote_vm", "get_user_pages_remote", "lock_mm_and_find_vma", "do_user_addr_fault"}
+
+// inferReader: a reader-held mmap_lock records only its latest reader, and
+// a short-lived one (a ps or pgrep reading /proc/PID/cmdline) that took
+// and dropped it before the writer queued leaves a pointer to a task that
+// is gone, so the owner cannot be decoded. The reader that still holds it
+// is then most likely a thread of the lock's own process asleep inside its
+// read section, not waiting for the lock itself: when exactly one such
+// thread is among the blocked tasks, it is named, as inferred.
+func (s *Snapshot) inferReader(l *Lock) *Lock {
+	if l == nil || l.MMPID == 0 || (l.Owner != OwnerNone && s.Owners[l.OwnerTID] != nil) {
+		return l
+	}
+	if l.Owner != OwnerNone && l.Owner != OwnerReaders {
+		return l
+	}
+	var found *Task
+	for _, t := range s.Victims {
+		if t.TGID != l.MMPID || t.MMLockAddr != l.Addr || (t.Lock != nil && t.Lock.Addr == l.Addr) {
+			continue
+		}
+		if !slices.ContainsFunc(t.Stack, func(f string) bool { return slices.Contains(readSection, kstack.Func(f)) }) {
+			continue
+		}
+		if found != nil {
+			return l // two candidates: no guess
+		}
+		found = t
+	}
+	if found == nil {
+		return l
+	}
+	c := *l
+	c.Owner, c.OwnerTID, c.OwnerTGID, c.OwnerComm, c.Inferred = OwnerReaders, found.TID, found.TGID, found.Comm, true
+	if s.Owners == nil {
+		s.Owners = map[int]*Task{}
+	}
+	if s.Owners[found.TID] == nil {
+		s.Owners[found.TID] = found
+	}
+	return &c
 }
 
 func describeTaskWait(t *Task) string {

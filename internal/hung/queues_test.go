@@ -14,7 +14,11 @@ import (
 // for reading; an munmap queues a writer; cat /proc/PID/cmdline queues a
 // reader behind the writer. Both waits are killable: no task->blocker,
 // only the lock's wait list says who waits for what.
-func psHangSnapshot() *Snapshot {
+func psHangSnapshot() *Snapshot { return psHangSnapshotOwned(401, "memreader") }
+
+// psHangSnapshotOwned is psHangSnapshot with the lock's owner word naming
+// ownerTID (0: nothing).
+func psHangSnapshotOwned(ownerTID int, ownerComm string) *Snapshot {
 	const mmLock = 0xffff888112345d38
 	folioStack := []string{"__schedule+0x3c5", "schedule+0x27", "io_schedule+0x46", "folio_wait_bit_common+0x13d", "__folio_lock+0x17", "filemap_fault+0x5a9", "__do_fault+0x33", "do_fault+0x1b2", "__handle_mm_fault+0x6a1", "handle_mm_fault+0x1b6", "__get_user_pages+0x2a8", "get_user_pages_remote+0xf6", "__access_remote_vm+0xa8", "mem_rw+0x17d", "vfs_read+0xb2"}
 	writerStack := []string{"__schedule+0x3c5", "schedule+0x27", "schedule_preempt_disabled+0x15", "rwsem_down_write_slowpath+0x2b1", "down_write_killable+0x6a", "vm_mmap_pgoff+0x9f", "ksys_mmap_pgoff+0x1d4", "do_syscall_64+0x82"}
@@ -26,7 +30,7 @@ func psHangSnapshot() *Snapshot {
 		{TID: 402, TGID: 400, Comm: "unmapper", State: 0x102, Blocked: 11 * time.Second, Stack: writerStack, MMLockAddr: mmLock},
 		{TID: 500, TGID: 500, Comm: "cat", State: 0x102, Blocked: 10 * time.Second, Stack: readerStack, MMLockAddr: 0xffff888199990d38},
 	}
-	queues := []MMQueue{{TGID: 400, Comm: "pshang", Addr: mmLock, Owner: OwnerReaders, OwnerTID: 401, OwnerTGID: 400, OwnerComm: "memreader", Readers: 1,
+	queues := []MMQueue{{TGID: 400, Comm: "pshang", Addr: mmLock, Owner: OwnerReaders, OwnerTID: ownerTID, OwnerTGID: 400, OwnerComm: ownerComm, Readers: 1,
 		Waiters: []QueueWaiter{{TID: 402, Write: true}, {TID: 500}}}}
 	resolveQueues(tasks, queues)
 	nameMMLocks(tasks)
@@ -39,6 +43,38 @@ func psHangSnapshot() *Snapshot {
 		FuseExact: true,
 		FirstSeen: map[int]*Task{401: {TID: 401, SumExec: 0, RunDelay: 0, At: 15e9}},
 		Threshold: 5 * time.Second,
+	}
+}
+
+// A ps that read /proc/PID/cmdline between the reader's lock and the
+// writer's queueing is the latest reader the lock names; it has exited.
+// The reader still holding the lock, asleep in its read section, is
+// named instead, as inferred.
+func TestConcludePsHangLatestReaderGone(t *testing.T) {
+	for _, owner := range []int{777, 0} {
+		s := psHangSnapshotOwned(owner, "pgrep")
+		delete(s.Owners, 401)
+		var lf *finding.Finding
+		for _, f := range Conclude(s) {
+			if f.ID == "hung.lock-owner" {
+				lf = &f
+			}
+		}
+		if lf == nil {
+			t.Fatalf("owner word %d: no hung.lock-owner: %+v", owner, Conclude(psHangSnapshotOwned(owner, "pgrep")))
+		}
+		if !strings.Contains(lf.Title, "memreader (pid 400, tid 401)") || !strings.Contains(lf.Title, "FUSE daemon fused (pid 600)") {
+			t.Errorf("owner word %d: %s", owner, lf.Title)
+		}
+		if !strings.Contains(lf.Summary+strings.Join(func() []string {
+			var d []string
+			for _, sub := range lf.Subjects {
+				d = append(d, sub.Detail)
+			}
+			return d
+		}(), " "), "likely holds") {
+			t.Errorf("owner word %d: the inference is not said: %s %+v", owner, lf.Summary, lf.Subjects)
+		}
 	}
 }
 

@@ -113,6 +113,10 @@ type Lock struct {
 	// MMPID is set when the lock is a process's mmap_lock: that process.
 	MMPID  int
 	MMComm string
+	// Inferred: the owner word named no live task (the latest reader had
+	// gone), and the owner is a thread of the lock's process asleep inside
+	// its read section (inferReader).
+	Inferred bool
 }
 
 // Describe names the lock: "rtnl_mutex", "mmap_lock of x (pid 5)" or

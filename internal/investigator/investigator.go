@@ -16,6 +16,11 @@ import (
 // specific settings (thresholds, filters) live on the investigator value.
 type Options struct {
 	PID int // 0: the whole host; else only this process
+	// Alongside names the other investigators started with this one in
+	// one process, over the same windows (doctor's): where two watch the
+	// same events, one may leave them to the other and read what it keeps
+	// (probekit's shared maps).
+	Alongside []string
 	// BTF is a file with the kernel's BTF, for kernels that do not ship
 	// it (/sys/kernel/btf/vmlinux); empty means the running kernel's.
 	BTF string

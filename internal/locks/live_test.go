@@ -15,6 +15,7 @@ import (
 	"github.com/wolf-investigator/wolf/internal/lab/fusestall"
 	"github.com/wolf-investigator/wolf/internal/lab/memcgstress"
 	"github.com/wolf-investigator/wolf/internal/lab/mmaplock"
+	"github.com/wolf-investigator/wolf/internal/reclaim"
 	"github.com/wolf-investigator/wolf/internal/testutil"
 )
 
@@ -202,6 +203,17 @@ func TestLiveMmapLock(t *testing.T) {
 // under the mmap_lock), so the cgroup's reclaim runs with the lock held.
 // wolf must put the reclaim into the hold: calls, pages scanned, reclaimed.
 func TestLiveReclaimUnderMmapLock(t *testing.T) {
+	testReclaimUnderMmapLock(t, false)
+}
+
+// The same with the reclaim investigator alongside in this process (wolf
+// doctor): locks attaches no vmscan program and takes each hold's reclaim
+// from reclaim's per-thread totals.
+func TestLiveReclaimUnderMmapLockShared(t *testing.T) {
+	testReclaimUnderMmapLock(t, true)
+}
+
+func testReclaimUnderMmapLock(t *testing.T, shared bool) {
 	testutil.RequireRoot(t)
 	testutil.Exclusive(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -216,7 +228,24 @@ func TestLiveReclaimUnderMmapLock(t *testing.T) {
 	l := New()
 	l.HoldThreshold = 5 * time.Millisecond
 	l.ProfileHz = 0
-	res := run(t, l, investigator.Options{Duration: 4 * time.Second, PID: pid}, nil)
+	opts := investigator.Options{Duration: 4 * time.Second, PID: pid}
+	if shared {
+		rs, err := reclaim.New().Start(ctx, opts)
+		if err != nil {
+			t.Fatalf("start reclaim: %v", err)
+		}
+		defer rs.Close()
+		opts.Alongside = []string{"reclaim"}
+	}
+	res := run(t, l, opts, nil)
+	if shared {
+		if slices.ContainsFunc(res.Notes, func(n string) bool { return strings.Contains(n, "reclaim") }) {
+			t.Errorf("reclaim runs alongside, yet: %q", res.Notes)
+		}
+		if _, ok := res.Capabilities["tracepoint:vmscan/mm_vmscan_lru_shrink_inactive"]; ok {
+			t.Errorf("locks attached its own vmscan programs beside reclaim")
+		}
+	}
 	var best *finding.Finding
 	for i, f := range findingtest.All(res.Findings, "locks.mmap-hold") {
 		if best == nil || f.Evidence["hold_ms_max"].(float64) > best.Evidence["hold_ms_max"].(float64) {

@@ -48,6 +48,13 @@ const volatile __u32 type_mask = 0xffffffff; /* enum lock_type bits */
 const volatile __u64 hold_threshold_ns = 20 * 1000 * 1000;
 const volatile bool owner_stacks = true;	 /* needs bpf_task_from_pid */
 const volatile bool mmap_has_memcg_path = false; /* 5.14..6.13 tracepoint args */
+/*
+ * The reclaim investigator runs in this process and shares its per-thread
+ * reclaim totals (reclaim_tasks, wolf.h): a hold's reclaim is their
+ * difference from acquire to release, and the vmscan programs below are
+ * not attached (user space leaves their rows out).
+ */
+const volatile bool reclaim_shared = false;
 const volatile __u64 owner_stack_every_ns = 10 * 1000 * 1000;
 /*
  * A stack walk costs microseconds (7-10 us on this project's VM, through a
@@ -109,19 +116,23 @@ enum stat_index {
 	STAT_STALE,	      /* pending wait whose end was lost */
 	STAT_THROTTLED_HOLDS, /* a holder switched out with its cgroup throttled */
 	STAT_MM_STALE_HOLD,   /* a hold whose release was lost, seen at user return */
-	STAT_STACK_SKIPPED,   /* a wait filed without a stack: the detail budget was spent */
+	STAT_STACK_SKIPPED,   /* a wait or long hold filed without a stack: the detail budget was spent */
 	STAT_FOLD_FLUSH,      /* a fold slot flushed to the maps for another key */
 	STAT_MAX,
 };
 
 WOLF_STATS()
 
-/* The detail gates (wolf.h): stack walks of spin waits, of sleeping waits, of owners. */
+/*
+ * The detail gates (wolf.h): stack walks of spin waits, of sleeping waits,
+ * of owners, and of long mmap_lock holds at their release.
+ */
 enum detail_gate {
 	GATE_SPIN = 0,
 	GATE_SLEEP = 1,
 	GATE_OWNER = 2,
-	GATES = 3,
+	GATE_HOLD = 3,
+	GATES = 4,
 };
 
 WOLF_BUDGET(GATES)
@@ -1226,6 +1237,9 @@ struct {
 	__type(value, struct mm_thread);
 } mm_threads SEC(".maps");
 
+/* The reclaim investigator's, when reclaim_shared (else one unused entry). */
+WOLF_RECLAIM_TASKS()
+
 static __always_inline struct mm_thread *mm_thread_of(__u32 tid)
 {
 	struct mm_thread z = {};
@@ -1440,6 +1454,18 @@ static __always_inline int mm_acquired(__u64 *ctx, const bool btf)
 	t->throttled_ns = 0;
 	t->write = write;
 	t->reclaim_start_ns = 0;
+	if (reclaim_shared) {
+		/* The thread's reclaim so far: the release takes the difference. */
+		struct wolf_reclaim_task *rt = bpf_map_lookup_elem(&reclaim_tasks, &tid);
+
+		t->reclaim_ns = rt ? rt->ns : 0;
+		t->reclaim_calls = rt ? rt->calls : 0;
+		t->pages_scanned = rt ? rt->scanned : 0;
+		t->pages_reclaimed = rt ? rt->reclaimed : 0;
+		t->pages_activated = rt ? rt->activated : 0;
+		t->pages_ref_keep = rt ? rt->ref_keep : 0;
+		return 0;
+	}
 	t->reclaim_ns = 0;
 	t->reclaim_calls = 0;
 	t->pages_scanned = 0;
@@ -1447,6 +1473,41 @@ static __always_inline int mm_acquired(__u64 *ctx, const bool btf)
 	t->pages_activated = 0;
 	t->pages_ref_keep = 0;
 	return 0;
+}
+
+/*
+ * The reclaim a hold did: with reclaim_shared, the thread's totals now
+ * minus at acquire (a thread whose entry was evicted and made again in
+ * between counts from zero); else what the vmscan programs added up.
+ */
+static __always_inline void hold_reclaim(struct hold_event *e, struct mm_thread *t, __u32 tid)
+{
+	if (reclaim_shared) {
+		struct wolf_reclaim_task *rt = bpf_map_lookup_elem(&reclaim_tasks, &tid);
+
+		if (!rt || rt->calls < t->reclaim_calls) {
+			e->reclaim_calls = rt ? rt->calls : 0;
+			e->reclaim_ns = rt ? rt->ns : 0;
+			e->pages_scanned = rt ? rt->scanned : 0;
+			e->pages_reclaimed = rt ? rt->reclaimed : 0;
+			e->pages_activated = rt ? rt->activated : 0;
+			e->pages_ref_keep = rt ? rt->ref_keep : 0;
+			return;
+		}
+		e->reclaim_calls = rt->calls - t->reclaim_calls;
+		e->reclaim_ns = rt->ns - t->reclaim_ns;
+		e->pages_scanned = rt->scanned - t->pages_scanned;
+		e->pages_reclaimed = rt->reclaimed - t->pages_reclaimed;
+		e->pages_activated = rt->activated - t->pages_activated;
+		e->pages_ref_keep = rt->ref_keep - t->pages_ref_keep;
+		return;
+	}
+	e->reclaim_ns = t->reclaim_ns;
+	e->reclaim_calls = t->reclaim_calls;
+	e->pages_scanned = t->pages_scanned;
+	e->pages_reclaimed = t->pages_reclaimed;
+	e->pages_activated = t->pages_activated;
+	e->pages_ref_keep = t->pages_ref_keep;
 }
 
 SEC("raw_tp/mmap_lock_acquire_returned")
@@ -1547,14 +1608,20 @@ int on_mm_released(__u64 *ctx)
 			e->tgid = pid_tgid >> 32;
 			e->mm_tgid = t->mm_tgid;
 			e->write = t->write;
-			e->stack_id = bpf_get_stackid(ctx, &stacks, 0);
+			/*
+			 * Under a storm most holds of a faulting process are
+			 * long (reclaim under the lock), and the walk through
+			 * reclaim's frames costs microseconds: the hold is
+			 * reported whatever the budget, its stack when it allows.
+			 */
+			if (wolf_detail_take(GATE_HOLD, now)) {
+				e->stack_id = bpf_get_stackid(ctx, &stacks, 0);
+			} else {
+				e->stack_id = -1;
+				stat_inc(STAT_STACK_SKIPPED);
+			}
 			bpf_get_current_comm(&e->comm, sizeof(e->comm));
-			e->reclaim_ns = t->reclaim_ns;
-			e->reclaim_calls = t->reclaim_calls;
-			e->pages_scanned = t->pages_scanned;
-			e->pages_reclaimed = t->pages_reclaimed;
-			e->pages_activated = t->pages_activated;
-			e->pages_ref_keep = t->pages_ref_keep;
+			hold_reclaim(e, t, tid);
 			e->runnable_ns = task_run_delay(cur) - t->run_delay;
 			e->lock = t->hold_lock;
 			e->throttled_ns = t->throttled_ns;
@@ -1661,11 +1728,20 @@ static __always_inline bool task_throttled(struct task_struct *t)
 {
 	struct task_struct___618 *t618 = (void *)t;
 
+	/* t is a BTF pointer (sched_switch's prev): direct loads. */
 	if (bpf_core_field_exists(t618->throttled))
-		return BPF_CORE_READ(t618, throttled);
+		return t618->throttled;
 	if (bpf_core_field_exists(t->se.cfs_rq))
-		return BPF_CORE_READ(t, se.cfs_rq, throttle_count) > 0;
+		return t->se.cfs_rq->throttle_count > 0;
 	return false;
+}
+
+/* A BTF pointer's state (5.14 renamed state to __state): a direct load. */
+static __always_inline unsigned int switch_state(struct task_struct *t)
+{
+	if (bpf_core_field_exists(t->__state))
+		return t->__state;
+	return ((struct task_struct___pre514 *)t)->state;
 }
 
 /* Throttled only on the way back to user space (6.18+). */
@@ -1684,9 +1760,12 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 
 	if (!pending)
 		return 0;
-	/* Switched out runnable with its cgroup throttled, holding? */
-	if (wolf_task_state(prev) == WOLF_TASK_RUNNING && task_throttled(prev)) {
-		__u32 tid = BPF_CORE_READ(prev, pid);
+	/*
+	 * Switched out runnable with its cgroup throttled, holding? Direct
+	 * loads (prev and next are BTF pointers): this runs at every switch.
+	 */
+	if (switch_state(prev) == WOLF_TASK_RUNNING && task_throttled(prev)) {
+		__u32 tid = prev->pid;
 		struct mm_thread *t = bpf_map_lookup_elem(&mm_threads, &tid);
 
 		if (t && t->hold_start_ns && throttle_at_user_return(prev)) {
@@ -1706,7 +1785,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	}
 	if (!*pending)
 		return 0;
-	__u32 ntid = BPF_CORE_READ(next, pid);
+	__u32 ntid = next->pid;
 	struct mm_thread *n = bpf_map_lookup_elem(&mm_threads, &ntid);
 
 	if (n && n->throttled_since) {

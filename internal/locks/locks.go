@@ -63,7 +63,7 @@ func (*Investigator) Requirements() []investigator.Requirement {
 		{Feature: "btf", Why: "CO-RE: decode mutex and rw-semaphore owners on any kernel layout"},
 		{Feature: "tp_btf", Why: "typed tracepoints, so the owner's stack can be taken (bpf_task_from_pid)", Optional: true},
 	}
-	reqs = append(reqs, probekit.Requirements(attachTable(btfMode, DefaultProfileHz))...)
+	reqs = append(reqs, probekit.Requirements(attachTable(btfMode, DefaultProfileHz, false))...)
 	return append(reqs, investigator.Requirement{Feature: "ringbuf", Why: "long mmap_lock holds to user space", Optional: true})
 }
 
@@ -137,6 +137,7 @@ func (l *Investigator) Start(ctx context.Context, opts investigator.Options) (in
 		TypeMask:      mask,
 		HoldThreshold: uint64(l.HoldThreshold),
 		ProfileHz:     l.ProfileHz,
+		ReclaimShared: slices.Contains(opts.Alongside, "reclaim"),
 		rawOnly:       l.rawOnly,
 	})
 	if err != nil {
@@ -275,6 +276,9 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 		Notes:        append(slices.Clone(p.notes), p.kit.Notes()...),
 	}
 	res.Capabilities["owner_stacks"] = p.btf
+	if p.reclaimShared && !probekit.Written(reclaimSharedMap) {
+		res.Notes = append(res.Notes, "memory reclaim during mmap_lock holds not measured: locks reads it from the reclaim investigator, which is not running")
+	}
 	if ringErr != nil {
 		res.Notes = append(res.Notes, fmt.Sprintf("ring buffer: %v", ringErr))
 	}

@@ -329,6 +329,28 @@ type locksWolfHist struct {
 	}
 }
 
+type locksWolfReclaimTask struct {
+	_      structs.HostLayout
+	Cgid   uint64
+	Tgid   uint32
+	Kswapd uint32
+	Calls  uint64
+	Ns     uint64
+	CpuNs  uint64
+	MaxNs  struct {
+		_   structs.HostLayout
+		V   [2]uint64
+		Win [2]uint32
+		Tag [2]uint32
+	}
+	Csw       uint64
+	Scanned   uint64
+	Reclaimed uint64
+	Comm      [16]int8
+	RefKeep   uint64
+	Activated uint64
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -346,6 +368,7 @@ const (
 	locksMapPendingCpu            = "pending_cpu"
 	locksMapPendingTask           = "pending_task"
 	locksMapQueues                = "queues"
+	locksMapReclaimTasks          = "reclaim_tasks"
 	locksMapScratch               = "scratch"
 	locksMapSlowStack             = "slow_stack"
 	locksMapStackCache            = "stack_cache"
@@ -381,6 +404,7 @@ const (
 	locksVarMmapHasMemcgPath      = "mmap_has_memcg_path"
 	locksVarOwnerStackEveryNs     = "owner_stack_every_ns"
 	locksVarOwnerStacks           = "owner_stacks"
+	locksVarReclaimShared         = "reclaim_shared"
 	locksVarSelfTgid              = "self_tgid"
 	locksVarSlowRanges            = "slow_ranges"
 	locksVarStackEveryNs          = "stack_every_ns"
@@ -470,6 +494,7 @@ type locksMapSpecs struct {
 	PendingCpu       *ebpf.MapSpec `ebpf:"pending_cpu"`
 	PendingTask      *ebpf.MapSpec `ebpf:"pending_task"`
 	Queues           *ebpf.MapSpec `ebpf:"queues"`
+	ReclaimTasks     *ebpf.MapSpec `ebpf:"reclaim_tasks"`
 	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
 	SlowStack        *ebpf.MapSpec `ebpf:"slow_stack"`
 	StackCache       *ebpf.MapSpec `ebpf:"stack_cache"`
@@ -493,6 +518,7 @@ type locksVariableSpecs struct {
 	MmapHasMemcgPath  *ebpf.VariableSpec `ebpf:"mmap_has_memcg_path"`
 	OwnerStackEveryNs *ebpf.VariableSpec `ebpf:"owner_stack_every_ns"`
 	OwnerStacks       *ebpf.VariableSpec `ebpf:"owner_stacks"`
+	ReclaimShared     *ebpf.VariableSpec `ebpf:"reclaim_shared"`
 	SelfTgid          *ebpf.VariableSpec `ebpf:"self_tgid"`
 	SlowRanges        *ebpf.VariableSpec `ebpf:"slow_ranges"`
 	StackEveryNs      *ebpf.VariableSpec `ebpf:"stack_every_ns"`
@@ -536,6 +562,7 @@ type locksMaps struct {
 	PendingCpu       *ebpf.Map `ebpf:"pending_cpu"`
 	PendingTask      *ebpf.Map `ebpf:"pending_task"`
 	Queues           *ebpf.Map `ebpf:"queues"`
+	ReclaimTasks     *ebpf.Map `ebpf:"reclaim_tasks"`
 	Scratch          *ebpf.Map `ebpf:"scratch"`
 	SlowStack        *ebpf.Map `ebpf:"slow_stack"`
 	StackCache       *ebpf.Map `ebpf:"stack_cache"`
@@ -565,6 +592,7 @@ func (m *locksMaps) Close() error {
 		m.PendingCpu,
 		m.PendingTask,
 		m.Queues,
+		m.ReclaimTasks,
 		m.Scratch,
 		m.SlowStack,
 		m.StackCache,
@@ -589,6 +617,7 @@ type locksVariables struct {
 	MmapHasMemcgPath  *ebpf.Variable `ebpf:"mmap_has_memcg_path"`
 	OwnerStackEveryNs *ebpf.Variable `ebpf:"owner_stack_every_ns"`
 	OwnerStacks       *ebpf.Variable `ebpf:"owner_stacks"`
+	ReclaimShared     *ebpf.Variable `ebpf:"reclaim_shared"`
 	SelfTgid          *ebpf.Variable `ebpf:"self_tgid"`
 	SlowRanges        *ebpf.Variable `ebpf:"slow_ranges"`
 	StackEveryNs      *ebpf.Variable `ebpf:"stack_every_ns"`

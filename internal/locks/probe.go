@@ -24,7 +24,11 @@ type config struct {
 	TypeMask      uint32
 	HoldThreshold uint64 // ns
 	ProfileHz     int    // 0: no profile under lock
-	rawOnly       bool   // tests: behave like a kernel without BTF tracepoints
+	// ReclaimShared: the reclaim investigator runs in this process and
+	// shares its per-thread reclaim totals; locks attaches no vmscan
+	// program of its own.
+	ReclaimShared bool
+	rawOnly       bool // tests: behave like a kernel without BTF tracepoints
 }
 
 // mode is how locks sees lock waits on this kernel.
@@ -45,9 +49,11 @@ const (
 	kprobeMode
 )
 
-// attachTable is everything locks attaches in mode. The object is
-// configured for the mode too (owner_stacks, slow_ranges).
-func attachTable(m mode, profileHz int) []probekit.Attach {
+// attachTable is everything locks attaches in mode; with reclaimShared,
+// no vmscan program (the reclaim investigator's shared map stands in).
+// The object is configured for the mode too (owner_stacks, slow_ranges,
+// reclaim_shared).
+func attachTable(m mode, profileHz int, reclaimShared bool) []probekit.Attach {
 	kind, prefix := probekit.RawTracepoint, "raw_"
 	if m == btfMode {
 		kind, prefix = probekit.BTFTracepoint, "btf_"
@@ -76,17 +82,10 @@ func attachTable(m mode, profileHz int) []probekit.Attach {
 			Or: []probekit.Attach{{Kind: probekit.RawTracepoint, Target: "mmap_lock/mmap_lock_acquire_returned", Program: "on_mm_acquired_probe"}}},
 		{Kind: probekit.RawTracepoint, Target: "mmap_lock/mmap_lock_released", Program: "on_mm_released",
 			Why: "mmap_lock hold times and long holds"},
-		{Kind: probekit.RawTracepoint, Target: "vmscan/mm_vmscan_memcg_reclaim_begin", Program: "on_memcg_reclaim_begin",
-			Why: "memory cgroup reclaim done while holding an mmap_lock"},
-		{Kind: probekit.RawTracepoint, Target: "vmscan/mm_vmscan_memcg_reclaim_end", Program: "on_memcg_reclaim_end",
-			Why: "the end of reclaim under an mmap_lock"},
-		{Kind: probekit.RawTracepoint, Target: "vmscan/mm_vmscan_direct_reclaim_begin", Program: "on_direct_reclaim_begin",
-			Why: "direct reclaim done while holding an mmap_lock"},
-		{Kind: probekit.RawTracepoint, Target: "vmscan/mm_vmscan_direct_reclaim_end", Program: "on_direct_reclaim_end",
-			Why: "the end of direct reclaim under an mmap_lock"},
-		{Kind: probekit.RawTracepoint, Target: "vmscan/mm_vmscan_lru_shrink_inactive", Program: "on_shrink_inactive",
-			Why: "pages scanned and reclaimed under an mmap_lock"},
 	}...)
+	if !reclaimShared {
+		t = append(t, reclaimRows...)
+	}
 	if m == btfMode {
 		sw := probekit.Attach{Kind: probekit.BTFTracepoint, Target: "sched/sched_switch", Program: "on_switch",
 			Why: "how long mmap_lock holders wait throttled by their cgroup's CPU quota"}
@@ -105,6 +104,26 @@ func attachTable(m mode, profileHz int) []probekit.Attach {
 	return t
 }
 
+// reclaimRows follow memory reclaim under an mmap_lock, when the reclaim
+// investigator does not run alongside.
+var reclaimRows = []probekit.Attach{
+	{Kind: probekit.RawTracepoint, Target: "vmscan/mm_vmscan_memcg_reclaim_begin", Program: "on_memcg_reclaim_begin",
+		Why: "memory cgroup reclaim done while holding an mmap_lock"},
+	{Kind: probekit.RawTracepoint, Target: "vmscan/mm_vmscan_memcg_reclaim_end", Program: "on_memcg_reclaim_end",
+		Why: "the end of reclaim under an mmap_lock"},
+	{Kind: probekit.RawTracepoint, Target: "vmscan/mm_vmscan_direct_reclaim_begin", Program: "on_direct_reclaim_begin",
+		Why: "direct reclaim done while holding an mmap_lock"},
+	{Kind: probekit.RawTracepoint, Target: "vmscan/mm_vmscan_direct_reclaim_end", Program: "on_direct_reclaim_end",
+		Why: "the end of direct reclaim under an mmap_lock"},
+	{Kind: probekit.RawTracepoint, Target: "vmscan/mm_vmscan_lru_shrink_inactive", Program: "on_shrink_inactive",
+		Why: "pages scanned and reclaimed under an mmap_lock"},
+}
+
+// reclaimSharedMap is the reclaim investigator's per-thread totals
+// (WOLF_RECLAIM_TASKS in wolf.h), which locks reads when it runs
+// alongside.
+const reclaimSharedMap = "reclaim_tasks"
+
 // probe is locks' object, loaded and attached through the kit.
 type probe struct {
 	kit   *probekit.Probe
@@ -115,7 +134,10 @@ type probe struct {
 	// slowpath: waits seen through kprobes on the slow paths, where a
 	// wait that never slept has no end by design (said in the notes).
 	slowpath bool
-	notes    []string
+	// reclaimShared: a hold's reclaim comes from the reclaim
+	// investigator's map (reclaimSharedMap), not locks' own programs.
+	reclaimShared bool
+	notes         []string
 }
 
 // maxHoldEvents bounds what user space keeps of the ring buffer per window.
@@ -193,8 +215,9 @@ func openKprobes(cfg config) (*probe, error) {
 const maxSlowRanges = 8
 
 func open(cfg config, m mode, extra ...map[string]any) (*probe, error) {
-	p := &probe{table: attachTable(m, cfg.ProfileHz), btf: m == btfMode}
+	p := &probe{table: attachTable(m, cfg.ProfileHz, cfg.ReclaimShared), btf: m == btfMode, reclaimShared: cfg.ReclaimShared}
 	vars := map[string]any{
+		"reclaim_shared":      cfg.ReclaimShared,
 		"target_tgid":         cfg.TargetTGID,
 		"self_tgid":           uint32(os.Getpid()),
 		"target_lock":         cfg.TargetLock,
@@ -208,16 +231,28 @@ func open(cfg config, m mode, extra ...map[string]any) (*probe, error) {
 			vars[k] = v
 		}
 	}
+	var share map[string]probekit.ShareRole
+	prepare := fitPerCPU
+	if cfg.ReclaimShared {
+		share = map[string]probekit.ShareRole{reclaimSharedMap: probekit.Reads}
+	} else {
+		// Its own copy, never read: as small as a map can be.
+		prepare = func(spec *ebpf.CollectionSpec) error {
+			spec.Maps[reclaimSharedMap].MaxEntries = 1
+			return fitPerCPU(spec)
+		}
+	}
 	kit, err := probekit.Open(probekit.Object{
 		Name:    "locks",
 		Spec:    loadLocks,
 		Vars:    vars,
-		Prepare: fitPerCPU,
+		Prepare: prepare,
+		Share:   share,
 		Table:   p.table,
 		BTF:     kernelbtf.External(),
 		// A wait's stack walk costs microseconds; under contention
 		// the stacks are a sample (see spin_stack in locks.bpf.c).
-		Detail:       "stacks of lock waiters and owners",
+		Detail:       "stacks of lock waiters, owners and long mmap_lock holds",
 		DetailEvents: "begin",
 	})
 	if err != nil {

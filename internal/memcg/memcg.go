@@ -295,6 +295,7 @@ func (h Hierarchy) ReadCounters(path string) (State, error) {
 		if oc, err := readKV(filepath.Join(dir, "memory.oom_control")); err == nil {
 			s.OOMKills, s.OOMs = oc["oom_kill"], oc["under_oom"]
 		}
+		s.readRefaults(dir, h.Version)
 		return s, nil
 	}
 	ev, err := readKV(filepath.Join(dir, "memory.events"))
@@ -305,7 +306,36 @@ func (h Hierarchy) ReadCounters(path string) (State, error) {
 	if p, err := ReadPSI(filepath.Join(dir, "memory.pressure")); err == nil {
 		s.Pressure = &p
 	}
+	s.readRefaults(dir, h.Version)
 	return s, nil
+}
+
+// refaultKeys are memory.stat's counters of pages read back after
+// reclaim evicted them (the older kernels' name last).
+var refaultKeys = []string{"workingset_refault_file", "workingset_refault_anon", "workingset_refault"}
+
+// readRefaults adds the refault counters to s.Stat, for a cgroup that has
+// ever hit its limit: only those thrash, and memory.stat costs more than
+// the counters above on a host with many cgroups. v1's hierarchical
+// total_ values are kept under the plain names, as Read does.
+func (s *State) readRefaults(dir string, version int) {
+	if s.LimitHits == 0 && s.HighHits == 0 {
+		return
+	}
+	stat, err := readKV(filepath.Join(dir, "memory.stat"))
+	if err != nil {
+		return
+	}
+	s.Stat = map[string]uint64{}
+	for _, k := range refaultKeys {
+		v, ok := stat[k]
+		if version == 1 {
+			v, ok = stat["total_"+k]
+		}
+		if ok {
+			s.Stat[k] = v
+		}
+	}
 }
 
 // PathOf returns the path of process pid's cgroup in this hierarchy, from

@@ -49,7 +49,7 @@ func TestFindIn(t *testing.T) {
 func TestReadV1(t *testing.T) {
 	root := t.TempDir()
 	dir := filepath.Join(root, "lab")
-	write(t, dir, "memory.stat", "cache 100\nrss 50\nactive_file 10\ninactive_file 20\nhierarchical_memory_limit 268435456\ntotal_active_file 11\ntotal_inactive_file 21\ntotal_active_anon 0\ntotal_inactive_anon 7\n")
+	write(t, dir, "memory.stat", "cache 100\nrss 50\nactive_file 10\ninactive_file 20\nworkingset_refault_file 4\nhierarchical_memory_limit 268435456\ntotal_active_file 11\ntotal_inactive_file 21\ntotal_active_anon 0\ntotal_inactive_anon 7\ntotal_workingset_refault_file 5\n")
 	write(t, dir, "memory.limit_in_bytes", "268435456\n")
 	write(t, dir, "memory.usage_in_bytes", "268000000\n")
 	write(t, dir, "memory.max_usage_in_bytes", "268435456\n")
@@ -68,7 +68,7 @@ func TestReadV1(t *testing.T) {
 		t.Errorf("stat %v: want the hierarchical totals", s.Stat)
 	}
 	c, err := h.ReadCounters("lab")
-	if err != nil || c.LimitHits != 31 || c.OOMKills != 2 {
+	if err != nil || c.LimitHits != 31 || c.OOMKills != 2 || c.Stat["workingset_refault_file"] != 5 {
 		t.Errorf("counters %+v %v", c, err)
 	}
 	procs, err := h.Procs("/lab")

@@ -183,6 +183,10 @@ type Object struct {
 	// the events the detail is for, so that the report's rate is per
 	// event; empty: the gate's own count of the events it was asked for.
 	DetailEvents string
+	// Share names maps the object shares with other objects of this
+	// process, and what its programs do with each (shared.go): one
+	// investigator's programs keep what another's read.
+	Share map[string]ShareRole
 }
 
 // Requirements lists what the table needs, for `wolf check`: one entry per
@@ -234,6 +238,11 @@ type Probe struct {
 	meter    *overhead.Meter
 	counters counterWindow
 	window   uint32 // wolf_window: the window whose maxima the programs keep
+
+	// Shared maps (shared.go): those the probe holds, and of them those
+	// its programs write (counted once it attached).
+	share   map[string]ShareRole
+	writing []string
 
 	// The detail budget (budget.go): the one this probe is under (nil:
 	// none, the gate takes everything), what its gate guards, and the
@@ -301,7 +310,7 @@ func Open(o Object) (*Probe, error) {
 		rowLinks: map[string]link.Link{}, later: map[string]Attach{},
 		extra: o.Extra, meter: overhead.Start(), detailWhat: o.Detail, detailEvents: -1,
 	}
-	if err := p.loadMaps(opts); err != nil {
+	if err := p.loadMaps(opts, o.Share); err != nil {
 		p.Close()
 		return nil, err
 	}
@@ -364,6 +373,7 @@ func Open(o Object) (*Probe, error) {
 		p.losses = append(p.losses, Loss{Attach: row, Err: err})
 	}
 	p.meter.Track(p.metered()...)
+	p.markWriters()
 	return p, nil
 }
 
@@ -394,9 +404,16 @@ func CheckTable(spec *ebpf.CollectionSpec, table []Attach) error {
 }
 
 // loadMaps creates every map of the object (and its rodata, configured),
-// once; programs are then loaded one by one against them.
-func (p *Probe) loadMaps(opts ebpf.CollectionOptions) error {
+// once, but for the shared ones, which it takes from the process's;
+// programs are then loaded one by one against them.
+func (p *Probe) loadMaps(opts ebpf.CollectionOptions, share map[string]ShareRole) error {
+	repl, held, err := shareMaps(p.name, p.spec, share)
+	if err != nil {
+		return err
+	}
+	p.share = held
 	only := &ebpf.CollectionSpec{Maps: p.spec.Maps, Variables: p.spec.Variables, Types: p.spec.Types, ByteOrder: p.spec.ByteOrder}
+	opts.MapReplacements = repl
 	coll, err := ebpf.NewCollectionWithOptions(only, opts)
 	if err != nil {
 		return fmt.Errorf("%s: create BPF maps: %w", p.name, err)
@@ -720,6 +737,7 @@ func (p *Probe) Close() {
 		_ = m.Close()
 		delete(p.maps, n)
 	}
+	p.releaseShared()
 }
 
 // ErrNoCounters is returned by Counters for objects without a stats map.

@@ -275,3 +275,76 @@ func TestExplain(t *testing.T) {
 		}
 	}
 }
+
+// Two objects of one process that share a map see one kernel map: what
+// the writer's programs count, the reader reads; it lives until the last
+// of them closes, and Written says whether a writer is open.
+func TestSharedMap(t *testing.T) {
+	testutil.RequireRoot(t)
+	obj := func(table []probekit.Attach, role probekit.ShareRole) probekit.Object {
+		return probekit.Object{Name: "kittest", Spec: kittest.Spec, Table: table,
+			Vars:  map[string]any{"target_tgid": uint32(os.Getpid())},
+			Share: map[string]probekit.ShareRole{"stats": role}}
+	}
+	if probekit.Written("stats") {
+		t.Fatal("a shared map is written before any probe opened")
+	}
+	reader, err := probekit.Open(obj(nil, probekit.Reads))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	if probekit.Written("stats") {
+		t.Fatal("a reader alone writes the shared map")
+	}
+	writer, err := probekit.Open(obj([]probekit.Attach{switchRow}, probekit.Writes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !probekit.Written("stats") {
+		t.Fatal("the writer is open: Written says no")
+	}
+	// A second writer keeps a map of its own: closing the first leaves
+	// the shared one without a writer.
+	second, err := probekit.Open(obj([]probekit.Attach{switchRow}, probekit.Writes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	switchSome()
+	c, err := reader.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c[kittest.StatMine] < 10 {
+		t.Fatalf("the reader sees %d of the writer's switches", c[kittest.StatMine])
+	}
+	writer.Close()
+	if probekit.Written("stats") {
+		t.Fatal("the writer closed: Written still says yes (the second writer shares its map)")
+	}
+	// The map outlives the writer: the reader still reads it.
+	if c2, err := reader.Counters(); err != nil || c2[kittest.StatMine] < c[kittest.StatMine] {
+		t.Fatalf("after the writer closed: %v, %v", c2, err)
+	}
+	// A probe whose definition of the map differs is refused.
+	bad := obj(nil, probekit.Reads)
+	bad.Prepare = func(spec *ebpf.CollectionSpec) error {
+		spec.Maps["stats"].MaxEntries++
+		return nil
+	}
+	if p, err := probekit.Open(bad); err == nil || !strings.Contains(err.Error(), "shared map stats differs") {
+		if p != nil {
+			p.Close()
+		}
+		t.Fatalf("a different definition of a shared map: %v", err)
+	}
+	// With its last user gone the map is gone: the other definition makes
+	// a new one.
+	reader.Close()
+	p, err := probekit.Open(bad)
+	if err != nil {
+		t.Fatalf("the shared map outlived its users: %v", err)
+	}
+	p.Close()
+}

@@ -51,7 +51,7 @@ func (s *Snapshot) facts(fs []finding.Finding) *fact.Set {
 		directTime := r.Time[kindDirect] + r.Time[kindNode]
 		if st := c.State; st != nil {
 			x := fact.Saturation{On: mk, Used: float64(st.UsageBytes), Unit: "bytes", Finding: id, FindingTitle: title,
-				AtLimit: c.atLimit() && r.memcgCalls() > 0 && (f == nil || f.Severity >= finding.Warning),
+				AtLimit: c.atLimit() && r.memcgCalls() > 0,
 				Numbers: map[string]float64{"usage_bytes": float64(st.UsageBytes), "reclaim_s_total": human.Round(memcgTime.Seconds(), 3),
 					"reclaim_cpu_s_total": human.Round((r.CPU[kindMemcg] + r.CPU[kindSoftlimit]).Seconds(), 3)}}
 			if st.EffectiveLimitBytes != memcg.Unlimited && st.EffectiveLimitBytes > 0 {

@@ -68,7 +68,7 @@ func openProbe(useMemcg bool, refuse map[string]bool) (*probe, error) {
 	kit, err := probekit.Open(probekit.Object{
 		Name: "reclaim",
 		Spec: loadReclaim,
-		Vars: map[string]any{"use_memcg": useMemcg},
+		Vars: map[string]any{"use_memcg": useMemcg, "task_btf": probekit.HaveCurrentTaskBTF()},
 		Prepare: func(spec *ebpf.CollectionSpec) error {
 			if n, err := ebpf.PossibleCPU(); err == nil && n > 0 {
 				ms := spec.Maps["cgroups"]
@@ -83,6 +83,10 @@ func openProbe(useMemcg bool, refuse map[string]bool) (*probe, error) {
 		Table:  attachTable,
 		Refuse: refuse,
 		BTF:    kernelbtf.External(),
+		// Its per-thread totals, which locks reads when it runs in this
+		// process too (a hold's reclaim), instead of following every
+		// reclaim batch itself.
+		Share: map[string]probekit.ShareRole{"reclaim_tasks": probekit.Writes},
 	})
 	if err != nil {
 		return nil, err
@@ -128,7 +132,7 @@ type cgRead struct {
 // window's maxima, the calls in flight.
 type raw struct {
 	cgroups  map[uint64]*cgRead
-	tasks    map[uint32]reclaimTaskStats
+	tasks    map[uint32]reclaimWolfReclaimTask
 	taskMax  map[uint32]uint64 // the window's longest call per thread
 	inflight map[uint32]reclaimInflight
 	before   map[uint32]flight // windows: what earlier windows counted of a call in flight
@@ -142,7 +146,7 @@ type raw struct {
 func (p *probe) read(w uint32) (*raw, error) {
 	r := &raw{
 		cgroups:  map[uint64]*cgRead{},
-		tasks:    map[uint32]reclaimTaskStats{},
+		tasks:    map[uint32]reclaimWolfReclaimTask{},
 		taskMax:  map[uint32]uint64{},
 		inflight: map[uint32]reclaimInflight{},
 		hists:    map[reclaimHistKey]hist.Log2{},
@@ -160,9 +164,9 @@ func (p *probe) read(w uint32) (*raw, error) {
 	}
 	var (
 		tid uint32
-		ts  reclaimTaskStats
+		ts  reclaimWolfReclaimTask
 	)
-	it = p.maps.Tasks.Iterate()
+	it = p.maps.ReclaimTasks.Iterate()
 	for it.Next(&tid, &ts) {
 		r.tasks[tid] = ts
 		r.taskMax[tid] = probekit.WindowMax(ts.MaxNs.V, ts.MaxNs.Win, w)

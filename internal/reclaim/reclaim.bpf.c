@@ -38,6 +38,13 @@ char LICENSE[] SEC("license") = "GPL";
 /* Set by user space: false on kernels without the memory controller,
  * where tasks are keyed by their default-hierarchy cgroup instead. */
 const volatile bool use_memcg = true;
+/*
+ * Set by user space where bpf_get_current_task_btf exists (5.11+): the
+ * current task's fields are then plain loads, where a plain task pointer
+ * pays a probe-read helper call for each (a memcg's id is five of them).
+ * Where it is false the verifier never reaches the helper's call.
+ */
+const volatile bool task_btf = false;
 
 /*
  * The session's start: user space sets gate[0] once every program is
@@ -114,6 +121,13 @@ struct cg_stats {
 	struct wolf_max max_call_scanned;
 };
 
+/*
+ * A call in flight. Its lru_shrink_inactive batches are summed here and
+ * added to its cgroup's counters once, at its end, rather than each into
+ * the cgroup's entry (a hash lookup a batch: a memcg storm runs tens of
+ * thousands of batches a second); user space adds the calls still in
+ * flight to their cgroups' readings.
+ */
 struct inflight {
 	__u64 start_ns;
 	__u64 start_runtime;
@@ -125,21 +139,18 @@ struct inflight {
 	__u64 activated;
 	__u32 kind;
 	__u32 tgid;
+	/* The rest of its batches' sums, as struct cg_stats names them. */
+	__u64 batches;
+	__u64 file_scanned;
+	__u64 activate_anon;
+	__u64 activate_file;
+	__u64 dirty;
+	__u64 writeback;
+	__u64 congested;
+	__u64 immediate;
+	__u64 unmap_fail;
 };
 
-struct task_stats {
-	__u64 cgid;
-	__u32 tgid;
-	__u32 kswapd;
-	__u64 calls;
-	__u64 ns;
-	__u64 cpu_ns;
-	struct wolf_max max_ns;
-	__u64 csw;
-	__u64 scanned;
-	__u64 reclaimed;
-	char comm[WOLF_COMM_LEN];
-};
 
 struct hist_key {
 	__u64 cgid;
@@ -183,12 +194,8 @@ struct {
 	__type(value, struct inflight);
 } inflights SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 8192);
-	__type(key, __u32);
-	__type(value, struct task_stats);
-} tasks SEC(".maps");
+/* Per thread: struct wolf_reclaim_task (wolf.h), a map locks may share. */
+WOLF_RECLAIM_TASKS()
 
 /*
  * Per CPU, as the cgroups' counters: every reclaim call's end adds to two
@@ -222,12 +229,19 @@ WOLF_STATS()
 
 /* Zero values for inserts (maps copy them). */
 static const struct cg_stats zero_cg;
-static const struct task_stats zero_task;
+static const struct wolf_reclaim_task zero_task;
 static const struct wolf_hist zero_hist;
+
+/*
+ * The current task's fields, read through a BTF pointer (btf: plain
+ * loads) or a plain one (probe reads). Callers pass a constant, so that
+ * each program is compiled for both and the verifier, told task_btf,
+ * walks only one.
+ */
 
 /* The id of the memory cgroup the task is charged to: its memory css's
  * cgroup's kernfs id. */
-static __always_inline __u64 task_memcg(struct task_struct *t)
+static __always_inline __u64 task_memcg(struct task_struct *t, const bool btf)
 {
 	struct cgroup_subsys_state *css;
 	struct css_set *cgs;
@@ -238,6 +252,15 @@ static __always_inline __u64 task_memcg(struct task_struct *t)
 	id = bpf_core_enum_value(enum cgroup_subsys_id, memory_cgrp_id);
 	if (id < 0 || id >= 64)
 		return 0;
+	if (btf) {
+		cgs = t->cgroups;
+		if (!cgs)
+			return 0;
+		css = cgs->subsys[id];
+		if (!css)
+			return 0;
+		return css->cgroup->kn->id;
+	}
 	cgs = BPF_CORE_READ(t, cgroups);
 	if (!cgs)
 		return 0;
@@ -247,9 +270,50 @@ static __always_inline __u64 task_memcg(struct task_struct *t)
 	return BPF_CORE_READ(css, cgroup, kn, id);
 }
 
-static __always_inline __u64 task_csw(struct task_struct *t)
+static __always_inline __u64 task_csw(struct task_struct *t, const bool btf)
 {
+	if (btf)
+		return t->nvcsw + t->nivcsw;
 	return BPF_CORE_READ(t, nvcsw) + BPF_CORE_READ(t, nivcsw);
+}
+
+static __always_inline __u64 task_runtime(struct task_struct *t, const bool btf)
+{
+	if (btf)
+		return t->se.sum_exec_runtime;
+	return BPF_CORE_READ(t, se.sum_exec_runtime);
+}
+
+static __always_inline bool task_kswapd(struct task_struct *t, const bool btf)
+{
+	if (btf)
+		return (t->flags & WOLF_PF_KSWAPD) != 0;
+	return (BPF_CORE_READ(t, flags) & WOLF_PF_KSWAPD) != 0;
+}
+
+/* The current task as the pointer btf asks for. */
+static __always_inline struct task_struct *current_task(const bool btf)
+{
+	if (btf)
+		return bpf_get_current_task_btf();
+	return wolf_current();
+}
+
+/* A call's batches into its cgroup's counters. */
+static __always_inline void batches_add(struct cg_stats *s, const struct inflight *f)
+{
+	s->batches += f->batches;
+	s->scanned += f->scanned;
+	s->reclaimed += f->reclaimed;
+	s->file_scanned += f->file_scanned;
+	s->ref_keep += f->ref_keep;
+	s->activate_anon += f->activate_anon;
+	s->activate_file += f->activate_file;
+	s->dirty += f->dirty;
+	s->writeback += f->writeback;
+	s->congested += f->congested;
+	s->immediate += f->immediate;
+	s->unmap_fail += f->unmap_fail;
 }
 
 static __always_inline struct cg_stats *cg_get(__u64 cgid)
@@ -284,11 +348,9 @@ static __always_inline void hist_add(__u64 cgid, __u32 kind, __u64 v)
 	wolf_hist_add_local(h, v); /* this CPU's */
 }
 
-static __always_inline int reclaim_begin(__u32 kind)
+static __always_inline int reclaim_begin_as(__u32 kind, const bool btf)
 {
-	if (!counting())
-		return 0;
-	struct task_struct *t = wolf_current();
+	struct task_struct *t = current_task(btf);
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)id;
 	struct inflight f = {};
@@ -298,9 +360,9 @@ static __always_inline int reclaim_begin(__u32 kind)
 	if (old && old->start_ns)
 		stat_add(STAT_NESTED_BEGIN, 1);
 	f.start_ns = bpf_ktime_get_ns();
-	f.start_runtime = BPF_CORE_READ(t, se.sum_exec_runtime);
-	f.start_csw = task_csw(t);
-	f.cgid = task_memcg(t);
+	f.start_runtime = task_runtime(t, btf);
+	f.start_csw = task_csw(t, btf);
+	f.cgid = task_memcg(t, btf);
 	f.kind = kind;
 	f.tgid = id >> 32;
 	if (old)
@@ -310,25 +372,34 @@ static __always_inline int reclaim_begin(__u32 kind)
 	return 0;
 }
 
-static __always_inline void task_account(struct task_struct *t, __u32 tid, struct inflight *f,
-					 __u64 ns, __u64 cpu, __u64 csw)
+static __always_inline int reclaim_begin(__u32 kind)
 {
-	struct task_stats *ts = bpf_map_lookup_elem(&tasks, &tid);
+	if (!counting())
+		return 0;
+	if (task_btf)
+		return reclaim_begin_as(kind, true);
+	return reclaim_begin_as(kind, false);
+}
+
+static __always_inline void task_account(struct task_struct *t, __u32 tid, struct inflight *f,
+					 __u64 ns, __u64 cpu, __u64 csw, const bool btf)
+{
+	struct wolf_reclaim_task *ts = bpf_map_lookup_elem(&reclaim_tasks, &tid);
 
 	if (!ts) {
-		if (bpf_map_update_elem(&tasks, &tid, &zero_task, BPF_NOEXIST) &&
-		    !bpf_map_lookup_elem(&tasks, &tid)) {
+		if (bpf_map_update_elem(&reclaim_tasks, &tid, &zero_task, BPF_NOEXIST) &&
+		    !bpf_map_lookup_elem(&reclaim_tasks, &tid)) {
 			stat_add(STAT_TASK_FULL, 1);
 			return;
 		}
-		ts = bpf_map_lookup_elem(&tasks, &tid);
+		ts = bpf_map_lookup_elem(&reclaim_tasks, &tid);
 		if (!ts)
 			return;
 	}
 	if (ts->tgid != f->tgid || !ts->comm[0]) {
 		/* New, or its tid reused by another process since. */
 		ts->tgid = f->tgid;
-		ts->kswapd = (BPF_CORE_READ(t, flags) & WOLF_PF_KSWAPD) != 0;
+		ts->kswapd = task_kswapd(t, btf);
 		bpf_get_current_comm(ts->comm, sizeof(ts->comm));
 	}
 	ts->cgid = f->cgid;
@@ -339,6 +410,8 @@ static __always_inline void task_account(struct task_struct *t, __u32 tid, struc
 	wolf_max_add(&ts->max_ns, ns);
 	ts->scanned += f->scanned;
 	ts->reclaimed += f->reclaimed;
+	ts->ref_keep += f->ref_keep;
+	ts->activated += f->activated;
 }
 
 static __always_inline void worst_add(struct worst_call *w, __u64 ns, __u32 tid, __u64 scanned,
@@ -357,11 +430,9 @@ static __always_inline void worst_add(struct worst_call *w, __u64 ns, __u32 tid,
 	w->kind[s] = kind;
 }
 
-static __always_inline int reclaim_end(__u32 kind, unsigned long nr_reclaimed)
+static __always_inline int reclaim_end_as(__u32 kind, unsigned long nr_reclaimed, const bool btf)
 {
-	if (!counting())
-		return 0;
-	struct task_struct *t = wolf_current();
+	struct task_struct *t = current_task(btf);
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	__u64 now = bpf_ktime_get_ns();
 	struct inflight *f;
@@ -375,7 +446,7 @@ static __always_inline int reclaim_end(__u32 kind, unsigned long nr_reclaimed)
 		 * cgroup-driven kinds count: those are what cgroups are judged on. */
 		if (kind != KIND_MEMCG && kind != KIND_SOFTLIMIT)
 			return 0;
-		s = cg_get(task_memcg(t));
+		s = cg_get(task_memcg(t, btf));
 		if (s) {
 			s->unmatched_ends++;
 			s->unmatched_last_ns = now;
@@ -386,10 +457,11 @@ static __always_inline int reclaim_end(__u32 kind, unsigned long nr_reclaimed)
 	if (kind >= KIND_MAX)
 		kind = KIND_MEMCG;
 	ns = now - f->start_ns;
-	cpu = BPF_CORE_READ(t, se.sum_exec_runtime) - f->start_runtime;
-	csw = task_csw(t) - f->start_csw;
+	cpu = task_runtime(t, btf) - f->start_runtime;
+	csw = task_csw(t, btf) - f->start_csw;
 	s = cg_get(f->cgid);
 	if (s) {
+		batches_add(s, f);
 		s->calls[kind]++;
 		s->ns[kind] += ns;
 		s->cpu_ns[kind] += cpu;
@@ -401,9 +473,18 @@ static __always_inline int reclaim_end(__u32 kind, unsigned long nr_reclaimed)
 	}
 	hist_add(f->cgid, kind, ns);
 	hist_add(f->cgid, HIST_SCANNED, f->scanned);
-	task_account(t, tid, f, ns, cpu, csw);
+	task_account(t, tid, f, ns, cpu, csw, btf);
 	f->start_ns = 0; /* over: the thread's next call writes it in place */
 	return 0;
+}
+
+static __always_inline int reclaim_end(__u32 kind, unsigned long nr_reclaimed)
+{
+	if (!counting())
+		return 0;
+	if (task_btf)
+		return reclaim_end_as(kind, nr_reclaimed, true);
+	return reclaim_end_as(kind, nr_reclaimed, false);
 }
 
 SEC("tp_btf/mm_vmscan_memcg_reclaim_begin")
@@ -454,18 +535,18 @@ int BPF_PROG(on_node_end, unsigned long nr_reclaimed)
 	return reclaim_end(KIND_NODE, nr_reclaimed);
 }
 
-SEC("tp_btf/mm_vmscan_lru_shrink_inactive")
-int BPF_PROG(on_shrink_inactive, int nid, unsigned long nr_scanned, unsigned long nr_reclaimed,
-	     struct reclaim_stat *stat, int priority, int file)
+/*
+ * A batch of a call in flight is summed into the call (see struct
+ * inflight); one outside any call (kswapd's) into its cgroup's counters.
+ */
+static __always_inline int shrink_inactive(unsigned long nr_scanned, unsigned long nr_reclaimed,
+					   struct reclaim_stat *stat, int file, const bool btf)
 {
-	if (!counting())
-		return 0;
-	struct task_struct *t = wolf_current();
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	unsigned int act_anon, act_file, keep;
+	struct task_struct *t;
 	struct inflight *f;
 	struct cg_stats *s;
-	__u64 cgid;
 
 	stat_add(STAT_EVENTS, 1);
 	act_anon = stat->nr_activate[0];
@@ -473,25 +554,40 @@ int BPF_PROG(on_shrink_inactive, int nid, unsigned long nr_scanned, unsigned lon
 	keep = stat->nr_ref_keep;
 	f = bpf_map_lookup_elem(&inflights, &tid);
 	if (f && f->start_ns) {
+		f->batches++;
 		f->scanned += nr_scanned;
 		f->reclaimed += nr_reclaimed;
+		if (file)
+			f->file_scanned += nr_scanned;
 		f->ref_keep += keep;
 		f->activated += act_anon + act_file;
-		cgid = f->cgid;
-	} else {
-		cgid = task_memcg(t);
+		f->activate_anon += act_anon;
+		f->activate_file += act_file;
+		f->dirty += stat->nr_dirty;
+		f->writeback += stat->nr_writeback;
+		f->congested += stat->nr_congested;
+		f->immediate += stat->nr_immediate;
+		f->unmap_fail += stat->nr_unmap_fail;
+		/*
+		 * kswapd reclaims outside any call but the soft limit's: a
+		 * batch of a memcg or direct call is not kswapd's, and its
+		 * flags need not be looked at, on the storm's hottest event.
+		 */
+		if (f->kind != KIND_SOFTLIMIT)
+			return 0;
+		t = current_task(btf);
+		if (task_kswapd(t, btf)) {
+			stat_add(STAT_KSWAPD_SCANNED, nr_scanned);
+			stat_add(STAT_KSWAPD_RECLAIMED, nr_reclaimed);
+		}
+		return 0;
 	}
-	/*
-	 * kswapd reclaims outside any call but the soft limit's: a batch of a
-	 * memcg or direct call is not kswapd's, and its flags (a probe read)
-	 * need not be looked at, on the storm's hottest event.
-	 */
-	if ((!f || !f->start_ns || f->kind == KIND_SOFTLIMIT) &&
-	    (BPF_CORE_READ(t, flags) & WOLF_PF_KSWAPD)) {
+	t = current_task(btf);
+	if (task_kswapd(t, btf)) {
 		stat_add(STAT_KSWAPD_SCANNED, nr_scanned);
 		stat_add(STAT_KSWAPD_RECLAIMED, nr_reclaimed);
 	}
-	s = cg_get(cgid);
+	s = cg_get(task_memcg(t, btf));
 	if (!s)
 		return 0;
 	s->batches++;
@@ -510,6 +606,17 @@ int BPF_PROG(on_shrink_inactive, int nid, unsigned long nr_scanned, unsigned lon
 	return 0;
 }
 
+SEC("tp_btf/mm_vmscan_lru_shrink_inactive")
+int BPF_PROG(on_shrink_inactive, int nid, unsigned long nr_scanned, unsigned long nr_reclaimed,
+	     struct reclaim_stat *stat, int priority, int file)
+{
+	if (!counting())
+		return 0;
+	if (task_btf)
+		return shrink_inactive(nr_scanned, nr_reclaimed, stat, file, true);
+	return shrink_inactive(nr_scanned, nr_reclaimed, stat, file, false);
+}
+
 SEC("tp_btf/mm_vmscan_lru_shrink_active")
 int BPF_PROG(on_shrink_active, int nid, unsigned long nr_taken, unsigned long nr_active,
 	     unsigned long nr_deactivated, unsigned long nr_referenced, int priority, int file)
@@ -523,7 +630,7 @@ int BPF_PROG(on_shrink_active, int nid, unsigned long nr_taken, unsigned long nr
 
 	stat_add(STAT_EVENTS, 1);
 	f = bpf_map_lookup_elem(&inflights, &tid);
-	cgid = f && f->start_ns ? f->cgid : task_memcg(wolf_current());
+	cgid = f && f->start_ns ? f->cgid : task_memcg(wolf_current(), false);
 	s = cg_get(cgid);
 	if (!s)
 		return 0;
@@ -540,7 +647,7 @@ int BPF_PROG(on_throttled, int nid, int usec_timeout, int usec_delayed, int reas
 	struct cg_stats *s;
 
 	stat_add(STAT_EVENTS, 1);
-	s = cg_get(task_memcg(wolf_current()));
+	s = cg_get(task_memcg(wolf_current(), false));
 	if (!s)
 		return 0;
 	/* reason is 1 << VMSCAN_THROTTLE_{WRITEBACK,ISOLATED,NOPROGRESS,CONGESTED} */

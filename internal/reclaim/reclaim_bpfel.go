@@ -85,6 +85,15 @@ type reclaimInflight struct {
 	Activated    uint64
 	Kind         uint32
 	Tgid         uint32
+	Batches      uint64
+	FileScanned  uint64
+	ActivateAnon uint64
+	ActivateFile uint64
+	Dirty        uint64
+	Writeback    uint64
+	Congested    uint64
+	Immediate    uint64
+	UnmapFail    uint64
 }
 
 type reclaimStatIndex uint32
@@ -105,7 +114,20 @@ const (
 	reclaimStatIndexSTAT_MAX              reclaimStatIndex = 12
 )
 
-type reclaimTaskStats struct {
+type reclaimWolfHist struct {
+	_     structs.HostLayout
+	Slots [65]uint64
+	Count uint64
+	Sum   uint64
+	Max   struct {
+		_   structs.HostLayout
+		V   [2]uint64
+		Win [2]uint32
+		Tag [2]uint32
+	}
+}
+
+type reclaimWolfReclaimTask struct {
 	_      structs.HostLayout
 	Cgid   uint64
 	Tgid   uint32
@@ -123,19 +145,8 @@ type reclaimTaskStats struct {
 	Scanned   uint64
 	Reclaimed uint64
 	Comm      [16]int8
-}
-
-type reclaimWolfHist struct {
-	_     structs.HostLayout
-	Slots [65]uint64
-	Count uint64
-	Sum   uint64
-	Max   struct {
-		_   structs.HostLayout
-		V   [2]uint64
-		Win [2]uint32
-		Tag [2]uint32
-	}
+	RefKeep   uint64
+	Activated uint64
 }
 
 // Names of all BPF objects in the ELF.
@@ -148,8 +159,8 @@ const (
 	reclaimMapInflights         = "inflights"
 	reclaimMapKswapdHist        = "kswapd_hist"
 	reclaimMapKswapdWoke        = "kswapd_woke"
+	reclaimMapReclaimTasks      = "reclaim_tasks"
 	reclaimMapStats             = "stats"
-	reclaimMapTasks             = "tasks"
 	reclaimProgOnDirectBegin    = "on_direct_begin"
 	reclaimProgOnDirectEnd      = "on_direct_end"
 	reclaimProgOnKswapdSleep    = "on_kswapd_sleep"
@@ -164,6 +175,7 @@ const (
 	reclaimProgOnSoftlimitEnd   = "on_softlimit_end"
 	reclaimProgOnThrottled      = "on_throttled"
 	reclaimProgOnWakeupKswapd   = "on_wakeup_kswapd"
+	reclaimVarTaskBtf           = "task_btf"
 	reclaimVarUseMemcg          = "use_memcg"
 	reclaimVarWolfStatIndexBtf  = "wolf_stat_index_btf"
 )
@@ -230,20 +242,21 @@ type reclaimProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type reclaimMapSpecs struct {
-	Cgroups    *ebpf.MapSpec `ebpf:"cgroups"`
-	Gate       *ebpf.MapSpec `ebpf:"gate"`
-	Hists      *ebpf.MapSpec `ebpf:"hists"`
-	Inflights  *ebpf.MapSpec `ebpf:"inflights"`
-	KswapdHist *ebpf.MapSpec `ebpf:"kswapd_hist"`
-	KswapdWoke *ebpf.MapSpec `ebpf:"kswapd_woke"`
-	Stats      *ebpf.MapSpec `ebpf:"stats"`
-	Tasks      *ebpf.MapSpec `ebpf:"tasks"`
+	Cgroups      *ebpf.MapSpec `ebpf:"cgroups"`
+	Gate         *ebpf.MapSpec `ebpf:"gate"`
+	Hists        *ebpf.MapSpec `ebpf:"hists"`
+	Inflights    *ebpf.MapSpec `ebpf:"inflights"`
+	KswapdHist   *ebpf.MapSpec `ebpf:"kswapd_hist"`
+	KswapdWoke   *ebpf.MapSpec `ebpf:"kswapd_woke"`
+	ReclaimTasks *ebpf.MapSpec `ebpf:"reclaim_tasks"`
+	Stats        *ebpf.MapSpec `ebpf:"stats"`
 }
 
 // reclaimVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type reclaimVariableSpecs struct {
+	TaskBtf          *ebpf.VariableSpec `ebpf:"task_btf"`
 	UseMemcg         *ebpf.VariableSpec `ebpf:"use_memcg"`
 	WolfStatIndexBtf *ebpf.VariableSpec `ebpf:"wolf_stat_index_btf"`
 }
@@ -268,14 +281,14 @@ func (o *reclaimObjects) Close() error {
 //
 // It can be passed to loadReclaimObjects or ebpf.CollectionSpec.LoadAndAssign.
 type reclaimMaps struct {
-	Cgroups    *ebpf.Map `ebpf:"cgroups"`
-	Gate       *ebpf.Map `ebpf:"gate"`
-	Hists      *ebpf.Map `ebpf:"hists"`
-	Inflights  *ebpf.Map `ebpf:"inflights"`
-	KswapdHist *ebpf.Map `ebpf:"kswapd_hist"`
-	KswapdWoke *ebpf.Map `ebpf:"kswapd_woke"`
-	Stats      *ebpf.Map `ebpf:"stats"`
-	Tasks      *ebpf.Map `ebpf:"tasks"`
+	Cgroups      *ebpf.Map `ebpf:"cgroups"`
+	Gate         *ebpf.Map `ebpf:"gate"`
+	Hists        *ebpf.Map `ebpf:"hists"`
+	Inflights    *ebpf.Map `ebpf:"inflights"`
+	KswapdHist   *ebpf.Map `ebpf:"kswapd_hist"`
+	KswapdWoke   *ebpf.Map `ebpf:"kswapd_woke"`
+	ReclaimTasks *ebpf.Map `ebpf:"reclaim_tasks"`
+	Stats        *ebpf.Map `ebpf:"stats"`
 }
 
 func (m *reclaimMaps) Close() error {
@@ -286,8 +299,8 @@ func (m *reclaimMaps) Close() error {
 		m.Inflights,
 		m.KswapdHist,
 		m.KswapdWoke,
+		m.ReclaimTasks,
 		m.Stats,
-		m.Tasks,
 	)
 }
 
@@ -295,6 +308,7 @@ func (m *reclaimMaps) Close() error {
 //
 // It can be passed to loadReclaimObjects or ebpf.CollectionSpec.LoadAndAssign.
 type reclaimVariables struct {
+	TaskBtf          *ebpf.Variable `ebpf:"task_btf"`
 	UseMemcg         *ebpf.Variable `ebpf:"use_memcg"`
 	WolfStatIndexBtf *ebpf.Variable `ebpf:"wolf_stat_index_btf"`
 }

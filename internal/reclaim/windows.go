@@ -1,6 +1,7 @@
 package reclaim
 
 import (
+	"slices"
 	"time"
 
 	"github.com/wolf-investigator/wolf/internal/hist"
@@ -29,12 +30,13 @@ import (
 // in flight) are deleted from the maps, which are bounded and attached for
 // hours, and forgotten here: a key that comes back counts from zero.
 type windows struct {
-	cg      map[uint64]reclaimCgStats
-	cgTime  map[cgKind]uint64
-	tasks   map[uint32]taskSum
-	flights map[flightKey]flight
-	hists   map[reclaimHistKey]hist.Log2
-	kswapd  hist.Log2
+	cg       map[uint64]reclaimCgStats
+	cgMissed map[uint64]bool // cg holds the cgroup's reading before the last
+	cgTime   map[cgKind]uint64
+	tasks    map[uint32]taskSum
+	flights  map[flightKey]flight
+	hists    map[reclaimHistKey]hist.Log2
+	kswapd   hist.Log2
 
 	idleCg    probekit.Idle[uint64]
 	idleTasks probekit.Idle[uint32]
@@ -84,7 +86,7 @@ func (w *windows) step(cur *raw) (*raw, *evict) {
 	ev := &evict{}
 	out := &raw{
 		cgroups:  map[uint64]*cgRead{},
-		tasks:    map[uint32]reclaimTaskStats{},
+		tasks:    map[uint32]reclaimWolfReclaimTask{},
 		taskMax:  cur.taskMax,
 		inflight: cur.inflight,
 		before:   map[uint32]flight{},
@@ -124,12 +126,38 @@ func (w *windows) step(cur *raw) (*raw, *evict) {
 		taskInFlight[tid] = tf
 	}
 
-	cg := map[uint64]reclaimCgStats{}
+	// A call's batches reach its cgroup's counters at its end (the BPF
+	// side sums them in the call meanwhile): the calls in flight are
+	// added to their cgroups' readings, which can then dip as the time
+	// sums do (a call that ends between the two maps' readings is in
+	// neither), and are enveloped the same way.
+	readings := map[uint64]*cgRead{}
 	for id, c := range cur.cgroups {
-		cg[id] = c.sum
+		readings[id] = c
+	}
+	for _, f := range cur.inflight {
+		if f.Kind >= numKinds {
+			continue
+		}
+		c := readings[f.Cgid]
+		if c == nil {
+			c = &cgRead{}
+		} else {
+			cp := *c
+			c = &cp
+		}
+		addBatches(&c.sum, &f)
+		readings[f.Cgid] = c
+	}
+	cg := map[uint64]reclaimCgStats{}
+	for id, c := range readings {
 		prev := w.cg[id]
 		d := &cgRead{max: c.max, maxCallScanned: c.maxCallScanned, worst: c.worst}
+		var keep reclaimCgStats
 		cgFields(&d.sum, &c.sum, &prev, probekit.Sub)
+		cgFields(&keep, &c.sum, &prev, maxOf)
+		keep.UnmatchedLastNs = c.sum.UnmatchedLastNs
+		cg[id] = keep
 		if d.sum.UnmatchedEnds > 0 {
 			d.sum.UnmatchedLastNs = c.sum.UnmatchedLastNs
 		}
@@ -217,16 +245,45 @@ func (w *windows) step(cur *raw) (*raw, *evict) {
 	w.idleTasks.End()
 	w.idleHists.End()
 
-	w.cg, w.cgTime, w.tasks, w.flights = cg, cgTime, keep, flights
+	// A cgroup whose only reading was a call in flight that then ended
+	// between the two maps' readings is in no reading at all: its last
+	// one is kept one reading more, as a thread's is.
+	cgMissed := map[uint64]bool{}
+	for id, prev := range w.cg {
+		if _, ok := cg[id]; !ok && !w.cgMissed[id] && !slices.Contains(ev.cgroups, id) {
+			cg[id] = prev
+			cgMissed[id] = true
+		}
+	}
+	w.cg, w.cgMissed, w.cgTime, w.tasks, w.flights = cg, cgMissed, cgTime, keep, flights
 	w.hists, w.kswapd = hists, cur.kswapd
 	return out, ev
 }
+
+// addBatches adds a call's batches in flight to its cgroup's counters, as
+// its end will (batches_add in reclaim.bpf.c).
+func addBatches(s *reclaimCgStats, f *reclaimInflight) {
+	s.Batches += f.Batches
+	s.Scanned += f.Scanned
+	s.Reclaimed += f.Reclaimed
+	s.FileScanned += f.FileScanned
+	s.RefKeep += f.RefKeep
+	s.ActivateAnon += f.ActivateAnon
+	s.ActivateFile += f.ActivateFile
+	s.Dirty += f.Dirty
+	s.Writeback += f.Writeback
+	s.Congested += f.Congested
+	s.Immediate += f.Immediate
+	s.UnmapFail += f.UnmapFail
+}
+
+func maxOf(x, y uint64) uint64 { return max(x, y) }
 
 // evict deletes idle keys from the maps. A call accounted to one of them
 // between its reading and now is lost with it: after three idle windows,
 // rare.
 func (p *probe) evict(ev *evict) {
 	probekit.Evict(p.maps.Cgroups, ev.cgroups)
-	probekit.Evict(p.maps.Tasks, ev.tasks)
+	probekit.Evict(p.maps.ReclaimTasks, ev.tasks)
 	probekit.Evict(p.maps.Hists, ev.hists)
 }

@@ -34,7 +34,7 @@ func TestWindowsSplitACallInFlight(t *testing.T) {
 		{now: 8 * s, ended: true, wantDone: 1 * s},
 		{now: 9 * s, ended: true},
 	} {
-		cur := &raw{cgroups: map[uint64]*cgRead{7: {}}, tasks: map[uint32]reclaimTaskStats{},
+		cur := &raw{cgroups: map[uint64]*cgRead{7: {}}, tasks: map[uint32]reclaimWolfReclaimTask{},
 			inflight: map[uint32]reclaimInflight{}, now: r.now}
 		if r.flying {
 			cur.inflight[10] = reclaimInflight{StartNs: uint64(s), Cgid: 7, Kind: kindMemcg, Tgid: 10, Scanned: r.scanned}
@@ -42,7 +42,7 @@ func TestWindowsSplitACallInFlight(t *testing.T) {
 		if r.ended {
 			cur.cgroups[7].sum.Ns[kindMemcg] = uint64(5 * s)
 			cur.cgroups[7].sum.Calls[kindMemcg] = 1
-			cur.tasks[10] = reclaimTaskStats{Cgid: 7, Tgid: 10, Calls: 1, Ns: uint64(5 * s), Scanned: 400}
+			cur.tasks[10] = reclaimWolfReclaimTask{Cgid: 7, Tgid: 10, Calls: 1, Ns: uint64(5 * s), Scanned: 400}
 		}
 		win, _ := w.step(cur)
 		done := time.Duration(win.cgroups[7].sum.Ns[kindMemcg])
@@ -65,6 +65,55 @@ func TestWindowsSplitACallInFlight(t *testing.T) {
 	}
 	if total != 5*s || scanned != 400 {
 		t.Errorf("the windows add up to %v and %d pages, the call took 5s and scanned 400", total, scanned)
+	}
+}
+
+// A call's batches reach its cgroup's counters at its end; until then the
+// window adds the call's batches in flight to its cgroup. Across windows,
+// with the call ending between the readings of the two maps (in neither
+// reading), the cgroup's pages add up to the call's, once.
+func TestWindowsCgroupBatchesInFlight(t *testing.T) {
+	const s = time.Second
+	var w windows
+	var scanned, batches, dirty uint64
+	for i, r := range []struct {
+		flying           bool
+		batches, scanned uint64 // the call's so far
+		ended            bool   // its cgroup's entry has it
+		want             uint64 // pages scanned this window
+	}{
+		{flying: true, batches: 2, scanned: 100, want: 100},
+		{flying: true, batches: 5, scanned: 300, want: 200},
+		{want: 0}, // ended between the two readings
+		{ended: true, want: 100},
+		{ended: true, want: 0},
+	} {
+		cur := &raw{cgroups: map[uint64]*cgRead{}, tasks: map[uint32]reclaimWolfReclaimTask{},
+			inflight: map[uint32]reclaimInflight{}, now: time.Duration(i+2) * s}
+		if r.flying {
+			cur.inflight[10] = reclaimInflight{StartNs: uint64(s), Cgid: 7, Kind: kindMemcg, Tgid: 10,
+				Batches: r.batches, Scanned: r.scanned, Dirty: r.batches}
+		}
+		if r.ended {
+			c := &cgRead{}
+			c.sum.Calls[kindMemcg] = 1
+			c.sum.Batches, c.sum.Scanned, c.sum.Dirty = 6, 400, 6
+			cur.cgroups[7] = c
+		}
+		win, _ := w.step(cur)
+		var got uint64
+		if c := win.cgroups[7]; c != nil {
+			got = c.sum.Scanned
+			batches += c.sum.Batches
+			dirty += c.sum.Dirty
+		}
+		if got != r.want {
+			t.Errorf("window %d: %d pages scanned, want %d", i+1, got, r.want)
+		}
+		scanned += got
+	}
+	if scanned != 400 || batches != 6 || dirty != 6 {
+		t.Errorf("the windows add up to %d pages in %d batches (%d dirty), the call scanned 400 in 6 (6)", scanned, batches, dirty)
 	}
 }
 
@@ -91,7 +140,7 @@ func TestWindowsCounters(t *testing.T) {
 func TestWindowsEvictIdle(t *testing.T) {
 	var w windows
 	reading := func(flying bool) *raw {
-		cur := &raw{cgroups: map[uint64]*cgRead{7: {}}, tasks: map[uint32]reclaimTaskStats{10: {Cgid: 7, Calls: 2, Ns: 50}},
+		cur := &raw{cgroups: map[uint64]*cgRead{7: {}}, tasks: map[uint32]reclaimWolfReclaimTask{10: {Cgid: 7, Calls: 2, Ns: 50}},
 			inflight: map[uint32]reclaimInflight{}, hists: map[reclaimHistKey]hist.Log2{{Cgid: 7}: {Count: 2}}, now: 100}
 		cur.cgroups[7].sum.Calls[kindMemcg] = 2
 		if flying {

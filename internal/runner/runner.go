@@ -13,8 +13,11 @@ package runner
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
+	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -108,9 +111,16 @@ func Start(ctx context.Context, cfg Config) *Run {
 	var wg sync.WaitGroup
 	for i, inv := range cfg.Investigators {
 		wg.Add(1)
+		opts := cfg.Options
+		opts.Alongside = slices.Clip(opts.Alongside) // appends copy: no goroutine sees another's
+		for _, other := range cfg.Investigators {
+			if other != inv {
+				opts.Alongside = append(opts.Alongside, other.Name())
+			}
+		}
 		go func() {
 			defer wg.Done()
-			s, err := inv.Start(ctx, cfg.Options)
+			s, err := inv.Start(ctx, opts)
 			if err != nil {
 				startErrs[i] = err
 				return
@@ -240,6 +250,7 @@ func Start(ctx context.Context, cfg Config) *Run {
 	finding.Sort(rep.Findings)
 	// Join what the investigators found into root-cause chains.
 	diagnose.Apply(rep, r.Facts)
+	writeFacts(r.Facts)
 	rep.DurationS = float64(time.Since(started).Milliseconds()) / 1000
 	return r
 }
@@ -346,4 +357,22 @@ func (r *Run) Close() {
 		}
 		wg.Wait()
 	})
+}
+
+// writeFacts writes the window's facts as JSON to $WOLF_FACTS_OUT, when
+// set: what the diagnosis stage joined, for whoever asks why a diagnosis
+// is (or is not) there. Not part of the JSON contract: the facts' shape
+// follows internal/fact.
+func writeFacts(s *fact.Set) {
+	out := os.Getenv("WOLF_FACTS_OUT")
+	if out == "" || s == nil {
+		return
+	}
+	b, err := json.MarshalIndent(s, "", " ")
+	if err == nil {
+		err = os.WriteFile(out, b, 0o644)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "wolf: WOLF_FACTS_OUT: %v\n", err)
+	}
 }

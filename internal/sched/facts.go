@@ -264,7 +264,8 @@ func (s *Snapshot) facts(fs []finding.Finding) *fact.Set {
 		task := fact.Task{PID: t.PID, TID: t.TID, Comm: t.Comm, CPUCgroup: t.Cgroup}
 		if t.Runq.Count > 0 && !t.lowPriority() && !idleExplained(&t.Runq, t.IdleLong) {
 			set.Waits = append(set.Waits, fact.Wait{Task: task, Kind: fact.WaitRunQueue, On: host, Total: time.Duration(t.Runq.Sum),
-				Max: time.Duration(t.Runq.Max), Count: int(t.Runq.Count), Finding: rid, FindingTitle: rtitle})
+				Max: time.Duration(t.Runq.Max), Count: int(t.Runq.Count), Finding: rid, FindingTitle: rtitle,
+				Numbers: map[string]any{"on_cpu_ms": human.Round(float64(t.Runtime)/1e6, 1)}})
 			n++
 		}
 		if t.Throttled > 0 {
