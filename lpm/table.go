@@ -219,8 +219,9 @@ func (t *Table[V]) LookupValue(addr netip.Addr) (val V, ok bool) {
 	return r.val, true
 }
 
-// Contains reports whether any prefix in the table contains addr. It is
-// LookupValue without loading the value: the walk touches only node
+// Contains reports whether any prefix in the table contains addr. Any
+// will do, so the walk stops at the first node with a prefix covering
+// addr - the shortest match, not the longest - and touches only node
 // headers.
 func (t *Table[V]) Contains(addr netip.Addr) bool {
 	s := t.snap.Load()
@@ -229,11 +230,55 @@ func (t *Table[V]) Contains(addr netip.Addr) bool {
 	}
 	if addr.Is4() {
 		b := addr.As4()
-		return lookup4(&s.root4, uint32(b[0])<<24|uint32(b[1])<<16|uint32(b[2])<<8|uint32(b[3])) != nil
+		return contains4(&s.root4, uint32(b[0])<<24|uint32(b[1])<<16|uint32(b[2])<<8|uint32(b[3]))
 	}
 	if addr.Is6() {
 		b := addr.As16()
-		return lookup6(&s.root6, be64(b[0:8]), be64(b[8:16])) != nil
+		return contains6(&s.root6, be64(b[0:8]), be64(b[8:16]))
+	}
+	return false
+}
+
+// contains4 reports whether some prefix contains a: lookup4 that returns
+// at the first covering in-node prefix.
+func contains4[V any](n *node[V], a uint32) bool {
+	for shift := 24; shift >= 0; shift -= 8 {
+		o := uint(a>>uint(shift)) & 0xff
+		w, m := (o>>6)&3, uint64(1)<<(o&63)
+		if n.cov[w]&m != 0 {
+			return true
+		}
+		kw := n.kid[w]
+		if kw&m == 0 {
+			return false
+		}
+		n = n.kidAt(int(n.base[w]) + bits.OnesCount64(kw&(m-1)))
+		if n.isLeaf() {
+			return (a^uint32(n.kid[0]>>32))&^(uint32(0xffffffff)>>n.base[1]) == 0
+		}
+	}
+	return false
+}
+
+// contains6 is contains4 for a 128-bit address hi:lo.
+func contains6[V any](n *node[V], hi, lo uint64) bool {
+	h, l := hi, lo
+	for range 16 {
+		o := uint(h >> 56)
+		h = h<<8 | l>>56
+		l <<= 8
+		w, m := (o>>6)&3, uint64(1)<<(o&63)
+		if n.cov[w]&m != 0 {
+			return true
+		}
+		kw := n.kid[w]
+		if kw&m == 0 {
+			return false
+		}
+		n = n.kidAt(int(n.base[w]) + bits.OnesCount64(kw&(m-1)))
+		if n.isLeaf() {
+			return leafMatch6(n, hi, lo)
+		}
 	}
 	return false
 }

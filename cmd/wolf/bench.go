@@ -42,6 +42,7 @@ func newBenchLPMCmd() *cobra.Command {
 		entries, ops    string
 		real, ipv6      bool
 		repeat, trials  int
+		runs            int
 		loops, userOps  int
 		dirBits4, dirB6 int
 	)
@@ -61,6 +62,11 @@ are looked up at random keys. --real adds the real IPv4 routing table
 probe is also looked up in both and the disagreements are reported as
 mismatches (there should be none).
 
+Every row carries its spread, [lowest-highest]: with one run, over the
+lookup trials or over the ten side-by-side chunks of user-space updates
+and deletes; with --runs N, over the N whole runs, each a side-by-side
+measurement, of which the row then shows the median.
+
 Operations: load (bulk fill: the trie by batch syscall, wolf by Load),
 lookup (in BPF), update and delete (the kernel trie in BPF as the selftest
 does, and both from user space: syscall against wolf's Go API), free (the
@@ -69,7 +75,8 @@ lockup of Cloudflare's "A deep dive into BPF LPM trie performance and
 optimization").`,
 		Example: `  wolf bench lpm                                # dense sets, 1 to 1 M entries
   wolf bench lpm --real --ipv6 --format json -o lpm.json
-  wolf bench lpm --entries 10K,1M --ops lookup --repeat 200`,
+  wolf bench lpm --entries 10K,1M --ops lookup --repeat 200
+  wolf bench lpm --real --ipv6 --runs 5          # medians of 5 runs, with their range`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f, err := textOrJSON(out.validate())
@@ -83,8 +90,8 @@ optimization").`,
 			if o.Ops, err = parseOps(ops); err != nil {
 				return usageErr("--ops: %v", err)
 			}
-			if repeat < 1 || trials < 1 || loops < 1 || loops > 1<<23 || userOps < 0 {
-				return usageErr("--repeat and --trials must be positive, --loops 1..%d", 1<<23)
+			if repeat < 1 || trials < 1 || runs < 1 || loops < 1 || loops > 1<<23 || userOps < 0 {
+				return usageErr("--repeat, --trials and --runs must be positive, --loops 1..%d", 1<<23)
 			}
 			for _, b := range []int{dirBits4, dirB6} {
 				if b != 0 && (b < 8 || b > 24) {
@@ -105,7 +112,21 @@ optimization").`,
 				}
 			}
 			started := time.Now()
-			rep, err := bpflpm.Bench(cmd.Context(), o)
+			var reps []*bpflpm.BenchReport
+			for i := range runs {
+				if runs > 1 && o.Log != nil {
+					o.Log("run %d of %d", i+1, runs)
+				}
+				var rep *bpflpm.BenchReport
+				rep, err = bpflpm.Bench(cmd.Context(), o)
+				if rep != nil && (err == nil || len(reps) == 0) {
+					reps = append(reps, rep)
+				}
+				if err != nil {
+					break
+				}
+			}
+			rep := bpflpm.MergeRuns(reps)
 			interrupted := err != nil && cmd.Context().Err() != nil
 			if err != nil && !interrupted {
 				return wrapFailure(err)
@@ -140,6 +161,7 @@ optimization").`,
 	fl.IntVar(&repeat, "repeat", 100, "BPF_PROG_TEST_RUN runs per lookup measurement")
 	fl.IntVar(&loops, "loops", 10000, "operations per run, inside bpf_loop")
 	fl.IntVar(&trials, "trials", 3, "measurements per lookup; the median is reported")
+	fl.IntVar(&runs, "runs", 1, "whole side-by-side runs; each row reports the median over them and their range")
 	fl.IntVar(&userOps, "user-ops", 0, "update and delete calls per user-space measurement (default 100 × --repeat)")
 	fl.IntVar(&dirBits4, "dir-bits", 0, "wolf's directory bits for IPv4 tables (8..24; default the package's)")
 	fl.IntVar(&dirB6, "dir-bits6", 0, "wolf's directory bits for IPv6 tables (8..24; default the package's)")
@@ -233,6 +255,15 @@ func cpuModel() string {
 	return ""
 }
 
+// runsOf is how many whole runs the report merges.
+func runsOf(d *benchDoc) int {
+	n := 1
+	for _, r := range d.Results {
+		n = max(n, r.Runs)
+	}
+	return n
+}
+
 // nsCell prints a ns/op cell: ns with a decimal (the column's unit) where
 // benchmarks compare tens of ns, a duration from 10 µs up (freeing a
 // table).
@@ -253,9 +284,15 @@ func bytesCell(b uint64) string {
 
 func writeBenchText(w io.Writer, d *benchDoc) error {
 	fmt.Fprintf(w, "wolf bench lpm: kernel %s, %d CPUs (%s)\n", d.Kernel, d.CPUs, d.CPU)
-	fmt.Fprintf(w, "lookups: median ns/op of %d runs × %d operations, median of %d such measurements; ns/op without the harness\n\n", d.Repeat, d.Loops, d.Trials)
+	fmt.Fprintf(w, "lookups: median ns/op of %d runs × %d operations, median of %d such measurements; ns/op without the harness\n", d.Repeat, d.Loops, d.Trials)
+	if n := runsOf(d); n > 1 {
+		fmt.Fprintf(w, "each row: the median of %d whole side-by-side runs, [lowest–highest] of them\n", n)
+	} else {
+		fmt.Fprintln(w, "[spread]: lowest–highest of the lookup trials, or of ten side-by-side chunks of the user-space operations")
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "set\tentries\top\tvia\timpl\tns/op\tMops/s\tbytes\tB/prefix\tused\tspeedup\t")
+	fmt.Fprintln(tw, "set\tentries\top\tvia\timpl\tns/op\t[spread]\tMops/s\tbytes\tB/prefix\tused\tspeedup\t[spread]\t")
 	perPrefix := func(b uint64, n int) string {
 		if b == 0 || n == 0 {
 			return "-"
@@ -267,11 +304,18 @@ func writeBenchText(w io.Writer, d *benchDoc) error {
 		if r.Op != "free" {
 			mops = strconv.FormatFloat(r.Mops, 'f', 2, 64)
 		}
+		nsSpread, speedSpread := "", ""
 		if r.Speedup > 0 {
 			speed = strconv.FormatFloat(r.Speedup, 'f', 1, 64) + "×"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.Set, r.Entries, r.Op, r.Via, r.Impl,
-			nsCell(r.NsPerOp), mops, bytesCell(r.Bytes), perPrefix(r.Bytes, r.Entries), perPrefix(r.BytesUsed, r.Entries), speed)
+		if r.NsPerOpMax > 0 {
+			nsSpread = "[" + nsCell(r.NsPerOpMin) + "–" + nsCell(r.NsPerOpMax) + "]"
+		}
+		if r.SpeedupMax > 0 {
+			speedSpread = "[" + strconv.FormatFloat(r.SpeedupMin, 'f', 1, 64) + "–" + strconv.FormatFloat(r.SpeedupMax, 'f', 1, 64) + "]"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.Set, r.Entries, r.Op, r.Via, r.Impl,
+			nsCell(r.NsPerOp), nsSpread, mops, bytesCell(r.Bytes), perPrefix(r.Bytes, r.Entries), perPrefix(r.BytesUsed, r.Entries), speed, speedSpread)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -281,7 +325,7 @@ func writeBenchText(w io.Writer, d *benchDoc) error {
 		fmt.Fprintf(w, "harness %s %d %s keys: %.1f ns/op (subtracted)\n", h.Set, h.Entries, h.Keys, h.NsPerOp)
 	}
 	fmt.Fprintf(w, "mismatches: %d of %d probes compared between wolf and the kernel trie\n", d.Mismatches, d.Compared)
-	fmt.Fprintln(w, "bytes: memory the kernel holds (trie: slab grown while filling, from 64 K entries; wolf: its maps, with a second generation and spare room)")
+	fmt.Fprintln(w, "bytes: memory the kernel holds (trie: slab grown while filling, from 1 K entries, with identical tries filled beside it up to 64 K entries; wolf: its map, with room for a second copy of the nodes and spare)")
 	fmt.Fprintln(w, "used: bytes per prefix by the trie's own accounting (bpftool's memlock) and of wolf's live structure")
 	fmt.Fprintln(w, "free: time the kernel spends freeing the whole structure after its last close; speedup: kernel trie ns/op over wolf's (bpf vs bpf, syscall vs wolf's Go API)")
 	for _, n := range d.Notes {

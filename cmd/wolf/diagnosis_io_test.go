@@ -39,19 +39,29 @@ func ioLab(t *testing.T, l lab.Lab) lab.Instance {
 
 // firstDiagnosis is the lab's diagnosis, rooted at id on cgroup cg (any
 // when "") and device dev: first, or after diagnoses of other work of the
-// machine that name none of the lab's tasks (pids) nor its device.
+// machine that name none of the lab's tasks (pids), its cgroup nor its
+// device.
 func firstDiagnosis(t *testing.T, rep *finding.Report, id, cg, dev string, pids ...int) *finding.Diagnosis {
 	t.Helper()
 	logDiagnoses(t, rep)
-	what := id + " on " + dev
+	what, want, ours := ioLabJudge(id, cg, dev, pids...)
+	return labDiagnosis(t, rep, what, want, ours)
+}
+
+// ioLabJudge says what the I/O lab's diagnosis is (want) and what is the
+// lab's (ours), for labDiagnosis.
+func ioLabJudge(id, cg, dev string, pids ...int) (what string, want func(*finding.Diagnosis) bool, ours func(*finding.Subject) bool) {
+	what = id + " on " + dev
 	if cg != "" {
 		what = id + " of " + cg + " on " + dev
 	}
-	return labDiagnosis(t, rep, what, func(d *finding.Diagnosis) bool {
+	want = func(d *finding.Diagnosis) bool {
 		return d.ID == id && (cg == "" || d.Root.Cgroup == cg) && d.Root.Device == dev
-	}, func(s *finding.Subject) bool {
-		return s.Device == dev || (s.PID != 0 && slices.Contains(pids, s.PID))
-	})
+	}
+	ours = func(s *finding.Subject) bool {
+		return s.Device == dev || (s.PID != 0 && slices.Contains(pids, s.PID)) || (cg != "" && s.Cgroup == cg)
+	}
+	return what, want, ours
 }
 
 func TestDoctorDiagnosesIOThrottle(t *testing.T) {

@@ -54,21 +54,34 @@ func logDiagnoses(t *testing.T, rep *finding.Report) {
 // that names the lab's tasks is a wrong root for them.
 func labDiagnosis(t *testing.T, rep *finding.Report, what string, want func(*finding.Diagnosis) bool, ours func(*finding.Subject) bool) *finding.Diagnosis {
 	t.Helper()
-	if len(rep.Diagnoses) == 0 {
-		t.Fatal("no diagnosis")
+	d, others, err := pickLabDiagnosis(rep, what, want, ours)
+	for _, o := range others {
+		t.Logf("another pathology of the machine ranks before the lab's: %s", o)
 	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// pickLabDiagnosis is labDiagnosis's judgement: the lab's diagnosis, the
+// diagnoses of other work ranked before it, or why there is none.
+func pickLabDiagnosis(rep *finding.Report, what string, want func(*finding.Diagnosis) bool, ours func(*finding.Subject) bool) (*finding.Diagnosis, []string, error) {
+	if len(rep.Diagnoses) == 0 {
+		return nil, nil, fmt.Errorf("no diagnosis")
+	}
+	var others []string
 	for i := range rep.Diagnoses {
 		d := &rep.Diagnoses[i]
 		if want(d) {
-			return d
+			return d, others, nil
 		}
 		if ours(&d.Root) || slices.ContainsFunc(d.Subjects, func(s finding.Subject) bool { return ours(&s) }) {
-			t.Fatalf("diagnosis %d, %s rooted at %+v, names the lab's tasks; want %s first", i+1, d.ID, d.Root, what)
+			return nil, others, fmt.Errorf("diagnosis %d, %s rooted at %+v, names the lab's tasks; want %s first", i+1, d.ID, d.Root, what)
 		}
-		t.Logf("another pathology of the machine ranks before the lab's: %s %s", d.ID, d.Title)
+		others = append(others, d.ID+" "+d.Title)
 	}
-	t.Fatalf("no diagnosis is %s", what)
-	return nil
+	return nil, others, fmt.Errorf("no diagnosis is %s", what)
 }
 
 func find(d *finding.Diagnosis, role string, match func(*finding.Subject) bool) *finding.Subject {

@@ -74,12 +74,12 @@ func (e *engine) fromVictim(v *victim) []*branch {
 		b.hop(e.waitHop(w, from, hostSubj, "for a CPU"), wr)
 		return e.runnable(b, w.Task, hostSubj, 0)
 	case fact.WaitThrottled:
-		k := e.canon(w.On)
+		k := e.on(w)
 		to := e.subjectOf(k)
 		b.hop(e.intoHop(from, finding.ConstrainedBy, k, fmt.Sprintf("%s was throttled %s in %d waits by the CPU quota of cgroup %s", label(from), ms(msOf(w.Total)), w.Count, to.Cgroup), waitNumbers(w)), wr)
 		return e.resolve(b, k, 0, nil)
 	case fact.WaitReclaim:
-		k := e.canon(w.On)
+		k := e.on(w)
 		to := e.subjectOf(k)
 		text := fmt.Sprintf("%s spent %s in memory reclaim", label(from), ms(msOf(w.Total)))
 		if w.Count > 0 {
@@ -93,7 +93,7 @@ func (e *engine) fromVictim(v *victim) []*branch {
 		b.hop(e.intoHop(from, finding.ConstrainedBy, k, text, waitNumbers(w)), wr)
 		return e.resolve(b, k, 0, nil)
 	}
-	k := e.canon(w.On)
+	k := e.on(w)
 	to := e.subjectOf(k)
 	hop := e.waitHop(w, from, to, "")
 	switch e.resource(k).Kind {

@@ -139,7 +139,7 @@ func (e *engine) build() []*draft {
 		if !e.significant(w) {
 			continue
 		}
-		victims = append(victims, &victim{w: w, key: e.canon(w.On)})
+		victims = append(victims, &victim{w: w, key: e.on(w)})
 	}
 	victims = dedupeVictims(victims)
 	byRoot := map[string]*draft{}
@@ -210,7 +210,7 @@ func (e *engine) significant(w *fact.Wait) bool {
 	case fact.WaitRefault:
 		return false // refaults are counted, not timed: they weigh a device's use
 	case fact.WaitIO:
-		if kindOfKey(e.canon(w.On)) == fact.Device {
+		if kindOfKey(e.on(w)) == fact.Device {
 			return w.Max >= victimMaxWait || (w.Total >= victimTotalWait && e.waitsBehindOthers(w))
 		}
 	}
@@ -225,7 +225,7 @@ func (e *engine) significant(w *fact.Wait) bool {
 // for another resource (reads that are refaults, for the memory limit
 // that evicted the pages), or when the device was busy with others.
 func (e *engine) waitsBehindOthers(w *fact.Wait) bool {
-	k := e.canon(w.On)
+	k := e.on(w)
 	s := e.saturation(k)
 	if s != nil && s.AtLimit {
 		return true

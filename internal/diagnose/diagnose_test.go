@@ -797,3 +797,48 @@ func TestAsManyHogsAsCPUsHasNone(t *testing.T) {
 		t.Errorf("diagnosed: %s", ds[0].Title)
 	}
 }
+
+// A root blk-throttle rule caps a new filesystem's device: the flusher's
+// writeback of fio's dirty pages, and ext4lazyinit zeroing the inode
+// tables, both wait for it. The kernel thread's wait was tied to a
+// request on the device; its cgroup's limit on that device held it back,
+// so it waited for the limit, not for a device that was 0.1% busy: one
+// diagnosis, the limit, not two.
+func TestDeviceWaitBehindItsCgroupsLimit(t *testing.T) {
+	s := window()
+	dk, lk, wk := fact.DeviceKey("loop2"), fact.IOLimitKey("/", "loop2"), fact.DirtyKey("loop2")
+	s.Resource(fact.Resource{Kind: fact.Device, Key: dk, Device: "loop2"})
+	s.Resource(fact.Resource{Kind: fact.IOLimit, Key: lk, Cgroup: "/", Device: "loop2"})
+	s.Resource(fact.Resource{Kind: fact.Dirty, Key: wk, Device: "loop2"})
+	s.Saturations = append(s.Saturations,
+		fact.Saturation{On: dk, Level: 0.001, Unit: "busy_pct", Numbers: map[string]float64{"busy_pct": 0.1}},
+		fact.Saturation{On: lk, Level: 1.1, Limit: 4 << 20, Used: 4.4 * (1 << 20), Unit: "bytes_per_s", AtLimit: true,
+			Numbers: map[string]float64{"limit_bytes_per_s": 4 << 20}, LimitText: "4 MiB/s of writes (blkio.throttle.write_bps_device)"},
+		fact.Saturation{On: wk, AtLimit: true, Numbers: map[string]float64{"paused_ms_total": 3500}},
+	)
+	s.Usage = append(s.Usage,
+		fact.Usage{On: lk, By: fact.Task{IOCgroup: "/"}, Amount: 36 << 20, Unit: "bytes", Activity: "writeback", For: wk},
+		fact.Usage{On: dk, By: fact.Task{PID: 19, TID: 19, Comm: "jbd2/loop2-8", IOCgroup: "/"}, Amount: 48 << 10, Unit: "bytes", Activity: "writeback", For: wk},
+	)
+	s.Waits = append(s.Waits,
+		fact.Wait{Task: fact.Task{PID: 21, TID: 21, Comm: "ext4lazyinit", IOCgroup: "/"}, Kind: fact.WaitIO, On: dk, Total: 4 * sec, Max: 4 * sec, Count: 1},
+		fact.Wait{Task: fact.Task{PID: 26, TID: 26, Comm: "fio", IOCgroup: "/w"}, Kind: fact.WaitDirty, On: wk, Total: 3500 * ms1, Max: 200 * ms1, Count: 43},
+	)
+	ds := Diagnose(nil, s)
+	logChain(t, ds)
+	d := only(t, ds)
+	if d.ID != "diagnose.io-limit" || !strings.Contains(d.Title, "loop2") {
+		t.Fatalf("%s: %s", d.ID, d.Title)
+	}
+	if subject(d, finding.RoleVictim, func(s finding.Subject) bool { return s.PID == 26 }) == nil || !strings.Contains(d.Title, "fio") {
+		t.Errorf("fio, paused by the dirty throttling the limit caused, is not named")
+	}
+	checkHops(t, d)
+	// Without the limit, the same wait is the device's.
+	s.Saturations = slices.DeleteFunc(s.Saturations, func(x fact.Saturation) bool { return x.On == lk })
+	for _, d := range Diagnose(nil, s) {
+		if d.ID == "diagnose.io-limit" {
+			t.Errorf("an I/O limit without its saturation: %s", d.Title)
+		}
+	}
+}

@@ -244,6 +244,27 @@ func mmOfKey(k string) int {
 	return n
 }
 
+// on is the resource a wait was on, canonical. A wait on a device by a
+// task whose own I/O cgroup (or an ancestor) was held back by its limit
+// on that device in the window is a wait on that limit: blk-throttle
+// holds the task's bios before they become requests, so the device is
+// not what it waited for, whatever the request that woke it said.
+func (e *engine) on(w *fact.Wait) string {
+	k := e.canon(w.On)
+	if w.Kind != fact.WaitIO || kindOfKey(k) != fact.Device || w.Task.IOCgroup == "" {
+		return k
+	}
+	dev := e.resource(k).Device
+	for cg := w.Task.IOCgroup; ; cg = path.Dir(cg) {
+		if s := e.sats[fact.IOLimitKey(cg, dev)]; s != nil && s.AtLimit {
+			return fact.IOLimitKey(cg, dev)
+		}
+		if cg == "/" || cg == "." || cg == "" {
+			return k
+		}
+	}
+}
+
 // saturation is the resource's merged saturation, nil when none was
 // measured.
 func (e *engine) saturation(k string) *sat { return e.sats[k] }
@@ -327,7 +348,7 @@ func (e *engine) bestHold(k string) *fact.Hold {
 // waitOf is a task's own wait on a resource, nil when no fact names it.
 func (e *engine) waitOf(tid int, k string) *fact.Wait {
 	for _, w := range e.waitsOf[tid] {
-		if e.canon(w.On) == k {
+		if e.on(w) == k {
 			return w
 		}
 	}

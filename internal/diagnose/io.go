@@ -89,7 +89,7 @@ func (d *draft) ioLimitTitle(e *engine, rs *sat) string {
 	var n int
 	var total time.Duration
 	for _, v := range d.shownVictims() {
-		if v.w.Kind == fact.WaitIO && e.canon(v.w.On) == d.root {
+		if v.w.Kind == fact.WaitIO && e.on(v.w) == d.root {
 			n += v.w.Count
 			total += v.w.Total
 		}
@@ -138,6 +138,11 @@ func (d *draft) ioLimitTitle(e *engine, rs *sat) string {
 			}
 		}
 		title = fmt.Sprintf("%s%s waits %s per %s: cgroup %s is capped%s on %s", who, cg, ms(msOf(total/time.Duration(n))), per, r.Cgroup, limit, r.Device)
+		if dn > 0 {
+			// Writers paused because the limit holds their writeback
+			// back are its victims too.
+			title += fmt.Sprintf(", and %s was paused %s by dirty throttling behind it", d.whoWords(fact.WaitDirty), ms(msOf(dt)))
+		}
 	default:
 		title = fmt.Sprintf("I/O limit of cgroup %s on %s%s: %s", r.Cgroup, r.Device, limit, d.victimsPhrase())
 	}

@@ -207,7 +207,7 @@ func (e *engine) waitHop(w *fact.Wait, from, to finding.Subject, what string) fi
 			fmt.Fprintf(&b, ", for %s", m)
 		}
 	}
-	mech := mechWaitsOn(e.resource(e.canon(w.On)).Kind, w.Kind)
+	mech := mechWaitsOn(e.resource(e.on(w)).Kind, w.Kind)
 	if w.BehindWriter != 0 {
 		fmt.Fprintf(&b, ", queued behind writer tid %d", w.BehindWriter)
 		mech = mechBehindWriter

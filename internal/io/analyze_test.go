@@ -451,3 +451,18 @@ func TestSlowDiskArmsWaiters(t *testing.T) {
 		t.Error("vda, busy at 0.4 ms a request, is not slow")
 	}
 }
+
+func TestBusyDiskArmsWaiters(t *testing.T) {
+	prev := map[string]sysstat.DiskStat{"vda": {Reads: 10, ReadMs: 10, IOMs: 10}, "sdb": {Reads: 10, IOMs: 10}}
+	cur := map[string]sysstat.DiskStat{"vda": {Reads: 5000, ReadMs: 2000, IOMs: 800}, "sdb": {Reads: 15, IOMs: 900}}
+	if !busyDisk(prev, cur, time.Second, "") || !busyDisk(prev, cur, time.Second, "vda") {
+		t.Error("vda, 79% busy with 4990 fast requests, is busy")
+	}
+	if busyDisk(prev, cur, time.Second, "sdb") {
+		t.Error("sdb made 5 requests: too few to say")
+	}
+	idle := map[string]sysstat.DiskStat{"vda": {Reads: 5000, ReadMs: 2000, IOMs: 300}}
+	if busyDisk(prev, idle, time.Second, "") {
+		t.Error("vda 29% busy is not busy")
+	}
+}

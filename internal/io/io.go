@@ -210,7 +210,7 @@ func (s *session) watchArm() {
 				continue
 			}
 			cur, _ := readDisks()
-			if slowDisk(prev, cur, now.Sub(last), s.devName) {
+			if slowDisk(prev, cur, now.Sub(last), s.devName) || busyDisk(prev, cur, now.Sub(last), s.devName) {
 				s.doArm()
 				return
 			}
@@ -235,6 +235,31 @@ func slowDisk(prev, cur map[string]sysstat.DiskStat, el time.Duration, only stri
 		busyPct := 100 * float64(probeSub(c.IOMs, p.IOMs)) / elMs
 		waitMs := float64(probeSub(c.ReadMs+c.WriteMs+c.DiscardMs, p.ReadMs+p.WriteMs+p.DiscardMs)) / float64(ios)
 		if busyPct >= busyWarnPct && time.Duration(waitMs*float64(time.Millisecond)) >= deviceWarnAvg {
+			return true
+		}
+	}
+	return false
+}
+
+// armBusyPct: a disk busy this share of a second is worth watching its
+// waiters on, however fast each request is: who waits behind whom, and
+// for what (a memory cgroup's refaults keep a fast disk busy, and every
+// one of its readers waits for them), is what only waiters say.
+const armBusyPct = 50
+
+// busyDisk says whether a disk (only, when set) was busy at least
+// armBusyPct of the interval by the kernel's own accounting.
+func busyDisk(prev, cur map[string]sysstat.DiskStat, el time.Duration, only string) bool {
+	elMs := float64(el) / float64(time.Millisecond)
+	for name, c := range cur {
+		p, ok := prev[name]
+		if !ok || (only != "" && name != only) || elMs <= 0 {
+			continue
+		}
+		if probeSub(c.Reads+c.Writes+c.Discards, p.Reads+p.Writes+p.Discards) < minRequests {
+			continue
+		}
+		if 100*float64(probeSub(c.IOMs, p.IOMs))/elMs >= armBusyPct {
 			return true
 		}
 	}

@@ -29,6 +29,9 @@ import (
 // the test's directory), removed at the end.
 func testLoop(t testing.TB) *iolab.Loop {
 	t.Helper()
+	// A new disk of the machine, in every other test's checklist; and the
+	// overhead benchmark loads it flat out.
+	testutil.Exclusive(t)
 	led, err := lab.NewLedger("io-test", nil)
 	if err != nil {
 		t.Fatal(err)

@@ -26,6 +26,7 @@ import (
 
 	"github.com/wolf-investigator/wolf/internal/procfs"
 	"github.com/wolf-investigator/wolf/internal/sysctl"
+	"github.com/wolf-investigator/wolf/internal/testslock"
 )
 
 // DefaultStateDir is where ledgers live: on tmpfs, so they vanish with a
@@ -157,6 +158,13 @@ var proc = procfs.Reader{Timeout: time.Second}
 func NewLedger(lab string, logf func(string, ...any)) (*Ledger, error) {
 	if logf == nil {
 		logf = func(string, ...any) {}
+	}
+	if StateDir == DefaultStateDir {
+		// What a ledger records is machine-wide (cgroups, mounts, sysctls):
+		// under a test, it is made under the tests' lock.
+		if err := testslock.Check("lab " + lab); err != nil {
+			return nil, err
+		}
 	}
 	if _, err := Clean(logf); err != nil {
 		logf("lab: cleaning up after dead labs: %v", err)

@@ -13,8 +13,10 @@ package runner
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -248,6 +250,7 @@ func Start(ctx context.Context, cfg Config) *Run {
 	finding.Sort(rep.Findings)
 	// Join what the investigators found into root-cause chains.
 	diagnose.Apply(rep, r.Facts)
+	writeFacts(r.Facts)
 	rep.DurationS = float64(time.Since(started).Milliseconds()) / 1000
 	return r
 }
@@ -354,4 +357,22 @@ func (r *Run) Close() {
 		}
 		wg.Wait()
 	})
+}
+
+// writeFacts writes the window's facts as JSON to $WOLF_FACTS_OUT, when
+// set: what the diagnosis stage joined, for whoever asks why a diagnosis
+// is (or is not) there. Not part of the JSON contract: the facts' shape
+// follows internal/fact.
+func writeFacts(s *fact.Set) {
+	out := os.Getenv("WOLF_FACTS_OUT")
+	if out == "" || s == nil {
+		return
+	}
+	b, err := json.MarshalIndent(s, "", " ")
+	if err == nil {
+		err = os.WriteFile(out, b, 0o644)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "wolf: WOLF_FACTS_OUT: %v\n", err)
+	}
 }

@@ -95,6 +95,7 @@ func TestSetRestore(t *testing.T) {
 // the hung-task labs change kernel.hung_task_timeout_secs concurrently.
 func TestRealSetRestore(t *testing.T) {
 	testutil.RequireRoot(t)
+	testutil.Exclusive(t) // a machine-wide setting, changed for a moment
 	const name = "kernel.msgmax"
 	_, err := os.Stat("/proc/sys/kernel/msgmax")
 	testutil.Require(t, err == nil, "kernel built without SysV IPC")

@@ -8,7 +8,13 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/wolf-investigator/wolf/internal/testslock"
 )
+
+// A lab started by a test of this binary must run under Exclusive's lock:
+// the labs check (internal/testslock), and fail to start without it.
+func init() { testslock.Enforce = true }
 
 // RequireEnv is the variable that turns capability skips into failures.
 const RequireEnv = "WOLF_REQUIRE_BPF"
@@ -40,7 +46,7 @@ func RequireRoot(t testing.TB) {
 }
 
 // exclusiveLock is shared by every test binary on the machine.
-const exclusiveLock = "/tmp/wolf-tests.lock"
+const exclusiveLock = testslock.Path
 
 // Exclusive serialises tests that change or assert on machine-wide state
 // (labs that hang tasks, "a healthy host has no finding", "nothing stays

@@ -1,145 +1,136 @@
 package bpflpm
 
-import "slices"
-
-// arena hands out blocks of 1..fanout consecutive entries of one array map
-// (node records or leaves). Every block the structure uses is at most
-// fanout entries long (one node's children, one node's leaves, or a slot's
-// root record), so exact-size free lists find a fit in O(1). Free space
-// longer than that (merged neighbours) sits in a list of spans that
-// blocks are carved from. When nothing fits, the free space is sorted and
-// merged once (coalesced) before the arena gives up.
+// arena hands out blocks of the words map's free space: 2^order units of
+// 8 bytes, aligned to their size relative to the arena's start (a buddy
+// allocator). Every block the structure uses has a power-of-two size - a
+// direct node of stride k is 2^k words, a list is rounded up to 4, 8 or
+// 16 units - so a block wastes at most half of itself (lists only), and a
+// freed block merges with its free buddy back into larger ones: churn
+// never fragments the space into pieces too small for a node.
 //
-// A block that lookups may still be reading is retired, not freed: it waits
-// in limbo until a grace period has passed (see Table.sync), and only then
-// is it reused. The arena itself does not know about grace periods; it
-// reports that limbo holds space and lets the table decide.
+// A block that lookups may still be reading is retired, not freed: it
+// waits in limbo until a grace period has passed (see Table.sync), and
+// only then is it reused. The arena does not know about grace periods; it
+// reports what limbo holds and lets the table decide.
 type arena struct {
-	cap   uint32
-	top   uint32 // entries [top, cap) were never handed out
-	small [fanout + 1][]uint32
-	large []span
-	limbo []retired
-	// live counts entries in blocks that are allocated and not retired;
-	// inLimbo counts entries waiting for a grace period.
+	size uint32 // units
+	// free[o] is a stack of the offsets of free blocks of order o; an
+	// offset whose freeAt entry says otherwise is stale (its block was
+	// merged or taken) and skipped.
+	free   [maxOrder + 1][]uint32
+	freeAt map[uint32]int8 // offset → order of the free block there
+	limbo  []retired
+	// live counts units in blocks that are allocated and not retired;
+	// inLimbo counts units waiting for a grace period.
 	live, inLimbo uint64
 }
 
-type span struct{ at, n uint32 }
+// maxOrder is the largest block: a direct node of stride 16 (2^16 words,
+// 256 KiB). The directory is not allocated from the arena.
+const maxOrder = maxChildStride - 1
 
-// retired is a span in limbo and the epoch it was retired in.
+// tight reports whether more than half the arena is used or in limbo:
+// then space is worth more than avoiding a rewrite (Table.shrink).
+func (a *arena) tight() bool {
+	return 2*(a.live+a.inLimbo) > uint64(a.size)
+}
+
+// retired is a block in limbo and the epoch it was retired in.
 type retired struct {
-	span
+	at    uint32
+	order int8
 	epoch uint64
 }
 
 const noBlock = ^uint32(0)
 
-func newArena(capacity uint32) arena { return arena{cap: capacity} }
-
-// alloc returns the first index of a block of n entries, or false when no
-// free space fits (limbo is not considered).
-func (a *arena) alloc(n uint32) (uint32, bool) {
-	if n == 0 || n > fanout {
-		panic("bpflpm: block size out of range")
+// newArena covers units [0, size) with the largest aligned blocks that fit.
+func newArena(size uint32) arena {
+	a := arena{size: size, freeAt: map[uint32]int8{}}
+	for at := uint32(0); at < size; {
+		o := int8(maxOrder)
+		for o > 0 && (at&(1<<o-1) != 0 || at+1<<o > size) {
+			o--
+		}
+		a.push(at, o)
+		at += 1 << o
 	}
-	at, ok := a.take(n)
-	if !ok {
-		a.coalesce()
-		at, ok = a.take(n)
-	}
-	if ok {
-		a.live += uint64(n)
-	}
-	return at, ok
+	return a
 }
 
-func (a *arena) take(n uint32) (uint32, bool) {
-	if l := a.small[n]; len(l) > 0 {
+func (a *arena) push(at uint32, o int8) {
+	a.freeAt[at] = o
+	a.free[o] = append(a.free[o], at)
+}
+
+// pop takes a free block of order o, if there is one.
+func (a *arena) pop(o int8) (uint32, bool) {
+	l := a.free[o]
+	for len(l) > 0 {
 		at := l[len(l)-1]
-		a.small[n] = l[:len(l)-1]
-		return at, true
-	}
-	if k := len(a.large); k > 0 {
-		s := a.large[k-1]
-		a.large = a.large[:k-1]
-		a.put(span{s.at + n, s.n - n})
-		return s.at, true
-	}
-	if a.cap-a.top >= n {
-		at := a.top
-		a.top += n
-		return at, true
-	}
-	for m := n + 1; m <= fanout; m++ {
-		if l := a.small[m]; len(l) > 0 {
-			at := l[len(l)-1]
-			a.small[m] = l[:len(l)-1]
-			a.small[m-n] = append(a.small[m-n], at+n)
+		l = l[:len(l)-1]
+		if oo, ok := a.freeAt[at]; ok && oo == o {
+			delete(a.freeAt, at)
+			a.free[o] = l
 			return at, true
 		}
+	}
+	a.free[o] = l
+	return 0, false
+}
+
+// alloc returns a block of 2^o units, or false when no free block is
+// large enough (limbo is not considered).
+func (a *arena) alloc(o int8) (uint32, bool) {
+	if o < 0 || o > maxOrder {
+		panic("bpflpm: block order out of range")
+	}
+	for j := o; j <= maxOrder; j++ {
+		at, ok := a.pop(j)
+		if !ok {
+			continue
+		}
+		for j > o { // split, keeping the lower half
+			j--
+			a.push(at+1<<j, j)
+		}
+		a.live += 1 << o
+		return at, true
 	}
 	return 0, false
 }
 
-// put adds free space.
-func (a *arena) put(s span) {
-	switch {
-	case s.n == 0:
-	case s.n <= fanout:
-		a.small[s.n] = append(a.small[s.n], s.at)
-	default:
-		a.large = append(a.large, s)
-	}
-}
-
-// coalesce merges adjacent free spans and gives the last one back to the
-// never-used tail.
-func (a *arena) coalesce() {
-	var all []span
-	for n, l := range a.small {
-		for _, at := range l {
-			all = append(all, span{at, uint32(n)})
+// put frees a block, merging it with its buddy while that is free too.
+func (a *arena) put(at uint32, o int8) {
+	for o < maxOrder {
+		b := at ^ 1<<o
+		if bo, ok := a.freeAt[b]; !ok || bo != o {
+			break
 		}
-		a.small[n] = l[:0]
+		delete(a.freeAt, b)
+		at &^= 1 << o
+		o++
 	}
-	all = append(all, a.large...)
-	a.large = a.large[:0]
-	slices.SortFunc(all, func(x, y span) int { return int(int64(x.at) - int64(y.at)) })
-	var merged []span
-	for _, s := range all {
-		if k := len(merged); k > 0 && merged[k-1].at+merged[k-1].n == s.at {
-			merged[k-1].n += s.n
-		} else {
-			merged = append(merged, s)
-		}
-	}
-	if k := len(merged); k > 0 && merged[k-1].at+merged[k-1].n == a.top {
-		a.top = merged[k-1].at
-		merged = merged[:k-1]
-	}
-	for _, s := range merged {
-		a.put(s)
-	}
-}
-
-// retire puts a block that readers may still see into limbo.
-func (a *arena) retire(at, n uint32, epoch uint64) {
-	if at == noBlock || n == 0 {
-		return
-	}
-	a.limbo = append(a.limbo, retired{span{at, n}, epoch})
-	a.live -= uint64(n)
-	a.inLimbo += uint64(n)
+	a.push(at, o)
 }
 
 // release frees a block no reader ever saw.
-func (a *arena) release(at, n uint32) {
-	if at == noBlock || n == 0 {
+func (a *arena) release(at uint32, o int8) {
+	if at == noBlock {
 		return
 	}
-	a.put(span{at, n})
-	a.live -= uint64(n)
+	a.put(at, o)
+	a.live -= 1 << o
+}
+
+// retire puts a block that readers may still see into limbo.
+func (a *arena) retire(at uint32, o int8, epoch uint64) {
+	if at == noBlock {
+		return
+	}
+	a.limbo = append(a.limbo, retired{at, o, epoch})
+	a.live -= 1 << o
+	a.inLimbo += 1 << o
 }
 
 // reclaim frees the blocks retired in epochs up to safe: a grace period
@@ -148,11 +139,20 @@ func (a *arena) reclaim(safe uint64) {
 	keep := a.limbo[:0]
 	for _, r := range a.limbo {
 		if r.epoch <= safe {
-			a.put(r.span)
-			a.inLimbo -= uint64(r.n)
+			a.put(r.at, r.order)
+			a.inLimbo -= 1 << r.order
 		} else {
 			keep = append(keep, r)
 		}
 	}
 	a.limbo = keep
+}
+
+// orderFor is the order of the smallest block of at least n units.
+func orderFor(n uint32) int8 {
+	o := int8(0)
+	for uint32(1)<<o < n {
+		o++
+	}
+	return o
 }

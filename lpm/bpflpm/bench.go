@@ -62,9 +62,10 @@ type BenchResult struct {
 	NsPerOp float64 `json:"ns_per_op"`
 	Mops    float64 `json:"mops"` // million operations per second: 1000 / NsPerOp
 	// Bytes is the memory the kernel holds for the structure: for the
-	// trie, the slab it grew by while filling (from 64 K entries; its
-	// memlock accounting below that); for wolf, its maps' memlock
-	// (both directory generations and all spare capacity). BytesUsed is
+	// trie, the slab it grew by while filling (from 1 K entries, see
+	// fillTrie; its memlock accounting below that); for wolf, its map's
+	// memlock (with room for a second copy of the nodes and the spare
+	// capacity). BytesUsed is
 	// the trie's own accounting (entries × node size, what bpftool shows)
 	// and the live part of wolf's maps.
 	Bytes     uint64 `json:"bytes"`
@@ -76,6 +77,16 @@ type BenchResult struct {
 	// the same set, size and operation (bpf against bpf, user space
 	// against user space).
 	Speedup float64 `json:"speedup,omitempty"`
+	// The spread: the lowest and highest ns_per_op and speedup among the
+	// samples behind the row - with one run, the lookup trials or the
+	// chunks of user-space operations, each a side-by-side pair; with
+	// several (Runs), the runs' figures, of which ns_per_op and speedup
+	// are then the medians.
+	NsPerOpMin float64 `json:"ns_per_op_min,omitempty"`
+	NsPerOpMax float64 `json:"ns_per_op_max,omitempty"`
+	SpeedupMin float64 `json:"speedup_min,omitempty"`
+	SpeedupMax float64 `json:"speedup_max,omitempty"`
+	Runs       int     `json:"runs,omitempty"`
 }
 
 // BenchHarness is the bare loop's cost, measured in the same run.
@@ -266,7 +277,7 @@ func openBench(w4, w6 *Table, trie4, trie6, probes4, probes6 int) (*benchColl, e
 // be timed alone.
 func (c *benchColl) closeProgs() {
 	c.objs.RunBench.Close()
-	for _, m := range []*ebpf.Map{c.objs.Ctl, c.objs.Out, c.objs.Probes4, c.objs.Probes6, c.objs.W4Root, c.objs.W4Dir, c.objs.W4Nodes, c.objs.W4Leaves, c.objs.W6Root, c.objs.W6Dir, c.objs.W6Nodes, c.objs.W6Leaves} {
+	for _, m := range []*ebpf.Map{c.objs.Ctl, c.objs.Out, c.objs.Probes4, c.objs.Probes6, c.objs.W4Words, c.objs.W6Words} {
 		m.Close()
 	}
 }
@@ -395,9 +406,8 @@ func (c *benchColl) compare(ctx context.Context, rep *BenchReport, op benchOp, n
 }
 
 // lookups measures base, trie and wolf Trials times, interleaved, each
-// time the median of Repeat runs (execMedian), and keeps the medians.
-func (c *benchColl) lookups(ctx context.Context, o *BenchOptions, base, trie, wolf benchOp, n int, probes bool) (b, k, w float64, err error) {
-	var bs, ks, ws []float64
+// time the median of Repeat runs (execMedian), and returns the trials.
+func (c *benchColl) lookups(ctx context.Context, o *BenchOptions, base, trie, wolf benchOp, n int, probes bool) (bs, ks, ws []float64, err error) {
 	loops := o.Loops
 	if probes {
 		loops = min(loops, n) // a run reads each probe at most once
@@ -409,12 +419,12 @@ func (c *benchColl) lookups(ctx context.Context, o *BenchOptions, base, trie, wo
 		}{{base, &bs}, {trie, &ks}, {wolf, &ws}} {
 			ns, _, err := c.execMedian(ctx, x.op, n, loops, o.Repeat)
 			if err != nil {
-				return 0, 0, 0, err
+				return nil, nil, nil, err
 			}
 			*x.out = append(*x.out, ns)
 		}
 	}
-	return median(bs), median(ks), median(ws), nil
+	return bs, ks, ws, nil
 }
 
 func median(xs []float64) float64 {
@@ -440,12 +450,35 @@ func (r BenchResult) with(m mem) BenchResult {
 	return r
 }
 
-func lookupRows(set string, entries int, base, trie, wolf float64, ops uint64, km, wm mem) []BenchResult {
-	k := result(set, "kernel-trie", "lookup", "bpf", entries, max(trie-base, 0.01), ops).with(km)
-	k.RawNsPerOp = trie
-	w := result(set, "wolf", "lookup", "bpf", entries, max(wolf-base, 0.01), ops).with(wm)
-	w.RawNsPerOp = wolf
+// lookupRows makes the rows of lookups measured in trials: per trial,
+// the harness bs[i] subtracted from the trie's ks[i] and wolf's ws[i].
+func lookupRows(set string, entries int, bs, ks, ws []float64, ops uint64, km, wm mem) []BenchResult {
+	kd, wd := make([]float64, len(bs)), make([]float64, len(bs))
+	for i := range bs {
+		kd[i], wd[i] = max(ks[i]-bs[i], 0.01), max(ws[i]-bs[i], 0.01)
+	}
+	k := result(set, "kernel-trie", "lookup", "bpf", entries, median(kd), ops).with(km)
+	k.RawNsPerOp = median(ks)
+	w := result(set, "wolf", "lookup", "bpf", entries, median(wd), ops).with(wm)
+	w.RawNsPerOp = median(ws)
+	spreadRows(&k, &w, kd, wd)
 	return []BenchResult{k, w}
+}
+
+// spreadRows sets the spread of a pair of rows from side-by-side samples
+// of their ns/op.
+func spreadRows(k, w *BenchResult, ks, ws []float64) {
+	k.NsPerOpMin, k.NsPerOpMax = slices.Min(ks), slices.Max(ks)
+	w.NsPerOpMin, w.NsPerOpMax = slices.Min(ws), slices.Max(ws)
+	for i := range ks {
+		r := ks[i] / ws[i]
+		if i == 0 || r < w.SpeedupMin {
+			w.SpeedupMin = r
+		}
+		if i == 0 || r > w.SpeedupMax {
+			w.SpeedupMax = r
+		}
+	}
 }
 
 // wolfMem is what the kernel holds for a table's maps, by its own
@@ -463,7 +496,9 @@ func wolfMem(t *Table) mem {
 // The trie's own accounting (memlock: entries × node size) leaves out its
 // intermediate nodes and the allocator's rounding, so what it holds is
 // measured as the growth of unreclaimable slab while it fills: exact
-// enough from ~64 K entries on, lost in the noise below that.
+// enough from ~64 K entries on. From 1 K entries up to that, identical
+// tries are filled beside it (untimed) until ~64 K entries went in, and
+// the growth is shared out among them; below 1 K the memlock figure stays.
 func fillTrie(trie *ebpf.Map, keys any, vs []uint32) (time.Duration, mem, error) {
 	// Let frees of structures closed before (a kworker can take a
 	// third of a second for a big trie) finish first.
@@ -482,7 +517,21 @@ func fillTrie(trie *ebpf.Map, keys any, vs []uint32) (time.Duration, mem, error)
 	}
 	m := mem{used: memlock(trie)}
 	m.bytes = m.used
-	if grown := slab() - s0; len(vs) >= 1<<16 && grown > int64(m.used) {
+	copies := 1
+	if n := len(vs); n >= 1000 && n < 1<<16 {
+		for ; copies*n < 1<<16; copies++ {
+			extra, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.LPMTrie, KeySize: trie.KeySize(), ValueSize: trie.ValueSize(),
+				MaxEntries: trie.MaxEntries(), Flags: trie.Flags()})
+			if err != nil {
+				return 0, mem{}, fmt.Errorf("a kernel trie to measure memory with: %w", err)
+			}
+			defer extra.Close()
+			if _, err := extra.BatchUpdate(keys, vs, nil); err != nil {
+				return 0, mem{}, fmt.Errorf("fill a kernel trie to measure memory with: %w", err)
+			}
+		}
+	}
+	if grown := (slab() - s0) / int64(copies); copies*len(vs) >= 1<<16 && grown > int64(m.used) {
 		m.bytes = uint64(grown)
 	}
 	return d, m, nil
@@ -542,6 +591,10 @@ func timeIt(f func() error) (time.Duration, error) {
 	err := f()
 	return time.Since(t0), err
 }
+
+// chunkWords is how many IPv4 probes bench.bpf.c's probes4 holds per
+// element (struct probe_chunk).
+const chunkWords = 16
 
 // benchSet is one set of prefixes the benchmark runs every operation on:
 // n dense /32s, or a real routing table of one family.
@@ -713,15 +766,15 @@ func benchSetOps(ctx context.Context, o *BenchOptions, rep *BenchReport, ft *fre
 			lookupN = len(s.probes)
 			ops = min(o.Loops, lookupN) * o.Repeat
 		}
-		b, k, wl, err := c.lookups(ctx, o, base, trieOp, wolfOp, lookupN, !s.dense())
+		bs, ks, ws, err := c.lookups(ctx, o, base, trieOp, wolfOp, lookupN, !s.dense())
 		if err != nil {
 			return err
 		}
 		if s.dense() {
-			baseRand = b
+			baseRand = median(bs)
 		}
-		rep.Harness = append(rep.Harness, BenchHarness{Set: s.name, Entries: n, Keys: keys, NsPerOp: b})
-		rep.Results = append(rep.Results, lookupRows(s.name, n, b, k, wl, uint64(ops), km, wm)...)
+		rep.Harness = append(rep.Harness, BenchHarness{Set: s.name, Entries: n, Keys: keys, NsPerOp: median(bs)})
+		rep.Results = append(rep.Results, lookupRows(s.name, n, bs, ks, ws, uint64(ops), km, wm)...)
 	}
 
 	if s.dense() {
@@ -737,26 +790,23 @@ func benchSetOps(ctx context.Context, o *BenchOptions, rep *BenchReport, ft *fre
 		for i := range idx {
 			idx[i] = s.rng.IntN(n)
 		}
-		dk, dw, err := userOps("update", trie, s.key, w, s.ps, s.vs, n, idx)
-		if err != nil {
+		var t userTimes
+		if err := t.run("update", trie, s.key, w, s.ps, s.vs, n, idx); err != nil {
 			return err
 		}
-		userRows(rep, s.name, "update", n, dk, dw, len(idx))
+		t.rows(rep, s.name, "update", n)
 		if err := check("after updates"); err != nil {
 			return err
 		}
 	}
 	if o.has("delete") {
-		var tk, tw time.Duration
+		var t userTimes
 		ops := 0
 		for ops < o.UserOps {
 			idx := s.rng.Perm(n)[:min(n, o.UserOps-ops)]
-			dk, dw, err := userOps("delete", trie, s.key, w, s.ps, s.vs, n, idx)
-			if err != nil {
+			if err := t.run("delete", trie, s.key, w, s.ps, s.vs, n, idx); err != nil {
 				return err
 			}
-			tk += dk
-			tw += dw
 			ops += len(idx)
 			if err := check("after deletes"); err != nil {
 				return err
@@ -775,7 +825,7 @@ func benchSetOps(ctx context.Context, o *BenchOptions, rep *BenchReport, ft *fre
 				return err
 			}
 		}
-		userRows(rep, s.name, "delete", n, tk, tw, ops)
+		t.rows(rep, s.name, "delete", n)
 	}
 	if o.has("free") && ft != nil {
 		wm.used = w.Stats().BytesUsed
@@ -852,69 +902,95 @@ func (c *benchColl) bpfWrites(ctx context.Context, o *BenchOptions, rep *BenchRe
 	return nil
 }
 
-// userOps times op ("update" or "delete") of the entries idx from user
-// space: the kernel trie by syscall, key(i) being its key for ps[i], and
-// wolf's table w by its Go API. An update sets entry i to i+n, in vs too.
-func userOps(op string, trie *ebpf.Map, key func(int) any, w *Table, ps []netip.Prefix, vs []uint32, n int, idx []int) (dk, dw time.Duration, err error) {
-	switch op {
-	case "update":
-		if dk, err = timeIt(func() error {
-			for _, i := range idx {
-				v := uint32(i + n)
-				if err := trie.Update(key(i), &v, ebpf.UpdateAny); err != nil {
-					return err
-				}
-			}
-			return nil
-		}); err != nil {
-			return 0, 0, fmt.Errorf("update the kernel trie: %w", err)
-		}
-		if dw, err = timeIt(func() error {
-			for _, i := range idx {
-				if err := w.Update(ps[i:i+1], []uint32{uint32(i + n)}); err != nil {
-					return err
-				}
-			}
-			return nil
-		}); err != nil {
-			return 0, 0, fmt.Errorf("update wolf: %w", err)
-		}
-		for _, i := range idx {
-			vs[i] = uint32(i + n)
-		}
-	case "delete":
-		if dk, err = timeIt(func() error {
-			for _, i := range idx {
-				if err := trie.Delete(key(i)); err != nil {
-					return err
-				}
-			}
-			return nil
-		}); err != nil {
-			return 0, 0, fmt.Errorf("delete from the kernel trie: %w", err)
-		}
-		if dw, err = timeIt(func() error {
-			for _, i := range idx {
-				if _, err := w.Delete(ps[i : i+1]); err != nil {
-					return err
-				}
-			}
-			return nil
-		}); err != nil {
-			return 0, 0, fmt.Errorf("delete from wolf: %w", err)
-		}
-	default:
-		panic("userOps: unknown op " + op)
-	}
-	return dk, dw, nil
+// userTimes collects user-space operations timed side by side: the
+// kernel trie by syscall and wolf's table by its Go API, alternating in
+// chunks so that both see the same machine.
+type userTimes struct {
+	k, w []time.Duration // per chunk
+	ops  []int
 }
 
-// userRows appends the rows of ops user-space operations op that took dk
-// in the kernel trie and dw in wolf.
-func userRows(rep *BenchReport, set, op string, n int, dk, dw time.Duration, ops int) {
-	rep.Results = append(rep.Results,
-		result(set, "kernel-trie", op, "syscall", n, float64(dk.Nanoseconds())/float64(ops), uint64(ops)),
-		result(set, "wolf", op, "user", n, float64(dw.Nanoseconds())/float64(ops), uint64(ops)))
+// userChunks is how many side-by-side chunks a measurement is cut into.
+const userChunks = 10
+
+// run times op ("update" or "delete") of the entries idx: key(i) is the
+// trie's key for ps[i]. An update sets entry i to i+n, in vs too.
+func (u *userTimes) run(op string, trie *ebpf.Map, key func(int) any, w *Table, ps []netip.Prefix, vs []uint32, n int, idx []int) error {
+	size := max(1, (len(idx)+userChunks-1)/userChunks)
+	for lo := 0; lo < len(idx); lo += size {
+		chunk := idx[lo:min(lo+size, len(idx))]
+		var dk, dw time.Duration
+		var err error
+		switch op {
+		case "update":
+			if dk, err = timeIt(func() error {
+				for _, i := range chunk {
+					v := uint32(i + n)
+					if err := trie.Update(key(i), &v, ebpf.UpdateAny); err != nil {
+						return err
+					}
+				}
+				return nil
+			}); err != nil {
+				return fmt.Errorf("update the kernel trie: %w", err)
+			}
+			if dw, err = timeIt(func() error {
+				for _, i := range chunk {
+					if err := w.Update(ps[i:i+1], []uint32{uint32(i + n)}); err != nil {
+						return err
+					}
+				}
+				return nil
+			}); err != nil {
+				return fmt.Errorf("update wolf: %w", err)
+			}
+			for _, i := range chunk {
+				vs[i] = uint32(i + n)
+			}
+		case "delete":
+			if dk, err = timeIt(func() error {
+				for _, i := range chunk {
+					if err := trie.Delete(key(i)); err != nil {
+						return err
+					}
+				}
+				return nil
+			}); err != nil {
+				return fmt.Errorf("delete from the kernel trie: %w", err)
+			}
+			if dw, err = timeIt(func() error {
+				for _, i := range chunk {
+					if _, err := w.Delete(ps[i : i+1]); err != nil {
+						return err
+					}
+				}
+				return nil
+			}); err != nil {
+				return fmt.Errorf("delete from wolf: %w", err)
+			}
+		default:
+			panic("userTimes: unknown op " + op)
+		}
+		u.k, u.w, u.ops = append(u.k, dk), append(u.w, dw), append(u.ops, len(chunk))
+	}
+	return nil
+}
+
+// rows appends the pair of rows: ns/op over all operations, the spread
+// over the chunks.
+func (u *userTimes) rows(rep *BenchReport, set, op string, n int) {
+	var tk, tw time.Duration
+	ops := 0
+	ks, ws := make([]float64, len(u.k)), make([]float64, len(u.k))
+	for i := range u.k {
+		tk, tw, ops = tk+u.k[i], tw+u.w[i], ops+u.ops[i]
+		ks[i] = max(float64(u.k[i].Nanoseconds())/float64(u.ops[i]), 0.01)
+		ws[i] = max(float64(u.w[i].Nanoseconds())/float64(u.ops[i]), 0.01)
+	}
+	k := result(set, "kernel-trie", op, "syscall", n, float64(tk.Nanoseconds())/float64(ops), uint64(ops))
+	w := result(set, "wolf", op, "user", n, float64(tw.Nanoseconds())/float64(ops), uint64(ops))
+	spreadRows(&k, &w, ks, ws)
+	rep.Results = append(rep.Results, k, w)
 }
 
 // probesFrom draws addresses from announced space: a random prefix of the
@@ -978,4 +1054,92 @@ func (c *benchColl) setProbes(fam Family, addrs []netip.Addr) error {
 	}
 	_, err := c.objs.Probes6.BatchUpdate(keys, vals, nil)
 	return err
+}
+
+// MergeRuns combines whole runs of Bench, each a side-by-side measurement
+// of both structures, into one report: per row the median of the runs'
+// ns/op, bytes and speedup (each run's speedup is its own trie-to-wolf
+// ratio), and the lowest and highest of them as the spread. Mismatches and
+// probes compared add up.
+func MergeRuns(reps []*BenchReport) *BenchReport {
+	if len(reps) == 0 {
+		return &BenchReport{Results: []BenchResult{}, Harness: []BenchHarness{}}
+	}
+	if len(reps) == 1 {
+		return reps[0]
+	}
+	out := *reps[0]
+	out.Results, out.Harness, out.Notes = []BenchResult{}, []BenchHarness{}, nil
+	out.Mismatches, out.Compared = 0, 0
+	type rowKey struct {
+		set, impl, op, via string
+		entries            int
+	}
+	rows := map[rowKey][]BenchResult{}
+	var order []rowKey
+	harness := map[BenchHarness][]float64{}
+	var horder []BenchHarness
+	notes := map[string]bool{}
+	for _, r := range reps {
+		out.Mismatches += r.Mismatches
+		out.Compared += r.Compared
+		for _, x := range r.Results {
+			k := rowKey{x.Set, x.Impl, x.Op, x.Via, x.Entries}
+			if _, ok := rows[k]; !ok {
+				order = append(order, k)
+			}
+			rows[k] = append(rows[k], x)
+		}
+		for _, h := range r.Harness {
+			k := h
+			k.NsPerOp = 0
+			if _, ok := harness[k]; !ok {
+				horder = append(horder, k)
+			}
+			harness[k] = append(harness[k], h.NsPerOp)
+		}
+		for _, n := range r.Notes {
+			if !notes[n] {
+				notes[n] = true
+				out.Notes = append(out.Notes, n)
+			}
+		}
+	}
+	pick := func(xs []BenchResult, f func(BenchResult) float64) []float64 {
+		v := make([]float64, 0, len(xs))
+		for _, x := range xs {
+			if y := f(x); y > 0 {
+				v = append(v, y)
+			}
+		}
+		return v
+	}
+	for _, k := range order {
+		xs := rows[k]
+		m := xs[0]
+		m.Runs = len(xs)
+		ns := pick(xs, func(x BenchResult) float64 { return x.NsPerOp })
+		m.NsPerOp, m.NsPerOpMin, m.NsPerOpMax = median(ns), slices.Min(ns), slices.Max(ns)
+		m.Mops = 1000 / m.NsPerOp
+		if raw := pick(xs, func(x BenchResult) float64 { return x.RawNsPerOp }); len(raw) > 0 {
+			m.RawNsPerOp = median(raw)
+		}
+		if b := pick(xs, func(x BenchResult) float64 { return float64(x.Bytes) }); len(b) > 0 {
+			m.Bytes = uint64(median(b))
+		}
+		if b := pick(xs, func(x BenchResult) float64 { return float64(x.BytesUsed) }); len(b) > 0 {
+			m.BytesUsed = uint64(median(b))
+		}
+		m.Speedup, m.SpeedupMin, m.SpeedupMax = 0, 0, 0
+		if sp := pick(xs, func(x BenchResult) float64 { return x.Speedup }); len(sp) > 0 {
+			m.Speedup, m.SpeedupMin, m.SpeedupMax = median(sp), slices.Min(sp), slices.Max(sp)
+		}
+		out.Results = append(out.Results, m)
+	}
+	for _, k := range horder {
+		h := k
+		h.NsPerOp = median(harness[k])
+		out.Harness = append(out.Harness, h)
+	}
+	return &out
 }

@@ -79,27 +79,17 @@ type benchTrieKey6 struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	benchMapCtl         = "ctl"
-	benchMapOut         = "out"
-	benchMapProbes4     = "probes4"
-	benchMapProbes6     = "probes6"
-	benchMapTrie4       = "trie4"
-	benchMapTrie6       = "trie6"
-	benchMapW4Dir       = "w4_dir"
-	benchMapW4Leaves    = "w4_leaves"
-	benchMapW4Nodes     = "w4_nodes"
-	benchMapW4Root      = "w4_root"
-	benchMapW6Dir       = "w6_dir"
-	benchMapW6Leaves    = "w6_leaves"
-	benchMapW6Nodes     = "w6_nodes"
-	benchMapW6Root      = "w6_root"
-	benchProgRunBench   = "run_bench"
-	benchVarW4DirCap    = "w4_dir_cap"
-	benchVarW4LeavesCap = "w4_leaves_cap"
-	benchVarW4NodesCap  = "w4_nodes_cap"
-	benchVarW6DirCap    = "w6_dir_cap"
-	benchVarW6LeavesCap = "w6_leaves_cap"
-	benchVarW6NodesCap  = "w6_nodes_cap"
+	benchMapCtl       = "ctl"
+	benchMapOut       = "out"
+	benchMapProbes4   = "probes4"
+	benchMapProbes6   = "probes6"
+	benchMapTrie4     = "trie4"
+	benchMapTrie6     = "trie6"
+	benchMapW4Words   = "w4_words"
+	benchMapW6Words   = "w6_words"
+	benchProgRunBench = "run_bench"
+	benchVarW4Cap     = "w4_cap"
+	benchVarW6Cap     = "w6_cap"
 )
 
 // loadBench returns the embedded CollectionSpec for bench.
@@ -151,32 +141,22 @@ type benchProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type benchMapSpecs struct {
-	Ctl      *ebpf.MapSpec `ebpf:"ctl"`
-	Out      *ebpf.MapSpec `ebpf:"out"`
-	Probes4  *ebpf.MapSpec `ebpf:"probes4"`
-	Probes6  *ebpf.MapSpec `ebpf:"probes6"`
-	Trie4    *ebpf.MapSpec `ebpf:"trie4"`
-	Trie6    *ebpf.MapSpec `ebpf:"trie6"`
-	W4Dir    *ebpf.MapSpec `ebpf:"w4_dir"`
-	W4Leaves *ebpf.MapSpec `ebpf:"w4_leaves"`
-	W4Nodes  *ebpf.MapSpec `ebpf:"w4_nodes"`
-	W4Root   *ebpf.MapSpec `ebpf:"w4_root"`
-	W6Dir    *ebpf.MapSpec `ebpf:"w6_dir"`
-	W6Leaves *ebpf.MapSpec `ebpf:"w6_leaves"`
-	W6Nodes  *ebpf.MapSpec `ebpf:"w6_nodes"`
-	W6Root   *ebpf.MapSpec `ebpf:"w6_root"`
+	Ctl     *ebpf.MapSpec `ebpf:"ctl"`
+	Out     *ebpf.MapSpec `ebpf:"out"`
+	Probes4 *ebpf.MapSpec `ebpf:"probes4"`
+	Probes6 *ebpf.MapSpec `ebpf:"probes6"`
+	Trie4   *ebpf.MapSpec `ebpf:"trie4"`
+	Trie6   *ebpf.MapSpec `ebpf:"trie6"`
+	W4Words *ebpf.MapSpec `ebpf:"w4_words"`
+	W6Words *ebpf.MapSpec `ebpf:"w6_words"`
 }
 
 // benchVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type benchVariableSpecs struct {
-	W4DirCap    *ebpf.VariableSpec `ebpf:"w4_dir_cap"`
-	W4LeavesCap *ebpf.VariableSpec `ebpf:"w4_leaves_cap"`
-	W4NodesCap  *ebpf.VariableSpec `ebpf:"w4_nodes_cap"`
-	W6DirCap    *ebpf.VariableSpec `ebpf:"w6_dir_cap"`
-	W6LeavesCap *ebpf.VariableSpec `ebpf:"w6_leaves_cap"`
-	W6NodesCap  *ebpf.VariableSpec `ebpf:"w6_nodes_cap"`
+	W4Cap *ebpf.VariableSpec `ebpf:"w4_cap"`
+	W6Cap *ebpf.VariableSpec `ebpf:"w6_cap"`
 }
 
 // benchObjects contains all objects after they have been loaded into the kernel.
@@ -199,20 +179,14 @@ func (o *benchObjects) Close() error {
 //
 // It can be passed to loadBenchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benchMaps struct {
-	Ctl      *ebpf.Map `ebpf:"ctl"`
-	Out      *ebpf.Map `ebpf:"out"`
-	Probes4  *ebpf.Map `ebpf:"probes4"`
-	Probes6  *ebpf.Map `ebpf:"probes6"`
-	Trie4    *ebpf.Map `ebpf:"trie4"`
-	Trie6    *ebpf.Map `ebpf:"trie6"`
-	W4Dir    *ebpf.Map `ebpf:"w4_dir"`
-	W4Leaves *ebpf.Map `ebpf:"w4_leaves"`
-	W4Nodes  *ebpf.Map `ebpf:"w4_nodes"`
-	W4Root   *ebpf.Map `ebpf:"w4_root"`
-	W6Dir    *ebpf.Map `ebpf:"w6_dir"`
-	W6Leaves *ebpf.Map `ebpf:"w6_leaves"`
-	W6Nodes  *ebpf.Map `ebpf:"w6_nodes"`
-	W6Root   *ebpf.Map `ebpf:"w6_root"`
+	Ctl     *ebpf.Map `ebpf:"ctl"`
+	Out     *ebpf.Map `ebpf:"out"`
+	Probes4 *ebpf.Map `ebpf:"probes4"`
+	Probes6 *ebpf.Map `ebpf:"probes6"`
+	Trie4   *ebpf.Map `ebpf:"trie4"`
+	Trie6   *ebpf.Map `ebpf:"trie6"`
+	W4Words *ebpf.Map `ebpf:"w4_words"`
+	W6Words *ebpf.Map `ebpf:"w6_words"`
 }
 
 func (m *benchMaps) Close() error {
@@ -223,14 +197,8 @@ func (m *benchMaps) Close() error {
 		m.Probes6,
 		m.Trie4,
 		m.Trie6,
-		m.W4Dir,
-		m.W4Leaves,
-		m.W4Nodes,
-		m.W4Root,
-		m.W6Dir,
-		m.W6Leaves,
-		m.W6Nodes,
-		m.W6Root,
+		m.W4Words,
+		m.W6Words,
 	)
 }
 
@@ -238,12 +206,8 @@ func (m *benchMaps) Close() error {
 //
 // It can be passed to loadBenchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benchVariables struct {
-	W4DirCap    *ebpf.Variable `ebpf:"w4_dir_cap"`
-	W4LeavesCap *ebpf.Variable `ebpf:"w4_leaves_cap"`
-	W4NodesCap  *ebpf.Variable `ebpf:"w4_nodes_cap"`
-	W6DirCap    *ebpf.Variable `ebpf:"w6_dir_cap"`
-	W6LeavesCap *ebpf.Variable `ebpf:"w6_leaves_cap"`
-	W6NodesCap  *ebpf.Variable `ebpf:"w6_nodes_cap"`
+	W4Cap *ebpf.Variable `ebpf:"w4_cap"`
+	W6Cap *ebpf.Variable `ebpf:"w6_cap"`
 }
 
 // benchPrograms contains all programs after they have been loaded into the kernel.

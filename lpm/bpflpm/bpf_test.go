@@ -2,6 +2,7 @@ package bpflpm
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"sync"
@@ -41,6 +42,10 @@ func newProber(t *testing.T, t4, t6 *Table, max int) *prober {
 	spec.Maps["answers"].MaxEntries = uint32(max)
 	p := &prober{max: max}
 	if err := spec.LoadAndAssign(&p.objs, &opts); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			t.Fatalf("load lookup.bpf.c: %+v", ve)
+		}
 		t.Fatalf("load lookup.bpf.c: %v", err)
 	}
 	t.Cleanup(func() {
@@ -97,7 +102,7 @@ func (p *prober) run(family Family, n int, out []uint32) error {
 
 func newTestTable(t *testing.T, fam Family, dirBits, maxPrefixes int) *Table {
 	t.Helper()
-	tb, err := New(Options{Family: fam, MaxPrefixes: maxPrefixes, DirBits: dirBits, Nodes: 40 * maxPrefixes, Leaves: 80 * maxPrefixes})
+	tb, err := New(Options{Family: fam, MaxPrefixes: maxPrefixes, DirBits: dirBits, Words: 1<<max(dirBits, 16) + 200*maxPrefixes})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,6 +116,12 @@ func newTestTable(t *testing.T, fam Family, dirBits, maxPrefixes int) *Table {
 // rendition does).
 func TestBPFProperty(t *testing.T) {
 	testutil.RequireRoot(t)
+	var kinds Stats // the most of each node kind seen after a load
+	defer func() {
+		if kinds.Directs == 0 || kinds.Packed == 0 || kinds.Lists == 0 {
+			t.Errorf("not every node kind was exercised: %+v", kinds)
+		}
+	}()
 	for _, fam := range []Family{IPv4, IPv6} {
 		v4 := fam == IPv4
 		for _, dirBits := range []int{0, 8, 19} {
@@ -158,6 +169,8 @@ func TestBPFProperty(t *testing.T) {
 					}
 				}
 				check("load")
+				st := tb.Stats()
+				kinds.Directs, kinds.Packed, kinds.Lists = max(kinds.Directs, st.Directs), max(kinds.Packed, st.Packed), max(kinds.Lists, st.Lists)
 				for range 3 {
 					ups, uvs := genPrefixes(rng, v4, 1+rng.IntN(50))
 					if err := tb.Update(ups, uvs); err != nil {
@@ -183,43 +196,47 @@ func TestBPFProperty(t *testing.T) {
 	}
 }
 
-// TestGenerationSwitch switches a table between two contents, by bulk
-// Load and by batched Update/Delete, while BPF lookups run on the other
-// CPU, and requires every answer to be one of the two tables' answers for
-// that address: never a torn mix.
+// TestGenerationSwitch switches a table between three contents by Load -
+// two big ones, whose directory entries switch one by one, and a small
+// one, which fits the root list - while BPF lookups run on the other CPU,
+// and requires every answer to be one of the tables' answers for that
+// address: never a torn mix.
 func TestGenerationSwitch(t *testing.T) {
 	testutil.RequireRoot(t)
 	rng := rand.New(rand.NewPCG(7, 7))
-	psA, vsA := genPrefixes(rng, true, 3000)
-	psB, vsB := genPrefixes(rng, true, 3000)
-	for i := range vsB {
-		vsB[i] += 1000 // B's answers are told apart from A's
+	type content struct {
+		ps  []netip.Prefix
+		vs  []uint32
+		ref *ref
 	}
-	refA, refB := newRef(true), newRef(true)
-	for i, p := range psA {
-		refA.m[p.Masked()] = vsA[i]
-	}
-	for i, p := range psB {
-		refB.m[p.Masked()] = vsB[i]
-	}
-	onlyA := []netip.Prefix{}
-	for p := range refA.m {
-		if _, ok := refB.m[p]; !ok {
-			onlyA = append(onlyA, p)
+	var cs []content
+	for i, n := range []int{3000, 3000, 5} {
+		ps, vs := genPrefixes(rng, true, n)
+		for j := range vs {
+			vs[j] += 1000 * uint32(i) // answers told apart
 		}
-	}
-	onlyB := []netip.Prefix{}
-	for p := range refB.m {
-		if _, ok := refA.m[p]; !ok {
-			onlyB = append(onlyB, p)
+		r := newRef(true)
+		for j, p := range ps {
+			r.m[p.Masked()] = vs[j]
 		}
+		cs = append(cs, content{ps, vs, r})
 	}
-	probes := append(probesFor(rng, true, psA, 5000), probesFor(rng, true, psB, 5000)...)
+	var probes []netip.Addr
+	for _, c := range cs {
+		probes = append(probes, probesFor(rng, true, c.ps, 3000)...)
+	}
 	tb := newTestTable(t, IPv4, 16, 8000)
 	p := newProber(t, tb, newTestTable(t, IPv6, 16, 16), len(probes))
 	p.set(t, probes)
-	if err := tb.Load(psA, vsA); err != nil {
+	if err := tb.Load(cs[0].ps, cs[0].vs); err != nil {
 		t.Fatal(err)
+	}
+	want := make([][]uint32, len(cs))
+	for i, c := range cs {
+		want[i] = make([]uint32, len(probes))
+		for j, a := range probes {
+			want[i][j] = c.ref.lookup(a)
+		}
 	}
 
 	var stop atomic.Bool
@@ -229,39 +246,18 @@ func TestGenerationSwitch(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		// Alternate: bulk Load B, then back to A by incremental
-		// Update+Delete, then Load A, then to B incrementally.
-		for i := 0; !stop.Load(); i++ {
-			var err error
-			switch i % 4 {
-			case 0:
-				err = tb.Load(psB, vsB)
-			case 1:
-				if err = tb.Update(psA, vsA); err == nil {
-					_, err = tb.Delete(onlyB)
-				}
-			case 2:
-				err = tb.Load(psA, vsA)
-			case 3:
-				if err = tb.Update(psB, vsB); err == nil {
-					_, err = tb.Delete(onlyA)
-				}
-			}
-			if err != nil {
+		for i := 1; !stop.Load(); i++ {
+			c := cs[i%len(cs)]
+			if err := tb.Load(c.ps, c.vs); err != nil {
 				writerErr = err
 				return
 			}
 			switches++
 		}
 	}()
-
-	wantA := make([]uint32, len(probes))
-	wantB := make([]uint32, len(probes))
-	for i, addr := range probes {
-		wantA[i], wantB[i] = refA.lookup(addr), refB.lookup(addr)
-	}
 	out := make([]uint32, len(probes))
-	runs, mixed, fromA, fromB := 0, 0, 0, 0
+	runs, mixed := 0, 0
+	seen := make([]int, len(cs))
 	deadline := time.Now().Add(3 * time.Second)
 	for time.Now().Before(deadline) {
 		if err := p.run(IPv4, len(probes), out); err != nil {
@@ -270,63 +266,177 @@ func TestGenerationSwitch(t *testing.T) {
 			t.Fatal(err)
 		}
 		runs++
-		a, b := 0, 0
-		for i, addr := range probes {
-			wa, wb := wantA[i], wantB[i]
-			switch out[i] {
-			case wa:
-				if wa != wb {
-					a++
+		from := make([]bool, len(cs))
+		for j, a := range probes {
+			ok := false
+			for i := range cs {
+				if out[j] == want[i][j] {
+					ok = true
+					only := true
+					for o := range cs {
+						if o != i && want[o][j] == out[j] {
+							only = false
+						}
+					}
+					if only {
+						from[i] = true
+						seen[i]++
+					}
 				}
-			case wb:
-				b++
-			default:
+			}
+			if !ok {
 				stop.Store(true)
 				wg.Wait()
-				t.Fatalf("run %d: %v answered %d; table A says %d, table B %d", runs, addr, out[i], wa, wb)
+				t.Fatalf("run %d: %v answered %d; the tables say %d, %d, %d", runs, a, out[j], want[0][j], want[1][j], want[2][j])
 			}
 		}
-		if a > 0 && b > 0 {
+		n := 0
+		for _, f := range from {
+			if f {
+				n++
+			}
+		}
+		if n > 1 {
 			mixed++
 		}
-		fromA += a
-		fromB += b
 	}
 	stop.Store(true)
 	wg.Wait()
 	if writerErr != nil {
 		t.Fatal(writerErr)
 	}
-	t.Logf("%d runs of %d lookups, %d switches; %d runs straddled a switch; %d answers only A gives, %d only B", runs, len(probes), switches, mixed, fromA, fromB)
-	if switches < 4 || fromA == 0 || fromB == 0 {
-		t.Fatalf("the test did not exercise switching: %d switches, %d A-only and %d B-only answers", switches, fromA, fromB)
+	t.Logf("%d runs of %d lookups, %d switches; %d runs straddled a switch; answers only one table gives: %v", runs, len(probes), switches, mixed, seen)
+	if switches < 6 || seen[0] == 0 || seen[1] == 0 || seen[2] == 0 {
+		t.Fatalf("the test did not exercise switching: %d switches, answers %v", switches, seen)
 	}
 }
 
-// TestBPFInline runs inlineScenario with the header's lookup in the
-// kernel: every layout a node goes through, and the in-place rewrite of an
-// inline leaf, as BPF sees them.
-func TestBPFInline(t *testing.T) {
+// TestPrefixAtomicity changes prefixes one at a time while BPF lookups run
+// on the other CPU - a /16 with more specific prefixes below it changes
+// value, disappears and comes back (its entries and the defaults it
+// pushes into nodes below rewritten in place), a /20 and a /26 appear and
+// disappear, and ten /30s in one /24 come and go one by one (a list
+// rewritten, grown into a direct node, removed) - and requires
+// every answer to be what the table gives in one of the states each
+// prefix passes through: a lookup sees each change before or after it.
+func TestPrefixAtomicity(t *testing.T) {
 	testutil.RequireRoot(t)
-	tb := newTestTable(t, IPv6, 16, 64)
-	p := newProber(t, newTestTable(t, IPv4, 16, 16), tb, 4096)
-	rng := rand.New(rand.NewPCG(9, 9))
-	inlineScenario(t, tb, func(r *ref, what string) {
-		t.Helper()
-		var ps []netip.Prefix
-		for q := range r.m {
-			ps = append(ps, q)
-		}
-		probes := probesFor(rng, false, ps, 50)
-		p.set(t, probes)
-		out := make([]uint32, len(probes))
-		if err := p.run(IPv6, len(probes), out); err != nil {
-			t.Fatal(err)
-		}
-		for i, a := range probes {
-			if want := r.lookup(a); out[i] != want {
-				t.Fatalf("%s: BPF lookup %v = %d, want %d", what, a, out[i], want)
+	for _, dirBits := range []int{8, 16, 24} {
+		t.Run(fmt.Sprintf("dir%d", dirBits), func(t *testing.T) {
+			mp := netip.MustParsePrefix
+			base := map[netip.Prefix]uint32{mp("10.0.0.0/8"): 1, mp("0.0.0.0/0"): 2}
+			for i := range 40 {
+				base[mp(fmt.Sprintf("10.1.%d.0/24", i*5))] = 30 + uint32(i)
+				base[mp(fmt.Sprintf("10.1.%d.%d/28", i*5+1, 16*(i%16)))] = 80 + uint32(i)
 			}
-		}
-	})
+			base[mp("10.1.200.0/22")] = 150
+			base[mp("10.1.200.64/27")] = 151
+			p16, p20, p26 := mp("10.1.0.0/16"), mp("10.1.96.0/20"), mp("10.1.200.128/26")
+			// The states: p16 absent or 100 or 101; p20 absent or 200;
+			// p26 absent or 300.
+			var allowed []*ref
+			for _, v16 := range []uint32{0, 100, 101} {
+				for _, v20 := range []uint32{0, 200} {
+					for _, v26 := range []uint32{0, 300} {
+						r := newRef(true)
+						for q, v := range base {
+							r.m[q] = v
+						}
+						for q, v := range map[netip.Prefix]uint32{p16: v16, p20: v20, p26: v26} {
+							if v != 0 {
+								r.m[q] = v
+							}
+						}
+						allowed = append(allowed, r)
+					}
+				}
+			}
+			var ps []netip.Prefix
+			var vs []uint32
+			for q, v := range base {
+				ps = append(ps, q)
+				vs = append(vs, v)
+			}
+			ps, vs = append(ps, p16), append(vs, 100)
+			var q30 []netip.Prefix
+			for i := range 10 {
+				q30 = append(q30, mp(fmt.Sprintf("10.1.150.%d/30", 8*i)))
+			}
+			rng := rand.New(rand.NewPCG(uint64(dirBits), 1))
+			probes := probesFor(rng, true, append(append(ps, p20, p26), q30...), 200)
+			tb := newTestTable(t, IPv4, dirBits, 1000)
+			p := newProber(t, tb, newTestTable(t, IPv6, 16, 16), len(probes))
+			p.set(t, probes)
+			if err := tb.Load(ps, vs); err != nil {
+				t.Fatal(err)
+			}
+			ok := make([]map[uint32]bool, len(probes))
+			for j, a := range probes {
+				ok[j] = map[uint32]bool{}
+				for _, r := range allowed {
+					ok[j][r.lookup(a)] = true
+				}
+				for i, q := range q30 {
+					if q.Contains(a) {
+						ok[j][400+uint32(i)] = true
+					}
+				}
+			}
+			var stop atomic.Bool
+			var wg sync.WaitGroup
+			var writerErr error
+			changes := 0
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				steps := []func() error{
+					func() error { return tb.Update([]netip.Prefix{p16}, []uint32{101}) },
+					func() error { return tb.Update([]netip.Prefix{p20}, []uint32{200}) },
+					func() error { _, err := tb.Delete([]netip.Prefix{p16}); return err },
+					func() error { return tb.Update([]netip.Prefix{p26}, []uint32{300}) },
+					func() error { return tb.Update([]netip.Prefix{p16}, []uint32{100}) },
+					func() error { _, err := tb.Delete([]netip.Prefix{p20}); return err },
+					func() error { _, err := tb.Delete([]netip.Prefix{p26}); return err },
+				}
+				for i, q := range q30 {
+					steps = append(steps, func() error { return tb.Update([]netip.Prefix{q}, []uint32{400 + uint32(i)}) })
+				}
+				for _, q := range q30 {
+					steps = append(steps, func() error { _, err := tb.Delete([]netip.Prefix{q}); return err })
+				}
+				for i := 0; !stop.Load(); i++ {
+					if err := steps[i%len(steps)](); err != nil {
+						writerErr = err
+						return
+					}
+					changes++
+				}
+			}()
+			out := make([]uint32, len(probes))
+			runs := 0
+			for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); runs++ {
+				if err := p.run(IPv4, len(probes), out); err != nil {
+					stop.Store(true)
+					wg.Wait()
+					t.Fatal(err)
+				}
+				for j, a := range probes {
+					if !ok[j][out[j]] {
+						stop.Store(true)
+						wg.Wait()
+						t.Fatalf("run %d: %v answered %d, not an answer of any state (%v)", runs, a, out[j], ok[j])
+					}
+				}
+			}
+			stop.Store(true)
+			wg.Wait()
+			if writerErr != nil {
+				t.Fatal(writerErr)
+			}
+			t.Logf("%d runs of %d lookups during %d changes; %+v", runs, len(probes), changes, tb.Stats())
+			if changes < 100 {
+				t.Fatalf("only %d changes", changes)
+			}
+		})
+	}
 }

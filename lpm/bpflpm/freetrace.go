@@ -12,9 +12,9 @@ import (
 	"github.com/wolf-investigator/wolf/internal/kallsyms"
 )
 
-// wolfMaps is how many maps closing a Table frees: root, dir, nodes,
-// leaves, and the two that wait for grace periods.
-const wolfMaps = 6
+// wolfMaps is how many maps closing a Table frees: the words, and the
+// two that wait for grace periods.
+const wolfMaps = 3
 
 // freeTracer times bpf_map_free_deferred work items (freetrace.bpf.c).
 type freeTracer struct {

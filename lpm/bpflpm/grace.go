@@ -30,13 +30,13 @@ func (t *Table) markSafe(e uint64) {
 	if e > t.safe {
 		t.safe = e
 	}
-	t.nodesA.reclaim(t.safe)
-	t.leafA.reclaim(t.safe)
+	t.arena.reclaim(t.safe)
 }
 
 // reclaim runs grace periods in the background when retired space builds
-// up, so that updates rarely wait for one (an RCU grace period takes
-// milliseconds).
+// up, so that writes rarely wait for one (an RCU grace period takes
+// milliseconds): one grace period frees everything retired before it
+// began, however many changes that was.
 func (t *Table) reclaim() {
 	defer t.reclaimer.Done()
 	for {
@@ -60,12 +60,12 @@ func (t *Table) reclaim() {
 }
 
 // maybeReclaim asks the background reclaimer for a grace period once a
-// sixteenth of either map waits in limbo.
+// sixteenth of the arena waits in limbo.
 func (t *Table) maybeReclaim() {
 	if t.kick == nil {
 		return
 	}
-	if t.nodesA.inLimbo*16 > uint64(t.nodesA.cap) || t.leafA.inLimbo*16 > uint64(t.leafA.cap) {
+	if t.arena.inLimbo*16 > uint64(t.arena.size) {
 		select {
 		case t.kick <- struct{}{}:
 		default:
@@ -73,56 +73,56 @@ func (t *Table) maybeReclaim() {
 	}
 }
 
-// Sync waits for one grace period, reclaims the space of everything
-// retired so far, and retries publishing what an Update or Delete could
-// not for lack of space. Updates reclaim on their own when they run out
-// of free blocks; call it to bound memory held in limbo after a burst.
+// Sync drops the nodes deletes left empty (see Delete), publishes what a
+// change could not for lack of room, then waits for one grace period and
+// reclaims the space of everything retired so far. Writes reclaim on
+// their own when they run out of free blocks; call it to bound memory
+// held in limbo or in empty nodes after a burst.
 func (t *Table) Sync() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
 		return ErrClosed
 	}
-	if err := t.sync(); err != nil {
-		return err
+	if t.root != nil {
+		t.dropEmpty(t.root)
 	}
-	return t.commit()
+	err := t.flushPacked()
+	t.flushRetired()
+	if serr := t.sync(); serr != nil {
+		return serr
+	}
+	return err
 }
 
-func (t *Table) retire(nodes bool, at, n uint32) {
-	if at != noBlock && n > 0 {
-		t.pending = append(t.pending, pend{nodes, at, n})
-	}
+// retire notes a block the change being made stops using; flushRetired
+// puts it in limbo once the change is published.
+func (t *Table) retire(at uint32, order int8) {
+	t.pending = append(t.pending, pend{at, order})
 }
 
-// flushRetired moves the blocks the last commit replaced into limbo: from
+// flushRetired moves the blocks the last change replaced into limbo: from
 // here on no new lookup can reach them.
 func (t *Table) flushRetired() {
 	for _, p := range t.pending {
-		if p.nodes {
-			t.nodesA.retire(p.at, p.n, t.epoch)
-		} else {
-			t.leafA.retire(p.at, p.n, t.epoch)
-		}
+		t.arena.retire(p.at-t.base, p.order, t.epoch)
 	}
 	t.pending = t.pending[:0]
 	t.maybeReclaim()
 }
 
-func (t *Table) alloc(nodes bool, n uint32) (uint32, error) {
-	a := &t.leafA
-	if nodes {
-		a = &t.nodesA
+// alloc returns the first unit of a free block of 2^order units, waiting
+// for a grace period when only limbo has room.
+func (t *Table) alloc(order int8) (uint32, error) {
+	if at, ok := t.arena.alloc(order); ok {
+		return t.base + at, nil
 	}
-	if at, ok := a.alloc(n); ok {
-		return at, nil
-	}
-	if t.nodesA.inLimbo+t.leafA.inLimbo > 0 {
+	if t.arena.inLimbo > 0 {
 		if err := t.sync(); err != nil {
 			return 0, err
 		}
-		if at, ok := a.alloc(n); ok {
-			return at, nil
+		if at, ok := t.arena.alloc(order); ok {
+			return t.base + at, nil
 		}
 	}
 	return 0, ErrFull

@@ -31,21 +31,11 @@ const (
 	lookupMapAnswers       = "answers"
 	lookupMapProbes        = "probes"
 	lookupMapReqs          = "reqs"
-	lookupMapT4Dir         = "t4_dir"
-	lookupMapT4Leaves      = "t4_leaves"
-	lookupMapT4Nodes       = "t4_nodes"
-	lookupMapT4Root        = "t4_root"
-	lookupMapT6Dir         = "t6_dir"
-	lookupMapT6Leaves      = "t6_leaves"
-	lookupMapT6Nodes       = "t6_nodes"
-	lookupMapT6Root        = "t6_root"
+	lookupMapT4Words       = "t4_words"
+	lookupMapT6Words       = "t6_words"
 	lookupProgLookupProbes = "lookup_probes"
-	lookupVarT4DirCap      = "t4_dir_cap"
-	lookupVarT4LeavesCap   = "t4_leaves_cap"
-	lookupVarT4NodesCap    = "t4_nodes_cap"
-	lookupVarT6DirCap      = "t6_dir_cap"
-	lookupVarT6LeavesCap   = "t6_leaves_cap"
-	lookupVarT6NodesCap    = "t6_nodes_cap"
+	lookupVarT4Cap         = "t4_cap"
+	lookupVarT6Cap         = "t6_cap"
 )
 
 // loadLookup returns the embedded CollectionSpec for lookup.
@@ -97,29 +87,19 @@ type lookupProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lookupMapSpecs struct {
-	Answers  *ebpf.MapSpec `ebpf:"answers"`
-	Probes   *ebpf.MapSpec `ebpf:"probes"`
-	Reqs     *ebpf.MapSpec `ebpf:"reqs"`
-	T4Dir    *ebpf.MapSpec `ebpf:"t4_dir"`
-	T4Leaves *ebpf.MapSpec `ebpf:"t4_leaves"`
-	T4Nodes  *ebpf.MapSpec `ebpf:"t4_nodes"`
-	T4Root   *ebpf.MapSpec `ebpf:"t4_root"`
-	T6Dir    *ebpf.MapSpec `ebpf:"t6_dir"`
-	T6Leaves *ebpf.MapSpec `ebpf:"t6_leaves"`
-	T6Nodes  *ebpf.MapSpec `ebpf:"t6_nodes"`
-	T6Root   *ebpf.MapSpec `ebpf:"t6_root"`
+	Answers *ebpf.MapSpec `ebpf:"answers"`
+	Probes  *ebpf.MapSpec `ebpf:"probes"`
+	Reqs    *ebpf.MapSpec `ebpf:"reqs"`
+	T4Words *ebpf.MapSpec `ebpf:"t4_words"`
+	T6Words *ebpf.MapSpec `ebpf:"t6_words"`
 }
 
 // lookupVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lookupVariableSpecs struct {
-	T4DirCap    *ebpf.VariableSpec `ebpf:"t4_dir_cap"`
-	T4LeavesCap *ebpf.VariableSpec `ebpf:"t4_leaves_cap"`
-	T4NodesCap  *ebpf.VariableSpec `ebpf:"t4_nodes_cap"`
-	T6DirCap    *ebpf.VariableSpec `ebpf:"t6_dir_cap"`
-	T6LeavesCap *ebpf.VariableSpec `ebpf:"t6_leaves_cap"`
-	T6NodesCap  *ebpf.VariableSpec `ebpf:"t6_nodes_cap"`
+	T4Cap *ebpf.VariableSpec `ebpf:"t4_cap"`
+	T6Cap *ebpf.VariableSpec `ebpf:"t6_cap"`
 }
 
 // lookupObjects contains all objects after they have been loaded into the kernel.
@@ -142,17 +122,11 @@ func (o *lookupObjects) Close() error {
 //
 // It can be passed to loadLookupObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lookupMaps struct {
-	Answers  *ebpf.Map `ebpf:"answers"`
-	Probes   *ebpf.Map `ebpf:"probes"`
-	Reqs     *ebpf.Map `ebpf:"reqs"`
-	T4Dir    *ebpf.Map `ebpf:"t4_dir"`
-	T4Leaves *ebpf.Map `ebpf:"t4_leaves"`
-	T4Nodes  *ebpf.Map `ebpf:"t4_nodes"`
-	T4Root   *ebpf.Map `ebpf:"t4_root"`
-	T6Dir    *ebpf.Map `ebpf:"t6_dir"`
-	T6Leaves *ebpf.Map `ebpf:"t6_leaves"`
-	T6Nodes  *ebpf.Map `ebpf:"t6_nodes"`
-	T6Root   *ebpf.Map `ebpf:"t6_root"`
+	Answers *ebpf.Map `ebpf:"answers"`
+	Probes  *ebpf.Map `ebpf:"probes"`
+	Reqs    *ebpf.Map `ebpf:"reqs"`
+	T4Words *ebpf.Map `ebpf:"t4_words"`
+	T6Words *ebpf.Map `ebpf:"t6_words"`
 }
 
 func (m *lookupMaps) Close() error {
@@ -160,14 +134,8 @@ func (m *lookupMaps) Close() error {
 		m.Answers,
 		m.Probes,
 		m.Reqs,
-		m.T4Dir,
-		m.T4Leaves,
-		m.T4Nodes,
-		m.T4Root,
-		m.T6Dir,
-		m.T6Leaves,
-		m.T6Nodes,
-		m.T6Root,
+		m.T4Words,
+		m.T6Words,
 	)
 }
 
@@ -175,12 +143,8 @@ func (m *lookupMaps) Close() error {
 //
 // It can be passed to loadLookupObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lookupVariables struct {
-	T4DirCap    *ebpf.Variable `ebpf:"t4_dir_cap"`
-	T4LeavesCap *ebpf.Variable `ebpf:"t4_leaves_cap"`
-	T4NodesCap  *ebpf.Variable `ebpf:"t4_nodes_cap"`
-	T6DirCap    *ebpf.Variable `ebpf:"t6_dir_cap"`
-	T6LeavesCap *ebpf.Variable `ebpf:"t6_leaves_cap"`
-	T6NodesCap  *ebpf.Variable `ebpf:"t6_nodes_cap"`
+	T4Cap *ebpf.Variable `ebpf:"t4_cap"`
+	T6Cap *ebpf.Variable `ebpf:"t6_cap"`
 }
 
 // lookupPrograms contains all programs after they have been loaded into the kernel.

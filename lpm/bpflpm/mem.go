@@ -7,194 +7,157 @@ import (
 	"unsafe"
 )
 
-// Layout shared with wolf_lpm.h. The directory, the records and the
-// leaves are each one value of a one-element array map (see
-// WOLF_LPM_TABLE): arrays of __u32s and of 24-byte records.
+// Layout shared with wolf_lpm.h. The whole structure is one array of
+// 32-bit words, the one value of a one-element array map (see
+// WOLF_LPM_TABLE), addressed in words and, by pointers, in 8-byte units:
 //
-// A node's record holds its vector, its leafvec, and where its children's
-// records (base1) and its leaves (base0) start. The leaf block of a
-// directory slot's root node starts with a copy of the node's leafvec (two
-// __u32s, 8-byte aligned), for directory entries that point straight at
-// it; other nodes' blocks are just their leaves. A node without children
-// and with at most inlineMax runs keeps its leaves in its record instead
-// (inlineFlag in base1): the lookup ends where it read the record.
+//	units 0..7   the header: word 0 is the root entry
+//	units 8..    the directory, 2^DirBits words (used once the table
+//	             outgrows a list)
+//	then         the arena: direct nodes and lists (arena.go)
+//	the last 34  padding, so that one bounds check covers a whole node
+//
+// An entry (the root, a directory or a direct node's slot) is one word:
+// a value below 2^30 (Miss when nothing matches), or with ptrFlag a
+// pointer: bits 26..30 the stride k of a direct node (1..24), 24+k for a
+// packed one (k up to 6), or 0 for a list, and bits 0..25 the node's
+// offset in units. A packed node is a direct node stored run-length
+// compressed: a 64-bit word marks at bit j where a run of equal entries
+// starts at entry j, then one word per run; entry j is run
+// popcount(bits 0..j) - 1. A direct node of
+// stride k is 2^k entries indexed by the next k address bits; a list
+// holds up to listK prefixes, longest first, and the value of its range
+// when none matches (see listWord). Entries are leaf-pushed: a slot that
+// no longer prefix covers holds the value of the longest shorter one, so
+// a lookup never remembers a best match on the way down and ends at the
+// first value it reads.
 const (
-	recordSize = 24 // struct wolf_lpm_node: vector, leafvec, base0, base1
-	chunkWords = 16 // the leaves map holds a multiple of this many words
-	// maxMapBytes bounds each map's value: the verifier refuses variable
-	// offsets into a value from 2^29 bytes on (BPF_MAX_VAR_OFF).
+	ptrFlag     = 1 << 31
+	strideShift = 26
+	strideMask  = 31
+	offMask     = 1<<strideShift - 1
+
+	// A list: word 0 the value of its range where no entry matches,
+	// word 1 the number of entries (never changes), then entries of four
+	// words: the prefix's remaining bits, top-aligned (a 64-bit word),
+	// its length below the list's depth (1..64), and its value, or skip
+	// once it was deleted. The value and word 0 change in place.
+	listK        = 7
+	listMaxWords = 2 + 4*listK
+	entWords     = 4
+	skip         = ^uint32(0)
+
+	headerUnits = 8
+	padUnits    = 34 // >= listMaxWords/2 and (2+64)/2: one bounds check per node
+	unitWords   = 2
+
+	// maxMapBytes bounds the map's value: the verifier refuses variable
+	// offsets into a value from 2^29 bytes on (BPF_MAX_VAR_OFF), and a
+	// pointer's 26 bits of units reach exactly that far.
 	maxMapBytes = 1 << 29
-	// A directory entry is a value, or with nodeFlag the index of the
-	// slot's root record, or with leavesFlag the leaf block of a root
-	// that has no children: then the lookup skips the record, one
-	// dependent memory read fewer for most lookups in a routing table
-	// (prefixes up to /24 below an 18-bit directory).
-	nodeFlag    = 1 << 31
-	leavesFlag  = 1 << 30
-	rootGenMask = 1
-	// inlineFlag in base1 marks a record holding its leaves
-	// (WOLF_LPM_INLINE); run j is the record's __u32 word inlineWord(j).
-	inlineFlag = 1 << 31
-	inlineMax  = 4
-	valueMask  = 1<<30 - 1
 )
 
-// inlineWord is the __u32 word of a record that holds inline run j (0..3):
-// the two halves of vector, then base0 and base1.
-func inlineWord(j uint32) uint32 { return j + j&2 }
+// ptr is the entry pointing at a node of stride k (0: a list) at unit at.
+func ptr(k uint8, at uint32) uint32 { return ptrFlag | uint32(k)<<strideShift | at }
 
-// image is the memory of one table's maps: mmap'd from the kernel, or
-// plain Go memory in tests that run without BPF. Stores that readers may
-// observe (directory entries, leaves rewritten in place, the root word)
-// are atomic; new blocks are written with plain stores before the atomic
-// store that publishes them, which orders them on every architecture Go
-// supports (a release store).
+// image is the words map's memory: mmap'd from the kernel, or plain Go
+// memory in tests that run without BPF. Stores that readers may observe
+// (entries, list values and defaults) are atomic; new blocks are written
+// with plain stores before the atomic store that publishes them, which
+// orders them on every architecture Go supports (a release store), and a
+// reader reaches a block only through the entry that points at it (an
+// address dependency), so it finds the block complete.
 type image struct {
-	root, dir, nodes, leaves []byte
+	w []byte
 }
 
-func word(b []byte, i uint32) *uint32 {
-	return (*uint32)(unsafe.Pointer(&b[uint64(i)*4]))
-}
+func (im *image) p(i uint64) *uint32 { return (*uint32)(unsafe.Pointer(&im.w[i*4])) }
 
-func (im *image) loadRoot() uint32      { return atomic.LoadUint32(word(im.root, 0)) }
-func (im *image) storeRoot(v uint32)    { atomic.StoreUint32(word(im.root, 0), v) }
-func (im *image) dirAt(i uint32) uint32 { return atomic.LoadUint32(word(im.dir, i)) }
+func (im *image) words() uint64 { return uint64(len(im.w) / 4) }
 
-// storeDir publishes a directory entry. It skips stores that change
-// nothing, so that rewriting a slot does not dirty cache lines lookups use.
-func (im *image) storeDir(i, v uint32) {
-	if p := word(im.dir, i); atomic.LoadUint32(p) != v {
+// load reads word i atomically; store publishes it, skipping stores that
+// change nothing so that rewrites do not dirty cache lines lookups use.
+func (im *image) load(i uint64) uint32 { return atomic.LoadUint32(im.p(i)) }
+
+func (im *image) store(i uint64, v uint32) {
+	if p := im.p(i); atomic.LoadUint32(p) != v {
 		atomic.StoreUint32(p, v)
 	}
 }
 
-func (im *image) leafAt(i uint32) uint32 { return atomic.LoadUint32(word(im.leaves, i)) }
+// put writes word i of a block no reader can reach yet.
+func (im *image) put(i uint64, v uint32) { *im.p(i) = v }
 
-func (im *image) storeLeaf(i, v uint32) {
-	if p := word(im.leaves, i); atomic.LoadUint32(p) != v {
-		atomic.StoreUint32(p, v)
+// putRun writes v into words [i, j) of a block no reader can reach yet.
+func (im *image) putRun(i, j uint64, v uint32) {
+	ws := unsafe.Slice(im.p(i), j-i)
+	for x := range ws {
+		ws[x] = v
 	}
 }
 
-// putLeaves writes a new (unpublished) leaf block: for a root, leafvec,
-// then the leaves.
-func (im *image) putLeaves(at uint32, leafvec uint64, vs []uint32, root bool) {
-	b := im.leaves[uint64(at)*4:]
-	if root {
-		binary.NativeEndian.PutUint64(b, leafvec)
-		b = b[8:]
-	}
-	for i, v := range vs {
-		binary.NativeEndian.PutUint32(b[i*4:], v)
-	}
-}
+func (im *image) put64(i uint64, v uint64) { binary.NativeEndian.PutUint64(im.w[i*4:], v) }
 
-type record struct {
-	vector, leafvec uint64
-	base0, base1    uint32
-	// inline: the leaves are in the record (vector must be 0).
-	inline bool
-	leaves [inlineMax]uint32
-}
-
-func (im *image) recWord(i, w uint32) *uint32 {
-	return (*uint32)(unsafe.Pointer(&im.nodes[uint64(i)*recordSize+uint64(w)*4]))
-}
-
-// putRecord writes a new (unpublished) record.
-func (im *image) putRecord(i uint32, r record) {
-	b := im.nodes[uint64(i)*recordSize:]
-	binary.NativeEndian.PutUint64(b[8:], r.leafvec)
-	if r.inline {
-		for j := range uint32(inlineMax) {
-			v := r.leaves[j]
-			if j == inlineMax-1 {
-				v |= inlineFlag
-			}
-			binary.NativeEndian.PutUint32(b[inlineWord(j)*4:], v)
-		}
-		return
-	}
-	binary.NativeEndian.PutUint64(b[0:], r.vector)
-	binary.NativeEndian.PutUint32(b[16:], r.base0)
-	binary.NativeEndian.PutUint32(b[20:], r.base1)
-}
-
-// storeInline rewrites inline run j of a live record in place: one aligned
-// 4-byte store, and a lookup reads one run.
-func (im *image) storeInline(rec, j, v uint32) {
-	if j == inlineMax-1 {
-		v |= inlineFlag
-	}
-	if p := im.recWord(rec, inlineWord(j)); atomic.LoadUint32(p) != v {
-		atomic.StoreUint32(p, v)
-	}
-}
-
-// storeBase1 points a live record at a new block of children.
-func (im *image) storeBase1(rec, v uint32) {
-	atomic.StoreUint32(im.recWord(rec, 5), v)
-}
+func (im *image) get64(i uint64) uint64 { return binary.NativeEndian.Uint64(im.w[i*4:]) }
 
 // lookup is wolf_lpm.h's lookup, step for step, in Go: Table.Lookup uses
 // it, and tests hold it to a naive reference without needing BPF.
-func (im *image) lookup(k key, maxLevels int) uint32 {
-	r := im.loadRoot()
-	s, m := uint(r>>8)&31, uint(r>>16)&31
-	if s < minDirBits || s > maxDirBits {
-		return Miss
-	}
-	i := (r&rootGenMask)<<m | uint32(k.hi>>(64-s))
-	if uint64(i)*4 >= uint64(len(im.dir)) {
-		return Miss
-	}
-	e := im.dirAt(i)
-	if e&(nodeFlag|leavesFlag) == 0 {
-		return e
-	}
-	k = k.shl(s)
-	if e&leavesFlag != 0 {
-		return im.leaf(e&^leavesFlag, uint64(2)<<(k.hi>>(64-stride))-1)
-	}
-	idx := e &^ nodeFlag
-	for range maxLevels {
-		if uint64(idx+1)*recordSize > uint64(len(im.nodes)) {
-			return Miss
-		}
-		v := k.hi >> (64 - stride)
-		mask := uint64(2)<<v - 1
-		// vector and leafvec never change in a live record; base1 and
-		// inline runs may (atomic stores).
-		rec := im.nodes[uint64(idx)*recordSize:]
-		leafvec := binary.NativeEndian.Uint64(rec[8:])
-		if b1 := atomic.LoadUint32(im.recWord(idx, 5)); b1&inlineFlag != 0 {
-			j := (uint32(bits.OnesCount64(leafvec&mask)) - 1) & 3
-			return atomic.LoadUint32(im.recWord(idx, inlineWord(j))) & valueMask
-		} else if vector := binary.NativeEndian.Uint64(rec); vector>>v&1 != 0 {
-			idx = b1 + uint32(bits.OnesCount64(vector&mask)) - 1
-			k = k.shl(stride)
-			continue
-		}
-		li := binary.NativeEndian.Uint32(rec[16:]) + uint32(bits.OnesCount64(leafvec&mask)) - 1
-		if uint64(li)*4 >= uint64(len(im.leaves)) {
-			return Miss
-		}
-		return im.leafAt(li)
-	}
-	return Miss
+func (im *image) lookup(k key, levels int) uint32 {
+	v, _ := im.walk(k, levels)
+	return v
 }
 
-// leaf reads the leaf block at b, as a directory entry points to it: its
-// leafvec, then the leaf of the run that holds the slots in mask.
-func (im *image) leaf(b uint32, mask uint64) uint32 {
-	if uint64(b)*4+8 > uint64(len(im.leaves)) {
-		return Miss
+// walk is lookup that also counts the node reads below the root word:
+// the dependent loads a lookup makes (a list's entries share its lines).
+func (im *image) walk(k key, levels int) (uint32, int) {
+	capw := im.words()
+	if capw == 0 {
+		return Miss, 0
 	}
-	lv := uint64(im.leafAt(b)) | uint64(im.leafAt(b+1))<<32
-	li := b + 1 + uint32(bits.OnesCount64(lv&mask))
-	if uint64(li)*4 >= uint64(len(im.leaves)) {
-		return Miss
+	hi, lo := k.hi, k.lo
+	e := im.load(0)
+	for r := range levels {
+		if e&ptrFlag == 0 {
+			return e, r
+		}
+		i := uint64(e&offMask) * unitWords
+		s := uint(e>>strideShift) & strideMask
+		if s > packedCode {
+			// A packed node: the run of the next s-24 bits.
+			s -= packedCode
+			if i+2+64 > capw {
+				return Miss, r
+			}
+			v := hi >> (64 - s)
+			hi = hi<<s | lo>>(64-s)
+			lo <<= s
+			bm := im.get64(i)
+			e = im.load(i + 1 + uint64(bits.OnesCount64(bm&(2<<v-1))))
+			continue
+		}
+		if s != 0 {
+			i += hi >> (64 - s)
+			hi = hi<<s | lo>>(64-s)
+			lo <<= s
+			if i >= capw {
+				return Miss, r
+			}
+			e = im.load(i)
+			continue
+		}
+		if i+listMaxWords > capw {
+			return Miss, r
+		}
+		n := uint64(im.load(i + 1))
+		for j := uint64(0); j < listK && j < n; j++ {
+			b := i + 2 + entWords*j
+			rl := uint(im.load(b + 2))
+			v := im.load(b + 3)
+			if rl-1 < 64 && (hi^im.get64(b))>>(64-rl) == 0 && v != skip {
+				return v, r + 1
+			}
+		}
+		return im.load(i), r + 1
 	}
-	return im.leafAt(li)
+	return Miss, levels
 }

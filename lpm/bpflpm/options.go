@@ -4,32 +4,32 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
-	"net/netip"
 )
 
 // Options configure New.
 type Options struct {
 	Family Family
-	// MaxPrefixes sizes the maps. Room is reserved for two tables of this
-	// size, because Load builds the new table beside the live one. The
-	// bound is really on the structure the prefixes need, not on their
-	// count: the defaults fit routing tables and dense sets (IPv4: 0.5
-	// node records and 3 leaf words per prefix, IPv6: 1 and 6); Stats
-	// shows what a table uses; set Nodes and Leaves for unusual sets, such
-	// as scattered long IPv6 prefixes.
+	// MaxPrefixes sizes the map: the directory, room for the nodes below
+	// it twice over (a Load that replaces a whole table writes the new
+	// nodes before it frees the old ones; one that changes a few
+	// directory entries reuses the others' nodes), and slack for the
+	// blocks updates retire while a grace period is under way. The bound
+	// is really on the structure the prefixes need, not on their count:
+	// IPv4 gets 2 words per prefix (measured: 1.75 for the real IPv4
+	// table, 1.25 for dense /32 sets), IPv6 5 (measured 4.3 for the real
+	// IPv6 table). Set Words for unusual sets, such as scattered /32s
+	// (up to 8 words each). Stats shows what a table uses.
 	MaxPrefixes int
-	// DirBits fixes how many leading address bits the first,
-	// direct-indexed level resolves (8..24). Zero lets every Load choose,
-	// up to MaxDirBits (see chooseDirBits).
+	// DirBits fixes how many leading address bits the directory, the
+	// first level, resolves (8..24). Zero derives it from MaxPrefixes
+	// (chooseDirBits): 24 from about 840 K IPv4 prefixes, a 64 MiB
+	// directory that answers nearly every lookup of a routing table in
+	// one read. A narrower one than that gets four times the room for
+	// nodes (unless Words is set).
 	DirBits int
-	// MaxDirBits bounds the automatic choice; the directory takes
-	// 2 × 4 × 2^MaxDirBits bytes (two generations). Zero derives it from
-	// MaxPrefixes: 14 for small tables up to 20 from about 512 K prefixes.
-	MaxDirBits int
-	// Nodes (24-byte records) and Leaves (4-byte words) override the
-	// capacities derived from MaxPrefixes; each map is at most 512 MiB
-	// (the verifier's bound on a variable offset into a map value).
-	Nodes, Leaves int
+	// Words overrides the map's size, in 32-bit words (at most 2^27, the
+	// verifier's bound on a variable offset into a map value).
+	Words int
 }
 
 func (o *Options) normalize() error {
@@ -38,82 +38,58 @@ func (o *Options) normalize() error {
 	default:
 		return fmt.Errorf("bpflpm: family must be IPv4 or IPv6, got %v", o.Family)
 	}
-	if o.MaxPrefixes < 0 || o.Nodes < 0 || o.Leaves < 0 {
+	if o.MaxPrefixes < 0 || o.Words < 0 {
 		return errors.New("bpflpm: negative capacity")
 	}
-	if o.DirBits != 0 {
-		if o.DirBits < minDirBits || o.DirBits > maxDirBits {
-			return fmt.Errorf("bpflpm: DirBits must be %d..%d, got %d", minDirBits, maxDirBits, o.DirBits)
+	derived := chooseDirBits(o.Family, o.MaxPrefixes)
+	if o.DirBits == 0 {
+		o.DirBits = derived
+	}
+	if o.DirBits < minDirBits || o.DirBits > maxDirBits {
+		return fmt.Errorf("bpflpm: DirBits must be %d..%d, got %d", minDirBits, maxDirBits, o.DirBits)
+	}
+	fixed := uint64(headerUnits+padUnits)*unitWords + 1<<o.DirBits
+	if o.Words == 0 {
+		p := uint64(o.MaxPrefixes)
+		per := uint64(4) // words per prefix
+		if o.Family == IPv6 {
+			per = 10
 		}
-		o.MaxDirBits = o.DirBits
+		if o.DirBits < derived {
+			// A narrower directory than the table's size calls for
+			// leaves more prefixes to nodes: the real IPv4 table
+			// needs 3.6 to 5 words each below 16 to 20 bits.
+			per *= 4
+		}
+		// Slack: what a burst of updates retires during a grace period
+		// (~10 ms), at least a few of the largest blocks.
+		slack := min(max(p/8, 4096), 1<<18)
+		o.Words = int(fixed + per*p + slack)
 	}
-	if o.MaxDirBits == 0 {
-		o.MaxDirBits = min(max(bits.Len(uint(o.MaxPrefixes))+1, 14), 20)
+	// Whole units, and room for a few nodes.
+	o.Words = (o.Words + 1) &^ 1
+	if uint64(o.Words) < fixed+minArenaWords {
+		o.Words = int(fixed + minArenaWords)
 	}
-	if o.MaxDirBits < minDirBits || o.MaxDirBits > maxDirBits {
-		return fmt.Errorf("bpflpm: MaxDirBits must be %d..%d, got %d", minDirBits, maxDirBits, o.MaxDirBits)
+	if uint64(o.Words)*4 > maxMapBytes {
+		return fmt.Errorf("bpflpm: capacity too large: %d words, at most %d", o.Words, maxMapBytes/4)
 	}
-	// Room for two tables (Load builds the new one beside the live one)
-	// at what real tables need, plus slack for the copies updates make
-	// before a grace period frees what they replaced. Measured needs
-	// (Stats): IPv4 routing table 0.07 records and 1.3 leaf words per
-	// prefix, dense /32 sets 0.02 and 1.03, the IPv6 table 0.44 and 1.2.
-	p := o.MaxPrefixes
-	nodes, leaves := p/2, 3*p
-	if o.Family == IPv6 {
-		nodes, leaves = p, 6*p
-	}
-	// The slack is what a burst of updates retires while a grace period
-	// (~10 ms) is under way: 16 Ki records and 64 Ki leaf words (640
-	// KiB) from about 400 prefixes on. Smaller tables get less, down to a
-	// quarter below 100 prefixes: their maps take ~310 KiB instead of 800
-	// (128 of them the directory), and a burst of changes waits for a
-	// grace period sooner.
-	if o.Nodes == 0 {
-		o.Nodes = nodes + min(16384, max(4096, 40*p))
-	}
-	if o.Leaves == 0 {
-		o.Leaves = leaves + min(65536, max(16384, 160*p))
-	}
-	if uint64(o.Nodes)*recordSize > maxMapBytes || (uint64(o.Leaves)+chunkWords)*4 > maxMapBytes {
-		return fmt.Errorf("bpflpm: capacity too large: %d records and %d leaf words, at most %d and %d",
-			o.Nodes, o.Leaves, maxMapBytes/recordSize, maxMapBytes/4-chunkWords)
-	}
-	o.Leaves = (o.Leaves + chunkWords - 1) / chunkWords * chunkWords
 	return nil
 }
 
-// chooseDirBits picks the directory width for a set of prefixes. A
-// lookup costs roughly one dependent memory read per node level below the
-// directory, and a prefix of length l > s needs ceil((l-s)/6) of them; a
-// wider directory saves levels but is itself more likely to miss the
-// caches. So the choice minimizes the expected number of node levels per
-// prefix (lookups from announced space weigh prefixes alike) plus 0.05
-// per MiB of directory. That picks 18 for the real IPv4 table (most
-// prefixes are /24: one level) and for the real IPv6 one (with
-// MaxDirBits derived from its size), 20 for a million dense /32s (two
-// levels instead of three) and 14 for small dense sets.
-func chooseDirBits(ps []netip.Prefix, maxBits int) int {
-	var hist [129]int
-	for _, p := range ps {
-		hist[p.Bits()]++
-	}
-	n := max(len(ps), 1)
-	best, bestCost := maxBits, 0.0
-	for s := maxBits; s >= minDirBits; s-- {
-		levels := 0
-		for l, c := range hist {
-			if l > s {
-				levels += c * ((l - s + stride - 1) / stride)
-			}
-		}
-		cost := float64(levels)/float64(n) + 0.05*float64(uint64(4)<<s)/(1<<20)
-		if s == maxBits || cost < bestCost {
-			best, bestCost = s, cost
-		}
-	}
-	return best
-}
+// minArenaWords is the least room below the directory: a few lists.
+const minArenaWords = 256
 
-// Table is one longest-prefix-match table in BPF array maps: the writer's
-// side. Its methods are safe for concurrent use (they serialize); BPF
+// chooseDirBits derives the directory's width from the table's size: the
+// widest directory (fewest levels below it) that costs at most 80 bytes
+// per prefix, between 8 and 24 bits for IPv4 (24: one read answers every
+// lookup that ends at a /24 or shorter: a routing table's), 20 for IPv6,
+// whose prefixes lie far below any directory.
+func chooseDirBits(f Family, maxPrefixes int) int {
+	s := bits.Len64(uint64(maxPrefixes)*20) - 1
+	top := 18
+	if f == IPv6 {
+		top = 16
+	}
+	return min(max(s, minDirBits), top)
+}

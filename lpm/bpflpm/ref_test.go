@@ -145,6 +145,12 @@ func checkAgainst(t *testing.T, tb *Table, r *ref, probes []netip.Addr, what str
 // updates and deletes. The same memory image is what the BPF side reads;
 // TestBPFProperty checks that the C lookup agrees.
 func TestHeapProperty(t *testing.T) {
+	var kinds Stats // the most of each node kind seen after a load
+	defer func() {
+		if kinds.Directs == 0 || kinds.Packed == 0 || kinds.Lists == 0 {
+			t.Errorf("not every node kind was exercised: %+v", kinds)
+		}
+	}()
 	for _, v4 := range []bool{true, false} {
 		for _, dirBits := range []int{0, 8, 16, 20} {
 			for seed := range uint64(6) {
@@ -153,7 +159,7 @@ func TestHeapProperty(t *testing.T) {
 				if v4 {
 					fam = IPv4
 				}
-				tb, err := newHeapTable(Options{Family: fam, MaxPrefixes: 3000, DirBits: dirBits, Nodes: 120000, Leaves: 240000})
+				tb, err := newHeapTable(Options{Family: fam, MaxPrefixes: 3000, DirBits: dirBits, Words: 1 << 21})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -167,6 +173,8 @@ func TestHeapProperty(t *testing.T) {
 				}
 				probes := probesFor(rng, v4, ps, 2000)
 				checkAgainst(t, tb, r, probes, "load")
+				st := tb.Stats()
+				kinds.Directs, kinds.Packed, kinds.Lists = max(kinds.Directs, st.Directs), max(kinds.Packed, st.Packed), max(kinds.Lists, st.Lists)
 				if tb.Len() != len(r.m) {
 					t.Fatalf("Len %d, want %d", tb.Len(), len(r.m))
 				}
@@ -221,8 +229,11 @@ func TestHeapProperty(t *testing.T) {
 				if err := tb.Sync(); err != nil {
 					t.Fatal(err)
 				}
-				if st := tb.Stats(); st.Nodes != 0 || st.Leaves != 0 || st.Prefixes != 0 {
+				if st := tb.Stats(); st.Directs != 0 || st.Lists != 0 || st.Prefixes != 0 || st.BytesInLimbo != 0 {
 					t.Fatalf("empty table still holds %+v", st)
+				}
+				if st := tb.Stats(); st.BytesUsed > uint64(headerUnits+listUnits(listK))*8+4<<st.DirBits {
+					t.Fatalf("empty table uses %d bytes: %+v", st.BytesUsed, st)
 				}
 			}
 		}
@@ -242,9 +253,9 @@ func TestHeapChurn(t *testing.T) {
 		pool, vals := genPrefixes(rng, v4, 3000)
 		// Room for a few times what the prefixes need, so that reuse
 		// must happen.
-		opts := Options{Family: fam, MaxPrefixes: 1500, Nodes: 4000, Leaves: 16000}
+		opts := Options{Family: fam, DirBits: 12, Words: 1<<12 + 20000}
 		if !v4 {
-			opts.Nodes, opts.Leaves = 14000, 60000
+			opts.Words = 1<<12 + 90000
 		}
 		tb, err := newHeapTable(opts)
 		if err != nil {
@@ -293,7 +304,7 @@ func FuzzBuilder(f *testing.F) {
 		if v4 {
 			fam, width = IPv4, 32
 		}
-		tb, err := newHeapTable(Options{Family: fam, MaxPrefixes: 64, DirBits: 8 + len(data)%9, Nodes: 4096, Leaves: 16384})
+		tb, err := newHeapTable(Options{Family: fam, MaxPrefixes: 64, DirBits: 8 + len(data)%9, Words: 1 << 17})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -344,47 +355,40 @@ func FuzzBuilder(f *testing.F) {
 	})
 }
 
-// TestHeapFull runs a table out of space: the failing update must leave
-// every slot as it was before or after it (never half-written), and the
-// next commit with room must publish the rest.
+// TestHeapFull runs a table out of space: the change that does not fit
+// must leave the table as it was before it (the earlier ones of its batch
+// stay), and once deletes make room the same change must go through.
 func TestHeapFull(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 5))
-	tb, err := newHeapTable(Options{Family: IPv4, DirBits: 12, Nodes: 600, Leaves: 6000})
+	tb, err := newHeapTable(Options{Family: IPv4, DirBits: 12, Words: 1<<12 + 2000})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := newRef(true)
 	var all []netip.Prefix
-	full := false
-	for i := 0; i < 5000 && !full; i++ {
+	var failed netip.Prefix
+	var failedV uint32
+	for i := 0; i < 5000 && !failed.IsValid(); i++ {
 		ps, vs := genPrefixes(rng, true, 1+rng.IntN(30))
-		before := newRef(true)
-		for p, v := range r.m {
-			before.m[p] = v
-		}
 		for j, p := range ps {
-			r.m[p.Masked()] = vs[j]
-		}
-		all = append(all, ps...)
-		err := tb.Update(ps, vs)
-		if err == nil {
-			continue
-		}
-		if !errors.Is(err, ErrFull) {
-			t.Fatal(err)
-		}
-		full = true
-		for _, a := range probesFor(rng, true, all, 500) {
-			got, _ := tb.Lookup(a)
-			if got != before.lookup(a) && got != r.lookup(a) {
-				t.Fatalf("after ErrFull, %v = %d: neither before (%d) nor after (%d) the update", a, got, before.lookup(a), r.lookup(a))
+			err := tb.Update(ps[j:j+1], vs[j:j+1])
+			if err == nil {
+				r.m[p.Masked()] = vs[j]
+				all = append(all, p)
+				continue
 			}
+			if !errors.Is(err, ErrFull) {
+				t.Fatal(err)
+			}
+			failed, failedV = p.Masked(), vs[j]
+			break
 		}
 	}
-	if !full {
+	if !failed.IsValid() {
 		t.Fatal("the table never filled up")
 	}
-	// Make room, then everything must be published.
+	checkAgainst(t, tb, r, probesFor(rng, true, append(all, failed), 500), "after ErrFull")
+	// Make room (deletes need none), then the change must go through.
 	var dels []netip.Prefix
 	for p := range r.m {
 		if rng.IntN(2) == 0 {
@@ -394,14 +398,121 @@ func TestHeapFull(t *testing.T) {
 	for _, p := range dels {
 		delete(r.m, p)
 	}
-	// The deletes themselves need room (they copy), so they may be
-	// published over a few rounds as space comes back.
-	_, err = tb.Delete(dels)
-	for i := 0; errors.Is(err, ErrFull) && i < 100; i++ {
-		err = tb.Sync()
+	if _, err := tb.Delete(dels); err != nil {
+		t.Fatal(err)
 	}
+	if err := tb.Update([]netip.Prefix{failed}, []uint32{failedV}); err != nil {
+		t.Fatalf("after deleting half the table: %v (%+v)", err, tb.Stats())
+	}
+	r.m[failed] = failedV
+	checkAgainst(t, tb, r, probesFor(rng, true, append(all, failed), 2000), "after making room")
+}
+
+// TestHeapReload loads a table, then the same prefixes again, then with a
+// few changes: the unchanged directory entries keep their subtrees (the
+// identical reload retires nothing), and every lookup stays right.
+func TestHeapReload(t *testing.T) {
+	for _, v4 := range []bool{true, false} {
+		fam := IPv6
+		if v4 {
+			fam = IPv4
+		}
+		rng := rand.New(rand.NewPCG(11, 12))
+		tb, err := newHeapTable(Options{Family: fam, MaxPrefixes: 3000, DirBits: 12, Words: 1 << 21})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps, vs := genPrefixes(rng, v4, 3000)
+		r := newRef(v4)
+		for i, p := range ps {
+			r.m[p.Masked()] = vs[i]
+		}
+		if err := tb.Load(ps, vs); err != nil {
+			t.Fatal(err)
+		}
+		before := tb.Stats()
+		if err := tb.Load(ps, vs); err != nil {
+			t.Fatal(err)
+		}
+		if st := tb.Stats(); st.BytesInLimbo != 0 || st.BytesUsed != before.BytesUsed {
+			t.Errorf("%v: reloading the same table replaced nodes: %+v, before %+v", fam, st, before)
+		}
+		probes := probesFor(rng, v4, ps, 1000)
+		checkAgainst(t, tb, r, probes, "identical reload")
+		for range 20 {
+			vs[rng.IntN(len(ps))]++
+		}
+		// A later duplicate wins.
+		ps, vs = append(ps, ps[0]), append(vs, 999)
+		for i, p := range ps {
+			r.m[p.Masked()] = vs[i]
+		}
+		if err := tb.Load(ps, vs); err != nil {
+			t.Fatal(err)
+		}
+		checkAgainst(t, tb, r, probes, "changed reload")
+		if st := tb.Stats(); st.BytesInLimbo == 0 || st.BytesInLimbo >= before.BytesUsed-4<<st.DirBits {
+			t.Errorf("%v: a reload with 21 changes retired %d bytes of %d", fam, st.BytesInLimbo, before.BytesUsed)
+		}
+		if tb.Len() != len(r.m) {
+			t.Errorf("Len %d, want %d", tb.Len(), len(r.m))
+		}
+	}
+}
+
+// TestDeleteReaddNoGrace: deleting every prefix of a small table and
+// adding them back, over and over, reuses the nodes the deletes left
+// empty, so no write waits for a grace period (it did: each round
+// retired the subtree and the next one filled the small map with limbo).
+// Sync then drops the empty nodes.
+func TestDeleteReaddNoGrace(t *testing.T) {
+	const n = 100
+	ps := make([]netip.Prefix, n)
+	vs := make([]uint32, n)
+	for i := range ps {
+		ps[i] = netip.PrefixFrom(denseAddr(i), 32)
+		vs[i] = uint32(i)
+	}
+	tb, err := newHeapTable(Options{Family: IPv4, MaxPrefixes: n})
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkAgainst(t, tb, r, probesFor(rng, true, all, 2000), "after making room")
+	if err := tb.Load(ps, vs); err != nil {
+		t.Fatal(err)
+	}
+	used := tb.Stats().BytesUsed
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 50 {
+		idx := rng.Perm(n)
+		for _, i := range idx {
+			if k, err := tb.Delete(ps[i : i+1]); k != 1 || err != nil {
+				t.Fatalf("delete %v: %d, %v", ps[i], k, err)
+			}
+		}
+		if got, ok := tb.Lookup(ps[0].Addr()); ok {
+			t.Fatalf("emptied table answers %d", got)
+		}
+		for _, i := range idx {
+			if err := tb.Update(ps[i:i+1], vs[i:i+1]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i, p := range ps {
+			if got, _ := tb.Lookup(p.Addr()); got != vs[i] {
+				t.Fatalf("%v: %d, want %d", p, got, vs[i])
+			}
+		}
+	}
+	if st := tb.Stats(); st.GracePeriods != 0 || st.BytesInLimbo != 0 || st.BytesUsed != used {
+		t.Errorf("50 rounds of delete and re-add: %+v, want no grace period, nothing in limbo, %d bytes used", st, used)
+	}
+	if _, err := tb.Delete(ps); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if st := tb.Stats(); st.Directs+st.Packed+st.Lists != 0 {
+		t.Errorf("Sync left nodes in an empty table: %+v", st)
+	}
 }

@@ -1,11 +1,11 @@
 package bpflpm
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
 	"sync"
 
 	"github.com/cilium/ebpf"
@@ -37,13 +37,14 @@ const (
 	// (WOLF_LPM_MISS in wolf_lpm.h).
 	Miss = 1<<30 - 1
 	// MaxValue is the largest value a prefix may carry: values share the
-	// directory's 32-bit entries with pointers, which take bits 30 and 31.
+	// 32-bit entries with pointers, which take bit 31.
 	MaxValue = Miss - 1
 
-	// Levels4 and Levels6 bound the nodes a lookup visits below the
-	// directory, for the smallest DirBits allowed (WOLF_LPM_LEVELS4/6).
-	Levels4 = (32 - minDirBits + stride - 1) / stride
-	Levels6 = (128 - minDirBits + stride - 1) / stride
+	// Levels4 and Levels6 bound the entries a lookup reads: the root,
+	// the directory, a node per 4 bits below the smallest directory,
+	// and a list (WOLF_LPM_LEVELS4/6).
+	Levels4 = 2 + (32-minDirBits)/4 + 1
+	Levels6 = 2 + (128-minDirBits)/4 + 1
 
 	minDirBits = 8
 	maxDirBits = 24
@@ -51,98 +52,90 @@ const (
 
 // Errors.
 var (
-	// ErrFull means the maps have no room for the change (New sizes them
+	// ErrFull means the map has no room for the change (New sizes it
 	// from Options). After a failed Load the table is unchanged; after a
-	// failed Update or Delete each directory slot shows the table before
-	// or after the change, and the next Update, Delete or Sync publishes
-	// the rest once there is room.
+	// failed Update or Delete the prefixes before the one that failed
+	// are changed, the rest are not.
 	ErrFull = errors.New("bpflpm: table full")
 	// ErrClosed is returned by every method after Close.
 	ErrClosed = errors.New("bpflpm: table closed")
 )
 
-// programs look up concurrently with all of them.
+// Table is one longest-prefix-match table in a BPF array map: the
+// writer's side. Its methods are safe for concurrent use (they
+// serialize); BPF programs look up concurrently with all of them.
 type Table struct {
 	mu     sync.RWMutex
 	opts   Options
 	width  uint
-	maxS   uint // directory generation g starts at entry g << maxS
+	s      uint8 // directory bits
 	levels int
+	closed bool
 
-	sh            *shadow
-	nodesA, leafA arena
-	im            image
-	gen           uint32 // active directory generation
-	seq           uint32 // Loads so far, kept in the root word for debugging
-	pending       []pend
-	plans         []*plan // free plans, for reuse
-	closed        bool
-	maps          map[string]*ebpf.Map // "root", "dir", "nodes", "leaves"
-	mmaps         [][]byte
+	im    image
+	arena arena
+	base  uint32 // the arena's first unit
+	m     *ebpf.Map
+	mmap  []byte
 
-	// inlineRewrites counts inline leaves rewritten in place in a live
-	// record (tests check that the path is exercised).
-	inlineRewrites int
+	root    *tnode // nil: the root entry is a value
+	count   int    // prefixes
+	hasZero bool   // whether /0 is in the table, with value zero
+	zero    uint32
+	// The directory's region stops being read by lookups when the root
+	// becomes a list; it is rewritten only after a grace period since.
+	dirRetired bool
+	dirEpoch   uint64
+
+	pending []pend   // blocks the current change stops using
+	dirty   []*tnode // packed nodes whose entries changed (flushPacked)
 
 	// Grace periods. Retired blocks are tagged with epoch; once a grace
 	// period that began after epoch e has ended, safe >= e and the
-	// blocks are reused. flipEpoch is the epoch of the last root switch:
-	// the directory switched away from is rewritten only when safe has
-	// passed it.
-	epoch, safe, flipEpoch uint64
-	grace                  func() error
-	graceCount             int
-	graceMap, graceInner   *ebpf.Map
-	kick, stop             chan struct{}
-	reclaimer              sync.WaitGroup
+	// blocks are reused.
+	epoch, safe          uint64
+	grace                func() error
+	graceCount           int
+	graceMap, graceInner *ebpf.Map
+	kick, stop           chan struct{}
+	reclaimer            sync.WaitGroup
 }
 
-// pend is a block the structure stops using at the end of a commit.
+// pend is a block that the structure stops using once the change being
+// made is published.
 type pend struct {
-	nodes bool
-	at, n uint32
+	at    uint32
+	order int8
 }
 
-// MapSuffixes are the maps WOLF_LPM_TABLE(name) declares: name_root,
-// name_dir, name_nodes and name_leaves.
-var MapSuffixes = []string{"root", "dir", "nodes", "leaves"}
+// MapSuffixes are the maps WOLF_LPM_TABLE(name) declares: name_words.
+var MapSuffixes = []string{"words"}
 
-// New creates the table's maps, empty. It needs CAP_BPF (root).
+// New creates the table's map, empty. It needs CAP_BPF (root).
 func New(opts Options) (*Table, error) {
 	if err := opts.normalize(); err != nil {
 		return nil, err
 	}
 	t := newTable(opts)
-	specs := t.mapSpecs()
-	t.maps = map[string]*ebpf.Map{}
+	p := "lpm4_words"
+	if opts.Family == IPv6 {
+		p = "lpm6_words"
+	}
+	// Not BPF_F_RDONLY_PROG: the kernel refuses writable mmaps of such maps.
+	spec := &ebpf.MapSpec{Name: p, Type: ebpf.Array, KeySize: 4, ValueSize: uint32(opts.Words) * 4, MaxEntries: 1, Flags: unix.BPF_F_MMAPABLE}
 	fail := func(err error) (*Table, error) {
 		t.release()
 		return nil, err
 	}
-	for _, name := range MapSuffixes {
-		m, err := ebpf.NewMap(specs[name])
-		if err != nil {
-			return fail(fmt.Errorf("bpflpm: create %s map: %w", name, err))
-		}
-		t.maps[name] = m
-		b, err := mmapMap(m)
-		if err != nil {
-			return fail(fmt.Errorf("bpflpm: mmap %s map: %w", name, err))
-		}
-		t.mmaps = append(t.mmaps, b)
-		switch name {
-		case "root":
-			t.im.root = b
-		case "dir":
-			t.im.dir = b
-		case "nodes":
-			t.im.nodes = b
-		case "leaves":
-			t.im.leaves = b
-		}
-	}
-	inner := &ebpf.MapSpec{Name: "wolf_lpm_gp_in", Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1}
 	var err error
+	if t.m, err = ebpf.NewMap(spec); err != nil {
+		return fail(fmt.Errorf("bpflpm: create the words map: %w", err))
+	}
+	if t.mmap, err = mmapMap(t.m); err != nil {
+		return fail(fmt.Errorf("bpflpm: mmap the words map: %w", err))
+	}
+	t.im.w = t.mmap[:opts.Words*4]
+	inner := &ebpf.MapSpec{Name: "wolf_lpm_gp_in", Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1}
 	if t.graceInner, err = ebpf.NewMap(inner); err != nil {
 		return fail(fmt.Errorf("bpflpm: create grace-period map: %w", err))
 	}
@@ -150,7 +143,7 @@ func New(opts Options) (*Table, error) {
 		return fail(fmt.Errorf("bpflpm: create grace-period map: %w", err))
 	}
 	t.grace = t.kernelGrace
-	t.publishEmpty()
+	t.im.store(0, Miss)
 	t.kick, t.stop = make(chan struct{}, 1), make(chan struct{})
 	t.reclaimer.Add(1)
 	go t.reclaim()
@@ -159,13 +152,12 @@ func New(opts Options) (*Table, error) {
 
 // newTable sets up everything but the memory.
 func newTable(opts Options) *Table {
-	t := &Table{opts: opts, maxS: uint(opts.MaxDirBits), width: 32, levels: Levels4, epoch: 1}
+	t := &Table{opts: opts, width: 32, levels: Levels4, s: uint8(opts.DirBits), epoch: 1}
 	if opts.Family == IPv6 {
 		t.width, t.levels = 128, Levels6
 	}
-	t.nodesA = newArena(uint32(opts.Nodes))
-	t.leafA = newArena(uint32(opts.Leaves / 2))
-	t.sh = newShadow(t.width, t.maxS, t.retire)
+	t.base = headerUnits + 1<<(t.s-1)
+	t.arena = newArena(uint32(opts.Words/unitWords) - t.base - padUnits)
 	return t
 }
 
@@ -175,55 +167,10 @@ func newHeapTable(opts Options) (*Table, error) {
 		return nil, err
 	}
 	t := newTable(opts)
-	t.im = image{
-		root:   make([]byte, 8),
-		dir:    make([]byte, 2<<t.maxS*4),
-		nodes:  make([]byte, opts.Nodes*recordSize),
-		leaves: make([]byte, opts.Leaves*4),
-	}
+	t.im.w = make([]byte, opts.Words*4)
 	t.grace = func() error { return nil }
-	t.publishEmpty()
+	t.im.store(0, Miss)
 	return t, nil
-}
-
-// publishEmpty makes both directory generations all-miss.
-func (t *Table) publishEmpty() {
-	for i := uint32(0); i < 2<<t.maxS; i++ {
-		t.im.storeDir(i, Miss)
-	}
-	t.im.storeRoot(t.rootWord())
-}
-
-// rootWord is what lookups read first: the generation (bit 0), the
-// directory width of the table in it (bits 8..12), where generations
-// start (bits 16..20), and a Load counter (bits 24..31).
-func (t *Table) rootWord() uint32 {
-	return t.gen | uint32(t.sh.s)<<8 | uint32(t.maxS)<<16 | (t.seq&0xff)<<24
-}
-
-func (t *Table) mapSpecs() map[string]*ebpf.MapSpec {
-	// Not BPF_F_RDONLY_PROG: the kernel refuses writable mmaps of such maps.
-	flags := uint32(unix.BPF_F_MMAPABLE)
-	p := "lpm4_"
-	if t.opts.Family == IPv6 {
-		p = "lpm6_"
-	}
-	// One element each: the whole directory, all records, all leaves
-	// (see WOLF_LPM_TABLE).
-	caps := t.caps()
-	return map[string]*ebpf.MapSpec{
-		"root":   {Name: p + "root", Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1, Flags: flags},
-		"dir":    {Name: p + "dir", Type: ebpf.Array, KeySize: 4, ValueSize: 4 * caps["dir"], MaxEntries: 1, Flags: flags},
-		"nodes":  {Name: p + "nodes", Type: ebpf.Array, KeySize: 4, ValueSize: recordSize * caps["nodes"], MaxEntries: 1, Flags: flags},
-		"leaves": {Name: p + "leaves", Type: ebpf.Array, KeySize: 4, ValueSize: 4 * caps["leaves"], MaxEntries: 1, Flags: flags},
-	}
-}
-
-// caps are what the dir, nodes and leaves maps' values hold: directory
-// words (both generations), records, leaf words. Bind hands them to the
-// BPF side as name_dir_cap, name_nodes_cap and name_leaves_cap.
-func (t *Table) caps() map[string]uint32 {
-	return map[string]uint32{"dir": 2 << t.maxS, "nodes": uint32(t.opts.Nodes), "leaves": uint32(t.opts.Leaves)}
 }
 
 // mmapMap maps an array map's values: elements of round_up(value_size, 8)
@@ -237,66 +184,56 @@ func mmapMap(m *ebpf.Map) ([]byte, error) {
 }
 
 // Bind makes a collection that declares WOLF_LPM_TABLE(name) use this
-// table: it sizes name's map specs like the table's maps, sets name's caps
-// in the collection's .rodata and adds the maps to opts.MapReplacements.
-// Load the collection with those options.
+// table: it sizes name's map spec like the table's map, sets name_cap in
+// the collection's .rodata and adds the map to opts.MapReplacements. Load
+// the collection with those options.
 func (t *Table) Bind(spec *ebpf.CollectionSpec, name string, opts *ebpf.CollectionOptions) error {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	if t.closed {
 		return ErrClosed
 	}
-	if t.maps == nil {
+	if t.m == nil {
 		return errors.New("bpflpm: a table in Go memory cannot be bound")
 	}
 	if opts.MapReplacements == nil {
 		opts.MapReplacements = map[string]*ebpf.Map{}
 	}
-	for _, suffix := range MapSuffixes {
-		ms, ok := spec.Maps[name+"_"+suffix]
-		if !ok {
-			return fmt.Errorf("bpflpm: the collection has no map %s_%s: declare WOLF_LPM_TABLE(%s)", name, suffix, name)
-		}
-		m := t.maps[suffix]
-		ms.MaxEntries, ms.ValueSize = m.MaxEntries(), m.ValueSize()
-		opts.MapReplacements[name+"_"+suffix] = m
+	ms, ok := spec.Maps[name+"_words"]
+	if !ok {
+		return fmt.Errorf("bpflpm: the collection has no map %s_words: declare WOLF_LPM_TABLE(%s)", name, name)
 	}
-	for what, c := range t.caps() {
-		v, ok := spec.Variables[name+"_"+what+"_cap"]
-		if !ok {
-			return fmt.Errorf("bpflpm: the collection has no variable %s_%s_cap: declare WOLF_LPM_TABLE(%s)", name, what, name)
-		}
-		if err := v.Set(c); err != nil {
-			return fmt.Errorf("bpflpm: set %s_%s_cap: %w", name, what, err)
-		}
+	ms.MaxEntries, ms.ValueSize = t.m.MaxEntries(), t.m.ValueSize()
+	opts.MapReplacements[name+"_words"] = t.m
+	v, ok := spec.Variables[name+"_cap"]
+	if !ok {
+		return fmt.Errorf("bpflpm: the collection has no variable %s_cap: declare WOLF_LPM_TABLE(%s)", name, name)
+	}
+	if err := v.Set(uint32(t.opts.Words)); err != nil {
+		return fmt.Errorf("bpflpm: set %s_cap: %w", name, err)
 	}
 	return nil
 }
 
-// Caps returns what the dir, nodes and leaves maps hold, which a caller
-// that wires the maps up itself (Maps) must set as the program's
-// name_dir_cap, name_nodes_cap and name_leaves_cap before load, as Bind
-// does: lookups never index past them.
-func (t *Table) Caps() (dirWords, records, leafWords uint32) {
-	c := t.caps()
-	return c["dir"], c["nodes"], c["leaves"]
-}
+// Cap returns how many words the map holds, which a caller that wires
+// the map up itself (Maps) must set as the program's name_cap before
+// load, as Bind does: lookups never index past it.
+func (t *Table) Cap() uint32 { return uint32(t.opts.Words) }
 
-// Maps returns the table's maps by suffix ("root", "dir", "nodes",
-// "leaves"), for callers that wire them up themselves (see Caps).
+// Maps returns the table's map by suffix ("words"), for callers that wire
+// it up themselves (see Cap).
 func (t *Table) Maps() map[string]*ebpf.Map {
-	out := map[string]*ebpf.Map{}
-	for k, v := range t.maps {
-		out[k] = v
+	if t.m == nil {
+		return map[string]*ebpf.Map{}
 	}
-	return out
+	return map[string]*ebpf.Map{"words": t.m}
 }
 
 // Family returns the table's address family.
 func (t *Table) Family() Family { return t.opts.Family }
 
-// Close unmaps and closes the maps. BPF programs that use them keep them
-// alive (and keep working) until they are unloaded.
+// Close unmaps and closes the map. BPF programs that use it keep it alive
+// (and keep working) until they are unloaded.
 func (t *Table) Close() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -316,24 +253,19 @@ func (t *Table) Close() error {
 
 func (t *Table) release() error {
 	var errs []error
-	for _, b := range t.mmaps {
-		if err := unix.Munmap(b); err != nil {
+	if t.mmap != nil {
+		if err := unix.Munmap(t.mmap); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	t.mmaps = nil
-	t.im = image{}
-	for _, m := range t.maps {
-		errs = append(errs, m.Close())
-	}
-	t.maps = nil
-	for _, m := range []*ebpf.Map{t.graceMap, t.graceInner} {
+	t.mmap, t.im = nil, image{}
+	for _, m := range []*ebpf.Map{t.m, t.graceMap, t.graceInner} {
 		if m != nil {
 			errs = append(errs, m.Close())
 		}
 	}
-	t.graceMap, t.graceInner = nil, nil
-	t.sh = nil
+	t.m, t.graceMap, t.graceInner = nil, nil, nil
+	t.root = nil
 	return errors.Join(errs...)
 }
 
@@ -355,11 +287,19 @@ func (t *Table) check(ps []netip.Prefix, vs []uint32) error {
 	return nil
 }
 
+func maskedKey(p netip.Prefix) (key, uint8) {
+	l := uint8(p.Bits())
+	return keyOf(p.Addr()).masked(uint(l)), l
+}
+
 // Load replaces the whole table with prefixes[i] → values[i] (a later
-// duplicate wins). It builds the new table in free blocks and a second
-// directory while lookups keep using the old one, then switches the root
-// word: each lookup sees the old table or the new one. The old table's
-// space is reused only after a grace period (see the package doc).
+// duplicate wins). It writes the new table's nodes into free blocks while
+// lookups keep using the old ones, then switches each directory entry
+// with one store (or, while the table fits a list, the root word): a
+// lookup sees the old table or the new one. A directory entry whose
+// prefixes did not change keeps its nodes. The old nodes' space is
+// reused after a grace period (see the package doc). On ErrFull nothing
+// changed.
 func (t *Table) Load(prefixes []netip.Prefix, values []uint32) error {
 	if err := t.check(prefixes, values); err != nil {
 		return err
@@ -369,78 +309,97 @@ func (t *Table) Load(prefixes []netip.Prefix, values []uint32) error {
 	if t.closed {
 		return ErrClosed
 	}
-	// The directory about to be overwritten was active before the last
-	// switch: a lookup that read the root word then may still be in it.
-	if t.safe < t.flipEpoch {
-		if err := t.sync(); err != nil {
-			return err
-		}
+	ps, hasZero, zero := t.sorted(prefixes, values)
+	old := t.root
+	var n *tnode
+	var err error
+	switch {
+	case len(ps) == 0:
+	case fitsList(ps, 0):
+		n, err = t.build(ps, key{}, 0, zero)
+	default:
+		n, err = t.buildDir(ps, old, zero)
 	}
-	s := uint(t.opts.DirBits)
-	if s == 0 {
-		s = uint(chooseDirBits(prefixes, int(t.maxS)))
+	if err != nil {
+		return err
 	}
-	nsh := newShadow(t.width, s, t.retire)
-	for i, p := range prefixes {
-		nsh.insert(keyOf(p.Addr()), uint(p.Bits()), values[i], true)
+	t.root, t.hasZero, t.zero, t.count = n, hasZero, zero, len(ps)
+	if hasZero {
+		t.count++
 	}
-	nsh.finish()
-	g := t.gen ^ 1
-	// Nobody reads this generation's directory: plain stores.
-	dir := t.im.dir[uint64(g)<<t.maxS*4:]
-	for slot := uint32(0); slot < 1<<s; slot++ {
-		e := nsh.dirDef[slot]
-		if nsh.slots[slot] != nil {
-			var err error
-			if e, err = t.commitSlot(nsh, slot); err != nil {
-				// Nothing of the new table was published: its
-				// blocks are free again at once.
-				t.releaseShadow(nsh)
-				return err
-			}
-		}
-		binary.NativeEndian.PutUint32(dir[slot*4:], e)
+	t.im.store(0, t.rootEntry())
+	switch {
+	case old == nil:
+	case old.order >= 0: // a list
+		t.retireNode(old)
+	case n == nil || n.isList(): // the directory goes
+		t.retireTree(old)
 	}
-	nsh.dirtyList, nsh.dirtySlot = nil, make([]bool, 1<<s)
-	old := t.sh
-	t.sh = nsh
-	t.gen = g
-	t.seq++
-	t.im.storeRoot(t.rootWord())
-	t.flipEpoch = t.epoch
-	old.retire = t.retire
-	old.dropAll()
 	t.flushRetired()
 	return nil
 }
 
-// releaseShadow frees every block placed for a shadow that was never
-// published.
-func (t *Table) releaseShadow(sh *shadow) {
-	var walk func(n *node)
-	walk = func(n *node) {
-		for _, k := range n.kids {
-			walk(k)
+// sorted returns the prefixes but /0, masked, in address order then
+// length order, a later duplicate winning, and the value of /0 if there
+// is one.
+func (t *Table) sorted(prefixes []netip.Prefix, values []uint32) (ps []bp, hasZero bool, zero uint32) {
+	zero = Miss
+	ps = make([]bp, 0, len(prefixes))
+	if t.opts.Family == IPv4 && len(prefixes) < 1<<26 {
+		// Address, length and index in one word: a plain integer sort.
+		ks := make([]uint64, len(prefixes))
+		for i, p := range prefixes {
+			k, l := maskedKey(p)
+			ks[i] = k.hi | uint64(l)<<26 | uint64(i)
 		}
-		t.nodesA.release(n.kidsAt, n.kidsN)
-		t.nodesA.release(n.at, 1)
-		if n.leafAt != noBlock {
-			t.leafA.release(n.leafAt/2, leafBlock(n.nleaves, n.root))
+		slices.Sort(ks)
+		for j, x := range ks {
+			if j+1 < len(ks) && ks[j+1]>>26 == x>>26 {
+				continue // a later duplicate follows
+			}
+			i := x & (1<<26 - 1)
+			if l := uint8(x >> 26 & 63); l > 0 {
+				ps = append(ps, bp{key{hi: x &^ (1<<32 - 1)}, l, values[i]})
+			} else {
+				hasZero, zero = true, values[i]
+			}
+		}
+		return ps, hasZero, zero
+	}
+	type ip struct {
+		bp
+		i int
+	}
+	all := make([]ip, len(prefixes))
+	for i, p := range prefixes {
+		k, l := maskedKey(p)
+		all[i] = ip{bp{k, l, values[i]}, i}
+	}
+	slices.SortFunc(all, func(a, b ip) int {
+		if c := cmpBP(a.bp, b.bp); c != 0 {
+			return c
+		}
+		return a.i - b.i
+	})
+	for j, x := range all {
+		if j+1 < len(all) && cmpBP(all[j+1].bp, x.bp) == 0 {
+			continue
+		}
+		if x.l > 0 {
+			ps = append(ps, x.bp)
+		} else {
+			hasZero, zero = true, x.v
 		}
 	}
-	for _, r := range sh.slots {
-		if r != nil {
-			walk(r)
-		}
-	}
+	return ps, hasZero, zero
 }
 
-// Update inserts or replaces prefixes[i] → values[i]. It writes what
-// changed into free blocks and publishes each change with one 4-byte
-// atomic store (see commitSlot): a lookup sees each directory slot
-// before or after the batch. On ErrFull, the slots written before the
-// failure are published and the rest retried by the next Update, Delete
-// or Sync.
+// Update inserts or replaces prefixes[i] → values[i], in order. Each
+// change is published with one aligned store per entry it rewrites, into
+// entries no lookup reads two of, or by one store of a pointer to a new
+// block: a lookup sees each prefix before or after its change (see the
+// package doc). On ErrFull the prefixes before the one that did not fit
+// are changed, and the rest are not.
 func (t *Table) Update(prefixes []netip.Prefix, values []uint32) error {
 	if err := t.check(prefixes, values); err != nil {
 		return err
@@ -451,13 +410,29 @@ func (t *Table) Update(prefixes []netip.Prefix, values []uint32) error {
 		return ErrClosed
 	}
 	for i, p := range prefixes {
-		t.sh.insert(keyOf(p.Addr()), uint(p.Bits()), values[i], false)
+		k, l := maskedKey(p)
+		err := t.insert(k, l, values[i])
+		if err == nil {
+			err = t.flushPacked()
+		}
+		// Each change is published on its own: what it replaced can
+		// go to limbo now, and be reused within the batch.
+		t.flushRetired()
+		if err != nil {
+			return err
+		}
 	}
-	return t.commit()
+	return nil
 }
 
 // Delete removes prefixes and returns how many were present. It
-// publishes like Update.
+// publishes like Update: the entries a prefix owned go back to the next
+// shorter prefix, in place, except in a packed node whose runs change,
+// which is rewritten; if that finds no room (ErrFull), the prefix is
+// gone from the table's copy and the next change or Sync publishes it.
+// A node left empty stays in place while the map has room to spare
+// (adding its prefixes back is then a store, not a new block); Sync
+// drops such nodes.
 func (t *Table) Delete(prefixes []netip.Prefix) (int, error) {
 	if err := t.check(prefixes, nil); err != nil {
 		return 0, err
@@ -469,11 +444,17 @@ func (t *Table) Delete(prefixes []netip.Prefix) (int, error) {
 	}
 	n := 0
 	for _, p := range prefixes {
-		if t.sh.remove(keyOf(p.Addr()), uint(p.Bits())) {
+		k, l := maskedKey(p)
+		if t.remove(k, l) {
 			n++
 		}
+		err := t.flushPacked()
+		t.flushRetired()
+		if err != nil {
+			return n, err
+		}
 	}
-	return n, t.commit()
+	return n, nil
 }
 
 // Lookup returns the value of the longest prefix that contains a, running
@@ -492,27 +473,23 @@ func (t *Table) Lookup(a netip.Addr) (uint32, bool) {
 func (t *Table) Len() int {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	if t.sh == nil {
-		return 0
-	}
-	return t.sh.n
+	return t.count
 }
 
 // Stats describes the table's memory.
 type Stats struct {
 	Prefixes int
-	// Nodes and Leaves are entries the live table uses (a slot root's
-	// leaf block counts its leafvec as two, and blocks are rounded up to
-	// pairs); NodeCap and LeafCap what the maps hold.
-	Nodes, Leaves    uint64
-	NodeCap, LeafCap uint64
-	// BytesUsed is the live structure: one directory generation, the
-	// node records and the leaves. BytesAllocated is all the maps'
-	// memory: both generations and the spare capacity.
-	BytesUsed, BytesAllocated uint64
+	// Directs, Packed and Lists count the nodes below the root; Depth is
+	// the most entries a lookup reads (the root word included).
+	Directs, Packed, Lists, Depth int
+	// BytesUsed is the live structure: the header, the directory if the
+	// root is one, and the blocks of the nodes. BytesAllocated is the
+	// map's whole value. BytesInLimbo waits for a grace period.
+	BytesUsed, BytesAllocated, BytesInLimbo uint64
 	// GracePeriods counts the waits for lookups to leave retired memory.
 	GracePeriods int
-	// DirBits is the directory width of the live table.
+	// DirBits is the directory's width (used once the table outgrows a
+	// list).
 	DirBits int
 }
 
@@ -521,19 +498,40 @@ func (t *Table) Stats() Stats {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	st := Stats{
-		Nodes:        t.nodesA.live,
-		Leaves:       2 * t.leafA.live,
-		NodeCap:      uint64(t.nodesA.cap),
-		LeafCap:      2 * uint64(t.leafA.cap),
-		GracePeriods: t.graceCount,
+		Prefixes:       t.count,
+		BytesAllocated: uint64(t.opts.Words) * 4,
+		BytesInLimbo:   t.arena.inLimbo * 8,
+		GracePeriods:   t.graceCount,
+		DirBits:        int(t.s),
+		Depth:          1,
 	}
-	if t.sh != nil {
-		st.Prefixes = t.sh.n
+	if t.root != nil {
+		st.Depth = 2
 	}
-	if t.sh != nil {
-		st.DirBits = int(t.sh.s)
+	used := uint64(headerUnits) + t.arena.live
+	var walk func(n *tnode, d int)
+	walk = func(n *tnode, d int) {
+		st.Depth = max(st.Depth, d)
+		switch {
+		case n.isList():
+			st.Lists++
+		case n.packed:
+			st.Packed++
+		default:
+			st.Directs++
+		}
+		for _, c := range n.kids {
+			walk(c, d+1)
+		}
 	}
-	st.BytesUsed = uint64(4)<<st.DirBits + st.Nodes*recordSize + st.Leaves*4
-	st.BytesAllocated = uint64(8)<<t.maxS + st.NodeCap*recordSize + st.LeafCap*4 + 8
+	if r := t.root; r != nil {
+		if r.order < 0 {
+			used += 1 << (t.s - 1)
+		}
+		for _, c := range r.kids {
+			walk(c, 3)
+		}
+	}
+	st.BytesUsed = used * 8
 	return st
 }

@@ -2,7 +2,7 @@
 /*
  * wolf_lpm.h: longest-prefix match for BPF programs, over a structure that
  * user space (Go package github.com/wolf-investigator/wolf/lpm/bpflpm)
- * builds in four BPF array maps. Include it after vmlinux.h (or
+ * builds in one BPF array map. Include it after vmlinux.h (or
  * <linux/bpf.h>), declare a table, bind it from Go, look up:
  *
  *	WOLF_LPM_TABLE(routes4);
@@ -12,41 +12,35 @@
  *		return XDP_PASS;
  *
  * and in Go: table.Bind(spec, "routes4", &opts) before loading (it sizes
- * the maps and sets the table's caps in .rodata).
+ * the map and sets the table's cap in .rodata).
  *
- * The structure is a Poptrie (Asai and Ohara, SIGCOMM 2015): a directory
- * indexed by the first s address bits (s = 8..24, chosen by user space
- * for each table it loads),
- * then nodes of 64 slots, each resolving 6 more bits. A node holds two
- * 64-bit maps instead of 64 pointers: which slots descend into a child,
- * and which slots start a new run of equal leaves. The children of a node
- * are consecutive records, as are its leaves, so one base index plus the
- * population count of the bits below the slot finds either; runs of equal
- * leaves are stored once, and a node without children and with at most
- * four runs keeps them in its own record. A lookup is one directory read
- * and, per 6 bits that routes need, one 24-byte record read, then one leaf
- * read unless the last record held it: three dependent reads for a /32
- * below a 20-bit directory, two for a /24 below an 18-bit one, where the
- * kernel's LPM_TRIE walks one node per bit that distinguishes its keys.
+ * The structure is a multibit trie with leaf pushing, in an array of
+ * 32-bit words. Every entry is one word: a value, or a pointer to a node.
+ * A direct node of stride k is 2^k entries indexed by the next k address
+ * bits (the first one, the directory, resolves the first 8..24 bits); a
+ * packed node is a direct node of up to 6 bits stored run-length
+ * compressed, for the sparse middle of a routing table; a list holds up
+ * to WOLF_LPM_LIST prefixes, longest first, for the sparsest parts, and a
+ * table of a few prefixes is one list. Leaf pushing: an
+ * entry that no longer prefix covers already holds the value of the
+ * longest shorter one, so a lookup reads one entry per level and returns
+ * the first value it finds; there is no best match to remember and
+ * nothing to backtrack to.
  *
- * The directory, the records and the leaves are each the one value of a
- * one-element array, found once per lookup with bpf_map_lookup_elem (which
- * the verifier inlines); every read after that is a bounds check against
- * a cap the verifier knows as a constant and an indexed load. BPF has no
- * population count instruction, so it is the usual SWAR bit trick. Loops
- * are bounded by WOLF_LPM_LEVELS4/6.
+ * A lookup is one bpf_map_lookup_elem (inlined by the verifier for an
+ * array), then, per level, a bounds check against the cap the verifier
+ * knows as a constant and one load. Loops are bounded by
+ * WOLF_LPM_LEVELS4/6.
  *
- * Consistency: the root map's one word holds the active directory
- * generation (bit 0), s (bits 8..12) and where generations start in the
- * directory map (bits 16..20). It is read once per lookup, and
- * everything reachable from it is immutable while any lookup may read it:
- * user space writes changes into free blocks, publishes them with one
- * atomic store (a directory entry, a leaf, or the root word) and reuses
- * what it replaced only after an RCU grace period. So a lookup returns
- * what the table held before an update or after it, never a mix.
- * Non-sleepable programs (XDP, TC, tracing, ...) are covered as they are;
- * a sleepable program must call the lookup between bpf_rcu_read_lock()
- * and bpf_rcu_read_unlock().
+ * Consistency: user space changes the structure with single aligned
+ * 4-byte stores - an entry, a list's value - each one read by a lookup
+ * at most once, and writes new nodes into free space before the one
+ * store of the pointer that publishes them (a lookup reaches a node only
+ * through that pointer). What it replaces is reused only after an RCU
+ * grace period. So a lookup sees every change before or after, never a
+ * torn one. Non-sleepable programs (XDP, TC, tracing, ...) are covered as
+ * they are; a sleepable program must call the lookup between
+ * bpf_rcu_read_lock() and bpf_rcu_read_unlock().
  */
 #ifndef WOLF_LPM_H
 #define WOLF_LPM_H
@@ -57,51 +51,41 @@
 /* What a lookup returns when no prefix matches. Values are below it. */
 #define WOLF_LPM_MISS 0x3fffffffU
 /*
- * A directory entry is a value, or with WOLF_LPM_NODE the index of the
- * slot's root record, or with WOLF_LPM_LEAVES the leaf block of a root
- * without children (no record to read: most routing-table lookups).
+ * An entry with WOLF_LPM_PTR points at a node: bits 26..30 are the
+ * stride of a direct node (1..24), or 0 for a list, bits 0..25 the
+ * node's offset in 8-byte units.
  */
-#define WOLF_LPM_NODE 0x80000000U
-#define WOLF_LPM_LEAVES 0x40000000U
-/* Nodes a lookup may visit below a directory of at least 8 bits. */
-#define WOLF_LPM_LEVELS4 4
-#define WOLF_LPM_LEVELS6 20
+#define WOLF_LPM_PTR 0x80000000U
+#define WOLF_LPM_OFF 0x03ffffffU
 /*
- * base1 of a record whose leaves are inline: a node without children and
- * with at most WOLF_LPM_INLINE_MAX runs keeps its leaves in the record
- * itself, in the words of vector (0, 1) and base0 (4) and in base1's low
- * 30 bits (5), so the lookup ends in the record it has just read instead
- * of making one more dependent read in the leaves map. A real base1 is
- * below 2^30, so the flag is unambiguous; values are below 2^30 too.
+ * A list: word 0 is the value of its range where none of its entries
+ * matches, word 1 the number of entries, then entries of four words: the
+ * prefix's bits below the list's depth, top-aligned (a 64-bit word), how
+ * many there are (1..64), and the value, or WOLF_LPM_SKIP once deleted.
  */
-#define WOLF_LPM_INLINE 0x80000000U
-#define WOLF_LPM_INLINE_MAX 4
-#define WOLF_LPM_VALUE 0x3fffffffU
+#define WOLF_LPM_LIST 7
+#define WOLF_LPM_LIST_WORDS (2 + 4 * WOLF_LPM_LIST)
+#define WOLF_LPM_SKIP 0xffffffffU
+/*
+ * A pointer whose stride field is above WOLF_LPM_PACKED points at a packed
+ * node of stride field - WOLF_LPM_PACKED (1..6): a direct node stored as
+ * a 64-bit word marking where runs of equal entries start, then one word
+ * per run.
+ */
+#define WOLF_LPM_PACKED 24
+#define WOLF_LPM_PACKED_WORDS (2 + 64)
+/* Entries a lookup may read: root, directory, a node per 4 bits, list. */
+#define WOLF_LPM_LEVELS4 9
+#define WOLF_LPM_LEVELS6 33
 
 /*
- * A node's record. Its leaves - one per run - start at base0 in the
- * leaves map. The leaf block of a directory slot's root node (at an even
- * index) starts with a copy of leafvec, for directory entries that point
- * straight at it (WOLF_LPM_LEAVES); base0 then points just past the copy.
- * Lookups through a record use the record's leafvec.
- */
-struct wolf_lpm_node {
-	__u64 vector;  /* slot i descends into a child */
-	__u64 leafvec; /* slot i starts a run of equal leaves */
-	__u32 base0;   /* this node's first leaf */
-	__u32 base1;   /* this node's first child record, or WOLF_LPM_INLINE */
-};
-
-/*
- * Declares a table: four BPF_F_MMAPABLE arrays of one element each - the
- * root word, then the whole directory, all node records and all leaves as
- * one value apiece - and, in .rodata, how many directory words, records
- * and leaf words those values hold. The sizes here are placeholders:
- * Table.Bind (Go) sizes the maps and sets the caps before load. The
- * verifier knows the caps as constants, so a lookup indexes straight into
- * a value behind one bounds check per read, where a bpf_map_lookup_elem
- * per read would store the index to the stack and load it back on the
- * lookup's critical path.
+ * Declares a table: a BPF_F_MMAPABLE array of one element, the whole
+ * structure, and in .rodata how many words it holds. The size here is a
+ * placeholder: Table.Bind (Go) sizes the map and sets the cap before
+ * load. The verifier knows the cap as a constant, so a lookup indexes
+ * straight into the value behind one bounds check per read, where a
+ * bpf_map_lookup_elem per read would store the index to the stack and
+ * load it back on the lookup's critical path.
  */
 #define WOLF_LPM_TABLE(name)                       \
 	struct {                                   \
@@ -109,33 +93,11 @@ struct wolf_lpm_node {
 		__uint(map_flags, BPF_F_MMAPABLE); \
 		__uint(max_entries, 1);            \
 		__type(key, __u32);                \
-		__type(value, __u32);              \
-	} name##_root SEC(".maps");                \
-	struct {                                   \
-		__uint(type, BPF_MAP_TYPE_ARRAY);  \
-		__uint(map_flags, BPF_F_MMAPABLE); \
-		__uint(max_entries, 1);            \
-		__type(key, __u32);                \
-		__uint(value_size, 8);             \
-	} name##_dir SEC(".maps");                 \
-	struct {                                   \
-		__uint(type, BPF_MAP_TYPE_ARRAY);  \
-		__uint(map_flags, BPF_F_MMAPABLE); \
-		__uint(max_entries, 1);            \
-		__type(key, __u32);                \
-		__uint(value_size, 24);            \
-	} name##_nodes SEC(".maps");               \
-	struct {                                   \
-		__uint(type, BPF_MAP_TYPE_ARRAY);  \
-		__uint(map_flags, BPF_F_MMAPABLE); \
-		__uint(max_entries, 1);            \
-		__type(key, __u32);                \
-		__uint(value_size, 8);             \
-	} name##_leaves SEC(".maps");              \
-	const volatile __u32 name##_dir_cap = 0;   \
-	const volatile __u32 name##_nodes_cap = 0; \
-	const volatile __u32 name##_leaves_cap = 0
+		__uint(value_size, 64);            \
+	} name##_words SEC(".maps");               \
+	const volatile __u32 name##_cap = 0
 
+/* BPF has no population count instruction: the SWAR one. */
 static __always_inline __u64 wolf_lpm__popcount(__u64 x)
 {
 	x = x - ((x >> 1) & 0x5555555555555555ULL);
@@ -145,88 +107,84 @@ static __always_inline __u64 wolf_lpm__popcount(__u64 x)
 }
 
 /*
- * Word i of an array of cap words, or WOLF_LPM_MISS past its end. Indexes
- * are 64-bit all along: a 32-bit one would be zero-extended into a new
- * register after the bounds check, which the verifier then cannot tie to
- * the check.
- */
-static __always_inline __u32 wolf_lpm__word(const __u32 *a, __u64 i, __u64 cap)
-{
-	return i < cap ? a[i] : WOLF_LPM_MISS;
-}
-
-/*
  * The address is a 128-bit number, most significant bit first, in two
  * host-order halves; an IPv4 address sits in the top 32 bits of hi.
- * Always inlined, so that each call site sees constant map pointers and
- * caps and a constant level bound.
+ * Always inlined, so that each call site sees a constant map pointer, cap
+ * and level bound. Indexes are 64-bit all along: a 32-bit one would be
+ * zero-extended into a new register after the bounds check, which the
+ * verifier then cannot tie to the check.
  */
-static __always_inline __u32 wolf_lpm__lookup(void *rootm, void *dirm, void *nodesm, void *leavesm,
-					      __u32 dcap, __u32 ncap, __u32 lcap, __u64 hi,
-					      __u64 lo, const int levels)
+static __always_inline __u32 wolf_lpm__lookup(void *map, __u64 cap, __u64 hi, __u64 lo,
+					      const int levels)
 {
-	struct wolf_lpm_node *nodes, *n;
-	__u32 zero = 0, *r, *dir, *leaves, w, s, e, j;
-	__u64 v, mask, leafvec, idx;
+	__u32 zero = 0, *w, e, rl, v;
+	__u64 i, j, n, k;
 	int l;
 
-	r = bpf_map_lookup_elem(rootm, &zero);
-	dir = bpf_map_lookup_elem(dirm, &zero);
-	nodes = bpf_map_lookup_elem(nodesm, &zero);
-	leaves = bpf_map_lookup_elem(leavesm, &zero);
-	if (!r || !dir || !nodes || !leaves)
+	w = bpf_map_lookup_elem(map, &zero);
+	if (!w)
 		return WOLF_LPM_MISS;
-	/* One read: generation, directory width and layout from one store. */
-	w = *(volatile __u32 *)r;
-	s = (w >> 8) & 31;
-	if (s < 8 || s > 24)
-		return WOLF_LPM_MISS; /* not loaded yet */
-	e = wolf_lpm__word(dir, ((__u64)(w & 1) << ((w >> 16) & 31)) | hi >> (64 - s), dcap);
-	if (!(e & (WOLF_LPM_NODE | WOLF_LPM_LEAVES)))
-		return e;
-	hi = hi << s | lo >> (64 - s);
-	lo <<= s;
-	v = hi >> 58;
-	/* Slots 0..v; for v = 63 the shift wraps to 0 and mask is ~0. */
-	mask = (2ULL << v) - 1;
-	if (e & WOLF_LPM_LEAVES) {
-		/* A root's leaf block: leafvec (two words), then the leaves. */
-		idx = e & ~WOLF_LPM_LEAVES;
-		leafvec = wolf_lpm__word(leaves, idx, lcap) |
-			  (__u64)wolf_lpm__word(leaves, idx + 1, lcap) << 32;
-		return wolf_lpm__word(leaves, idx + 1 + wolf_lpm__popcount(leafvec & mask), lcap);
-	}
-	idx = e & ~WOLF_LPM_NODE;
+	e = *(volatile __u32 *)w;
 	for (l = 0; l < levels; l++) {
-		if (idx >= ncap)
-			return WOLF_LPM_MISS;
-		n = &nodes[idx];
-		v = hi >> 58;
-		mask = (2ULL << v) - 1;
-		if (n->base1 & WOLF_LPM_INLINE) {
-			/* Run j (0..3) lives in word j + (j & 2): 0, 1, 4, 5. */
-			j = ((__u32)wolf_lpm__popcount(n->leafvec & mask) - 1) & 3;
-			return ((__u32 *)n)[j + (j & 2)] & WOLF_LPM_VALUE;
-		}
-		if ((n->vector >> v) & 1) {
-			idx = (__u64)n->base1 + wolf_lpm__popcount(n->vector & mask) - 1;
-			hi = hi << 6 | lo >> 58;
-			lo <<= 6;
+		if (!(e & WOLF_LPM_PTR))
+			return e;
+		i = (__u64)(e & WOLF_LPM_OFF) * 2;
+		k = (e >> 26) & 31;
+		if (k > WOLF_LPM_PACKED) {
+			/*
+			 * A packed node: a 64-bit word marks where runs of
+			 * equal entries start, one word per run follows; the
+			 * entry of the next k bits is run popcount(bits
+			 * 0..slot) - 1.
+			 */
+			k -= WOLF_LPM_PACKED;
+			barrier_var(i);
+			if (cap < WOLF_LPM_PACKED_WORDS || i > cap - WOLF_LPM_PACKED_WORDS)
+				return WOLF_LPM_MISS;
+			j = hi >> (64 - k);
+			hi = hi << k | lo >> (64 - k);
+			lo <<= k;
+			/* Bits 0..j; for j = 63 the shift wraps to 0: all. */
+			n = wolf_lpm__popcount(*(__u64 *)&w[i] & ((2ULL << j) - 1));
+			e = *(volatile __u32 *)&w[i + 1 + (n & 63)];
 			continue;
 		}
-		return wolf_lpm__word(
-			leaves, (__u64)n->base0 + wolf_lpm__popcount(n->leafvec & mask) - 1, lcap);
+		if (k) {
+			/* A direct node: the entry of the next k bits. */
+			i += hi >> (64 - k);
+			hi = hi << k | lo >> (64 - k);
+			lo <<= k;
+			if (i >= cap)
+				return WOLF_LPM_MISS;
+			e = *(volatile __u32 *)&w[i];
+			continue;
+		}
+		/*
+		 * A list: the first entry that matches is the longest. Clang
+		 * knows i is even and would add the word offsets below with
+		 * an OR, whose bounds the verifier does not track: hide it.
+		 */
+		barrier_var(i);
+		if (cap < WOLF_LPM_LIST_WORDS || i > cap - WOLF_LPM_LIST_WORDS)
+			return WOLF_LPM_MISS;
+		n = w[i + 1];
+		for (j = 0; j < WOLF_LPM_LIST; j++) {
+			if (j >= n)
+				break;
+			rl = w[i + 4 + 4 * j];
+			v = *(volatile __u32 *)&w[i + 5 + 4 * j];
+			if (rl - 1 < 64 && !((hi ^ *(__u64 *)&w[i + 2 + 4 * j]) >> (64 - rl)) &&
+			    v != WOLF_LPM_SKIP)
+				return v;
+		}
+		return *(volatile __u32 *)&w[i];
 	}
 	return WOLF_LPM_MISS;
 }
 
-#define wolf_lpm__maps(name)                                                      \
-	&name##_root, &name##_dir, &name##_nodes, &name##_leaves, name##_dir_cap, \
-		name##_nodes_cap, name##_leaves_cap
-
 /* Look up an IPv4 address in network byte order (iph->daddr). */
-#define wolf_lpm_lookup4(name, be32_addr)                                            \
-	wolf_lpm__lookup(wolf_lpm__maps(name), (__u64)bpf_ntohl(be32_addr) << 32, 0, \
+#define wolf_lpm_lookup4(name, be32_addr)                                                 \
+	wolf_lpm__lookup(&name##_words, name##_cap, (__u64)bpf_ntohl(be32_addr) << 32, 0, \
 			 WOLF_LPM_LEVELS4)
 
 /*
@@ -244,11 +202,11 @@ static __always_inline void wolf_lpm__key6(const void *addr, __u64 *hi, __u64 *l
 	*lo = (__u64)bpf_ntohl(a[2]) << 32 | bpf_ntohl(a[3]);
 }
 
-#define wolf_lpm_lookup6(name, addr16)                                                \
-	({                                                                            \
-		__u64 __hi, __lo;                                                     \
-		wolf_lpm__key6((addr16), &__hi, &__lo);                               \
-		wolf_lpm__lookup(wolf_lpm__maps(name), __hi, __lo, WOLF_LPM_LEVELS6); \
+#define wolf_lpm_lookup6(name, addr16)                                                     \
+	({                                                                                 \
+		__u64 __hi, __lo;                                                          \
+		wolf_lpm__key6((addr16), &__hi, &__lo);                                    \
+		wolf_lpm__lookup(&name##_words, name##_cap, __hi, __lo, WOLF_LPM_LEVELS6); \
 	})
 
 #endif /* WOLF_LPM_H */

@@ -578,3 +578,20 @@ func gone(pid int) bool {
 	}
 	return false
 }
+
+// tgid is the process a task (a thread id) belongs to, tid itself when
+// /proc does not say.
+func tgid(tid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/status")
+	if err != nil {
+		return tid
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Tgid:"); ok {
+			if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
+				return n
+			}
+		}
+	}
+	return tid
+}

@@ -311,6 +311,7 @@ func runOne(parent context.Context, s Scenario, i int, c runConfig) (res Result)
 	dctx, dcancel := context.WithTimeout(ctx, lab.Scaled(60*time.Second))
 	defer dcancel()
 	cmd := exec.CommandContext(dctx, c.wolf, "doctor", "--duration", c.duration, "--format", "json")
+	cmd.Env = append(os.Environ(), "WOLF_FACTS_OUT="+filepath.Join(c.keep, fmt.Sprintf("%s-%d.facts.json", s.Name, i+1)))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	before, tb := snapCPU(), time.Now()

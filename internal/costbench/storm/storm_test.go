@@ -34,11 +34,15 @@ import (
 //	go test -run '^$' -bench Storm -benchtime 1x ./internal/costbench/storm   # root; ~6 min
 //
 // It takes /tmp/wolf-bench.lock for its whole run, as every benchmark on a
-// shared machine does.
+// shared machine does, and the tests' lock (testutil.Exclusive): its
+// storms are machine-wide.
 func BenchmarkStorm(b *testing.B) {
 	testutil.RequireRoot(b)
 	unlock := benchLock(b)
 	defer unlock()
+	// The storms (a memory cgroup at its limit, directory and UDP floods)
+	// are what the tests that assert on a quiet machine must not see.
+	testutil.Exclusive(b)
 	stats, err := costbench.EnableStats()
 	if err != nil {
 		b.Fatal(err)

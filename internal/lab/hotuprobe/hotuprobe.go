@@ -33,6 +33,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/wolf-investigator/wolf/internal/lab"
+	"github.com/wolf-investigator/wolf/internal/testslock"
 )
 
 const (
@@ -70,7 +71,10 @@ type Instance struct {
 }
 
 // Start runs yes and attaches the probes to its write() calls.
-func (hotLab) Start(ctx context.Context, opt lab.Options) (_ lab.Instance, err error) {
+func (l hotLab) Start(ctx context.Context, opt lab.Options) (_ lab.Instance, err error) {
+	if err := testslock.Check("lab " + l.Name()); err != nil {
+		return nil, err
+	}
 	logf := opt.Logf
 	if logf == nil {
 		logf = func(string, ...any) {}

@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/wolf-investigator/wolf/internal/lab"
+	"github.com/wolf-investigator/wolf/internal/testslock"
 )
 
 // DefaultMB is the region the holder walks: 512 MiB of 4 KiB pages, which
@@ -83,6 +84,9 @@ type Instance struct {
 func (m mmapLab) Start(ctx context.Context, opt lab.Options) (_ lab.Instance, err error) {
 	if m.mb <= 0 || m.mb > 4096 {
 		return nil, fmt.Errorf("mmap-lock: region of %d MiB out of range", m.mb)
+	}
+	if err := testslock.Check("lab " + m.Name()); err != nil {
+		return nil, err
 	}
 	cmd := lab.ChildCommand(context.Background(), childPart, childComm, strconv.Itoa(m.mb), "GOMAXPROCS=2")
 	stdin, err := cmd.StdinPipe()

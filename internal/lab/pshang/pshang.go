@@ -48,6 +48,7 @@ import (
 
 	"github.com/wolf-investigator/wolf/internal/lab"
 	"github.com/wolf-investigator/wolf/internal/lab/labproc"
+	"github.com/wolf-investigator/wolf/internal/testslock"
 )
 
 // Lab names and defaults.
@@ -113,6 +114,9 @@ type Instance struct {
 
 // Start implements lab.Lab.
 func (l psLab) Start(ctx context.Context, opt lab.Options) (_ lab.Instance, err error) {
+	if err := testslock.Check("lab " + l.Name()); err != nil {
+		return nil, err
+	}
 	cfg := l.cfg
 	if cfg.StallMax <= 0 || cfg.StallMax > maxStall {
 		cfg.StallMax = maxStall

@@ -55,6 +55,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/wolf-investigator/wolf/internal/lab"
+	"github.com/wolf-investigator/wolf/internal/testslock"
 )
 
 // Lab is the TCP collapse reproducer. The zero value is not ready; use New.
@@ -115,6 +116,9 @@ func (l *Lab) Start(ctx context.Context, opt lab.Options) (lab.Instance, error) 
 	}
 	if l.Segment <= 0 || l.RmemMax < 1<<20 || l.MTU < 576 {
 		return nil, fmt.Errorf("tcp-collapse: bad settings %+v", *l)
+	}
+	if err := testslock.Check("lab " + l.Name()); err != nil {
+		return nil, err
 	}
 	logf := opt.Logf
 	if logf == nil {
