@@ -1,6 +1,7 @@
 package lpm
 
 import (
+	"encoding/binary"
 	"math/bits"
 	"net/netip"
 	"sync"
@@ -86,11 +87,11 @@ func prefixOf(is4 bool, k key, plen int) netip.Prefix {
 		h := k.hi >> 32
 		return netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(h >> 24), byte(h >> 16), byte(h >> 8), byte(h)}), plen)
 	}
+	// Two byte-swapped stores, not sixteen byte stores: Lookup pays this
+	// on every IPv6 hit.
 	var b [16]byte
-	for i := range 8 {
-		b[i] = byte(k.hi >> (56 - 8*i))
-		b[8+i] = byte(k.lo >> (56 - 8*i))
-	}
+	binary.BigEndian.PutUint64(b[:8], k.hi)
+	binary.BigEndian.PutUint64(b[8:], k.lo)
 	return netip.PrefixFrom(netip.AddrFrom16(b), plen)
 }
 

@@ -81,7 +81,8 @@ func attachTable(m mode, profileHz int, reclaimShared bool) []probekit.Attach {
 			// Before 5.11 (no bpf_get_current_task_btf): probe reads.
 			Or: []probekit.Attach{{Kind: probekit.RawTracepoint, Target: "mmap_lock/mmap_lock_acquire_returned", Program: "on_mm_acquired_probe"}}},
 		{Kind: probekit.RawTracepoint, Target: "mmap_lock/mmap_lock_released", Program: "on_mm_released",
-			Why: "mmap_lock hold times and long holds"},
+			Why: "mmap_lock hold times and long holds",
+			Or:  []probekit.Attach{{Kind: probekit.RawTracepoint, Target: "mmap_lock/mmap_lock_released", Program: "on_mm_released_probe"}}},
 	}...)
 	if !reclaimShared {
 		t = append(t, reclaimRows...)

@@ -15,8 +15,8 @@ type Options struct {
 	// directory entries reuses the others' nodes), and slack for the
 	// blocks updates retire while a grace period is under way. The bound
 	// is really on the structure the prefixes need, not on their count:
-	// IPv4 gets 2 words per prefix (measured: 1.75 for the real IPv4
-	// table, 1.25 for dense /32 sets), IPv6 5 (measured 4.3 for the real
+	// IPv4 gets 2 words per prefix (measured: 2.0 for the real IPv4
+	// table, 1.25 for dense /32 sets), IPv6 7 (measured 6 for the real
 	// IPv6 table). Set Words for unusual sets, such as scattered /32s
 	// (up to 8 words each). Stats shows what a table uses.
 	MaxPrefixes int
@@ -53,7 +53,7 @@ func (o *Options) normalize() error {
 		p := uint64(o.MaxPrefixes)
 		per := uint64(4) // words per prefix
 		if o.Family == IPv6 {
-			per = 10
+			per = 14
 		}
 		if o.DirBits < derived {
 			// A narrower directory than the table's size calls for

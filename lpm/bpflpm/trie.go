@@ -28,7 +28,9 @@ const maxChildStride = 16
 // entries only if its subtree holds at least 2^k/rho prefixes. Larger
 // means fewer levels and more memory; measured side by side on the real
 // tables, the smaller footprint of 1 wins: lookups there are bound by
-// cache and TLB misses, not by the number of levels.
+// cache and TLB misses, not by the number of levels (IPv6, `wolf bench
+// lpm --ipv6`: 66 ns at 1, 5.1 node reads per lookup; 67-73 at 8, 4.0
+// reads; 76 at 16, 3.7 reads).
 const rho = 1
 
 type tnode struct {
