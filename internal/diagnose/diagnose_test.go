@@ -842,3 +842,37 @@ func TestDeviceWaitBehindItsCgroupsLimit(t *testing.T) {
 		}
 	}
 }
+
+// fio reads loop2, a loop device whose backing file is on loop1; its
+// cgroup's reads of loop1 are capped (loop's worker issues them charged
+// to fio's cgroup). loop2 is busy and each of fio's reads takes 7 ms:
+// not slow by the device's own numbers, but held by the limit under it.
+func TestWaitOnAStackedDeviceIsOnTheLimitUnderIt(t *testing.T) {
+	s := window()
+	up, low := fact.DeviceKey("loop2"), fact.DeviceKey("loop1")
+	lk := fact.IOLimitKey("/slow", "loop1")
+	s.Resource(fact.Resource{Kind: fact.Device, Key: up, Device: "loop2", Under: []string{"loop1"}})
+	s.Resource(fact.Resource{Kind: fact.Device, Key: low, Device: "loop1", Under: []string{"vda"}})
+	s.Saturations = append(s.Saturations,
+		fact.Saturation{On: up, Level: 0.91, Unit: "busy_pct", Numbers: map[string]float64{"busy_pct": 91, "on_device_ms_avg": 6.7}},
+		fact.Saturation{On: lk, Level: 1, Limit: 2 << 20, Used: 2 << 20, Unit: "bytes_per_s", AtLimit: true,
+			Numbers: map[string]float64{"limit_bytes_per_s": 2 << 20}, LimitText: "2 MiB/s of reads (blkio.throttle.read_bps_device)"},
+	)
+	s.Usage = append(s.Usage,
+		fact.Usage{On: up, By: fact.Task{PID: 30, TID: 30, Comm: "fio", IOCgroup: "/slow"}, Amount: 18 << 20, Unit: "bytes"},
+		fact.Usage{On: lk, By: fact.Task{PID: 9, TID: 9, Comm: "kworker/u8:2-loop1", IOCgroup: "/slow"}, Amount: 16 << 20, Unit: "bytes"},
+	)
+	s.Waits = append(s.Waits, fact.Wait{Task: fact.Task{PID: 30, TID: 30, Comm: "fio", IOCgroup: "/slow"}, Kind: fact.WaitIO, On: up, Total: 7 * sec, Max: 130 * ms1, Count: 1079})
+	ds := Diagnose(nil, s)
+	logChain(t, ds)
+	d := only(t, ds)
+	if d.ID != "diagnose.io-limit" || !strings.Contains(d.Title, "loop1") || !strings.Contains(d.Title, "/slow") {
+		t.Fatalf("%s: %s", d.ID, d.Title)
+	}
+	checkHops(t, d)
+	// Another cgroup's limit under it is not this task's.
+	s.Waits[len(s.Waits)-1].Task.IOCgroup = "/other"
+	if ds := Diagnose(nil, s); len(ds) != 0 && ds[0].ID == "diagnose.io-limit" {
+		t.Errorf("another cgroup's limit: %s", ds[0].Title)
+	}
+}
