@@ -76,8 +76,11 @@ func pickLabDiagnosis(rep *finding.Report, what string, want func(*finding.Diagn
 		if want(d) {
 			return d, others, nil
 		}
-		if ours(&d.Root) || slices.ContainsFunc(d.Subjects, func(s finding.Subject) bool { return ours(&s) }) {
-			return nil, others, fmt.Errorf("diagnosis %d, %s rooted at %+v, names the lab's tasks; want %s first", i+1, d.ID, d.Root, what)
+		if ours(&d.Root) {
+			return nil, others, fmt.Errorf("diagnosis %d, %s, is rooted at the lab's %+v; want %s first", i+1, d.ID, d.Root, what)
+		}
+		if j := slices.IndexFunc(d.Subjects, func(s finding.Subject) bool { return ours(&s) }); j >= 0 {
+			return nil, others, fmt.Errorf("diagnosis %d, %s rooted at %+v, names the lab's %+v; want %s first", i+1, d.ID, d.Root, d.Subjects[j], what)
 		}
 		others = append(others, d.ID+" "+d.Title)
 	}

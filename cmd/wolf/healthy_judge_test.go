@@ -88,12 +88,26 @@ func TestIOLabJudgeFailsWrongDiagnoses(t *testing.T) {
 	}
 	for _, c := range cases {
 		what, want, ours := ioLabJudge("diagnose.io-limit", cg, dev, pid)
-		d, _, err := pickLabDiagnosis(&finding.Report{Diagnoses: c.ds}, what, want, ours)
-		if got := err == nil; got != c.ok {
-			t.Errorf("%s: accepted %v (%v), want %v", c.name, got, err, c.ok)
-		}
-		if c.ok && (d == nil || d.Title != right.Title) {
-			t.Errorf("%s: picked %+v", c.name, d)
-		}
+		judge(t, c.name, c.ds, c.ok, right.Title, what, want, ours)
+	}
+	// The dirty lab's writeback is charged to the root cgroup: other
+	// work's tasks there are not the lab's.
+	rootRight := finding.Diagnosis{ID: "diagnose.io-limit", Title: "the lab's limit", Root: finding.Subject{Cgroup: "/", Device: dev}}
+	cpus := finding.Diagnosis{ID: "diagnose.host-cpu", Title: "Saturated CPUs", Root: finding.Subject{Role: "cpu", Comm: "all CPUs"},
+		Subjects: []finding.Subject{{PID: 7280, Comm: "compile", Cgroup: "/"}}}
+	what, want, ours := ioLabJudge("diagnose.io-limit", "/", dev, pid)
+	judge(t, "the root cgroup's lab after other work in the root cgroup", []finding.Diagnosis{cpus, rootRight}, true, rootRight.Title, what, want, ours)
+	cpus.Subjects = append(cpus.Subjects, finding.Subject{PID: pid})
+	judge(t, "the root cgroup's lab's task blamed on the CPUs", []finding.Diagnosis{cpus, rootRight}, false, rootRight.Title, what, want, ours)
+}
+
+func judge(t *testing.T, name string, ds []finding.Diagnosis, ok bool, title, what string, want func(*finding.Diagnosis) bool, ours func(*finding.Subject) bool) {
+	t.Helper()
+	d, _, err := pickLabDiagnosis(&finding.Report{Diagnoses: ds}, what, want, ours)
+	if got := err == nil; got != ok {
+		t.Errorf("%s: accepted %v (%v), want %v", name, got, err, ok)
+	}
+	if ok && (d == nil || d.Title != title) {
+		t.Errorf("%s: picked %+v", name, d)
 	}
 }

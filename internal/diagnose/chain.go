@@ -464,6 +464,11 @@ func (e *engine) consumed(b *branch, k string, subj finding.Subject, kind string
 			out = append(out, e.resolve(c, d.on, depth+1, nil)...)
 		}
 	}
+	if len(out) > 0 && kind == "device" && !e.deviceBusy(k) {
+		// A device neither slow nor busy was not what the rest of the
+		// wait was for: that rest is the task's own reading, no root.
+		return out
+	}
 	if rest := 1 - routed; rest >= minPart || len(out) == 0 {
 		c := b.fork(max(rest, 0))
 		if len(out) == 0 {
@@ -487,6 +492,13 @@ func (e *engine) consumed(b *branch, k string, subj finding.Subject, kind string
 		out = append(out, c.end(k, kind, subj)...)
 	}
 	return out
+}
+
+// deviceBusy says whether a device held its users back: slow by itself
+// (the I/O investigator's verdict) or busy nearly all the window.
+func (e *engine) deviceBusy(k string) bool {
+	s := e.saturation(k)
+	return s != nil && (s.AtLimit || s.Level >= deviceBusy)
 }
 
 // used is how much of a resource was used in the window (the busy CPU

@@ -57,9 +57,14 @@ const (
 	// pattern blocks a task for a second.
 	criticalWait = time.Second
 	// A softirq run this long on top of a task is a stall (the 23 ms
-	// NET_RX run of "The story of one latency spike"), a victim and
-	// critical however rare.
+	// NET_RX run of "The story of one latency spike"), critical however
+	// rare.
 	softirqStall = 20 * time.Millisecond
+	// A softirq run five times the kernel's own budget for one
+	// (MAX_SOFTIRQ_TIME and netdev_budget_usecs: 2 ms, after which it
+	// hands the rest to ksoftirqd) delayed the task it ran on top of: a
+	// victim, a warning below softirqStall.
+	softirqVictim = 10 * time.Millisecond
 	// A device this busy (its utilisation) makes the tasks that wait
 	// behind others' requests victims.
 	deviceBusy = 0.9
@@ -185,7 +190,7 @@ func (e *engine) significant(w *fact.Wait) bool {
 	}
 	switch w.Kind {
 	case fact.WaitSoftirq:
-		return w.Max >= softirqStall || w.Total >= max(time.Second, time.Duration(victimShareOfWindow*float64(e.window)))
+		return w.Max >= softirqVictim || w.Total >= max(time.Second, time.Duration(victimShareOfWindow*float64(e.window)))
 	case fact.WaitRunQueue, fact.WaitThrottled, fact.WaitReclaim:
 		// Time lost a little at a time: worth it as a share of the
 		// window. Waiting for a CPU is what every busy task does now

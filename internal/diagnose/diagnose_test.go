@@ -842,3 +842,94 @@ func TestDeviceWaitBehindItsCgroupsLimit(t *testing.T) {
 		}
 	}
 }
+
+// fio reads loop2, a loop device whose backing file is on loop1; its
+// cgroup's reads of loop1 are capped (loop's worker issues them charged
+// to fio's cgroup). loop2 is busy and each of fio's reads takes 7 ms:
+// not slow by the device's own numbers, but held by the limit under it.
+func TestWaitOnAStackedDeviceIsOnTheLimitUnderIt(t *testing.T) {
+	s := window()
+	up, low := fact.DeviceKey("loop2"), fact.DeviceKey("loop1")
+	lk := fact.IOLimitKey("/slow", "loop1")
+	s.Resource(fact.Resource{Kind: fact.Device, Key: up, Device: "loop2", Under: []string{"loop1"}})
+	s.Resource(fact.Resource{Kind: fact.Device, Key: low, Device: "loop1", Under: []string{"vda"}})
+	s.Saturations = append(s.Saturations,
+		fact.Saturation{On: up, Level: 0.91, Unit: "busy_pct", Numbers: map[string]float64{"busy_pct": 91, "on_device_ms_avg": 6.7}},
+		fact.Saturation{On: lk, Level: 1, Limit: 2 << 20, Used: 2 << 20, Unit: "bytes_per_s", AtLimit: true,
+			Numbers: map[string]float64{"limit_bytes_per_s": 2 << 20}, LimitText: "2 MiB/s of reads (blkio.throttle.read_bps_device)"},
+	)
+	s.Usage = append(s.Usage,
+		fact.Usage{On: up, By: fact.Task{PID: 30, TID: 30, Comm: "fio", IOCgroup: "/slow"}, Amount: 18 << 20, Unit: "bytes"},
+		fact.Usage{On: lk, By: fact.Task{PID: 9, TID: 9, Comm: "kworker/u8:2-loop1", IOCgroup: "/slow"}, Amount: 16 << 20, Unit: "bytes"},
+	)
+	s.Waits = append(s.Waits, fact.Wait{Task: fact.Task{PID: 30, TID: 30, Comm: "fio", IOCgroup: "/slow"}, Kind: fact.WaitIO, On: up, Total: 7 * sec, Max: 130 * ms1, Count: 1079})
+	ds := Diagnose(nil, s)
+	logChain(t, ds)
+	d := only(t, ds)
+	if d.ID != "diagnose.io-limit" || !strings.Contains(d.Title, "loop1") || !strings.Contains(d.Title, "/slow") {
+		t.Fatalf("%s: %s", d.ID, d.Title)
+	}
+	checkHops(t, d)
+	// Another cgroup's limit under it is not this task's.
+	s.Waits[len(s.Waits)-1].Task.IOCgroup = "/other"
+	if ds := Diagnose(nil, s); len(ds) != 0 && ds[0].ID == "diagnose.io-limit" {
+		t.Errorf("another cgroup's limit: %s", ds[0].Title)
+	}
+}
+
+// wolf's tcp-collapse lab on a 2-CPU host: NET_RX runs of up to 16 ms,
+// eight times the kernel's budget for one, on top of the CPUs' tasks. A
+// diagnosis (the softirq processing, a warning), not only a finding; a
+// run within a few budgets is not one.
+func TestSoftirqRunsOverBudgetAreAWarning(t *testing.T) {
+	s := window()
+	k := fact.SoftirqKey(0)
+	s.Resource(fact.Resource{Kind: fact.Softirq, Key: k, Name: "softirq processing on CPU 0", CPU: 0})
+	s.Saturations = append(s.Saturations, fact.Saturation{On: k, Level: 0.04, AtLimit: true, Finding: "softirq.stall"})
+	s.Waits = append(s.Waits, fact.Wait{Task: task(0, 0, ""), Kind: fact.WaitSoftirq, On: k, Total: 300 * ms1, Max: 16 * ms1, Count: 32,
+		Numbers: map[string]any{"vector": "NET_RX"}, Detail: "NET_RX ran on top of it in 32 runs of up to 16 ms", Finding: "softirq.stall"})
+	s.Waits[0].Task.Comm = "CPU 0's work"
+	d := only(t, Diagnose(nil, s))
+	if d.ID != "diagnose.softirq" || d.Severity != finding.Warning {
+		t.Errorf("%s %v %s", d.ID, d.Severity, d.Title)
+	}
+	checkHops(t, d)
+	s.Waits[0].Max, s.Waits[0].Total = 6*ms1, 100*ms1
+	if ds := Diagnose(nil, s); len(ds) != 0 {
+		t.Errorf("runs of 6 ms: %s", ds[0].Title)
+	}
+}
+
+// Two fio readers thrash a 96 MiB cgroup: half of what they read from
+// vda are counted refaults (the memory controller drops the shadow
+// entries of pages evicted long ago, so refaults undercount re-reads).
+// vda is 78% busy at 60 µs a request: neither slow nor saturated, so the
+// rest of their waits is their own reading, not a device bottleneck.
+func TestThrashOnAnUnsaturatedDeviceIsTheLimit(t *testing.T) {
+	s := window()
+	dk, mk := fact.DeviceKey("vda"), fact.MemoryKey("/thrash")
+	s.Saturations = append(s.Saturations,
+		fact.Saturation{On: dk, Level: 0.78, Used: 78, Unit: "busy_pct", Numbers: map[string]float64{"busy_pct": 78, "on_device_ms_avg": 0.06}},
+		fact.Saturation{On: mk, Level: 1, Limit: 96 << 20, Unit: "bytes", AtLimit: true, Members: []int{80, 81}, Numbers: map[string]float64{"limit_bytes": 96 << 20}},
+	)
+	s.Usage = append(s.Usage,
+		fact.Usage{On: dk, By: fact.Task{PID: 80, TID: 80, Comm: "fio", IOCgroup: "/"}, Amount: 394 << 20, Unit: "bytes"},
+		fact.Usage{On: dk, By: fact.Task{PID: 81, TID: 81, Comm: "fio", IOCgroup: "/"}, Amount: 394 << 20, Unit: "bytes"},
+		fact.Usage{On: mk, By: fact.Task{MemCgroup: "/thrash"}, Amount: 369 << 20, Unit: "bytes", Activity: "refault"},
+	)
+	for _, p := range []int{80, 81} {
+		s.Waits = append(s.Waits, fact.Wait{Task: fact.Task{PID: p, TID: p, Comm: "fio", IOCgroup: "/"}, Kind: fact.WaitIO, On: dk, Total: 4300 * ms1, Max: 2 * ms1, Count: 89000})
+	}
+	ds := Diagnose(nil, s)
+	logChain(t, ds)
+	d := only(t, ds)
+	if d.ID != "diagnose.memcg-limit" || d.Root.Cgroup != "/thrash" {
+		t.Fatalf("%s: %s", d.ID, d.Title)
+	}
+	for _, r := range d.Rivals {
+		if r.ID == "diagnose.device" {
+			t.Errorf("a device 78%% busy at 60 µs a request as a rival: %s", r.Text)
+		}
+	}
+	checkHops(t, d)
+}

@@ -1,6 +1,7 @@
 package diagnose
 
 import (
+	"fmt"
 	"path"
 	"slices"
 	"strings"
@@ -159,6 +160,9 @@ func mergeResource(old, r *fact.Resource) {
 	if old.Conn == "" {
 		old.Conn = r.Conn
 	}
+	if len(old.Under) == 0 {
+		old.Under = r.Under
+	}
 }
 
 // canon is the canonical key of a resource key.
@@ -190,6 +194,12 @@ func (e *engine) resource(k string) *fact.Resource {
 		r.Device = strings.TrimPrefix(k, "device:")
 	case fact.FUSE:
 		r.Conn = strings.TrimPrefix(k, "fuse:")
+	case fact.IOLimit:
+		rest := strings.TrimPrefix(k, "io-limit:")
+		if i := strings.LastIndex(rest, ":"); i > 0 {
+			r.Cgroup, r.Device = rest[:i], rest[i+1:]
+			r.Name = fmt.Sprintf("the I/O limit of cgroup %s on %s", r.Cgroup, r.Device)
+		}
 	}
 	e.resources[k] = r
 	return r
@@ -254,15 +264,34 @@ func (e *engine) on(w *fact.Wait) string {
 	if w.Kind != fact.WaitIO || kindOfKey(k) != fact.Device || w.Task.IOCgroup == "" {
 		return k
 	}
-	dev := e.resource(k).Device
-	for cg := w.Task.IOCgroup; ; cg = path.Dir(cg) {
-		if s := e.sats[fact.IOLimitKey(cg, dev)]; s != nil && s.AtLimit {
-			return fact.IOLimitKey(cg, dev)
+	if lk := e.limitUnder(w.Task.IOCgroup, e.resource(k).Device, 0); lk != "" {
+		return lk
+	}
+	return k
+}
+
+// limitUnder is the limit of cgroup cg (or an ancestor) that held back
+// its I/O on dev, or on a device under dev (a loop device's backing
+// disk, a device-mapper member: the upper device's I/O goes on to it,
+// issued by the kernel for the same cgroup), "" when none did.
+func (e *engine) limitUnder(cg, dev string, depth int) string {
+	for c := cg; ; c = path.Dir(c) {
+		if s := e.sats[fact.IOLimitKey(c, dev)]; s != nil && s.AtLimit {
+			return fact.IOLimitKey(c, dev)
 		}
-		if cg == "/" || cg == "." || cg == "" {
-			return k
+		if c == "/" || c == "." || c == "" {
+			break
 		}
 	}
+	if depth >= maxDepth {
+		return ""
+	}
+	for _, u := range e.resource(fact.DeviceKey(dev)).Under {
+		if lk := e.limitUnder(cg, u, depth+1); lk != "" {
+			return lk
+		}
+	}
+	return ""
 }
 
 // saturation is the resource's merged saturation, nil when none was

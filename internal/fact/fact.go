@@ -75,6 +75,10 @@ type Resource struct {
 	// Conn is a FUSE connection's directory under
 	// /sys/fs/fuse/connections.
 	Conn string
+	// Under are the devices a Device's I/O goes on to (a loop device's
+	// backing file's disk, a device-mapper or md device's members): a
+	// wait on it is a wait on what holds those back.
+	Under []string
 }
 
 // HostCPUKey is the host's CPUs.
@@ -315,6 +319,9 @@ func (s *Set) Resource(r Resource) *Resource {
 	}
 	if old.MMPID == 0 {
 		old.MMPID = r.MMPID
+	}
+	if len(old.Under) == 0 {
+		old.Under = r.Under
 	}
 	return old
 }

@@ -544,7 +544,19 @@ func journals(s *Snapshot) []finding.Finding {
 		}
 		var title string
 		if len(ws) > 0 {
+			// The title's waiter: one outside the cgroup whose data the
+			// committer waited for, when there is one. That another
+			// process's fsync waits for this cgroup's data is the news; the
+			// cgroup's own writers wait for their own data anyway.
 			top := ws[0]
+			if cw != nil {
+				for _, w := range ws {
+					if w.Cgroup != cw.ReqCgroup {
+						top = w
+						break
+					}
+				}
+			}
 			title = fmt.Sprintf("%s waited up to %s in fsync on %s behind the journal", who(top.Comm, top.PID, top.Threads), human.Duration(top.Max), j.Device)
 		} else {
 			title = fmt.Sprintf("fsync has waited %s on %s behind the journal", human.Duration(worst), j.Device)

@@ -101,6 +101,7 @@ func (b *builder) device(d uint32) *Device {
 	maj, mnr := splitKdev(d)
 	dv := &Device{Name: deviceName(maj, mnr), Major: maj, Minor: mnr}
 	dv.Backing = backing(dv.Name)
+	dv.Under = under(dv.Name)
 	b.devs[d] = dv
 	return dv
 }

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/wolf-investigator/wolf/internal/memcg"
 	"github.com/wolf-investigator/wolf/internal/procfs"
 )
@@ -228,6 +230,39 @@ func backing(name string) string {
 		return ""
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// under are the disks a device's I/O goes on to: a loop device's backing
+// file's disk, a device-mapper or md device's members (sysfs "slaves").
+func under(name string) []string {
+	var out []string
+	if ents, err := os.ReadDir(filepath.Join("/sys/block", name, "slaves")); err == nil {
+		for _, e := range ents {
+			out = append(out, diskOf(e.Name()))
+		}
+	}
+	if f := backing(name); f != "" {
+		var st unix.Stat_t
+		if err := unix.Stat(f, &st); err == nil && st.Dev != 0 {
+			if d := diskOf(deviceName(int(unix.Major(st.Dev)), int(unix.Minor(st.Dev)))); !strings.Contains(d, ":") {
+				out = append(out, d)
+			}
+		}
+	}
+	return out
+}
+
+// diskOf is the disk a partition is on ("vda" for "vda1"), name itself
+// for a disk.
+func diskOf(name string) string {
+	if _, err := os.Stat(filepath.Join("/sys/class/block", name, "partition")); err != nil {
+		return name
+	}
+	l, err := os.Readlink(filepath.Join("/sys/class/block", name))
+	if err != nil {
+		return name
+	}
+	return filepath.Base(filepath.Dir(l))
 }
 
 // queueInt reads an integer of a disk's request queue ("nr_requests").

@@ -95,6 +95,9 @@ func usageTask(u *Usage) fact.Task {
 
 func (b *factBuilder) device(d *Device) {
 	k := b.deviceKey(d.Name)
+	if len(d.Under) > 0 {
+		b.set.Resource(fact.Resource{Kind: fact.Device, Key: k, Under: d.Under})
+	}
 	slow := isSlow(d)
 	id := "io.device"
 	if slow {

@@ -664,15 +664,127 @@ static __always_inline struct io_stats *proc_get(struct io_key *k)
 	return bpf_map_lookup_elem(&procs, k);
 }
 
-/* A histogram sample without the count (the slots add up to it). */
-static __always_inline void hist_add(struct wolf_hist *h, __u64 v)
+/*
+ * Completions are added up per CPU in a batch of one key (disk, issuer,
+ * cgroup) and at most BATCH timed requests, folded into procs when it is
+ * full or the key changes: one hash lookup and a few atomic adds for
+ * BATCH completions of a steady workload, not for each. User space reads
+ * the batches with the map (a batch folded between the two readings is
+ * in neither, once, and counts in the next window).
+ */
+#define BATCH 8
+
+struct batch {
+	struct io_key key;
+	__u32 count; /* completions in the batch */
+	__u32 timed; /* of them, with their times in total_ns, device_ns */
+	__u64 ops[NR_OPS];
+	__u64 bytes[NR_OPS];
+	__u64 throttled;
+	__u64 throttled_bytes;
+	__u64 max_total_ns; /* the batch's slowest, folded as one maximum */
+	__u64 max_device_ns;
+	__u64 total_ns[BATCH];
+	__u64 device_ns[BATCH];
+};
+
+/*
+ * wolf_log2_slot without a branch: a boolean made of a subtraction's sign
+ * bit, not of a comparison. Folding a batch runs it in a loop, and the
+ * verifier follows both ways of every branch in every pass: the
+ * comparisons of wolf_log2_slot would multiply its paths past its limit.
+ * For values under 2^63 (nanoseconds: 292 years).
+ */
+static __always_inline __u32 slot_of_value(__u64 v)
 {
-	__u32 s = wolf_log2_slot(v);
+	__u64 r = 0, s;
+
+	s = ((0xFFFFFFFFULL - v) >> 63) << 5;
+	v >>= s;
+	r |= s;
+	s = ((0xFFFFULL - v) >> 63) << 4;
+	v >>= s;
+	r |= s;
+	s = ((0xFFULL - v) >> 63) << 3;
+	v >>= s;
+	r |= s;
+	s = ((0xFULL - v) >> 63) << 2;
+	v >>= s;
+	r |= s;
+	s = ((0x3ULL - v) >> 63) << 1;
+	v >>= s;
+	r |= s;
+	r |= v >> 1;
+	/* floor(log2(v)) + 1, and 0 for 0: (v | -v) has its sign bit iff v != 0. */
+	return r + ((v | (0 - v)) >> 63);
+}
+
+/* A histogram sample's slot and sum, the maximum left to the caller;
+ * no count (the slots add up to it). */
+static __always_inline void hist_slot(struct wolf_hist *h, __u64 v)
+{
+	__u32 s = slot_of_value(v);
 
 	if (s < WOLF_HIST_SLOTS)
 		__sync_fetch_and_add(&h->slots[s], 1);
 	__sync_fetch_and_add(&h->sum, v);
-	wolf_max_add(&h->max, v);
+}
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct batch);
+} batches SEC(".maps");
+
+/* Set by user space once the waiter programs are attached: until then
+ * completions leave no context for wake-ups. */
+__u32 waiters_armed SEC(".data.armed");
+
+static __noinline void batch_fold(struct batch *b)
+{
+	struct io_stats *st;
+
+	if (!b->count)
+		return;
+	st = proc_get(&b->key);
+	if (st) {
+		for (int i = 0; i < NR_OPS; i++) {
+			if (b->ops[i]) {
+				__sync_fetch_and_add(&st->ops[i], b->ops[i]);
+				__sync_fetch_and_add(&st->bytes[i], b->bytes[i]);
+			}
+		}
+		if (b->throttled) {
+			__sync_fetch_and_add(&st->throttled, b->throttled);
+			__sync_fetch_and_add(&st->throttled_bytes, b->throttled_bytes);
+		}
+		for (int i = 0; i < BATCH; i++) {
+			if (i >= b->timed)
+				break;
+			hist_slot(&st->total, b->total_ns[i]);
+			hist_slot(&st->device, b->device_ns[i]);
+		}
+		if (b->timed) {
+			wolf_max_add(&st->total.max, b->max_total_ns);
+			wolf_max_add(&st->device.max, b->max_device_ns);
+		}
+	}
+	b->count = 0;
+	b->timed = 0;
+	for (int i = 0; i < NR_OPS; i++) {
+		b->ops[i] = 0;
+		b->bytes[i] = 0;
+	}
+	b->throttled = 0;
+	b->throttled_bytes = 0;
+	b->max_total_ns = 0;
+	b->max_device_ns = 0;
+}
+
+static __always_inline bool same_key(struct io_key *a, struct io_key *b)
+{
+	return a->dev == b->dev && a->tgid == b->tgid && a->flags == b->flags && a->cgid == b->cgid;
 }
 
 SEC("tp_btf/block_rq_complete")
@@ -681,8 +793,7 @@ int BPF_PROG(rq_complete, struct request *rq, int error, unsigned int nr_bytes)
 	__u32 dev = rq_dev(rq), zero = 0, op;
 	struct io_key k = {};
 	struct rq_slot *s;
-	struct io_stats *st;
-	struct done_ctx *d;
+	struct batch *b;
 	__u64 id, now, total = 0, device = 0, birth = 0, issue = 0;
 	__u32 flags = 0;
 
@@ -712,29 +823,49 @@ int BPF_PROG(rq_complete, struct request *rq, int error, unsigned int nr_bytes)
 		device = now - issue;
 	}
 	/* For the wake-ups this completion causes (sched_waking). */
-	d = bpf_map_lookup_elem(&done, &zero);
-	if (d) {
-		d->at_ns = now;
-		d->birth_ns = birth;
-		d->issue_ns = issue;
-		d->cgid = k.cgid;
-		d->dev = dev;
-		d->flags = flags;
+	if (*(volatile __u32 *)&waiters_armed) {
+		struct done_ctx *d = bpf_map_lookup_elem(&done, &zero);
+
+		if (d) {
+			d->at_ns = now;
+			d->birth_ns = birth;
+			d->issue_ns = issue;
+			d->cgid = k.cgid;
+			d->dev = dev;
+			d->flags = flags;
+		}
 	}
-	st = proc_get(&k);
-	if (!st)
+	b = bpf_map_lookup_elem(&batches, &zero);
+	if (!b)
 		return 0;
-	__sync_fetch_and_add(&st->ops[op & 3], 1);
-	__sync_fetch_and_add(&st->bytes[op & 3], nr_bytes);
+	if (b->count && !same_key(&b->key, &k))
+		batch_fold(b);
+	b->key = k;
+	b->count++;
+	if (op < NR_OPS) {
+		b->ops[op] += 1;
+		b->bytes[op] += nr_bytes;
+	}
 	if (flags & F_THROTTLED) {
-		__sync_fetch_and_add(&st->throttled, 1);
-		__sync_fetch_and_add(&st->throttled_bytes, nr_bytes);
+		b->throttled += 1;
+		b->throttled_bytes += nr_bytes;
 		want();
 	}
+	if (flags & F_TIMED) {
+		__u32 i = wolf_bound(b->timed, BATCH - 1);
+
+		b->total_ns[i] = total;
+		b->device_ns[i] = device;
+		b->timed++;
+		if (total > b->max_total_ns)
+			b->max_total_ns = total;
+		if (device > b->max_device_ns)
+			b->max_device_ns = device;
+	}
+	if (b->count >= BATCH)
+		batch_fold(b);
 	if (!(flags & F_TIMED))
 		return 0;
-	hist_add(&st->total, total);
-	hist_add(&st->device, device);
 	if (total >= slow_ns) {
 		struct slow_rq *e;
 

@@ -13,6 +13,21 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type ioBatch struct {
+	_              structs.HostLayout
+	Key            ioIoKey
+	Count          uint32
+	Timed          uint32
+	Ops            [3]uint64
+	Bytes          [3]uint64
+	Throttled      uint64
+	ThrottledBytes uint64
+	MaxTotalNs     uint64
+	MaxDeviceNs    uint64
+	TotalNs        [8]uint64
+	DeviceNs       [8]uint64
+}
+
 type ioBlkgCache struct {
 	_     structs.HostLayout
 	Blkg  uint64
@@ -228,6 +243,7 @@ type ioWolfDetail struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	ioMapBatches             = "batches"
 	ioMapBlkgCache           = "blkg_cache"
 	ioMapComms               = "comms"
 	ioMapDone                = "done"
@@ -272,6 +288,7 @@ const (
 	ioVarThrotlDispatchFn    = "throtl_dispatch_fn"
 	ioVarUnusedLongWait      = "unused_long_wait"
 	ioVarUnusedSlowRq        = "unused_slow_rq"
+	ioVarWaitersArmed        = "waiters_armed"
 	ioVarWantNs              = "want_ns"
 	ioVarWantWaiters         = "want_waiters"
 	ioVarWolfStatIndexBtf    = "wolf_stat_index_btf"
@@ -347,6 +364,7 @@ type ioProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ioMapSpecs struct {
+	Batches    *ebpf.MapSpec `ebpf:"batches"`
 	BlkgCache  *ebpf.MapSpec `ebpf:"blkg_cache"`
 	Comms      *ebpf.MapSpec `ebpf:"comms"`
 	Done       *ebpf.MapSpec `ebpf:"done"`
@@ -375,6 +393,7 @@ type ioVariableSpecs struct {
 	ThrotlDispatchFn *ebpf.VariableSpec `ebpf:"throtl_dispatch_fn"`
 	UnusedLongWait   *ebpf.VariableSpec `ebpf:"unused_long_wait"`
 	UnusedSlowRq     *ebpf.VariableSpec `ebpf:"unused_slow_rq"`
+	WaitersArmed     *ebpf.VariableSpec `ebpf:"waiters_armed"`
 	WantNs           *ebpf.VariableSpec `ebpf:"want_ns"`
 	WantWaiters      *ebpf.VariableSpec `ebpf:"want_waiters"`
 	WolfStatIndexBtf *ebpf.VariableSpec `ebpf:"wolf_stat_index_btf"`
@@ -400,6 +419,7 @@ func (o *ioObjects) Close() error {
 //
 // It can be passed to loadIoObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ioMaps struct {
+	Batches    *ebpf.Map `ebpf:"batches"`
 	BlkgCache  *ebpf.Map `ebpf:"blkg_cache"`
 	Comms      *ebpf.Map `ebpf:"comms"`
 	Done       *ebpf.Map `ebpf:"done"`
@@ -419,6 +439,7 @@ type ioMaps struct {
 
 func (m *ioMaps) Close() error {
 	return _IoClose(
+		m.Batches,
 		m.BlkgCache,
 		m.Comms,
 		m.Done,
@@ -448,6 +469,7 @@ type ioVariables struct {
 	ThrotlDispatchFn *ebpf.Variable `ebpf:"throtl_dispatch_fn"`
 	UnusedLongWait   *ebpf.Variable `ebpf:"unused_long_wait"`
 	UnusedSlowRq     *ebpf.Variable `ebpf:"unused_slow_rq"`
+	WaitersArmed     *ebpf.Variable `ebpf:"waiters_armed"`
 	WantNs           *ebpf.Variable `ebpf:"want_ns"`
 	WantWaiters      *ebpf.Variable `ebpf:"want_waiters"`
 	WolfStatIndexBtf *ebpf.Variable `ebpf:"wolf_stat_index_btf"`

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
 	"golang.org/x/sys/unix"
 
@@ -189,6 +190,25 @@ func openProbe(ctx context.Context, c config, refuse map[string]bool) (*probe, e
 
 func (p *probe) close() { p.kit.Close() }
 
+// addBatch adds a CPU's batch of completions to the procs reading.
+func addBatch(procs map[ioIoKey]procRead, b *ioBatch) {
+	if b.Count == 0 {
+		return
+	}
+	pr := procs[b.Key]
+	for i := range pr.s.Ops {
+		pr.s.Ops[i] += b.Ops[i]
+		pr.s.Bytes[i] += b.Bytes[i]
+	}
+	pr.s.Throttled += b.Throttled
+	pr.s.ThrottledBytes += b.ThrottledBytes
+	for i := range min(int(b.Timed), len(b.TotalNs)) {
+		pr.total.Add(b.TotalNs[i])
+		pr.device.Add(b.DeviceNs[i])
+	}
+	procs[b.Key] = pr
+}
+
 // wanted says whether the programs asked for the waiter programs.
 func (p *probe) wanted() bool {
 	m := p.kit.Map(".data.want")
@@ -215,7 +235,16 @@ func (p *probe) arm() error {
 	if err := p.kit.Arm(tpWaking); err != nil {
 		return err
 	}
-	return p.kit.Arm(tpSwitch)
+	if err := p.kit.Arm(tpSwitch); err != nil {
+		return err
+	}
+	// Completions leave their context for the wake-ups from now on.
+	if m := p.kit.Map(".data.armed"); m != nil {
+		if err := m.Update(uint32(0), uint32(1), ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("io: arm the completions' context: %w", err)
+		}
+	}
+	return nil
 }
 
 // throttleDispatchFn is the address of blk-throttle's dispatch work
@@ -299,6 +328,14 @@ func (p *probe) read(w uint32) (*raw, error) {
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("io: read procs: %w", err)
+	}
+	// What each CPU's batch holds, not folded into procs yet.
+	var bs []ioBatch
+	if err := p.maps.Batches.Lookup(uint32(0), &bs); err != nil {
+		return nil, fmt.Errorf("io: read batches: %w", err)
+	}
+	for _, b := range bs {
+		addBatch(r.procs, &b)
 	}
 	var (
 		wk ioWaitKey

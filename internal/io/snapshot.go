@@ -86,6 +86,9 @@ type Device struct {
 	Stat *DiskStat
 	// Backing is a loop device's backing file ("" for other devices).
 	Backing string
+	// Under are the disks its I/O goes on to (a loop device's backing
+	// file's disk, a device-mapper device's members).
+	Under []string
 }
 
 // Ops counts completed requests and their bytes.

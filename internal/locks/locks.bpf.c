@@ -517,9 +517,8 @@ static __always_inline struct wolf_hist *hist_for(void *map, const void *key)
  * passed around under churn) goes without one.
  */
 static __always_inline __s32 owner_stack(__u64 lock, struct task_struct *o, __u32 tid,
-					 const bool can_walk)
+					 const bool can_walk, __u64 now)
 {
-	__u64 now = bpf_ktime_get_ns();
 	struct owner_seen *seen = bpf_map_lookup_elem(&owner_last, &lock);
 	__s32 id = -1;
 
@@ -559,13 +558,27 @@ static __always_inline __s32 owner_stack(__u64 lock, struct task_struct *o, __u3
 	return id;
 }
 
-/* The tgid whose mmap_lock lock is, if it is the current task's own. */
-static __always_inline __u32 own_mmap_lock(__u64 lock)
+/*
+ * The tgid whose mmap_lock lock is, if it is the current task's own. With
+ * btf (the BTF tracepoints' programs, on kernels that have kfuncs and so
+ * bpf_get_current_task_btf), plain loads instead of two probe reads.
+ */
+static __always_inline __u32 own_mmap_lock(__u64 lock, const bool btf)
 {
+	__u64 off = bpf_core_field_offset(struct mm_struct, mmap_lock);
+
+	if (btf) {
+		struct task_struct *cur = bpf_get_current_task_btf();
+		struct mm_struct *mm = cur->mm;
+
+		if (mm && lock == (__u64)mm + off)
+			return cur->tgid;
+		return 0;
+	}
 	struct task_struct *cur = (struct task_struct *)bpf_get_current_task();
 	struct mm_struct *mm = BPF_CORE_READ(cur, mm);
 
-	if (mm && lock == (__u64)mm + bpf_core_field_offset(struct mm_struct, mmap_lock))
+	if (mm && lock == (__u64)mm + off)
 		return BPF_CORE_READ(cur, tgid);
 	return 0;
 }
@@ -826,7 +839,7 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 	}
 	p.tgid = pid_tgid >> 32;
 	bpf_get_current_comm(&p.comm, sizeof(p.comm));
-	p.mm_tgid = own_mmap_lock(lock);
+	p.mm_tgid = own_mmap_lock(lock, can_walk);
 	if (type == TYPE_MUTEX) {
 		o = wolf_mutex_owner((void *)lock);
 		if (o)
@@ -848,7 +861,7 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 		p.owner_rt = BPF_CORE_READ(o, se.sum_exec_runtime);
 		p.owner_rd = task_run_delay(o);
 		if (p.owner_kind == OWNER_TASK)
-			p.owner_stack_id = owner_stack(lock, o, p.owner_tid, can_walk);
+			p.owner_stack_id = owner_stack(lock, o, p.owner_tid, can_walk, now);
 	}
 	if (old) {
 		*old = p;
@@ -1573,8 +1586,11 @@ static __always_inline void mm_fold_hold(struct mm_key *k, __u64 d)
 	wolf_hist_add_local(&sl->hold, d);
 }
 
-SEC("raw_tp/mmap_lock_released")
-int on_mm_released(__u64 *ctx)
+/*
+ * A hold ends. A long one goes to user space with what it cost the
+ * holder: with btf, its clocks are plain loads, as at the acquire.
+ */
+static __always_inline int mm_released(__u64 *ctx, const bool btf)
 {
 	__u64 now = bpf_ktime_get_ns();
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -1595,14 +1611,28 @@ int on_mm_released(__u64 *ctx)
 	};
 	mm_fold_hold(&k, d);
 	if (d >= hold_threshold_ns) {
-		struct task_struct *cur = (struct task_struct *)bpf_get_current_task();
 		struct hold_event *e = bpf_ringbuf_reserve(&holds, sizeof(*e), 0);
+		__u64 runtime, csw, run_delay = 0;
 
+		if (btf) {
+			struct task_struct *cur = bpf_get_current_task_btf();
+
+			runtime = cur->se.sum_exec_runtime;
+			csw = cur->nvcsw + cur->nivcsw;
+			if (bpf_core_field_exists(cur->sched_info.run_delay))
+				run_delay = cur->sched_info.run_delay;
+		} else {
+			struct task_struct *cur = (struct task_struct *)bpf_get_current_task();
+
+			runtime = BPF_CORE_READ(cur, se.sum_exec_runtime);
+			csw = BPF_CORE_READ(cur, nvcsw) + BPF_CORE_READ(cur, nivcsw);
+			run_delay = task_run_delay(cur);
+		}
 		if (e) {
 			e->start_ns = t->hold_start_ns;
 			e->hold_ns = d;
-			e->runtime_ns = BPF_CORE_READ(cur, se.sum_exec_runtime) - t->runtime_ns;
-			e->csw = BPF_CORE_READ(cur, nvcsw) + BPF_CORE_READ(cur, nivcsw) - t->csw;
+			e->runtime_ns = runtime - t->runtime_ns;
+			e->csw = csw - t->csw;
 			e->mm = t->hold_mm;
 			e->tid = tid;
 			e->tgid = pid_tgid >> 32;
@@ -1622,7 +1652,7 @@ int on_mm_released(__u64 *ctx)
 			}
 			bpf_get_current_comm(&e->comm, sizeof(e->comm));
 			hold_reclaim(e, t, tid);
-			e->runnable_ns = task_run_delay(cur) - t->run_delay;
+			e->runnable_ns = run_delay - t->run_delay;
 			e->lock = t->hold_lock;
 			e->throttled_ns = t->throttled_ns;
 			bpf_ringbuf_submit(e, 0);
@@ -1632,6 +1662,19 @@ int on_mm_released(__u64 *ctx)
 	}
 	t->hold_start_ns = 0;
 	return 0;
+}
+
+SEC("raw_tp/mmap_lock_released")
+int on_mm_released(__u64 *ctx)
+{
+	return mm_released(ctx, true);
+}
+
+/* The same, for kernels before 5.11 (no bpf_get_current_task_btf). */
+SEC("raw_tp/mmap_lock_released")
+int on_mm_released_probe(__u64 *ctx)
+{
+	return mm_released(ctx, false);
 }
 
 /*

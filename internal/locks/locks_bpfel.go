@@ -394,6 +394,7 @@ const (
 	locksProgOnMmAcquired         = "on_mm_acquired"
 	locksProgOnMmAcquiredProbe    = "on_mm_acquired_probe"
 	locksProgOnMmReleased         = "on_mm_released"
+	locksProgOnMmReleasedProbe    = "on_mm_released_probe"
 	locksProgOnSample             = "on_sample"
 	locksProgOnShrinkInactive     = "on_shrink_inactive"
 	locksProgOnSwitch             = "on_switch"
@@ -470,6 +471,7 @@ type locksProgramSpecs struct {
 	OnMmAcquired         *ebpf.ProgramSpec `ebpf:"on_mm_acquired"`
 	OnMmAcquiredProbe    *ebpf.ProgramSpec `ebpf:"on_mm_acquired_probe"`
 	OnMmReleased         *ebpf.ProgramSpec `ebpf:"on_mm_released"`
+	OnMmReleasedProbe    *ebpf.ProgramSpec `ebpf:"on_mm_released_probe"`
 	OnSample             *ebpf.ProgramSpec `ebpf:"on_sample"`
 	OnShrinkInactive     *ebpf.ProgramSpec `ebpf:"on_shrink_inactive"`
 	OnSwitch             *ebpf.ProgramSpec `ebpf:"on_switch"`
@@ -645,6 +647,7 @@ type locksPrograms struct {
 	OnMmAcquired         *ebpf.Program `ebpf:"on_mm_acquired"`
 	OnMmAcquiredProbe    *ebpf.Program `ebpf:"on_mm_acquired_probe"`
 	OnMmReleased         *ebpf.Program `ebpf:"on_mm_released"`
+	OnMmReleasedProbe    *ebpf.Program `ebpf:"on_mm_released_probe"`
 	OnSample             *ebpf.Program `ebpf:"on_sample"`
 	OnShrinkInactive     *ebpf.Program `ebpf:"on_shrink_inactive"`
 	OnSwitch             *ebpf.Program `ebpf:"on_switch"`
@@ -667,6 +670,7 @@ func (p *locksPrograms) Close() error {
 		p.OnMmAcquired,
 		p.OnMmAcquiredProbe,
 		p.OnMmReleased,
+		p.OnMmReleasedProbe,
 		p.OnSample,
 		p.OnShrinkInactive,
 		p.OnSwitch,

@@ -81,7 +81,8 @@ func attachTable(m mode, profileHz int, reclaimShared bool) []probekit.Attach {
 			// Before 5.11 (no bpf_get_current_task_btf): probe reads.
 			Or: []probekit.Attach{{Kind: probekit.RawTracepoint, Target: "mmap_lock/mmap_lock_acquire_returned", Program: "on_mm_acquired_probe"}}},
 		{Kind: probekit.RawTracepoint, Target: "mmap_lock/mmap_lock_released", Program: "on_mm_released",
-			Why: "mmap_lock hold times and long holds"},
+			Why: "mmap_lock hold times and long holds",
+			Or:  []probekit.Attach{{Kind: probekit.RawTracepoint, Target: "mmap_lock/mmap_lock_released", Program: "on_mm_released_probe"}}},
 	}...)
 	if !reclaimShared {
 		t = append(t, reclaimRows...)
@@ -214,6 +215,16 @@ func openKprobes(cfg config) (*probe, error) {
 // maxSlowRanges is the size of slow_ranges in locks.bpf.c.
 const maxSlowRanges = 8
 
+// oldKernel is what a test that behaves like a kernel without BTF
+// tracepoints (before 5.5) refuses besides: the programs that need
+// bpf_get_current_task_btf (5.11), so that their probe-read twins load.
+func oldKernel(rawOnly bool) map[string]bool {
+	if !rawOnly {
+		return nil
+	}
+	return map[string]bool{"on_mm_acquired": true, "on_mm_released": true}
+}
+
 func open(cfg config, m mode, extra ...map[string]any) (*probe, error) {
 	p := &probe{table: attachTable(m, cfg.ProfileHz, cfg.ReclaimShared), btf: m == btfMode, reclaimShared: cfg.ReclaimShared}
 	vars := map[string]any{
@@ -249,6 +260,7 @@ func open(cfg config, m mode, extra ...map[string]any) (*probe, error) {
 		Prepare: prepare,
 		Share:   share,
 		Table:   p.table,
+		Refuse:  oldKernel(cfg.rawOnly),
 		BTF:     kernelbtf.External(),
 		// A wait's stack walk costs microseconds; under contention
 		// the stacks are a sample (see spin_stack in locks.bpf.c).

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/cilium/ebpf"
@@ -112,6 +113,12 @@ func explainVerifier(ve *ebpf.VerifierError) string {
 func explainText(text string) string {
 	if m := unknownFunc.FindStringSubmatch(text); m != nil {
 		name := m[1]
+		if m[2] == strconv.Itoa(btf.COREBadRelocationSentinel) {
+			// Not a helper: cilium/ebpf turns an access whose CO-RE
+			// relocation found no target into this call, so the
+			// program loads only where that path is never taken.
+			return "a type or field the program reads is not in this kernel's BTF (a module not loaded, or a kernel without it)"
+		}
 		if name == "unknown" {
 			name = helperByID[m[2]]
 		}

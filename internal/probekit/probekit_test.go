@@ -262,6 +262,8 @@ func TestExplain(t *testing.T) {
 		// Debian's 5.10 names the helpers it does not know by number.
 		{&ebpf.VerifierError{Log: []string{"0: (85) call unknown#158", "invalid func unknown#158", "processed 3 insns"}}, "bpf_get_current_task_btf (Linux 5.11+)"},
 		{&ebpf.VerifierError{Log: []string{"invalid func unknown#999"}}, "helper #999 (newer than this kernel)"},
+		// A poisoned CO-RE relocation (xfs's tracepoint record where xfs is not loaded).
+		{&ebpf.VerifierError{Log: []string{"25: (85) call unknown#195896080", "invalid func unknown#195896080"}}, "not in this kernel's BTF"},
 		{&ebpf.VerifierError{Log: []string{"unknown func bpf_get_current_task_btf#158"}}, "bpf_get_current_task_btf (Linux 5.11+)"},
 		{&ebpf.VerifierError{Log: []string{"BPF_STX uses reserved fields"}}, "atomic fetch operations (Linux 5.12+)"},
 		{&ebpf.VerifierError{Log: []string{"R2 unbounded memory access, make sure to bounds check any such access", "processed 90 insns"}}, "could not prove an access in bounds"},
