@@ -27,11 +27,14 @@ import (
 // (kernel.bpf_stats, wolf's overhead meter), and what that is in one CPU
 // at 50,000 requests a second: the budget is 1%.
 //
-// Two runs: the default (waiters armed only when something holds I/O
-// back, which a healthy loop device does not), and --waiters on (the
-// sched_switch and sched_waking programs attached from the start).
+// Three runs: --waiters off (the request programs alone), the default
+// (waiters armed when something holds I/O back or a disk is busy half of
+// a second, which this saturated loop device is: it arms them within the
+// first second), and --waiters on (the sched_switch and sched_waking
+// programs attached from the start).
 //
 // Run: flock /tmp/wolf-bench.lock go test -run '^$' -bench Overhead -benchtime 1x ./internal/io/
+// (one mode: -bench Overhead/waiters=off)
 // (as root; WOLF_BENCH_ROUNDS pairs of rounds, default 12).
 
 const roundTime = 2 * time.Second
@@ -129,7 +132,7 @@ func attachIO(b *testing.B, dev string, waiters string, w *withWolf) costbench.A
 
 func BenchmarkOverhead(b *testing.B) {
 	testutil.RequireRoot(b)
-	for _, waiters := range []string{WaitersAuto, WaitersOn} {
+	for _, waiters := range []string{WaitersOff, WaitersAuto, WaitersOn} {
 		b.Run("waiters="+waiters, func(b *testing.B) {
 			l := testLoop(b)
 			for range b.N {
