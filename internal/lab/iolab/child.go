@@ -6,6 +6,7 @@ package iolab
 // closes.
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -25,6 +26,7 @@ const (
 	dirtyPart  = "iolab-dirtier"
 	writerPart = "iolab-fsync-writer"
 	victimPart = "iolab-fsync-victim"
+	binderPart = "iolab-loop-binder"
 )
 
 func init() {
@@ -32,6 +34,55 @@ func init() {
 	labproc.Register(dirtyPart, runDirtier)
 	labproc.Register(writerPart, runWriter)
 	labproc.Register(victimPart, runVictim)
+	labproc.Register(binderPart, runBinder)
+}
+
+// runBinder: "PATH": opens PATH read-write ("ready" once open), then for
+// each line "bind PID FD" binds the loop device open as descriptor FD of
+// process PID (taken with pidfd_getfd) to it and answers "result ERRNO",
+// 0 when bound. The slow-device lab binds its device through it (see
+// slowdev.go). unix.Open: os.OpenFile would add the file to Go's poller,
+// one request more.
+func runBinder(conf string, lines <-chan string) {
+	fd, err := unix.Open(conf, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		labproc.Fail(fmt.Errorf("binder: %w", err))
+	}
+	fmt.Println("ready")
+	for l := range lines {
+		var pid, dfd int
+		if _, err := fmt.Sscanf(l, "bind %d %d", &pid, &dfd); err != nil {
+			labproc.Fail(fmt.Errorf("binder: %q: %w", l, err))
+		}
+		fmt.Printf("result %d\n", int(bindFrom(pid, dfd, fd, conf)))
+	}
+}
+
+// bindFrom configures process pid's loop descriptor dfd with backing fd;
+// 0 when it did.
+func bindFrom(pid, dfd, fd int, name string) unix.Errno {
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return errnoOf(err)
+	}
+	defer unix.Close(pidfd)
+	dev, err := unix.PidfdGetfd(pidfd, dfd, 0)
+	if err != nil {
+		return errnoOf(err)
+	}
+	defer unix.Close(dev)
+	return errnoOf(unix.IoctlLoopConfigure(dev, loopConfig(fd, name, false)))
+}
+
+func errnoOf(err error) unix.Errno {
+	var e unix.Errno
+	if err == nil {
+		return 0
+	}
+	if errors.As(err, &e) {
+		return e
+	}
+	return unix.EIO
 }
 
 // ints parses "a,b,c" after n string fields.

@@ -2,6 +2,7 @@ package iolab
 
 import (
 	"context"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -132,6 +133,14 @@ func TestSlowLab(t *testing.T) {
 	// Two readers, 150 ms a read, one at a time: about 7 a second.
 	if reads < 3 || reads > 20 {
 		t.Errorf("%d reads in about a second", reads)
+	}
+	// A request the lab's own process waits on is a kill -9 away from a
+	// process in D for ever (SlowInstance.bind).
+	si.fs.mu.Lock()
+	own := maps.Clone(si.fs.own)
+	si.fs.mu.Unlock()
+	if len(own) > 0 {
+		t.Errorf("the lab's own threads waited on its file system: requests by opcode %v", own)
 	}
 	if err := in.Close(); err != nil {
 		t.Fatal(err)

@@ -51,7 +51,7 @@ func NewLoop(led *lab.Ledger, file string, size int64, directIO bool) (_ *Loop, 
 	if err := bf.Truncate(size); err != nil {
 		return nil, fmt.Errorf("loop: size %s: %w", file, err)
 	}
-	return l, l.attach(bf, directIO)
+	return l, l.attach(configureWith(bf, l.File, directIO))
 }
 
 // BindLoop binds a free loop device to file, which exists and is the
@@ -68,11 +68,42 @@ func BindLoop(led *lab.Ledger, file string, directIO bool) (_ *Loop, err error) 
 		return nil, fmt.Errorf("loop: backing file: %w", err)
 	}
 	defer bf.Close()
-	return l, l.attach(bf, directIO)
+	return l, l.attach(configureWith(bf, l.File, directIO))
 }
 
-// attach binds a free device to bf.
-func (l *Loop) attach(bf *os.File, directIO bool) error {
+// BindLoopBy binds a free loop device to file (the lab's, as for
+// BindLoop), configure doing the binding on the device's descriptor.
+func BindLoopBy(led *lab.Ledger, file string, configure func(dev *os.File) error) (_ *Loop, err error) {
+	l := &Loop{File: file, led: led}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, l.Close())
+		}
+	}()
+	return l, l.attach(configure)
+}
+
+// configureWith binds a device to bf with LOOP_CONFIGURE.
+func configureWith(bf *os.File, name string, directIO bool) func(dev *os.File) error {
+	return func(dev *os.File) error {
+		return unix.IoctlLoopConfigure(int(dev.Fd()), loopConfig(int(bf.Fd()), name, directIO))
+	}
+}
+
+// loopConfig is LOOP_CONFIGURE's argument: backing descriptor fd, cleared
+// when its last user closes the device.
+func loopConfig(fd int, name string, directIO bool) *unix.LoopConfig {
+	cfg := unix.LoopConfig{Fd: uint32(fd)}
+	cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
+	if directIO {
+		cfg.Info.Flags |= unix.LO_FLAGS_DIRECT_IO
+	}
+	copy(cfg.Info.File_name[:], name)
+	return &cfg
+}
+
+// attach binds a free device with configure.
+func (l *Loop) attach(configure func(dev *os.File) error) error {
 	file, led := l.File, l.led
 	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR, 0)
 	if err != nil {
@@ -90,7 +121,7 @@ func (l *Loop) attach(bf *os.File, directIO bool) error {
 			return err
 		}
 		l.Dev, l.Name = dev, filepath.Base(dev)
-		if err := l.bind(bf, directIO); err != nil {
+		if err := l.bind(configure); err != nil {
 			if errors.Is(err, unix.EBUSY) {
 				_ = led.Done(lab.Loop(dev, file))
 				l.Dev, l.Name = "", ""
@@ -110,7 +141,7 @@ func (l *Loop) attach(bf *os.File, directIO bool) error {
 	return errors.New("loop: every free device was taken by someone else first")
 }
 
-func (l *Loop) bind(bf *os.File, directIO bool) error {
+func (l *Loop) bind(configure func(dev *os.File) error) error {
 	var f *os.File
 	var err error
 	// devtmpfs makes the node when the device is created; give it a moment.
@@ -123,13 +154,7 @@ func (l *Loop) bind(bf *os.File, directIO bool) error {
 	if err != nil {
 		return fmt.Errorf("loop: open %s: %w", l.Dev, err)
 	}
-	cfg := unix.LoopConfig{Fd: uint32(bf.Fd())}
-	cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
-	if directIO {
-		cfg.Info.Flags |= unix.LO_FLAGS_DIRECT_IO
-	}
-	copy(cfg.Info.File_name[:], l.File)
-	if err := unix.IoctlLoopConfigure(int(f.Fd()), &cfg); err != nil {
+	if err := configure(f); err != nil {
 		f.Close()
 		return fmt.Errorf("loop: bind %s to %s: %w", l.Dev, l.File, err)
 	}

@@ -121,7 +121,7 @@ func (l slowLab) Start(ctx context.Context, opt lab.Options) (_ lab.Instance, er
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", SlowName, err)
 	}
-	if in.loop, err = BindLoop(in.led, filepath.Join(in.mnt, name), false); err != nil {
+	if in.loop, err = in.bind(ctx, filepath.Join(in.mnt, name)); err != nil {
 		return nil, fmt.Errorf("%s: %w", SlowName, err)
 	}
 	arg := fmt.Sprintf("%s,%d,%d,%d", in.loop.Dev, c.Threads, 4096, c.DeviceMB<<20)
@@ -209,4 +209,42 @@ func (in *SlowInstance) Close() error {
 		in.led = nil
 	}
 	return errors.Join(errs...)
+}
+
+// bind binds a loop device to the file the lab serves without this process
+// ever asking the file system for anything. This process's own goroutine
+// answers the file system's requests; once it has read one, the kernel
+// waits for the answer uninterruptibly, so a kill -9 landing then takes
+// the server away from a thread that cannot die, and the process stays in
+// D for ever, holding the mount, the device and the tests' lock. A child
+// opens the file and configures the device (LOOP_CONFIGURE asks the file
+// system for its statfs) on a descriptor it takes with pidfd_getfd; its
+// requests fail when this process, and the connection with it, dies. The
+// file system asks for no FLUSH when the file is closed.
+func (in *SlowInstance) bind(ctx context.Context, file string) (*Loop, error) {
+	b, err := labproc.Start(labproc.Spec{Part: binderPart, Name: "wolf-lab-binder", Arg: file, MaxLife: lab.Scaled(stepTime)})
+	if err != nil {
+		return nil, err
+	}
+	defer b.Close(time.Second, 5*time.Second)
+	if _, err := b.WaitLine(ctx, "ready", lab.Scaled(stepTime)); err != nil {
+		return nil, fmt.Errorf("open %s: %w", file, err)
+	}
+	return BindLoopBy(in.led, file, func(dev *os.File) error {
+		if err := b.Send(fmt.Sprintf("bind %d %d", os.Getpid(), dev.Fd())); err != nil {
+			return err
+		}
+		line, err := b.WaitLine(ctx, "result", lab.Scaled(stepTime))
+		if err != nil {
+			return err
+		}
+		var e int
+		if _, err := fmt.Sscanf(line, "result %d", &e); err != nil {
+			return fmt.Errorf("the binder said %q", line)
+		}
+		if e != 0 {
+			return unix.Errno(e)
+		}
+		return nil
+	})
 }

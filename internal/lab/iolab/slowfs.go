@@ -58,6 +58,7 @@ const (
 	attrSize     = 88
 	initOutSize  = 64
 	fopenDirect  = 1 << 0 // FOPEN_DIRECT_IO
+	fopenNoFlush = 1 << 5 // FOPEN_NOFLUSH (5.16)
 	slowChunk    = 64 << 10
 	slowMaxWrite = 128 << 10
 	slowReadBuf  = slowMaxWrite + 4096
@@ -75,6 +76,9 @@ type slowfs struct {
 	chunks map[uint64][]byte // written data, by chunk (unwritten reads as zeros)
 	closed bool              // no more replies: the fd is closing
 	ops    map[uint32]int
+	// own counts the requests a thread of this process waits on (by
+	// opcode): none may be, see SlowInstance.bind.
+	own map[uint32]int
 
 	initDone chan error
 	done     chan struct{}
@@ -82,7 +86,7 @@ type slowfs struct {
 
 func newSlowfs(fd int, name string, size uint64, delay time.Duration) *slowfs {
 	return &slowfs{fd: fd, name: name, size: size, delay: delay, mtime: uint64(time.Now().Unix()),
-		chunks: map[uint64][]byte{}, ops: map[uint32]int{}, initDone: make(chan error, 1), done: make(chan struct{})}
+		chunks: map[uint64][]byte{}, ops: map[uint32]int{}, own: map[uint32]int{}, initDone: make(chan error, 1), done: make(chan struct{})}
 }
 
 // serve answers requests one at a time until the connection ends.
@@ -120,8 +124,12 @@ func (s *slowfs) dispatch(b []byte) {
 	if ext > 0 && ext <= len(body) {
 		body = body[:len(body)-ext]
 	}
+	own := waitedOn(op) && isOwnThread(ne.Uint32(b[32:]))
 	s.mu.Lock()
 	s.ops[op]++
+	if own {
+		s.own[op]++
+	}
 	s.mu.Unlock()
 	if op == opRead || op == opWrite {
 		time.Sleep(s.delay) // the slow disk
@@ -216,7 +224,11 @@ func (s *slowfs) handle(op uint32, node uint64, body []byte) ([]byte, unix.Errno
 			if node != slowfsFileID {
 				return nil, unix.EISDIR
 			}
-			flags = fopenDirect
+			// No FLUSH on close: the lab's own process closes its
+			// descriptor of the file, and a request from the process
+			// that serves the file system is one a kill -9 can leave
+			// unanswered for ever (see slowdev.go).
+			flags = fopenDirect | fopenNoFlush
 		}
 		b = ne.AppendUint32(b, flags)
 		return ne.AppendUint32(b, 0), 0
@@ -276,7 +288,11 @@ func (s *slowfs) handle(op uint32, node uint64, body []byte) ([]byte, unix.Errno
 		return append(b, make([]byte, 80-len(b))...), 0
 	case opReaddir:
 		return nil, 0 // an empty listing: nobody lists it
-	case opFlush, opRelease, opReleasedir, opFsync, opAccess, opDestroy, opForget, opBatchForget, opInterrupt:
+	case opFlush:
+		// ENOSYS: the kernel sends no more (kernels older than
+		// FOPEN_NOFLUSH's 5.16 ask once).
+		return nil, unix.ENOSYS
+	case opRelease, opReleasedir, opFsync, opAccess, opDestroy, opForget, opBatchForget, opInterrupt:
 		return nil, 0
 	case opGetxattr, opListxattr:
 		return nil, unix.ENOSYS
@@ -298,4 +314,21 @@ func cstr(b []byte) string {
 		}
 	}
 	return string(b)
+}
+
+// waitedOn says whether the sender of a request with opcode op waits for
+// its answer: INIT is answered in the background, RELEASE sent from the
+// last fput without waiting, FORGET and INTERRUPT never answered.
+func waitedOn(op uint32) bool {
+	switch op {
+	case opInit, opRelease, opReleasedir, opForget, opBatchForget, opInterrupt:
+		return false
+	}
+	return true
+}
+
+// isOwnThread says whether tid (a request header's pid, the sending
+// thread's id) is a thread of this process.
+func isOwnThread(tid uint32) bool {
+	return tid != 0 && unix.Access(fmt.Sprintf("/proc/self/task/%d", tid), unix.F_OK) == nil
 }
