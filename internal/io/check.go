@@ -29,7 +29,7 @@ func (*Investigator) Requirements() []investigator.Requirement {
 		{Feature: "btf", Why: "CO-RE: read requests, bios and their cgroups on any kernel layout"},
 		{Feature: "tp_btf", Why: "attach to the block request tracepoints with typed arguments: direct reads on the hot path"},
 	}
-	reqs = append(reqs, probekit.Requirements(attachTable(kernelQueueFirst()))...)
+	reqs = append(reqs, probekit.Requirements(attachTable(kernelQueueFirst(), haveTaskBTF()))...)
 	return append(reqs,
 		investigator.Requirement{Feature: "cgroup_v1", Why: "v1 blkio.throttle.* limits of the cgroups whose I/O was held", Optional: true},
 		investigator.Requirement{Feature: "cgroup_v2", Why: "v2 io.max and io.latency limits of the cgroups whose I/O was held", Optional: true},

@@ -644,6 +644,23 @@ int BPF_PROG(rq_insert_q, struct request_queue *q, struct request *rq)
 	return on_insert_old(rq);
 }
 
+/*
+ * The request alone, without bpf_get_current_task_btf: 5.10 kernels whose
+ * stable updates dropped the queue argument (Debian's 5.10.262 did) but
+ * that still lack the helper.
+ */
+SEC("tp_btf/block_rq_insert")
+int BPF_PROG(rq_insert_nb, struct request *rq)
+{
+	return on_insert_old(rq);
+}
+
+SEC("tp_btf/block_rq_issue")
+int BPF_PROG(rq_issue_nb, struct request *rq)
+{
+	return on_issue_old(rq);
+}
+
 SEC("tp_btf/block_rq_issue")
 int BPF_PROG(rq_issue_q, struct request_queue *q, struct request *rq)
 {

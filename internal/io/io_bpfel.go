@@ -268,8 +268,10 @@ const (
 	ioProgJbd2StartCommit    = "jbd2_start_commit"
 	ioProgRqComplete         = "rq_complete"
 	ioProgRqInsert           = "rq_insert"
+	ioProgRqInsertNb         = "rq_insert_nb"
 	ioProgRqInsertQ          = "rq_insert_q"
 	ioProgRqIssue            = "rq_issue"
+	ioProgRqIssueNb          = "rq_issue_nb"
 	ioProgRqIssueQ           = "rq_issue_q"
 	ioProgSchedSwitch        = "sched_switch"
 	ioProgSchedWaking        = "sched_waking"
@@ -345,8 +347,10 @@ type ioProgramSpecs struct {
 	Jbd2StartCommit    *ebpf.ProgramSpec `ebpf:"jbd2_start_commit"`
 	RqComplete         *ebpf.ProgramSpec `ebpf:"rq_complete"`
 	RqInsert           *ebpf.ProgramSpec `ebpf:"rq_insert"`
+	RqInsertNb         *ebpf.ProgramSpec `ebpf:"rq_insert_nb"`
 	RqInsertQ          *ebpf.ProgramSpec `ebpf:"rq_insert_q"`
 	RqIssue            *ebpf.ProgramSpec `ebpf:"rq_issue"`
+	RqIssueNb          *ebpf.ProgramSpec `ebpf:"rq_issue_nb"`
 	RqIssueQ           *ebpf.ProgramSpec `ebpf:"rq_issue_q"`
 	SchedSwitch        *ebpf.ProgramSpec `ebpf:"sched_switch"`
 	SchedWaking        *ebpf.ProgramSpec `ebpf:"sched_waking"`
@@ -488,8 +492,10 @@ type ioPrograms struct {
 	Jbd2StartCommit    *ebpf.Program `ebpf:"jbd2_start_commit"`
 	RqComplete         *ebpf.Program `ebpf:"rq_complete"`
 	RqInsert           *ebpf.Program `ebpf:"rq_insert"`
+	RqInsertNb         *ebpf.Program `ebpf:"rq_insert_nb"`
 	RqInsertQ          *ebpf.Program `ebpf:"rq_insert_q"`
 	RqIssue            *ebpf.Program `ebpf:"rq_issue"`
+	RqIssueNb          *ebpf.Program `ebpf:"rq_issue_nb"`
 	RqIssueQ           *ebpf.Program `ebpf:"rq_issue_q"`
 	SchedSwitch        *ebpf.Program `ebpf:"sched_switch"`
 	SchedWaking        *ebpf.Program `ebpf:"sched_waking"`
@@ -514,8 +520,10 @@ func (p *ioPrograms) Close() error {
 		p.Jbd2StartCommit,
 		p.RqComplete,
 		p.RqInsert,
+		p.RqInsertNb,
 		p.RqInsertQ,
 		p.RqIssue,
+		p.RqIssueNb,
 		p.RqIssueQ,
 		p.SchedSwitch,
 		p.SchedWaking,

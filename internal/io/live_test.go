@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -22,6 +23,7 @@ import (
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/lab"
 	"github.com/wolf-investigator/wolf/internal/lab/iolab"
+	"github.com/wolf-investigator/wolf/internal/probekit"
 	"github.com/wolf-investigator/wolf/internal/testutil"
 )
 
@@ -123,6 +125,38 @@ func TestLiveWindows(t *testing.T) {
 				t.Errorf("window %d: --device %s reported %s", i, l.Name, d)
 			}
 		}
+	}
+}
+
+// Kernels with the request alone as the tracepoints' argument but no
+// bpf_get_current_task_btf (Debian's 5.10): the probe-read programs count
+// every request too.
+func TestLiveWithoutTaskBTF(t *testing.T) {
+	testutil.RequireRoot(t)
+	haveTaskBTF = func() bool { return false }
+	t.Cleanup(func() { haveTaskBTF = probekit.HaveCurrentTaskBTF })
+	var names []string
+	for _, a := range attachTable(false, haveTaskBTF()) {
+		names = append(names, a.Program)
+	}
+	if !slices.Contains(names, "rq_issue_nb") || !slices.Contains(names, "rq_insert_nb") {
+		t.Fatalf("programs %v", names)
+	}
+	l := testLoop(t)
+	iv := New()
+	iv.Device = l.Name
+	s, err := iv.Start(context.Background(), investigator.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	readDirect(t, l.Dev, 500)
+	res, err := s.Collect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := requestsOf(t, res, l.Name); got != 500 {
+		t.Errorf("%d requests, want 500", got)
 	}
 }
 

@@ -43,10 +43,18 @@ const (
 // whose record layouts CO-RE relocates. Only the request events are
 // required: without the others io sees no waiters, dirty throttling,
 // journals or fsyncs, and says so.
-func attachTable(qFirst bool) []probekit.Attach {
+//
+// taskBTF says whether the kernel has bpf_get_current_task_btf (5.11+):
+// without it, programs that read the current task with probe reads.
+// Queue-first kernels never have it; some 5.10 stable kernels dropped the
+// queue argument and still lack it.
+func attachTable(qFirst, taskBTF bool) []probekit.Attach {
 	issue, insert := "rq_issue", "rq_insert"
-	if qFirst {
+	switch {
+	case qFirst:
 		issue, insert = "rq_issue_q", "rq_insert_q"
+	case !taskBTF:
+		issue, insert = "rq_issue_nb", "rq_insert_nb"
 	}
 	return []probekit.Attach{
 		{Kind: probekit.BTFTracepoint, Target: tpComplete, Program: "rq_complete", Required: true,
@@ -147,10 +155,14 @@ const (
 	keepLong = 512
 )
 
+// haveTaskBTF is probekit.HaveCurrentTaskBTF; tests make it say no, to
+// run the programs of kernels without the helper here.
+var haveTaskBTF = probekit.HaveCurrentTaskBTF
+
 // openProbe loads and attaches; refuse names targets to treat as missing
 // (tests).
 func openProbe(ctx context.Context, c config, refuse map[string]bool) (*probe, error) {
-	p := &probe{table: attachTable(kernelQueueFirst())}
+	p := &probe{table: attachTable(kernelQueueFirst(), haveTaskBTF())}
 	vars := map[string]any{
 		"slow_ns":      uint64(c.SlowRequest),
 		"long_wait_ns": uint64(c.LongWait),

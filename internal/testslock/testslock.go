@@ -47,14 +47,7 @@ func Check(what string) error {
 // HeldByLineage says whether this process or one of its ancestors holds an
 // exclusive flock on the file at path, from /proc/locks.
 func HeldByLineage(path string) (bool, error) {
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
-		if os.IsNotExist(err) {
-			return false, nil
-		}
-		return false, err
-	}
-	holders, err := flockHolders(uint32(unix.Major(st.Dev)), uint32(unix.Minor(st.Dev)), st.Ino)
+	holders, _, err := Queue(path)
 	if err != nil || len(holders) == 0 {
 		return false, err
 	}
@@ -69,28 +62,42 @@ func HeldByLineage(path string) (bool, error) {
 	return holders[1], nil
 }
 
-// flockHolders reads /proc/locks for the pids holding a FLOCK WRITE lock
-// on the file dev:ino. A line: "1: FLOCK  ADVISORY  WRITE 1234 00:1f:5678 0 EOF"
-// (the device's major and minor in hex); a waiter's line starts "1: ->".
-func flockHolders(major, minor uint32, ino uint64) (map[int]bool, error) {
+// Queue reads /proc/locks for the file at path: the pids holding an
+// exclusive flock on it, and how many flock requests wait for it. A holder's
+// line: "1: FLOCK  ADVISORY  WRITE 1234 00:1f:5678 0 EOF" (the device's
+// major and minor in hex); a waiter's: "1: -> FLOCK  ADVISORY  WRITE 99 …".
+func Queue(path string) (holders map[int]bool, waiting int, err error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		if os.IsNotExist(err) {
+			return nil, 0, nil
+		}
+		return nil, 0, err
+	}
 	f, err := os.Open("/proc/locks")
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer f.Close()
-	want := fmt.Sprintf("%02x:%02x:%d", major, minor, ino)
-	out := map[int]bool{}
+	want := fmt.Sprintf("%02x:%02x:%d", unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
+	holders = map[int]bool{}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fs := strings.Fields(sc.Text())
+		waiter := len(fs) > 1 && fs[1] == "->"
+		if waiter {
+			fs = fs[1:]
+		}
 		if len(fs) < 6 || fs[1] != "FLOCK" || fs[3] != "WRITE" || fs[5] != want {
 			continue
 		}
-		if pid, err := strconv.Atoi(fs[4]); err == nil {
-			out[pid] = true
+		if waiter {
+			waiting++
+		} else if pid, err := strconv.Atoi(fs[4]); err == nil {
+			holders[pid] = true
 		}
 	}
-	return out, sc.Err()
+	return holders, waiting, sc.Err()
 }
 
 // parent is pid's parent, or 0 when it cannot be read.

@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -66,4 +67,36 @@ func TestCheckOnlyWhenEnforced(t *testing.T) {
 	if err := Check("a lab"); err != nil {
 		t.Errorf("not enforced: %v", err)
 	}
+}
+
+func TestQueueCountsWaiters(t *testing.T) {
+	flockBin, err := exec.LookPath("flock")
+	if err != nil {
+		t.Skip("no flock(1)")
+	}
+	path := filepath.Join(t.TempDir(), "lock")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(flockBin, path, "true")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	waiting := 0
+	for deadline := time.Now().Add(5 * time.Second); waiting == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		var holders map[int]bool
+		if holders, waiting, err = Queue(path); err != nil || !holders[os.Getpid()] {
+			t.Fatalf("holders %v, %v; want this process", holders, err)
+		}
+	}
+	if waiting != 1 {
+		t.Errorf("%d waiting, want flock(1)", waiting)
+	}
+	_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
 }

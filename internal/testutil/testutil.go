@@ -5,7 +5,9 @@ package testutil
 
 import (
 	"os"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -63,6 +65,7 @@ func Exclusive(t testing.TB) {
 	if err != nil {
 		t.Fatalf("open %s: %v", exclusiveLock, err)
 	}
+	yieldToWaiters()
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
 		f.Close()
 		t.Fatalf("lock %s: %v", exclusiveLock, err)
@@ -70,5 +73,34 @@ func Exclusive(t testing.TB) {
 	t.Cleanup(func() {
 		_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
 		f.Close()
+		_, waiting, _ := testslock.Queue(exclusiveLock)
+		handoff.Store(waiting > 0)
 	})
+}
+
+// handoff is set when this binary released the lock with others waiting.
+var handoff atomic.Bool
+
+// yieldToWaiters lets another test binary take the lock first when it
+// waited as this one released it. flock(2) is not fair: the waiters are
+// only woken, and a binary whose next test locks again at once (a package
+// of exclusive tests, -count=20) wins nearly every time; the others then
+// wait until their 10-minute test timeout. So it waits until another
+// process holds the lock or nobody waits any more, 2 s at most.
+func yieldToWaiters() {
+	if !handoff.Swap(false) {
+		return
+	}
+	self := os.Getpid()
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		holders, waiting, err := testslock.Queue(exclusiveLock)
+		if err != nil || waiting == 0 {
+			return
+		}
+		for pid := range holders {
+			if pid != self {
+				return
+			}
+		}
+	}
 }
