@@ -556,6 +556,19 @@ func journals(s *Snapshot) []finding.Finding {
 						break
 					}
 				}
+			} else if len(limitsOf(s, top.Cgroup, j.Device)) > 0 {
+				// The committer's own wait was not seen (its flush
+				// began before the waiters were watched, or ran under
+				// the window's bound): a cgroup held back by an I/O
+				// limit on the device is the one whose data the commits
+				// wait for, so an fsync outside every such cgroup is the
+				// news.
+				for _, w := range ws {
+					if len(limitsOf(s, w.Cgroup, j.Device)) == 0 {
+						top = w
+						break
+					}
+				}
 			}
 			title = fmt.Sprintf("%s waited up to %s in fsync on %s behind the journal", who(top.Comm, top.PID, top.Threads), human.Duration(top.Max), j.Device)
 		} else {

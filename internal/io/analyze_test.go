@@ -224,6 +224,26 @@ func journalSnapshot() *Snapshot {
 	})
 }
 
+// Without the committer's own wait in the window, the title still names
+// the fsync outside the cgroup an I/O limit holds back on the device.
+func TestJournalStallTitleWithoutCommitterWait(t *testing.T) {
+	s := journalSnapshot()
+	s.Waiters = []*Waiter{
+		{PID: 400, Comm: "writer", Cgroup: "/lab", Kind: KindFsync, Device: "loop0", Count: 2, Total: 8 * time.Second, Max: 4 * time.Second},
+		s.Waiters[0],
+	}
+	f := first(t, Conclude(s), "io.journal-stall")
+	if !strings.HasPrefix(f.Title, "victim (pid 500) waited up to 3 s in fsync on loop0 behind the journal") {
+		t.Errorf("title %q", f.Title)
+	}
+	// With no limit on the device, the longest waiter is named.
+	s.Limits = nil
+	f = first(t, Conclude(s), "io.journal-stall")
+	if !strings.HasPrefix(f.Title, "writer (pid 400) waited up to 4 s") {
+		t.Errorf("title without limits %q", f.Title)
+	}
+}
+
 func TestJournalStall(t *testing.T) {
 	s := journalSnapshot()
 	// The throttled cgroup's own writer waits longer in fsync, but the
