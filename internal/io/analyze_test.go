@@ -244,6 +244,54 @@ func TestJournalStallTitleWithoutCommitterWait(t *testing.T) {
 	}
 }
 
+// A commit already flushing when the waiters attached leaves no wait of
+// the committer's: its flushing is then a likely wait on the limit that
+// held the device's writes, and nothing is placed without one.
+func TestJournalCommitterWaitInferred(t *testing.T) {
+	s := journalSnapshot()
+	s.Waiters = s.Waiters[:1] // the victim's fsync only
+	s.Devices[0].Users[0].ThrottledBytes = 20 << 20
+	var got *fact.Wait
+	set := Facts(s, Conclude(s))
+	for i, w := range set.Waits {
+		if w.Task.PID == 311 {
+			got = &set.Waits[i]
+		}
+	}
+	if got == nil || !got.Likely || got.On != fact.IOLimitKey("/lab", "loop0") || got.Total != 6830*time.Millisecond {
+		t.Fatalf("committer's wait %+v", got)
+	}
+	var h *fact.Hold
+	for i := range set.Holds {
+		if set.Holds[i].Holder.PID == 311 {
+			h = &set.Holds[i]
+		}
+	}
+	if h == nil || h.Split == nil || h.Split.IO != 6830*time.Millisecond {
+		t.Errorf("hold %+v", h)
+	}
+	// With some of it seen, the rest of the flushing is placed.
+	seen := journalSnapshot()
+	seen.Devices[0].Users[0].ThrottledBytes = 20 << 20
+	seen.Waiters[1].Total, seen.Waiters[1].PerThread = 2*time.Second, nil
+	seen = perThread(seen)
+	var likely time.Duration
+	for _, w := range Facts(seen, Conclude(seen)).Waits {
+		if w.Task.PID == 311 && w.Likely {
+			likely += w.Total
+		}
+	}
+	if likely != 4830*time.Millisecond {
+		t.Errorf("likely wait %s beside 2 s seen, want 4.83 s", likely)
+	}
+	s.Limits = nil
+	for _, w := range Facts(s, Conclude(s)).Waits {
+		if w.Task.PID == 311 {
+			t.Errorf("a wait placed with no limit on the device: %+v", w)
+		}
+	}
+}
+
 func TestJournalStall(t *testing.T) {
 	s := journalSnapshot()
 	// The throttled cgroup's own writer waits longer in fsync, but the

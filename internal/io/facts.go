@@ -317,11 +317,48 @@ func (b *factBuilder) journal(j *Journal) {
 			io += w.Total
 		}
 	}
+	io += b.inferCommitterWait(j, h.Total, io)
 	h.Split = &fact.Split{Span: h.Total, IO: min(io, h.Total), Finding: "io.journal-stall", FindingTitle: t}
 	if j.InProgress > 0 {
 		h.Split.State = "D"
 	}
 	b.set.Holds = append(b.set.Holds, h)
+}
+
+// inferCommitterWait: the committer's own waits are seen only from when
+// the waiter programs attached, so a commit already flushing then shows
+// none, and sleeps a throttle's timer ends are no request's. Its time
+// flushing and waiting for ordered data (data=ordered) beyond the I/O waits seen (seen),
+// when they are less than half of it, is then a likely wait on the writes blk-throttle held on its device in
+// the window: on the limit of the cgroup whose writes it held most, when
+// one did. It returns the time so placed.
+func (b *factBuilder) inferCommitterWait(j *Journal, held, seen time.Duration) time.Duration {
+	d := findDevice(b.s, j.Device)
+	// Only when most of the flushing went unseen: what is left of a
+	// flushing seen waiting is submitting, on the CPU.
+	// jbd2 submits the ordered data while flushing and waits for it after
+	// writing the journal's own blocks, in the time it counts as logging.
+	data := min(j.Flushing+j.Logging, held)
+	if d == nil || data <= 2*seen {
+		return 0
+	}
+	var top *Usage
+	for _, u := range d.Users {
+		if u.Cgroup != "" && u.Writes > 0 && u.Throttled > 0 && (top == nil || u.ThrottledBytes > top.ThrottledBytes) {
+			top = u
+		}
+	}
+	if top == nil || len(limitsOf(b.s, top.Cgroup, j.Device)) == 0 {
+		return 0
+	}
+	total := data - seen
+	cg := top.Cgroup
+	b.set.Waits = append(b.set.Waits, fact.Wait{
+		Task: fact.Task{PID: j.Committer, TID: j.Committer, Comm: j.CommitterComm}, Kind: fact.WaitIO,
+		On: b.limitKey(cg, j.Device), Total: total, Max: min(j.Max, total), Count: max(int(j.Commits), 1), Likely: true,
+		Detail:  fmt.Sprintf("flushing and waiting for the ordered data of its commits while blk-throttle held cgroup %s's writes on %s", cg, j.Device),
+		Finding: "io.throttled", FindingTitle: b.title("io.throttled", j.Device, cg)})
+	return total
 }
 
 // dirty: dirty throttling on a device is as slow as the device's
