@@ -439,12 +439,12 @@ struct wolf_reclaim_task {
 	__u64 activated; /* pages scanned and put back on the active list */
 };
 
-#define WOLF_RECLAIM_TASKS()                                                                       \
-	struct {                                                                                   \
-		__uint(type, BPF_MAP_TYPE_HASH);                                                   \
-		__uint(max_entries, 8192);                                                         \
-		__type(key, __u32); /* tid */                                                      \
-		__type(value, struct wolf_reclaim_task);                                           \
+#define WOLF_RECLAIM_TASKS()                             \
+	struct {                                         \
+		__uint(type, BPF_MAP_TYPE_HASH);         \
+		__uint(max_entries, 8192);               \
+		__type(key, __u32); /* tid */            \
+		__type(value, struct wolf_reclaim_task); \
 	} reclaim_tasks SEC(".maps");
 
 #endif /* WOLF_H */

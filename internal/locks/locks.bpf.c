@@ -116,8 +116,8 @@ enum stat_index {
 	STAT_STALE,	      /* pending wait whose end was lost */
 	STAT_THROTTLED_HOLDS, /* a holder switched out with its cgroup throttled */
 	STAT_MM_STALE_HOLD,   /* a hold whose release was lost, seen at user return */
-	STAT_STACK_SKIPPED,   /* a wait or long hold filed without a stack: the detail budget was spent */
-	STAT_FOLD_FLUSH,      /* a fold slot flushed to the maps for another key */
+	STAT_STACK_SKIPPED, /* a wait or long hold filed without a stack: the detail budget was spent */
+	STAT_FOLD_FLUSH, /* a fold slot flushed to the maps for another key */
 	STAT_MAX,
 };
 
@@ -782,8 +782,14 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 		if (p->start_ns && p->end_ns) {
 			fold_spin(p); /* the CPU's last spin wait */
 		} else if (p->start_ns) {
-			if (now - p->start_ns < max_spin_ns) {
-				/* A spin wait in an interrupt on top of another. */
+			/*
+			 * A spin wait in an interrupt on top of another is on
+			 * another lock (on the same one it would deadlock): a
+			 * begin on the same lock means the last one's end was
+			 * lost (an end program attached after its begin), and
+			 * this begin's end must not close that one.
+			 */
+			if (p->lock != lock && now - p->start_ns < max_spin_ns) {
 				stat_inc(STAT_NESTED);
 				return;
 			}

@@ -151,7 +151,6 @@ struct inflight {
 	__u64 unmap_fail;
 };
 
-
 struct hist_key {
 	__u64 cgid;
 	__u32 kind;
