@@ -549,7 +549,9 @@ func journals(s *Snapshot) []finding.Finding {
 			// process's fsync waits for this cgroup's data is the news; the
 			// cgroup's own writers wait for their own data anyway.
 			top := ws[0]
-			if cw != nil {
+			// The committer's own journal blocks are its requests too
+			// (cgroup /): only a wait blk-throttle held names the cgroup.
+			if cw != nil && cw.Throttled {
 				for _, w := range ws {
 					if w.Cgroup != cw.ReqCgroup {
 						top = w

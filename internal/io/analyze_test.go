@@ -236,6 +236,15 @@ func TestJournalStallTitleWithoutCommitterWait(t *testing.T) {
 	if !strings.HasPrefix(f.Title, "victim (pid 500) waited up to 3 s in fsync on loop0 behind the journal") {
 		t.Errorf("title %q", f.Title)
 	}
+	// Nor does the committer's wait for its own journal blocks (cgroup /,
+	// not held by the throttle) make the throttled writer the news.
+	s.Waiters = append(s.Waiters, &Waiter{PID: 311, TID: 311, Comm: "jbd2/loop0-8", Cgroup: "/", Kind: KindIO, Device: "loop0", ReqCgroup: "/",
+		Count: 3, Total: 14 * time.Millisecond, Max: 5 * time.Millisecond})
+	s.Waiters[len(s.Waiters)-1].PerThread = nil
+	f = first(t, Conclude(perThread(s)), "io.journal-stall")
+	if !strings.HasPrefix(f.Title, "victim (pid 500) waited up to 3 s in fsync on loop0 behind the journal") {
+		t.Errorf("title beside the committer's own writes %q", f.Title)
+	}
 	// With no limit on the device, the longest waiter is named.
 	s.Limits = nil
 	f = first(t, Conclude(s), "io.journal-stall")

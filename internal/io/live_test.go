@@ -354,9 +354,21 @@ func TestLiveLabsFindings(t *testing.T) {
 				t.Errorf("%s is %v", c.id, f.Severity)
 			}
 			// The journal stall's news is the unrelated fsync behind the
-			// throttled writer's data: it comes first.
-			if v, ok := in.(interface{ Victim() int }); ok && !strings.Contains(strings.SplitN(f.Title, " waited", 2)[0], fmt.Sprintf("(pid %d)", v.Victim())) {
-				t.Errorf("title %q does not begin with the unrelated fsync (pid %d)", f.Title, v.Victim())
+			// throttled writer's data: it comes first, when its waits were
+			// seen (the waiter programs attach once the throttle calls for
+			// them: a window can end with the victim's fsyncs all begun
+			// before, and then only the writer's are there to name).
+			if v, ok := in.(interface{ Victim() int }); ok {
+				seen := false
+				for _, sub := range f.Subjects {
+					seen = seen || sub.PID == v.Victim()
+				}
+				switch {
+				case seen && !strings.Contains(strings.SplitN(f.Title, " waited", 2)[0], fmt.Sprintf("(pid %d)", v.Victim())):
+					t.Errorf("title %q does not begin with the unrelated fsync (pid %d)", f.Title, v.Victim())
+				case !seen:
+					t.Logf("the unrelated fsync (pid %d) has no waits in this window", v.Victim())
+				}
 			}
 		})
 	}
