@@ -197,8 +197,11 @@ func TestDoctorDiagnosesPsHangFuse(t *testing.T) {
 			return strings.HasPrefix(s.Lock, "mmap_lock") && numOf(s.Evidence, "mm_pid") == float64(in.PID())
 		}),
 		"reader-owner": find(d, finding.RoleHolder, func(s *finding.Subject) bool { return s.TID == in.TID("memreader") }),
+		// The unmapper, or a thread of the child's Go runtime that
+		// mapped memory first and took the writer's place in the queue
+		// (the unmapper then queues behind it): a writer of the child.
 		"queued writer": find(d, finding.RoleVictim, func(s *finding.Subject) bool {
-			return s.TID == in.TID("unmapper") && s.Evidence["mode"] == "write"
+			return s.PID == in.PID() && s.TID != in.TID("memreader") && s.Evidence["mode"] == "write"
 		}),
 		"cmdline reader": find(d, finding.RoleVictim, func(s *finding.Subject) bool {
 			return s.PID == in.Readers()[0] && s.Evidence["mode"] == "read"
