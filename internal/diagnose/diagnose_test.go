@@ -982,3 +982,32 @@ func TestSoftirqTimeTakenFromTasks(t *testing.T) {
 	}
 	checkHops(t, d)
 }
+
+// wolf's own threads detaching their programs at once queue on the
+// kernel's tracepoint mutex, held by another of its threads: wolf's own
+// doing, no diagnosis of the host. wolf waiting on someone else's lock
+// still is one.
+func TestWolfsOwnContentionIsNoVictim(t *testing.T) {
+	s := window()
+	s.Self = 500
+	k := fact.LockKey("0xffffffff8310e3c0")
+	s.Resource(fact.Resource{Kind: fact.Lock, Key: k, Name: "mutex in tracepoint_probe_unregister", LockAddr: "0xffffffff8310e3c0", LockType: "mutex"})
+	for tid := 510; tid < 520; tid++ {
+		s.Waits = append(s.Waits, fact.Wait{Task: task(500, tid, "wolf"), Kind: fact.WaitLock, On: k, Total: 378 * ms1, Max: 378 * ms1, Count: 1})
+	}
+	s.Holds = append(s.Holds,
+		fact.Hold{On: k, Holder: fact.Task{PID: 511, TID: 511}, Exact: true, Charged: 3 * sec, Split: &fact.Split{Span: 3 * ms1, Bounded: true, ThrottleKnown: true}},
+		fact.Hold{On: k, Holder: task(500, 512, "wolf"), Exact: true, Charged: sec, Split: &fact.Split{Span: 18 * ms1, Bounded: true, ThrottleKnown: true}})
+	if ds := Diagnose(nil, s); len(ds) != 0 {
+		t.Fatalf("wolf's own contention diagnosed: %s", ds[0].Title)
+	}
+	s.Self = 0
+	if ds := Diagnose(nil, s); len(ds) == 0 {
+		t.Fatal("without knowing wolf's process: no diagnosis")
+	}
+	s.Self = 500
+	s.Holds = append(s.Holds, fact.Hold{On: k, Holder: task(900, 900, "perf"), Exact: true, Charged: 4 * sec, Split: &fact.Split{Span: 300 * ms1, Sleep: 300 * ms1, Bounded: true, ThrottleKnown: true}})
+	if ds := Diagnose(nil, s); len(ds) == 0 {
+		t.Fatal("wolf waiting on another process's hold: no diagnosis")
+	}
+}
