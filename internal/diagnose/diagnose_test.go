@@ -980,6 +980,9 @@ func TestSoftirqTimeTakenFromTasks(t *testing.T) {
 	if ctx != 1 {
 		t.Errorf("no hop names the task NET_RX ran in the context of")
 	}
+	if h := d.Chain[0]; !strings.Contains(h.Text, "lost 3.1 s to softirq processing on all CPUs") || h.Evidence["wait_ms_max"] != nil {
+		t.Errorf("first hop %q %v", h.Text, h.Evidence)
+	}
 	checkHops(t, d)
 }
 
