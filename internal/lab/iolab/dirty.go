@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/wolf-investigator/wolf/internal/lab"
@@ -138,16 +139,25 @@ func (l dirtyLab) Start(ctx context.Context, opt lab.Options) (_ lab.Instance, e
 	if err = in.dirtier.Send("go"); err != nil {
 		return nil, err
 	}
-	// In place once the writer sleeps in balance_dirty_pages.
+	// In place once the writer sleeps in balance_dirty_pages. Kernels that
+	// inline it into its caller show balance_dirty_pages_ratelimited (or
+	// _flags) as the sleeping function instead.
+	var wchan string
 	err = lab.WaitFor(ctx, lab.Scaled(stepTime), "the writer to be paused by dirty throttling", func() (bool, error) {
 		select {
 		case <-in.dirtier.Done():
 			return false, fmt.Errorf("%s exited", dirtierComm)
 		default:
 		}
-		return labproc.Wchan(in.dirtier.PID(), in.tid) == "balance_dirty_pages", nil
+		if w := labproc.Wchan(in.dirtier.PID(), in.tid); w != "" && w != "0" {
+			wchan = w
+		}
+		return strings.HasPrefix(wchan, "balance_dirty_pages"), nil
 	})
 	if err != nil {
+		st := labproc.ThreadState(in.dirtier.PID(), in.tid)
+		stack, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/stack", in.dirtier.PID(), in.tid))
+		err = fmt.Errorf("%w (writer tid %d: state %c, last slept in %q, stack %q)", err, in.tid, st, wchan, firstLines(string(stack), 4))
 		return nil, fmt.Errorf("%s: %w", DirtyName, err)
 	}
 	if opt.Logf != nil {
@@ -223,4 +233,13 @@ func (in *DirtyInstance) Close() error {
 		errs = append(errs, in.led.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// firstLines is s's first n lines joined by " | ", for one-line errors.
+func firstLines(s string, n int) string {
+	ls := strings.Split(strings.TrimSpace(s), "\n")
+	if len(ls) > n {
+		ls = ls[:n]
+	}
+	return strings.Join(ls, " | ")
 }

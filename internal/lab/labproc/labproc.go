@@ -254,10 +254,31 @@ func ThreadState(pid, tid int) byte {
 	return b[i+2]
 }
 
-// Wchan is where a thread sleeps, from /proc (no mmap_lock taken).
+// Wchan is where a thread sleeps, from /proc (no mmap_lock taken). Some
+// kernels (Debian's 5.10 among them) print nothing in wchan for a sleeping
+// task; the innermost frame of its kernel stack says the same.
 func Wchan(pid, tid int) string {
 	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/wchan", pid, tid))
-	return strings.TrimSpace(string(b))
+	if w := strings.TrimSpace(string(b)); w != "" && w != "0" {
+		return w
+	}
+	// A running task's stack is the stale one of its last sleep.
+	if st := ThreadState(pid, tid); st != 'D' && st != 'S' {
+		return ""
+	}
+	b, _ = os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/stack", pid, tid))
+	return topFrame(string(b))
+}
+
+// topFrame is the function of a /proc/PID/stack's first line,
+// "[<0>] balance_dirty_pages+0x2de/0xcc0" → "balance_dirty_pages".
+func topFrame(stack string) string {
+	line, _, _ := strings.Cut(stack, "\n")
+	if i := strings.IndexByte(line, ']'); i >= 0 {
+		line = line[i+1:]
+	}
+	fn, _, _ := strings.Cut(strings.TrimSpace(line), "+")
+	return fn
 }
 
 // ErrGone is returned when a process the lab needs has exited.
