@@ -145,7 +145,11 @@ func (e *engine) resolve(b *branch, k string, depth int, seen map[string]bool) [
 	case fact.Journal:
 		return e.journal(b, k, depth, seen)
 	case fact.Softirq, fact.CPU:
-		return b.end(k, "softirq", e.subjectOf(k))
+		subj := e.subjectOf(k)
+		if k == fact.SoftirqKey(-1) {
+			e.softirqContexts(b, k, subj)
+		}
+		return b.end(k, "softirq", subj)
 	case fact.Site:
 		return b.end(k, "blocked", e.subjectOf(k))
 	}
@@ -419,6 +423,20 @@ func (e *engine) hostCPU(b *branch, depth int) []*branch {
 // that are refaults lead to the memory limit that evicted the pages.
 func (e *engine) device(b *branch, k string, depth int) []*branch {
 	return e.consumed(b, k, e.subjectOf(k), "device", depth)
+}
+
+// softirqContexts names the tasks the CPUs' softirq work ran in the
+// context of (its Usage), largest first: who raised it, for work a task
+// raises itself (loopback traffic it sends, I/O it completes).
+func (e *engine) softirqContexts(b *branch, k string, subj finding.Subject) {
+	b.consumers = e.topConsumers(k)
+	for _, u := range b.consumers {
+		cs := taskSubject(u.By, finding.RoleConsumer)
+		cs.Detail = fmt.Sprintf("%s ran in its context", u.Activity)
+		ev := map[string]any{"softirq_s": round3(u.Amount), "share_pct": round1(100 * u.Share)}
+		b.hop(finding.Hop{From: subj, Relation: finding.UsedBy, To: cs, Evidence: ev, Mechanism: mechSoftirqContext,
+			Text: fmt.Sprintf("%s ran on top of %s for %s (%s of the softirq time)", u.Activity, consumerLabel(u), ms(u.Amount*1000), pct1(u.Share))}, refOf(u.Finding, u.FindingTitle))
+	}
 }
 
 // directed is a saturated resource's use on behalf of another resource.

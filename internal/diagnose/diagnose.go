@@ -141,7 +141,7 @@ func (e *engine) build() []*draft {
 	var victims []*victim
 	for i := range e.set.Waits {
 		w := &e.set.Waits[i]
-		if !e.significant(w) {
+		if !e.significant(w) || e.selfInflicted(w) {
 			continue
 		}
 		victims = append(victims, &victim{w: w, key: e.on(w)})
@@ -181,6 +181,43 @@ func (e *engine) build() []*draft {
 		return cmp.Compare(a.root, b.root)
 	})
 	return out
+}
+
+// selfInflicted says whether a wait is wolf's own threads contending with
+// each other: wolf's process waiting on a lock that only its own threads
+// held in the window (its investigators attaching or detaching their
+// programs at once, under the kernel's tracepoint mutex). The host did
+// not do that; wolf waiting on anyone else's lock is still a victim.
+func (e *engine) selfInflicted(w *fact.Wait) bool {
+	if e.set.Self == 0 || w.Task.PID != e.set.Self || w.Kind != fact.WaitLock {
+		return false
+	}
+	hs := e.holds[e.on(w)]
+	if len(hs) == 0 {
+		return false
+	}
+	for _, h := range hs {
+		if !e.isSelf(h.Holder) {
+			return false
+		}
+	}
+	return true
+}
+
+// isSelf says whether a task is one of wolf's own threads: its process,
+// or a thread id that one of wolf's own waits names (a holder known only
+// by its thread id).
+func (e *engine) isSelf(t fact.Task) bool {
+	if t.PID == e.set.Self {
+		return true
+	}
+	tid := cmp.Or(t.TID, t.PID)
+	for i := range e.set.Waits {
+		if w := &e.set.Waits[i]; w.Task.PID == e.set.Self && w.Task.TID == tid {
+			return true
+		}
+	}
+	return false
 }
 
 // significant says whether a wait makes its task a victim.

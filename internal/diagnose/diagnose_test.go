@@ -933,3 +933,84 @@ func TestThrashOnAnUnsaturatedDeviceIsTheLimit(t *testing.T) {
 	}
 	checkHops(t, d)
 }
+
+// Loopback TCP (stress-ng --sock): half the CPUs' time is softirq work
+// that ran on top of the senders, a short run at a time, and no task
+// waited long for a CPU. The time softirq work took from them is the
+// diagnosis: the CPUs' softirq processing, the vector, and the tasks it
+// ran in the context of.
+func TestSoftirqTimeTakenFromTasks(t *testing.T) {
+	s := window()
+	hostSaturated(s, 2)
+	all := fact.SoftirqKey(-1)
+	s.Resource(fact.Resource{Kind: fact.Softirq, Key: all, Name: "softirq processing on all CPUs (NET_RX 38%, HRTIMER 14% of their time)", CPU: -1})
+	s.Saturations = append(s.Saturations, fact.Saturation{On: all, Level: 0.53, Used: 8.6, Unit: "s", AtLimit: true,
+		Numbers: map[string]float64{"softirq_ms": 8590, "net_rx_ms": 6194, "softirq_pct": 53.2}})
+	s.Usage = append(s.Usage,
+		fact.Usage{On: fact.HostCPUKey(), By: fact.Task{Comm: "NET_RX softirq"}, Amount: 6.2, Unit: "cpu_s", Activity: "softirq", Share: 0.38},
+		fact.Usage{On: fact.HostCPUKey(), By: task(22069, 0, "stress-ng-sock"), Amount: 6, Unit: "cpu_s", Share: 0.37},
+		fact.Usage{On: all, By: task(22069, 0, "stress-ng-sock"), Amount: 3.1, Unit: "s", Share: 0.36, Activity: "NET_RX", Threads: 1},
+		fact.Usage{On: all, By: task(22068, 0, "stress-ng-sock"), Amount: 2.9, Unit: "s", Share: 0.34, Activity: "NET_RX", Threads: 1},
+	)
+	s.Waits = append(s.Waits,
+		fact.Wait{Task: task(22068, 22068, "stress-ng-sock"), Kind: fact.WaitRunQueue, On: fact.HostCPUKey(), Total: 2 * sec, Max: 5 * ms1, Count: 10000,
+			Numbers: map[string]any{"on_cpu_ms": 5935.0}},
+		fact.Wait{Task: task(22069, 22069, "stress-ng-sock"), Kind: fact.WaitSoftirq, On: all, Total: 3100 * ms1,
+			Numbers: map[string]any{"softirq_ms": 3100.0, "net_rx_ms": 2300.0}, Detail: "softirq work ran on top of it for 3.1 s of the 10 s window"},
+		fact.Wait{Task: task(22068, 22068, "stress-ng-sock"), Kind: fact.WaitSoftirq, On: all, Total: 2900 * ms1,
+			Numbers: map[string]any{"softirq_ms": 2900.0, "net_rx_ms": 2100.0}, Detail: "softirq work ran on top of it for 2.9 s of the 10 s window"},
+		// Far under a tenth of the window: no victim.
+		fact.Wait{Task: task(500, 500, "sshd"), Kind: fact.WaitSoftirq, On: all, Total: 150 * ms1},
+	)
+	ds := Diagnose(nil, s)
+	logChain(t, ds)
+	d := ds[0]
+	if d.ID != "diagnose.softirq" || d.Severity != finding.Warning || !strings.Contains(d.Title, "NET_RX 38%") || !strings.Contains(d.Title, "lost 6.0 s to it") {
+		t.Fatalf("%s %v: %s", d.ID, d.Severity, d.Title)
+	}
+	if strings.Contains(d.Title, "runs of up to") || strings.Contains(d.Title, "sshd") {
+		t.Errorf("title %q", d.Title)
+	}
+	ctx := 0
+	for _, h := range d.Chain {
+		if h.Relation == finding.UsedBy && h.To.PID == 22069 && h.Evidence["softirq_s"] != nil {
+			ctx++
+		}
+	}
+	if ctx != 1 {
+		t.Errorf("no hop names the task NET_RX ran in the context of")
+	}
+	if h := d.Chain[0]; !strings.Contains(h.Text, "lost 3.1 s to softirq processing on all CPUs") || h.Evidence["wait_ms_max"] != nil {
+		t.Errorf("first hop %q %v", h.Text, h.Evidence)
+	}
+	checkHops(t, d)
+}
+
+// wolf's own threads detaching their programs at once queue on the
+// kernel's tracepoint mutex, held by another of its threads: wolf's own
+// doing, no diagnosis of the host. wolf waiting on someone else's lock
+// still is one.
+func TestWolfsOwnContentionIsNoVictim(t *testing.T) {
+	s := window()
+	s.Self = 500
+	k := fact.LockKey("0xffffffff8310e3c0")
+	s.Resource(fact.Resource{Kind: fact.Lock, Key: k, Name: "mutex in tracepoint_probe_unregister", LockAddr: "0xffffffff8310e3c0", LockType: "mutex"})
+	for tid := 510; tid < 520; tid++ {
+		s.Waits = append(s.Waits, fact.Wait{Task: task(500, tid, "wolf"), Kind: fact.WaitLock, On: k, Total: 378 * ms1, Max: 378 * ms1, Count: 1})
+	}
+	s.Holds = append(s.Holds,
+		fact.Hold{On: k, Holder: fact.Task{PID: 511, TID: 511}, Exact: true, Charged: 3 * sec, Split: &fact.Split{Span: 3 * ms1, Bounded: true, ThrottleKnown: true}},
+		fact.Hold{On: k, Holder: task(500, 512, "wolf"), Exact: true, Charged: sec, Split: &fact.Split{Span: 18 * ms1, Bounded: true, ThrottleKnown: true}})
+	if ds := Diagnose(nil, s); len(ds) != 0 {
+		t.Fatalf("wolf's own contention diagnosed: %s", ds[0].Title)
+	}
+	s.Self = 0
+	if ds := Diagnose(nil, s); len(ds) == 0 {
+		t.Fatal("without knowing wolf's process: no diagnosis")
+	}
+	s.Self = 500
+	s.Holds = append(s.Holds, fact.Hold{On: k, Holder: task(900, 900, "perf"), Exact: true, Charged: 4 * sec, Split: &fact.Split{Span: 300 * ms1, Sleep: 300 * ms1, Bounded: true, ThrottleKnown: true}})
+	if ds := Diagnose(nil, s); len(ds) == 0 {
+		t.Fatal("wolf waiting on another process's hold: no diagnosis")
+	}
+}

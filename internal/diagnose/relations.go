@@ -61,12 +61,14 @@ const (
 	mechRunQueue = "A runnable task waits on a run queue until the scheduler gives it a CPU; with more runnable tasks than CPUs, each waits for the others' time slices."
 	// Block I/O: a task in io_schedule sleeps until the device (or the
 	// cgroup's throttle in front of it) completes its request.
-	mechIO       = "The task sleeps until its block request completes: queued in the cgroup's throttle, in the device's queue, or on the device."
-	mechIOLimit  = "The cgroup's I/O limit (blkio.throttle, io.max) holds its requests back once it has used its rate for the slice; they wait in the throttle, not on the device."
-	mechDirty    = "balance_dirty_pages pauses a task that dirties pages faster than its backing device writes them back, in proportion to how far over the dirty limit it is."
-	mechJournal  = "A journal commit (jbd2, XFS log) writes every transaction in it; an fsync that needs the commit waits for all of it, other tasks' data included."
-	mechSoftirq  = "Softirq processing runs before the interrupted task resumes, or in ksoftirqd; while it runs, other work on that CPU waits."
-	mechSiteWait = "The task sleeps uninterruptibly until whatever its wait site waits for happens."
+	mechIO      = "The task sleeps until its block request completes: queued in the cgroup's throttle, in the device's queue, or on the device."
+	mechIOLimit = "The cgroup's I/O limit (blkio.throttle, io.max) holds its requests back once it has used its rate for the slice; they wait in the throttle, not on the device."
+	mechDirty   = "balance_dirty_pages pauses a task that dirties pages faster than its backing device writes them back, in proportion to how far over the dirty limit it is."
+	mechJournal = "A journal commit (jbd2, XFS log) writes every transaction in it; an fsync that needs the commit waits for all of it, other tasks' data included."
+	// mechSoftirqContext says whom a softirq's time goes to.
+	mechSoftirqContext = "Softirq work runs in the context of the task on the CPU: work a task raises itself (loopback or local traffic it sends, I/O it completes) runs before it resumes; work an interrupt raises runs on whichever task it hit."
+	mechSoftirq        = "Softirq processing runs before the interrupted task resumes, or in ksoftirqd; while it runs, other work on that CPU waits."
+	mechSiteWait       = "The task sleeps uninterruptibly until whatever its wait site waits for happens."
 	// A saturated resource and who used it: the consumers' use of it is
 	// what everyone else waited behind.
 	mechCPUConsumer    = "The CPUs' time went to these tasks; everyone else waited for it."

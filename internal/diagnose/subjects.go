@@ -165,7 +165,10 @@ func waitNumbers(w *fact.Wait) map[string]any {
 		ev["blocked_s"] = round3(w.Max.Seconds())
 	default:
 		ev["wait_ms_total"] = msOf(w.Total)
-		ev["wait_ms_max"] = msOf(w.Max)
+		if w.Max > 0 || w.Count > 0 {
+			// Time taken a little at a time has no longest wait.
+			ev["wait_ms_max"] = msOf(w.Max)
+		}
 		if w.Count > 0 {
 			ev["waits"] = w.Count
 		}
@@ -196,6 +199,8 @@ func (e *engine) waitHop(w *fact.Wait, from, to finding.Subject, what string) fi
 	switch {
 	case w.Hung:
 		fmt.Fprintf(&b, " has been blocked (D) %s on %s", ms(msOf(w.Max)), target)
+	case w.Kind == fact.WaitSoftirq && w.Count == 0:
+		fmt.Fprintf(&b, " lost %s to %s", ms(msOf(w.Total)), target)
 	default:
 		fmt.Fprintf(&b, " waited %s %s", ms(msOf(w.Total)), strings.TrimPrefix(forTarget(target), " "))
 		if w.Count > 0 {

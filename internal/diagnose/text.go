@@ -168,7 +168,11 @@ func (d *draft) victimsPhrase() string {
 	case fact.WaitJournal:
 		return fmt.Sprintf("%s waited %s for journal commits", who, total)
 	case fact.WaitSoftirq:
-		return fmt.Sprintf("%s lost %s to it, in runs of up to %s", who, total, ms(msOf(d.worstOf(fact.WaitSoftirq))))
+		if worst := d.worstOf(fact.WaitSoftirq); worst > 0 {
+			return fmt.Sprintf("%s lost %s to it, in runs of up to %s", who, total, ms(msOf(worst)))
+		}
+		// Time taken a short run at a time (the runs' longest unknown).
+		return fmt.Sprintf("%s lost %s to it", who, total)
 	}
 	return fmt.Sprintf("%s wait%s up to %s", who, plural(n), ms(msOf(d.worst())))
 }

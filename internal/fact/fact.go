@@ -288,6 +288,10 @@ type Set struct {
 	Holds       []Hold
 	Usage       []Usage
 	Saturations []Saturation
+	// Self is wolf's own process (0: unknown): its threads contending
+	// with each other (attaching and detaching its programs) are wolf's
+	// own doing, not the host's.
+	Self int
 }
 
 // Resource adds r (once per key; later calls fill what the first left
@@ -332,6 +336,9 @@ func (s *Set) Merge(o *Set) {
 		return
 	}
 	s.Window = max(s.Window, o.Window)
+	if s.Self == 0 {
+		s.Self = o.Self
+	}
 	for _, r := range o.Resources {
 		s.Resource(*r)
 	}

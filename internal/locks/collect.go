@@ -535,6 +535,9 @@ func (p *probe) ongoingHolds(threshold time.Duration) []Hold {
 			Ongoing:     true,
 		}
 		h.Lock = m.HoldLock // the contention's join key
+		if p.reclaimShared {
+			p.sharedReclaimSoFar(tid, &h)
+		}
 		if m.ThrottledSince != 0 && now > m.ThrottledSince {
 			h.ThrottledNs += now - m.ThrottledSince
 		}
@@ -547,6 +550,29 @@ func (p *probe) ongoingHolds(threshold time.Duration) []Hold {
 		out = append(out, h)
 	}
 	return out
+}
+
+// sharedReclaimSoFar turns an ongoing hold's reclaim, read from reclaim's
+// per-thread totals (reclaim_shared), from the thread's totals at the
+// acquire into what it reclaimed since, as the release does in
+// hold_reclaim (locks.bpf.c): a thread whose entry was evicted and made
+// again in between counts from zero.
+func (p *probe) sharedReclaimSoFar(tid uint32, h *Hold) {
+	var rt locksWolfReclaimTask
+	if err := p.maps.ReclaimTasks.Lookup(&tid, &rt); err != nil {
+		h.ReclaimNs, h.ReclaimCalls, h.PagesScanned, h.PagesReclaimed, h.PagesActivated, h.PagesRefKeep = 0, 0, 0, 0, 0, 0
+		return
+	}
+	if rt.Calls < h.ReclaimCalls {
+		h.ReclaimNs, h.ReclaimCalls, h.PagesScanned, h.PagesReclaimed, h.PagesActivated, h.PagesRefKeep = rt.Ns, rt.Calls, rt.Scanned, rt.Reclaimed, rt.Activated, rt.RefKeep
+		return
+	}
+	h.ReclaimNs = probekit.Sub(rt.Ns, h.ReclaimNs)
+	h.ReclaimCalls = rt.Calls - h.ReclaimCalls
+	h.PagesScanned = probekit.Sub(rt.Scanned, h.PagesScanned)
+	h.PagesReclaimed = probekit.Sub(rt.Reclaimed, h.PagesReclaimed)
+	h.PagesActivated = probekit.Sub(rt.Activated, h.PagesActivated)
+	h.PagesRefKeep = probekit.Sub(rt.RefKeep, h.PagesRefKeep)
 }
 
 // procSchedstat reads a thread's CPU time and run-queue wait, in ns

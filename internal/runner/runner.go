@@ -97,7 +97,7 @@ func Start(ctx context.Context, cfg Config) *Run {
 	if timeout <= 0 {
 		timeout = pace.Scaled(DefaultCollectTimeout)
 	}
-	r := &Run{Report: rep, Facts: &fact.Set{}}
+	r := &Run{Report: rep, Facts: &fact.Set{Self: os.Getpid()}}
 	if cfg.MaxCPUPct > 0 {
 		if b, err := probekit.NewBudget(cfg.MaxCPUPct); err == nil {
 			probekit.SetBudget(b)

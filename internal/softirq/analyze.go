@@ -44,8 +44,11 @@ type Snapshot struct {
 	StallsLost uint64 // stalls seen but not delivered (ring buffer full, too many)
 	// Unseen are runs per vector the kernel counted in the window
 	// (/proc/softirqs) that the programs were not run for (unseen.go).
-	Unseen    [NrVectors]uint64
-	NAPI      []NAPIStat
+	Unseen [NrVectors]uint64
+	NAPI   []NAPIStat
+	// Tasks are the tasks softirq work ran on top of in the window, most
+	// time first (ksoftirqd among them).
+	Tasks     []TaskTime
 	Softnet   []Softnet // deltas over the window
 	Netns     []NetnsDelta
 	NetnsNote string            // why TcpExt counters are missing, if they are

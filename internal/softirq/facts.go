@@ -113,6 +113,9 @@ func (s *Snapshot) facts(fs []finding.Finding) *fact.Set {
 		}
 		set.Resource(fact.Resource{Kind: fact.Softirq, Key: all, Name: name, CPU: -1})
 		set.Saturations = append(set.Saturations, x)
+		if x.AtLimit {
+			s.taskFacts(set, all, allTotal)
+		}
 	}
 	for cpu, vecs := range perCPU {
 		k := fact.SoftirqKey(cpu)
@@ -148,6 +151,87 @@ func (s *Snapshot) facts(fs []finding.Finding) *fact.Set {
 		set.Saturations = append(set.Saturations, x)
 	}
 	return set
+}
+
+// taskFacts are the tasks softirq work ran on top of, when it took a
+// good share of the CPUs: each lost that time (the handler ran before the
+// task resumed), a wait on the CPUs' softirq processing however short
+// each run was, and each is whom that work ran for as far as wolf can
+// tell (work raised by a task — loopback or local traffic it sends, I/O
+// it completes — runs in its own context; work an interrupt raised runs
+// on whichever task it hit): a use of it. ksoftirqd is the work itself
+// and wolf's own process is left out.
+func (s *Snapshot) taskFacts(set *fact.Set, on string, allTotal time.Duration) {
+	procs := map[int]*fact.Usage{}
+	var order []int
+	for _, t := range s.Tasks {
+		total := t.Total()
+		if t.TID == 0 || strings.HasPrefix(t.Comm, "ksoftirqd/") || (s.SelfTGID != 0 && t.TGID == s.SelfTGID) {
+			continue
+		}
+		if total < s.Window/100 || total < time.Millisecond {
+			break // most first: the rest is less
+		}
+		nums := map[string]any{"softirq_ms": human.Round(float64(total)/1e6, 1), "runs": t.Runs,
+			"window_pct": human.Round(100*share(total, s.Window), 1)}
+		var parts []string
+		for vec := range NrVectors {
+			d := time.Duration(t.NS[vec])
+			if d <= 0 {
+				continue
+			}
+			nums[strings.ToLower(Vectors[vec])+"_ms"] = human.Round(float64(d)/1e6, 1)
+		}
+		top := topVectors(t.NS)
+		for _, vec := range top {
+			parts = append(parts, fmt.Sprintf("%s %s", Vectors[vec], human.Duration(time.Duration(t.NS[vec]))))
+		}
+		task := fact.Task{PID: t.TGID, TID: t.TID, Comm: t.Comm}
+		set.Waits = append(set.Waits, fact.Wait{Task: task, Kind: fact.WaitSoftirq, On: on, Total: total, Numbers: nums,
+			Detail: fmt.Sprintf("softirq work ran on top of it for %s of the %s window (%s, %d runs)", human.Duration(total), human.Duration(s.Window), strings.Join(parts, ", "), t.Runs)})
+		act := "softirq"
+		if len(top) > 0 {
+			act = Vectors[top[0]]
+		}
+		u := procs[t.TGID]
+		if u == nil {
+			u = &fact.Usage{On: on, By: fact.Task{PID: t.TGID, Comm: t.Comm}, Unit: "s", Activity: act}
+			procs[t.TGID] = u
+			order = append(order, t.TGID)
+		}
+		u.Amount += total.Seconds()
+		u.Share += share(total, allTotal)
+		u.Threads++
+	}
+	// Its use, per process (the largest thread's vector names it).
+	for _, pid := range order {
+		set.Usage = append(set.Usage, *procs[pid])
+	}
+}
+
+// topVectors are the vectors that took at least a tenth of ns's total,
+// largest first (at least the largest).
+func topVectors(ns [NrVectors]uint64) []int {
+	var sum uint64
+	var vs []int
+	for v, d := range ns {
+		sum += d
+		if d > 0 {
+			vs = append(vs, v)
+		}
+	}
+	sort.Slice(vs, func(i, j int) bool {
+		if ns[vs[i]] != ns[vs[j]] {
+			return ns[vs[i]] > ns[vs[j]]
+		}
+		return vs[i] < vs[j]
+	})
+	for i, v := range vs {
+		if i > 0 && ns[v]*10 < sum {
+			return vs[:i]
+		}
+	}
+	return vs
 }
 
 // softirqBusyShare is the share of the CPUs' time softirq processing

@@ -496,3 +496,36 @@ func TestLiveNAPIAccounting(t *testing.T) {
 		t.Errorf("napi_poll fired %d times, stats hold %d polls (%+v), map full %d", c.NapiPolls, polls, ns, c.MapFull)
 	}
 }
+
+// Loopback traffic this process sends is received in softirq work that
+// runs in its own context: its threads show in the time per task, with
+// NET_RX time, flushed and pending together.
+func TestLiveTaskSoftirqTime(t *testing.T) {
+	requireLive(t)
+	p, err := openProbe(probeConfig{Threshold: DefaultThreshold})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	if _, err := loopbackWorkload(300*time.Millisecond, false)(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	p.kit.Detach()
+	ts, err := p.readTasks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var own TaskTime
+	for _, x := range ts {
+		if x.TGID == os.Getpid() {
+			own.Runs += x.Runs
+			own.NS[vecNetRX] += x.NS[vecNetRX]
+		}
+		if x.TID == 0 {
+			t.Errorf("the idle task counted: %+v", x)
+		}
+	}
+	if own.Runs == 0 || own.NS[vecNetRX] == 0 {
+		t.Errorf("no NET_RX time on top of this process (%d tasks: %+v)", len(ts), ts)
+	}
+}

@@ -369,3 +369,76 @@ func newMonoClock() monoClock {
 func (c monoClock) wall(mono uint64) time.Time {
 	return c.wallAt.Add(time.Duration(int64(mono) - c.monoAt))
 }
+
+// TaskTime is the softirq time that ran on top of one task (the task
+// current on the CPU when the handler ran: it resumed only after), per
+// vector, in a window.
+type TaskTime struct {
+	TID, TGID int
+	Comm      string
+	Runs      uint64
+	NS        [NrVectors]uint64
+}
+
+// Total is the task's softirq time, all vectors.
+func (t TaskTime) Total() time.Duration {
+	var sum uint64
+	for _, v := range t.NS {
+		sum += v
+	}
+	return time.Duration(sum)
+}
+
+// readTasks reads, per task, the flushed softirq time plus what the CPUs
+// still accumulate for the task each last ran on top of, cumulative.
+func (p *probe) readTasks() (map[uint32]TaskTime, error) {
+	out := map[uint32]TaskTime{}
+	add := func(tid uint32, v *softirqTaskSoftirq) {
+		if v.Runs == 0 {
+			return
+		}
+		t := out[tid]
+		t.TID, t.TGID = int(tid), int(v.Tgid)
+		if c := bpfrec.CString(v.Comm[:]); c != "" {
+			t.Comm = c
+		}
+		t.Runs += v.Runs
+		for i := range t.NS {
+			t.NS[i] += v.Ns[i]
+		}
+		out[tid] = t
+	}
+	var (
+		tid uint32
+		v   softirqTaskSoftirq
+	)
+	it := p.maps.TaskSoftirqs.Iterate()
+	for it.Next(&tid, &v) {
+		add(tid, &v)
+	}
+	if err := it.Err(); err != nil {
+		return nil, err
+	}
+	var cpus []softirqCpuState
+	if err := p.maps.CpuStates.Lookup(uint32(0), &cpus); err != nil {
+		return nil, fmt.Errorf("read pending softirq time per task: %w", err)
+	}
+	for i := range cpus {
+		if t := uint32(cpus[i].VictimId); t != 0 {
+			add(t, &cpus[i].VictimAcc)
+		}
+	}
+	return out, nil
+}
+
+// taskWindow is the window's softirq time per task, from two readings of
+// flushed-plus-pending sums, like napiWindow: a flush between the two
+// reads is counted in the next window, not twice.
+func taskWindow(cur, prev TaskTime, _ bool) (TaskTime, TaskTime) {
+	d, keep := cur, cur
+	d.Runs, keep.Runs = probekit.Envelope(cur.Runs, prev.Runs)
+	for i := range cur.NS {
+		d.NS[i], keep.NS[i] = probekit.Envelope(cur.NS[i], prev.NS[i])
+	}
+	return d, keep
+}

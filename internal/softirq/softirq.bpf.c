@@ -55,6 +55,20 @@ struct napi_stat {
 };
 
 /*
+ * Softirq time per task it ran on top of (the task that was current on
+ * the CPU: softirq work runs before that task resumes, in its context),
+ * per vector, cumulative: the time those tasks lost to it. ksoftirqd
+ * counts too (user space tells it apart); the idle task does not.
+ */
+struct task_softirq {
+	__u64 ns[NR_VEC];
+	__u64 runs;
+	__u32 tgid;
+	__u32 _pad;
+	char comm[WOLF_COMM_LEN];
+};
+
+/*
  * Per-CPU state. A CPU runs one softirq handler at a time (handlers never
  * nest on a CPU), so one entry stamp per CPU suffices. What every entry
  * and exit touches comes first, in one cache line: under a memory-heavy
@@ -85,6 +99,13 @@ struct cpu_state {
 	 */
 	__u64 napi_key; /* napi_struct accumulated in napi_acc, 0 none */
 	struct napi_stat napi_acc;
+	/*
+	 * Softirq time on top of one task adds up here while the same task
+	 * is current at successive exits, and goes to task_softirq only when
+	 * it changes (as napi_acc does): one hash operation per change.
+	 */
+	__u64 victim_id; /* bpf_get_current_pid_tgid of victim_acc, 0 none */
+	struct task_softirq victim_acc;
 	/* rare: stalls, samples, drops, function latency */
 	__u64 unpaired_exits; /* exit without an entry: wolf attached mid-run */
 	__u64 stalls;
@@ -187,6 +208,19 @@ struct {
 	__type(value, struct napi_stat);
 } napi_stats SEC(".maps");
 
+const struct task_softirq *unused_task_softirq __attribute__((unused));
+
+/*
+ * Keyed by tid. LRU: a long-running watch meets many short-lived tasks;
+ * an evicted entry is an exited task's (its last window was read).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, struct task_softirq);
+} task_softirqs SEC(".maps");
+
 /* kfree_skb by reason; index + NR_REASONS when inside NET_RX. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -283,6 +317,52 @@ int BPF_PROG(on_softirq_entry, unsigned int vec)
 	return 0;
 }
 
+/* Moves the CPU's softirq time on top of one task to task_softirq. */
+static __always_inline void victim_flush(struct cpu_state *s)
+{
+	struct task_softirq *acc = &s->victim_acc;
+	__u32 tid = (__u32)s->victim_id;
+
+	if (!tid || !acc->runs)
+		return;
+	struct task_softirq *t = bpf_map_lookup_elem(&task_softirqs, &tid);
+	if (!t) {
+		struct task_softirq fresh = {};
+
+		fresh.tgid = acc->tgid;
+		__builtin_memcpy(fresh.comm, acc->comm, sizeof(fresh.comm));
+		/* NOEXIST: another CPU's insert of the same tid is as good. */
+		bpf_map_update_elem(&task_softirqs, &tid, &fresh, BPF_NOEXIST);
+		t = bpf_map_lookup_elem(&task_softirqs, &tid);
+		if (!t) {
+			s->map_full++;
+			return;
+		}
+	}
+	for (int i = 0; i < NR_VEC; i++) {
+		if (acc->ns[i])
+			__sync_fetch_and_add(&t->ns[i], acc->ns[i]);
+	}
+	__sync_fetch_and_add(&t->runs, acc->runs);
+}
+
+/* Adds a run of d ns of vector vec to the task it ran on top of. */
+static __always_inline void victim_add(struct cpu_state *s, __u64 id, __u32 vec, __u64 d)
+{
+	struct task_softirq *acc = &s->victim_acc;
+
+	if (s->victim_id != id) {
+		victim_flush(s);
+		__builtin_memset(acc, 0, sizeof(*acc));
+		s->victim_id = id;
+		acc->tgid = id >> 32;
+		bpf_get_current_comm(acc->comm, sizeof(acc->comm));
+	}
+	if (vec < NR_VEC)
+		acc->ns[vec] += d;
+	acc->runs++;
+}
+
 /* A NET_RX run that was a stall: count its sampled stacks apart. */
 static __always_inline void keep_stall_stacks(struct cpu_state *s)
 {
@@ -317,6 +397,9 @@ int BPF_PROG(on_softirq_exit, unsigned int vec)
 	struct wolf_hist *h = bpf_map_lookup_elem(&run_hist, &vec);
 	if (h)
 		wolf_hist_add_local(h, d);
+	__u64 id = bpf_get_current_pid_tgid();
+	if ((__u32)id)
+		victim_add(s, id, vec, d);
 	if (d < threshold_ns) {
 		s->npending = 0;
 		return 0;
@@ -331,7 +414,6 @@ int BPF_PROG(on_softirq_exit, unsigned int vec)
 		s->npending = 0;
 		return 0;
 	}
-	__u64 id = bpf_get_current_pid_tgid();
 	e->start_ns = start;
 	e->duration_ns = d;
 	e->rx_work = s->rx_work;

@@ -158,6 +158,7 @@ type session struct {
 	unseen               [NrVectors]uint64
 	prev                 reading
 	napi                 probekit.Since[uint64, NAPIStat]
+	tasks                probekit.Since[uint32, TaskTime]
 	// Sampled stacks come and go; their bounded maps would fill over
 	// hours (see evictStacks).
 	idleRx, idleStall probekit.Idle[uint32]
@@ -273,6 +274,11 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 		return nil, fmt.Errorf("softirq: read NAPI stats: %w", err)
 	}
 	snap.NAPI = napiList(s.napi.Step(napi, napiWindow))
+	tasks, err := p.readTasks()
+	if err != nil {
+		return nil, fmt.Errorf("softirq: read softirq time per task: %w", err)
+	}
+	snap.Tasks = taskList(s.tasks.Step(tasks, taskWindow))
 	if p.kit.Attached("skb/kfree_skb") {
 		if cur.drops, err = p.readDrops(); err != nil {
 			return nil, err
@@ -438,6 +444,24 @@ func subStacks(cur, prev map[uint32]rawStack) []rawStack {
 			out = append(out, rawStack{IPs: st.IPs, Count: n})
 		}
 	}
+	return out
+}
+
+// taskList is the window's tasks that softirq work ran on top of, most
+// time first.
+func taskList(byTID map[uint32]TaskTime) []TaskTime {
+	out := make([]TaskTime, 0, len(byTID))
+	for _, t := range byTID {
+		if t.Runs > 0 {
+			out = append(out, t)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if a, b := out[i].Total(), out[j].Total(); a != b {
+			return a > b
+		}
+		return out[i].TID < out[j].TID
+	})
 	return out
 }
 

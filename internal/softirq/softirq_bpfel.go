@@ -30,6 +30,8 @@ type softirqCpuState struct {
 	Pad0          uint32
 	NapiKey       uint64
 	NapiAcc       softirqNapiStat
+	VictimId      uint64
+	VictimAcc     softirqTaskSoftirq
 	UnpairedExits uint64
 	Stalls        uint64
 	StallDrops    uint64
@@ -83,6 +85,15 @@ type softirqStall struct {
 	Comm       [16]int8
 }
 
+type softirqTaskSoftirq struct {
+	_    structs.HostLayout
+	Ns   [10]uint64
+	Runs uint64
+	Tgid uint32
+	Pad  uint32
+	Comm [16]int8
+}
+
 type softirqWolfHist struct {
 	_     structs.HostLayout
 	Slots [65]uint64
@@ -100,29 +111,31 @@ type softirqWolfHist struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	softirqMapCpuStates        = "cpu_states"
-	softirqMapDropReasons      = "drop_reasons"
-	softirqMapFuncCalls        = "func_calls"
-	softirqMapFuncHist         = "func_hist"
-	softirqMapNapiStats        = "napi_stats"
-	softirqMapRunHist          = "run_hist"
-	softirqMapRxStackCounts    = "rx_stack_counts"
-	softirqMapStacks           = "stacks"
-	softirqMapStallStackCounts = "stall_stack_counts"
-	softirqMapStalls           = "stalls"
-	softirqMapWaitHist         = "wait_hist"
-	softirqProgFuncEntry       = "func_entry"
-	softirqProgFuncReturn      = "func_return"
-	softirqProgOnKfreeSkb      = "on_kfree_skb"
-	softirqProgOnNapiPoll      = "on_napi_poll"
-	softirqProgOnSample        = "on_sample"
-	softirqProgOnSoftirqEntry  = "on_softirq_entry"
-	softirqProgOnSoftirqExit   = "on_softirq_exit"
-	softirqProgOnSoftirqRaise  = "on_softirq_raise"
-	softirqVarFuncTgid         = "func_tgid"
-	softirqVarThresholdNs      = "threshold_ns"
-	softirqVarUnusedNapiStat   = "unused_napi_stat"
-	softirqVarUnusedStall      = "unused_stall"
+	softirqMapCpuStates         = "cpu_states"
+	softirqMapDropReasons       = "drop_reasons"
+	softirqMapFuncCalls         = "func_calls"
+	softirqMapFuncHist          = "func_hist"
+	softirqMapNapiStats         = "napi_stats"
+	softirqMapRunHist           = "run_hist"
+	softirqMapRxStackCounts     = "rx_stack_counts"
+	softirqMapStacks            = "stacks"
+	softirqMapStallStackCounts  = "stall_stack_counts"
+	softirqMapStalls            = "stalls"
+	softirqMapTaskSoftirqs      = "task_softirqs"
+	softirqMapWaitHist          = "wait_hist"
+	softirqProgFuncEntry        = "func_entry"
+	softirqProgFuncReturn       = "func_return"
+	softirqProgOnKfreeSkb       = "on_kfree_skb"
+	softirqProgOnNapiPoll       = "on_napi_poll"
+	softirqProgOnSample         = "on_sample"
+	softirqProgOnSoftirqEntry   = "on_softirq_entry"
+	softirqProgOnSoftirqExit    = "on_softirq_exit"
+	softirqProgOnSoftirqRaise   = "on_softirq_raise"
+	softirqVarFuncTgid          = "func_tgid"
+	softirqVarThresholdNs       = "threshold_ns"
+	softirqVarUnusedNapiStat    = "unused_napi_stat"
+	softirqVarUnusedStall       = "unused_stall"
+	softirqVarUnusedTaskSoftirq = "unused_task_softirq"
 )
 
 // loadSoftirq returns the embedded CollectionSpec for softirq.
@@ -191,6 +204,7 @@ type softirqMapSpecs struct {
 	Stacks           *ebpf.MapSpec `ebpf:"stacks"`
 	StallStackCounts *ebpf.MapSpec `ebpf:"stall_stack_counts"`
 	Stalls           *ebpf.MapSpec `ebpf:"stalls"`
+	TaskSoftirqs     *ebpf.MapSpec `ebpf:"task_softirqs"`
 	WaitHist         *ebpf.MapSpec `ebpf:"wait_hist"`
 }
 
@@ -198,10 +212,11 @@ type softirqMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type softirqVariableSpecs struct {
-	FuncTgid       *ebpf.VariableSpec `ebpf:"func_tgid"`
-	ThresholdNs    *ebpf.VariableSpec `ebpf:"threshold_ns"`
-	UnusedNapiStat *ebpf.VariableSpec `ebpf:"unused_napi_stat"`
-	UnusedStall    *ebpf.VariableSpec `ebpf:"unused_stall"`
+	FuncTgid          *ebpf.VariableSpec `ebpf:"func_tgid"`
+	ThresholdNs       *ebpf.VariableSpec `ebpf:"threshold_ns"`
+	UnusedNapiStat    *ebpf.VariableSpec `ebpf:"unused_napi_stat"`
+	UnusedStall       *ebpf.VariableSpec `ebpf:"unused_stall"`
+	UnusedTaskSoftirq *ebpf.VariableSpec `ebpf:"unused_task_softirq"`
 }
 
 // softirqObjects contains all objects after they have been loaded into the kernel.
@@ -234,6 +249,7 @@ type softirqMaps struct {
 	Stacks           *ebpf.Map `ebpf:"stacks"`
 	StallStackCounts *ebpf.Map `ebpf:"stall_stack_counts"`
 	Stalls           *ebpf.Map `ebpf:"stalls"`
+	TaskSoftirqs     *ebpf.Map `ebpf:"task_softirqs"`
 	WaitHist         *ebpf.Map `ebpf:"wait_hist"`
 }
 
@@ -249,6 +265,7 @@ func (m *softirqMaps) Close() error {
 		m.Stacks,
 		m.StallStackCounts,
 		m.Stalls,
+		m.TaskSoftirqs,
 		m.WaitHist,
 	)
 }
@@ -257,10 +274,11 @@ func (m *softirqMaps) Close() error {
 //
 // It can be passed to loadSoftirqObjects or ebpf.CollectionSpec.LoadAndAssign.
 type softirqVariables struct {
-	FuncTgid       *ebpf.Variable `ebpf:"func_tgid"`
-	ThresholdNs    *ebpf.Variable `ebpf:"threshold_ns"`
-	UnusedNapiStat *ebpf.Variable `ebpf:"unused_napi_stat"`
-	UnusedStall    *ebpf.Variable `ebpf:"unused_stall"`
+	FuncTgid          *ebpf.Variable `ebpf:"func_tgid"`
+	ThresholdNs       *ebpf.Variable `ebpf:"threshold_ns"`
+	UnusedNapiStat    *ebpf.Variable `ebpf:"unused_napi_stat"`
+	UnusedStall       *ebpf.Variable `ebpf:"unused_stall"`
+	UnusedTaskSoftirq *ebpf.Variable `ebpf:"unused_task_softirq"`
 }
 
 // softirqPrograms contains all programs after they have been loaded into the kernel.

@@ -2,6 +2,7 @@ package watch
 
 import (
 	"context"
+	"os"
 	"sort"
 	"sync"
 
@@ -61,7 +62,7 @@ func (w *Watcher) joinWindow(name string, res *investigator.Result) {
 	}
 	sort.Strings(names)
 	var all []finding.Finding
-	facts := &fact.Set{}
+	facts := &fact.Set{Self: os.Getpid()}
 	for _, n := range names {
 		all = append(all, g.latest[n].Findings...)
 		facts.Merge(g.latest[n].Facts)

@@ -520,7 +520,7 @@ func (t *Table) Stats() Stats {
 		default:
 			st.Directs++
 		}
-		for _, c := range n.kids {
+		for _, c := range n.kids.all() {
 			walk(c, d+1)
 		}
 	}
@@ -528,7 +528,7 @@ func (t *Table) Stats() Stats {
 		if r.order < 0 {
 			used += 1 << (t.s - 1)
 		}
-		for _, c := range r.kids {
+		for _, c := range r.kids.all() {
 			walk(c, 3)
 		}
 	}

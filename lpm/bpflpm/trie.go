@@ -51,7 +51,7 @@ type tnode struct {
 	// entry.
 	own  []uint8
 	has  []uint64
-	kids map[uint32]*tnode
+	kids kidTab
 	// vals holds the values of own prefixes shorter than the stride, by
 	// (1<<rl)|bits; a prefix of the full stride owns its one entry, which
 	// holds its value (or the child there holds it as its default).
@@ -116,7 +116,7 @@ func (t *Table) ownValue(n *tnode, rl uint8, b uint32) uint32 {
 	if rl < n.k {
 		return n.vals[1<<rl|b]
 	}
-	if c := n.kids[b]; c != nil {
+	if c := n.kids.get(b); c != nil {
 		return c.def
 	}
 	return t.entryWord(n, b)
@@ -181,7 +181,7 @@ func (t *Table) setEntry(n *tnode, e uint32, v uint32) {
 		t.writeEntry(n, e, v)
 		return
 	}
-	t.pushDef(n.kids[e], v)
+	t.pushDef(n.kids.get(e), v)
 }
 
 // pushDef changes the value n's range inherits from above.
@@ -234,7 +234,7 @@ func (t *Table) replace(old, n *tnode) {
 	if n.parent == nil {
 		t.root = n
 	} else {
-		n.parent.kids[n.pe] = n
+		n.parent.kids.set(n.pe, n)
 	}
 	t.publish(n)
 	t.retireNode(old)
@@ -251,7 +251,7 @@ func (t *Table) retireNode(n *tnode) {
 
 // retireTree retires n and everything below it.
 func (t *Table) retireTree(n *tnode) {
-	for _, c := range n.kids {
+	for _, c := range n.kids.all() {
 		t.retireTree(c)
 	}
 	t.retireNode(n)
@@ -314,14 +314,14 @@ func (t *Table) insert(k key, l uint8, v uint32) error {
 			return nil
 		}
 		e := k.bits(uint(n.depth), uint(n.k))
-		c := n.kids[e]
+		c := n.kids.get(e)
 		if c == nil {
 			c, err := t.build([]bp{{k, l, v}}, n.base.withBits(n.depth, n.k, uint64(e)), n.depth+n.k, t.entryValue(n, e))
 			if err != nil {
 				return err
 			}
 			c.parent, c.pe = n, e
-			n.kids[e] = c
+			n.kids.set(e, c)
 			t.publish(c)
 			t.grow(n, 1)
 			return nil
@@ -445,7 +445,7 @@ func (t *Table) remove(k key, l uint8) bool {
 			t.shrink(n)
 			return true
 		}
-		n = n.kids[k.bits(uint(n.depth), uint(n.k))]
+		n = n.kids.get(k.bits(uint(n.depth), uint(n.k)))
 	}
 	return false
 }
@@ -466,7 +466,7 @@ func (t *Table) shrink(n *tnode) {
 	}
 	for n.parent != nil && n.n == 0 {
 		p := n.parent
-		delete(p.kids, n.pe)
+		p.kids.del(n.pe)
 		t.writeEntry(p, n.pe, n.def)
 		t.retireTree(n)
 		n = p
@@ -483,9 +483,9 @@ type bp struct {
 // dropEmpty removes the nodes shrink left empty below n: the entry that
 // pointed at each gets its default back, the node is retired.
 func (t *Table) dropEmpty(n *tnode) {
-	for e, c := range n.kids {
+	for e, c := range n.kids.all() {
 		if c.n == 0 {
-			delete(n.kids, e)
+			n.kids.del(e)
 			t.writeEntry(n, e, c.def)
 			t.retireTree(c)
 			continue
@@ -727,7 +727,7 @@ func (t *Table) newDirect(base key, depth, k uint8, def, at uint32, order int8) 
 		base: base, depth: depth, k: k, at: at, order: order, def: def,
 		own:  make([]uint8, 1<<k),
 		has:  make([]uint64, max(1, (2<<k)/64)),
-		kids: map[uint32]*tnode{},
+		kids: kidTab{size: 1 << k},
 	}
 }
 
@@ -819,7 +819,7 @@ func (t *Table) fillReuse(n *tnode, ps []bp, put func(lo, hi, v uint32), reuse f
 				}
 			}
 			c.parent, c.pe = n, e
-			n.kids[e] = c
+			n.kids.set(e, c)
 			n.n += c.n
 			n.own[e] = rl
 			put(e, e+1, ptr(c.code(), c.at))
@@ -848,7 +848,7 @@ func (t *Table) fillReuse(n *tnode, ps []bp, put func(lo, hi, v uint32), reuse f
 
 // releaseTree frees the blocks of a subtree no reader ever saw.
 func (t *Table) releaseTree(n *tnode) {
-	for _, c := range n.kids {
+	for _, c := range n.kids.all() {
 		t.releaseTree(c)
 	}
 	if n.order >= 0 {
@@ -889,7 +889,7 @@ func (t *Table) buildDir(ps []bp, old *tnode, zero uint32) (*tnode, error) {
 		// subtree: reloading a table that changed a little needs little
 		// room.
 		reuse = func(e uint32, ps []bp, def uint32) *tnode {
-			c := old.kids[e]
+			c := old.kids.get(e)
 			if c == nil || c.def != def || c.n != len(ps) || !sameBP(t.collect(c, nil), ps) {
 				return nil
 			}
@@ -898,9 +898,9 @@ func (t *Table) buildDir(ps []bp, old *tnode, zero uint32) (*tnode, error) {
 		}
 	}
 	if err := t.fillReuse(n, ps, put, reuse); err != nil {
-		for e, c := range n.kids {
+		for e, c := range n.kids.all() {
 			if kept[c] {
-				delete(n.kids, e)
+				n.kids.del(e)
 				c.parent = old
 			}
 		}
@@ -911,7 +911,7 @@ func (t *Table) buildDir(ps []bp, old *tnode, zero uint32) (*tnode, error) {
 		for e, v := range entries {
 			t.im.store(n.word(uint32(e)), v)
 		}
-		for _, c := range old.kids {
+		for _, c := range old.kids.all() {
 			if !kept[c] {
 				t.retireTree(c)
 			}
@@ -943,7 +943,7 @@ func (t *Table) collect(n *tnode, out []bp) []bp {
 				}
 			}
 		}
-		for _, c := range n.kids {
+		for _, c := range n.kids.all() {
 			walk(c)
 		}
 	}
