@@ -170,6 +170,13 @@ if [ -n "$SCENARIOS" ]; then
 	emit scenarios $rc /tmp/scen.out
 	emit scenarios-table 0 /tmp/scen/table.md
 	emit scenarios-json 0 /tmp/scen/table.json
+	# Each run's doctor JSON and typed facts, to tell a wrong first item's why.
+	for f in /tmp/scen/*.facts.json; do
+		[ -e "$f" ] || continue
+		r=${f##*/}; r=${r%.facts.json}
+		emit "scen-$r-facts" 0 "$f"
+		emit "scen-$r-doctor" 0 "/tmp/scen/$r.json"
+	done
 fi
 TASKS
 qemu_init "$ROOT" "$(qemu_datadev amd64)" "$OUT/tasks.sh"
