@@ -470,16 +470,7 @@ func TestBpftraceAgrees(t *testing.T) {
 // Every NAPI poll the tracepoint saw is in the per-instance stats, flushed
 // to the map or still pending in a CPU's accumulator.
 func TestLiveNAPIAccounting(t *testing.T) {
-	requireLive(t)
-	p, err := openProbe(probeConfig{Threshold: DefaultThreshold})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.close()
-	if _, err := loopbackWorkload(300*time.Millisecond, false)(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	p.kit.Detach()
+	p := probeLoopback(t)
 	c, err := readCounters(p.maps.CpuStates)
 	if err != nil {
 		t.Fatal(err)
@@ -501,16 +492,7 @@ func TestLiveNAPIAccounting(t *testing.T) {
 // runs in its own context: its threads show in the time per task, with
 // NET_RX time, flushed and pending together.
 func TestLiveTaskSoftirqTime(t *testing.T) {
-	requireLive(t)
-	p, err := openProbe(probeConfig{Threshold: DefaultThreshold})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.close()
-	if _, err := loopbackWorkload(300*time.Millisecond, false)(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	p.kit.Detach()
+	p := probeLoopback(t)
 	ts, err := p.readTasks()
 	if err != nil {
 		t.Fatal(err)
@@ -528,4 +510,21 @@ func TestLiveTaskSoftirqTime(t *testing.T) {
 	if own.Runs == 0 || own.NS[vecNetRX] == 0 {
 		t.Errorf("no NET_RX time on top of this process (%d tasks: %+v)", len(ts), ts)
 	}
+}
+
+// probeLoopback attaches the probe, runs 300 ms of loopback traffic and
+// detaches, leaving the maps to read; the probe closes with the test.
+func probeLoopback(t *testing.T) *probe {
+	t.Helper()
+	requireLive(t)
+	p, err := openProbe(probeConfig{Threshold: DefaultThreshold})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.close)
+	if _, err := loopbackWorkload(300*time.Millisecond, false)(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	p.kit.Detach()
+	return p
 }

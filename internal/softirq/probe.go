@@ -300,27 +300,38 @@ func (p *probe) readNAPI(w uint32) (map[uint64]NAPIStat, error) {
 		}
 		out[key] = n
 	}
+	err := readFlushedAndPending(p, p.maps.NapiStats, add, func(c *softirqCpuState) {
+		if c.NapiKey != 0 {
+			add(c.NapiKey, &c.NapiAcc)
+		}
+	})
+	return out, err
+}
+
+// readFlushedAndPending gives add every entry of a map the BPF side
+// flushes to, then gives pending each CPU's state, whose accumulator holds
+// what that CPU has not flushed yet (it flushes only when it moves on to
+// another key).
+func readFlushedAndPending[K, V any](p *probe, flushed *ebpf.Map, add func(K, *V), pending func(*softirqCpuState)) error {
 	var (
-		key uint64
-		v   softirqNapiStat
+		key K
+		v   V
 	)
-	it := p.maps.NapiStats.Iterate()
+	it := flushed.Iterate()
 	for it.Next(&key, &v) {
 		add(key, &v)
 	}
 	if err := it.Err(); err != nil {
-		return nil, err
+		return fmt.Errorf("flushed: %w", err)
 	}
 	var cpus []softirqCpuState
 	if err := p.maps.CpuStates.Lookup(uint32(0), &cpus); err != nil {
-		return nil, fmt.Errorf("read pending NAPI stats: %w", err)
+		return fmt.Errorf("pending on the CPUs: %w", err)
 	}
 	for i := range cpus {
-		if cpus[i].NapiKey != 0 {
-			add(cpus[i].NapiKey, &cpus[i].NapiAcc)
-		}
+		pending(&cpus[i])
 	}
-	return out, nil
+	return nil
 }
 
 // napiWindow is the window's polling per instance, from two readings of
@@ -408,27 +419,12 @@ func (p *probe) readTasks() (map[uint32]TaskTime, error) {
 		}
 		out[tid] = t
 	}
-	var (
-		tid uint32
-		v   softirqTaskSoftirq
-	)
-	it := p.maps.TaskSoftirqs.Iterate()
-	for it.Next(&tid, &v) {
-		add(tid, &v)
-	}
-	if err := it.Err(); err != nil {
-		return nil, err
-	}
-	var cpus []softirqCpuState
-	if err := p.maps.CpuStates.Lookup(uint32(0), &cpus); err != nil {
-		return nil, fmt.Errorf("read pending softirq time per task: %w", err)
-	}
-	for i := range cpus {
-		if t := uint32(cpus[i].VictimId); t != 0 {
-			add(t, &cpus[i].VictimAcc)
+	err := readFlushedAndPending(p, p.maps.TaskSoftirqs, add, func(c *softirqCpuState) {
+		if t := uint32(c.VictimId); t != 0 {
+			add(t, &c.VictimAcc)
 		}
-	}
-	return out, nil
+	})
+	return out, err
 }
 
 // taskWindow is the window's softirq time per task, from two readings of
