@@ -156,8 +156,7 @@ func (l dirtyLab) Start(ctx context.Context, opt lab.Options) (_ lab.Instance, e
 	})
 	if err != nil {
 		st := labproc.ThreadState(in.dirtier.PID(), in.tid)
-		stack, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/stack", in.dirtier.PID(), in.tid))
-		err = fmt.Errorf("%w (writer tid %d: state %c, last slept in %q, stack %q)", err, in.tid, st, wchan, firstLines(string(stack), 4))
+		err = fmt.Errorf("%w (writer tid %d: state %c, last slept in %q, stack %q)", err, in.tid, st, wchan, labproc.Stack(in.dirtier.PID(), in.tid, 4))
 		return nil, fmt.Errorf("%s: %w", DirtyName, err)
 	}
 	if opt.Logf != nil {
@@ -233,13 +232,4 @@ func (in *DirtyInstance) Close() error {
 		errs = append(errs, in.led.Close())
 	}
 	return errors.Join(errs...)
-}
-
-// firstLines is s's first n lines joined by " | ", for one-line errors.
-func firstLines(s string, n int) string {
-	ls := strings.Split(strings.TrimSpace(s), "\n")
-	if len(ls) > n {
-		ls = ls[:n]
-	}
-	return strings.Join(ls, " | ")
 }

@@ -270,6 +270,14 @@ func Wchan(pid, tid int) string {
 	return topFrame(string(b))
 }
 
+// Stack is a thread's kernel stack from /proc, its first n frames on one
+// line ("[<0>] a+0x1/0x2 | [<0>] b+0x3/0x4"), for error messages.
+func Stack(pid, tid, n int) string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/stack", pid, tid))
+	ls := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return strings.Join(ls[:min(len(ls), n)], " | ")
+}
+
 // topFrame is the function of a /proc/PID/stack's first line,
 // "[<0>] balance_dirty_pages+0x2de/0xcc0" → "balance_dirty_pages".
 func topFrame(stack string) string {
