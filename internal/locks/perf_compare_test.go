@@ -97,8 +97,20 @@ func TestAgreesWithPerfLock(t *testing.T) {
 	inst := in.(*mmaplock.Instance)
 	pid := inst.PID()
 
-	data := t.TempDir() + "/perf.data"
-	rec := exec.Command(perf, "lock", "record", "-o", data, "-p", strconv.Itoa(pid))
+	dir := t.TempDir()
+	data := dir + "/perf.data"
+	ctl, err := newPerfControl(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.Close()
+	// Events start disabled (-D -1) and are switched on and off through
+	// perf's control FIFOs, each switch acknowledged once done: both
+	// tools' windows then start before the lab's first wait and end
+	// together after its last, however slowly perf starts or writes its
+	// file on a loaded machine.
+	rec := exec.Command(perf, "lock", "record", "-o", data, "-D", "-1",
+		"--control", "fifo:"+ctl.ctlPath+","+ctl.ackPath, "-p", strconv.Itoa(pid))
 	var recErr strings.Builder
 	rec.Stderr = &recErr
 	if err := rec.Start(); err != nil {
@@ -107,9 +119,9 @@ func TestAgreesWithPerfLock(t *testing.T) {
 	recDone := make(chan error, 1)
 	go func() { recDone <- rec.Wait() }()
 	defer func() { _ = rec.Process.Kill() }()
-	// perf says nothing when it is ready; it opens its events in well
-	// under a second. Waits it misses would show as a mismatch.
-	time.Sleep(2 * time.Second)
+	if err := ctl.Send("enable", 20*time.Second); err != nil {
+		t.Fatalf("perf lock record: %v: %s", err, recErr.String())
+	}
 
 	wctx, stop := context.WithCancel(ctx)
 	l := New()
@@ -143,6 +155,10 @@ func TestAgreesWithPerfLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(2 * time.Second)
+	if err := ctl.Send("disable", 15*time.Second); err != nil {
+		t.Fatalf("perf lock record: %v: %s", err, recErr.String())
+	}
+	stop()
 	_ = rec.Process.Signal(syscall.SIGINT)
 	select {
 	case err := <-recDone:
@@ -153,7 +169,6 @@ func TestAgreesWithPerfLock(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("perf lock record did not stop on SIGINT")
 	}
-	stop()
 	if err := <-resc; err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +237,75 @@ func TestAgreesWithPerfLock(t *testing.T) {
 			t.Errorf("%s: wolf %v waited, perf %v (%.1f%% apart)", typ, time.Duration(a.ns), time.Duration(b.ns), 100*d)
 		}
 	}
+	if t.Failed() {
+		// Beside perf's callers above: wolf's waits by lock and stack.
+		for _, w := range l.last.Waits {
+			st := w.Stack
+			for i, f := range st {
+				if strings.HasPrefix(f, "__traceiter_contention_begin") {
+					st = st[i+1:] // the tracing frames above it say nothing
+					break
+				}
+			}
+			if len(st) > 5 {
+				st = st[:5]
+			}
+			t.Logf("wolf %s lock %#x: %d waits %v, stack %s", w.Type, w.Lock, w.Count,
+				time.Duration(w.TotalNs), strings.Join(st, " ← "))
+		}
+	}
 	_ = os.Remove(data)
+}
+
+// perfControl drives `perf record --control fifo:CTL,ACK`: a command
+// written to CTL is acknowledged on ACK once perf has carried it out.
+type perfControl struct {
+	ctlPath, ackPath string
+	ctl, ack         *os.File
+}
+
+func newPerfControl(dir string) (*perfControl, error) {
+	c := &perfControl{ctlPath: dir + "/perf.ctl", ackPath: dir + "/perf.ack"}
+	for _, p := range []string{c.ctlPath, c.ackPath} {
+		if err := syscall.Mkfifo(p, 0o600); err != nil {
+			return nil, fmt.Errorf("mkfifo %s: %w", p, err)
+		}
+	}
+	// Opened read-write so neither open waits for perf to open its end.
+	var err error
+	if c.ctl, err = os.OpenFile(c.ctlPath, os.O_RDWR, 0); err != nil {
+		return nil, err
+	}
+	if c.ack, err = os.OpenFile(c.ackPath, os.O_RDWR, 0); err != nil {
+		c.ctl.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Send writes cmd and waits up to timeout for perf's "ack".
+func (c *perfControl) Send(cmd string, timeout time.Duration) error {
+	if _, err := c.ctl.WriteString(cmd + "\n"); err != nil {
+		return fmt.Errorf("perf control %q: %w", cmd, err)
+	}
+	if err := c.ack.SetReadDeadline(time.Now().Add(timeout)); err != nil {
+		return fmt.Errorf("perf control %q: %w", cmd, err)
+	}
+	buf := make([]byte, 16)
+	n, err := c.ack.Read(buf)
+	if err != nil {
+		return fmt.Errorf("perf control %q: no ack within %v: %w", cmd, timeout, err)
+	}
+	// perf answers "ack\n" and a NUL.
+	if got := strings.Trim(string(buf[:n]), "\x00\n "); got != "ack" {
+		return fmt.Errorf("perf control %q: perf answered %q", cmd, got)
+	}
+	return nil
+}
+
+func (c *perfControl) Close() {
+	c.ctl.Close()
+	c.ack.Close()
 }
 
 // perfLosses picks out of perf's messages the lines that say it lost
