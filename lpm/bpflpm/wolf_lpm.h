@@ -118,13 +118,14 @@ static __always_inline __u64 wolf_lpm__popcount(__u64 x)
 /*
  * The address is a 128-bit number, most significant bit first, in two
  * host-order halves; an IPv4 address sits in the top 32 bits of hi.
- * Always inlined, so that each call site sees a constant map pointer, cap
- * and level bound. Indexes are 64-bit all along: a 32-bit one would be
- * zero-extended into a new register after the bounds check, which the
- * verifier then cannot tie to the check.
+ * Always inlined, so that each call site sees a constant map pointer, cap,
+ * level bound and wide (only IPv6 tables have wide nodes: an IPv4 lookup
+ * does not test for them). Indexes are 64-bit all along: a 32-bit one
+ * would be zero-extended into a new register after the bounds check,
+ * which the verifier then cannot tie to the check.
  */
 static __always_inline __u32 wolf_lpm__lookup(void *map, __u64 cap, __u64 hi, __u64 lo,
-					      const int levels)
+					      const int levels, const int wide)
 {
 	__u32 zero = 0, *w, e, rl, v;
 	__u64 i, j, n, k;
@@ -140,7 +141,7 @@ static __always_inline __u32 wolf_lpm__lookup(void *map, __u64 cap, __u64 hi, __
 		i = (__u64)(e & WOLF_LPM_OFF) * 2;
 		k = (e >> 26) & 31;
 		if (k > WOLF_LPM_PACKED) {
-			if (k == WOLF_LPM_WIDE) {
+			if (wide && k == WOLF_LPM_WIDE) {
 				/*
 				 * A wide packed node: run count[j / 64] +
 				 * popcount(word j / 64, bits 0..j % 64) - 1 holds
@@ -214,7 +215,7 @@ static __always_inline __u32 wolf_lpm__lookup(void *map, __u64 cap, __u64 hi, __
 /* Look up an IPv4 address in network byte order (iph->daddr). */
 #define wolf_lpm_lookup4(name, be32_addr)                                                 \
 	wolf_lpm__lookup(&name##_words, name##_cap, (__u64)bpf_ntohl(be32_addr) << 32, 0, \
-			 WOLF_LPM_LEVELS4)
+			 WOLF_LPM_LEVELS4, 0)
 
 /*
  * Look up an IPv6 address given as 16 bytes in network order, 4-byte
@@ -235,7 +236,7 @@ static __always_inline void wolf_lpm__key6(const void *addr, __u64 *hi, __u64 *l
 	({                                                                                 \
 		__u64 __hi, __lo;                                                          \
 		wolf_lpm__key6((addr16), &__hi, &__lo);                                    \
-		wolf_lpm__lookup(&name##_words, name##_cap, __hi, __lo, WOLF_LPM_LEVELS6); \
+		wolf_lpm__lookup(&name##_words, name##_cap, __hi, __lo, WOLF_LPM_LEVELS6, 1); \
 	})
 
 #endif /* WOLF_LPM_H */
