@@ -15,16 +15,18 @@ import (
 //	units 8..    the directory, 2^DirBits words (used once the table
 //	             outgrows a list)
 //	then         the arena: direct nodes and lists (arena.go)
-//	the last 34  padding, so that one bounds check covers a whole node
+//	the last 69  padding, so that one bounds check covers a whole node
 //
 // An entry (the root, a directory or a direct node's slot) is one word:
 // a value below 2^30 (Miss when nothing matches), or with ptrFlag a
 // pointer: bits 26..30 the stride k of a direct node (1..24), 24+k for a
-// packed one (k up to 6), or 0 for a list, and bits 0..25 the node's
-// offset in units. A packed node is a direct node stored run-length
-// compressed: a 64-bit word marks at bit j where a run of equal entries
-// starts at entry j, then one word per run; entry j is run
-// popcount(bits 0..j) - 1. A direct node of
+// packed one (k up to 6), wideCode for a wide packed one (8 bits, IPv6),
+// or 0 for a list, and bits 0..25 the node's offset in units. A packed
+// node is a direct node stored run-length compressed: a 64-bit word
+// marks at bit j where a run of equal entries starts at entry j, then
+// one word per run; entry j is run popcount(bits 0..j) - 1. A wide one
+// has four such words, a word of counts and the runs (see wideHdr). A
+// direct node of
 // stride k is 2^k entries indexed by the next k address bits; a list
 // holds up to listK prefixes, longest first, and the value of its range
 // when none matches (see listWord). Entries are leaf-pushed: a slot that
@@ -48,7 +50,7 @@ const (
 	skip         = ^uint32(0)
 
 	headerUnits = 8
-	padUnits    = 34 // >= listMaxWords/2 and (2+64)/2: one bounds check per node
+	padUnits    = 69 // >= listMaxWords/2, (2+64)/2 and (wideHdr+wideMaxRuns)/2: one bounds check per node
 	unitWords   = 2
 
 	// maxMapBytes bounds the map's value: the verifier refuses variable
@@ -122,6 +124,19 @@ func (im *image) walk(k key, levels int) (uint32, int) {
 		}
 		i := uint64(e&offMask) * unitWords
 		s := uint(e>>strideShift) & strideMask
+		if s == wideCode {
+			// A wide packed node: the run of the next 8 bits.
+			if i+wideHdr+wideMaxRuns > capw {
+				return Miss, r
+			}
+			v := hi >> (64 - wideStride)
+			hi = hi<<wideStride | lo>>(64-wideStride)
+			lo <<= wideStride
+			bm := im.get64(i + 2*(v>>6))
+			c := uint64(im.load(i+8)>>(8*(v>>6))) & 0xff
+			e = im.load(i + 8 + c + uint64(bits.OnesCount64(bm&(2<<(v&63)-1))))
+			continue
+		}
 		if s > packedCode {
 			// A packed node: the run of the next s-24 bits.
 			s -= packedCode

@@ -516,3 +516,78 @@ func TestDeleteReaddNoGrace(t *testing.T) {
 		t.Errorf("Sync left nodes in an empty table: %+v", st)
 	}
 }
+
+// TestWideNode drives an IPv6 wide packed node (8 bits, run-length
+// compressed) through the changes that move its runs: /40s with distinct
+// values added one by one under a /32 split it into more runs than it
+// holds, and it must become a direct node; deleting them must keep every
+// answer.
+func TestWideNode(t *testing.T) {
+	base := netip.MustParseAddr("2001:db8::")
+	sub := func(i int) netip.Prefix {
+		b := base.As16()
+		b[4] = byte(i)
+		return netip.PrefixFrom(netip.AddrFrom16(b), 40)
+	}
+	// Eight /40s and a /48: too many for a list, deeper than 4 bits.
+	ps := []netip.Prefix{netip.MustParsePrefix("2001:db8:ffff::/48")}
+	for i := range 8 {
+		ps = append(ps, sub(i*32))
+	}
+	vs := make([]uint32, len(ps))
+	r := newRef(false)
+	for i, p := range ps {
+		vs[i] = uint32(i)
+		r.m[p] = vs[i]
+	}
+	tb, err := newHeapTable(Options{Family: IPv6, MaxPrefixes: 1000, DirBits: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.Load(ps, vs); err != nil {
+		t.Fatal(err)
+	}
+	// The node at /32, wherever the directory's size puts it.
+	var at32 func(n *tnode) *tnode
+	at32 = func(n *tnode) *tnode {
+		if n.depth == 32 {
+			return n
+		}
+		for _, c := range n.kids.all() {
+			if f := at32(c); f != nil {
+				return f
+			}
+		}
+		return nil
+	}
+	node := func() *tnode { return at32(tb.root) }
+	if n := node(); n == nil || !n.wide() {
+		t.Fatalf("the node at /32 is not a wide one: %+v", n)
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	probes := probesFor(rng, false, append(ps, netip.MustParsePrefix("2001:db8::/32")), 3000)
+	checkAgainst(t, tb, r, probes, "loaded")
+	for i := range 256 {
+		p := sub(i)
+		v := uint32(100 + i)
+		if err := tb.Update([]netip.Prefix{p}, []uint32{v}); err != nil {
+			t.Fatal(err)
+		}
+		r.m[p] = v
+		if i%16 == 0 {
+			checkAgainst(t, tb, r, probes, "adding /40s")
+		}
+	}
+	if n := node(); n.packed || n.k != wideStride {
+		t.Errorf("256 distinct /40s: node packed %v, stride %d, want a direct node of %d", n.packed, n.k, wideStride)
+	}
+	checkAgainst(t, tb, r, probes, "added /40s")
+	for i := range 256 {
+		p := sub(i)
+		if _, err := tb.Delete([]netip.Prefix{p}); err != nil {
+			t.Fatal(err)
+		}
+		delete(r.m, p)
+	}
+	checkAgainst(t, tb, r, probes, "deleted /40s")
+}

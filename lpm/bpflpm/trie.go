@@ -60,25 +60,32 @@ type tnode struct {
 	// A list: its entries, as in the block (longest first).
 	ents []lent
 
-	// A packed direct node (stride up to 6) keeps its entries here: the
-	// block holds them run-length compressed (bm marks where a run of
-	// equal entries starts, then one word per run). A change that keeps
-	// the runs is stored in place; one that moves them rewrites the
-	// block (flushPacked).
+	// A packed direct node (stride up to 6, or wideStride in IPv6)
+	// keeps its entries here: the block holds them run-length
+	// compressed (bm marks where a run of equal entries starts, then one
+	// word per run). A change that keeps the runs is stored in place;
+	// one that moves them rewrites the block (flushPacked); a wide one
+	// split into more than wideMaxRuns runs becomes a direct node.
 	packed bool
 	ent    []uint32
-	bm     uint64
+	bm     runBits
 	dirty  bool
 }
 
 // code is what a pointer to n carries in bits 26..30: the stride of a
 // direct node, 0 for a list, 24+stride for a packed node.
 func (n *tnode) code() uint8 {
+	if n.wide() {
+		return wideCode
+	}
 	if n.packed {
 		return packedCode + n.k
 	}
 	return n.k
 }
+
+// wide says whether n is a packed node of wideStride bits.
+func (n *tnode) wide() bool { return n.packed && n.k > maxPackedStride }
 
 type lent struct {
 	key  uint64 // remaining bits, top-aligned, masked to rl
@@ -582,6 +589,21 @@ func (t *Table) build(ps []bp, base key, depth uint8, def uint32) (*tnode, error
 	if fitsList(ps, depth) && (k > maxPackedStride || !within(ps, depth+k)) {
 		return t.buildList(ps, base, depth, def)
 	}
+	if t.width == 128 && k <= wideStride && uint(depth)+wideStride <= t.width && !within(ps, depth+k) {
+		// IPv6: 8 bits, packed, where a direct node of 4 or 8 would
+		// do. The real table's chains of 4-bit nodes between /28 and
+		// /48 (its /36s, /40s, /44s and /48s) take half the levels
+		// this way: 4.27 node reads per lookup instead of 5.10, in
+		// less memory (20.4 bytes per prefix instead of 23.8). Not
+		// for IPv4, whose packed 6-bit nodes end at /24.
+		n, err := t.buildWide(ps, base, depth, def)
+		if err != nil {
+			return nil, err
+		}
+		if n != nil {
+			return n, nil
+		}
+	}
 	if k <= maxPackedStride {
 		// Entries first, then the block: packed if runs of equal
 		// entries make it at most half the size.
@@ -597,7 +619,7 @@ func (t *Table) build(ps []bp, base key, depth uint8, def uint32) (*tnode, error
 		}
 		// Not below 5 bits: 16 entries are one cache line already,
 		// and a packed node's deletes rewrite it when its runs move.
-		if bm := runsOf(ent); k > 4 && 2*(2+bits.OnesCount64(bm)) <= 1<<k {
+		if bm := runsOf(ent); k > 4 && 2*(2+bm.count()) <= 1<<k {
 			n.packed, n.ent = true, ent
 		}
 		if err := t.writeNode(n, ent); err != nil {
@@ -620,28 +642,100 @@ func (t *Table) build(ps []bp, base key, depth uint8, def uint32) (*tnode, error
 	return n, nil
 }
 
-// maxPackedStride is the largest packed node: its run bitmap is one
+// buildWide builds a wide packed node for ps at depth: wideStride bits,
+// stored run-length compressed. It returns nil, having released what it
+// built, when the runs would not make it at most half a direct node.
+func (t *Table) buildWide(ps []bp, base key, depth uint8, def uint32) (*tnode, error) {
+	n := t.newDirect(base, depth, wideStride, def, noBlock, -2)
+	ent := make([]uint32, 1<<wideStride)
+	if err := t.fill(n, ps, func(lo, hi, v uint32) {
+		for e := lo; e < hi; e++ {
+			ent[e] = v
+		}
+	}); err != nil {
+		t.releaseTree(n)
+		return nil, err
+	}
+	if bm := runsOf(ent); bm.count() > wideMaxRuns {
+		t.releaseTree(n)
+		return nil, nil
+	}
+	n.packed, n.ent = true, ent
+	if err := t.writeNode(n, ent); err != nil {
+		t.releaseTree(n)
+		return nil, err
+	}
+	return n, nil
+}
+
+// maxPackedStride is the largest packed node whose run bitmap is one
 // 64-bit word.
 const maxPackedStride = 6
 
 // packedCode marks a packed node's stride in a pointer.
 const packedCode = 24
 
+// A wide packed node (IPv6 only) resolves wideStride bits: its run
+// bitmap is four 64-bit words, then a word whose byte w counts the runs
+// that start in the bitmap words before w, then one word per run; the
+// entry j is run count[j/64] + popcount(word j/64, bits 0..j%64) - 1.
+// It holds at most wideMaxRuns runs (half a direct node), so that every
+// count fits a byte. Its pointer's stride code is wideCode.
+const (
+	wideStride  = 8
+	wideCode    = 31
+	wideHdr     = 9
+	wideMaxRuns = 128
+)
+
+// runBits marks where runs of equal entries start, entry e at bit e%64
+// of word e/64.
+type runBits [4]uint64
+
+func (b runBits) count() int {
+	return bits.OnesCount64(b[0]) + bits.OnesCount64(b[1]) + bits.OnesCount64(b[2]) + bits.OnesCount64(b[3])
+}
+
+func (b runBits) has(e int) bool { return b[e>>6]>>(e&63)&1 != 0 }
+
 // runsOf returns the bitmap of where runs of equal entries start.
-func runsOf(ent []uint32) uint64 {
-	var bm uint64
+func runsOf(ent []uint32) runBits {
+	var bm runBits
 	for e, v := range ent {
 		if e == 0 || v != ent[e-1] {
-			bm |= 1 << e
+			bm[e>>6] |= 1 << (e & 63)
 		}
 	}
 	return bm
 }
 
+// packedHdr is the number of words before a packed node's runs.
+func (n *tnode) packedHdr() uint64 {
+	if n.wide() {
+		return wideHdr
+	}
+	return 2
+}
+
 // writeNode allocates and writes the block of a direct node of stride at
-// most maxPackedStride from its entries, packed or not. Nothing points at
-// it yet.
+// most maxPackedStride, or a wide one, from its entries, packed or not.
+// Nothing points at it yet.
 func (t *Table) writeNode(n *tnode, ent []uint32) error {
+	if n.wide() && runsOf(ent).count() > wideMaxRuns {
+		// Changes split it into more runs than a wide node holds: a
+		// direct node from now on (the entries' pointer says which).
+		o := int8(n.k) - 1
+		at, err := t.alloc(o)
+		if err != nil {
+			return err
+		}
+		n.at, n.order, n.packed, n.ent = at, o, false, nil
+		w := n.word(0)
+		for e, v := range ent {
+			t.im.put(w+uint64(e), v)
+		}
+		return nil
+	}
 	if !n.packed {
 		o := int8(n.k) - 1
 		if n.k == 0 {
@@ -659,7 +753,8 @@ func (t *Table) writeNode(n *tnode, ent []uint32) error {
 		return nil
 	}
 	bm := runsOf(ent)
-	words := 2 + uint32(bits.OnesCount64(bm))
+	hdr := n.packedHdr()
+	words := uint32(hdr) + uint32(bm.count())
 	o := orderFor((words + 1) / 2)
 	at, err := t.alloc(o)
 	if err != nil {
@@ -667,10 +762,21 @@ func (t *Table) writeNode(n *tnode, ent []uint32) error {
 	}
 	n.at, n.order, n.bm = at, o, bm
 	w := n.word(0)
-	t.im.put64(w, bm)
-	r := uint64(2)
+	if n.wide() {
+		var counts uint32
+		c := 0
+		for x, b := range bm {
+			counts |= uint32(c) << (8 * x)
+			c += bits.OnesCount64(b)
+			t.im.put64(w+2*uint64(x), b)
+		}
+		t.im.put(w+8, counts)
+	} else {
+		t.im.put64(w, bm[0])
+	}
+	r := hdr
 	for e, v := range ent {
-		if bm>>e&1 != 0 {
+		if bm.has(e) {
 			t.im.put(w+r, v)
 			r++
 		}
@@ -700,9 +806,9 @@ func (t *Table) flushPacked() error {
 		}
 		if bm := runsOf(n.ent); bm == n.bm {
 			w := n.word(0)
-			r := uint64(2)
+			r := n.packedHdr()
 			for e, v := range n.ent {
-				if bm>>e&1 != 0 {
+				if bm.has(e) {
 					t.im.store(w+r, v)
 					r++
 				}

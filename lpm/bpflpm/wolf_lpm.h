@@ -18,11 +18,11 @@
  * 32-bit words. Every entry is one word: a value, or a pointer to a node.
  * A direct node of stride k is 2^k entries indexed by the next k address
  * bits (the first one, the directory, resolves the first 8..24 bits); a
- * packed node is a direct node of up to 6 bits stored run-length
- * compressed, for the sparse middle of a routing table; a list holds up
- * to WOLF_LPM_LIST prefixes, longest first, for the sparsest parts, and a
- * table of a few prefixes is one list. Leaf pushing: an
- * entry that no longer prefix covers already holds the value of the
+ * packed node is a direct node of up to 6 bits (8 in IPv6 tables) stored
+ * run-length compressed, for the sparse middle of a routing table; a
+ * list holds up to WOLF_LPM_LIST prefixes, longest first, for the
+ * sparsest parts, and a table of a few prefixes is one list. Leaf
+ * pushing: an entry that no longer prefix covers already holds the value of the
  * longest shorter one, so a lookup reads one entry per level and returns
  * the first value it finds; there is no best match to remember and
  * nothing to backtrack to.
@@ -74,6 +74,15 @@
  */
 #define WOLF_LPM_PACKED 24
 #define WOLF_LPM_PACKED_WORDS (2 + 64)
+/*
+ * A pointer whose stride field is WOLF_LPM_WIDE points at a wide packed
+ * node (IPv6 tables): 8 bits stored as four 64-bit words marking where
+ * runs start, a word whose byte w counts the runs that start in the
+ * words before w, then one word per run, at most WOLF_LPM_WIDE_RUNS.
+ */
+#define WOLF_LPM_WIDE 31
+#define WOLF_LPM_WIDE_RUNS 128
+#define WOLF_LPM_WIDE_WORDS (9 + WOLF_LPM_WIDE_RUNS)
 /* Entries a lookup may read: root, directory, a node per 4 bits, list. */
 #define WOLF_LPM_LEVELS4 9
 #define WOLF_LPM_LEVELS6 33
@@ -131,6 +140,26 @@ static __always_inline __u32 wolf_lpm__lookup(void *map, __u64 cap, __u64 hi, __
 		i = (__u64)(e & WOLF_LPM_OFF) * 2;
 		k = (e >> 26) & 31;
 		if (k > WOLF_LPM_PACKED) {
+			if (k == WOLF_LPM_WIDE) {
+				/*
+				 * A wide packed node: run count[j / 64] +
+				 * popcount(word j / 64, bits 0..j % 64) - 1 holds
+				 * the entry of the next 8 bits, j.
+				 */
+				barrier_var(i);
+				if (cap < WOLF_LPM_WIDE_WORDS || i > cap - WOLF_LPM_WIDE_WORDS)
+					return WOLF_LPM_MISS;
+				j = hi >> 56;
+				hi = hi << 8 | lo >> 56;
+				lo <<= 8;
+				n = wolf_lpm__popcount(*(__u64 *)&w[i + 2 * (j >> 6)] &
+						       ((2ULL << (j & 63)) - 1)) +
+				    ((w[i + 8] >> (8 * (j >> 6))) & 0xff);
+				if (n > WOLF_LPM_WIDE_RUNS)
+					return WOLF_LPM_MISS;
+				e = *(volatile __u32 *)&w[i + 8 + n];
+				continue;
+			}
 			/*
 			 * A packed node: a 64-bit word marks where runs of
 			 * equal entries start, one word per run follows; the
