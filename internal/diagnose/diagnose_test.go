@@ -1,6 +1,9 @@
 package diagnose
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -1012,5 +1015,125 @@ func TestWolfsOwnContentionIsNoVictim(t *testing.T) {
 	s.Holds = append(s.Holds, fact.Hold{On: k, Holder: task(900, 900, "perf"), Exact: true, Charged: 4 * sec, Split: &fact.Split{Span: 300 * ms1, Sleep: 300 * ms1, Bounded: true, ThrottleKnown: true}})
 	if ds := Diagnose(nil, s); len(ds) == 0 {
 		t.Fatal("wolf waiting on another process's hold: no diagnosis")
+	}
+}
+
+// keptFacts reads a window's facts kept from a real run (testdata/README.md
+// says where each comes from).
+func keptFacts(t *testing.T, name string) *fact.Set {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s fact.Set
+	if err := json.Unmarshal(b, &s); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return &s
+}
+
+// Two fio readers thrash a 96 MiB cgroup on cgroup v2 under qemu TCG.
+// Their investigators measured a 15.6 s window: vda moved 72 MB for its
+// users, 32.5 MB of it refaults. The checklist's rate (10.2 MB/s) is
+// over its own 8 s; times the investigators' window it made vda's bytes
+// 159 MB and the refaults a fifth of them, too little for the readers'
+// waits to be on anything but their own reading: no diagnosis. Measured
+// against the bytes the I/O investigator saw in its own window, 45% of
+// what vda read were refaults: the limit.
+func TestThrashOnV2MeasuredInOneWindow(t *testing.T) {
+	s := keptFacts(t, "memcg-thrash-v2-tcg.facts.json")
+	ds := Diagnose(nil, s)
+	logChain(t, ds)
+	if len(ds) == 0 {
+		t.Fatal("no diagnosis")
+	}
+	d := ds[0]
+	if d.ID != "diagnose.memcg-limit" || d.Root.Cgroup != "/wolf-scen-thrash-198-a74cf8b2" {
+		t.Fatalf("%s: %s", d.ID, d.Title)
+	}
+	found := false
+	for _, h := range d.Chain {
+		if h.Relation == finding.UsedBy {
+			if p := num(h.Evidence, "share_pct"); p < 44 || p > 46 {
+				t.Errorf("refaults' share of vda %.1f%%, measured 45%%: %s", p, h.Text)
+			}
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no hop from vda to the refaults: %v", relations(d))
+	}
+	checkHops(t, d)
+
+	// The device's bytes are its users' (their shares say the whole),
+	// not the checklist's rate times another window.
+	e := newEngine(s)
+	if got, _ := e.used(fact.DeviceKey("vda")); got < 71e6 || got > 73e6 {
+		t.Errorf("vda moved %.0f bytes, its users measured 71.9 MB", got)
+	}
+}
+
+// Four fio readers of a 384 MiB file in a 64 MiB cgroup on 2 vCPUs
+// under TCG: each wanted the CPUs for 3.2 s and waited 3.4 s for them;
+// their reclaim burned 0.4 s of CPU in all (2% of the CPUs' time), their
+// I/O waits were 0.8 s each. The CPUs are what they lost most time to,
+// and those are taken by the readers themselves: the host's CPUs first,
+// named with their consumers; the limit is a diagnosis of its own (a
+// reclaim call of 402 ms), second. Nothing routes the readers' own CPU
+// time to the limit: only CPU measured in reclaim goes there.
+func TestThrashingReadersSaturatingTheCPUs(t *testing.T) {
+	s := keptFacts(t, "memcg-thrash-v2-tcg-4jobs.facts.json")
+	ds := Diagnose(nil, s)
+	logChain(t, ds)
+	if len(ds) < 2 || ds[0].ID != "diagnose.host-cpu" || ds[1].ID != "diagnose.memcg-limit" {
+		var ids []string
+		for _, d := range ds {
+			ids = append(ids, d.ID)
+		}
+		t.Fatalf("diagnoses %v, want host-cpu then memcg-limit", ids)
+	}
+	if subject(ds[0], finding.RoleConsumer, func(s finding.Subject) bool { return s.Comm == "fio" }) == nil {
+		t.Errorf("the CPUs' consumers are not named: %s", ds[0].Title)
+	}
+}
+
+// A CPU-saturated host with a memory cgroup that sits at its limit but
+// neither refaults nor reclaims: the cgroup is no part of the answer.
+func TestMemcgNearItsLimitOnASaturatedHostIsNoRoot(t *testing.T) {
+	s := window()
+	hostSaturated(s, 2)
+	mk := fact.MemoryKey("/cache")
+	dk := fact.DeviceKey("vda")
+	s.Saturations = append(s.Saturations,
+		fact.Saturation{On: mk, Level: 0.99, Limit: 512 << 20, Used: 507 << 20, Unit: "bytes", Members: []int{70, 71, 72},
+			Numbers: map[string]float64{"limit_bytes": 512 << 20, "usage_bytes": 507 << 20, "refaults_per_s": 0, "reclaim_s_total": 0}},
+		fact.Saturation{On: dk, Level: 0.2, Used: 20, Unit: "busy_pct", Numbers: map[string]float64{"busy_pct": 20}},
+		// The checklist's rate, over a window of its own.
+		fact.Saturation{On: dk, Level: 0.3, Used: 40 << 20, Unit: "bytes_per_s", Numbers: map[string]float64{"util_pct": 30}},
+	)
+	s.Usage = append(s.Usage,
+		fact.Usage{On: mk, By: fact.Task{MemCgroup: "/cache"}, Amount: 0, Unit: "bytes", Activity: "refault"},
+		fact.Usage{On: dk, By: fact.Task{PID: 70, TID: 70, Comm: "reader", IOCgroup: "/cache"}, Amount: 30 << 20, Unit: "bytes", Share: 1},
+	)
+	for i := range 3 {
+		p := 70 + i
+		s.Usage = append(s.Usage, fact.Usage{On: fact.HostCPUKey(), By: fact.Task{PID: p, Comm: "reader", MemCgroup: "/cache"}, Amount: 6.5, Unit: "cpu_s", Threads: 1})
+		s.Waits = append(s.Waits,
+			fact.Wait{Task: fact.Task{PID: p, TID: p, Comm: "reader"}, Kind: fact.WaitRunQueue, On: fact.HostCPUKey(), Total: 3500 * ms1, Max: 40 * ms1, Count: 9000,
+				Numbers: map[string]any{"on_cpu_ms": 6500.0}},
+			fact.Wait{Task: fact.Task{PID: p, TID: p, Comm: "reader", IOCgroup: "/cache"}, Kind: fact.WaitIO, On: dk, Total: 1200 * ms1, Max: 5 * ms1, Count: 3000},
+		)
+	}
+	ds := Diagnose(nil, s)
+	logChain(t, ds)
+	d := only(t, ds)
+	if d.ID != "diagnose.host-cpu" {
+		t.Fatalf("%s: %s", d.ID, d.Title)
+	}
+	for _, r := range d.Rivals {
+		if strings.Contains(r.ID, "memcg") {
+			t.Errorf("a cgroup that neither refaulted nor reclaimed is a rival: %s", r.Text)
+		}
 	}
 }

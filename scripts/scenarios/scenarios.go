@@ -142,7 +142,18 @@ var scenarios = []Scenario{
 			if err != nil {
 				return Expect{}, err
 			}
-			if _, err := r.Start(cg, fio("thrash", f, "randread", bs, jobs, false, "--size="+strconv.Itoa(size)+"M")...); err != nil {
+			// Every page of the file has been through the cgroup once
+			// before fio starts (a sequential pass in the cgroup, and fio
+			// does not drop the cache it finds): its misses are refaults
+			// of pages the limit evicted from the first read on. Without
+			// it a slow machine (qemu TCG: 25 MB/s) spends the whole
+			// window on first reads of a file fio has not yet covered,
+			// and that is a cold file, not a thrash (60-75% of vda's
+			// reads were not refaults there).
+			if err := r.prime(cg, f); err != nil {
+				return Expect{}, err
+			}
+			if _, err := r.Start(cg, fio("thrash", f, "randread", bs, jobs, false, "--size="+strconv.Itoa(size)+"M", "--invalidate=0")...); err != nil {
 				return Expect{}, err
 			}
 			if err := r.waitMemFull(cg); err != nil {
@@ -552,6 +563,29 @@ func (r *Run) waitMemFull(cg *Cgroup) error {
 	})
 	r.sleep(2 * time.Second)
 	return err
+}
+
+// prime reads file once, sequentially, inside cg, and waits for it
+// (bounded: a stuck read is killed with its process group).
+func (r *Run) prime(cg *Cgroup, file string) error {
+	c, err := r.Start(cg, "dd", "if="+file, "of=/dev/null", "bs=1M")
+	if err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("dd if=%s in %s: %w", file, cg.Path, err)
+		}
+		return nil
+	case <-time.After(lab.Scaled(45 * time.Second)):
+	case <-r.ctx.Done():
+	}
+	_ = unix.Kill(-c.Process.Pid, unix.SIGKILL)
+	<-done
+	return fmt.Errorf("dd if=%s in %s: not done in %s", file, cg.Path, lab.Scaled(45*time.Second))
 }
 
 // ioLimit makes a cgroup whose reads (or writes) on dev (MAJ:MIN) are
