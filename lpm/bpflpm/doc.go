@@ -87,7 +87,9 @@
 // So every lookup sees each change before or after it, never torn; a
 // batch (Update or Delete of many prefixes) is applied prefix by prefix,
 // in order. Deletes and value changes allocate only in a packed node
-// whose runs move (it is rewritten whole and republished). A node a
+// where they split a run (it is rewritten whole and republished); one
+// that merges runs, as a delete does, stores into the runs the block
+// has - a run need not be the longest. A node a
 // delete leaves empty stays in place, holding its default, while the map
 // has room to spare, so that adding a prefix back is a store, not a new
 // block; Sync drops empty nodes.

@@ -567,6 +567,22 @@ func TestWideNode(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	probes := probesFor(rng, false, append(ps, netip.MustParsePrefix("2001:db8::/32")), 3000)
 	checkAgainst(t, tb, r, probes, "loaded")
+	// A delete merges runs and a re-add splits them where they were:
+	// both are stores into the block, no new one.
+	at := node().at
+	if _, err := tb.Delete(ps[1:2]); err != nil {
+		t.Fatal(err)
+	}
+	delete(r.m, ps[1])
+	checkAgainst(t, tb, r, probes, "one /40 deleted")
+	if err := tb.Update(ps[1:2], vs[1:2]); err != nil {
+		t.Fatal(err)
+	}
+	r.m[ps[1]] = vs[1]
+	checkAgainst(t, tb, r, probes, "the /40 back")
+	if n := node(); n.at != at || !n.wide() {
+		t.Errorf("delete and re-add moved the wide node (block %d, now %d) or unpacked it", at, n.at)
+	}
 	for i := range 256 {
 		p := sub(i)
 		v := uint32(100 + i)

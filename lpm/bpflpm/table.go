@@ -427,8 +427,9 @@ func (t *Table) Update(prefixes []netip.Prefix, values []uint32) error {
 
 // Delete removes prefixes and returns how many were present. It
 // publishes like Update: the entries a prefix owned go back to the next
-// shorter prefix, in place, except in a packed node whose runs change,
-// which is rewritten; if that finds no room (ErrFull), the prefix is
+// shorter prefix, in place (in a packed node too: runs that merge keep
+// their words), except in a packed node where it splits a run, which
+// is rewritten; if that finds no room (ErrFull), the prefix is
 // gone from the table's copy and the next change or Sync publishes it.
 // A node left empty stays in place while the map has room to spare
 // (adding its prefixes back is then a store, not a new block); Sync

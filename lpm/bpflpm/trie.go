@@ -70,6 +70,8 @@ type tnode struct {
 	ent    []uint32
 	bm     runBits
 	dirty  bool
+	// dlo..dhi-1 are the entries changed since the last flush.
+	dlo, dhi uint16
 }
 
 // code is what a pointer to n carries in bits 26..30: the stride of a
@@ -147,9 +149,10 @@ func (t *Table) writeEntry(n *tnode, e, v uint32) {
 	if n.ent[e] != v {
 		n.ent[e] = v
 		if !n.dirty {
-			n.dirty = true
+			n.dirty, n.dlo, n.dhi = true, uint16(e), uint16(e+1)
 			t.dirty = append(t.dirty, n)
 		}
+		n.dlo, n.dhi = min(n.dlo, uint16(e)), max(n.dhi, uint16(e+1))
 	}
 }
 
@@ -698,6 +701,29 @@ func (b runBits) count() int {
 
 func (b runBits) has(e int) bool { return b[e>>6]>>(e&63)&1 != 0 }
 
+// rank is the index of the run entry e is in: the run starts marked at
+// or before e, less one.
+func (b runBits) rank(e int) int {
+	c := bits.OnesCount64(b[e>>6] & (2<<(e&63) - 1))
+	for _, w := range b[:e>>6] {
+		c += bits.OnesCount64(w)
+	}
+	return c - 1
+}
+
+// runsHold says whether packed node n's block can take the change of
+// entries lo..hi-1 in place: every entry still equals the one before it
+// unless the block marks a run start there. Runs outside the change
+// kept theirs.
+func (n *tnode) runsHold(lo, hi int) bool {
+	for e := max(lo, 1); e <= hi && e < len(n.ent); e++ {
+		if n.ent[e] != n.ent[e-1] && !n.bm.has(e) {
+			return false
+		}
+	}
+	return true
+}
+
 // runsOf returns the bitmap of where runs of equal entries start.
 func runsOf(ent []uint32) runBits {
 	var bm runBits
@@ -721,7 +747,11 @@ func (n *tnode) packedHdr() uint64 {
 // most maxPackedStride, or a wide one, from its entries, packed or not.
 // Nothing points at it yet.
 func (t *Table) writeNode(n *tnode, ent []uint32) error {
-	if n.wide() && runsOf(ent).count() > wideMaxRuns {
+	var bm runBits
+	if n.packed {
+		bm = runsOf(ent)
+	}
+	if n.wide() && bm.count() > wideMaxRuns {
 		// Changes split it into more runs than a wide node holds: a
 		// direct node from now on (the entries' pointer says which).
 		o := int8(n.k) - 1
@@ -752,7 +782,6 @@ func (t *Table) writeNode(n *tnode, ent []uint32) error {
 		}
 		return nil
 	}
-	bm := runsOf(ent)
 	hdr := n.packedHdr()
 	words := uint32(hdr) + uint32(bm.count())
 	o := orderFor((words + 1) / 2)
@@ -785,10 +814,12 @@ func (t *Table) writeNode(n *tnode, ent []uint32) error {
 }
 
 // flushPacked publishes the entries of the packed nodes changed by the
-// last change: in place where the runs stayed (each run's word is read
-// by the lookups of its range only), else as a new block whose pointer
-// replaces the old one in the parent (deepest nodes first: that pointer
-// is itself an entry). On ErrFull the nodes stay dirty for the next
+// last change: in place where every run of the block still holds equal
+// entries (each run's word is read by the lookups of its range only) -
+// a change that only merges runs, as a delete does, leaves the block's
+// boundaries where they were: a run need not be the longest - else as a
+// new block whose pointer replaces the old one in the parent (deepest
+// nodes first: that pointer is itself an entry). On ErrFull the nodes stay dirty for the next
 // change or Sync to publish.
 func (t *Table) flushPacked() error {
 	for len(t.dirty) > 0 {
@@ -804,13 +835,15 @@ func (t *Table) flushPacked() error {
 			t.dirty = slices.Delete(t.dirty, i, i+1)
 			continue
 		}
-		if bm := runsOf(n.ent); bm == n.bm {
-			w := n.word(0)
-			r := n.packedHdr()
-			for e, v := range n.ent {
-				if bm.has(e) {
-					t.im.store(w+r, v)
+		if lo, hi := int(n.dlo), int(n.dhi); n.runsHold(lo, hi) {
+			// The run of lo, then those starting up to hi.
+			w := n.word(0) + n.packedHdr()
+			r := uint64(n.bm.rank(lo))
+			t.im.store(w+r, n.ent[lo])
+			for e := lo + 1; e < hi; e++ {
+				if n.bm.has(e) {
 					r++
+					t.im.store(w+r, n.ent[e])
 				}
 			}
 		} else {
