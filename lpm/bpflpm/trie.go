@@ -610,14 +610,8 @@ func (t *Table) build(ps []bp, base key, depth uint8, def uint32) (*tnode, error
 	if k <= maxPackedStride {
 		// Entries first, then the block: packed if runs of equal
 		// entries make it at most half the size.
-		n := t.newDirect(base, depth, k, def, noBlock, -2)
-		ent := make([]uint32, 1<<k)
-		if err := t.fill(n, ps, func(lo, hi, v uint32) {
-			for e := lo; e < hi; e++ {
-				ent[e] = v
-			}
-		}); err != nil {
-			t.releaseTree(n)
+		n, ent, err := t.buildEntries(ps, base, depth, k, def)
+		if err != nil {
 			return nil, err
 		}
 		// Not below 5 bits: 16 entries are one cache line already,
@@ -645,18 +639,28 @@ func (t *Table) build(ps []bp, base key, depth uint8, def uint32) (*tnode, error
 	return n, nil
 }
 
-// buildWide builds a wide packed node for ps at depth: wideStride bits,
-// stored run-length compressed. It returns nil, having released what it
-// built, when the runs would not make it at most half a direct node.
-func (t *Table) buildWide(ps []bp, base key, depth uint8, def uint32) (*tnode, error) {
-	n := t.newDirect(base, depth, wideStride, def, noBlock, -2)
-	ent := make([]uint32, 1<<wideStride)
+// buildEntries makes a k-bit node for ps at depth, with no block yet,
+// and its 1<<k entries filled in, for the caller to lay out.
+func (t *Table) buildEntries(ps []bp, base key, depth, k uint8, def uint32) (*tnode, []uint32, error) {
+	n := t.newDirect(base, depth, k, def, noBlock, -2)
+	ent := make([]uint32, 1<<k)
 	if err := t.fill(n, ps, func(lo, hi, v uint32) {
 		for e := lo; e < hi; e++ {
 			ent[e] = v
 		}
 	}); err != nil {
 		t.releaseTree(n)
+		return nil, nil, err
+	}
+	return n, ent, nil
+}
+
+// buildWide builds a wide packed node for ps at depth: wideStride bits,
+// stored run-length compressed. It returns nil, having released what it
+// built, when the runs would not make it at most half a direct node.
+func (t *Table) buildWide(ps []bp, base key, depth uint8, def uint32) (*tnode, error) {
+	n, ent, err := t.buildEntries(ps, base, depth, wideStride, def)
+	if err != nil {
 		return nil, err
 	}
 	if bm := runsOf(ent); bm.count() > wideMaxRuns {
