@@ -581,11 +581,13 @@ func (r *Run) prime(cg *Cgroup, file string) error {
 		}
 		return nil
 	case <-time.After(lab.Scaled(45 * time.Second)):
+		err = fmt.Errorf("dd if=%s in %s: not done in %s", file, cg.Path, lab.Scaled(45*time.Second))
 	case <-r.ctx.Done():
+		err = fmt.Errorf("dd if=%s in %s: %w", file, cg.Path, r.ctx.Err())
 	}
 	_ = unix.Kill(-c.Process.Pid, unix.SIGKILL)
 	<-done
-	return fmt.Errorf("dd if=%s in %s: not done in %s", file, cg.Path, lab.Scaled(45*time.Second))
+	return err
 }
 
 // ioLimit makes a cgroup whose reads (or writes) on dev (MAJ:MIN) are
