@@ -232,10 +232,10 @@ static __always_inline void wolf_lpm__key6(const void *addr, __u64 *hi, __u64 *l
 	*lo = (__u64)bpf_ntohl(a[2]) << 32 | bpf_ntohl(a[3]);
 }
 
-#define wolf_lpm_lookup6(name, addr16)                                                     \
-	({                                                                                 \
-		__u64 __hi, __lo;                                                          \
-		wolf_lpm__key6((addr16), &__hi, &__lo);                                    \
+#define wolf_lpm_lookup6(name, addr16)                                                        \
+	({                                                                                    \
+		__u64 __hi, __lo;                                                             \
+		wolf_lpm__key6((addr16), &__hi, &__lo);                                       \
 		wolf_lpm__lookup(&name##_words, name##_cap, __hi, __lo, WOLF_LPM_LEVELS6, 1); \
 	})
 
