@@ -472,7 +472,7 @@ var scenarios = []Scenario{
 		// saturate the host, a true diagnosis and not this control.
 		Setup: func(r *Run) (Expect, error) {
 			jobs, size, limit := pick(r.Index, 4, 2, 6), pick(r.Index, 64, 128, 96), pick(r.Index, 512, 768, 512)
-			rate := pick(r.Index, "100m", "150m", "50m")
+			rate := pick(r.Index, "40m", "60m", "25m")
 			r.Params = fmt.Sprintf("fio %d randread jobs at %s/s each, %d MiB file read once first, limit %d MiB", jobs, rate, size, limit)
 			f, err := r.File("fits", size)
 			if err != nil {
