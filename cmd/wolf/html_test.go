@@ -17,6 +17,7 @@ import (
 	"github.com/wolf-investigator/wolf/internal/lab"
 	"github.com/wolf-investigator/wolf/internal/lab/fusestall"
 	"github.com/wolf-investigator/wolf/internal/testutil"
+	"github.com/wolf-investigator/wolf/internal/testutil/wolfcli"
 )
 
 // hostileName is a process name that is markup; the kernel keeps its
@@ -123,7 +124,7 @@ func TestHungHTMLEscapesHostileComm(t *testing.T) {
 		_ = victim.Wait()
 	}()
 	comm := hostileName[:15]
-	waitFor(t, "the hostile victim to block in D", 10*time.Second, func() bool {
+	wolfcli.WaitFor(t, "the hostile victim to block in D", 10*time.Second, func() bool {
 		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", victim.Process.Pid))
 		s := string(st)
 		i := strings.LastIndexByte(s, ')')

@@ -12,12 +12,10 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
@@ -30,6 +28,8 @@ import (
 	"github.com/wolf-investigator/wolf/internal/memcg"
 	"github.com/wolf-investigator/wolf/internal/procfs"
 	"github.com/wolf-investigator/wolf/internal/testutil"
+	"github.com/wolf-investigator/wolf/internal/testutil/wolfcli"
+	"github.com/wolf-investigator/wolf/internal/watch"
 )
 
 // wolfBin is the wolf binary built once for the tests that run it as a
@@ -37,18 +37,13 @@ import (
 var wolfBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "wolf-cli-test-")
+	bin, cleanup, err := wolfcli.Build()
 	if err != nil {
 		panic(err)
 	}
-	wolfBin = filepath.Join(dir, "wolf")
-	build := exec.Command("go", "build", "-o", wolfBin, ".")
-	build.Stderr = os.Stderr
-	if err := build.Run(); err != nil {
-		panic("build wolf: " + err.Error())
-	}
+	wolfBin = bin
 	code := m.Run()
-	os.RemoveAll(dir)
+	cleanup()
 	os.Exit(code)
 }
 
@@ -59,22 +54,8 @@ type result struct {
 
 func runWolf(t *testing.T, timeout time.Duration, args ...string) result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, wolfBin, args...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	if ctx.Err() != nil {
-		t.Fatalf("wolf %v did not finish within %v", args, timeout)
-	}
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("run wolf %v: %v", args, err)
-	}
-	return result{code, out.String(), errb.String()}
+	r := wolfcli.Run(t, wolfBin, timeout, args...)
+	return result{r.Code, r.Stdout, r.Stderr}
 }
 
 func TestBadUsageExitsTwoWithOneLine(t *testing.T) {
@@ -275,64 +256,33 @@ func TestNotRootExitsThree(t *testing.T) {
 	}
 }
 
-// programsOf returns the BPF programs process pid holds, by id: its
-// program and link file descriptors name them (fdinfo's prog_id). What
-// other processes hold is none of a test's business: other tests' wolf,
-// or another engineer's, may run on the same machine at the same time.
-func programsOf(t *testing.T, pid int) map[ebpf.ProgramID]bool {
+// watchSignalLeavesNothing is signalLeavesNothing for wolf watch, which
+// runs until stopped and writes JSON lines rather than a report.
+func watchSignalLeavesNothing(t *testing.T, progs int, sig syscall.Signal) {
 	t.Helper()
-	ids := map[ebpf.ProgramID]bool{}
-	dir := fmt.Sprintf("/proc/%d/fdinfo", pid)
-	ents, _ := os.ReadDir(dir)
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+	w := wolfcli.StartWatch(t, wolfBin, "--interval", "60s")
+	cmd, out := w.Cmd, w.Out
+	ids := wolfcli.HeldPrograms(t, "wolf watch's programs to load", cmd.Process.Pid, progs, 15*time.Second)
+	started := time.Now()
+	if err := cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	if sig != syscall.SIGKILL {
 		if err != nil {
-			continue
+			t.Errorf("watch %v: wolf exited with %v, want 0", sig, err)
 		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "prog_id:"); ok {
-				if n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32); err == nil {
-					ids[ebpf.ProgramID(n)] = true
-				}
+		if time.Since(started) > 3*time.Second {
+			t.Errorf("watch %v: wolf took %v to stop", sig, time.Since(started))
+		}
+		for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+			var e watch.Event
+			if line != "" && json.Unmarshal([]byte(line), &e) != nil {
+				t.Errorf("watch %v: not a JSON line: %q", sig, line)
 			}
 		}
 	}
-	return ids
-}
-
-// stillLoaded counts the programs of ids the kernel still has.
-func stillLoaded(ids map[ebpf.ProgramID]bool) int {
-	n := 0
-	for id := range ids {
-		if p, err := ebpf.NewProgramFromID(id); err == nil {
-			p.Close()
-			n++
-		}
-	}
-	return n
-}
-
-// heldPrograms waits until process pid holds at least n BPF programs and
-// returns them.
-func heldPrograms(t *testing.T, what string, pid, n int, d time.Duration) map[ebpf.ProgramID]bool {
-	t.Helper()
-	var ids map[ebpf.ProgramID]bool
-	waitFor(t, what, d, func() bool {
-		ids = programsOf(t, pid)
-		return len(ids) >= n
-	})
-	return ids
-}
-
-func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	wolfcli.WaitFor(t, "the kernel to drop wolf watch's programs after "+sig.String(), 5*time.Second, func() bool { return wolfcli.StillLoaded(ids) == 0 })
 }
 
 // Ctrl-C detaches everything and still prints a report; kill -9 leaves
@@ -366,7 +316,7 @@ func signalLeavesNothing(t *testing.T, command string, progs int, sig syscall.Si
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill() }) // if the test fails midway
-	ids := heldPrograms(t, "wolf "+command+"'s programs to load", cmd.Process.Pid, progs, 10*time.Second)
+	ids := wolfcli.HeldPrograms(t, "wolf "+command+"'s programs to load", cmd.Process.Pid, progs, 10*time.Second)
 	started := time.Now()
 	if err := cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
@@ -384,7 +334,7 @@ func signalLeavesNothing(t *testing.T, command string, progs int, sig syscall.Si
 			t.Errorf("%s %v: no JSON report after the signal: %v: %q", command, sig, err, out.String())
 		}
 	}
-	waitFor(t, "the kernel to drop wolf "+command+"'s programs after "+sig.String(), 5*time.Second, func() bool { return stillLoaded(ids) == 0 })
+	wolfcli.WaitFor(t, "the kernel to drop wolf "+command+"'s programs after "+sig.String(), 5*time.Second, func() bool { return wolfcli.StillLoaded(ids) == 0 })
 }
 
 func TestDoctorHealthyHostFinishesInTime(t *testing.T) {
@@ -672,13 +622,13 @@ func TestLabRunCleansUpOnSIGINT(t *testing.T) {
 	testutil.Require(t, err == nil, "needs /dev/fuse")
 	testutil.Exclusive(t)
 	cmd := exec.Command(wolfBin, "lab", "run", "fuse-rwsem", "--duration", "60s")
-	var out syncBuffer
+	var out wolfcli.SyncBuffer
 	cmd.Stdout = &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	waitFor(t, "the lab to be in place", 15*time.Second, func() bool { return strings.Contains(out.String(), "offender pid") })
+	wolfcli.WaitFor(t, "the lab to be in place", 15*time.Second, func() bool { return strings.Contains(out.String(), "offender pid") })
 	var mount string
 	for _, f := range strings.Fields(out.String()) {
 		if strings.HasPrefix(f, "/tmp/wolf-fusestall-") {
@@ -769,13 +719,13 @@ func TestSchedLabKill9LeavesNothing(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.Exclusive(t)
 	cmd := exec.Command(wolfBin, "lab", "run", "sched-bounce", "--duration", "60s")
-	var out syncBuffer
+	var out wolfcli.SyncBuffer
 	cmd.Stdout = &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	waitFor(t, "the lab to be in place", 15*time.Second, func() bool { return strings.Contains(out.String(), "offender pid") })
+	wolfcli.WaitFor(t, "the lab to be in place", 15*time.Second, func() bool { return strings.Contains(out.String(), "offender pid") })
 	// Task, wakers and hogs (the hogs go through setpriv's exec first).
 	var procs []string
 	for deadline := time.Now().Add(5 * time.Second); len(procs) < 5; time.Sleep(50 * time.Millisecond) {
@@ -787,7 +737,7 @@ func TestSchedLabKill9LeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
-	waitFor(t, "the lab's processes to end after kill -9", 5*time.Second, func() bool { return len(bounceProcesses(t)) == 0 })
+	wolfcli.WaitFor(t, "the lab's processes to end after kill -9", 5*time.Second, func() bool { return len(bounceProcesses(t)) == 0 })
 }
 
 // bounceProcesses lists live (not zombie) processes named bounce-*.
@@ -829,24 +779,6 @@ func TestLabList(t *testing.T) {
 		!names["sched-bounce"] || !names["sched-affinity"] || !names["sched-pinned"] || !names["tcp-collapse"] || !names["hot-uprobe"] {
 		t.Errorf("labs %+v", labs)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a writer process and a reader test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // The softirq acceptance test, through the CLI: with the tcp-collapse lab
@@ -932,7 +864,7 @@ func TestBPFSignalsRestoreStats(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = cmd.Process.Kill() })
 		pid := cmd.Process.Pid
-		waitFor(t, "wolf bpf to turn the statistics on", 10*time.Second, func() bool { return holdsStatsFD(pid) })
+		wolfcli.WaitFor(t, "wolf bpf to turn the statistics on", 10*time.Second, func() bool { return holdsStatsFD(pid) })
 		started := time.Now()
 		if err := cmd.Process.Signal(sig); err != nil {
 			t.Fatal(err)
@@ -976,18 +908,18 @@ func TestBPFCLIOnHotUprobeLab(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.Exclusive(t)
 	cmd := exec.Command(wolfBin, "lab", "run", "hot-uprobe", "--duration", "60s")
-	var out syncBuffer
+	var out wolfcli.SyncBuffer
 	cmd.Stdout = &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	waitFor(t, "the lab to be in place", 20*time.Second, func() bool { return strings.Contains(out.String(), "victims [") })
+	wolfcli.WaitFor(t, "the lab to be in place", 20*time.Second, func() bool { return strings.Contains(out.String(), "victims [") })
 	var yesPID int
 	if _, err := fmt.Sscanf(out.String()[strings.Index(out.String(), "victims [")+len("victims ["):], "%d", &yesPID); err != nil {
 		t.Fatalf("no victim pid in %q", out.String())
 	}
-	ids := heldPrograms(t, "the lab's programs", cmd.Process.Pid, 2, 5*time.Second)
+	ids := wolfcli.HeldPrograms(t, "the lab's programs", cmd.Process.Pid, 2, 5*time.Second)
 	// The lab nices its yes to 19: on a machine busy with other tests it
 	// would call write() too seldom to be a hot path. Its CPU, for the
 	// window: this test is about wolf bpf's reading of a hot uprobe.
@@ -1015,8 +947,8 @@ func TestBPFCLIOnHotUprobeLab(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
-	waitFor(t, "the kernel to drop the lab's programs after kill -9", 5*time.Second, func() bool { return stillLoaded(ids) == 0 })
-	waitFor(t, "the lab's yes to die with it", 5*time.Second, func() bool {
+	wolfcli.WaitFor(t, "the kernel to drop the lab's programs after kill -9", 5*time.Second, func() bool { return wolfcli.StillLoaded(ids) == 0 })
+	wolfcli.WaitFor(t, "the lab's yes to die with it", 5*time.Second, func() bool {
 		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", yesPID))
 		return err != nil || strings.Contains(string(st), ") Z")
 	})

@@ -1,4 +1,4 @@
-package main
+package watchtest
 
 import (
 	"crypto/ecdsa"
@@ -23,6 +23,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/wolf-investigator/wolf/internal/testutil"
+	"github.com/wolf-investigator/wolf/internal/testutil/wolfcli"
 )
 
 // tlsFiles makes a CA and a server certificate for 127.0.0.1 signed by
@@ -95,7 +96,7 @@ func TestWatchServesTLSToPrometheus(t *testing.T) {
 	}
 
 	cmd := exec.Command(wolfBin, "watch", "--listen", "127.0.0.1:0", "--investigators", "hung", "--interval", "2s", "--web.config.file", webCfg)
-	var out, errb syncBuffer
+	var out, errb wolfcli.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -103,7 +104,7 @@ func TestWatchServesTLSToPrometheus(t *testing.T) {
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	addrRE := regexp.MustCompile(`metrics on ([0-9.]+:[0-9]+)/metrics \(TLS and auth per `)
 	var addr string
-	waitFor(t, "wolf watch to listen", 15*time.Second, func() bool {
+	wolfcli.WaitFor(t, "wolf watch to listen", 15*time.Second, func() bool {
 		if m := addrRE.FindStringSubmatch(errb.String()); m != nil {
 			addr = m[1]
 		}
@@ -159,7 +160,7 @@ scrape_configs:
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(pcfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var promLog syncBuffer
+	var promLog wolfcli.SyncBuffer
 	pc := exec.Command(prom, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
 		fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port), "--log.level=warn")
 	pc.Stdout, pc.Stderr = &promLog, &promLog
@@ -196,7 +197,7 @@ func TestWatchRefusesBadWebConfig(t *testing.T) {
 	}
 	for _, p := range []string{bad, filepath.Join(dir, "missing.yml")} {
 		r := runWolf(t, 10*time.Second, "watch", "--web.config.file", p)
-		code, stderr := r.code, r.stderr
+		code, stderr := r.Code, r.Stderr
 		if code != exitUsage || !strings.Contains(stderr, "--web.config.file") || strings.Count(strings.TrimSpace(stderr), "\n") > 0 {
 			t.Errorf("%s: exit %d, stderr %q; want 2 and one line", p, code, stderr)
 		}
@@ -218,8 +219,8 @@ func TestWatchRefusesBadIncidentFlags(t *testing.T) {
 		{"--incidents-interval", "-1s"},
 	} {
 		r := runWolf(t, 10*time.Second, append([]string{"watch"}, args...)...)
-		if r.code != exitUsage || strings.Count(strings.TrimSpace(r.stderr), "\n") > 0 || !strings.Contains(r.stderr, "--incidents") {
-			t.Errorf("%v: exit %d, stderr %q; want 2 and one line", args, r.code, r.stderr)
+		if r.Code != exitUsage || strings.Count(strings.TrimSpace(r.Stderr), "\n") > 0 || !strings.Contains(r.Stderr, "--incidents") {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and one line", args, r.Code, r.Stderr)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package watchtest
 
 import (
 	"bufio"
@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,29 +23,16 @@ import (
 	"github.com/wolf-investigator/wolf/internal/lab"
 	"github.com/wolf-investigator/wolf/internal/lab/fusestall"
 	"github.com/wolf-investigator/wolf/internal/testutil"
+	"github.com/wolf-investigator/wolf/internal/testutil/wolfcli"
 	"github.com/wolf-investigator/wolf/internal/watch"
 )
 
 // startWatch runs `wolf watch` with args on a free loopback port and
 // returns the process, its metrics address and its stdout.
-func startWatch(t *testing.T, args ...string) (*exec.Cmd, string, *syncBuffer) {
+func startWatch(t *testing.T, args ...string) (*exec.Cmd, string, *wolfcli.SyncBuffer) {
 	t.Helper()
-	cmd := exec.Command(wolfBin, append([]string{"watch", "--listen", "127.0.0.1:0"}, args...)...)
-	var out, errb syncBuffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	addrRE := regexp.MustCompile(`http://([0-9.]+:[0-9]+)/metrics`)
-	var addr string
-	waitFor(t, "wolf watch to listen", 10*time.Second, func() bool {
-		if m := addrRE.FindStringSubmatch(errb.String()); m != nil {
-			addr = m[1]
-		}
-		return addr != ""
-	})
-	return cmd, addr, &out
+	w := wolfcli.StartWatch(t, wolfBin, args...)
+	return w.Cmd, w.Addr, w.Out
 }
 
 func httpGet(t *testing.T, u string) []byte {
@@ -128,11 +114,11 @@ func TestWatchPrometheusSeesHungLab(t *testing.T) {
 	dir := t.TempDir()
 	port := freePort(t)
 	cfg := fmt.Sprintf("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files: [%q]\nscrape_configs:\n  - job_name: wolf\n    static_configs:\n      - targets: [%q]\n",
-		mustAbs(t, "../../deploy/prometheus/wolf-rules.yml"), addr)
+		mustAbs(t, "../../../deploy/prometheus/wolf-rules.yml"), addr)
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var promLog syncBuffer
+	var promLog wolfcli.SyncBuffer
 	pc := exec.Command(prom, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
 		fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port), "--log.level=warn")
 	pc.Stdout, pc.Stderr = &promLog, &promLog
@@ -214,42 +200,14 @@ func mustAbs(t *testing.T, p string) string {
 	return a
 }
 
-// watchSignalLeavesNothing is signalLeavesNothing for wolf watch, which
-// runs until stopped and writes JSON lines rather than a report.
-func watchSignalLeavesNothing(t *testing.T, progs int, sig syscall.Signal) {
-	t.Helper()
-	cmd, _, out := startWatch(t, "--interval", "60s")
-	ids := heldPrograms(t, "wolf watch's programs to load", cmd.Process.Pid, progs, 15*time.Second)
-	started := time.Now()
-	if err := cmd.Process.Signal(sig); err != nil {
-		t.Fatal(err)
-	}
-	err := cmd.Wait()
-	if sig != syscall.SIGKILL {
-		if err != nil {
-			t.Errorf("watch %v: wolf exited with %v, want 0", sig, err)
-		}
-		if time.Since(started) > 3*time.Second {
-			t.Errorf("watch %v: wolf took %v to stop", sig, time.Since(started))
-		}
-		for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
-			var e watch.Event
-			if line != "" && json.Unmarshal([]byte(line), &e) != nil {
-				t.Errorf("watch %v: not a JSON line: %q", sig, line)
-			}
-		}
-	}
-	waitFor(t, "the kernel to drop wolf watch's programs after "+sig.String(), 5*time.Second, func() bool { return stillLoaded(ids) == 0 })
-}
-
 // The shipped deployment files are valid for the tools that read them.
 func TestDeployFiles(t *testing.T) {
 	if promtool, err := exec.LookPath("promtool"); err == nil {
-		if out, err := exec.Command(promtool, "check", "rules", "../../deploy/prometheus/wolf-rules.yml").CombinedOutput(); err != nil {
+		if out, err := exec.Command(promtool, "check", "rules", "../../../deploy/prometheus/wolf-rules.yml").CombinedOutput(); err != nil {
 			t.Errorf("promtool check rules: %v\n%s", err, out)
 		}
 		test := exec.Command(promtool, "test", "rules", "wolf-rules.test.yml")
-		test.Dir = "../../deploy/prometheus"
+		test.Dir = "../../../deploy/prometheus"
 		if out, err := test.CombinedOutput(); err != nil {
 			t.Errorf("promtool test rules: %v\n%s", err, out)
 		}
@@ -257,7 +215,7 @@ func TestDeployFiles(t *testing.T) {
 		t.Log("promtool not installed: rules not checked")
 	}
 
-	unit, err := os.ReadFile("../../deploy/systemd/wolf-watch.service")
+	unit, err := os.ReadFile("../../../deploy/systemd/wolf-watch.service")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +241,7 @@ func TestDeployFiles(t *testing.T) {
 
 	// The DaemonSet: parsed as YAML (python3's yaml when present) and
 	// checked for what wolf needs on a node.
-	ds := "../../deploy/kubernetes/wolf-daemonset.yaml"
+	ds := "../../../deploy/kubernetes/wolf-daemonset.yaml"
 	if err := exec.Command("python3", "-c", "import yaml").Run(); err == nil {
 		script := `
 import sys, yaml

@@ -1,4 +1,4 @@
-package main
+package watchtest
 
 import (
 	"bufio"
@@ -21,40 +21,23 @@ import (
 	"github.com/wolf-investigator/wolf/internal/lab"
 	"github.com/wolf-investigator/wolf/internal/lab/fusestall"
 	"github.com/wolf-investigator/wolf/internal/testutil"
+	"github.com/wolf-investigator/wolf/internal/testutil/wolfcli"
 	"github.com/wolf-investigator/wolf/internal/watch"
 )
 
 // watchProc is a running `wolf watch`.
-type watchProc struct {
-	cmd       *exec.Cmd
-	addr      string
-	out, errb *syncBuffer
-}
+type watchProc struct{ *wolfcli.Watch }
 
 // startWatchProc runs `wolf watch` with args on a free loopback port.
 func startWatchProc(t *testing.T, args ...string) *watchProc {
 	t.Helper()
-	w := &watchProc{out: &syncBuffer{}, errb: &syncBuffer{}}
-	w.cmd = exec.Command(wolfBin, append([]string{"watch", "--listen", "127.0.0.1:0"}, args...)...)
-	w.cmd.Stdout, w.cmd.Stderr = w.out, w.errb
-	if err := w.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.cmd.Process.Kill(); _ = w.cmd.Wait() })
-	addrRE := regexp.MustCompile(`http://([0-9.]+:[0-9]+)/metrics`)
-	waitFor(t, "wolf watch to listen", 15*time.Second, func() bool {
-		if m := addrRE.FindStringSubmatch(w.errb.String()); m != nil {
-			w.addr = m[1]
-		}
-		return w.addr != ""
-	})
-	return w
+	return &watchProc{wolfcli.StartWatch(t, wolfBin, args...)}
 }
 
 // get returns the body of a GET on the watch's server ("" on error).
 func (w *watchProc) get(path string) string {
 	c := &http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get("http://" + w.addr + path)
+	resp, err := c.Get("http://" + w.Addr + path)
 	if err != nil {
 		return ""
 	}
@@ -78,11 +61,11 @@ func (w *watchProc) metric(name string) float64 {
 // stop ends the watch with SIGTERM and wants exit 0.
 func (w *watchProc) stop(t *testing.T) {
 	t.Helper()
-	if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := w.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.cmd.Wait(); err != nil {
-		t.Errorf("wolf watch after SIGTERM: %v; stderr:\n%s", err, w.errb.String())
+	if err := w.Cmd.Wait(); err != nil {
+		t.Errorf("wolf watch after SIGTERM: %v; stderr:\n%s", err, w.Errb.String())
 	}
 }
 
@@ -135,8 +118,8 @@ func TestWatchOutputSurvivesAFullDisk(t *testing.T) {
 	}
 	defer inst.Close()
 
-	waitFor(t, "the failed write to be reported", 30*time.Second, func() bool {
-		return strings.Contains(w.errb.String(), "no space left on device")
+	wolfcli.WaitFor(t, "the failed write to be reported", 30*time.Second, func() bool {
+		return strings.Contains(w.Errb.String(), "no space left on device")
 	})
 	if h := w.get("/healthz"); !strings.HasPrefix(h, "degraded\n") || !strings.Contains(h, "output: --output "+path) {
 		t.Errorf("/healthz while the disk is full: %q", h)
@@ -150,15 +133,15 @@ func TestWatchOutputSurvivesAFullDisk(t *testing.T) {
 	if err := os.Remove(filepath.Join(mnt, "filler")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the held lines to reach the file", 45*time.Second, func() bool {
+	wolfcli.WaitFor(t, "the held lines to reach the file", 45*time.Second, func() bool {
 		b, _ := os.ReadFile(path)
 		return strings.Contains(string(b), `"id":"hung.lock-owner"`)
 	})
-	waitFor(t, "/healthz to be ok again", 10*time.Second, func() bool { return w.get("/healthz") == "ok\n" })
+	wolfcli.WaitFor(t, "/healthz to be ok again", 10*time.Second, func() bool { return w.get("/healthz") == "ok\n" })
 	inst.Close()
 	w.stop(t)
-	if !strings.Contains(w.errb.String(), "writable again") {
-		t.Errorf("recovery not said on stderr:\n%s", w.errb.String())
+	if !strings.Contains(w.Errb.String(), "writable again") {
+		t.Errorf("recovery not said on stderr:\n%s", w.Errb.String())
 	}
 	f, err := os.Open(path)
 	if err != nil {
@@ -219,7 +202,7 @@ func TestWatchCapturesAHangInsideAWindow(t *testing.T) {
 	t.Logf("stall from %.1f s to %.1f s of a 60 s window", stalled.Sub(windowStart).Seconds(), cleared.Sub(windowStart).Seconds())
 
 	var metas []incident.Meta
-	waitFor(t, "an incident bundle", 70*time.Second, func() bool {
+	wolfcli.WaitFor(t, "an incident bundle", 70*time.Second, func() bool {
 		metas, _ = incident.List(dir)
 		return len(metas) > 0
 	})
@@ -272,7 +255,7 @@ func TestWatchCapturesAHangInsideAWindow(t *testing.T) {
 	if !strings.Contains(string(index), m.ID+"/report.html") {
 		t.Errorf("index.html does not list %s", m.ID)
 	}
-	if !strings.Contains(w.out.String(), `"event":"incident"`) {
+	if !strings.Contains(w.Out.String(), `"event":"incident"`) {
 		t.Errorf("no incident event line")
 	}
 	if v := w.metric("wolf_incidents_written_total"); v < 1 {

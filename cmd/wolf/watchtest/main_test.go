@@ -1,0 +1,31 @@
+package watchtest
+
+import (
+	"os"
+	"testing"
+	"time"
+
+	"github.com/wolf-investigator/wolf/internal/testutil/wolfcli"
+)
+
+// wolfBin is the wolf binary, built once for every test here.
+var wolfBin string
+
+// exitUsage is wolf's documented exit code for bad usage.
+const exitUsage = 2
+
+func TestMain(m *testing.M) {
+	bin, cleanup, err := wolfcli.Build()
+	if err != nil {
+		panic(err)
+	}
+	wolfBin = bin
+	code := m.Run()
+	cleanup()
+	os.Exit(code)
+}
+
+func runWolf(t *testing.T, timeout time.Duration, args ...string) wolfcli.Result {
+	t.Helper()
+	return wolfcli.Run(t, wolfBin, timeout, args...)
+}
