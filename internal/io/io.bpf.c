@@ -715,6 +715,8 @@ struct batch {
 	__u64 throttled_bytes;
 	__u64 max_total_ns; /* the batch's slowest, folded as one maximum */
 	__u64 max_device_ns;
+	__u64 sum_total_ns; /* and its sums, folded as one add each */
+	__u64 sum_device_ns;
 	__u64 total_ns[BATCH];
 	__u64 device_ns[BATCH];
 };
@@ -750,15 +752,14 @@ static __always_inline __u32 slot_of_value(__u64 v)
 	return r + ((v | (0 - v)) >> 63);
 }
 
-/* A histogram sample's slot and sum, the maximum left to the caller;
- * no count (the slots add up to it). */
+/* A histogram sample's slot, the sum and maximum left to the caller (one
+ * add for the batch); no count (the slots add up to it). */
 static __always_inline void hist_slot(struct wolf_hist *h, __u64 v)
 {
 	__u32 s = slot_of_value(v);
 
 	if (s < WOLF_HIST_SLOTS)
 		__sync_fetch_and_add(&h->slots[s], 1);
-	__sync_fetch_and_add(&h->sum, v);
 }
 
 struct {
@@ -797,6 +798,8 @@ static __noinline void batch_fold(struct batch *b)
 			hist_slot(&st->device, b->device_ns[i]);
 		}
 		if (b->timed) {
+			__sync_fetch_and_add(&st->total.sum, b->sum_total_ns);
+			__sync_fetch_and_add(&st->device.sum, b->sum_device_ns);
 			wolf_max_add(&st->total.max, b->max_total_ns);
 			wolf_max_add(&st->device.max, b->max_device_ns);
 		}
@@ -811,6 +814,8 @@ static __noinline void batch_fold(struct batch *b)
 	b->throttled_bytes = 0;
 	b->max_total_ns = 0;
 	b->max_device_ns = 0;
+	b->sum_total_ns = 0;
+	b->sum_device_ns = 0;
 }
 
 static __always_inline bool same_key(struct io_key *a, struct io_key *b)
@@ -888,6 +893,8 @@ int BPF_PROG(rq_complete, struct request *rq, int error, unsigned int nr_bytes)
 
 		b->total_ns[i] = total;
 		b->device_ns[i] = device;
+		b->sum_total_ns += total;
+		b->sum_device_ns += device;
 		b->timed++;
 		if (total > b->max_total_ns)
 			b->max_total_ns = total;

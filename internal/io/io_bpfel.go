@@ -24,6 +24,8 @@ type ioBatch struct {
 	ThrottledBytes uint64
 	MaxTotalNs     uint64
 	MaxDeviceNs    uint64
+	SumTotalNs     uint64
+	SumDeviceNs    uint64
 	TotalNs        [8]uint64
 	DeviceNs       [8]uint64
 }
