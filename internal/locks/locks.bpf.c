@@ -178,6 +178,17 @@ struct pending {
 	char comm[WOLF_COMM_LEN]; /* the waiter's, sleeping locks only */
 	__u64 owner_rt;		  /* the owner's CPU time at begin */
 	__u64 owner_rd;		  /* and its run-queue time */
+	/*
+	 * The thread's waits on acc_lock folded here, not yet into its
+	 * waiters entry: a thread waits for the same lock over and over
+	 * (a storm's faulting threads on their mmap_lock), and a hash lookup
+	 * per wait was a good part of a sleeping wait's cost. A wait on
+	 * another lock flushes them first; user space adds what is here.
+	 */
+	__u64 acc_lock;
+	__u64 acc_count;
+	__u64 acc_total_ns;
+	struct wolf_max acc_max;
 };
 
 /*
@@ -198,6 +209,14 @@ struct {
 	__type(key, __u32);
 	__type(value, struct pending);
 } pending_cpu SEC(".maps");
+
+/* A thread's first wait is built here (too big for the BPF stack). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct pending);
+} pending_scratch SEC(".maps");
 
 /*
  * The aggregations are per CPU: under heavy contention every CPU updates
@@ -828,50 +847,68 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 			queue_leave(old->lock, old->type, now);
 	}
 
-	struct pending p = { .start_ns = now,
-			     .lock = lock,
-			     .type = type,
-			     .owner_stack_id = -1,
-			     .flags = flags,
-			     .tid = tid };
+	/*
+	 * The new wait is written in place into the thread's entry (a copy
+	 * of a whole entry per wait, and the BPF stack it took, were not
+	 * needed); a thread's first wait is built in a per-CPU scratch entry
+	 * and inserted. The stack cache and the waits folded in (acc_*)
+	 * stay as they are.
+	 */
+	struct pending *p = old;
+	__s32 stack_id = waiter_stack(ctx, old, lock, type, tid, now);
 	struct task_struct *o = 0;
 
-	p.stack_id = waiter_stack(ctx, old, lock, type, tid, now);
-	if (old) {
-		p.stack_tid = old->stack_tid;
-		p.stack_lock = old->stack_lock;
-		p.stack_ns = old->stack_ns;
-		p.stack_cached = old->stack_cached;
+	if (!p) {
+		p = bpf_map_lookup_elem(&pending_scratch, &zero);
+		if (!p)
+			return;
+		__builtin_memset(p, 0, sizeof(*p));
 	}
-	p.tgid = pid_tgid >> 32;
-	bpf_get_current_comm(&p.comm, sizeof(p.comm));
-	p.mm_tgid = own_mmap_lock(lock, can_walk);
+	p->start_ns = now;
+	p->end_ns = 0;
+	p->lock = lock;
+	p->type = type;
+	p->stack_id = stack_id;
+	p->owner_tid = 0;
+	p->owner_kind = OWNER_NONE;
+	p->owner_stack_id = -1;
+	p->behind_writer = 0;
+	p->owner = 0;
+	p->owner_rt = 0;
+	p->owner_rd = 0;
+	p->flags = flags;
+	p->tid = tid;
+	p->end_win = 0;
+	p->slept = 0;
+	p->tgid = pid_tgid >> 32;
+	bpf_get_current_comm(&p->comm, sizeof(p->comm));
+	p->mm_tgid = own_mmap_lock(lock, can_walk);
 	if (type == TYPE_MUTEX) {
 		o = wolf_mutex_owner((void *)lock);
 		if (o)
-			p.owner_kind = OWNER_TASK;
+			p->owner_kind = OWNER_TASK;
 	} else if (is_rwsem(type)) {
 		struct wolf_rwsem_state st = wolf_rwsem_owner((void *)lock);
 
 		o = st.task;
 		if (st.writer)
-			p.owner_kind = OWNER_TASK;
+			p->owner_kind = OWNER_TASK;
 		else if (st.readers)
-			p.owner_kind = OWNER_READERS;
+			p->owner_kind = OWNER_READERS;
 		if (type == TYPE_RWSEM_READ && !st.writer && writer_at_head(lock))
-			p.behind_writer = 1;
+			p->behind_writer = 1;
 	}
-	if (o && p.owner_kind != OWNER_NONE) {
-		p.owner_tid = BPF_CORE_READ(o, pid);
-		p.owner = (__u64)o;
-		p.owner_rt = BPF_CORE_READ(o, se.sum_exec_runtime);
-		p.owner_rd = task_run_delay(o);
-		if (p.owner_kind == OWNER_TASK)
-			p.owner_stack_id = owner_stack(lock, o, p.owner_tid, can_walk, now);
+	if (o && p->owner_kind != OWNER_NONE) {
+		__u32 otid = BPF_CORE_READ(o, pid);
+
+		p->owner_tid = otid;
+		p->owner = (__u64)o;
+		p->owner_rt = BPF_CORE_READ(o, se.sum_exec_runtime);
+		p->owner_rd = task_run_delay(o);
+		if (p->owner_kind == OWNER_TASK)
+			p->owner_stack_id = owner_stack(lock, o, otid, can_walk, now);
 	}
-	if (old) {
-		*old = p;
-	} else if (bpf_map_update_elem(&pending_task, &tid, &p, BPF_ANY)) {
+	if (!old && bpf_map_update_elem(&pending_task, &tid, p, BPF_ANY)) {
 		stat_inc(STAT_PENDING_FULL);
 		return;
 	}
@@ -992,6 +1029,32 @@ static __always_inline void fold_spin(struct pending *p)
 }
 
 /*
+ * The thread's waits folded in its pending entry into its waiters entry
+ * (per CPU, as the map: plain adds), named as the thread is now.
+ */
+static __always_inline void waiter_flush(struct pending *p, __u32 tid)
+{
+	struct task_key tk = { .lock = p->acc_lock, .tid = tid };
+	struct task_val *tv = bpf_map_lookup_elem(&waiters, &tk);
+
+	if (!tv) {
+		struct task_val tz = { .tgid = p->tgid };
+
+		__builtin_memcpy(tz.comm, p->comm, sizeof(tz.comm));
+		tv = lookup_or_init(&waiters, &tk, &tz);
+	}
+	if (tv) {
+		tv->count += p->acc_count;
+		tv->total_ns += p->acc_total_ns;
+		wolf_max_merge(&tv->max_ns, &p->acc_max);
+	} else {
+		stat_inc(STAT_TASKS_FULL);
+	}
+	p->acc_count = 0;
+	p->acc_total_ns = 0;
+}
+
+/*
  * Fold a wait that is over into the aggregations; p->start_ns is cleared.
  * Counts and sums go to the window the fold happens in, maxima to the one
  * the wait ended in (user space folded it into that window's report
@@ -1013,21 +1076,15 @@ static __always_inline void account(struct pending *p, const bool can_walk)
 	if (p->mm_tgid)
 		account_mm_wait(p, d);
 
-	struct task_key tk = { .lock = p->lock, .tid = tid };
-	struct task_val *tv = bpf_map_lookup_elem(&waiters, &tk);
-	if (!tv) {
-		struct task_val tz = { .tgid = p->tgid };
-
-		__builtin_memcpy(tz.comm, p->comm, sizeof(tz.comm));
-		tv = lookup_or_init(&waiters, &tk, &tz);
+	if (p->acc_count && p->acc_lock != p->lock)
+		waiter_flush(p, tid);
+	if (!p->acc_count) {
+		p->acc_lock = p->lock;
+		__builtin_memset(&p->acc_max, 0, sizeof(p->acc_max));
 	}
-	if (tv) {
-		tv->count += 1;
-		tv->total_ns += d;
-		wolf_max_tag_at(&tv->max_ns, d, 0, p->end_win);
-	} else {
-		stat_inc(STAT_TASKS_FULL);
-	}
+	p->acc_count += 1;
+	p->acc_total_ns += d;
+	wolf_max_tag_at(&p->acc_max, d, 0, p->end_win);
 
 	if (p->owner_kind == OWNER_NONE)
 		return;
@@ -1395,24 +1452,6 @@ static __always_inline struct mm_val *mm_stats_named(struct mm_key *k, const cha
 	return v;
 }
 
-static __always_inline struct mm_val *mm_stats_for(struct mm_key *k)
-{
-	return mm_stats_named(k, 0);
-}
-
-/* A contended wait for the thread's own mmap_lock, into its histogram. */
-static __always_inline void account_mm_wait(struct pending *p, __u64 d)
-{
-	struct mm_key k = { .tgid = p->tgid,
-			    .tid = p->tid,
-			    .mm_tgid = p->mm_tgid,
-			    .write = p->type == TYPE_RWSEM_WRITE };
-	struct mm_val *v = mm_stats_for(&k);
-
-	if (v)
-		wolf_hist_add_local_at(&v->wait, d, p->end_win); /* keyed by tid */
-}
-
 static __always_inline bool mm_wanted(__u64 pid_tgid)
 {
 	if (self_tgid && (pid_tgid >> 32) == self_tgid)
@@ -1554,6 +1593,7 @@ struct mm_fold_slot {
 	struct mm_key key;
 	char comm[WOLF_COMM_LEN]; /* the thread's, for a new mm_stats entry */
 	struct wolf_hist hold;
+	struct wolf_hist wait; /* contended waits for it (account_mm_wait) */
 };
 
 struct mm_fold_slots {
@@ -1567,29 +1607,60 @@ struct {
 	__type(value, struct mm_fold_slots);
 } mm_fold SEC(".maps");
 
-static __always_inline void mm_fold_hold(struct mm_key *k, __u64 d)
+/* The current thread's slot for k, flushing another thread's first. */
+static __always_inline struct mm_fold_slot *mm_fold_slot(struct mm_key *k)
 {
 	__u32 zero = 0;
 	struct mm_fold_slots *fs = bpf_map_lookup_elem(&mm_fold, &zero);
 	struct mm_fold_slot *sl;
 
 	if (!fs)
-		return;
+		return 0;
 	sl = &fs->s[wolf_bound(k->tid ^ (k->tid >> 4) ^ k->write, MM_FOLD_SLOTS - 1)];
 	if (sl->key.tid != k->tid || sl->key.tgid != k->tgid || sl->key.mm_tgid != k->mm_tgid ||
 	    sl->key.write != k->write) {
-		if (sl->hold.count) {
+		if (sl->hold.count || sl->wait.count) {
 			/* Another thread runs here: the slot's thread's name. */
 			struct mm_val *v = mm_stats_named(&sl->key, sl->comm);
 
-			if (v)
+			if (v) {
 				hist_merge(&v->hold, &sl->hold);
+				hist_merge(&v->wait, &sl->wait);
+			}
 		}
-		__builtin_memset(sl, 0, sizeof(*sl));
+		/* Apart: clang would merge them into one too big to inline. */
+		__builtin_memset(&sl->hold, 0, sizeof(sl->hold));
+		asm volatile("" ::: "memory");
+		__builtin_memset(&sl->wait, 0, sizeof(sl->wait));
 		sl->key = *k;
 		bpf_get_current_comm(&sl->comm, sizeof(sl->comm));
 	}
-	wolf_hist_add_local(&sl->hold, d);
+	return sl;
+}
+
+static __always_inline void mm_fold_hold(struct mm_key *k, __u64 d)
+{
+	struct mm_fold_slot *sl = mm_fold_slot(k);
+
+	if (sl)
+		wolf_hist_add_local(&sl->hold, d);
+}
+
+/*
+ * A contended wait for the thread's own mmap_lock, into its histogram,
+ * through the fold slots as its holds: it runs in the waiter's own
+ * context (its next contention_begin), so the slot's name is its own.
+ */
+static __always_inline void account_mm_wait(struct pending *p, __u64 d)
+{
+	struct mm_key k = { .tgid = p->tgid,
+			    .tid = p->tid,
+			    .mm_tgid = p->mm_tgid,
+			    .write = p->type == TYPE_RWSEM_WRITE };
+	struct mm_fold_slot *sl = mm_fold_slot(&k);
+
+	if (sl)
+		wolf_hist_add_local_at(&sl->wait, d, p->end_win);
 }
 
 /*
