@@ -271,7 +271,10 @@ struct {
  * wait (waits, lock_hist) were most of a wait's cost. A wait whose key
  * (lock, type, stack, mm) holds its slot adds to it in place; one that
  * finds the slot taken by another key flushes that key into the maps
- * first. Direct-mapped by the key's hash. User space reads the slots with
+ * first. Two slots a key (its hash's pair): of the two, a new key takes
+ * the one that has folded fewer waits, so that a lock waited for all
+ * the time keeps its slot among locks waited for once (a storm's page-
+ * table locks, one per page table). User space reads the slots with
  * the maps (after them: a flush between the two reads is then missed for
  * one window, never counted twice; see collect.go).
  */
@@ -981,6 +984,12 @@ static __always_inline void fold_flush(struct fold_slot *sl)
 		stat_inc(STAT_WAITS_FULL);
 }
 
+static __always_inline bool fold_holds(struct fold_slot *sl, struct pending *p)
+{
+	return sl->key.lock == p->lock && sl->key.type == p->type &&
+	       sl->key.stack_id == p->stack_id && sl->key.mm_tgid == p->mm_tgid;
+}
+
 /*
  * A wait that is over, d long, into this CPU's fold cache: its count, time
  * and maximum per lock, type, stack and mm, and its lock's histogram.
@@ -989,15 +998,25 @@ static __always_inline void fold_wait(struct pending *p, __u64 d)
 {
 	__u32 zero = 0;
 	struct fold_slots *fs = bpf_map_lookup_elem(&fold_cache, &zero);
-	struct fold_slot *sl;
+	struct fold_slot *sl, *sl2;
 	__u32 i;
 
 	if (!fs)
 		return;
 	i = (__u32)(p->lock >> 6) ^ (__u32)(p->lock >> 16) ^ p->type ^ (__u32)p->stack_id * 7;
 	sl = &fs->s[wolf_bound(i, FOLD_SLOTS - 1)];
-	if (sl->key.lock != p->lock || sl->key.type != p->type || sl->key.stack_id != p->stack_id ||
-	    sl->key.mm_tgid != p->mm_tgid) {
+	if (!fold_holds(sl, p)) {
+		sl2 = &fs->s[wolf_bound(i ^ 1, FOLD_SLOTS - 1)];
+		if (fold_holds(sl2, p)) {
+			sl = sl2;
+		} else if (sl2->val.count < sl->val.count) {
+			/* The pair's busier key stays (a lock waited for all
+			 * the time, not one of the page-table locks that are
+			 * each waited for a few times). */
+			sl = sl2;
+		}
+	}
+	if (!fold_holds(sl, p)) {
 		if (sl->val.count) {
 			fold_flush(sl);
 			stat_inc(STAT_FOLD_FLUSH);
