@@ -294,7 +294,7 @@ func (p *probe) read(w uint32) (*reading, error) {
 	return r, nil
 }
 
-// readFolds adds the waits (and mmap_lock holds and waits) the programs folded into their per-CPU
+// readFolds adds the waits (and mmap_lock holds) the programs folded into their per-CPU
 // cache (fold_cache in locks.bpf.c) but not yet into the maps: read after
 // the maps, so that a slot flushed between the two reads is missed for
 // one window rather than counted twice, and marked unfolded, so that its
@@ -345,7 +345,7 @@ func (p *probe) readFolds(r *reading, w uint32) error {
 	for c := range mper {
 		for i := range mper[c].S {
 			sl := &mper[c].S[i]
-			if sl.Hold.Count == 0 && sl.Wait.Count == 0 {
+			if sl.Hold.Count == 0 {
 				continue
 			}
 			m := r.mm[sl.Key]
@@ -355,8 +355,6 @@ func (p *probe) readFolds(r *reading, w uint32) error {
 			}
 			x := hist.FromBPF(&sl.Hold, w)
 			m.hold.Merge(&x)
-			y := hist.FromBPF(&sl.Wait, w)
-			m.wait.Merge(&y)
 			m.unfolded = true
 		}
 	}

@@ -1471,6 +1471,19 @@ static __always_inline struct mm_val *mm_stats_named(struct mm_key *k, const cha
 	return v;
 }
 
+/* A contended wait for the thread's own mmap_lock, into its histogram. */
+static __always_inline void account_mm_wait(struct pending *p, __u64 d)
+{
+	struct mm_key k = { .tgid = p->tgid,
+			    .tid = p->tid,
+			    .mm_tgid = p->mm_tgid,
+			    .write = p->type == TYPE_RWSEM_WRITE };
+	struct mm_val *v = mm_stats_named(&k, 0);
+
+	if (v)
+		wolf_hist_add_local_at(&v->wait, d, p->end_win); /* keyed by tid */
+}
+
 static __always_inline bool mm_wanted(__u64 pid_tgid)
 {
 	if (self_tgid && (pid_tgid >> 32) == self_tgid)
@@ -1612,7 +1625,6 @@ struct mm_fold_slot {
 	struct mm_key key;
 	char comm[WOLF_COMM_LEN]; /* the thread's, for a new mm_stats entry */
 	struct wolf_hist hold;
-	struct wolf_hist wait; /* contended waits for it (account_mm_wait) */
 };
 
 struct mm_fold_slots {
@@ -1626,60 +1638,29 @@ struct {
 	__type(value, struct mm_fold_slots);
 } mm_fold SEC(".maps");
 
-/* The current thread's slot for k, flushing another thread's first. */
-static __always_inline struct mm_fold_slot *mm_fold_slot(struct mm_key *k)
+static __always_inline void mm_fold_hold(struct mm_key *k, __u64 d)
 {
 	__u32 zero = 0;
 	struct mm_fold_slots *fs = bpf_map_lookup_elem(&mm_fold, &zero);
 	struct mm_fold_slot *sl;
 
 	if (!fs)
-		return 0;
+		return;
 	sl = &fs->s[wolf_bound(k->tid ^ (k->tid >> 4) ^ k->write, MM_FOLD_SLOTS - 1)];
 	if (sl->key.tid != k->tid || sl->key.tgid != k->tgid || sl->key.mm_tgid != k->mm_tgid ||
 	    sl->key.write != k->write) {
-		if (sl->hold.count || sl->wait.count) {
+		if (sl->hold.count) {
 			/* Another thread runs here: the slot's thread's name. */
 			struct mm_val *v = mm_stats_named(&sl->key, sl->comm);
 
-			if (v) {
+			if (v)
 				hist_merge(&v->hold, &sl->hold);
-				hist_merge(&v->wait, &sl->wait);
-			}
 		}
-		/* Apart: clang would merge them into one too big to inline. */
-		__builtin_memset(&sl->hold, 0, sizeof(sl->hold));
-		asm volatile("" ::: "memory");
-		__builtin_memset(&sl->wait, 0, sizeof(sl->wait));
+		__builtin_memset(sl, 0, sizeof(*sl));
 		sl->key = *k;
 		bpf_get_current_comm(&sl->comm, sizeof(sl->comm));
 	}
-	return sl;
-}
-
-static __always_inline void mm_fold_hold(struct mm_key *k, __u64 d)
-{
-	struct mm_fold_slot *sl = mm_fold_slot(k);
-
-	if (sl)
-		wolf_hist_add_local(&sl->hold, d);
-}
-
-/*
- * A contended wait for the thread's own mmap_lock, into its histogram,
- * through the fold slots as its holds: it runs in the waiter's own
- * context (its next contention_begin), so the slot's name is its own.
- */
-static __always_inline void account_mm_wait(struct pending *p, __u64 d)
-{
-	struct mm_key k = { .tgid = p->tgid,
-			    .tid = p->tid,
-			    .mm_tgid = p->mm_tgid,
-			    .write = p->type == TYPE_RWSEM_WRITE };
-	struct mm_fold_slot *sl = mm_fold_slot(&k);
-
-	if (sl)
-		wolf_hist_add_local_at(&sl->wait, d, p->end_win);
+	wolf_hist_add_local(&sl->hold, d);
 }
 
 /*

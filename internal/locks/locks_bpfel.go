@@ -67,7 +67,6 @@ type locksMmFoldSlots struct {
 		Key  locksMmKey
 		Comm [16]int8
 		Hold locksWolfHist
-		Wait locksWolfHist
 	}
 }
 
