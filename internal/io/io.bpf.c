@@ -198,9 +198,17 @@ static __always_inline void want(void)
 		*(volatile __u32 *)&want_waiters = 1;
 }
 
-/* The request completing on this CPU now, for the wake-ups it causes. */
+/*
+ * The request completing on this CPU now, for the wake-ups it causes: a
+ * completion wakes its waiters in the context it runs in, before its CPU
+ * switches tasks, so a wake-up is the completion's only if the CPU runs
+ * the same task as when it completed (task) and within link_ns. Telling it
+ * by the task rather than clearing this at every context switch keeps the
+ * waiter programs' most frequent run, sched_switch, off the map.
+ */
 struct done_ctx {
 	__u64 at_ns;
+	__u64 task; /* the current task at the completion */
 	__u64 birth_ns;
 	__u64 issue_ns;
 	__u64 cgid;
@@ -215,7 +223,13 @@ struct {
 	__type(value, struct done_ctx);
 } done SEC(".maps");
 
-/* A task asleep for I/O, or paused by dirty throttling, since start_ns. */
+/*
+ * A task asleep for I/O, or paused by dirty throttling, since start_ns (0:
+ * awake). A thread's entry stays when its sleep ends and its next sleep
+ * writes it in place: an insert and a delete per sleep cost more than the
+ * rest of the two programs together. LRU: threads that exit give their
+ * entries back.
+ */
 struct sleep {
 	__u64 start_ns;
 	__u32 kind; /* WAIT_IO, or WAIT_DIRTY when balance_dirty_pages asked */
@@ -225,7 +239,7 @@ struct sleep {
 };
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, __u32);
 	__type(value, struct sleep);
@@ -845,6 +859,7 @@ int BPF_PROG(rq_complete, struct request *rq, int error, unsigned int nr_bytes)
 
 		if (d) {
 			d->at_ns = now;
+			d->task = bpf_get_current_task();
 			d->birth_ns = birth;
 			d->issue_ns = issue;
 			d->cgid = k.cgid;
@@ -916,16 +931,8 @@ SEC("tp_btf/sched_switch")
 int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
 	struct sleep sl = {}, *old;
-	struct done_ctx *d;
-	__u32 tid, zero = 0;
+	__u32 tid;
 
-	/*
-	 * A completion wakes its waiters before its CPU switches tasks: a
-	 * wake-up after a switch is not the completion's.
-	 */
-	d = bpf_map_lookup_elem(&done, &zero);
-	if (d)
-		d->at_ns = 0;
 	if (preempt || !BPF_CORE_READ_BITFIELD(prev, in_iowait))
 		return 0;
 	if (wolf_task_state(prev) == WOLF_TASK_RUNNING)
@@ -979,7 +986,7 @@ int BPF_PROG(sched_waking, struct task_struct *wakee)
 		return 0;
 	tid = wakee->pid;
 	sl = bpf_map_lookup_elem(&sleeps, &tid);
-	if (!sl)
+	if (!sl || !sl->start_ns)
 		return 0;
 	now = bpf_ktime_get_ns();
 	ns = now > sl->start_ns ? now - sl->start_ns : 0;
@@ -990,7 +997,8 @@ int BPF_PROG(sched_waking, struct task_struct *wakee)
 	if (kind == WAIT_IO) {
 		kind = WAIT_OTHER;
 		d = bpf_map_lookup_elem(&done, &zero);
-		if (d && d->at_ns && now - d->at_ns <= link_ns) {
+		if (d && d->at_ns && now - d->at_ns <= link_ns &&
+		    d->task == bpf_get_current_task()) {
 			kind = WAIT_IO;
 			k.dev = d->dev;
 			k.cgid = d->cgid;
@@ -1004,15 +1012,20 @@ int BPF_PROG(sched_waking, struct task_struct *wakee)
 			stat_inc(STAT_LINKED);
 		}
 	}
-	bpf_map_delete_elem(&sleeps, &tid);
+	sl->start_ns = 0; /* awake: the thread's next sleep writes it in place */
 	k.kind = kind;
 	w = wait_get(&k);
 	if (w) {
-		__sync_fetch_and_add(&w->count, 1);
-		__sync_fetch_and_add(&w->ns, ns);
-		__sync_fetch_and_add(&w->held_ns, held);
-		__sync_fetch_and_add(&w->queued_ns, queued);
-		__sync_fetch_and_add(&w->device_ns, device);
+		/*
+		 * Plain adds: the entry is this thread's (tid is in the key),
+		 * and the kernel wakes a task under its pi_lock, one waker at
+		 * a time.
+		 */
+		w->count += 1;
+		w->ns += ns;
+		w->held_ns += held;
+		w->queued_ns += queued;
+		w->device_ns += device;
 		wolf_max_add(&w->max_ns, ns);
 		if (!w->comm[0]) {
 			w->tgid = tgid;
@@ -1076,7 +1089,7 @@ static __always_inline __u32 parse_bdi(const char *name)
 SEC("tracepoint/writeback/balance_dirty_pages")
 int balance_dirty_pages(struct trace_event_raw_balance_dirty_pages *ctx)
 {
-	struct sleep sl = {};
+	struct sleep sl = {}, *old;
 	char name[16];
 	__u32 tid;
 
@@ -1090,7 +1103,10 @@ int balance_dirty_pages(struct trace_event_raw_balance_dirty_pages *ctx)
 	sl.kind = WAIT_DIRTY;
 	sl.dev = parse_bdi(name);
 	sl.tgid = bpf_get_current_pid_tgid() >> 32;
-	if (bpf_map_update_elem(&sleeps, &tid, &sl, BPF_ANY))
+	old = bpf_map_lookup_elem(&sleeps, &tid);
+	if (old)
+		*old = sl;
+	else if (bpf_map_update_elem(&sleeps, &tid, &sl, BPF_ANY))
 		stat_inc(STAT_SLEEP_FULL);
 	return 0;
 }

@@ -38,6 +38,7 @@ type ioBlkgCache struct {
 type ioDoneCtx struct {
 	_       structs.HostLayout
 	AtNs    uint64
+	Task    uint64
 	BirthNs uint64
 	IssueNs uint64
 	Cgid    uint64

@@ -403,7 +403,9 @@ func (p *probe) read(w uint32) (*raw, error) {
 	)
 	it = p.maps.Sleeps.Iterate()
 	for it.Next(&tid, &sl) {
-		r.sleeps[tid] = sl
+		if sl.StartNs != 0 { // 0: awake, the entry kept for its next sleep
+			r.sleeps[tid] = sl
+		}
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("io: read sleeps: %w", err)
