@@ -11,21 +11,31 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/features"
 
 	"github.com/wolf-investigator/wolf/internal/testutil"
 )
 
 // prober runs lookup.bpf.c: the header's lookups, in the kernel, over
-// addresses the test supplies.
+// addresses the test supplies: all of them in one run through bpf_loop
+// (lookup_probes), or, with oneByOne, one per run (lookup_probe), which
+// needs no bpf_loop and so loads on kernels before 5.17 (5.10).
 type prober struct {
-	objs struct {
-		lookupPrograms
-		lookupMaps
-	}
-	max int
+	maps     lookupMaps
+	prog     *ebpf.Program
+	oneByOne bool
+	max      int
 }
 
+// newProber loads the bpf_loop program where the kernel has bpf_loop, the
+// one-probe program where it has not.
 func newProber(t *testing.T, t4, t6 *Table, max int) *prober {
+	t.Helper()
+	return newProberMode(t, t4, t6, max, features.HaveProgramHelper(ebpf.XDP, asm.FnLoop) != nil)
+}
+
+func newProberMode(t *testing.T, t4, t6 *Table, max int, oneByOne bool) *prober {
 	t.Helper()
 	spec, err := loadLookup()
 	if err != nil {
@@ -40,8 +50,25 @@ func newProber(t *testing.T, t4, t6 *Table, max int) *prober {
 	}
 	spec.Maps["probes"].MaxEntries = uint32(max)
 	spec.Maps["answers"].MaxEntries = uint32(max)
-	p := &prober{max: max}
-	if err := spec.LoadAndAssign(&p.objs, &opts); err != nil {
+	p := &prober{max: max, oneByOne: oneByOne}
+	// LoadAndAssign loads only the program named in the struct: the
+	// kernel would reject the other one where it lacks bpf_loop.
+	var loop struct {
+		lookupMaps
+		Prog *ebpf.Program `ebpf:"lookup_probes"`
+	}
+	var one struct {
+		lookupMaps
+		Prog *ebpf.Program `ebpf:"lookup_probe"`
+	}
+	if oneByOne {
+		err = spec.LoadAndAssign(&one, &opts)
+		p.maps, p.prog = one.lookupMaps, one.Prog
+	} else {
+		err = spec.LoadAndAssign(&loop, &opts)
+		p.maps, p.prog = loop.lookupMaps, loop.Prog
+	}
+	if err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
 			t.Fatalf("load lookup.bpf.c: %+v", ve)
@@ -49,8 +76,8 @@ func newProber(t *testing.T, t4, t6 *Table, max int) *prober {
 		t.Fatalf("load lookup.bpf.c: %v", err)
 	}
 	t.Cleanup(func() {
-		p.objs.lookupPrograms.Close()
-		p.objs.lookupMaps.Close()
+		p.prog.Close()
+		p.maps.Close()
 	})
 	return p
 }
@@ -72,23 +99,32 @@ func (p *prober) set(t *testing.T, addrs []netip.Addr) {
 			vals[i].Addr = a.As16()
 		}
 	}
-	if _, err := p.objs.Probes.BatchUpdate(keys, vals, nil); err != nil {
+	if _, err := p.maps.Probes.BatchUpdate(keys, vals, nil); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func (p *prober) run(family Family, n int, out []uint32) error {
-	if err := p.objs.Reqs.Put(uint32(0), lookupLpmReq{Family: uint32(family), Count: uint32(n)}); err != nil {
-		return err
-	}
-	if _, err := p.objs.LookupProbes.Run(&ebpf.RunOptions{Data: make([]byte, 64)}); err != nil {
-		return err
+	for i := range n {
+		if !p.oneByOne && i > 0 {
+			break
+		}
+		if err := p.maps.Reqs.Put(uint32(0), lookupLpmReq{Family: uint32(family), Count: uint32(n), Index: uint32(i)}); err != nil {
+			return err
+		}
+		rc, err := p.prog.Run(&ebpf.RunOptions{Data: make([]byte, 64)})
+		if err != nil {
+			return err
+		}
+		if rc != 2 { // XDP_PASS
+			return fmt.Errorf("lookup program returned %d", rc)
+		}
 	}
 	keys := make([]uint32, n)
 	var cursor ebpf.MapBatchCursor
 	got := 0
 	for got < n {
-		c, err := p.objs.Answers.BatchLookup(&cursor, keys[got:], out[got:n], nil)
+		c, err := p.maps.Answers.BatchLookup(&cursor, keys[got:], out[got:n], nil)
 		got += c
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			break
@@ -116,6 +152,18 @@ func newTestTable(t *testing.T, fam Family, dirBits, maxPrefixes int) *Table {
 // rendition does).
 func TestBPFProperty(t *testing.T) {
 	testutil.RequireRoot(t)
+	testBPFProperty(t, features.HaveProgramHelper(ebpf.XDP, asm.FnLoop) != nil)
+}
+
+// TestBPFPropertyOneByOne is TestBPFProperty through lookup_probe, the
+// program for kernels without bpf_loop, so that it is held to the
+// reference on this kernel too.
+func TestBPFPropertyOneByOne(t *testing.T) {
+	testutil.RequireRoot(t)
+	testBPFProperty(t, true)
+}
+
+func testBPFProperty(t *testing.T, oneByOne bool) {
 	var kinds Stats // the most of each node kind seen after a load
 	defer func() {
 		if kinds.Directs == 0 || kinds.Packed == 0 || kinds.Lists == 0 {
@@ -130,8 +178,8 @@ func TestBPFProperty(t *testing.T) {
 			if !v4 {
 				other = IPv4
 			}
-			p := newProber(t, map[bool]*Table{true: tb, false: newTestTable(t, other, 16, 16)}[v4],
-				map[bool]*Table{false: tb, true: newTestTable(t, other, 16, 16)}[v4], 20000)
+			p := newProberMode(t, map[bool]*Table{true: tb, false: newTestTable(t, other, 16, 16)}[v4],
+				map[bool]*Table{false: tb, true: newTestTable(t, other, 16, 16)}[v4], 20000, oneByOne)
 			for seed := range uint64(4) {
 				rng := rand.New(rand.NewPCG(seed, uint64(dirBits)))
 				r := newRef(v4)

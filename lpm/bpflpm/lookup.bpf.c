@@ -26,6 +26,7 @@ struct lpm_probe {
 struct lpm_req {
 	__u32 family; /* 4 or 6 */
 	__u32 count;  /* probes to look up, from index 0 */
+	__u32 index;  /* the one probe lookup_probe looks up */
 };
 
 /* Sized by user space before load; placeholders here. */
@@ -82,4 +83,22 @@ int lookup_probes(struct xdp_md *ctx)
 	r = *rq;
 	bpf_loop(r.count, lookup_one, &r, 0);
 	return XDP_PASS;
+}
+
+/*
+ * One probe per run, no bpf_loop (5.17+): the header needs only bounded
+ * loops (5.3+), and this is how tests check it on older kernels (5.10).
+ * Load it alone: a kernel without bpf_loop rejects lookup_probes.
+ */
+SEC("xdp")
+int lookup_probe(struct xdp_md *ctx)
+{
+	__u32 zero = 0;
+	struct lpm_req *rq, r;
+
+	rq = bpf_map_lookup_elem(&reqs, &zero);
+	if (!rq)
+		return XDP_ABORTED;
+	r = *rq;
+	return lookup_one(r.index, &r) ? XDP_ABORTED : XDP_PASS;
 }

@@ -22,6 +22,7 @@ type lookupLpmReq struct {
 	_      structs.HostLayout
 	Family uint32
 	Count  uint32
+	Index  uint32
 }
 
 // Names of all BPF objects in the ELF.
@@ -33,6 +34,7 @@ const (
 	lookupMapReqs          = "reqs"
 	lookupMapT4Words       = "t4_words"
 	lookupMapT6Words       = "t6_words"
+	lookupProgLookupProbe  = "lookup_probe"
 	lookupProgLookupProbes = "lookup_probes"
 	lookupVarT4Cap         = "t4_cap"
 	lookupVarT6Cap         = "t6_cap"
@@ -80,6 +82,7 @@ type lookupSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lookupProgramSpecs struct {
+	LookupProbe  *ebpf.ProgramSpec `ebpf:"lookup_probe"`
 	LookupProbes *ebpf.ProgramSpec `ebpf:"lookup_probes"`
 }
 
@@ -151,11 +154,13 @@ type lookupVariables struct {
 //
 // It can be passed to loadLookupObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lookupPrograms struct {
+	LookupProbe  *ebpf.Program `ebpf:"lookup_probe"`
 	LookupProbes *ebpf.Program `ebpf:"lookup_probes"`
 }
 
 func (p *lookupPrograms) Close() error {
 	return _LookupClose(
+		p.LookupProbe,
 		p.LookupProbes,
 	)
 }
