@@ -132,7 +132,7 @@ func New(opts Options) (*Table, error) {
 		if errors.Is(err, unix.E2BIG) {
 			// Older kernels (5.10 among them) cap an array map's value at
 			// KMALLOC_MAX_SIZE, 4 MiB on x86-64; the whole table is one value.
-			err = fmt.Errorf("%w (the kernel caps a map value below %d bytes: older kernels allow 4 MiB)", err, spec.ValueSize)
+			err = fmt.Errorf("%w (a %d-byte map value: older kernels, 5.10 among them, cap it at 4 MiB)", err, spec.ValueSize)
 		}
 		return fail(fmt.Errorf("bpflpm: create the words map: %w", err))
 	}
