@@ -288,7 +288,7 @@ func (p *probe) read(w uint32) (*reading, error) {
 	if err := p.readFolds(r, w); err != nil {
 		return nil, err
 	}
-	if err := p.readPending(r); err != nil {
+	if err := p.readPending(r, w); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -364,8 +364,10 @@ func (p *probe) readFolds(r *reading, w uint32) error {
 // readPending adds the waits the programs have not folded into the
 // aggregation maps: those still going (the worst contention, a lock whose
 // owner never lets go, never reaches contention_end and would otherwise be
-// invisible), and those over but not yet folded in.
-func (p *probe) readPending(r *reading) error {
+// invisible), those over but not yet folded in, and a thread's waits
+// folded in its entry but not yet into its waiters entry (acc_*), with
+// window w's maximum.
+func (p *probe) readPending(r *reading, w uint32) error {
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
 		return fmt.Errorf("clock: %w", err)
@@ -378,6 +380,7 @@ func (p *probe) readPending(r *reading) error {
 		if d, ongoing, ok := pendingWait(&pe, now); ok {
 			r.addWait(&pe, tid, d, ongoing)
 		}
+		r.addAccumulated(&pe, tid, w)
 	}
 	if err := it.Err(); err != nil {
 		return err
@@ -395,6 +398,24 @@ func (p *probe) readPending(r *reading) error {
 		}
 	}
 	return nil
+}
+
+// addAccumulated adds the waits of tid's that its pending entry has
+// folded for its waiters entry (account() in locks.bpf.c).
+func (r *reading) addAccumulated(pe *locksPending, tid uint32, w uint32) {
+	if pe.AccCount == 0 {
+		return
+	}
+	tk := locksTaskKey{Lock: pe.AccLock, Tid: tid}
+	t := r.waiters[tk]
+	if t == nil {
+		t = &waiterSum{tgid: int(pe.Tgid), comm: bpfrec.CString(pe.Comm[:])}
+		r.waiters[tk] = t
+	}
+	t.count += pe.AccCount
+	t.totalNs += pe.AccTotalNs
+	t.maxNs = max(t.maxNs, probekit.WindowMax(pe.AccMax.V, pe.AccMax.Win, w))
+	t.unfolded = true
 }
 
 // pendingWait is how long pe's wait lasted, or has lasted by now if it is

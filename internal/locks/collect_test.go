@@ -250,3 +250,29 @@ func TestParseSchedstat(t *testing.T) {
 		t.Errorf("own schedstat: %d %v", run, ok)
 	}
 }
+
+// A thread's waits its pending entry folded for its waiters entry count
+// there, with the window's maximum, and keep the key (unfolded).
+func TestAddAccumulated(t *testing.T) {
+	r := newReading()
+	r.waiters[locksTaskKey{Lock: 0x10, Tid: 7}] = &waiterSum{count: 2, totalNs: 300, maxNs: 200, tgid: 5, comm: "w"}
+	pe := locksPending{Lock: 0x20, Tgid: 5, Comm: comm16("w"), AccLock: 0x10, AccCount: 3, AccTotalNs: 900}
+	pe.AccMax.V = [2]uint64{0, 600} // window 3's slot is 1
+	pe.AccMax.Win = [2]uint32{0, 3}
+	r.addAccumulated(&pe, 7, 3)
+	if w := r.waiters[locksTaskKey{Lock: 0x10, Tid: 7}]; w.count != 5 || w.totalNs != 1200 || w.maxNs != 600 || !w.unfolded {
+		t.Errorf("waiter %+v", w)
+	}
+	if _, ok := r.waiters[locksTaskKey{Lock: 0x20, Tid: 7}]; ok {
+		t.Error("the pending wait's own lock got the accumulated waits")
+	}
+	// A new key: named from the entry; nothing folded, nothing added.
+	r.addAccumulated(&locksPending{Tgid: 6, Comm: comm16("x"), AccLock: 0x30, AccCount: 1, AccTotalNs: 50}, 8, 4)
+	if w := r.waiters[locksTaskKey{Lock: 0x30, Tid: 8}]; w == nil || w.count != 1 || w.comm != "x" || w.tgid != 6 || w.maxNs != 0 {
+		t.Errorf("new waiter %+v", w)
+	}
+	r.addAccumulated(&locksPending{AccLock: 0x40}, 9, 4)
+	if _, ok := r.waiters[locksTaskKey{Lock: 0x40, Tid: 9}]; ok {
+		t.Error("an entry with nothing accumulated added a waiter")
+	}
+}

@@ -178,6 +178,17 @@ struct pending {
 	char comm[WOLF_COMM_LEN]; /* the waiter's, sleeping locks only */
 	__u64 owner_rt;		  /* the owner's CPU time at begin */
 	__u64 owner_rd;		  /* and its run-queue time */
+	/*
+	 * The thread's waits on acc_lock folded here, not yet into its
+	 * waiters entry: a thread waits for the same lock over and over
+	 * (a storm's faulting threads on their mmap_lock), and a hash lookup
+	 * per wait was a good part of a sleeping wait's cost. A wait on
+	 * another lock flushes them first; user space adds what is here.
+	 */
+	__u64 acc_lock;
+	__u64 acc_count;
+	__u64 acc_total_ns;
+	struct wolf_max acc_max;
 };
 
 /*
@@ -198,6 +209,14 @@ struct {
 	__type(key, __u32);
 	__type(value, struct pending);
 } pending_cpu SEC(".maps");
+
+/* A thread's first wait is built here (too big for the BPF stack). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct pending);
+} pending_scratch SEC(".maps");
 
 /*
  * The aggregations are per CPU: under heavy contention every CPU updates
@@ -252,7 +271,10 @@ struct {
  * wait (waits, lock_hist) were most of a wait's cost. A wait whose key
  * (lock, type, stack, mm) holds its slot adds to it in place; one that
  * finds the slot taken by another key flushes that key into the maps
- * first. Direct-mapped by the key's hash. User space reads the slots with
+ * first. Two slots a key (its hash's pair): of the two, a new key takes
+ * the one that has folded fewer waits, so that a lock waited for all
+ * the time keeps its slot among locks waited for once (a storm's page-
+ * table locks, one per page table). User space reads the slots with
  * the maps (after them: a flush between the two reads is then missed for
  * one window, never counted twice; see collect.go).
  */
@@ -828,50 +850,68 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 			queue_leave(old->lock, old->type, now);
 	}
 
-	struct pending p = { .start_ns = now,
-			     .lock = lock,
-			     .type = type,
-			     .owner_stack_id = -1,
-			     .flags = flags,
-			     .tid = tid };
+	/*
+	 * The new wait is written in place into the thread's entry (a copy
+	 * of a whole entry per wait, and the BPF stack it took, were not
+	 * needed); a thread's first wait is built in a per-CPU scratch entry
+	 * and inserted. The stack cache and the waits folded in (acc_*)
+	 * stay as they are.
+	 */
+	struct pending *p = old;
+	__s32 stack_id = waiter_stack(ctx, old, lock, type, tid, now);
 	struct task_struct *o = 0;
 
-	p.stack_id = waiter_stack(ctx, old, lock, type, tid, now);
-	if (old) {
-		p.stack_tid = old->stack_tid;
-		p.stack_lock = old->stack_lock;
-		p.stack_ns = old->stack_ns;
-		p.stack_cached = old->stack_cached;
+	if (!p) {
+		p = bpf_map_lookup_elem(&pending_scratch, &zero);
+		if (!p)
+			return;
+		__builtin_memset(p, 0, sizeof(*p));
 	}
-	p.tgid = pid_tgid >> 32;
-	bpf_get_current_comm(&p.comm, sizeof(p.comm));
-	p.mm_tgid = own_mmap_lock(lock, can_walk);
+	p->start_ns = now;
+	p->end_ns = 0;
+	p->lock = lock;
+	p->type = type;
+	p->stack_id = stack_id;
+	p->owner_tid = 0;
+	p->owner_kind = OWNER_NONE;
+	p->owner_stack_id = -1;
+	p->behind_writer = 0;
+	p->owner = 0;
+	p->owner_rt = 0;
+	p->owner_rd = 0;
+	p->flags = flags;
+	p->tid = tid;
+	p->end_win = 0;
+	p->slept = 0;
+	p->tgid = pid_tgid >> 32;
+	bpf_get_current_comm(&p->comm, sizeof(p->comm));
+	p->mm_tgid = own_mmap_lock(lock, can_walk);
 	if (type == TYPE_MUTEX) {
 		o = wolf_mutex_owner((void *)lock);
 		if (o)
-			p.owner_kind = OWNER_TASK;
+			p->owner_kind = OWNER_TASK;
 	} else if (is_rwsem(type)) {
 		struct wolf_rwsem_state st = wolf_rwsem_owner((void *)lock);
 
 		o = st.task;
 		if (st.writer)
-			p.owner_kind = OWNER_TASK;
+			p->owner_kind = OWNER_TASK;
 		else if (st.readers)
-			p.owner_kind = OWNER_READERS;
+			p->owner_kind = OWNER_READERS;
 		if (type == TYPE_RWSEM_READ && !st.writer && writer_at_head(lock))
-			p.behind_writer = 1;
+			p->behind_writer = 1;
 	}
-	if (o && p.owner_kind != OWNER_NONE) {
-		p.owner_tid = BPF_CORE_READ(o, pid);
-		p.owner = (__u64)o;
-		p.owner_rt = BPF_CORE_READ(o, se.sum_exec_runtime);
-		p.owner_rd = task_run_delay(o);
-		if (p.owner_kind == OWNER_TASK)
-			p.owner_stack_id = owner_stack(lock, o, p.owner_tid, can_walk, now);
+	if (o && p->owner_kind != OWNER_NONE) {
+		__u32 otid = BPF_CORE_READ(o, pid);
+
+		p->owner_tid = otid;
+		p->owner = (__u64)o;
+		p->owner_rt = BPF_CORE_READ(o, se.sum_exec_runtime);
+		p->owner_rd = task_run_delay(o);
+		if (p->owner_kind == OWNER_TASK)
+			p->owner_stack_id = owner_stack(lock, o, otid, can_walk, now);
 	}
-	if (old) {
-		*old = p;
-	} else if (bpf_map_update_elem(&pending_task, &tid, &p, BPF_ANY)) {
+	if (!old && bpf_map_update_elem(&pending_task, &tid, p, BPF_ANY)) {
 		stat_inc(STAT_PENDING_FULL);
 		return;
 	}
@@ -944,6 +984,12 @@ static __always_inline void fold_flush(struct fold_slot *sl)
 		stat_inc(STAT_WAITS_FULL);
 }
 
+static __always_inline bool fold_holds(struct fold_slot *sl, struct pending *p)
+{
+	return sl->key.lock == p->lock && sl->key.type == p->type &&
+	       sl->key.stack_id == p->stack_id && sl->key.mm_tgid == p->mm_tgid;
+}
+
 /*
  * A wait that is over, d long, into this CPU's fold cache: its count, time
  * and maximum per lock, type, stack and mm, and its lock's histogram.
@@ -952,15 +998,25 @@ static __always_inline void fold_wait(struct pending *p, __u64 d)
 {
 	__u32 zero = 0;
 	struct fold_slots *fs = bpf_map_lookup_elem(&fold_cache, &zero);
-	struct fold_slot *sl;
+	struct fold_slot *sl, *sl2;
 	__u32 i;
 
 	if (!fs)
 		return;
 	i = (__u32)(p->lock >> 6) ^ (__u32)(p->lock >> 16) ^ p->type ^ (__u32)p->stack_id * 7;
 	sl = &fs->s[wolf_bound(i, FOLD_SLOTS - 1)];
-	if (sl->key.lock != p->lock || sl->key.type != p->type || sl->key.stack_id != p->stack_id ||
-	    sl->key.mm_tgid != p->mm_tgid) {
+	if (!fold_holds(sl, p)) {
+		sl2 = &fs->s[wolf_bound(i ^ 1, FOLD_SLOTS - 1)];
+		if (fold_holds(sl2, p)) {
+			sl = sl2;
+		} else if (sl2->val.count < sl->val.count) {
+			/* The pair's busier key stays (a lock waited for all
+			 * the time, not one of the page-table locks that are
+			 * each waited for a few times). */
+			sl = sl2;
+		}
+	}
+	if (!fold_holds(sl, p)) {
 		if (sl->val.count) {
 			fold_flush(sl);
 			stat_inc(STAT_FOLD_FLUSH);
@@ -992,6 +1048,32 @@ static __always_inline void fold_spin(struct pending *p)
 }
 
 /*
+ * The thread's waits folded in its pending entry into its waiters entry
+ * (per CPU, as the map: plain adds), named as the thread is now.
+ */
+static __always_inline void waiter_flush(struct pending *p, __u32 tid)
+{
+	struct task_key tk = { .lock = p->acc_lock, .tid = tid };
+	struct task_val *tv = bpf_map_lookup_elem(&waiters, &tk);
+
+	if (!tv) {
+		struct task_val tz = { .tgid = p->tgid };
+
+		__builtin_memcpy(tz.comm, p->comm, sizeof(tz.comm));
+		tv = lookup_or_init(&waiters, &tk, &tz);
+	}
+	if (tv) {
+		tv->count += p->acc_count;
+		tv->total_ns += p->acc_total_ns;
+		wolf_max_merge(&tv->max_ns, &p->acc_max);
+	} else {
+		stat_inc(STAT_TASKS_FULL);
+	}
+	p->acc_count = 0;
+	p->acc_total_ns = 0;
+}
+
+/*
  * Fold a wait that is over into the aggregations; p->start_ns is cleared.
  * Counts and sums go to the window the fold happens in, maxima to the one
  * the wait ended in (user space folded it into that window's report
@@ -1013,21 +1095,15 @@ static __always_inline void account(struct pending *p, const bool can_walk)
 	if (p->mm_tgid)
 		account_mm_wait(p, d);
 
-	struct task_key tk = { .lock = p->lock, .tid = tid };
-	struct task_val *tv = bpf_map_lookup_elem(&waiters, &tk);
-	if (!tv) {
-		struct task_val tz = { .tgid = p->tgid };
-
-		__builtin_memcpy(tz.comm, p->comm, sizeof(tz.comm));
-		tv = lookup_or_init(&waiters, &tk, &tz);
+	if (p->acc_count && p->acc_lock != p->lock)
+		waiter_flush(p, tid);
+	if (!p->acc_count) {
+		p->acc_lock = p->lock;
+		__builtin_memset(&p->acc_max, 0, sizeof(p->acc_max));
 	}
-	if (tv) {
-		tv->count += 1;
-		tv->total_ns += d;
-		wolf_max_tag_at(&tv->max_ns, d, 0, p->end_win);
-	} else {
-		stat_inc(STAT_TASKS_FULL);
-	}
+	p->acc_count += 1;
+	p->acc_total_ns += d;
+	wolf_max_tag_at(&p->acc_max, d, 0, p->end_win);
 
 	if (p->owner_kind == OWNER_NONE)
 		return;
@@ -1395,11 +1471,6 @@ static __always_inline struct mm_val *mm_stats_named(struct mm_key *k, const cha
 	return v;
 }
 
-static __always_inline struct mm_val *mm_stats_for(struct mm_key *k)
-{
-	return mm_stats_named(k, 0);
-}
-
 /* A contended wait for the thread's own mmap_lock, into its histogram. */
 static __always_inline void account_mm_wait(struct pending *p, __u64 d)
 {
@@ -1407,7 +1478,7 @@ static __always_inline void account_mm_wait(struct pending *p, __u64 d)
 			    .tid = p->tid,
 			    .mm_tgid = p->mm_tgid,
 			    .write = p->type == TYPE_RWSEM_WRITE };
-	struct mm_val *v = mm_stats_for(&k);
+	struct mm_val *v = mm_stats_named(&k, 0);
 
 	if (v)
 		wolf_hist_add_local_at(&v->wait, d, p->end_win); /* keyed by tid */

@@ -180,6 +180,15 @@ type locksPending struct {
 	_            [4]byte
 	OwnerRt      uint64
 	OwnerRd      uint64
+	AccLock      uint64
+	AccCount     uint64
+	AccTotalNs   uint64
+	AccMax       struct {
+		_   structs.HostLayout
+		V   [2]uint64
+		Win [2]uint32
+		Tag [2]uint32
+	}
 }
 
 type locksProfKey struct {
@@ -366,6 +375,7 @@ const (
 	locksMapOwnerScratch          = "owner_scratch"
 	locksMapOwners                = "owners"
 	locksMapPendingCpu            = "pending_cpu"
+	locksMapPendingScratch        = "pending_scratch"
 	locksMapPendingTask           = "pending_task"
 	locksMapQueues                = "queues"
 	locksMapReclaimTasks          = "reclaim_tasks"
@@ -494,6 +504,7 @@ type locksMapSpecs struct {
 	OwnerScratch     *ebpf.MapSpec `ebpf:"owner_scratch"`
 	Owners           *ebpf.MapSpec `ebpf:"owners"`
 	PendingCpu       *ebpf.MapSpec `ebpf:"pending_cpu"`
+	PendingScratch   *ebpf.MapSpec `ebpf:"pending_scratch"`
 	PendingTask      *ebpf.MapSpec `ebpf:"pending_task"`
 	Queues           *ebpf.MapSpec `ebpf:"queues"`
 	ReclaimTasks     *ebpf.MapSpec `ebpf:"reclaim_tasks"`
@@ -562,6 +573,7 @@ type locksMaps struct {
 	OwnerScratch     *ebpf.Map `ebpf:"owner_scratch"`
 	Owners           *ebpf.Map `ebpf:"owners"`
 	PendingCpu       *ebpf.Map `ebpf:"pending_cpu"`
+	PendingScratch   *ebpf.Map `ebpf:"pending_scratch"`
 	PendingTask      *ebpf.Map `ebpf:"pending_task"`
 	Queues           *ebpf.Map `ebpf:"queues"`
 	ReclaimTasks     *ebpf.Map `ebpf:"reclaim_tasks"`
@@ -592,6 +604,7 @@ func (m *locksMaps) Close() error {
 		m.OwnerScratch,
 		m.Owners,
 		m.PendingCpu,
+		m.PendingScratch,
 		m.PendingTask,
 		m.Queues,
 		m.ReclaimTasks,

@@ -654,7 +654,7 @@ static __always_inline int preempt_count(__u32 cpu)
 /* Is the old CPU still in the task's allowed mask? */
 static __always_inline bool cpu_allowed(struct task_struct *p, __u32 cpu)
 {
-	const struct cpumask *mask = BPF_CORE_READ(p, cpus_ptr);
+	const struct cpumask *mask = p->cpus_ptr; /* a BTF pointer: a plain load */
 	unsigned long word = 0;
 
 	if (!mask)
@@ -690,7 +690,7 @@ static __always_inline __u32 classify(struct task_struct *p, struct task_struct 
 
 	if (!cpu_allowed(p, orig))
 		return KIND_AFFINITY;
-	if (wolf_task_state(p) & TASK_WAKING)
+	if (switch_state(p) & TASK_WAKING)
 		return KIND_WAKEUP;
 	if (is_stopper(cur))
 		return KIND_STOPPER;
@@ -703,7 +703,7 @@ static __always_inline __u32 classify(struct task_struct *p, struct task_struct 
 	}
 	if (is_ksoftirqd(cur))
 		return KIND_BALANCE;
-	policy = BPF_CORE_READ(p, policy);
+	policy = p->policy;
 	if (policy == SCHED_FIFO || policy == SCHED_RR || policy == SCHED_DEADLINE)
 		return KIND_OTHER;
 	/*
@@ -785,8 +785,17 @@ int BPF_PROG(on_migrate, struct task_struct *p, int dest_cpu)
 	if (timeline_len && st->migrations > timeline_after) {
 		struct mig_key k = { .tid = p->pid, .slot = st->migrations % timeline_len };
 		struct mig_event e = { .ts = now, .from = orig, .to = dest, .kind = kind };
+		struct mig_event *old = bpf_map_lookup_elem(&migs, &k);
 
-		bpf_map_update_elem(&migs, &k, &e, BPF_ANY);
+		/*
+		 * A ring that has gone round once is written in place: an
+		 * update of an LRU hash takes a node off a free list and puts
+		 * the old one back, where a lookup only marks the node used.
+		 */
+		if (old)
+			*old = e;
+		else
+			bpf_map_update_elem(&migs, &k, &e, BPF_ANY);
 	}
 	return 0;
 }

@@ -33,6 +33,10 @@ import (
 //
 //	go test -run '^$' -bench Storm -benchtime 1x ./internal/costbench/storm   # root; ~6 min
 //
+// WOLF_BENCH_BASE names another wolf binary (a change's parent commit,
+// built by the caller) measured in the same rounds, as "wolf doctor
+// (base)": a change compared with what it changes on one storm.
+//
 // It takes /tmp/wolf-bench.lock for its whole run, as every benchmark on a
 // shared machine does, and the tests' lock (testutil.Exclusive): its
 // storms are machine-wide.
@@ -49,6 +53,14 @@ func BenchmarkStorm(b *testing.B) {
 	}
 	defer stats.Close()
 	wolf := buildWolf(b)
+	// A second wolf (another commit's, built by the caller) measured in
+	// the same rounds: a change compared side by side on one storm.
+	base := os.Getenv("WOLF_BENCH_BASE")
+	if base != "" {
+		if st, err := os.Stat(base); err != nil || st.Mode()&0o111 == 0 {
+			b.Fatalf("WOLF_BENCH_BASE=%s: not an executable wolf", base)
+		}
+	}
 	perf := findPerf()
 	if perf == "" {
 		b.Logf("no perf with BPF skeletons (scripts/perf-bpf/build.sh builds one): the lock storms run without perf lock contention -b")
@@ -60,7 +72,7 @@ func BenchmarkStorm(b *testing.B) {
 		}
 		b.Run(st.name, func(b *testing.B) {
 			for range b.N {
-				r := runStorm(b, st, wolf, perf)
+				r := runStorm(b, st, wolf, base, perf)
 				if r != nil {
 					results = append(results, r)
 				}
@@ -153,6 +165,8 @@ type result struct {
 	Tools map[string]*tool `json:"tools"`
 	// ByProgram: wolf's programs by name over the rounds.
 	ByProgram map[string]costbench.Stat `json:"by_program"`
+	// BaseByProgram: the same for the base wolf (WOLF_BENCH_BASE), if any.
+	BaseByProgram map[string]costbench.Stat `json:"base_by_program,omitempty"`
 	// Tracepoints doctor attached to.
 	Tracepoints []string `json:"tracepoints"`
 }
@@ -164,7 +178,10 @@ func rounds() int {
 	return 2
 }
 
-func runStorm(b *testing.B, st storm, wolf, perf string) *result {
+// The base wolf's rows are named after wolf's with this suffix.
+const baseSuffix = " (base)"
+
+func runStorm(b *testing.B, st storm, wolf, base, perf string) *result {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	stop, err := st.start(ctx, b)
@@ -178,7 +195,7 @@ func runStorm(b *testing.B, st storm, wolf, perf string) *result {
 	// The first phase is wolf's: it tells which tracepoints the floor
 	// goes on. Then the order rotates, so that neither side always
 	// follows the other.
-	tps := wolfPhase(ctx, b, r, wolf, nil)
+	tps := wolfPhase(ctx, b, r, wolf, nil, "")
 	if len(tps) == 0 {
 		b.Fatalf("%s: wolf attached to no tracepoint", st.name)
 	}
@@ -190,7 +207,11 @@ func runStorm(b *testing.B, st storm, wolf, perf string) *result {
 	defer floor.Close()
 	phases := []func(){
 		func() { floorPhase(b, r, floor) },
-		func() { wolfPhase(ctx, b, r, wolf, floor) },
+		func() { wolfPhase(ctx, b, r, wolf, floor, "") },
+	}
+	if base != "" {
+		r.BaseByProgram = map[string]costbench.Stat{}
+		phases = append(phases, func() { wolfPhase(ctx, b, r, base, floor, baseSuffix) })
 	}
 	if st.perf && perf != "" {
 		phases = append(phases, func() { perfPhase(ctx, b, r, perf, floor) })
@@ -227,8 +248,9 @@ func floorPhase(b *testing.B, r *result, f *costbench.Floor) {
 
 // wolfPhase runs wolf doctor and measures its programs and process over a
 // window once everything is attached; with a floor, the tracepoints' hits
-// too. It returns the tracepoints doctor's programs are attached to.
-func wolfPhase(ctx context.Context, b *testing.B, r *result, wolf string, f *costbench.Floor) []string {
+// too. Its rows are named with suffix (baseSuffix for the base wolf). It
+// returns the tracepoints doctor's programs are attached to.
+func wolfPhase(ctx context.Context, b *testing.B, r *result, wolf string, f *costbench.Floor, suffix string) []string {
 	out := filepath.Join(b.TempDir(), "doctor.json")
 	d := settle + window + 4*time.Second
 	cmd := exec.CommandContext(ctx, wolf, "doctor", "--duration", d.String(), "--format", "json", "--output", out)
@@ -267,7 +289,7 @@ func wolfPhase(ctx context.Context, b *testing.B, r *result, wolf string, f *cos
 		return tps // the first phase only learns the tracepoints
 	}
 	total := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
-	t := r.tool("wolf doctor")
+	t := r.tool("wolf doctor" + suffix)
 	t.Runs += dw.Runs
 	t.RunNs += dw.RunNs
 	t.Events += df.Runs
@@ -277,7 +299,7 @@ func wolfPhase(ctx context.Context, b *testing.B, r *result, wolf string, f *cos
 	t.Rounds++
 	// Its programs on perf's two tracepoints, per hit there: what wolf
 	// pays for the lock events perf lock contention sees.
-	c := r.tool("wolf doctor, lock:contention_* only")
+	c := r.tool("wolf doctor" + suffix + ", lock:contention_* only")
 	for n, s := range dw.ByName {
 		if strings.Contains(n, "contention") {
 			c.Runs += s.Runs
@@ -287,12 +309,16 @@ func wolfPhase(ctx context.Context, b *testing.B, r *result, wolf string, f *cos
 	c.Events += dc.Runs
 	c.WindowS += window.Seconds()
 	c.Rounds++
+	byProgram := r.ByProgram
+	if suffix != "" {
+		byProgram = r.BaseByProgram
+	}
 	for n, s := range dw.ByName {
-		p := r.ByProgram[n]
+		p := byProgram[n]
 		p.Name = n
 		p.Runs += s.Runs
 		p.RunNs += s.RunNs
-		r.ByProgram[n] = p
+		byProgram[n] = p
 	}
 	var rep struct {
 		Diagnoses []struct {
@@ -389,7 +415,8 @@ func table(rs []*result) string {
 	s.WriteString("| storm | tool | events/s | BPF ns/event | BPF ms per 1 M events | process ms per 1 M events | BPF % of one CPU | process % of one CPU |\n")
 	s.WriteString("|---|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rs {
-		for _, name := range []string{"floor", "wolf doctor", "wolf doctor, lock:contention_* only", "perf lock contention -b"} {
+		for _, name := range []string{"floor", "wolf doctor", "wolf doctor, lock:contention_* only",
+			"wolf doctor" + baseSuffix, "wolf doctor" + baseSuffix + ", lock:contention_* only", "perf lock contention -b"} {
 			t := r.Tools[name]
 			if t == nil || t.WindowS == 0 || t.Events == 0 {
 				continue
@@ -397,7 +424,7 @@ func table(rs []*result) string {
 			perM := func(ns uint64) float64 { return float64(ns) / float64(t.Events) } // ns per event = ms per 1 M events
 			proc := "–"
 			procPct := "–"
-			if name == "wolf doctor" || name == "perf lock contention -b" {
+			if name == "wolf doctor" || name == "wolf doctor"+baseSuffix || name == "perf lock contention -b" {
 				proc = fmt.Sprintf("%.0f", perM(t.CPUNs))
 				procPct = fmt.Sprintf("%.2f", float64(t.CPUNs)/t.WindowS/1e7)
 			}
@@ -415,10 +442,20 @@ func table(rs []*result) string {
 				names = append(names, n)
 			}
 			sort.Slice(names, func(i, j int) bool { return r.ByProgram[names[i]].RunNs > r.ByProgram[names[j]].RunNs })
-			for _, n := range names[:min(len(names), 10)] {
+			bw := r.Tools["wolf doctor"+baseSuffix]
+			if bw != nil {
+				fmt.Fprintf(&s, "%s: the base's first diagnosis %s; its report said BPF %.2f%% of one CPU, budget bit %v\n",
+					r.Storm, bw.Diagnosis, bw.Reported, bw.BudgetBit)
+			}
+			for _, n := range names[:min(len(names), 12)] {
 				p := r.ByProgram[n]
-				fmt.Fprintf(&s, "  %-24s %8.0f runs/s %6.0f ns/run %5.2f%% of one CPU\n", n, float64(p.Runs)/w.WindowS,
+				fmt.Fprintf(&s, "  %-24s %8.0f runs/s %6.0f ns/run %5.2f%% of one CPU", n, float64(p.Runs)/w.WindowS,
 					float64(p.RunNs)/float64(max(p.Runs, 1)), float64(p.RunNs)/w.WindowS/1e7)
+				if q, ok := r.BaseByProgram[n]; ok && bw != nil && bw.WindowS > 0 {
+					fmt.Fprintf(&s, "   base %8.0f runs/s %6.0f ns/run %5.2f%%", float64(q.Runs)/bw.WindowS,
+						float64(q.RunNs)/float64(max(q.Runs, 1)), float64(q.RunNs)/bw.WindowS/1e7)
+				}
+				s.WriteString("\n")
 			}
 		}
 	}
