@@ -129,6 +129,11 @@ func New(opts Options) (*Table, error) {
 	}
 	var err error
 	if t.m, err = ebpf.NewMap(spec); err != nil {
+		if errors.Is(err, unix.E2BIG) {
+			// Older kernels (5.10 among them) cap an array map's value at
+			// KMALLOC_MAX_SIZE, 4 MiB on x86-64; the whole table is one value.
+			err = fmt.Errorf("%w (a %d-byte map value: older kernels, 5.10 among them, cap it at 4 MiB)", err, spec.ValueSize)
+		}
 		return fail(fmt.Errorf("bpflpm: create the words map: %w", err))
 	}
 	if t.mmap, err = mmapMap(t.m); err != nil {
