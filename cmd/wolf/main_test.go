@@ -36,16 +36,7 @@ import (
 // separate process (signals, privilege, exit codes as a shell sees them).
 var wolfBin string
 
-func TestMain(m *testing.M) {
-	bin, cleanup, err := wolfcli.Build()
-	if err != nil {
-		panic(err)
-	}
-	wolfBin = bin
-	code := m.Run()
-	cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { wolfcli.Main(m, &wolfBin) }
 
 type result struct {
 	code           int

@@ -1,7 +1,6 @@
 package watchtest
 
 import (
-	"os"
 	"testing"
 	"time"
 
@@ -14,16 +13,7 @@ var wolfBin string
 // exitUsage is wolf's documented exit code for bad usage.
 const exitUsage = 2
 
-func TestMain(m *testing.M) {
-	bin, cleanup, err := wolfcli.Build()
-	if err != nil {
-		panic(err)
-	}
-	wolfBin = bin
-	code := m.Run()
-	cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { wolfcli.Main(m, &wolfBin) }
 
 func runWolf(t *testing.T, timeout time.Duration, args ...string) wolfcli.Result {
 	t.Helper()

@@ -60,6 +60,26 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
+// startPrometheus runs prom with the configuration cfg on a free loopback
+// port until t ends, and returns its base URL and its log.
+func startPrometheus(t *testing.T, prom, cfg string) (string, *wolfcli.SyncBuffer) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	promLog := &wolfcli.SyncBuffer{}
+	pc := exec.Command(prom, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
+		fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port), "--log.level=warn")
+	pc.Stdout, pc.Stderr = promLog, promLog
+	if err := pc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pc.Process.Kill(); _ = pc.Wait() })
+	return fmt.Sprintf("http://127.0.0.1:%d", port), promLog
+}
+
 // promQuery runs an instant PromQL query and returns the first sample's
 // value, or false when the result is empty.
 func promQuery(t *testing.T, base, q string) (float64, bool) {
@@ -111,22 +131,9 @@ func TestWatchPrometheusSeesHungLab(t *testing.T) {
 		t.Errorf("/healthz: %q", got)
 	}
 
-	dir := t.TempDir()
-	port := freePort(t)
 	cfg := fmt.Sprintf("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files: [%q]\nscrape_configs:\n  - job_name: wolf\n    static_configs:\n      - targets: [%q]\n",
 		mustAbs(t, "../../../deploy/prometheus/wolf-rules.yml"), addr)
-	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var promLog wolfcli.SyncBuffer
-	pc := exec.Command(prom, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
-		fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port), "--log.level=warn")
-	pc.Stdout, pc.Stderr = &promLog, &promLog
-	if err := pc.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = pc.Process.Kill(); _ = pc.Wait() }()
-	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	base, promLog := startPrometheus(t, prom, cfg)
 
 	victims := len(inst.Tasks().Victims)
 	var hung float64

@@ -143,7 +143,6 @@ func TestWatchServesTLSToPrometheus(t *testing.T) {
 		}
 	}
 
-	port := freePort(t)
 	pcfg := fmt.Sprintf(`global:
   scrape_interval: 1s
 scrape_configs:
@@ -157,18 +156,7 @@ scrape_configs:
     static_configs:
       - targets: [%q]
 `, ca, addr)
-	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(pcfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var promLog wolfcli.SyncBuffer
-	pc := exec.Command(prom, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
-		fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port), "--log.level=warn")
-	pc.Stdout, pc.Stderr = &promLog, &promLog
-	if err := pc.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = pc.Process.Kill(); _ = pc.Wait() }()
-	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	base, promLog := startPrometheus(t, prom, pcfg)
 	deadline := time.Now().Add(40 * time.Second)
 	for {
 		up, ok1 := promQuery(t, base, `up{job="wolf"}`)

@@ -44,6 +44,19 @@ func Build() (bin string, cleanup func(), err error) {
 	return bin, func() { os.RemoveAll(dir) }, nil
 }
 
+// Main is a test package's TestMain: it builds wolf into *bin, runs the
+// tests, removes the build and exits with their status.
+func Main(m *testing.M, bin *string) {
+	b, cleanup, err := Build()
+	if err != nil {
+		panic(err)
+	}
+	*bin = b
+	code := m.Run()
+	cleanup()
+	os.Exit(code)
+}
+
 // Result is how a wolf process ended.
 type Result struct {
 	Code           int
