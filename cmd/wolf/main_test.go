@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/finding/findingtest"
 	"github.com/wolf-investigator/wolf/internal/kconfig"
 	"github.com/wolf-investigator/wolf/internal/lab"
 	"github.com/wolf-investigator/wolf/internal/lab/fusestall"
@@ -385,12 +386,7 @@ func TestHungCLINamesLabOffender(t *testing.T) {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
 	rep := readReport(t, out)
-	var f *finding.Finding
-	for i := range rep.Findings {
-		if rep.Findings[i].ID == "hung.lock-owner" {
-			f = &rep.Findings[i]
-		}
-	}
+	f := findingtest.First(rep.Findings, "hung.lock-owner")
 	if f == nil {
 		t.Fatalf("no hung.lock-owner finding: %+v", rep.Findings)
 	}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/wolf-investigator/wolf/internal/finding"
+	"github.com/wolf-investigator/wolf/internal/finding/findingtest"
 	"github.com/wolf-investigator/wolf/internal/incident"
 	"github.com/wolf-investigator/wolf/internal/lab"
 	"github.com/wolf-investigator/wolf/internal/lab/fusestall"
@@ -212,12 +213,7 @@ func TestWatchCapturesAHangInsideAWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var owner *finding.Finding
-	for i := range rep.Findings {
-		if rep.Findings[i].ID == "hung.lock-owner" {
-			owner = &rep.Findings[i]
-		}
-	}
+	owner := findingtest.First(rep.Findings, "hung.lock-owner")
 	if owner == nil {
 		t.Fatalf("the bundle's report has no hung.lock-owner finding: %+v", rep.Findings)
 	}
