@@ -20,6 +20,8 @@ type Snapshot struct {
 	Cgroups []*Cgroup // cgroups whose tasks reclaimed (or were scanned for)
 	Kswapd  Kswapd
 	System  System
+	// Samples is the CPU sampler's window (Hz 0: not attached).
+	Samples Samples
 	// Reclaim done while holding an mmap_lock (the per-hold table of "The case of the vanishing CPU")
 	// is the locks investigator's: it times the holds (locks.mmap-hold).
 
@@ -39,6 +41,8 @@ type Cgroup struct {
 	Reclaim Reclaim       // by its tasks
 	Procs   []Proc        // its processes, busiest reclaimers first
 	Window  time.Duration // copied from the snapshot for the helpers
+	// CPU is its tasks' CPU samples: where their time on CPU went.
+	CPU CPUSamples
 }
 
 // Reclaim is the reclaim a cgroup's tasks did in the window.
