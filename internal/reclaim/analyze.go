@@ -435,6 +435,15 @@ func (s *Snapshot) cgroupEvidence(c *Cgroup, total, longest time.Duration, stall
 		ev["sys_pct"] = human.Round(sys, 1)
 		ev["faults_per_s"] = human.Round(fps, 1)
 	}
+	// Where its tasks' CPU went, sampled (samples.go).
+	if cs := c.CPU; s.Samples.Hz > 0 && cs.Busy > 0 {
+		ev["cpu_samples"] = cs.Busy
+		ev["kernel_cpu_pct"] = human.Round(100*float64(cs.Kernel)/float64(cs.Busy), 1)
+		if s.Samples.Classified {
+			ev["miss_path_cpu_pct"] = human.Round(100*float64(cs.Miss)/float64(cs.Busy), 1)
+			ev["reclaim_sampled_cpu_pct"] = human.Round(100*float64(cs.Reclaim)/float64(cs.Busy), 1)
+		}
+	}
 	if c.State != nil && c.State.Pressure != nil {
 		ev["psi_some_pct"] = human.Round(c.PSISome, 2)
 		ev["psi_full_pct"] = human.Round(c.PSIFull, 2)

@@ -75,6 +75,7 @@ func (s *Snapshot) facts(fs []finding.Finding) *fact.Set {
 			}
 			if s.Samples.Hz > 0 && c.CPU.Busy > 0 {
 				x.Numbers["cpu_samples"] = float64(c.CPU.Busy)
+				x.Numbers["kernel_cpu_pct"] = human.Round(100*float64(c.CPU.Kernel)/float64(c.CPU.Busy), 1)
 				if s.Samples.Classified {
 					x.Numbers["miss_path_cpu_pct"] = human.Round(100*float64(c.CPU.Miss)/float64(c.CPU.Busy), 1)
 					x.Numbers["reclaim_cpu_pct"] = human.Round(100*float64(c.CPU.Reclaim)/float64(c.CPU.Busy), 1)
