@@ -283,6 +283,11 @@ func SamplingNotes(o finding.Overhead) []string {
 		budget = fmt.Sprintf(" (%s of one CPU)", human.Percent(o.BudgetPct))
 	}
 	for _, s := range o.Sampled {
+		if s.Estimated {
+			out = append(out, fmt.Sprintf("%s: over the BPF budget%s with its detail sampled, %s of %s %s were timed, 1 in %s: their counts, sums and histograms are estimates, each timed one standing for those skipped beside it",
+				s.Investigator, budget, human.Count(s.Detailed), human.Count(s.Events), s.What, human.Count(uint64(math.Round(1/max(s.Rate, 1e-9))))))
+			continue
+		}
 		out = append(out, fmt.Sprintf("%s: under the BPF budget%s, %s of %s events got their detail (%s), 1 in %s: counts, sums and histograms are exact, the detail is a sample",
 			s.Investigator, budget, human.Count(s.Detailed), human.Count(s.Events), s.What, human.Count(uint64(math.Round(1/max(s.Rate, 1e-9))))))
 	}
