@@ -356,11 +356,11 @@ func nextInterval(cur, share time.Duration, spend, budget float64) time.Duration
 // Storm sampling (WOLF_STORM in wolf.h): what a program must time exactly
 // costs its runs, whatever the gates do; on a storm of them (a memcg
 // storm's spin lock waits, tens of thousands a second) that alone can be
-// over the budget. Then, with the gates at their longest, the budget
-// times about one event in every per CPU, every fourfold each tick over
-// the budget up to maxStormEvery (a storm is seconds into a window of
-// ten when the gates are at their longest), halving back each tick under
-// half of it; each timed event stands for itself and those its CPU
+// over the budget. Then, with the gates at their longest (or half as much
+// again over the budget, whatever the gates: a stack walk a second less
+// is nothing then), the budget times about one event in every per CPU,
+// every fourfold each tick over the budget up to maxStormEvery, halving
+// back each tick under half of it; each timed event stands for itself and those its CPU
 // skipped before it, so that the counts and sums are estimates of the
 // whole (the report says so: Sampling.Estimated).
 const (
@@ -372,7 +372,7 @@ const (
 // what the programs spent against the budget (ns a second).
 func nextEvery(cur uint32, spend, budget float64, gatesLongest bool) uint32 {
 	switch {
-	case spend > budget && gatesLongest:
+	case spend > budget && (gatesLongest || spend > 1.5*budget):
 		return min(max(cur*4, 4), maxStormEvery)
 	case spend < budget/2 && cur > 1:
 		return cur / 2
