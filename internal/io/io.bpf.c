@@ -18,7 +18,10 @@
  *
  * Per request, two programs run on the hot path (issue and complete) and
  * one array slot, indexed by a hash of the request's address, carries its
- * times from one to the other; no hash map is written per request.
+ * issuer and times from one to the other; no hash map is written per
+ * request. Above a rate, only one request in 2^n is followed so (struct
+ * attr): the others are counted and timed by the completion alone, from
+ * the kernel's own stamps, their cgroup read from their bio.
  * Completions add to one hash entry per (disk, cgroup, issuer) and one set
  * of histograms per (disk, cgroup): the per-disk and per-cgroup totals are
  * sums of those, made in user space.
@@ -56,9 +59,10 @@ char LICENSE[] SEC("license") = "GPL";
 #define NR_OPS 3
 
 /* Request and wait flags. */
-#define F_THROTTLED 1 /* born in blk-throttle's dispatch work: held there first */
-#define F_KWORKER 2   /* born in a workqueue worker (writeback, a stacked driver) */
-#define F_TIMED 4     /* birth and issue known: queued and device times are */
+#define F_THROTTLED 1	 /* born in blk-throttle's dispatch work: held there first */
+#define F_KWORKER 2	 /* born in a workqueue worker (writeback, a stacked driver) */
+#define F_TIMED 4	 /* birth and issue known: queued and device times are */
+#define F_UNATTRIBUTED 8 /* its issuer not followed: attribution sampled (attr_shift) */
 
 /* Kinds of wait. */
 #define WAIT_IO 0     /* an I/O sleep ended by a request's completion */
@@ -115,12 +119,12 @@ WOLF_STATS()
 #define GATE_SLOW 1
 WOLF_BUDGET(2)
 
-/* One request in flight: its times from birth to completion. */
+/* One request in flight: its times from birth to completion (32 bytes: two
+ * to a cache line, none across two). */
 struct rq_slot {
 	__u64 rq; /* the request's identity (rq_id): 0 free */
 	__u64 birth_ns;
 	__u64 issue_ns;
-	__u64 cgid;
 	__u32 tgid; /* the issuer: the task the request was born in */
 	__u32 flags;
 };
@@ -539,6 +543,55 @@ static __always_inline void note_comm(__u32 tgid)
 }
 
 /*
+ * Attribution above a rate. Following a request from its first sight to
+ * its completion (a slot written on the issuing CPU, read and freed on the
+ * completing one) is what makes a request cost twice what its counts do.
+ * Its counts, bytes and times need none of it: the completion reads the
+ * birth and issue times the kernel stamps in the request (start_time_ns,
+ * and io_start_time_ns where the queue keeps statistics: wbt, iocost,
+ * iolatency), and the cgroup from its bio. Only its issuer (the task it
+ * was born in, and whether blk-throttle held it) needs the first sight.
+ * So when user space sets attr_shift (requests come faster than wolf's
+ * budget for following each), one request in 2^attr_shift of those the
+ * kernel stamps is followed, picked by a hash of its birth time: the
+ * first sight and the completion pick the same ones without sharing
+ * anything. Requests born in blk-throttle's dispatcher are always
+ * followed (what the throttle held is what a waiter is told). The
+ * completions judge by done_shift, which user space lowers a second after
+ * shift: a request left out under a larger shift is then still told from
+ * one wolf missed (a hash whose top bits are not all zero has more of
+ * them not all zero).
+ */
+struct attr {
+	__u32 shift;
+	__u32 done_shift;
+};
+
+struct attr attr SEC(".data.attr");
+
+static __always_inline bool attr_skip(__u64 birth, __u32 shift)
+{
+	if (!shift || !birth)
+		return false;
+	shift &= 15;
+	return ((birth * 0x9E3779B97F4A7C15ULL) >> (64 - shift)) != 0;
+}
+
+/* The request's slot if it holds this request: the same identity, and the
+ * same birth where the kernel stamps it (a slot left by an earlier use of
+ * the same request, whose completion wolf missed, is not this one's). */
+static __always_inline struct rq_slot *slot_held(struct request *rq, __u64 *idp)
+{
+	__u64 id = rq_id(rq), birth = rq->start_time_ns;
+	struct rq_slot *s = slot_of(id);
+
+	*idp = id;
+	if (!s || !id || s->rq != id || (birth && s->birth_ns != birth))
+		return 0;
+	return s;
+}
+
+/*
  * The first sight of a request (insert, or issue when it skips the
  * scheduler and plug), in its submitter's context: t is the current task
  * and tflags its flags. Returns the slot, now this request's.
@@ -546,20 +599,19 @@ static __always_inline void note_comm(__u32 tgid)
 static __always_inline struct rq_slot *rq_born(struct request *rq, __u64 now, struct task_struct *t,
 					       unsigned int tflags, __u32 tgid)
 {
-	__u64 id = rq_id(rq), birth;
-	struct rq_slot *s = slot_of(id);
+	__u64 id, birth = rq->start_time_ns;
+	struct rq_slot *s = slot_held(rq, &id);
 
+	if (s)
+		return s;
+	s = slot_of(id);
 	if (!s || !id)
 		return 0;
-	if (s->rq == id)
-		return s;
-	if (s->rq && now - s->birth_ns < 60000000000ULL)
+	if (s->rq && s->rq != id && now - s->birth_ns < 60000000000ULL)
 		stat_inc(STAT_SLOT_TAKEN); /* the other one's completion goes untracked */
-	birth = rq->start_time_ns;
 	s->rq = id;
 	s->birth_ns = birth && birth <= now ? birth : now;
 	s->issue_ns = 0;
-	s->cgid = bio_cgid(rq->bio);
 	s->tgid = tgid;
 	s->flags = 0;
 	if (tflags & WOLF_PF_WQ_WORKER) {
@@ -581,81 +633,77 @@ static __always_inline bool watched(__u32 dev)
 	return !only_dev || dev == only_dev;
 }
 
-/*
- * insert and issue, since 5.11: the request is the first argument and
- * the current task is a BTF pointer (plain loads).
- */
-static __always_inline int on_insert(struct request *rq)
+/* Whether blk-throttle's dispatcher runs now (t: the current task). */
+static __always_inline bool in_throttle(struct task_struct *t, unsigned int tflags)
 {
-	struct task_struct *t = bpf_get_current_task_btf();
-
-	if (only_dev && rq_dev(rq) != only_dev)
-		return 0;
-	rq_born(rq, bpf_ktime_get_ns(), t, t->flags, t->tgid);
-	return 0;
+	return throtl_dispatch_fn && (tflags & WOLF_PF_WQ_WORKER) &&
+	       worker_func(t) == throtl_dispatch_fn;
 }
 
-static __always_inline int on_issue(struct request *rq)
+/*
+ * insert and issue. A request the sampling leaves out costs the hash of
+ * its birth (and, at issue, a look at its slot, which an insert may have
+ * claimed); one followed is born in its slot, and issue stamps it.
+ */
+static __always_inline int first_sight(struct request *rq, struct task_struct *t,
+				       unsigned int tflags, __u32 tgid, bool issue)
 {
-	struct task_struct *t = bpf_get_current_task_btf();
 	struct rq_slot *s;
-	__u64 now;
+	__u64 now, id;
 
 	if (only_dev && rq_dev(rq) != only_dev)
 		return 0;
+	if (attr_skip(rq->start_time_ns, *(volatile __u32 *)&attr.shift) &&
+	    !in_throttle(t, tflags)) {
+		if (!issue)
+			return 0;
+		s = slot_held(rq, &id);
+		if (s)
+			s->issue_ns = bpf_ktime_get_ns();
+		return 0;
+	}
 	now = bpf_ktime_get_ns();
-	s = rq_born(rq, now, t, t->flags, t->tgid);
-	if (s)
+	s = rq_born(rq, now, t, tflags, tgid);
+	if (s && issue)
 		s->issue_ns = now;
 	return 0;
 }
 
+/*
+ * Since 5.11: the request is the first argument and the current task is a
+ * BTF pointer (plain loads).
+ */
 SEC("tp_btf/block_rq_insert")
 int BPF_PROG(rq_insert, struct request *rq)
 {
-	return on_insert(rq);
+	struct task_struct *t = bpf_get_current_task_btf();
+
+	return first_sight(rq, t, t->flags, t->tgid, false);
 }
 
 SEC("tp_btf/block_rq_issue")
 int BPF_PROG(rq_issue, struct request *rq)
 {
-	return on_issue(rq);
+	struct task_struct *t = bpf_get_current_task_btf();
+
+	return first_sight(rq, t, t->flags, t->tgid, true);
 }
 
 /*
  * Before 5.11 the queue came first, and bpf_get_current_task_btf did not
  * exist: the current task is read with probe reads.
  */
-static __always_inline int on_insert_old(struct request *rq)
+static __always_inline int first_sight_old(struct request *rq, bool issue)
 {
 	struct task_struct *t = wolf_current();
 
-	if (only_dev && rq_dev(rq) != only_dev)
-		return 0;
-	rq_born(rq, bpf_ktime_get_ns(), t, BPF_CORE_READ(t, flags),
-		bpf_get_current_pid_tgid() >> 32);
-	return 0;
-}
-
-static __always_inline int on_issue_old(struct request *rq)
-{
-	struct task_struct *t = wolf_current();
-	struct rq_slot *s;
-	__u64 now;
-
-	if (only_dev && rq_dev(rq) != only_dev)
-		return 0;
-	now = bpf_ktime_get_ns();
-	s = rq_born(rq, now, t, BPF_CORE_READ(t, flags), bpf_get_current_pid_tgid() >> 32);
-	if (s)
-		s->issue_ns = now;
-	return 0;
+	return first_sight(rq, t, BPF_CORE_READ(t, flags), bpf_get_current_pid_tgid() >> 32, issue);
 }
 
 SEC("tp_btf/block_rq_insert")
 int BPF_PROG(rq_insert_q, struct request_queue *q, struct request *rq)
 {
-	return on_insert_old(rq);
+	return first_sight_old(rq, false);
 }
 
 /*
@@ -666,19 +714,19 @@ int BPF_PROG(rq_insert_q, struct request_queue *q, struct request *rq)
 SEC("tp_btf/block_rq_insert")
 int BPF_PROG(rq_insert_nb, struct request *rq)
 {
-	return on_insert_old(rq);
+	return first_sight_old(rq, false);
 }
 
 SEC("tp_btf/block_rq_issue")
 int BPF_PROG(rq_issue_nb, struct request *rq)
 {
-	return on_issue_old(rq);
+	return first_sight_old(rq, true);
 }
 
 SEC("tp_btf/block_rq_issue")
 int BPF_PROG(rq_issue_q, struct request_queue *q, struct request *rq)
 {
-	return on_issue_old(rq);
+	return first_sight_old(rq, true);
 }
 
 static __always_inline struct io_stats *proc_get(struct io_key *k)
@@ -764,7 +812,7 @@ static __always_inline void hist_slot(struct wolf_hist *h, __u64 v)
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2); /* followed requests, and those left out (F_UNATTRIBUTED) */
 	__type(key, __u32);
 	__type(value, struct batch);
 } batches SEC(".maps");
@@ -826,11 +874,11 @@ static __always_inline bool same_key(struct io_key *a, struct io_key *b)
 SEC("tp_btf/block_rq_complete")
 int BPF_PROG(rq_complete, struct request *rq, int error, unsigned int nr_bytes)
 {
-	__u32 dev = rq_dev(rq), zero = 0, op;
+	__u32 dev = rq_dev(rq), zero = 0, bi = 0, op;
 	struct io_key k = {};
 	struct rq_slot *s;
 	struct batch *b;
-	__u64 id, now, total = 0, device = 0, birth = 0, issue = 0;
+	__u64 id, now, total = 0, device = 0, birth, issue;
 	__u32 flags = 0;
 
 	if (!watched(dev))
@@ -839,20 +887,27 @@ int BPF_PROG(rq_complete, struct request *rq, int error, unsigned int nr_bytes)
 	now = bpf_ktime_get_ns();
 	op = op_class(rq->cmd_flags);
 	k.dev = dev;
-	id = rq_id(rq);
-	s = slot_of(id);
-	if (s && id && s->rq == id) {
+	/* The kernel's stamps (0 where it keeps none); a followed request's
+	 * own, taken at its first sight and issue, where it does not. */
+	birth = rq->start_time_ns;
+	issue = rq->io_start_time_ns;
+	s = slot_held(rq, &id);
+	if (s) {
 		k.tgid = s->tgid;
-		k.cgid = s->cgid;
 		k.flags = s->flags & F_KWORKER;
 		flags = s->flags;
 		birth = s->birth_ns;
-		issue = s->issue_ns;
+		if (!issue)
+			issue = s->issue_ns;
 		s->rq = 0;
+	} else if (attr_skip(birth, *(volatile __u32 *)&attr.done_shift)) {
+		k.flags = F_UNATTRIBUTED;
+		flags = F_UNATTRIBUTED;
+		bi = 1;
 	} else {
 		stat_inc(STAT_UNTRACKED);
-		k.cgid = bio_cgid(rq->bio);
 	}
+	k.cgid = bio_cgid(rq->bio);
 	if (birth && issue && issue >= birth && now >= issue) {
 		flags |= F_TIMED;
 		total = now - birth;
@@ -872,7 +927,7 @@ int BPF_PROG(rq_complete, struct request *rq, int error, unsigned int nr_bytes)
 			d->flags = flags;
 		}
 	}
-	b = bpf_map_lookup_elem(&batches, &zero);
+	b = bpf_map_lookup_elem(&batches, &bi);
 	if (!b)
 		return 0;
 	if (b->count && !same_key(&b->key, &k))

@@ -145,6 +145,11 @@ func (iv *Investigator) Start(ctx context.Context, opts investigator.Options) (i
 		s.wg.Add(1)
 		go s.watchArm()
 	}
+	// --pid asks about one process's requests: all of them are followed.
+	if opts.PID == 0 {
+		s.wg.Add(1)
+		go s.watchRate()
+	}
 	if iv.attached != nil {
 		iv.attached()
 	}
@@ -181,6 +186,8 @@ type session struct {
 	symsErr error
 
 	mu      sync.Mutex
+	sample  uint32    // the window's sparsest attribution: 1 in 2^sample requests followed
+	shift   uint32    // the programs' attribution shift now
 	armed   time.Time // when the waiter programs attached (zero: not yet)
 	armErr  error
 	stop    chan struct{}
@@ -215,6 +222,68 @@ func (s *session) watchArm() {
 				return
 			}
 			prev, last = cur, now
+		}
+	}
+}
+
+// attrRate is how many requests a second wolf follows one by one from
+// their first sight to their completion (io.bpf.c's struct attr): above
+// it, one in 2^n of the requests tasks issue is followed, the smallest n
+// that keeps them under it. Following a request costs about as much as
+// counting it (350 ns of BPF for both on the development VM, 150–200 ns
+// for the count alone): 4,000 followed a second are 0.1% of one CPU,
+// and the issue's budget is 1% at 50,000 requests a second.
+const attrRate = 4000
+
+// attrShift is the shift for rate requests a second.
+func attrShift(rate float64) uint32 {
+	var n uint32
+	for n < 10 && rate/float64(uint64(1)<<n) > attrRate {
+		n++
+	}
+	return n
+}
+
+// watchRate sets the attribution sampling each second from the rate of
+// completions. The completions keep judging by a larger shift for a
+// second after it is lowered: requests left out before are told apart
+// from requests wolf missed.
+func (s *session) watchRate() {
+	defer s.wg.Done()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	prev, err := s.p.completions()
+	if err != nil {
+		return
+	}
+	last := time.Now()
+	var shift, done uint32
+	for {
+		select {
+		case <-s.stop:
+			return
+		case now := <-t.C:
+			n, err := s.p.completions()
+			if err != nil {
+				return
+			}
+			next := shift
+			if el := now.Sub(last).Seconds(); el > 0 {
+				next = attrShift(float64(probeSub(n, prev)) / el)
+			}
+			prev, last = n, now
+			nextDone := max(next, shift) // the second-old shift still judges
+			if next == shift && nextDone == done {
+				continue
+			}
+			if err := s.p.setAttr(next, nextDone); err != nil {
+				return
+			}
+			shift, done = next, nextDone
+			s.mu.Lock()
+			s.shift = next
+			s.sample = max(s.sample, next)
+			s.mu.Unlock()
 		}
 	}
 }
@@ -328,6 +397,8 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 	snap := &Snapshot{Window: window, Throttle: p.throttle, CgroupVersion: s.h.Version}
 	s.mu.Lock()
 	armed, armErr := s.armed, s.armErr
+	snap.AttrSample = 1 << s.sample
+	s.sample = s.shift // the next window starts where this one ends
 	s.mu.Unlock()
 	switch {
 	case !armed.IsZero():

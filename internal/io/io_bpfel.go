@@ -13,6 +13,12 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type ioAttr struct {
+	_         structs.HostLayout
+	Shift     uint32
+	DoneShift uint32
+}
+
 type ioBatch struct {
 	_              structs.HostLayout
 	Key            ioIoKey
@@ -158,7 +164,6 @@ type ioRqSlot struct {
 	Rq      uint64
 	BirthNs uint64
 	IssueNs uint64
-	Cgid    uint64
 	Tgid    uint32
 	Flags   uint32
 }
@@ -286,6 +291,7 @@ const (
 	ioProgWbtStep            = "wbt_step"
 	ioProgXfsLogGrantSleep   = "xfs_log_grant_sleep"
 	ioProgXfsLogGrantWake    = "xfs_log_grant_wake"
+	ioVarAttr                = "attr"
 	ioVarLinkNs              = "link_ns"
 	ioVarLongWaitNs          = "long_wait_ns"
 	ioVarOnlyDev             = "only_dev"
@@ -393,6 +399,7 @@ type ioMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ioVariableSpecs struct {
+	Attr             *ebpf.VariableSpec `ebpf:"attr"`
 	LinkNs           *ebpf.VariableSpec `ebpf:"link_ns"`
 	LongWaitNs       *ebpf.VariableSpec `ebpf:"long_wait_ns"`
 	OnlyDev          *ebpf.VariableSpec `ebpf:"only_dev"`
@@ -469,6 +476,7 @@ func (m *ioMaps) Close() error {
 //
 // It can be passed to loadIoObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ioVariables struct {
+	Attr             *ebpf.Variable `ebpf:"attr"`
 	LinkNs           *ebpf.Variable `ebpf:"link_ns"`
 	LongWaitNs       *ebpf.Variable `ebpf:"long_wait_ns"`
 	OnlyDev          *ebpf.Variable `ebpf:"only_dev"`

@@ -128,6 +128,66 @@ func TestLiveWindows(t *testing.T) {
 	}
 }
 
+// Above attrRate requests a second only 1 in 2^n requests is followed to
+// its issuer: the device's count stays exact (one reader, so no two reads
+// merge), and the one reader gets all of its cgroup's requests, marked
+// estimated, the window saying it sampled.
+func TestLiveSampledAttribution(t *testing.T) {
+	testutil.RequireRoot(t)
+	l := testLoop(t)
+	iv := New()
+	iv.Device = l.Name
+	var sample int
+	iv.snapshot = func(s *Snapshot) { sample = max(sample, s.AttrSample) }
+	var n int
+	res := testutil.RunLive(t, iv, investigator.Options{}, func() {
+		fd, err := unix.Open(l.Dev, unix.O_RDONLY|unix.O_DIRECT, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(fd)
+		buf, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Munmap(buf)
+		for end := time.Now().Add(3 * time.Second); time.Now().Before(end); n++ {
+			if _, err := unix.Pread(fd, buf, int64(n%4096)*4096); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	t.Logf("%d reads in 3 s; attribution sampled 1 in %d", n, sample)
+	if n < 3*attrRate*2 {
+		t.Skipf("only %d reads in 3 s: too slow a host to sample", n)
+	}
+	if sample < 2 {
+		t.Errorf("attribution not sampled at %d reads a second", n/3)
+	}
+	if got := requestsOf(t, res, l.Name); got != uint64(n) {
+		t.Errorf("%d requests, want %d", got, n)
+	}
+	f := deviceOf(res, l.Name)
+	if f == nil {
+		t.Fatal("no device finding")
+	}
+	if f.Evidence["attribution_sample_1_in"] != sample {
+		t.Errorf("evidence attribution_sample_1_in %v, want %d", f.Evidence["attribution_sample_1_in"], sample)
+	}
+	var me *finding.Subject
+	for i, sub := range f.Subjects {
+		if sub.PID == os.Getpid() {
+			me = &f.Subjects[i]
+		}
+	}
+	if me == nil {
+		t.Fatalf("the reader (pid %d) is not among %v", os.Getpid(), f.Subjects)
+	}
+	if me.Evidence["requests"] != uint64(n) || me.Evidence["estimated"] != true {
+		t.Errorf("the reader: %v, want %d requests, estimated", me.Evidence, n)
+	}
+}
+
 // Kernels with the request alone as the tracepoints' argument but no
 // bpf_get_current_task_btf (Debian's 5.10): the probe-read programs count
 // every request too.

@@ -3,6 +3,7 @@ package io
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -221,6 +222,34 @@ func addBatch(procs map[ioIoKey]procRead, b *ioBatch) {
 	procs[b.Key] = pr
 }
 
+// completions is how many completions the programs counted so far, all
+// CPUs together.
+func (p *probe) completions() (uint64, error) {
+	var per []uint64
+	if err := p.maps.Stats.Lookup(uint32(ioStatIndexSTAT_COMPLETIONS), &per); err != nil {
+		return 0, fmt.Errorf("io: read completions: %w", err)
+	}
+	var n uint64
+	for _, v := range per {
+		n += v
+	}
+	return n, nil
+}
+
+// setAttr sets the programs' attribution sampling (io.bpf.c's struct
+// attr): one request in 2^shift is followed from its first sight, and
+// completions tell the others by doneShift.
+func (p *probe) setAttr(shift, doneShift uint32) error {
+	m := p.kit.Map(".data.attr")
+	if m == nil {
+		return errors.New("io: no attribution sampling in the object")
+	}
+	if err := m.Update(uint32(0), ioAttr{Shift: shift, DoneShift: doneShift}, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("io: set attribution sampling: %w", err)
+	}
+	return nil
+}
+
 // wanted says whether the programs asked for the waiter programs.
 func (p *probe) wanted() bool {
 	m := p.kit.Map(".data.want")
@@ -342,12 +371,15 @@ func (p *probe) read(w uint32) (*raw, error) {
 		return nil, fmt.Errorf("io: read procs: %w", err)
 	}
 	// What each CPU's batch holds, not folded into procs yet.
-	var bs []ioBatch
-	if err := p.maps.Batches.Lookup(uint32(0), &bs); err != nil {
-		return nil, fmt.Errorf("io: read batches: %w", err)
-	}
-	for _, b := range bs {
-		addBatch(r.procs, &b)
+	// Two per CPU: followed requests' and the others' (attribution sampled).
+	for i := range uint32(2) {
+		var bs []ioBatch
+		if err := p.maps.Batches.Lookup(i, &bs); err != nil {
+			return nil, fmt.Errorf("io: read batches: %w", err)
+		}
+		for _, b := range bs {
+			addBatch(r.procs, &b)
+		}
 	}
 	var (
 		wk ioWaitKey
