@@ -32,8 +32,8 @@ type ioBatch struct {
 	MaxDeviceNs    uint64
 	SumTotalNs     uint64
 	SumDeviceNs    uint64
-	TotalNs        [8]uint64
-	DeviceNs       [8]uint64
+	TotalSlots     [65]uint32
+	DeviceSlots    [65]uint32
 }
 
 type ioBlkgCache struct {

@@ -215,9 +215,17 @@ func addBatch(procs map[ioIoKey]procRead, b *ioBatch) {
 	}
 	pr.s.Throttled += b.Throttled
 	pr.s.ThrottledBytes += b.ThrottledBytes
-	for i := range min(int(b.Timed), len(b.TotalNs)) {
-		pr.total.Add(b.TotalNs[i])
-		pr.device.Add(b.DeviceNs[i])
+	for i := range min(len(b.TotalSlots), len(pr.total.Slots)) {
+		pr.total.Slots[i] += uint64(b.TotalSlots[i])
+		pr.total.Count += uint64(b.TotalSlots[i])
+		pr.device.Slots[i] += uint64(b.DeviceSlots[i])
+		pr.device.Count += uint64(b.DeviceSlots[i])
+	}
+	if b.Timed > 0 {
+		pr.total.Sum += b.SumTotalNs
+		pr.device.Sum += b.SumDeviceNs
+		pr.total.Max = max(pr.total.Max, b.MaxTotalNs)
+		pr.device.Max = max(pr.device.Max, b.MaxDeviceNs)
 	}
 	procs[b.Key] = pr
 }
