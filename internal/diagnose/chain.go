@@ -32,6 +32,7 @@ type branch struct {
 	consumers []*fact.Usage
 	via       string
 	viaFrac   float64
+	viaWhat   string // the activity: "memory reclaim", "memory reclaim and page-cache misses"
 }
 
 // fork copies b for a sub-branch carrying part of its share.
@@ -467,7 +468,7 @@ func (e *engine) consumed(b *branch, k string, subj finding.Subject, kind string
 			frac = min(frac, 1-routed)
 			routed += frac
 			c := b.fork(frac)
-			c.via, c.viaFrac = k, frac
+			c.via, c.viaFrac, c.viaWhat = k, frac, d.what
 			act := finding.Subject{Role: finding.RoleConsumer, Comm: d.what, Cgroup: cgroupName(d.by), PID: d.by.PID,
 				Detail: strings.TrimSpace(fmt.Sprintf("%s %s", d.what, forWhom(e, d.on)))}
 			ev := map[string]any{unitKey(unit, d.unit): round3(d.amount), "share_pct": round1(100 * frac)}
@@ -577,14 +578,24 @@ func (e *engine) directedUse(k string) []directed {
 			by[on] = d
 		}
 		d.amount += amt
-		if r.id != "" {
+		if !strings.Contains(d.what, what) {
+			d.what += " and " + what
+		}
+		if r.id != "" && !slices.Contains(d.refs, r) {
 			d.refs = append(d.refs, r)
 		}
 	}
 	for _, u := range e.usage[k] {
-		if u.For != "" {
-			add(e.canon(u.For), u.Amount, u.Unit, activityName(u.Activity), fact.Task{MemCgroup: u.By.MemCgroup, CPUCgroup: u.By.CPUCgroup, IOCgroup: u.By.IOCgroup}, refOf(u.Finding, u.FindingTitle))
+		if u.For == "" {
+			continue
 		}
+		amt := u.Amount
+		if u.Activity == fact.ActivityMissPath {
+			if amt = e.missesForLimit(k, u); amt <= 0 {
+				continue
+			}
+		}
+		add(e.canon(u.For), amt, u.Unit, activityName(u.Activity), fact.Task{MemCgroup: u.By.MemCgroup, CPUCgroup: u.By.CPUCgroup, IOCgroup: u.By.IOCgroup}, refOf(u.Finding, u.FindingTitle))
 	}
 	if kindOfKey(k) == fact.Device {
 		e.refaultReads(k, add)
@@ -597,15 +608,62 @@ func (e *engine) directedUse(k string) []directed {
 	return out
 }
 
+// missesForLimit is the CPU time (of resource k, the host's CPUs) a
+// memory cgroup's tasks spent in the page-cache miss path because its
+// limit evicted their pages: the sampled miss path (its share of the
+// CPUs' busy time, taken of their busy time in the engine's window, or
+// its amount when no share is known), in the proportion of the cgroup's
+// reads that were refaults. A cold read's miss is the task's own work;
+// with no reads measured the proportion is unknown and nothing goes to
+// the limit.
+func (e *engine) missesForLimit(k string, u *fact.Usage) float64 {
+	amt := u.Amount
+	if u.BusyShare > 0 {
+		if total, unit := e.used(k); total > 0 && unit == "cpu_s" {
+			amt = u.BusyShare * total
+		}
+	}
+	cg := u.By.MemCgroup
+	reads := 0.0
+	for _, dk := range sortedKeys(e.usage) {
+		if kindOfKey(dk) == fact.Device {
+			reads += e.readsByMemcg(dk)[cg]
+		}
+	}
+	if reads <= 0 {
+		return 0
+	}
+	refaults := 0.0
+	for _, mu := range e.usage[e.canon(fact.MemoryKey(cg))] {
+		if mu.Activity == "refault" && mu.Unit == "bytes" {
+			refaults += mu.Amount
+		}
+	}
+	return amt * min(1, refaults/reads)
+}
+
 // refaultReads: a cgroup that reads a device and refaults pages its own
 // memory limit evicted reads them back for that limit. Refaults are
 // counted by the memory controller (workingset_refault_file), reads by
 // the block layer per cgroup: the smaller of the two is read for the
 // limit.
 func (e *engine) refaultReads(k string, add func(on string, amt float64, unit, what string, t fact.Task, r ref)) {
-	// The device's users by memory cgroup: the user's own, else the one
-	// whose processes it is among (on cgroup v1 a process's blkio and
-	// memory cgroups are different directories).
+	reads := e.readsByMemcg(k)
+	for _, cg := range sortedKeys(reads) {
+		mk := e.canon(fact.MemoryKey(cg))
+		for _, mu := range e.usage[mk] {
+			if mu.Activity != "refault" || mu.Unit != "bytes" {
+				continue
+			}
+			add(mk, min(mu.Amount, reads[cg]), "bytes", "refault reads", fact.Task{MemCgroup: cg}, refOf(mu.Finding, mu.FindingTitle))
+		}
+	}
+}
+
+// readsByMemcg are the bytes a device's users read, by memory cgroup:
+// the user's own, else the one whose processes it is among (on cgroup
+// v1 a process's blkio and memory cgroups are different directories).
+func (e *engine) readsByMemcg(k string) map[string]float64 {
 	reads := map[string]float64{}
 	for _, u := range e.usage[k] {
 		if u.Unit != "bytes" || u.For != "" || (u.Activity != "" && u.Activity != "read") {
@@ -622,15 +680,7 @@ func (e *engine) refaultReads(k string, add func(on string, amt float64, unit, w
 			reads[cg] += u.Amount
 		}
 	}
-	for _, cg := range sortedKeys(reads) {
-		mk := e.canon(fact.MemoryKey(cg))
-		for _, mu := range e.usage[mk] {
-			if mu.Activity != "refault" || mu.Unit != "bytes" {
-				continue
-			}
-			add(mk, min(mu.Amount, reads[cg]), "bytes", "refault reads", fact.Task{MemCgroup: cg}, refOf(mu.Finding, mu.FindingTitle))
-		}
-	}
+	return reads
 }
 
 // topConsumers are the largest plain consumers of a resource: processes

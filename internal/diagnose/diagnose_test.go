@@ -1137,3 +1137,112 @@ func TestMemcgNearItsLimitOnASaturatedHostIsNoRoot(t *testing.T) {
 		}
 	}
 }
+
+// thrashWithMisses is the 4-reader v2 run's facts with the reclaim
+// investigator's sampled miss path added: busyShare of the CPUs' busy
+// time went to the cgroup's tasks in the page-cache miss path, and
+// refaults (bytes) were read back of what the limit evicted.
+func thrashWithMisses(t *testing.T, busyShare, refaults float64) (*fact.Set, string) {
+	t.Helper()
+	s := keptFacts(t, "memcg-thrash-v2-tcg-4jobs.facts.json")
+	var mk string
+	for i := range s.Usage {
+		u := &s.Usage[i]
+		if u.Activity == "refault" {
+			mk = u.On
+			if refaults >= 0 {
+				u.Amount = refaults
+			}
+		}
+	}
+	if mk == "" {
+		t.Fatal("the kept facts have no refaults")
+	}
+	cg := strings.TrimPrefix(mk, "memory:")
+	s.Usage = append(s.Usage, fact.Usage{On: fact.HostCPUKey(), By: fact.Task{MemCgroup: cg}, Amount: 99, Unit: "cpu_s",
+		BusyShare: busyShare, Activity: fact.ActivityMissPath, For: mk, Finding: "reclaim.memcg-pressure"})
+	return s, mk
+}
+
+// rivalShare is a diagnosis's rival's share by kind, 0 when none.
+func rivalShare(d finding.Diagnosis, id string) float64 {
+	for _, r := range d.Rivals {
+		if r.ID == id {
+			return r.Share
+		}
+	}
+	return 0
+}
+
+// The CPU the readers spent in the page-cache miss path goes to the limit
+// in the proportion of their reads that were refaults, whatever window
+// the CPUs' busy time was measured over (the share is taken of it, not
+// the sampler's seconds, here a nonsense 99 s).
+func TestMissPathCPUGoesToTheLimitByItsRefaults(t *testing.T) {
+	base := Diagnose(nil, keptFacts(t, "memcg-thrash-v2-tcg-4jobs.facts.json"))
+	if len(base) == 0 || base[0].ID != "diagnose.host-cpu" {
+		t.Fatalf("the kept facts no longer give host-cpu first")
+	}
+	before := rivalShare(base[0], "diagnose.memcg-limit")
+
+	// 80% of the CPUs' busy time in the miss path, 43% of the reads
+	// refaults (the run's own): 35% of the CPUs' time to the limit, the
+	// CPUs still the larger share of the readers' run-queue waits.
+	s, _ := thrashWithMisses(t, 0.8, -1)
+	ds := Diagnose(nil, s)
+	logChain(t, ds)
+	if len(ds) == 0 || ds[0].ID != "diagnose.host-cpu" {
+		t.Fatalf("first %v, want host-cpu", ds)
+	}
+	after := rivalShare(ds[0], "diagnose.memcg-limit")
+	if after < before+0.2 {
+		t.Errorf("the limit's share as the CPUs' rival went from %.2f to %.2f, want ≥ 0.2 more", before, after)
+	}
+	if !strings.Contains(ds[0].Summary, "memory") {
+		t.Errorf("the runner-up is not the memory limit: %s", ds[0].Summary)
+	}
+
+	// Every read a refault: 80% of the CPUs' time was the limit's.
+	s, mk := thrashWithMisses(t, 0.8, 240<<20)
+	ds = Diagnose(nil, s)
+	logChain(t, ds)
+	if len(ds) == 0 || ds[0].ID != "diagnose.memcg-limit" {
+		t.Fatalf("first %v, want memcg-limit", ds)
+	}
+	var hop *finding.Hop
+	for i := range ds[0].Chain {
+		h := &ds[0].Chain[i]
+		if h.Relation == finding.UsedBy && strings.Contains(h.Text, "page-cache misses") {
+			hop = h
+		}
+	}
+	if hop == nil {
+		t.Fatalf("no hop says the CPUs' time went to the miss path: %+v", ds[0].Chain)
+	}
+	if got := hop.Evidence["share_pct"]; got.(float64) < 75 || got.(float64) > 85 {
+		t.Errorf("share of the CPUs' time to %s: %v, want ≈ 80", mk, got)
+	}
+	if rivalShare(ds[0], "diagnose.host-cpu") == 0 {
+		t.Errorf("the CPUs are not the runner-up: %+v", ds[0].Rivals)
+	}
+}
+
+// Misses that are not refaults (cold reads, a file read for the first
+// time) are the readers' own work: none of their CPU goes to the limit.
+func TestColdMissesAreTheReadersOwnWork(t *testing.T) {
+	base := Diagnose(nil, keptFacts(t, "memcg-thrash-v2-tcg-4jobs.facts.json"))
+	s, _ := thrashWithMisses(t, 0.8, 0)
+	ds := Diagnose(nil, s)
+	logChain(t, ds)
+	if len(ds) == 0 || ds[0].ID != "diagnose.host-cpu" {
+		t.Fatalf("first %v, want host-cpu", ds)
+	}
+	for _, h := range ds[0].Chain {
+		if strings.Contains(h.Text, "page-cache misses") {
+			t.Errorf("cold misses went to the limit: %s", h.Text)
+		}
+	}
+	if a, b := ds[0].Attribution, base[0].Attribution; a < b-0.01 {
+		t.Errorf("the CPUs' attribution fell from %.2f to %.2f", b, a)
+	}
+}

@@ -33,6 +33,7 @@ type draft struct {
 	// took (70% of the CPUs' time in a memory cgroup's reclaim).
 	via      string
 	viaFrac  float64
+	viaAct   string
 	holders  map[int]bool
 	hops     []finding.Hop
 	subjects []finding.Subject
@@ -76,7 +77,7 @@ func (d *draft) settle(e *engine) {
 				}
 			}
 			if b.via != "" && b.viaFrac > d.viaFrac {
-				d.via, d.viaFrac = b.via, b.viaFrac
+				d.via, d.viaFrac, d.viaAct = b.via, b.viaFrac, b.viaWhat
 			}
 		}
 	}

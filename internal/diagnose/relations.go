@@ -1,6 +1,10 @@
 package diagnose
 
-import "github.com/wolf-investigator/wolf/internal/fact"
+import (
+	"strings"
+
+	"github.com/wolf-investigator/wolf/internal/fact"
+)
 
 // Every hop of a chain is one of these relations, and each carries the
 // kernel mechanism that makes it a cause. A relation is only ever drawn
@@ -78,6 +82,7 @@ const (
 	// then the upstream cause.
 	mechCPUForReclaim  = "Reclaim runs on the CPU of the task that charges memory; at a memory limit every charge pays for it, so the CPU time goes to the limit, not to the work."
 	mechReadForRefault = "A refault reads back a page the memory limit evicted shortly before: the device works for the limit, not for new data."
+	mechCPUForMisses   = "Reclaim runs on the CPU of the task that charges memory, and a read of a page the limit evicted runs the page-cache miss path on it again (readahead, allocating, adding and charging the page, submitting the read): that CPU time goes to the limit, not to the work. The miss path's share is sampled, and counted for the limit in the proportion of the cgroup's reads that were refaults."
 )
 
 // mechWaitsOn is the mechanism of a victim's wait on a kind of resource.
@@ -115,6 +120,9 @@ func mechConsumer(k fact.Kind) string {
 func mechUsedFor(k fact.Kind, what string) string {
 	if k == fact.Device {
 		return mechReadForRefault
+	}
+	if strings.Contains(what, fact.ActivityMissPath) {
+		return mechCPUForMisses
 	}
 	return mechCPUForReclaim
 }

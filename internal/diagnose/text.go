@@ -227,7 +227,7 @@ func (d *draft) words(e *engine) (title, summary string) {
 		}
 		switch {
 		case d.via == fact.HostCPUKey() && d.viaFrac > 0:
-			title += fmt.Sprintf("; its reclaim took %s of the CPUs' busy time", pct1(d.viaFrac))
+			title += fmt.Sprintf("; its %s took %s of the CPUs' busy time", d.activityWhat(), pct1(d.viaFrac))
 		case d.via != "" && kindOfKey(d.via) == fact.Device && d.viaFrac > 0:
 			title += fmt.Sprintf("; %s of what %s read were refaults of pages the limit evicted", pct1(d.viaFrac), e.resource(d.via).Device)
 		}
@@ -357,11 +357,26 @@ func (d *draft) viaWhat(e *engine) string {
 		return nameOf(e.subjectOf(d.root))
 	case fact.Memory:
 		if r.Cgroup == "/" {
-			return "reclaim for the host's memory"
+			return strings.Replace(d.viaActivity(), "memory reclaim", "reclaim", 1) + " for the host's memory"
 		}
-		return "memory reclaim in memory cgroup " + r.Cgroup
+		return d.viaActivity() + " in memory cgroup " + r.Cgroup
 	}
 	return nameOf(e.subjectOf(d.root))
+}
+
+// viaActivity is what the root's use of the saturated resource was:
+// "memory reclaim", "memory reclaim and page-cache misses".
+func (d *draft) viaActivity() string {
+	if d.viaAct == "" {
+		return "memory reclaim"
+	}
+	return d.viaAct
+}
+
+// activityWhat is viaActivity said of a memory cgroup: "reclaim",
+// "reclaim and page-cache misses".
+func (d *draft) activityWhat() string {
+	return strings.TrimPrefix(d.viaActivity(), "memory ")
 }
 
 func rivalName(e *engine, b *branch) string {

@@ -229,7 +229,8 @@ type Split struct {
 }
 
 // Usage is a consumer of a resource, measured in the window: CPU seconds
-// of a process on the host's CPUs (and of which what part in reclaim),
+// of a process on the host's CPUs (and of which what part in reclaim, or
+// in the page-cache miss path: ActivityMissPath),
 // bytes a cgroup read from a device, pages a cgroup refaulted, softirq
 // time on a CPU by vector. A consumer is a task (PID, and TID for one
 // thread) or a cgroup (Task with only a cgroup set).
@@ -248,7 +249,17 @@ type Usage struct {
 	Threads      int
 	Finding      string
 	FindingTitle string
+	// BusyShare is of the resource's busy time, measured in the same
+	// window as Amount (CPU samples: of every task's samples), 0..1 (0:
+	// unknown): a share that holds whichever window the resource's
+	// total was measured over.
+	BusyShare float64
 }
+
+// ActivityMissPath is a Usage's activity for CPU time in the page-cache
+// miss path: readahead, adding and charging folios, submitting the reads
+// of pages that were not in memory.
+const ActivityMissPath = "page-cache misses"
 
 // Saturation says a resource is at its limit in the window: its
 // utilisation (Level, 0..1: the busy share of the CPUs or the device,

@@ -276,6 +276,24 @@ func (t *Table) Lookup(name string) (uint64, bool) {
 	return t.syms[i].Addr, true
 }
 
+// Extent returns the address range [lo, hi) of the function called name
+// (as Lookup picks it): from its address to the next higher symbol's of
+// the same object. It reports false when there is no such symbol or no
+// symbol after it bounds it.
+func (t *Table) Extent(name string) (lo, hi uint64, ok bool) {
+	t.indexOnce.Do(t.buildIndex)
+	i, found := t.byName[name]
+	if !found {
+		return 0, 0, false
+	}
+	s := t.syms[i]
+	j := sort.Search(len(t.syms), func(j int) bool { return t.syms[j].Addr > s.Addr })
+	if j == len(t.syms) || t.syms[j].Module != s.Module {
+		return 0, 0, false
+	}
+	return s.Addr, t.syms[j].Addr, true
+}
+
 // All returns every symbol called name, in address order.
 func (t *Table) All(name string) []Symbol {
 	var out []Symbol

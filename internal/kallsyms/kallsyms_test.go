@@ -117,6 +117,27 @@ func TestLookup(t *testing.T) {
 	}
 }
 
+func TestExtent(t *testing.T) {
+	tab := loadSynthetic(t)
+	tests := []struct {
+		name   string
+		lo, hi uint64
+		ok     bool
+	}{
+		{"do_thing", 0xffffffff81000110, 0xffffffff81000200, true},
+		{"schedule", 0xffffffff81000200, 0xffffffff81000300, true}, // its alias shares its address
+		{"ext4_read", 0xffffffffc0001000, 0xffffffffc0001100, true},
+		{"ext4_write", 0, 0, false}, // the next symbol is another object's
+		{"no_such_symbol", 0, 0, false},
+	}
+	for _, tt := range tests {
+		lo, hi, ok := tab.Extent(tt.name)
+		if lo != tt.lo || hi != tt.hi || ok != tt.ok {
+			t.Errorf("Extent(%q) = %#x, %#x, %v; want %#x, %#x, %v", tt.name, lo, hi, ok, tt.lo, tt.hi, tt.ok)
+		}
+	}
+}
+
 func TestSymbolizeStack(t *testing.T) {
 	tab := loadSynthetic(t)
 	tests := []struct {

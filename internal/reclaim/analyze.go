@@ -20,6 +20,8 @@ type Snapshot struct {
 	Cgroups []*Cgroup // cgroups whose tasks reclaimed (or were scanned for)
 	Kswapd  Kswapd
 	System  System
+	// Samples is the CPU sampler's window (Hz 0: not attached).
+	Samples Samples
 	// Reclaim done while holding an mmap_lock (the per-hold table of "The case of the vanishing CPU")
 	// is the locks investigator's: it times the holds (locks.mmap-hold).
 
@@ -39,6 +41,8 @@ type Cgroup struct {
 	Reclaim Reclaim       // by its tasks
 	Procs   []Proc        // its processes, busiest reclaimers first
 	Window  time.Duration // copied from the snapshot for the helpers
+	// CPU is its tasks' CPU samples: where their time on CPU went.
+	CPU CPUSamples
 }
 
 // Reclaim is the reclaim a cgroup's tasks did in the window.
@@ -430,6 +434,15 @@ func (s *Snapshot) cgroupEvidence(c *Cgroup, total, longest time.Duration, stall
 		ev["usr_pct"] = human.Round(usr, 1)
 		ev["sys_pct"] = human.Round(sys, 1)
 		ev["faults_per_s"] = human.Round(fps, 1)
+	}
+	// Where its tasks' CPU went, sampled (samples.go).
+	if cs := c.CPU; s.Samples.Hz > 0 && cs.Busy > 0 {
+		ev["cpu_samples"] = cs.Busy
+		ev["kernel_cpu_pct"] = human.Round(100*float64(cs.Kernel)/float64(cs.Busy), 1)
+		if s.Samples.Classified {
+			ev["miss_path_cpu_pct"] = human.Round(100*float64(cs.Miss)/float64(cs.Busy), 1)
+			ev["reclaim_sampled_cpu_pct"] = human.Round(100*float64(cs.Reclaim)/float64(cs.Busy), 1)
+		}
 	}
 	if c.State != nil && c.State.Pressure != nil {
 		ev["psi_some_pct"] = human.Round(c.PSISome, 2)

@@ -73,6 +73,14 @@ func (s *Snapshot) facts(fs []finding.Finding) *fact.Set {
 				set.Usage = append(set.Usage, fact.Usage{On: mk, By: fact.Task{MemCgroup: c.Path}, Amount: float64(ref) * pageSize, Unit: "bytes",
 					Activity: "refault", Finding: id, FindingTitle: title})
 			}
+			if s.Samples.Hz > 0 && c.CPU.Busy > 0 {
+				x.Numbers["cpu_samples"] = float64(c.CPU.Busy)
+				x.Numbers["kernel_cpu_pct"] = human.Round(100*float64(c.CPU.Kernel)/float64(c.CPU.Busy), 1)
+				if s.Samples.Classified {
+					x.Numbers["miss_path_cpu_pct"] = human.Round(100*float64(c.CPU.Miss)/float64(c.CPU.Busy), 1)
+					x.Numbers["reclaim_cpu_pct"] = human.Round(100*float64(c.CPU.Reclaim)/float64(c.CPU.Busy), 1)
+				}
+			}
 			for _, p := range c.Procs {
 				x.Members = append(x.Members, p.PID)
 			}
@@ -91,6 +99,17 @@ func (s *Snapshot) facts(fs []finding.Finding) *fact.Set {
 			if direct != nil {
 				wid, wtitle = direct.ID, direct.Title
 			}
+		}
+		// The CPU its tasks spent in the page-cache miss path (sampled;
+		// reclaim's own CPU is the per-process usage below): BusyShare is of
+		// every task's samples in the same window, so that the engine
+		// can take it of the CPUs' busy time whatever window that was
+		// measured over. How much of it the limit caused (the misses
+		// that were refaults) is the engine's join with the reads.
+		if s.Samples.Hz > 0 && s.Samples.Classified && c.CPU.Miss > 0 && s.Samples.Busy > 0 {
+			set.Usage = append(set.Usage, fact.Usage{On: fact.HostCPUKey(), By: fact.Task{MemCgroup: c.Path},
+				Amount: float64(c.CPU.Miss) / float64(s.Samples.Hz), Unit: "cpu_s", BusyShare: float64(c.CPU.Miss) / float64(s.Samples.Busy),
+				Activity: fact.ActivityMissPath, For: on, Finding: wid, FindingTitle: wtitle})
 		}
 		for _, p := range c.Procs {
 			t := fact.Task{PID: p.PID, Comm: p.Comm, MemCgroup: c.Path}

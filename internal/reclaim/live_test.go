@@ -104,6 +104,8 @@ func TestLiveLab(t *testing.T) {
 		iv := New()
 		iv.attached = func() { c0 = readCounters(t, h, in.Cgroup()) }
 		iv.collecting = func() { c1 = readCounters(t, h, in.Cgroup()) }
+		var snap *Snapshot
+		iv.snapshot = func(s *Snapshot) { snap = s }
 		res := runWith(t, iv, 4*time.Second, 0)
 		f := cgroupFinding(res.Findings, in.Cgroup())
 		if f == nil {
@@ -154,6 +156,20 @@ func TestLiveLab(t *testing.T) {
 		}
 		if !res.Capabilities["tracepoint:vmscan/mm_vmscan_memcg_reclaim_begin"] {
 			t.Errorf("capabilities %v", res.Capabilities)
+		}
+		// The CPU sampler: the lab's threads fault mapped file pages in and
+		// reclaim for them, so its samples must find both.
+		if snap == nil || snap.Samples.Hz != sampleHz || !snap.Samples.Classified || snap.Samples.Busy == 0 {
+			t.Fatalf("samples %+v", snap.Samples)
+		}
+		for _, c := range snap.Cgroups {
+			if c.Path != in.Cgroup() {
+				continue
+			}
+			t.Logf("lab cgroup's CPU samples %+v of %d", c.CPU, snap.Samples.Busy)
+			if c.CPU.Busy == 0 || c.CPU.Miss == 0 || c.CPU.Reclaim == 0 || c.CPU.Miss+c.CPU.Reclaim > c.CPU.Kernel || c.CPU.Kernel > c.CPU.Busy {
+				t.Errorf("lab cgroup's CPU samples %+v: want busy ≥ kernel ≥ miss + reclaim, each > 0", c.CPU)
+			}
 		}
 	})
 

@@ -48,6 +48,8 @@ var attachTable = []probekit.Attach{
 		Why: "kswapd goes back to sleep: how long it was awake"},
 	{Kind: probekit.BTFTracepoint, Target: "vmscan/mm_vmscan_wakeup_kswapd", Program: "on_wakeup_kswapd",
 		Why: "allocations that ask kswapd to run"},
+	{Kind: probekit.PerfSample, Program: "on_sample", Hz: sampleHz,
+		Why: "CPU time of each memory cgroup's tasks in reclaim and in the page-cache miss path, sampled: what a limit costs its readers' CPUs"},
 }
 
 // perCPUBudget bounds the memory of each per-CPU map (cgroups, hists):
@@ -63,12 +65,14 @@ type probe struct {
 
 // openProbe loads the programs, attaches them and opens the gate. refuse
 // names tracepoints ("vmscan/…") to treat as missing from the kernel, for
-// tests of that path.
-func openProbe(useMemcg bool, refuse map[string]bool) (*probe, error) {
+// tests of that path. ranges classify the CPU samples.
+func openProbe(useMemcg bool, refuse map[string]bool, ranges sampleRanges) (*probe, error) {
+	vars := ranges.vars()
+	vars["use_memcg"], vars["task_btf"] = useMemcg, probekit.HaveCurrentTaskBTF()
 	kit, err := probekit.Open(probekit.Object{
 		Name: "reclaim",
 		Spec: loadReclaim,
-		Vars: map[string]any{"use_memcg": useMemcg, "task_btf": probekit.HaveCurrentTaskBTF()},
+		Vars: vars,
 		Prepare: func(spec *ebpf.CollectionSpec) error {
 			if n, err := ebpf.PossibleCPU(); err == nil && n > 0 {
 				ms := spec.Maps["cgroups"]
@@ -77,6 +81,9 @@ func openProbe(useMemcg bool, refuse map[string]bool) (*probe, error) {
 				hs := spec.Maps["hists"]
 				per = uint32(perCPUBudget / (int(unsafe.Sizeof(reclaimWolfHist{})) * n))
 				hs.MaxEntries = max(min(hs.MaxEntries, per), 64)
+				ss := spec.Maps["samples"]
+				per = uint32(perCPUBudget / (int(unsafe.Sizeof(reclaimCpuSamples{})) * n))
+				ss.MaxEntries = max(min(ss.MaxEntries, per), 64)
 			}
 			return nil
 		},

@@ -20,7 +20,13 @@
  *  - lru_shrink_active: pages taken off the active lists, kept or
  *    deactivated;
  *  - kswapd_wake/sleep and wakeup_kswapd: background reclaim;
- *  - throttled: reclaimers put to sleep, and why.
+ *  - throttled: reclaimers put to sleep, and why;
+ *  - a CPU-clock sample of every CPU (perf_event): whose memory cgroup's
+ *    task was on the CPU, and whether its kernel stack was in reclaim or
+ *    in the page-cache miss path (readahead, a folio added to the cache
+ *    and charged, the read submitted), so that the CPU a cgroup's tasks
+ *    spend because their pages are not in memory is measured, not
+ *    guessed from their I/O.
  *
  * Everything is aggregated here, per memory cgroup of the reclaiming task
  * (its memory css's kernfs id, the cgroup directory's inode number, on v1
@@ -170,7 +176,10 @@ enum stat_index {
 	STAT_KSWAPD_RECLAIMED = 9,
 	STAT_KSWAPD_NS = 10,	/* kswapd awake time, wake to sleep */
 	STAT_NESTED_BEGIN = 11, /* a begin while the task was in reclaim already */
-	STAT_MAX = 12,
+	STAT_SAMPLES = 12,	/* CPU samples of a task (not the idle task) */
+	STAT_SAMPLES_FULL = 13, /* samples whose cgroup the samples map refused */
+	STAT_STACK_ERRORS = 14, /* samples whose kernel stack could not be read */
+	STAT_MAX = 15,
 };
 
 struct {
@@ -225,6 +234,44 @@ struct {
 } kswapd_hist SEC(".maps");
 
 WOLF_STATS()
+
+/*
+ * CPU samples. Set by user space from the kernel's symbols: the address
+ * ranges of the functions that make a sample's class (a frame inside one
+ * of them puts the sample there; reclaim wins over the miss path it is
+ * called from), sorted by nothing, nr_ranges of them; 0 ranges: samples
+ * are counted but not classified.
+ */
+#define MAX_RANGES 24
+#define STACK_DEPTH 32
+#define CLASS_MISS 1	/* the page-cache miss path: readahead, add, charge, submit */
+#define CLASS_RECLAIM 2 /* memory reclaim (memcg or direct) */
+const volatile __u32 nr_ranges = 0;
+const volatile __u64 range_lo[MAX_RANGES] = {};
+const volatile __u64 range_hi[MAX_RANGES] = {};
+const volatile __u32 range_class[MAX_RANGES] = {};
+
+/* Per memory cgroup of the sampled task, summed over CPUs by user space. */
+struct cpu_samples {
+	__u64 busy;    /* samples of its tasks on a CPU */
+	__u64 kernel;  /* of which in the kernel (a kernel stack) */
+	__u64 miss;    /* in the page-cache miss path, not in reclaim */
+	__u64 reclaim; /* in reclaim */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 1024); /* user space lowers it on hosts with many CPUs */
+	__type(key, __u64);
+	__type(value, struct cpu_samples);
+} samples SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64[STACK_DEPTH]);
+} stack_buf SEC(".maps");
 
 /* Zero values for inserts (maps copy them). */
 static const struct cg_stats zero_cg;
@@ -703,5 +750,80 @@ int BPF_PROG(on_wakeup_kswapd, int nid, int zid, int order, gfp_t gfp_flags)
 {
 	stat_add(STAT_EVENTS, 1);
 	stat_add(STAT_WAKEUP_KSWAPD, 1);
+	return 0;
+}
+
+/*
+ * The class of a kernel stack of n frames, innermost first: that of the
+ * innermost frame inside a classified function (reclaim, called from the
+ * miss path, is deeper than it, so it wins). Returning at the first match
+ * keeps the verifier's paths linear in the frames and ranges.
+ */
+static __always_inline __u32 classify(const __u64 *ips, int n)
+{
+	for (int i = 0; i < STACK_DEPTH; i++) {
+		if (i >= n)
+			break;
+		__u64 ip = ips[i];
+
+		for (int j = 0; j < MAX_RANGES; j++) {
+			if (j >= nr_ranges)
+				break;
+			if (ip >= range_lo[j] && ip < range_hi[j])
+				return range_class[j];
+		}
+	}
+	return 0;
+}
+
+/*
+ * A CPU-clock sample: the task on the CPU, by memory cgroup, and where
+ * its kernel stack was. Runs Hz times a second per CPU (probe.go), so a
+ * stack walk and a few hundred compares each cost nothing measurable.
+ */
+SEC("perf_event")
+int on_sample(struct bpf_perf_event_data *ctx)
+{
+	__u32 zero = 0, pid = (__u32)bpf_get_current_pid_tgid();
+	struct cpu_samples *cs;
+	__u64 cgid, *ips;
+	long n;
+
+	if (!counting() || pid == 0)
+		return 0; /* the idle task */
+	stat_add(STAT_SAMPLES, 1);
+	cgid = task_memcg(wolf_current(), false);
+	cs = bpf_map_lookup_elem(&samples, &cgid);
+	if (!cs) {
+		struct cpu_samples z = {};
+
+		if (bpf_map_update_elem(&samples, &cgid, &z, BPF_NOEXIST) &&
+		    !bpf_map_lookup_elem(&samples, &cgid)) {
+			stat_add(STAT_SAMPLES_FULL, 1);
+			return 0;
+		}
+		cs = bpf_map_lookup_elem(&samples, &cgid);
+		if (!cs)
+			return 0;
+	}
+	cs->busy++;
+	ips = bpf_map_lookup_elem(&stack_buf, &zero);
+	if (!ips)
+		return 0;
+	/* The kernel stack; none (0 bytes) when the sample hit user mode. */
+	n = bpf_get_stack(ctx, ips, STACK_DEPTH * sizeof(__u64), 0);
+	if (n < 0) {
+		stat_add(STAT_STACK_ERRORS, 1);
+		return 0;
+	}
+	if (n == 0)
+		return 0;
+	cs->kernel++;
+	__u32 cls = classify(ips, n / sizeof(__u64));
+
+	if (cls == CLASS_RECLAIM)
+		cs->reclaim++;
+	else if (cls == CLASS_MISS)
+		cs->miss++;
 	return 0;
 }

@@ -95,7 +95,8 @@ func (iv *Investigator) Start(ctx context.Context, opts investigator.Options) (i
 	for name := range iv.absent {
 		refuse["vmscan/"+name] = true
 	}
-	if s.p, err = openProbe(s.useMemcg, refuse); err != nil {
+	s.ranges = loadSampleRanges(ctx)
+	if s.p, err = openProbe(s.useMemcg, refuse, s.ranges); err != nil {
 		return nil, err
 	}
 	// Host PSI and OOM kills from the window's start: PSI is a share of
@@ -132,6 +133,8 @@ type session struct {
 	p        *probe
 	started  time.Time // the window's start
 	win      windows
+	ranges   sampleRanges
+	sampWin  sampleWindows
 }
 
 // baseline reads what the next window is measured against: every
@@ -179,6 +182,12 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 		return nil, err
 	}
 	raw, ev := s.win.step(cur)
+	curSamples, err := p.readSamples()
+	if err != nil {
+		return nil, err
+	}
+	samples, sev := s.sampWin.step(curSamples)
+	ev.samples = sev
 	p.evict(ev)
 	c, err := p.kit.WindowCounters()
 	if err != nil {
@@ -186,6 +195,12 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 	}
 
 	snap := &Snapshot{Window: window}
+	if p.kit.Attached("perf_event") {
+		snap.Samples = Samples{Hz: sampleHz, Classified: s.ranges.n > 0}
+		for _, c := range samples {
+			snap.Samples.Busy += c.Busy
+		}
+	}
 	if s.psiErr == nil {
 		if psi1, err := memcg.ReadPSI(memcg.SystemPressure); err == nil {
 			snap.System.HasPSI = true
@@ -213,6 +228,9 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 	defer cancel()
 	states, procs := map[string]memcg.State{}, map[int]procSample{}
 	iv.buildCgroups(cctx, snap, raw, s.h, s.useMemcg, s.idPaths, s.before, s.procs0, s.sc, opts.PID, states, procs)
+	for _, c := range snap.Cgroups {
+		c.CPU = samples[c.ID]
+	}
 
 	if iv.snapshot != nil {
 		iv.snapshot(snap)
@@ -224,6 +242,9 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 		Histograms:   snap.Histograms(),
 		Capabilities: p.kit.Capabilities(attachTable),
 		Notes:        p.kit.Notes(),
+	}
+	if s.ranges.why != "" && snap.Samples.Hz > 0 {
+		res.Notes = append(res.Notes, s.ranges.why)
 	}
 	res.Capabilities["memcg"] = s.useMemcg
 	dropped := c[reclaimStatIndexSTAT_CG_FULL] + c[reclaimStatIndexSTAT_TASK_FULL] + c[reclaimStatIndexSTAT_INFLIGHT_FULL] + c[reclaimStatIndexSTAT_HIST_FULL]

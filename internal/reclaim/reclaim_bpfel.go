@@ -66,6 +66,14 @@ type reclaimCgStats struct {
 	}
 }
 
+type reclaimCpuSamples struct {
+	_       structs.HostLayout
+	Busy    uint64
+	Kernel  uint64
+	Miss    uint64
+	Reclaim uint64
+}
+
 type reclaimHistKey struct {
 	_    structs.HostLayout
 	Cgid uint64
@@ -111,7 +119,10 @@ const (
 	reclaimStatIndexSTAT_KSWAPD_RECLAIMED reclaimStatIndex = 9
 	reclaimStatIndexSTAT_KSWAPD_NS        reclaimStatIndex = 10
 	reclaimStatIndexSTAT_NESTED_BEGIN     reclaimStatIndex = 11
-	reclaimStatIndexSTAT_MAX              reclaimStatIndex = 12
+	reclaimStatIndexSTAT_SAMPLES          reclaimStatIndex = 12
+	reclaimStatIndexSTAT_SAMPLES_FULL     reclaimStatIndex = 13
+	reclaimStatIndexSTAT_STACK_ERRORS     reclaimStatIndex = 14
+	reclaimStatIndexSTAT_MAX              reclaimStatIndex = 15
 )
 
 type reclaimWolfHist struct {
@@ -160,6 +171,8 @@ const (
 	reclaimMapKswapdHist        = "kswapd_hist"
 	reclaimMapKswapdWoke        = "kswapd_woke"
 	reclaimMapReclaimTasks      = "reclaim_tasks"
+	reclaimMapSamples           = "samples"
+	reclaimMapStackBuf          = "stack_buf"
 	reclaimMapStats             = "stats"
 	reclaimProgOnDirectBegin    = "on_direct_begin"
 	reclaimProgOnDirectEnd      = "on_direct_end"
@@ -169,12 +182,17 @@ const (
 	reclaimProgOnMemcgEnd       = "on_memcg_end"
 	reclaimProgOnNodeBegin      = "on_node_begin"
 	reclaimProgOnNodeEnd        = "on_node_end"
+	reclaimProgOnSample         = "on_sample"
 	reclaimProgOnShrinkActive   = "on_shrink_active"
 	reclaimProgOnShrinkInactive = "on_shrink_inactive"
 	reclaimProgOnSoftlimitBegin = "on_softlimit_begin"
 	reclaimProgOnSoftlimitEnd   = "on_softlimit_end"
 	reclaimProgOnThrottled      = "on_throttled"
 	reclaimProgOnWakeupKswapd   = "on_wakeup_kswapd"
+	reclaimVarNrRanges          = "nr_ranges"
+	reclaimVarRangeClass        = "range_class"
+	reclaimVarRangeHi           = "range_hi"
+	reclaimVarRangeLo           = "range_lo"
 	reclaimVarTaskBtf           = "task_btf"
 	reclaimVarUseMemcg          = "use_memcg"
 	reclaimVarWolfStatIndexBtf  = "wolf_stat_index_btf"
@@ -230,6 +248,7 @@ type reclaimProgramSpecs struct {
 	OnMemcgEnd       *ebpf.ProgramSpec `ebpf:"on_memcg_end"`
 	OnNodeBegin      *ebpf.ProgramSpec `ebpf:"on_node_begin"`
 	OnNodeEnd        *ebpf.ProgramSpec `ebpf:"on_node_end"`
+	OnSample         *ebpf.ProgramSpec `ebpf:"on_sample"`
 	OnShrinkActive   *ebpf.ProgramSpec `ebpf:"on_shrink_active"`
 	OnShrinkInactive *ebpf.ProgramSpec `ebpf:"on_shrink_inactive"`
 	OnSoftlimitBegin *ebpf.ProgramSpec `ebpf:"on_softlimit_begin"`
@@ -249,6 +268,8 @@ type reclaimMapSpecs struct {
 	KswapdHist   *ebpf.MapSpec `ebpf:"kswapd_hist"`
 	KswapdWoke   *ebpf.MapSpec `ebpf:"kswapd_woke"`
 	ReclaimTasks *ebpf.MapSpec `ebpf:"reclaim_tasks"`
+	Samples      *ebpf.MapSpec `ebpf:"samples"`
+	StackBuf     *ebpf.MapSpec `ebpf:"stack_buf"`
 	Stats        *ebpf.MapSpec `ebpf:"stats"`
 }
 
@@ -256,6 +277,10 @@ type reclaimMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type reclaimVariableSpecs struct {
+	NrRanges         *ebpf.VariableSpec `ebpf:"nr_ranges"`
+	RangeClass       *ebpf.VariableSpec `ebpf:"range_class"`
+	RangeHi          *ebpf.VariableSpec `ebpf:"range_hi"`
+	RangeLo          *ebpf.VariableSpec `ebpf:"range_lo"`
 	TaskBtf          *ebpf.VariableSpec `ebpf:"task_btf"`
 	UseMemcg         *ebpf.VariableSpec `ebpf:"use_memcg"`
 	WolfStatIndexBtf *ebpf.VariableSpec `ebpf:"wolf_stat_index_btf"`
@@ -288,6 +313,8 @@ type reclaimMaps struct {
 	KswapdHist   *ebpf.Map `ebpf:"kswapd_hist"`
 	KswapdWoke   *ebpf.Map `ebpf:"kswapd_woke"`
 	ReclaimTasks *ebpf.Map `ebpf:"reclaim_tasks"`
+	Samples      *ebpf.Map `ebpf:"samples"`
+	StackBuf     *ebpf.Map `ebpf:"stack_buf"`
 	Stats        *ebpf.Map `ebpf:"stats"`
 }
 
@@ -300,6 +327,8 @@ func (m *reclaimMaps) Close() error {
 		m.KswapdHist,
 		m.KswapdWoke,
 		m.ReclaimTasks,
+		m.Samples,
+		m.StackBuf,
 		m.Stats,
 	)
 }
@@ -308,6 +337,10 @@ func (m *reclaimMaps) Close() error {
 //
 // It can be passed to loadReclaimObjects or ebpf.CollectionSpec.LoadAndAssign.
 type reclaimVariables struct {
+	NrRanges         *ebpf.Variable `ebpf:"nr_ranges"`
+	RangeClass       *ebpf.Variable `ebpf:"range_class"`
+	RangeHi          *ebpf.Variable `ebpf:"range_hi"`
+	RangeLo          *ebpf.Variable `ebpf:"range_lo"`
 	TaskBtf          *ebpf.Variable `ebpf:"task_btf"`
 	UseMemcg         *ebpf.Variable `ebpf:"use_memcg"`
 	WolfStatIndexBtf *ebpf.Variable `ebpf:"wolf_stat_index_btf"`
@@ -325,6 +358,7 @@ type reclaimPrograms struct {
 	OnMemcgEnd       *ebpf.Program `ebpf:"on_memcg_end"`
 	OnNodeBegin      *ebpf.Program `ebpf:"on_node_begin"`
 	OnNodeEnd        *ebpf.Program `ebpf:"on_node_end"`
+	OnSample         *ebpf.Program `ebpf:"on_sample"`
 	OnShrinkActive   *ebpf.Program `ebpf:"on_shrink_active"`
 	OnShrinkInactive *ebpf.Program `ebpf:"on_shrink_inactive"`
 	OnSoftlimitBegin *ebpf.Program `ebpf:"on_softlimit_begin"`
@@ -343,6 +377,7 @@ func (p *reclaimPrograms) Close() error {
 		p.OnMemcgEnd,
 		p.OnNodeBegin,
 		p.OnNodeEnd,
+		p.OnSample,
 		p.OnShrinkActive,
 		p.OnShrinkInactive,
 		p.OnSoftlimitBegin,

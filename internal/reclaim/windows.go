@@ -48,6 +48,7 @@ type evict struct {
 	cgroups []uint64
 	tasks   []uint32
 	hists   []reclaimHistKey
+	samples []uint64
 }
 
 type cgKind struct {
@@ -286,4 +287,5 @@ func (p *probe) evict(ev *evict) {
 	probekit.Evict(p.maps.Cgroups, ev.cgroups)
 	probekit.Evict(p.maps.ReclaimTasks, ev.tasks)
 	probekit.Evict(p.maps.Hists, ev.hists)
+	probekit.Evict(p.maps.Samples, ev.samples)
 }
