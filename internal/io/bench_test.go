@@ -2,15 +2,20 @@ package io
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"runtime"
+	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
 	"github.com/wolf-investigator/wolf/internal/costbench"
@@ -33,9 +38,19 @@ import (
 // first second), and --waiters on (the sched_switch and sched_waking
 // programs attached from the start).
 //
+// Beside wolf's own meter, every side is also measured by one instrument:
+// the kernel's run statistics (turned on for the run) of the programs its
+// process holds, per request the kernel completed on the device in its
+// rounds (/proc/diskstats), program by program. WOLF_BENCH_BASE names
+// another wolf binary (a change's parent, built by the caller): its
+// `wolf io` runs as a third side in the same rounds, the order of the
+// sides rotating each round, so that a change is compared with what it
+// changes on one machine in one hold of the lock, not across runs.
+//
 // Run: flock /tmp/wolf-bench.lock go test -run '^$' -bench Overhead -benchtime 1x ./internal/io/
 // (one mode: -bench Overhead/waiters=off)
-// (as root; WOLF_BENCH_ROUNDS pairs of rounds, default 12).
+// (as root; WOLF_BENCH_ROUNDS rounds, default 12;
+// WOLF_BENCH_BASE=/tmp/wolf-base to measure a base build beside).
 
 const roundTime = 2 * time.Second
 
@@ -92,70 +107,222 @@ func loopReads(dev string, threads int) costbench.Workload {
 	}
 }
 
-type withWolf struct {
-	bpfNs, requests, cpuS []float64
+// arm is one side of the comparison with wolf attached: this build (in
+// the test process) or the base wolf (WOLF_BENCH_BASE, a process of its
+// own), summed over its rounds.
+type arm struct {
+	name string
+	// What wolf's own meter said (this build only): BPF run time and the
+	// device's requests, per round.
+	meterNs, meterReqs []float64
+	cpuS               float64
+	// The kernel's run statistics of the programs the side's process
+	// holds, by program name, over the rounds; and the requests the
+	// kernel completed on the device meanwhile (/proc/diskstats).
+	progs map[string]costbench.Stat
+	reqs  uint64
+	with  []float64 // throughput per round
 }
 
-func attachIO(b *testing.B, dev string, waiters string, w *withWolf) costbench.Attach {
-	return func(ctx context.Context) (func() error, error) {
-		iv := New()
-		iv.Device, iv.Waiters = dev, waiters
-		s, err := iv.Start(ctx, investigator.Options{})
-		if err != nil {
-			return nil, err
-		}
-		// Start-up (loading, verifying) is not the steady cost: a first
-		// window ends it.
-		if _, err := s.Collect(ctx); err != nil {
-			s.Close()
-			return nil, err
-		}
-		return func() error {
-			defer s.Close()
-			res, err := s.Collect(ctx)
-			if err != nil {
-				return err
-			}
-			if f := deviceOf(res, dev); f != nil {
-				n, _ := f.Evidence["requests"].(uint64)
-				w.requests = append(w.requests, float64(n))
-			}
-			w.bpfNs = append(w.bpfNs, float64(res.Overhead.BPFRunNs))
-			w.cpuS = append(w.cpuS, res.Overhead.CPUSeconds)
-			if res.Overhead.Dropped != 0 {
-				b.Errorf("wolf dropped %d", res.Overhead.Dropped)
-			}
-			return nil
-		}, nil
+// programStats reads the run statistics of the programs process pid holds.
+func programStats(pid int) map[ebpf.ProgramID]costbench.Stat {
+	ids, err := costbench.HeldPrograms(pid)
+	if err != nil {
+		return nil
 	}
+	return costbench.ReadStats(ids)
+}
+
+// addSince adds the programs' runs between a and b to the arm: a program
+// loaded meanwhile (the waiter programs, armed during the round) counts
+// from zero (the statistics are on from the benchmark's start).
+func (a *arm) addSince(x, y map[ebpf.ProgramID]costbench.Stat) {
+	for id, s := range y {
+		p := x[id]
+		if s.Runs < p.Runs || s.RunNs < p.RunNs {
+			continue
+		}
+		t := a.progs[s.Name]
+		t.Name = s.Name
+		t.Runs += s.Runs - p.Runs
+		t.RunNs += s.RunNs - p.RunNs
+		a.progs[s.Name] = t
+	}
+}
+
+// completed is the requests the kernel completed on dev so far.
+func completed(dev string) uint64 {
+	ds, err := readDisks()
+	if err != nil {
+		return 0
+	}
+	d := ds[dev]
+	return d.Reads + d.Writes + d.Discards
+}
+
+// thisRound runs one round of the workload with this build's io attached.
+func thisRound(ctx context.Context, b *testing.B, dev, waiters string, work costbench.Workload, a *arm) (float64, error) {
+	iv := New()
+	iv.Device, iv.Waiters = dev, waiters
+	s, err := iv.Start(ctx, investigator.Options{})
+	if err != nil {
+		return 0, err
+	}
+	defer s.Close()
+	// Start-up (loading, verifying) is not the steady cost: a first
+	// window ends it.
+	if _, err := s.Collect(ctx); err != nil {
+		return 0, err
+	}
+	x, n0 := programStats(os.Getpid()), completed(dev)
+	v, err := work(ctx)
+	if err != nil {
+		return 0, err
+	}
+	a.addSince(x, programStats(os.Getpid()))
+	a.reqs += completed(dev) - n0
+	res, err := s.Collect(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if f := deviceOf(res, dev); f != nil {
+		n, _ := f.Evidence["requests"].(uint64)
+		a.meterReqs = append(a.meterReqs, float64(n))
+	}
+	a.meterNs = append(a.meterNs, float64(res.Overhead.BPFRunNs))
+	a.cpuS += res.Overhead.CPUSeconds
+	if res.Overhead.Dropped != 0 {
+		b.Errorf("wolf dropped %d", res.Overhead.Dropped)
+	}
+	return v, nil
+}
+
+// baseRound runs one round with the base wolf's io watching dev.
+func baseRound(ctx context.Context, bin, dev, waiters string, work costbench.Workload, a *arm) (float64, error) {
+	cmd := exec.CommandContext(ctx, bin, "io", "--device", dev, "--waiters", waiters, "--duration", "10m",
+		"--format", "json", "--output", os.DevNull)
+	cmd.SysProcAttr = &unix.SysProcAttr{Pdeathsig: unix.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	defer func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}()
+	// Attached once its programs stop growing (the waiter programs, armed
+	// later, count from zero in addSince).
+	if _, err := costbench.WaitPrograms(cmd.Process.Pid, time.Second, time.Minute); err != nil {
+		return 0, err
+	}
+	x, n0 := programStats(cmd.Process.Pid), completed(dev)
+	v, err := work(ctx)
+	if err != nil {
+		return 0, err
+	}
+	a.addSince(x, programStats(cmd.Process.Pid))
+	a.reqs += completed(dev) - n0
+	return v, nil
 }
 
 func BenchmarkOverhead(b *testing.B) {
 	testutil.RequireRoot(b)
+	base := os.Getenv("WOLF_BENCH_BASE")
+	if base != "" {
+		if st, err := os.Stat(base); err != nil || st.Mode()&0o111 == 0 {
+			b.Fatalf("WOLF_BENCH_BASE=%s: not an executable wolf", base)
+		}
+	}
+	stats, err := costbench.EnableStats()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer stats.Close()
 	for _, waiters := range []string{WaitersOff, WaitersAuto, WaitersOn} {
 		b.Run("waiters="+waiters, func(b *testing.B) {
 			l := testLoop(b)
+			work := loopReads(l.Dev, 4)
+			ctx := context.Background()
 			for range b.N {
-				var w withWolf
-				r, err := costbench.Compare(context.Background(), benchRounds(), loopReads(l.Dev, 4), attachIO(b, l.Name, waiters, &w))
-				if err != nil {
-					b.Fatal(err)
+				this := &arm{name: "wolf", progs: map[string]costbench.Stat{}}
+				old := &arm{name: "wolf (base)", progs: map[string]costbench.Stat{}}
+				var without []float64
+				phases := []func() error{
+					func() error {
+						v, err := work(ctx)
+						without = append(without, v)
+						return err
+					},
+					func() error {
+						v, err := thisRound(ctx, b, l.Name, waiters, work, this)
+						this.with = append(this.with, v)
+						return err
+					},
 				}
-				var ns, reqs, cpu float64
-				for i := range w.bpfNs {
-					ns += w.bpfNs[i]
-					cpu += w.cpuS[i]
+				if base != "" {
+					phases = append(phases, func() error {
+						v, err := baseRound(ctx, base, l.Name, waiters, work, old)
+						old.with = append(old.with, v)
+						return err
+					})
 				}
-				for _, x := range w.requests {
+				// Each round runs every side once; the order rotates, so
+				// that no side always follows another.
+				for i := range benchRounds() {
+					for j := range phases {
+						if err := phases[(i+j)%len(phases)](); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				var ns, reqs float64
+				for i := range this.meterNs {
+					ns += this.meterNs[i]
+				}
+				for _, x := range this.meterReqs {
 					reqs += x
 				}
 				perReq := ns / max(reqs, 1)
+				r := costbench.Summarize(without, this.with)
 				b.Logf("%s", r)
-				b.Logf("requests/s without wolf: median %.0f; with: %.0f", costbench.Median(r.Baseline), costbench.Median(r.With))
-				b.Logf("BPF: %.0f ns per request (%.0f requests, %.3f s of BPF); wolf's process CPU %.3f s over %d rounds",
-					perReq, reqs, ns/1e9, cpu, len(w.bpfNs))
+				b.Logf("requests/s without wolf: median %.0f; with: %.0f", costbench.Median(without), costbench.Median(this.with))
+				b.Logf("BPF (wolf's meter): %.0f ns per request (%.0f requests, %.3f s of BPF); wolf's process CPU %.3f s over %d rounds",
+					perReq, reqs, ns/1e9, this.cpuS, len(this.meterNs))
 				b.Logf("at 50,000 requests/s: BPF %.2f%% of one CPU; throughput slowdown %.2f%% (CI %.2f%% .. %.2f%%)",
 					perReq*50000/1e9*100, r.MedianBlockPct, r.CILowPct, r.CIHighPct)
+				sides := []*arm{this}
+				if base != "" {
+					sides = append(sides, old)
+					rb := costbench.Summarize(without, old.with)
+					b.Logf("base: requests/s median %.0f; throughput slowdown %.2f%% (CI %.2f%% .. %.2f%%)",
+						costbench.Median(old.with), rb.MedianBlockPct, rb.CILowPct, rb.CIHighPct)
+				}
+				// Both sides by one instrument: the kernel's run statistics
+				// of the programs each process holds, per request the
+				// kernel completed on the device in its rounds.
+				for _, a := range sides {
+					var total uint64
+					names := make([]string, 0, len(a.progs))
+					for n, st := range a.progs {
+						total += st.RunNs
+						names = append(names, n)
+					}
+					sort.Strings(names)
+					line := fmt.Sprintf("%s (bpf_stats): %.0f ns per request (%d requests), %.2f%% of one CPU at 50,000 requests/s;",
+						a.name, float64(total)/float64(max(a.reqs, 1)), a.reqs, float64(total)/float64(max(a.reqs, 1))*50000/1e9*100)
+					for _, n := range names {
+						st := a.progs[n]
+						if st.Runs == 0 {
+							continue
+						}
+						line += fmt.Sprintf(" %s %.0f ns/run %.2f runs/request,", n, float64(st.RunNs)/float64(st.Runs), float64(st.Runs)/float64(max(a.reqs, 1)))
+					}
+					b.Logf("%s", strings.TrimSuffix(line, ","))
+					if a == this {
+						b.ReportMetric(float64(total)/float64(max(a.reqs, 1)), "bpfstat-ns/req")
+					} else {
+						b.ReportMetric(float64(total)/float64(max(a.reqs, 1)), "base-bpfstat-ns/req")
+					}
+				}
 				b.ReportMetric(perReq, "bpf-ns/req")
 				b.ReportMetric(perReq*50000/1e9*100, "cpu%@50k")
 				b.ReportMetric(r.MedianBlockPct, "slowdown%")

@@ -110,6 +110,7 @@ func (b *builder) keepPID(pid int) bool { return b.s.opts.PID == 0 || pid == b.s
 
 // devices fills Devices from the per-issuer window and diskstats.
 func (b *builder) devices(procs map[ioIoKey]procRead, disks1 map[string]sysstat.DiskStat) {
+	rows := map[*Device][]*Usage{}
 	for k, v := range procs {
 		if v.s.Ops == [3]uint64{} {
 			continue
@@ -119,14 +120,13 @@ func (b *builder) devices(procs map[ioIoKey]procRead, disks1 map[string]sysstat.
 			continue
 		}
 		pid := int(k.Tgid)
-		pi := b.proc(pid)
-		u := &Usage{Cgroup: cg, CgroupID: k.Cgid, PID: pid, Comm: pi.comm, Total: v.total, OnDevice: v.device,
-			Kworker: k.Flags&fKworker != 0}
-		if u.Comm == "" {
-			u.Comm = b.cur.comms[k.Tgid]
-		}
-		if pid == 0 {
-			u.Comm = ""
+		u := &Usage{Cgroup: cg, CgroupID: k.Cgid, PID: pid, Total: v.total, OnDevice: v.device,
+			Kworker: k.Flags&fKworker != 0, Unattributed: k.Flags&fUnattributed != 0}
+		if pid != 0 {
+			u.Comm = b.proc(pid).comm
+			if u.Comm == "" {
+				u.Comm = b.cur.comms[k.Tgid]
+			}
 		}
 		u.Reads, u.Writes, u.Other = v.s.Ops[opRead], v.s.Ops[opWrite], v.s.Ops[opOther]
 		u.ReadBytes, u.WriteBytes, u.OtherBytes = v.s.Bytes[opRead], v.s.Bytes[opWrite], v.s.Bytes[opOther]
@@ -139,8 +139,13 @@ func (b *builder) devices(procs map[ioIoKey]procRead, disks1 map[string]sysstat.
 		dv.Ops.add(&u.Ops)
 		dv.Total.Merge(&u.Total)
 		dv.OnDevice.Merge(&u.OnDevice)
-		if b.keepPID(pid) {
-			dv.Users = append(dv.Users, u)
+		rows[dv] = append(rows[dv], u)
+	}
+	for dv, us := range rows {
+		for _, u := range apportion(us) {
+			if b.keepPID(u.PID) {
+				dv.Users = append(dv.Users, u)
+			}
 		}
 	}
 	for _, dv := range b.devs {
@@ -164,9 +169,76 @@ func (b *builder) devices(procs map[ioIoKey]procRead, disks1 map[string]sysstat.
 
 // Request flags, as the programs set them.
 const (
-	fThrottled = 1
-	fKworker   = 2
+	fThrottled    = 1
+	fKworker      = 2
+	fUnattributed = 8 // its issuer not followed: attribution sampled
 )
+
+// apportion gives each cgroup's requests whose issuer was not followed
+// (attribution sampled) to the cgroup's followed issuers, in proportion
+// to their followed requests, and their latencies to the busiest of
+// them: the per-process figures become estimates, the per-cgroup sums
+// stay exact. A cgroup none of whose requests was followed keeps them as
+// one unattributed consumer.
+func apportion(us []*Usage) []*Usage {
+	byCg := map[uint64][]*Usage{}
+	var rest []*Usage
+	for _, u := range us {
+		if u.Unattributed {
+			rest = append(rest, u)
+		} else {
+			byCg[u.CgroupID] = append(byCg[u.CgroupID], u)
+		}
+	}
+	out := make([]*Usage, 0, len(us))
+	for _, u := range us {
+		if !u.Unattributed {
+			out = append(out, u)
+		}
+	}
+	for _, r := range rest {
+		peers := byCg[r.CgroupID]
+		var followed uint64
+		var top *Usage
+		for _, p := range peers {
+			followed += p.Requests()
+			if top == nil || p.Requests() > top.Requests() {
+				top = p
+			}
+		}
+		if followed == 0 {
+			r.PID = 0
+			out = append(out, r)
+			continue
+		}
+		share := func(v, n uint64) uint64 { return uint64(float64(v) * float64(n) / float64(followed)) }
+		var given Ops
+		for _, p := range peers {
+			n := p.Requests()
+			add := Ops{Reads: share(r.Reads, n), Writes: share(r.Writes, n), Other: share(r.Other, n),
+				ReadBytes: share(r.ReadBytes, n), WriteBytes: share(r.WriteBytes, n), OtherBytes: share(r.OtherBytes, n)}
+			p.Reads, p.Writes, p.Other = p.Reads+add.Reads, p.Writes+add.Writes, p.Other+add.Other
+			p.ReadBytes, p.WriteBytes, p.OtherBytes = p.ReadBytes+add.ReadBytes, p.WriteBytes+add.WriteBytes, p.OtherBytes+add.OtherBytes
+			given.add(&add)
+			p.Estimated = true
+		}
+		// What rounding left, and the latencies, to the busiest.
+		top.Reads += r.Reads - given.Reads
+		top.Writes += r.Writes - given.Writes
+		top.Other += r.Other - given.Other
+		top.ReadBytes += r.ReadBytes - given.ReadBytes
+		top.WriteBytes += r.WriteBytes - given.WriteBytes
+		top.OtherBytes += r.OtherBytes - given.OtherBytes
+		top.Timed += r.Timed
+		top.QueuedNs += r.QueuedNs
+		top.DeviceNs += r.DeviceNs
+		top.MaxTotalNs = max(top.MaxTotalNs, r.MaxTotalNs)
+		top.MaxDeviceNs = max(top.MaxDeviceNs, r.MaxDeviceNs)
+		top.Total.Merge(&r.Total)
+		top.OnDevice.Merge(&r.OnDevice)
+	}
+	return out
+}
 
 // Operation classes, as the programs number them.
 const (

@@ -18,7 +18,10 @@
  *
  * Per request, two programs run on the hot path (issue and complete) and
  * one array slot, indexed by a hash of the request's address, carries its
- * times from one to the other; no hash map is written per request.
+ * issuer and times from one to the other; no hash map is written per
+ * request. Above a rate, only one request in 2^n is followed so (struct
+ * attr): the others are counted and timed by the completion alone, from
+ * the kernel's own stamps, their cgroup read from their bio.
  * Completions add to one hash entry per (disk, cgroup, issuer) and one set
  * of histograms per (disk, cgroup): the per-disk and per-cgroup totals are
  * sums of those, made in user space.
@@ -56,9 +59,10 @@ char LICENSE[] SEC("license") = "GPL";
 #define NR_OPS 3
 
 /* Request and wait flags. */
-#define F_THROTTLED 1 /* born in blk-throttle's dispatch work: held there first */
-#define F_KWORKER 2   /* born in a workqueue worker (writeback, a stacked driver) */
-#define F_TIMED 4     /* birth and issue known: queued and device times are */
+#define F_THROTTLED 1	 /* born in blk-throttle's dispatch work: held there first */
+#define F_KWORKER 2	 /* born in a workqueue worker (writeback, a stacked driver) */
+#define F_TIMED 4	 /* birth and issue known: queued and device times are */
+#define F_UNATTRIBUTED 8 /* its issuer not followed: attribution sampled (attr_shift) */
 
 /* Kinds of wait. */
 #define WAIT_IO 0     /* an I/O sleep ended by a request's completion */
@@ -115,12 +119,12 @@ WOLF_STATS()
 #define GATE_SLOW 1
 WOLF_BUDGET(2)
 
-/* One request in flight: its times from birth to completion. */
+/* One request in flight: its times from birth to completion (32 bytes: two
+ * to a cache line, none across two). */
 struct rq_slot {
 	__u64 rq; /* the request's identity (rq_id): 0 free */
 	__u64 birth_ns;
 	__u64 issue_ns;
-	__u64 cgid;
 	__u32 tgid; /* the issuer: the task the request was born in */
 	__u32 flags;
 };
@@ -235,7 +239,14 @@ struct sleep {
 	__u32 kind; /* WAIT_IO, or WAIT_DIRTY when balance_dirty_pages asked */
 	__u32 dev;  /* WAIT_DIRTY: the backing device */
 	__u32 tgid;
-	__u32 _pad;
+	__u32 weight; /* the sleeps it stands for (1 << wait_shift when noted) */
+	/*
+	 * The thread's voluntary switches once asleep (the kernel counts the
+	 * switch before the tracepoint): a wake-up finding another count
+	 * ends a sleep whose own wake-up wolf missed (it raced the switch),
+	 * which the next sleeps, left out by the sampling, did not overwrite.
+	 */
+	__u64 nvcsw;
 };
 
 struct {
@@ -244,6 +255,38 @@ struct {
 	__type(key, __u32);
 	__type(value, struct sleep);
 } sleeps SEC(".maps");
+
+/*
+ * How many threads whose id falls in each bucket have a sleep noted and
+ * not ended: a wake-up of a thread whose bucket is empty (a sleep left
+ * out by the sampling, or none noted) ends there, without the hash lookup
+ * of sleeps. A thread evicted asleep leaves its bucket counted: its
+ * neighbours' wake-ups then look it up, as they all did before.
+ */
+#define PENDING_SLOTS 16384 /* a power of two */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, PENDING_SLOTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} pending SEC(".maps");
+
+static __always_inline __u32 *pending_of(__u32 tid)
+{
+	__u32 k = tid & (PENDING_SLOTS - 1);
+
+	return bpf_map_lookup_elem(&pending, &k);
+}
+
+/* A thread's sleep is noted (its entry's start was 0). */
+static __always_inline void pending_inc(__u32 tid)
+{
+	__u32 *p = pending_of(tid);
+
+	if (p)
+		__sync_fetch_and_add(p, 1);
+}
 
 /* Waits per (waiting thread, kind, disk, the cgroup of what it waited for). */
 struct wait_key {
@@ -539,6 +582,57 @@ static __always_inline void note_comm(__u32 tgid)
 }
 
 /*
+ * Attribution above a rate. Following a request from its first sight to
+ * its completion (a slot written on the issuing CPU, read and freed on the
+ * completing one) is what makes a request cost twice what its counts do.
+ * Its counts, bytes and times need none of it: the completion reads the
+ * birth and issue times the kernel stamps in the request (start_time_ns,
+ * and io_start_time_ns where the queue keeps statistics: wbt, iocost,
+ * iolatency), and the cgroup from its bio. Only its issuer (the task it
+ * was born in, and whether blk-throttle held it) needs the first sight.
+ * So when user space sets attr_shift (requests come faster than wolf's
+ * budget for following each), one request in 2^attr_shift of those the
+ * kernel stamps is followed, picked by a hash of its birth time: the
+ * first sight and the completion pick the same ones without sharing
+ * anything. Requests born in blk-throttle's dispatcher are always
+ * followed (what the throttle held is what a waiter is told). The
+ * completions judge by done_shift, which user space lowers a second after
+ * shift: a request left out under a larger shift is then still told from
+ * one wolf missed (a hash whose top bits are not all zero has more of
+ * them not all zero).
+ */
+struct attr {
+	__u32 shift;
+	__u32 done_shift;
+	__u32 wait_shift; /* the waiter programs' own: see sched_switch */
+	__u32 _pad;
+};
+
+struct attr attr SEC(".data.attr");
+
+static __always_inline bool attr_skip(__u64 birth, __u32 shift)
+{
+	if (!shift || !birth)
+		return false;
+	shift &= 15;
+	return ((birth * 0x9E3779B97F4A7C15ULL) >> (64 - shift)) != 0;
+}
+
+/* The request's slot if it holds this request: the same identity, and the
+ * same birth where the kernel stamps it (a slot left by an earlier use of
+ * the same request, whose completion wolf missed, is not this one's). */
+static __always_inline struct rq_slot *slot_held(struct request *rq, __u64 *idp)
+{
+	__u64 id = rq_id(rq), birth = rq->start_time_ns;
+	struct rq_slot *s = slot_of(id);
+
+	*idp = id;
+	if (!s || !id || s->rq != id || (birth && s->birth_ns != birth))
+		return 0;
+	return s;
+}
+
+/*
  * The first sight of a request (insert, or issue when it skips the
  * scheduler and plug), in its submitter's context: t is the current task
  * and tflags its flags. Returns the slot, now this request's.
@@ -546,20 +640,19 @@ static __always_inline void note_comm(__u32 tgid)
 static __always_inline struct rq_slot *rq_born(struct request *rq, __u64 now, struct task_struct *t,
 					       unsigned int tflags, __u32 tgid)
 {
-	__u64 id = rq_id(rq), birth;
-	struct rq_slot *s = slot_of(id);
+	__u64 id, birth = rq->start_time_ns;
+	struct rq_slot *s = slot_held(rq, &id);
 
+	if (s)
+		return s;
+	s = slot_of(id);
 	if (!s || !id)
 		return 0;
-	if (s->rq == id)
-		return s;
-	if (s->rq && now - s->birth_ns < 60000000000ULL)
+	if (s->rq && s->rq != id && now - s->birth_ns < 60000000000ULL)
 		stat_inc(STAT_SLOT_TAKEN); /* the other one's completion goes untracked */
-	birth = rq->start_time_ns;
 	s->rq = id;
 	s->birth_ns = birth && birth <= now ? birth : now;
 	s->issue_ns = 0;
-	s->cgid = bio_cgid(rq->bio);
 	s->tgid = tgid;
 	s->flags = 0;
 	if (tflags & WOLF_PF_WQ_WORKER) {
@@ -581,81 +674,77 @@ static __always_inline bool watched(__u32 dev)
 	return !only_dev || dev == only_dev;
 }
 
-/*
- * insert and issue, since 5.11: the request is the first argument and
- * the current task is a BTF pointer (plain loads).
- */
-static __always_inline int on_insert(struct request *rq)
+/* Whether blk-throttle's dispatcher runs now (t: the current task). */
+static __always_inline bool in_throttle(struct task_struct *t, unsigned int tflags)
 {
-	struct task_struct *t = bpf_get_current_task_btf();
-
-	if (only_dev && rq_dev(rq) != only_dev)
-		return 0;
-	rq_born(rq, bpf_ktime_get_ns(), t, t->flags, t->tgid);
-	return 0;
+	return throtl_dispatch_fn && (tflags & WOLF_PF_WQ_WORKER) &&
+	       worker_func(t) == throtl_dispatch_fn;
 }
 
-static __always_inline int on_issue(struct request *rq)
+/*
+ * insert and issue. A request the sampling leaves out costs the hash of
+ * its birth (and, at issue, a look at its slot, which an insert may have
+ * claimed); one followed is born in its slot, and issue stamps it.
+ */
+static __always_inline int first_sight(struct request *rq, struct task_struct *t,
+				       unsigned int tflags, __u32 tgid, bool issue)
 {
-	struct task_struct *t = bpf_get_current_task_btf();
 	struct rq_slot *s;
-	__u64 now;
+	__u64 now, id;
 
 	if (only_dev && rq_dev(rq) != only_dev)
 		return 0;
+	if (attr_skip(rq->start_time_ns, *(volatile __u32 *)&attr.shift) &&
+	    !in_throttle(t, tflags)) {
+		if (!issue)
+			return 0;
+		s = slot_held(rq, &id);
+		if (s)
+			s->issue_ns = bpf_ktime_get_ns();
+		return 0;
+	}
 	now = bpf_ktime_get_ns();
-	s = rq_born(rq, now, t, t->flags, t->tgid);
-	if (s)
+	s = rq_born(rq, now, t, tflags, tgid);
+	if (s && issue)
 		s->issue_ns = now;
 	return 0;
 }
 
+/*
+ * Since 5.11: the request is the first argument and the current task is a
+ * BTF pointer (plain loads).
+ */
 SEC("tp_btf/block_rq_insert")
 int BPF_PROG(rq_insert, struct request *rq)
 {
-	return on_insert(rq);
+	struct task_struct *t = bpf_get_current_task_btf();
+
+	return first_sight(rq, t, t->flags, t->tgid, false);
 }
 
 SEC("tp_btf/block_rq_issue")
 int BPF_PROG(rq_issue, struct request *rq)
 {
-	return on_issue(rq);
+	struct task_struct *t = bpf_get_current_task_btf();
+
+	return first_sight(rq, t, t->flags, t->tgid, true);
 }
 
 /*
  * Before 5.11 the queue came first, and bpf_get_current_task_btf did not
  * exist: the current task is read with probe reads.
  */
-static __always_inline int on_insert_old(struct request *rq)
+static __always_inline int first_sight_old(struct request *rq, bool issue)
 {
 	struct task_struct *t = wolf_current();
 
-	if (only_dev && rq_dev(rq) != only_dev)
-		return 0;
-	rq_born(rq, bpf_ktime_get_ns(), t, BPF_CORE_READ(t, flags),
-		bpf_get_current_pid_tgid() >> 32);
-	return 0;
-}
-
-static __always_inline int on_issue_old(struct request *rq)
-{
-	struct task_struct *t = wolf_current();
-	struct rq_slot *s;
-	__u64 now;
-
-	if (only_dev && rq_dev(rq) != only_dev)
-		return 0;
-	now = bpf_ktime_get_ns();
-	s = rq_born(rq, now, t, BPF_CORE_READ(t, flags), bpf_get_current_pid_tgid() >> 32);
-	if (s)
-		s->issue_ns = now;
-	return 0;
+	return first_sight(rq, t, BPF_CORE_READ(t, flags), bpf_get_current_pid_tgid() >> 32, issue);
 }
 
 SEC("tp_btf/block_rq_insert")
 int BPF_PROG(rq_insert_q, struct request_queue *q, struct request *rq)
 {
-	return on_insert_old(rq);
+	return first_sight_old(rq, false);
 }
 
 /*
@@ -666,19 +755,19 @@ int BPF_PROG(rq_insert_q, struct request_queue *q, struct request *rq)
 SEC("tp_btf/block_rq_insert")
 int BPF_PROG(rq_insert_nb, struct request *rq)
 {
-	return on_insert_old(rq);
+	return first_sight_old(rq, false);
 }
 
 SEC("tp_btf/block_rq_issue")
 int BPF_PROG(rq_issue_nb, struct request *rq)
 {
-	return on_issue_old(rq);
+	return first_sight_old(rq, true);
 }
 
 SEC("tp_btf/block_rq_issue")
 int BPF_PROG(rq_issue_q, struct request_queue *q, struct request *rq)
 {
-	return on_issue_old(rq);
+	return first_sight_old(rq, true);
 }
 
 static __always_inline struct io_stats *proc_get(struct io_key *k)
@@ -697,18 +786,20 @@ static __always_inline struct io_stats *proc_get(struct io_key *k)
 
 /*
  * Completions are added up per CPU in a batch of one key (disk, issuer,
- * cgroup) and at most BATCH timed requests, folded into procs when it is
- * full or the key changes: one hash lookup and a few atomic adds for
- * BATCH completions of a steady workload, not for each. User space reads
- * the batches with the map (a batch folded between the two readings is
- * in neither, once, and counts in the next window).
+ * cgroup), histograms included, folded into procs when BATCH completions
+ * are in it or the key changes: one hash lookup and a few atomic adds
+ * (the histograms' slots the batch filled, a steady workload's few) for
+ * BATCH completions of a steady workload, and plain adds on the CPU's own
+ * memory for each. User space reads the batches with the map (a batch
+ * folded between the two readings is in neither, once, and counts in the
+ * next window).
  */
-#define BATCH 8
+#define BATCH 64
 
 struct batch {
 	struct io_key key;
 	__u32 count; /* completions in the batch */
-	__u32 timed; /* of them, with their times in total_ns, device_ns */
+	__u32 timed; /* of them, with their times in the slots */
 	__u64 ops[NR_OPS];
 	__u64 bytes[NR_OPS];
 	__u64 throttled;
@@ -717,16 +808,15 @@ struct batch {
 	__u64 max_device_ns;
 	__u64 sum_total_ns; /* and its sums, folded as one add each */
 	__u64 sum_device_ns;
-	__u64 total_ns[BATCH];
-	__u64 device_ns[BATCH];
+	__u32 total_slots[WOLF_HIST_SLOTS]; /* struct wolf_hist's slots, per CPU */
+	__u32 device_slots[WOLF_HIST_SLOTS];
 };
 
 /*
  * wolf_log2_slot without a branch: a boolean made of a subtraction's sign
- * bit, not of a comparison. Folding a batch runs it in a loop, and the
- * verifier follows both ways of every branch in every pass: the
- * comparisons of wolf_log2_slot would multiply its paths past its limit.
- * For values under 2^63 (nanoseconds: 292 years).
+ * bit, not of a comparison (fewer paths for the verifier to follow, and no
+ * mispredicted branch per completion). For values under 2^63
+ * (nanoseconds: 292 years).
  */
 static __always_inline __u32 slot_of_value(__u64 v)
 {
@@ -752,19 +842,9 @@ static __always_inline __u32 slot_of_value(__u64 v)
 	return r + ((v | (0 - v)) >> 63);
 }
 
-/* A histogram sample's slot, the sum and maximum left to the caller (one
- * add for the batch); no count (the slots add up to it). */
-static __always_inline void hist_slot(struct wolf_hist *h, __u64 v)
-{
-	__u32 s = slot_of_value(v);
-
-	if (s < WOLF_HIST_SLOTS)
-		__sync_fetch_and_add(&h->slots[s], 1);
-}
-
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2); /* followed requests, and those left out (F_UNATTRIBUTED) */
 	__type(key, __u32);
 	__type(value, struct batch);
 } batches SEC(".maps");
@@ -791,17 +871,27 @@ static __noinline void batch_fold(struct batch *b)
 			__sync_fetch_and_add(&st->throttled, b->throttled);
 			__sync_fetch_and_add(&st->throttled_bytes, b->throttled_bytes);
 		}
-		for (int i = 0; i < BATCH; i++) {
-			if (i >= b->timed)
-				break;
-			hist_slot(&st->total, b->total_ns[i]);
-			hist_slot(&st->device, b->device_ns[i]);
-		}
 		if (b->timed) {
 			__sync_fetch_and_add(&st->total.sum, b->sum_total_ns);
 			__sync_fetch_and_add(&st->device.sum, b->sum_device_ns);
 			wolf_max_add(&st->total.max, b->max_total_ns);
 			wolf_max_add(&st->device.max, b->max_device_ns);
+		}
+	}
+	/* The slots the batch filled, and only them, back to zero. */
+	for (int i = 0; b->timed && i < WOLF_HIST_SLOTS; i++) {
+		__u32 c = b->total_slots[i];
+
+		if (c) {
+			if (st)
+				__sync_fetch_and_add(&st->total.slots[i], c);
+			b->total_slots[i] = 0;
+		}
+		c = b->device_slots[i];
+		if (c) {
+			if (st)
+				__sync_fetch_and_add(&st->device.slots[i], c);
+			b->device_slots[i] = 0;
 		}
 	}
 	b->count = 0;
@@ -826,11 +916,11 @@ static __always_inline bool same_key(struct io_key *a, struct io_key *b)
 SEC("tp_btf/block_rq_complete")
 int BPF_PROG(rq_complete, struct request *rq, int error, unsigned int nr_bytes)
 {
-	__u32 dev = rq_dev(rq), zero = 0, op;
+	__u32 dev = rq_dev(rq), zero = 0, bi = 0, op;
 	struct io_key k = {};
 	struct rq_slot *s;
 	struct batch *b;
-	__u64 id, now, total = 0, device = 0, birth = 0, issue = 0;
+	__u64 id, now, total = 0, device = 0, birth, issue;
 	__u32 flags = 0;
 
 	if (!watched(dev))
@@ -839,20 +929,27 @@ int BPF_PROG(rq_complete, struct request *rq, int error, unsigned int nr_bytes)
 	now = bpf_ktime_get_ns();
 	op = op_class(rq->cmd_flags);
 	k.dev = dev;
-	id = rq_id(rq);
-	s = slot_of(id);
-	if (s && id && s->rq == id) {
+	/* The kernel's stamps (0 where it keeps none); a followed request's
+	 * own, taken at its first sight and issue, where it does not. */
+	birth = rq->start_time_ns;
+	issue = rq->io_start_time_ns;
+	s = slot_held(rq, &id);
+	if (s) {
 		k.tgid = s->tgid;
-		k.cgid = s->cgid;
 		k.flags = s->flags & F_KWORKER;
 		flags = s->flags;
 		birth = s->birth_ns;
-		issue = s->issue_ns;
+		if (!issue)
+			issue = s->issue_ns;
 		s->rq = 0;
+	} else if (attr_skip(birth, *(volatile __u32 *)&attr.done_shift)) {
+		k.flags = F_UNATTRIBUTED;
+		flags = F_UNATTRIBUTED;
+		bi = 1;
 	} else {
 		stat_inc(STAT_UNTRACKED);
-		k.cgid = bio_cgid(rq->bio);
 	}
+	k.cgid = bio_cgid(rq->bio);
 	if (birth && issue && issue >= birth && now >= issue) {
 		flags |= F_TIMED;
 		total = now - birth;
@@ -872,7 +969,7 @@ int BPF_PROG(rq_complete, struct request *rq, int error, unsigned int nr_bytes)
 			d->flags = flags;
 		}
 	}
-	b = bpf_map_lookup_elem(&batches, &zero);
+	b = bpf_map_lookup_elem(&batches, &bi);
 	if (!b)
 		return 0;
 	if (b->count && !same_key(&b->key, &k))
@@ -889,10 +986,12 @@ int BPF_PROG(rq_complete, struct request *rq, int error, unsigned int nr_bytes)
 		want();
 	}
 	if (flags & F_TIMED) {
-		__u32 i = wolf_bound(b->timed, BATCH - 1);
+		__u32 ts = slot_of_value(total), ds = slot_of_value(device);
 
-		b->total_ns[i] = total;
-		b->device_ns[i] = device;
+		if (ts < WOLF_HIST_SLOTS)
+			b->total_slots[ts] += 1;
+		if (ds < WOLF_HIST_SLOTS)
+			b->device_slots[ds] += 1;
 		b->sum_total_ns += total;
 		b->sum_device_ns += device;
 		b->timed++;
@@ -938,29 +1037,46 @@ SEC("tp_btf/sched_switch")
 int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
 	struct sleep sl = {}, *old;
-	__u32 tid;
+	__u32 tid, shift;
 
 	if (preempt || !BPF_CORE_READ_BITFIELD(prev, in_iowait))
 		return 0;
 	if (wolf_task_state(prev) == WOLF_TASK_RUNNING)
 		return 0;
-	tid = prev->pid;
 	stat_inc(STAT_IOWAIT_SLEEPS);
+	/*
+	 * Above a rate of I/O sleeps (user space sets wait_shift, as it sets
+	 * attr.shift for requests), one in 2^wait_shift is noted, at random,
+	 * and its wait counts for 2^wait_shift: the counts and sums are
+	 * estimates, the averages and the kinds of wait unbiased. A sleep
+	 * balance_dirty_pages noted stays noted.
+	 */
+	shift = *(volatile __u32 *)&attr.wait_shift & 15;
+	if (shift && (bpf_get_prandom_u32() & ((1U << shift) - 1)))
+		return 0;
+	tid = prev->pid;
 	sl.start_ns = bpf_ktime_get_ns();
 	sl.kind = WAIT_IO;
 	sl.tgid = prev->tgid;
+	sl.weight = 1U << shift;
+	sl.nvcsw = prev->nvcsw;
 	old = bpf_map_lookup_elem(&sleeps, &tid);
 	if (old) {
+		if (!old->start_ns)
+			pending_inc(tid);
 		/* balance_dirty_pages just asked for this pause. */
 		if (old->kind == WAIT_DIRTY && sl.start_ns - old->start_ns < 10000000) {
 			sl.kind = WAIT_DIRTY;
 			sl.dev = old->dev;
+			sl.weight = old->weight;
 		}
 		*old = sl;
 		return 0;
 	}
 	if (bpf_map_update_elem(&sleeps, &tid, &sl, BPF_ANY))
 		stat_inc(STAT_SLEEP_FULL);
+	else
+		pending_inc(tid);
 	return 0;
 }
 
@@ -986,15 +1102,24 @@ int BPF_PROG(sched_waking, struct task_struct *wakee)
 	struct wait_stats *w;
 	struct done_ctx *d;
 	struct sleep *sl;
-	__u64 now, ns, held = 0, queued = 0, device = 0;
-	__u32 tid, tgid, zero = 0, kind;
+	__u64 now, ns, held = 0, queued = 0, device = 0, wt;
+	__u32 tid, tgid, zero = 0, kind, *p;
 
 	if (!BPF_CORE_READ_BITFIELD(wakee, in_iowait))
 		return 0;
 	tid = wakee->pid;
+	p = pending_of(tid);
+	if (!p || !*(volatile __u32 *)p)
+		return 0;
 	sl = bpf_map_lookup_elem(&sleeps, &tid);
 	if (!sl || !sl->start_ns)
 		return 0;
+	__sync_fetch_and_add(p, -1);
+	if (sl->nvcsw != wakee->nvcsw) {
+		sl->start_ns = 0; /* not this sleep's: one wolf missed the end of */
+		return 0;
+	}
+	wt = sl->weight ? sl->weight : 1;
 	now = bpf_ktime_get_ns();
 	ns = now > sl->start_ns ? now - sl->start_ns : 0;
 	kind = sl->kind;
@@ -1028,11 +1153,11 @@ int BPF_PROG(sched_waking, struct task_struct *wakee)
 		 * and the kernel wakes a task under its pi_lock, one waker at
 		 * a time.
 		 */
-		w->count += 1;
-		w->ns += ns;
-		w->held_ns += held;
-		w->queued_ns += queued;
-		w->device_ns += device;
+		w->count += wt;
+		w->ns += ns * wt;
+		w->held_ns += held * wt;
+		w->queued_ns += queued * wt;
+		w->device_ns += device * wt;
 		wolf_max_add(&w->max_ns, ns);
 		if (!w->comm[0]) {
 			w->tgid = tgid;
@@ -1110,11 +1235,19 @@ int balance_dirty_pages(struct trace_event_raw_balance_dirty_pages *ctx)
 	sl.kind = WAIT_DIRTY;
 	sl.dev = parse_bdi(name);
 	sl.tgid = bpf_get_current_pid_tgid() >> 32;
+	sl.weight = 1;
+	/* The pause is the thread's next voluntary switch. */
+	sl.nvcsw = BPF_CORE_READ(wolf_current(), nvcsw) + 1;
 	old = bpf_map_lookup_elem(&sleeps, &tid);
-	if (old)
+	if (old) {
+		if (!old->start_ns)
+			pending_inc(tid);
 		*old = sl;
-	else if (bpf_map_update_elem(&sleeps, &tid, &sl, BPF_ANY))
+	} else if (bpf_map_update_elem(&sleeps, &tid, &sl, BPF_ANY)) {
 		stat_inc(STAT_SLEEP_FULL);
+	} else {
+		pending_inc(tid);
+	}
 	return 0;
 }
 

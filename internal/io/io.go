@@ -145,6 +145,11 @@ func (iv *Investigator) Start(ctx context.Context, opts investigator.Options) (i
 		s.wg.Add(1)
 		go s.watchArm()
 	}
+	// --pid asks about one process's requests: all of them are followed.
+	if opts.PID == 0 {
+		s.wg.Add(1)
+		go s.watchRate()
+	}
 	if iv.attached != nil {
 		iv.attached()
 	}
@@ -180,12 +185,16 @@ type session struct {
 	syms    *kallsyms.Table
 	symsErr error
 
-	mu      sync.Mutex
-	armed   time.Time // when the waiter programs attached (zero: not yet)
-	armErr  error
-	stop    chan struct{}
-	wg      sync.WaitGroup
-	stopped bool
+	mu     sync.Mutex
+	sample uint32 // the window's sparsest attribution: 1 in 2^sample requests followed
+	shift  uint32 // the programs' attribution shift now
+	// The same for I/O sleeps (waiters).
+	waitSample, waitShift uint32
+	armed                 time.Time // when the waiter programs attached (zero: not yet)
+	armErr                error
+	stop                  chan struct{}
+	wg                    sync.WaitGroup
+	stopped               bool
 }
 
 // watchArm polls the programs' wish for waiters and arms them once. A
@@ -215,6 +224,80 @@ func (s *session) watchArm() {
 				return
 			}
 			prev, last = cur, now
+		}
+	}
+}
+
+// attrRate is how many requests a second wolf follows one by one from
+// their first sight to their completion (io.bpf.c's struct attr): above
+// it, one in 2^n of the requests tasks issue is followed, the smallest n
+// that keeps them under it. Following a request costs about as much as
+// counting it (350 ns of BPF for both on the development VM, 150–200 ns
+// for the count alone): 4,000 followed a second are 0.1% of one CPU,
+// and the issue's budget is 1% at 50,000 requests a second.
+const attrRate = 4000
+
+// attrShift is the shift for rate requests a second.
+func attrShift(rate float64) uint32 {
+	var n uint32
+	for n < 10 && rate/float64(uint64(1)<<n) > attrRate {
+		n++
+	}
+	return n
+}
+
+// watchRate sets the sampling each second: of the requests' attribution
+// from the rate of completions, of the waiters from the rate of I/O
+// sleeps (the same budget: following a sleep to its wake-up costs about
+// what following a request does). The completions keep judging by a
+// larger shift for a second after it is lowered: requests left out before
+// are told apart from requests wolf missed.
+func (s *session) watchRate() {
+	defer s.wg.Done()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	read := func() (uint64, uint64, error) {
+		c, err := s.p.counter(ioStatIndexSTAT_COMPLETIONS)
+		if err != nil {
+			return 0, 0, err
+		}
+		w, err := s.p.counter(ioStatIndexSTAT_IOWAIT_SLEEPS)
+		return c, w, err
+	}
+	prevC, prevW, err := read()
+	if err != nil {
+		return
+	}
+	last := time.Now()
+	var cur ioAttr
+	for {
+		select {
+		case <-s.stop:
+			return
+		case now := <-t.C:
+			c, w, err := read()
+			if err != nil {
+				return
+			}
+			next := cur
+			if el := now.Sub(last).Seconds(); el > 0 {
+				next.Shift = attrShift(float64(probeSub(c, prevC)) / el)
+				next.WaitShift = attrShift(float64(probeSub(w, prevW)) / el)
+			}
+			next.DoneShift = max(next.Shift, cur.Shift) // the second-old shift still judges
+			prevC, prevW, last = c, w, now
+			if next == cur {
+				continue
+			}
+			if err := s.p.setAttr(next); err != nil {
+				return
+			}
+			cur = next
+			s.mu.Lock()
+			s.shift, s.waitShift = next.Shift, next.WaitShift
+			s.sample = max(s.sample, next.Shift)
+			s.waitSample = max(s.waitSample, next.WaitShift)
+			s.mu.Unlock()
 		}
 	}
 }
@@ -328,6 +411,12 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 	snap := &Snapshot{Window: window, Throttle: p.throttle, CgroupVersion: s.h.Version}
 	s.mu.Lock()
 	armed, armErr := s.armed, s.armErr
+	snap.AttrSample = 1 << s.sample
+	s.sample = s.shift // the next window starts where this one ends
+	if !armed.IsZero() {
+		snap.WaitSample = 1 << s.waitSample
+	}
+	s.waitSample = s.waitShift
 	s.mu.Unlock()
 	switch {
 	case !armed.IsZero():

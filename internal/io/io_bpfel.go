@@ -13,6 +13,14 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type ioAttr struct {
+	_         structs.HostLayout
+	Shift     uint32
+	DoneShift uint32
+	WaitShift uint32
+	Pad       uint32
+}
+
 type ioBatch struct {
 	_              structs.HostLayout
 	Key            ioIoKey
@@ -26,8 +34,8 @@ type ioBatch struct {
 	MaxDeviceNs    uint64
 	SumTotalNs     uint64
 	SumDeviceNs    uint64
-	TotalNs        [8]uint64
-	DeviceNs       [8]uint64
+	TotalSlots     [65]uint32
+	DeviceSlots    [65]uint32
 }
 
 type ioBlkgCache struct {
@@ -158,7 +166,6 @@ type ioRqSlot struct {
 	Rq      uint64
 	BirthNs uint64
 	IssueNs uint64
-	Cgid    uint64
 	Tgid    uint32
 	Flags   uint32
 }
@@ -169,7 +176,8 @@ type ioSleep struct {
 	Kind    uint32
 	Dev     uint32
 	Tgid    uint32
-	Pad     uint32
+	Weight  uint32
+	Nvcsw   uint64
 }
 
 type ioSlowRq struct {
@@ -253,6 +261,7 @@ const (
 	ioMapJournals            = "journals"
 	ioMapLastTgid            = "last_tgid"
 	ioMapLongWaits           = "long_waits"
+	ioMapPending             = "pending"
 	ioMapProcs               = "procs"
 	ioMapQoses               = "qoses"
 	ioMapReqs                = "reqs"
@@ -286,6 +295,7 @@ const (
 	ioProgWbtStep            = "wbt_step"
 	ioProgXfsLogGrantSleep   = "xfs_log_grant_sleep"
 	ioProgXfsLogGrantWake    = "xfs_log_grant_wake"
+	ioVarAttr                = "attr"
 	ioVarLinkNs              = "link_ns"
 	ioVarLongWaitNs          = "long_wait_ns"
 	ioVarOnlyDev             = "only_dev"
@@ -378,6 +388,7 @@ type ioMapSpecs struct {
 	Journals   *ebpf.MapSpec `ebpf:"journals"`
 	LastTgid   *ebpf.MapSpec `ebpf:"last_tgid"`
 	LongWaits  *ebpf.MapSpec `ebpf:"long_waits"`
+	Pending    *ebpf.MapSpec `ebpf:"pending"`
 	Procs      *ebpf.MapSpec `ebpf:"procs"`
 	Qoses      *ebpf.MapSpec `ebpf:"qoses"`
 	Reqs       *ebpf.MapSpec `ebpf:"reqs"`
@@ -393,6 +404,7 @@ type ioMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ioVariableSpecs struct {
+	Attr             *ebpf.VariableSpec `ebpf:"attr"`
 	LinkNs           *ebpf.VariableSpec `ebpf:"link_ns"`
 	LongWaitNs       *ebpf.VariableSpec `ebpf:"long_wait_ns"`
 	OnlyDev          *ebpf.VariableSpec `ebpf:"only_dev"`
@@ -433,6 +445,7 @@ type ioMaps struct {
 	Journals   *ebpf.Map `ebpf:"journals"`
 	LastTgid   *ebpf.Map `ebpf:"last_tgid"`
 	LongWaits  *ebpf.Map `ebpf:"long_waits"`
+	Pending    *ebpf.Map `ebpf:"pending"`
 	Procs      *ebpf.Map `ebpf:"procs"`
 	Qoses      *ebpf.Map `ebpf:"qoses"`
 	Reqs       *ebpf.Map `ebpf:"reqs"`
@@ -453,6 +466,7 @@ func (m *ioMaps) Close() error {
 		m.Journals,
 		m.LastTgid,
 		m.LongWaits,
+		m.Pending,
 		m.Procs,
 		m.Qoses,
 		m.Reqs,
@@ -469,6 +483,7 @@ func (m *ioMaps) Close() error {
 //
 // It can be passed to loadIoObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ioVariables struct {
+	Attr             *ebpf.Variable `ebpf:"attr"`
 	LinkNs           *ebpf.Variable `ebpf:"link_ns"`
 	LongWaitNs       *ebpf.Variable `ebpf:"long_wait_ns"`
 	OnlyDev          *ebpf.Variable `ebpf:"only_dev"`

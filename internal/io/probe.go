@@ -3,6 +3,7 @@ package io
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -214,11 +215,47 @@ func addBatch(procs map[ioIoKey]procRead, b *ioBatch) {
 	}
 	pr.s.Throttled += b.Throttled
 	pr.s.ThrottledBytes += b.ThrottledBytes
-	for i := range min(int(b.Timed), len(b.TotalNs)) {
-		pr.total.Add(b.TotalNs[i])
-		pr.device.Add(b.DeviceNs[i])
+	for i := range min(len(b.TotalSlots), len(pr.total.Slots)) {
+		pr.total.Slots[i] += uint64(b.TotalSlots[i])
+		pr.total.Count += uint64(b.TotalSlots[i])
+		pr.device.Slots[i] += uint64(b.DeviceSlots[i])
+		pr.device.Count += uint64(b.DeviceSlots[i])
+	}
+	if b.Timed > 0 {
+		pr.total.Sum += b.SumTotalNs
+		pr.device.Sum += b.SumDeviceNs
+		pr.total.Max = max(pr.total.Max, b.MaxTotalNs)
+		pr.device.Max = max(pr.device.Max, b.MaxDeviceNs)
 	}
 	procs[b.Key] = pr
+}
+
+// counter is one of the programs' counters (stats) so far, all CPUs
+// together.
+func (p *probe) counter(i ioStatIndex) (uint64, error) {
+	var per []uint64
+	if err := p.maps.Stats.Lookup(uint32(i), &per); err != nil {
+		return 0, fmt.Errorf("io: read counter %d: %w", i, err)
+	}
+	var n uint64
+	for _, v := range per {
+		n += v
+	}
+	return n, nil
+}
+
+// setAttr sets the programs' sampling (io.bpf.c's struct attr): one
+// request in 2^Shift is followed from its first sight, completions tell
+// the others by DoneShift, and one I/O sleep in 2^WaitShift is noted.
+func (p *probe) setAttr(a ioAttr) error {
+	m := p.kit.Map(".data.attr")
+	if m == nil {
+		return errors.New("io: no attribution sampling in the object")
+	}
+	if err := m.Update(uint32(0), a, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("io: set attribution sampling: %w", err)
+	}
+	return nil
 }
 
 // wanted says whether the programs asked for the waiter programs.
@@ -342,12 +379,15 @@ func (p *probe) read(w uint32) (*raw, error) {
 		return nil, fmt.Errorf("io: read procs: %w", err)
 	}
 	// What each CPU's batch holds, not folded into procs yet.
-	var bs []ioBatch
-	if err := p.maps.Batches.Lookup(uint32(0), &bs); err != nil {
-		return nil, fmt.Errorf("io: read batches: %w", err)
-	}
-	for _, b := range bs {
-		addBatch(r.procs, &b)
+	// Two per CPU: followed requests' and the others' (attribution sampled).
+	for i := range uint32(2) {
+		var bs []ioBatch
+		if err := p.maps.Batches.Lookup(i, &bs); err != nil {
+			return nil, fmt.Errorf("io: read batches: %w", err)
+		}
+		for _, b := range bs {
+			addBatch(r.procs, &b)
+		}
 	}
 	var (
 		wk ioWaitKey

@@ -46,6 +46,16 @@ type Snapshot struct {
 	// CgroupVersion is the I/O controller's hierarchy (1 blkio, 2 io; 0
 	// none).
 	CgroupVersion int
+	// AttrSample is the window's sparsest attribution sampling: one in
+	// AttrSample of the requests tasks issued was followed to its issuer
+	// (1, or 0 in hand-built snapshots: every one). Per-device and
+	// per-cgroup counts, bytes and latencies are every request's.
+	AttrSample int
+	// WaitSample is the same for the waiters: one I/O sleep in WaitSample
+	// was followed to its wake-up, and counts for WaitSample (waits'
+	// counts and sums are estimates, their averages unbiased; a wait still
+	// going may be unseen).
+	WaitSample int
 	// Lost counts what the programs could not keep (full maps, rings).
 	Lost Lost
 }
@@ -130,6 +140,14 @@ type Usage struct {
 	PID      int
 	Comm     string
 	Kworker  bool // the issuer was a kernel worker (writeback, a stacked driver)
+	// Estimated: its requests and bytes include a share of its cgroup's
+	// requests whose issuer was not followed (Snapshot.AttrSample), in
+	// proportion to the ones followed; the cgroup's busiest issuer's
+	// latencies include the requests not followed.
+	Estimated bool
+	// Unattributed: the cgroup's requests whose issuer was not followed,
+	// none of its requests being followed in the window (PID 0).
+	Unattributed bool
 	Ops
 	Total, OnDevice hist.Log2
 }
