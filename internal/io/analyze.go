@@ -858,6 +858,9 @@ func deviceEvidence(s *Snapshot, d *Device) map[string]any {
 	if s.AttrSample > 1 {
 		ev["attribution_sample_1_in"] = s.AttrSample
 	}
+	if s.WaitSample > 1 {
+		ev["wait_sample_1_in"] = s.WaitSample
+	}
 	return ev
 }
 
@@ -952,6 +955,10 @@ func (s *Snapshot) Notes() []string {
 	if s.AttrSample > 1 {
 		out = append(out, fmt.Sprintf("requests came faster than %s a second: 1 in %d of those tasks issued was followed to its issuer; per-device and per-cgroup counts, bytes and latencies are every request's, per-process ones are estimated from the followed ones (evidence estimated: true)",
 			human.Count(attrRate), s.AttrSample))
+	}
+	if s.WaitSample > 1 {
+		out = append(out, fmt.Sprintf("tasks slept for I/O more than %s times a second: 1 sleep in %d was followed to its wake-up and counts for %d; waits' counts and totals are estimates, their averages unbiased, and a wait still going may be unseen",
+			human.Count(attrRate), s.WaitSample, s.WaitSample))
 	}
 	l := s.Lost
 	if l.Untracked > 0 {

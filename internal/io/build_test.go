@@ -74,21 +74,21 @@ func TestApportion(t *testing.T) {
 
 // A sampled window says so, in its notes and its devices' evidence.
 func TestSampledWindowSaysSo(t *testing.T) {
-	s := &Snapshot{Window: time.Second, Throttle: true, AttrSample: 16, Devices: []*Device{{Name: "loop0"}}}
+	s := &Snapshot{Window: time.Second, Throttle: true, AttrSample: 16, WaitSample: 8, Devices: []*Device{{Name: "loop0"}}}
 	var note string
 	for _, n := range s.Notes() {
 		if strings.Contains(n, "1 in 16") {
 			note = n
 		}
 	}
-	if note == "" {
-		t.Errorf("notes %q do not say 1 in 16", s.Notes())
+	if note == "" || !strings.Contains(strings.Join(s.Notes(), "\n"), "1 sleep in 8") {
+		t.Errorf("notes %q do not say 1 in 16 and 1 sleep in 8", s.Notes())
 	}
-	if ev := deviceEvidence(s, s.Devices[0]); ev["attribution_sample_1_in"] != 16 {
+	if ev := deviceEvidence(s, s.Devices[0]); ev["attribution_sample_1_in"] != 16 || ev["wait_sample_1_in"] != 8 {
 		t.Errorf("evidence %v", ev)
 	}
-	s.AttrSample = 1
-	if ev := deviceEvidence(s, s.Devices[0]); ev["attribution_sample_1_in"] != nil {
+	s.AttrSample, s.WaitSample = 1, 1
+	if ev := deviceEvidence(s, s.Devices[0]); ev["attribution_sample_1_in"] != nil || ev["wait_sample_1_in"] != nil {
 		t.Errorf("unsampled evidence %v", ev)
 	}
 }

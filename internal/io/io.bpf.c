@@ -239,7 +239,14 @@ struct sleep {
 	__u32 kind; /* WAIT_IO, or WAIT_DIRTY when balance_dirty_pages asked */
 	__u32 dev;  /* WAIT_DIRTY: the backing device */
 	__u32 tgid;
-	__u32 _pad;
+	__u32 weight; /* the sleeps it stands for (1 << wait_shift when noted) */
+	/*
+	 * The thread's voluntary switches once asleep (the kernel counts the
+	 * switch before the tracepoint): a wake-up finding another count
+	 * ends a sleep whose own wake-up wolf missed (it raced the switch),
+	 * which the next sleeps, left out by the sampling, did not overwrite.
+	 */
+	__u64 nvcsw;
 };
 
 struct {
@@ -248,6 +255,38 @@ struct {
 	__type(key, __u32);
 	__type(value, struct sleep);
 } sleeps SEC(".maps");
+
+/*
+ * How many threads whose id falls in each bucket have a sleep noted and
+ * not ended: a wake-up of a thread whose bucket is empty (a sleep left
+ * out by the sampling, or none noted) ends there, without the hash lookup
+ * of sleeps. A thread evicted asleep leaves its bucket counted: its
+ * neighbours' wake-ups then look it up, as they all did before.
+ */
+#define PENDING_SLOTS 16384 /* a power of two */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, PENDING_SLOTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} pending SEC(".maps");
+
+static __always_inline __u32 *pending_of(__u32 tid)
+{
+	__u32 k = tid & (PENDING_SLOTS - 1);
+
+	return bpf_map_lookup_elem(&pending, &k);
+}
+
+/* A thread's sleep is noted (its entry's start was 0). */
+static __always_inline void pending_inc(__u32 tid)
+{
+	__u32 *p = pending_of(tid);
+
+	if (p)
+		__sync_fetch_and_add(p, 1);
+}
 
 /* Waits per (waiting thread, kind, disk, the cgroup of what it waited for). */
 struct wait_key {
@@ -565,6 +604,8 @@ static __always_inline void note_comm(__u32 tgid)
 struct attr {
 	__u32 shift;
 	__u32 done_shift;
+	__u32 wait_shift; /* the waiter programs' own: see sched_switch */
+	__u32 _pad;
 };
 
 struct attr attr SEC(".data.attr");
@@ -996,29 +1037,46 @@ SEC("tp_btf/sched_switch")
 int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
 	struct sleep sl = {}, *old;
-	__u32 tid;
+	__u32 tid, shift;
 
 	if (preempt || !BPF_CORE_READ_BITFIELD(prev, in_iowait))
 		return 0;
 	if (wolf_task_state(prev) == WOLF_TASK_RUNNING)
 		return 0;
-	tid = prev->pid;
 	stat_inc(STAT_IOWAIT_SLEEPS);
+	/*
+	 * Above a rate of I/O sleeps (user space sets wait_shift, as it sets
+	 * attr.shift for requests), one in 2^wait_shift is noted, at random,
+	 * and its wait counts for 2^wait_shift: the counts and sums are
+	 * estimates, the averages and the kinds of wait unbiased. A sleep
+	 * balance_dirty_pages noted stays noted.
+	 */
+	shift = *(volatile __u32 *)&attr.wait_shift & 15;
+	if (shift && (bpf_get_prandom_u32() & ((1U << shift) - 1)))
+		return 0;
+	tid = prev->pid;
 	sl.start_ns = bpf_ktime_get_ns();
 	sl.kind = WAIT_IO;
 	sl.tgid = prev->tgid;
+	sl.weight = 1U << shift;
+	sl.nvcsw = prev->nvcsw;
 	old = bpf_map_lookup_elem(&sleeps, &tid);
 	if (old) {
+		if (!old->start_ns)
+			pending_inc(tid);
 		/* balance_dirty_pages just asked for this pause. */
 		if (old->kind == WAIT_DIRTY && sl.start_ns - old->start_ns < 10000000) {
 			sl.kind = WAIT_DIRTY;
 			sl.dev = old->dev;
+			sl.weight = old->weight;
 		}
 		*old = sl;
 		return 0;
 	}
 	if (bpf_map_update_elem(&sleeps, &tid, &sl, BPF_ANY))
 		stat_inc(STAT_SLEEP_FULL);
+	else
+		pending_inc(tid);
 	return 0;
 }
 
@@ -1044,15 +1102,24 @@ int BPF_PROG(sched_waking, struct task_struct *wakee)
 	struct wait_stats *w;
 	struct done_ctx *d;
 	struct sleep *sl;
-	__u64 now, ns, held = 0, queued = 0, device = 0;
-	__u32 tid, tgid, zero = 0, kind;
+	__u64 now, ns, held = 0, queued = 0, device = 0, wt;
+	__u32 tid, tgid, zero = 0, kind, *p;
 
 	if (!BPF_CORE_READ_BITFIELD(wakee, in_iowait))
 		return 0;
 	tid = wakee->pid;
+	p = pending_of(tid);
+	if (!p || !*(volatile __u32 *)p)
+		return 0;
 	sl = bpf_map_lookup_elem(&sleeps, &tid);
 	if (!sl || !sl->start_ns)
 		return 0;
+	__sync_fetch_and_add(p, -1);
+	if (sl->nvcsw != wakee->nvcsw) {
+		sl->start_ns = 0; /* not this sleep's: one wolf missed the end of */
+		return 0;
+	}
+	wt = sl->weight ? sl->weight : 1;
 	now = bpf_ktime_get_ns();
 	ns = now > sl->start_ns ? now - sl->start_ns : 0;
 	kind = sl->kind;
@@ -1086,11 +1153,11 @@ int BPF_PROG(sched_waking, struct task_struct *wakee)
 		 * and the kernel wakes a task under its pi_lock, one waker at
 		 * a time.
 		 */
-		w->count += 1;
-		w->ns += ns;
-		w->held_ns += held;
-		w->queued_ns += queued;
-		w->device_ns += device;
+		w->count += wt;
+		w->ns += ns * wt;
+		w->held_ns += held * wt;
+		w->queued_ns += queued * wt;
+		w->device_ns += device * wt;
 		wolf_max_add(&w->max_ns, ns);
 		if (!w->comm[0]) {
 			w->tgid = tgid;
@@ -1168,11 +1235,19 @@ int balance_dirty_pages(struct trace_event_raw_balance_dirty_pages *ctx)
 	sl.kind = WAIT_DIRTY;
 	sl.dev = parse_bdi(name);
 	sl.tgid = bpf_get_current_pid_tgid() >> 32;
+	sl.weight = 1;
+	/* The pause is the thread's next voluntary switch. */
+	sl.nvcsw = BPF_CORE_READ(wolf_current(), nvcsw) + 1;
 	old = bpf_map_lookup_elem(&sleeps, &tid);
-	if (old)
+	if (old) {
+		if (!old->start_ns)
+			pending_inc(tid);
 		*old = sl;
-	else if (bpf_map_update_elem(&sleeps, &tid, &sl, BPF_ANY))
+	} else if (bpf_map_update_elem(&sleeps, &tid, &sl, BPF_ANY)) {
 		stat_inc(STAT_SLEEP_FULL);
+	} else {
+		pending_inc(tid);
+	}
 	return 0;
 }
 

@@ -185,14 +185,16 @@ type session struct {
 	syms    *kallsyms.Table
 	symsErr error
 
-	mu      sync.Mutex
-	sample  uint32    // the window's sparsest attribution: 1 in 2^sample requests followed
-	shift   uint32    // the programs' attribution shift now
-	armed   time.Time // when the waiter programs attached (zero: not yet)
-	armErr  error
-	stop    chan struct{}
-	wg      sync.WaitGroup
-	stopped bool
+	mu     sync.Mutex
+	sample uint32 // the window's sparsest attribution: 1 in 2^sample requests followed
+	shift  uint32 // the programs' attribution shift now
+	// The same for I/O sleeps (waiters).
+	waitSample, waitShift uint32
+	armed                 time.Time // when the waiter programs attached (zero: not yet)
+	armErr                error
+	stop                  chan struct{}
+	wg                    sync.WaitGroup
+	stopped               bool
 }
 
 // watchArm polls the programs' wish for waiters and arms them once. A
@@ -244,45 +246,57 @@ func attrShift(rate float64) uint32 {
 	return n
 }
 
-// watchRate sets the attribution sampling each second from the rate of
-// completions. The completions keep judging by a larger shift for a
-// second after it is lowered: requests left out before are told apart
-// from requests wolf missed.
+// watchRate sets the sampling each second: of the requests' attribution
+// from the rate of completions, of the waiters from the rate of I/O
+// sleeps (the same budget: following a sleep to its wake-up costs about
+// what following a request does). The completions keep judging by a
+// larger shift for a second after it is lowered: requests left out before
+// are told apart from requests wolf missed.
 func (s *session) watchRate() {
 	defer s.wg.Done()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
-	prev, err := s.p.completions()
+	read := func() (uint64, uint64, error) {
+		c, err := s.p.counter(ioStatIndexSTAT_COMPLETIONS)
+		if err != nil {
+			return 0, 0, err
+		}
+		w, err := s.p.counter(ioStatIndexSTAT_IOWAIT_SLEEPS)
+		return c, w, err
+	}
+	prevC, prevW, err := read()
 	if err != nil {
 		return
 	}
 	last := time.Now()
-	var shift, done uint32
+	var cur ioAttr
 	for {
 		select {
 		case <-s.stop:
 			return
 		case now := <-t.C:
-			n, err := s.p.completions()
+			c, w, err := read()
 			if err != nil {
 				return
 			}
-			next := shift
+			next := cur
 			if el := now.Sub(last).Seconds(); el > 0 {
-				next = attrShift(float64(probeSub(n, prev)) / el)
+				next.Shift = attrShift(float64(probeSub(c, prevC)) / el)
+				next.WaitShift = attrShift(float64(probeSub(w, prevW)) / el)
 			}
-			prev, last = n, now
-			nextDone := max(next, shift) // the second-old shift still judges
-			if next == shift && nextDone == done {
+			next.DoneShift = max(next.Shift, cur.Shift) // the second-old shift still judges
+			prevC, prevW, last = c, w, now
+			if next == cur {
 				continue
 			}
-			if err := s.p.setAttr(next, nextDone); err != nil {
+			if err := s.p.setAttr(next); err != nil {
 				return
 			}
-			shift, done = next, nextDone
+			cur = next
 			s.mu.Lock()
-			s.shift = next
-			s.sample = max(s.sample, next)
+			s.shift, s.waitShift = next.Shift, next.WaitShift
+			s.sample = max(s.sample, next.Shift)
+			s.waitSample = max(s.waitSample, next.WaitShift)
 			s.mu.Unlock()
 		}
 	}
@@ -399,6 +413,10 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 	armed, armErr := s.armed, s.armErr
 	snap.AttrSample = 1 << s.sample
 	s.sample = s.shift // the next window starts where this one ends
+	if !armed.IsZero() {
+		snap.WaitSample = 1 << s.waitSample
+	}
+	s.waitSample = s.waitShift
 	s.mu.Unlock()
 	switch {
 	case !armed.IsZero():

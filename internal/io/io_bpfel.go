@@ -17,6 +17,8 @@ type ioAttr struct {
 	_         structs.HostLayout
 	Shift     uint32
 	DoneShift uint32
+	WaitShift uint32
+	Pad       uint32
 }
 
 type ioBatch struct {
@@ -174,7 +176,8 @@ type ioSleep struct {
 	Kind    uint32
 	Dev     uint32
 	Tgid    uint32
-	Pad     uint32
+	Weight  uint32
+	Nvcsw   uint64
 }
 
 type ioSlowRq struct {
@@ -258,6 +261,7 @@ const (
 	ioMapJournals            = "journals"
 	ioMapLastTgid            = "last_tgid"
 	ioMapLongWaits           = "long_waits"
+	ioMapPending             = "pending"
 	ioMapProcs               = "procs"
 	ioMapQoses               = "qoses"
 	ioMapReqs                = "reqs"
@@ -384,6 +388,7 @@ type ioMapSpecs struct {
 	Journals   *ebpf.MapSpec `ebpf:"journals"`
 	LastTgid   *ebpf.MapSpec `ebpf:"last_tgid"`
 	LongWaits  *ebpf.MapSpec `ebpf:"long_waits"`
+	Pending    *ebpf.MapSpec `ebpf:"pending"`
 	Procs      *ebpf.MapSpec `ebpf:"procs"`
 	Qoses      *ebpf.MapSpec `ebpf:"qoses"`
 	Reqs       *ebpf.MapSpec `ebpf:"reqs"`
@@ -440,6 +445,7 @@ type ioMaps struct {
 	Journals   *ebpf.Map `ebpf:"journals"`
 	LastTgid   *ebpf.Map `ebpf:"last_tgid"`
 	LongWaits  *ebpf.Map `ebpf:"long_waits"`
+	Pending    *ebpf.Map `ebpf:"pending"`
 	Procs      *ebpf.Map `ebpf:"procs"`
 	Qoses      *ebpf.Map `ebpf:"qoses"`
 	Reqs       *ebpf.Map `ebpf:"reqs"`
@@ -460,6 +466,7 @@ func (m *ioMaps) Close() error {
 		m.Journals,
 		m.LastTgid,
 		m.LongWaits,
+		m.Pending,
 		m.Procs,
 		m.Qoses,
 		m.Reqs,

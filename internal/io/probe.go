@@ -230,12 +230,12 @@ func addBatch(procs map[ioIoKey]procRead, b *ioBatch) {
 	procs[b.Key] = pr
 }
 
-// completions is how many completions the programs counted so far, all
-// CPUs together.
-func (p *probe) completions() (uint64, error) {
+// counter is one of the programs' counters (stats) so far, all CPUs
+// together.
+func (p *probe) counter(i ioStatIndex) (uint64, error) {
 	var per []uint64
-	if err := p.maps.Stats.Lookup(uint32(ioStatIndexSTAT_COMPLETIONS), &per); err != nil {
-		return 0, fmt.Errorf("io: read completions: %w", err)
+	if err := p.maps.Stats.Lookup(uint32(i), &per); err != nil {
+		return 0, fmt.Errorf("io: read counter %d: %w", i, err)
 	}
 	var n uint64
 	for _, v := range per {
@@ -244,15 +244,15 @@ func (p *probe) completions() (uint64, error) {
 	return n, nil
 }
 
-// setAttr sets the programs' attribution sampling (io.bpf.c's struct
-// attr): one request in 2^shift is followed from its first sight, and
-// completions tell the others by doneShift.
-func (p *probe) setAttr(shift, doneShift uint32) error {
+// setAttr sets the programs' sampling (io.bpf.c's struct attr): one
+// request in 2^Shift is followed from its first sight, completions tell
+// the others by DoneShift, and one I/O sleep in 2^WaitShift is noted.
+func (p *probe) setAttr(a ioAttr) error {
 	m := p.kit.Map(".data.attr")
 	if m == nil {
 		return errors.New("io: no attribution sampling in the object")
 	}
-	if err := m.Update(uint32(0), ioAttr{Shift: shift, DoneShift: doneShift}, ebpf.UpdateAny); err != nil {
+	if err := m.Update(uint32(0), a, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("io: set attribution sampling: %w", err)
 	}
 	return nil

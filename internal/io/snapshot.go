@@ -51,6 +51,11 @@ type Snapshot struct {
 	// (1, or 0 in hand-built snapshots: every one). Per-device and
 	// per-cgroup counts, bytes and latencies are every request's.
 	AttrSample int
+	// WaitSample is the same for the waiters: one I/O sleep in WaitSample
+	// was followed to its wake-up, and counts for WaitSample (waits'
+	// counts and sums are estimates, their averages unbiased; a wait still
+	// going may be unseen).
+	WaitSample int
 	// Lost counts what the programs could not keep (full maps, rings).
 	Lost Lost
 }

@@ -165,3 +165,7 @@ func (w *sampleWindows) step(cur map[uint64]reclaimCpuSamples) (map[uint64]CPUSa
 	w.prev = cur
 	return out, evict
 }
+
+// restart begins the window again at reading cur: the next step counts
+// from it.
+func (w *sampleWindows) restart(cur map[uint64]reclaimCpuSamples) { w.prev = cur }

@@ -37,6 +37,20 @@ func TestSampleWindows(t *testing.T) {
 	}
 }
 
+// A restart (every investigator attached) leaves out what was counted
+// before it: the next window is the reading less the one at the restart.
+func TestSampleWindowsRestart(t *testing.T) {
+	var w sampleWindows
+	w.restart(map[uint64]reclaimCpuSamples{7: {Busy: 500, Kernel: 400}, 9: {Busy: 300}})
+	got, _ := w.step(map[uint64]reclaimCpuSamples{7: {Busy: 600, Kernel: 450, Miss: 30}, 9: {Busy: 300}, 11: {Busy: 5}})
+	if got[7] != (CPUSamples{Busy: 100, Kernel: 50, Miss: 30}) || got[11] != (CPUSamples{Busy: 5}) {
+		t.Fatalf("window after a restart %+v", got)
+	}
+	if _, ok := got[9]; ok {
+		t.Errorf("a cgroup with nothing since the restart has samples: %+v", got[9])
+	}
+}
+
 // The sampled miss path is a usage of the host's CPUs for the cgroup's
 // limit, its share of every task's samples; reclaim's own CPU stays the
 // tracepoints' per-process usage. Unclassified samples make none.
