@@ -447,4 +447,67 @@ struct wolf_reclaim_task {
 		__type(value, struct wolf_reclaim_task); \
 	} reclaim_tasks SEC(".maps");
 
+/* wolf_hist_add_local_at for a value that stands for n (a storm sample: wolf_storm_take). */
+static __always_inline void wolf_hist_add_local_n(struct wolf_hist *h, __u64 v, __u64 n, __u32 w)
+{
+	__u32 s = wolf_log2_slot(v);
+
+	if (s < WOLF_HIST_SLOTS)
+		h->slots[s] += n;
+	h->count += n;
+	h->sum += v * n;
+	wolf_max_tag_at(&h->max, v, 0, w);
+}
+
+/*
+ * Storm sampling, the budget's last resort before it gives up: an event
+ * wolf times exactly whatever the budget (a spin lock's wait, tens of
+ * thousands a second under a storm) is, once the gates are at their
+ * longest and the programs still spend over the budget, timed about one
+ * in wolf_storm_every per CPU. The one timed stands for itself and the
+ * events skipped since the CPU's previous one (its weight, what
+ * wolf_storm_take returns; 0: skip this one), so that the counts add up
+ * to the events but those skipped last, and the sums are estimates of
+ * the whole from the sample. The gaps are random (uniform, averaging
+ * every - 1 skipped) so that a sequence that repeats, a CPU waiting for
+ * lock A then B over and over, is not always sampled on the same lock.
+ * The budget (internal/probekit) sets wolf_storm_every; 0 or 1: every
+ * event is timed. seen and kept count what was asked and timed.
+ */
+struct wolf_storm {
+	__u64 seen;
+	__u64 kept;
+	__u32 left;    /* events to skip before the next one timed */
+	__u32 skipped; /* skipped since the last one timed */
+};
+
+static __u32 wolf_storm_every __attribute__((section(".data.wolf_storm")));
+
+#define WOLF_STORM()                                                               \
+	struct {                                                                   \
+		__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);                           \
+		__uint(max_entries, 1);                                            \
+		__type(key, __u32);                                                \
+		__type(value, struct wolf_storm);                                  \
+	} wolf_storm SEC(".maps");                                                 \
+	static __always_inline __attribute__((unused)) __u32 wolf_storm_take(void) \
+	{                                                                          \
+		__u32 every = *(volatile __u32 *)&wolf_storm_every, zero = 0, w;   \
+		struct wolf_storm *s = bpf_map_lookup_elem(&wolf_storm, &zero);    \
+                                                                                   \
+		if (!s)                                                            \
+			return 1;                                                  \
+		s->seen++;                                                         \
+		if (s->left) {                                                     \
+			s->left--;                                                 \
+			s->skipped++;                                              \
+			return 0;                                                  \
+		}                                                                  \
+		w = s->skipped + 1;                                                \
+		s->skipped = 0;                                                    \
+		s->left = every > 1 ? bpf_get_prandom_u32() % (2 * every - 1) : 0; \
+		s->kept++;                                                         \
+		return w;                                                          \
+	}
+
 #endif /* WOLF_H */

@@ -1246,3 +1246,24 @@ func TestColdMissesAreTheReadersOwnWork(t *testing.T) {
 		t.Errorf("the CPUs' attribution fell from %.2f to %.2f", b, a)
 	}
 }
+
+// The 4-reader v2 run with the CPU sampler (testdata/README.md): the
+// readers' page-cache misses took about a fifth of the CPUs' busy time,
+// most of the rest their own reads of cached pages (89.7% of their CPU in
+// the kernel, 32% in the miss path). The CPUs stay the root, and the
+// limit is the runner-up with its measured share, said in one line.
+func TestThrashingReadersSampledOnTCG(t *testing.T) {
+	s := keptFacts(t, "memcg-thrash-v2-tcg-4jobs-sampled.facts.json")
+	ds := Diagnose(nil, s)
+	logChain(t, ds)
+	if len(ds) == 0 || ds[0].ID != "diagnose.host-cpu" {
+		t.Fatalf("first %v, want host-cpu", ds)
+	}
+	share := rivalShare(ds[0], "diagnose.memcg-limit")
+	if share < 0.15 || share > 0.3 {
+		t.Errorf("the limit's share as the runner-up %.2f, want the measured ≈ 0.2", share)
+	}
+	if len(ds[0].Rivals) == 0 || !strings.Contains(ds[0].Rivals[0].Text, "page-cache misses") || !strings.Contains(ds[0].Summary, "page-cache misses and memory reclaim took only") {
+		t.Errorf("the runner-up's line does not say the misses: %+v / %s", ds[0].Rivals, ds[0].Summary)
+	}
+}

@@ -333,7 +333,11 @@ func (d *draft) rivalText(e *engine, r *branch, share float64) string {
 	case r.kind == "device" && d.via == r.root && d.viaFrac > 0:
 		return fmt.Sprintf("not device %s: %s of what it read were refaults of pages %s", e.resource(r.root).Device, pct1(d.viaFrac), d.evictedBy(e))
 	case d.kind == "host-cpu" && r.via == fact.HostCPUKey() && r.viaFrac > 0:
-		return fmt.Sprintf("%s: it took only %s of the CPUs' busy time", head, pct1(r.viaFrac))
+		what := "it"
+		if r.viaWhat != "" && kindOfKey(r.root) == fact.Memory {
+			what = "its " + strings.TrimPrefix(r.viaWhat, "memory ")
+		}
+		return fmt.Sprintf("%s: %s took only %s of the CPUs' busy time", head, what, pct1(r.viaFrac))
 	case strings.HasPrefix(r.kind, "holder-") && r.hold != nil:
 		return fmt.Sprintf("%s: most of %s's holds went elsewhere", head, label(taskSubject(r.hold.Holder, "")))
 	}

@@ -374,6 +374,11 @@ type Sampling struct {
 	// IntervalUs is the least time between two detailed events on one
 	// CPU at the end of the window, in microseconds.
 	IntervalUs float64 `json:"interval_us"`
+	// Estimated: not a detail but the events themselves were sampled
+	// (a storm's spin lock waits, timed one in N): the counts, sums and
+	// histograms of what is sampled are estimated from the events kept,
+	// each standing for those skipped beside it.
+	Estimated bool `json:"estimated,omitempty"`
 }
 
 // Add accumulates another investigator's overhead into o.

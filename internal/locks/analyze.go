@@ -30,8 +30,9 @@ type Snapshot struct {
 	MM        []MMStat
 	Holds     []Hold
 	HoldsLost uint64
-	// ThrottleSeen: sched_switch was watched, so Hold.ThrottledNs is a
-	// measurement (0 means the holders were not throttled), not unknown.
+	// ThrottleSeen: sched_switch was watched, or TaskThrottle says no
+	// holder can be throttled, so Hold.ThrottledNs is a measurement (0
+	// means the holders were not throttled), not unknown.
 	ThrottleSeen bool
 	// TaskThrottle: this kernel throttles tasks only on their way back to
 	// user space (6.18+), so no owner of a kernel lock is throttled while

@@ -394,7 +394,11 @@ func (p *probe) readPending(r *reading, w uint32) error {
 	}
 	for i := range pcs {
 		if d, ongoing, ok := pendingWait(&pcs[i], now); ok && !ongoing {
-			r.addWait(&pcs[i], pcs[i].Tid, d, false)
+			// A storm's timed spin wait stands for those its CPU
+			// skipped before it (WOLF_STORM), as when folded.
+			for range max(pcs[i].Weight, 1) {
+				r.addWait(&pcs[i], pcs[i].Tid, d, false)
+			}
 		}
 	}
 	return nil

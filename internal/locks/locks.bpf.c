@@ -137,6 +137,18 @@ enum detail_gate {
 
 WOLF_BUDGET(GATES)
 
+/*
+ * Spin waits are what a storm has most of (a memcg storm's lru_lock and
+ * page cache lock: tens of thousands a second), and each costs two
+ * program runs. When the budget is spent with the gates at their longest,
+ * about one in wolf_storm_every of them per CPU is timed and stands for
+ * itself and those skipped before it (wolf.h): their counts, sums and
+ * histograms become estimates, which the report says. An untimed wait
+ * costs its begin a counter and its end a compare. Sleeping waits are
+ * always timed: they are few, and they carry their waiter and owner.
+ */
+WOLF_STORM()
+
 struct {
 	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
 	__uint(max_entries, 16384);
@@ -176,8 +188,11 @@ struct pending {
 	__u32 end_win;		  /* the window it ended in: its maxima are that window's */
 	__u32 slept;		  /* a slow-path kprobe's wait: the waiter slept in the slow path */
 	char comm[WOLF_COMM_LEN]; /* the waiter's, sleeping locks only */
-	__u64 owner_rt;		  /* the owner's CPU time at begin */
-	__u64 owner_rd;		  /* and its run-queue time */
+	__u32 weight;		  /* the waits it stands for: 1, or a storm's sample */
+	__u32 pad2;
+	__u64 skip_lock; /* a spin wait not timed (WOLF_STORM): its end returns at once */
+	__u64 owner_rt;	 /* the owner's CPU time at begin */
+	__u64 owner_rd;	 /* and its run-queue time */
 	/*
 	 * The thread's waits on acc_lock folded here, not yet into its
 	 * waiters entry: a thread waits for the same lock over and over
@@ -276,9 +291,12 @@ struct {
  * the time keeps its slot among locks waited for once (a storm's page-
  * table locks, one per page table). User space reads the slots with
  * the maps (after them: a flush between the two reads is then missed for
- * one window, never counted twice; see collect.go).
+ * one window, never counted twice; see collect.go). 32 slots (21 KB a
+ * CPU, of the 32 KB a per-CPU value may take): a fault storm waits for
+ * hundreds of page-table locks a few times each, and every one of them
+ * that finds its pair taken flushes a slot (two hash lookups).
  */
-#define FOLD_SLOTS 16
+#define FOLD_SLOTS 32
 
 struct fold_slot {
 	struct wait_key key;
@@ -789,18 +807,27 @@ static __always_inline void fold_spin(struct pending *p);
 static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const bool can_walk)
 {
 	__u32 type = lock_type(flags);
-	__u64 now = bpf_ktime_get_ns();
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 zero = 0;
+	__u64 now;
 
 	stat_inc(STAT_BEGIN);
 	if (!wanted(lock, type, pid_tgid))
 		return;
 	if (spinning(flags)) {
 		struct pending *p = bpf_map_lookup_elem(&pending_cpu, &zero);
+		__u32 weight;
 
 		if (!p)
 			return;
+		weight = wolf_storm_take();
+		if (!weight) {
+			/* Not timed: its end only clears the mark. */
+			p->skip_lock = lock;
+			return;
+		}
+		p->skip_lock = 0;
+		now = bpf_ktime_get_ns();
 		if (p->start_ns && p->end_ns) {
 			fold_spin(p); /* the CPU's last spin wait */
 		} else if (p->start_ns) {
@@ -826,12 +853,15 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 		p->owner_kind = OWNER_NONE;
 		p->mm_tgid = 0;
 		p->behind_writer = 0;
+		p->weight = weight;
 		p->stack_id = spin_stack(ctx, lock, type, now);
 		return;
 	}
 
 	__u32 tid = (__u32)pid_tgid;
 	struct pending *old = bpf_map_lookup_elem(&pending_task, &tid);
+
+	now = bpf_ktime_get_ns();
 
 	if (old && old->start_ns && old->end_ns) {
 		account(old, can_walk); /* the thread's last wait */
@@ -883,6 +913,7 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 	p->tid = tid;
 	p->end_win = 0;
 	p->slept = 0;
+	p->weight = 1;
 	p->tgid = pid_tgid >> 32;
 	bpf_get_current_comm(&p->comm, sizeof(p->comm));
 	p->mm_tgid = own_mmap_lock(lock, can_walk);
@@ -984,6 +1015,48 @@ static __always_inline void fold_flush(struct fold_slot *sl)
 		stat_inc(STAT_WAITS_FULL);
 }
 
+/*
+ * A slot that folded one wait (a page-table lock, waited for once on this
+ * CPU: a storm's commonest key to flush): its histogram has that one value,
+ * so it goes to the lock's histogram as one add, and only what it set is
+ * cleared, not the whole slot (two thirds of it the histogram's slots).
+ */
+static __always_inline void fold_flush_one(struct fold_slot *sl)
+{
+	struct wait_val wz = {};
+	struct wait_val *wv = lookup_or_init(&waits, &sl->key, &wz);
+	struct lock_key lk = { .lock = sl->key.lock, .type = sl->key.type };
+	__u64 d = sl->val.total_ns;
+	__u32 s = wolf_log2_slot(d);
+	struct wolf_hist *h;
+
+	if (wv) {
+		wv->count += 1;
+		wv->total_ns += d;
+		wv->owner_readers += sl->val.owner_readers;
+		wv->writer_head += sl->val.writer_head;
+		wolf_max_merge(&wv->max, &sl->val.max);
+	} else {
+		stat_inc(STAT_WAITS_FULL);
+	}
+	h = hist_for(&lock_hist, &lk);
+	if (h) {
+		if (s < WOLF_HIST_SLOTS)
+			h->slots[s] += 1;
+		h->count += 1;
+		h->sum += d;
+		wolf_max_merge(&h->max, &sl->hist.max);
+	} else {
+		stat_inc(STAT_WAITS_FULL);
+	}
+	if (s < WOLF_HIST_SLOTS)
+		sl->hist.slots[s] = 0;
+	sl->hist.count = 0;
+	sl->hist.sum = 0;
+	__builtin_memset(&sl->hist.max, 0, sizeof(sl->hist.max));
+	__builtin_memset(&sl->val, 0, sizeof(sl->val));
+}
+
 static __always_inline bool fold_holds(struct fold_slot *sl, struct pending *p)
 {
 	return sl->key.lock == p->lock && sl->key.type == p->type &&
@@ -1017,24 +1090,29 @@ static __always_inline void fold_wait(struct pending *p, __u64 d)
 		}
 	}
 	if (!fold_holds(sl, p)) {
-		if (sl->val.count) {
+		if (sl->val.count == 1) {
+			fold_flush_one(sl); /* and cleared */
+			stat_inc(STAT_FOLD_FLUSH);
+		} else if (sl->val.count) {
 			fold_flush(sl);
 			stat_inc(STAT_FOLD_FLUSH);
+			__builtin_memset(sl, 0, sizeof(*sl));
 		}
-		__builtin_memset(sl, 0, sizeof(*sl));
 		sl->key.lock = p->lock;
 		sl->key.type = p->type;
 		sl->key.stack_id = p->stack_id;
 		sl->key.mm_tgid = p->mm_tgid;
 	}
-	sl->val.count += 1;
-	sl->val.total_ns += d;
+	__u64 n = p->weight > 1 ? p->weight : 1;
+
+	sl->val.count += n;
+	sl->val.total_ns += d * n;
 	wolf_max_tag_at(&sl->val.max, d, p->tid, p->end_win);
 	if (p->owner_kind == OWNER_READERS)
 		sl->val.owner_readers += 1;
 	if (p->behind_writer)
 		sl->val.writer_head += 1;
-	wolf_hist_add_local_at(&sl->hist, d, p->end_win);
+	wolf_hist_add_local_n(&sl->hist, d, n, p->end_win);
 }
 
 /* A spin wait that is over into the fold cache; p->start_ns is cleared. */
@@ -1136,13 +1214,18 @@ static __always_inline void account(struct pending *p, const bool can_walk)
 /* The lock is held here: timestamp the wait's end, fold it in later. */
 static __always_inline void on_end(__u64 lock)
 {
-	__u64 now = bpf_ktime_get_ns();
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	__u32 zero = 0;
+	__u32 zero = 0, tid;
 	struct pending *p;
+	__u64 now;
 
 	stat_inc(STAT_END);
 	p = bpf_map_lookup_elem(&pending_cpu, &zero);
+	if (p && p->skip_lock == lock) {
+		p->skip_lock = 0; /* a spin wait the storm left untimed */
+		return;
+	}
+	now = bpf_ktime_get_ns();
+	tid = (__u32)bpf_get_current_pid_tgid();
 	if (p && p->start_ns && !p->end_ns && p->lock == lock) {
 		if (now - p->start_ns < max_spin_ns) {
 			p->end_ns = now;
@@ -1618,8 +1701,10 @@ int on_mm_acquired_probe(__u64 *ctx)
  * the release runs as often as the acquire, and the hash lookup of the
  * thread's mm_stats entry was most of it. A thread's holds add to its
  * slot while it keeps the slot; another thread's flushes them first.
+ * 32 slots (19 KB a CPU): a storm's 32 faulting threads, where 16 flushed
+ * a slot at most releases.
  */
-#define MM_FOLD_SLOTS 16
+#define MM_FOLD_SLOTS 32
 
 struct mm_fold_slot {
 	struct mm_key key;
@@ -1872,6 +1957,11 @@ static __always_inline bool throttle_at_user_return(struct task_struct *t)
 	return bpf_core_field_exists(t618->throttled);
 }
 
+/*
+ * Attached only on kernels that throttle a group's run queue as a whole
+ * (before 6.18): since, a task is throttled on its way back to user space,
+ * where it holds no mmap_lock (user space says so without watching).
+ */
 SEC("tp_btf/sched_switch")
 int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
 {

@@ -247,8 +247,10 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 			return st.Tgid
 		},
 	}
-	snap.ThrottleSeen = p.kit.Attached("sched/sched_switch")
 	snap.TaskThrottle = taskBasedThrottle()
+	// Where tasks are throttled only at their return to user space no
+	// holder inside the kernel is: known, without watching.
+	snap.ThrottleSeen = p.kit.Attached("sched/sched_switch") || snap.TaskThrottle
 	cur, err := p.read(w)
 	if err != nil {
 		return nil, fmt.Errorf("locks: read maps: %w", err)

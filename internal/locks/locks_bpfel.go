@@ -15,7 +15,7 @@ import (
 
 type locksFoldSlots struct {
 	_ structs.HostLayout
-	S [16]struct {
+	S [32]struct {
 		_    structs.HostLayout
 		Key  locksWaitKey
 		Val  locksWaitVal
@@ -62,7 +62,7 @@ type locksLockKey struct {
 
 type locksMmFoldSlots struct {
 	_ structs.HostLayout
-	S [16]struct {
+	S [32]struct {
 		_    structs.HostLayout
 		Key  locksMmKey
 		Comm [16]int8
@@ -177,7 +177,10 @@ type locksPending struct {
 	EndWin       uint32
 	Slept        uint32
 	Comm         [16]int8
+	Weight       uint32
+	Pad2         uint32
 	_            [4]byte
+	SkipLock     uint64
 	OwnerRt      uint64
 	OwnerRd      uint64
 	AccLock      uint64
@@ -360,6 +363,14 @@ type locksWolfReclaimTask struct {
 	Activated uint64
 }
 
+type locksWolfStorm struct {
+	_       structs.HostLayout
+	Seen    uint64
+	Kept    uint64
+	Left    uint32
+	Skipped uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -389,6 +400,7 @@ const (
 	locksMapWaiters               = "waiters"
 	locksMapWaits                 = "waits"
 	locksMapWolfDetail            = "wolf_detail"
+	locksMapWolfStorm             = "wolf_storm"
 	locksMapZeroHist              = "zero_hist"
 	locksMapZeroMm                = "zero_mm"
 	locksProgBtfContentionBegin   = "btf_contention_begin"
@@ -518,6 +530,7 @@ type locksMapSpecs struct {
 	Waiters          *ebpf.MapSpec `ebpf:"waiters"`
 	Waits            *ebpf.MapSpec `ebpf:"waits"`
 	WolfDetail       *ebpf.MapSpec `ebpf:"wolf_detail"`
+	WolfStorm        *ebpf.MapSpec `ebpf:"wolf_storm"`
 	ZeroHist         *ebpf.MapSpec `ebpf:"zero_hist"`
 	ZeroMm           *ebpf.MapSpec `ebpf:"zero_mm"`
 }
@@ -587,6 +600,7 @@ type locksMaps struct {
 	Waiters          *ebpf.Map `ebpf:"waiters"`
 	Waits            *ebpf.Map `ebpf:"waits"`
 	WolfDetail       *ebpf.Map `ebpf:"wolf_detail"`
+	WolfStorm        *ebpf.Map `ebpf:"wolf_storm"`
 	ZeroHist         *ebpf.Map `ebpf:"zero_hist"`
 	ZeroMm           *ebpf.Map `ebpf:"zero_mm"`
 }
@@ -618,6 +632,7 @@ func (m *locksMaps) Close() error {
 		m.Waiters,
 		m.Waits,
 		m.WolfDetail,
+		m.WolfStorm,
 		m.ZeroHist,
 		m.ZeroMm,
 	)

@@ -87,16 +87,14 @@ func attachTable(m mode, profileHz int, reclaimShared bool) []probekit.Attach {
 	if !reclaimShared {
 		t = append(t, reclaimRows...)
 	}
-	if m == btfMode {
-		sw := probekit.Attach{Kind: probekit.BTFTracepoint, Target: "sched/sched_switch", Program: "on_switch",
-			Why: "how long mmap_lock holders wait throttled by their cgroup's CPU quota"}
-		// Since 6.18 a task is throttled on its way back to user space,
-		// holding no mmap_lock: the program then only drops holds whose
-		// release was lost, and the BPF budget may shed it.
-		if throttledAtUserReturn() {
-			sw.Shed = ShedThrottledHolders
-		}
-		t = append(t, sw)
+	// Since 6.18 a task is throttled on its way back to user space,
+	// holding no mmap_lock: no holder is ever throttled, which the
+	// findings say as they are (Snapshot.TaskThrottle), and a program at
+	// every context switch (tens of thousands a second under a storm)
+	// would find nothing.
+	if m == btfMode && !taskBasedThrottle() {
+		t = append(t, probekit.Attach{Kind: probekit.BTFTracepoint, Target: "sched/sched_switch", Program: "on_switch",
+			Why: "how long mmap_lock holders wait throttled by their cgroup's CPU quota"})
 	}
 	if profileHz > 0 {
 		t = append(t, probekit.Attach{Kind: probekit.PerfSample, Program: "on_sample", Hz: profileHz,
@@ -266,6 +264,9 @@ func open(cfg config, m mode, extra ...map[string]any) (*probe, error) {
 		// the stacks are a sample (see spin_stack in locks.bpf.c).
 		Detail:       "stacks of lock waiters, owners and long mmap_lock holds",
 		DetailEvents: "begin",
+		// Spin waits, timed one in N per CPU once the budget is spent
+		// with the gates at their longest (WOLF_STORM in locks.bpf.c).
+		Storm: "spin lock waits",
 	})
 	if err != nil {
 		return nil, err
@@ -326,31 +327,6 @@ func hasContentionTracepoints() bool {
 
 // kernelHasFunc says whether the kernel's BTF has a function by that name
 // (kfuncs such as bpf_task_from_pid, 6.2+).
-// ShedThrottledHolders is the rank of the throttled-holder program in the
-// BPF budget's shedding (probekit.Attach.Shed), on kernels that throttle
-// at user return: after hung's contention programs and softirq's raise.
-const ShedThrottledHolders = 5
-
-// throttledAtUserReturn says whether the kernel throttles a CFS-bandwidth
-// capped task only on its way back to user space (task_struct.throttled,
-// 6.18+).
-func throttledAtUserReturn() bool {
-	spec, err := kernelbtf.Spec()
-	if err != nil {
-		return false
-	}
-	var ts *btf.Struct
-	if err := spec.TypeByName("task_struct", &ts); err != nil {
-		return false
-	}
-	for _, m := range ts.Members {
-		if m.Name == "throttled" {
-			return true
-		}
-	}
-	return false
-}
-
 func kernelHasFunc(name string) bool {
 	spec, err := kernelbtf.Spec()
 	if err != nil {

@@ -93,6 +93,8 @@ type member struct {
 	gates    int           // its object's detail gates (0: none)
 	share    time.Duration // their initial interval
 	interval time.Duration // their interval now
+	storm    bool          // its object has storm sampling (WOLF_STORM)
+	every    uint32        // one event in every is timed (0, 1: all)
 }
 
 var (
@@ -138,9 +140,10 @@ func (b *Budget) join(p *Probe) {
 	if p.maps[budgetMap] != nil && p.maps["wolf_detail"] != nil {
 		gates = int(max(p.maps["wolf_detail"].MaxEntries(), 1))
 	}
+	storm := p.maps[stormMap] != nil && p.maps["wolf_storm"] != nil
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.members[p] = &member{gates: gates}
+	b.members[p] = &member{gates: gates, storm: storm}
 	b.reshare(p)
 	if b.stop == nil {
 		b.stop = make(chan struct{})
@@ -259,6 +262,15 @@ func (b *Budget) adjust() {
 		}
 		longest = longest && next >= maxDetailInterval
 	}
+	for p, m := range b.members {
+		if !m.storm {
+			continue
+		}
+		if next := nextEvery(m.every, spend, budget, longest); next != m.every {
+			m.every = next
+			_ = p.setStormEvery(next)
+		}
+	}
 	b.shed(spend, budget, longest)
 	b.lastSpend = spend
 }
@@ -339,6 +351,79 @@ func nextInterval(cur, share time.Duration, spend, budget float64) time.Duration
 		return max(cur/2, share)
 	}
 	return cur
+}
+
+// Storm sampling (WOLF_STORM in wolf.h): what a program must time exactly
+// costs its runs, whatever the gates do; on a storm of them (a memcg
+// storm's spin lock waits, tens of thousands a second) that alone can be
+// over the budget. Then, with the gates at their longest (or half as much
+// again over the budget, whatever the gates: a stack walk a second less
+// is nothing then), the budget times about one event in every per CPU,
+// every fourfold each tick over the budget up to maxStormEvery, halving
+// back each tick under half of it; each timed event stands for itself and those its CPU
+// skipped before it, so that the counts and sums are estimates of the
+// whole (the report says so: Sampling.Estimated).
+const (
+	stormMap      = ".data.wolf_storm"
+	maxStormEvery = 64
+)
+
+// nextEvery is the storm sampling's next every, from the current one and
+// what the programs spent against the budget (ns a second).
+func nextEvery(cur uint32, spend, budget float64, gatesLongest bool) uint32 {
+	switch {
+	case spend > budget && (gatesLongest || spend > 1.5*budget):
+		return min(max(cur*4, 4), maxStormEvery)
+	case spend < budget/2 && cur > 1:
+		return cur / 2
+	}
+	return cur
+}
+
+// setStormEvery writes the storm sampling's every (wolf_storm_every).
+func (p *Probe) setStormEvery(every uint32) error {
+	m := p.maps[stormMap]
+	if m == nil {
+		return nil
+	}
+	if err := m.Update(uint32(0), every, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("%s: set the storm sampling: %w", p.name, err)
+	}
+	return nil
+}
+
+// stormState is struct wolf_storm (wolf.h), one CPU's.
+type stormState struct {
+	Seen, Kept    uint64
+	Left, Skipped uint32
+}
+
+// stormSampling is the window's finding.Sampling of the storm sampling
+// since the previous call, nil when it skipped nothing in it.
+func (p *Probe) stormSampling() *finding.Sampling {
+	m := p.maps["wolf_storm"]
+	if m == nil || p.stormWhat == "" {
+		return nil
+	}
+	var per []stormState
+	if err := m.Lookup(uint32(0), &per); err != nil {
+		return nil
+	}
+	var seen, kept uint64
+	for _, s := range per {
+		seen += s.Seen
+		kept += s.Kept
+	}
+	p.mu.Lock()
+	last := p.stormSeen
+	p.stormSeen.seen, p.stormSeen.kept = seen, kept
+	p.mu.Unlock()
+	ds, dk := Sub(seen, last.seen), Sub(kept, last.kept)
+	if ds == 0 || dk >= ds {
+		return nil
+	}
+	return &finding.Sampling{Investigator: p.name, What: p.stormWhat, Events: ds, Detailed: dk,
+		Rate: float64(dk) / float64(ds), Estimated: true}
 }
 
 // setDetailInterval writes the gate's interval (wolf_detail_ns).

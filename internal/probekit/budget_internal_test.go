@@ -39,3 +39,28 @@ func TestNewBudgetRefusesNonsense(t *testing.T) {
 		t.Fatalf("NewBudget(2): %v, %v ns a second", err, b.perSecond())
 	}
 }
+
+func TestNextEvery(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		cur           uint32
+		spend, budget float64
+		longest       bool
+		want          uint32
+	}{
+		{"over budget, gates at their longest: from every event to one in four", 0, 3e7, 1e7, true, 4},
+		{"and fourfold each tick", 4, 1.1e7, 1e7, true, 16},
+		{"up to one in 64", 32, 1.1e7, 1e7, true, 64},
+		{"never sparser than one in 64", 64, 1e9, 1e7, true, 64},
+		{"over budget, gates still tightening: kept", 4, 1.2e7, 1e7, false, 4},
+		{"half as much again over, gates still tightening: sampled", 4, 1.6e7, 1e7, false, 16},
+		{"within budget: kept", 8, 0.8e7, 1e7, true, 8},
+		{"well under: halved", 8, 0.2e7, 1e7, true, 4},
+		{"back to every event", 2, 0, 1e7, false, 1},
+		{"every event: kept", 1, 0, 1e7, false, 1},
+	} {
+		if got := nextEvery(c.cur, c.spend, c.budget, c.longest); got != c.want {
+			t.Errorf("%s: nextEvery(%d, %g, %g, %v) = %d, want %d", c.name, c.cur, c.spend, c.budget, c.longest, got, c.want)
+		}
+	}
+}

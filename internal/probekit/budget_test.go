@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/probekit"
 	"github.com/wolf-investigator/wolf/internal/probekit/kittest"
 	"github.com/wolf-investigator/wolf/internal/testutil"
@@ -133,5 +134,55 @@ func TestBudgetShedsOverBudget(t *testing.T) {
 	}
 	if len(got) != 1 || got[0] != "sched/sched_wakeup" {
 		t.Fatalf("shed: %v", got)
+	}
+}
+
+// Over budget with the gates at their longest, the budget times about one
+// event in N (WOLF_STORM): each one timed stands for itself and those its
+// CPU skipped before it, so the estimate it makes of the events is never
+// over their count and under it by at most what each CPU skipped last
+// (fewer than 2N), and the overhead says so.
+func TestBudgetStormSamples(t *testing.T) {
+	testutil.RequireRoot(t)
+	b, err := probekit.NewBudget(0.0001) // the gates start at their longest
+	if err != nil {
+		t.Fatal(err)
+	}
+	probekit.SetBudget(b)
+	defer probekit.SetBudget(nil)
+	p, err := probekit.Open(probekit.Object{
+		Name: "kittest", Spec: kittest.Spec, Table: []probekit.Attach{gatedRow},
+		Detail: "test detail", DetailEvents: "switches", Storm: "test events",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	// The controller ticks once a second: sampling starts within a few.
+	deadline := time.Now().Add(15 * time.Second)
+	var storm *finding.Sampling
+	for time.Now().Before(deadline) && storm == nil {
+		switchMany()
+		for _, s := range p.Overhead(0, 0).Sampled {
+			if s.Estimated {
+				storm = &s
+			}
+		}
+	}
+	if storm == nil {
+		t.Fatal("no storm sampling under a budget far under the programs' cost")
+	}
+	if storm.Investigator != "kittest" || storm.What != "test events" || storm.Detailed == 0 ||
+		storm.Detailed >= storm.Events || storm.Rate != float64(storm.Detailed)/float64(storm.Events) {
+		t.Errorf("storm sampling: %+v", *storm)
+	}
+	p.Detach() // the counters stop moving
+	c, err := p.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, est, timed := c[kittest.StatSwitches], c[kittest.StatEstimate], c[kittest.StatTimed]
+	if timed >= n || est > n || n-est >= uint64(2*64*runtime.NumCPU()) {
+		t.Errorf("%d switches: %d timed standing for %d", n, timed, est)
 	}
 }

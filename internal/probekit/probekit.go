@@ -183,6 +183,11 @@ type Object struct {
 	// the events the detail is for, so that the report's rate is per
 	// event; empty: the gate's own count of the events it was asked for.
 	DetailEvents string
+	// Storm says, for the report, what the object's storm sampling
+	// (WOLF_STORM in wolf.h) times one in N of when the budget is spent
+	// with the gates at their longest: "spin lock waits". Objects
+	// without it leave it empty.
+	Storm string
 	// Share names maps the object shares with other objects of this
 	// process, and what its programs do with each (shared.go): one
 	// investigator's programs keep what another's read.
@@ -251,6 +256,8 @@ type Probe struct {
 	detailWhat   string
 	detailEvents int // index of Object.DetailEvents in the counters, -1: none
 	detailSeen   struct{ taken, skipped, events uint64 }
+	stormWhat    string
+	stormSeen    struct{ seen, kept uint64 }
 }
 
 // Open loads o's programs, attaches them as its table says, and starts
@@ -309,6 +316,7 @@ func Open(o Object) (*Probe, error) {
 		attached: map[string]bool{}, chosen: map[string]Attach{}, stoodIn: map[string][]string{},
 		rowLinks: map[string]link.Link{}, later: map[string]Attach{},
 		extra: o.Extra, meter: overhead.Start(), detailWhat: o.Detail, detailEvents: -1,
+		stormWhat: o.Storm,
 	}
 	if err := p.loadMaps(opts, o.Share); err != nil {
 		p.Close()
@@ -670,6 +678,9 @@ func (p *Probe) Notes() []string {
 func (p *Probe) Overhead(events, dropped uint64) finding.Overhead {
 	o := p.meter.Lap(events, dropped, p.metered()...)
 	if s := p.sampling(); s != nil {
+		o.Sampled = append(o.Sampled, *s)
+	}
+	if s := p.stormSampling(); s != nil {
 		o.Sampled = append(o.Sampled, *s)
 	}
 	o.Shed = p.sheddings()

@@ -102,7 +102,7 @@ func TestOpenCountsAndNotesLosses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if named["mine"] < 10 || named["switches"] < named["mine"] || len(named) != 3 {
+	if named["mine"] < 10 || named["switches"] < named["mine"] || len(named) != 5 {
 		t.Fatalf("counters: %v", named)
 	}
 	if c[kittest.StatMine] != named["mine"] {

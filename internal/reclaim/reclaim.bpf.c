@@ -242,10 +242,12 @@ WOLF_STATS()
  * called from), sorted by nothing, nr_ranges of them; 0 ranges: samples
  * are counted but not classified.
  */
-#define MAX_RANGES 24
+#define MAX_RANGES 32
 #define STACK_DEPTH 32
 #define CLASS_MISS 1	/* the page-cache miss path: readahead, add, charge, submit */
 #define CLASS_RECLAIM 2 /* memory reclaim (memcg or direct) */
+#define CLASS_WAIT 3	/* waiting for a folio (its read): a miss if a page-cache lookup waits */
+#define CLASS_LOOKUP 4	/* a page-cache lookup (read or fault): context for CLASS_WAIT */
 const volatile __u32 nr_ranges = 0;
 const volatile __u64 range_lo[MAX_RANGES] = {};
 const volatile __u64 range_hi[MAX_RANGES] = {};
@@ -756,11 +758,16 @@ int BPF_PROG(on_wakeup_kswapd, int nid, int zid, int order, gfp_t gfp_flags)
 /*
  * The class of a kernel stack of n frames, innermost first: that of the
  * innermost frame inside a classified function (reclaim, called from the
- * miss path, is deeper than it, so it wins). Returning at the first match
- * keeps the verifier's paths linear in the frames and ranges.
+ * miss path, is deeper than it, so it wins). A wait for a folio (the
+ * task asleep until a read completes, the sample landing as it switches
+ * back in) is the miss path when a page-cache lookup is what waits, and
+ * nothing otherwise. Returning at the first decided frame keeps the
+ * verifier's paths linear in the frames and ranges.
  */
 static __always_inline __u32 classify(const __u64 *ips, int n)
 {
+	bool waiting = false;
+
 	for (int i = 0; i < STACK_DEPTH; i++) {
 		if (i >= n)
 			break;
@@ -769,8 +776,17 @@ static __always_inline __u32 classify(const __u64 *ips, int n)
 		for (int j = 0; j < MAX_RANGES; j++) {
 			if (j >= nr_ranges)
 				break;
-			if (ip >= range_lo[j] && ip < range_hi[j])
-				return range_class[j];
+			if (ip < range_lo[j] || ip >= range_hi[j])
+				continue;
+			__u32 c = range_class[j];
+
+			if (c == CLASS_WAIT) {
+				waiting = true;
+				break;
+			}
+			if (c == CLASS_LOOKUP)
+				return waiting ? CLASS_MISS : 0;
+			return c;
 		}
 	}
 	return 0;

@@ -155,6 +155,21 @@ func (s *session) baseline(ctx context.Context, states map[string]memcg.State, p
 	s.procs0 = s.iv.sampleProcs(ctx, s.opts.PID, procs)
 }
 
+// Restart implements investigator.Restarter for the CPU samples only:
+// what the sampler counted while the runner's other investigators were
+// loading (seconds of verifier work at wolf's raised priority on a slow
+// machine) is left out, so that the shares of the CPUs' busy time it
+// gives are of the host's own work. The rest of the window (reclaim
+// calls, cgroup counters) is the host's whatever wolf did meanwhile.
+func (s *session) Restart(ctx context.Context) error {
+	cur, err := s.p.readSamples()
+	if err != nil {
+		return err
+	}
+	s.sampWin.restart(cur)
+	return nil
+}
+
 // Close detaches and frees everything.
 func (s *session) Close() error {
 	// The kit stops its cost meter before it closes the programs.

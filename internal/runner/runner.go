@@ -282,9 +282,24 @@ func SamplingNotes(o finding.Overhead) []string {
 	if o.BudgetPct > 0 {
 		budget = fmt.Sprintf(" (%s of one CPU)", human.Percent(o.BudgetPct))
 	}
+	estimated := map[string][]string{} // investigator: what it timed one in N of
 	for _, s := range o.Sampled {
-		out = append(out, fmt.Sprintf("%s: under the BPF budget%s, %s of %s events got their detail (%s), 1 in %s: counts, sums and histograms are exact, the detail is a sample",
-			s.Investigator, budget, human.Count(s.Detailed), human.Count(s.Events), s.What, human.Count(uint64(math.Round(1/max(s.Rate, 1e-9))))))
+		if s.Estimated {
+			estimated[s.Investigator] = append(estimated[s.Investigator], s.What)
+		}
+	}
+	for _, s := range o.Sampled {
+		if s.Estimated {
+			out = append(out, fmt.Sprintf("%s: over the BPF budget%s with its detail sampled, %s of %s %s were timed, 1 in %s: their counts, sums and histograms are estimates, each timed one standing for those its CPU skipped before it",
+				s.Investigator, budget, human.Count(s.Detailed), human.Count(s.Events), s.What, human.Count(uint64(math.Round(1/max(s.Rate, 1e-9))))))
+			continue
+		}
+		exact := "counts, sums and histograms are exact"
+		if e := estimated[s.Investigator]; len(e) > 0 {
+			exact += " (but for " + strings.Join(e, ", ") + ": estimates)"
+		}
+		out = append(out, fmt.Sprintf("%s: under the BPF budget%s, %s of %s events got their detail (%s), 1 in %s: %s, the detail is a sample",
+			s.Investigator, budget, human.Count(s.Detailed), human.Count(s.Events), s.What, human.Count(uint64(math.Round(1/max(s.Rate, 1e-9)))), exact))
 	}
 	// Programs detached together (a begin and its end) make one line.
 	for i := 0; i < len(o.Shed); {

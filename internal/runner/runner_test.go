@@ -205,6 +205,12 @@ func TestWindowCostApartFromStartup(t *testing.T) {
 	if len(notes) != 2 || !strings.Contains(notes[1], "hung: over the BPF budget (2.0% of one CPU) with its detail sampled, its programs on lock/contention_begin, lock/contention_end were detached for 6.5 s, still at the window's end: the lock a task waits on; the end of a lock wait not seen meanwhile") {
 		t.Fatalf("notes: %q", notes)
 	}
+	o.Sampled = append(o.Sampled, finding.Sampling{Investigator: "locks", What: "spin lock waits", Events: 480_000, Detailed: 30_000, Rate: 0.0625, Estimated: true})
+	notes = SamplingNotes(o)
+	if len(notes) != 3 || notes[1] != "locks: over the BPF budget (2.0% of one CPU) with its detail sampled, 30K of 480K spin lock waits were timed, 1 in 16: their counts, sums and histograms are estimates, each timed one standing for those its CPU skipped before it" ||
+		!strings.Contains(notes[0], "1 in 250: counts, sums and histograms are exact (but for spin lock waits: estimates), the detail is a sample") {
+		t.Fatalf("notes: %q", notes)
+	}
 	var calm finding.Overhead
 	window(&calm, time.Second, time.Second, 10*time.Second, 0, 2)
 	if calm.BudgetBit || calm.OverBudget || len(SamplingNotes(calm)) != 0 {

@@ -12,9 +12,12 @@ import "github.com/cilium/ebpf"
 // Spec reads the object.
 func Spec() (*ebpf.CollectionSpec, error) { return loadKittest() }
 
-// StatSwitches, StatMine and StatDetailed index the counters.
+// StatSwitches, StatMine, StatDetailed, StatTimed and StatEstimate index
+// the counters.
 const (
 	StatSwitches = kittestStatIndexSTAT_SWITCHES
 	StatMine     = kittestStatIndexSTAT_MINE
 	StatDetailed = kittestStatIndexSTAT_DETAILED
+	StatTimed    = kittestStatIndexSTAT_TIMED
+	StatEstimate = kittestStatIndexSTAT_ESTIMATE
 )

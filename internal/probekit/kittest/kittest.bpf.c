@@ -16,11 +16,14 @@ enum stat_index {
 	STAT_SWITCHES = 0, /* sched_switch runs seen */
 	STAT_MINE = 1,	   /* of those, switches out of target_tgid */
 	STAT_DETAILED = 2, /* switches the detail gate let through */
-	STAT_MAX = 3,
+	STAT_TIMED = 3,	   /* switches the storm sampling kept */
+	STAT_ESTIMATE = 4, /* what those kept stand for (their weights) */
+	STAT_MAX = 5,
 };
 
 WOLF_STATS()
 WOLF_BUDGET(1)
+WOLF_STORM()
 
 /* Every switch asks the detail gate, as an investigator's costly part would. */
 SEC("raw_tp/sched_switch")
@@ -29,6 +32,11 @@ int on_switch_gated(void *ctx)
 	stat_inc(STAT_SWITCHES);
 	if (wolf_detail_take(0, bpf_ktime_get_ns()))
 		stat_inc(STAT_DETAILED);
+	__u32 weight = wolf_storm_take();
+	if (weight) {
+		stat_inc(STAT_TIMED);
+		stat_add(STAT_ESTIMATE, weight);
+	}
 	return 0;
 }
 

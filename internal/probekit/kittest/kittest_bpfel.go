@@ -19,7 +19,9 @@ const (
 	kittestStatIndexSTAT_SWITCHES kittestStatIndex = 0
 	kittestStatIndexSTAT_MINE     kittestStatIndex = 1
 	kittestStatIndexSTAT_DETAILED kittestStatIndex = 2
-	kittestStatIndexSTAT_MAX      kittestStatIndex = 3
+	kittestStatIndexSTAT_TIMED    kittestStatIndex = 3
+	kittestStatIndexSTAT_ESTIMATE kittestStatIndex = 4
+	kittestStatIndexSTAT_MAX      kittestStatIndex = 5
 )
 
 type kittestWolfDetail struct {
@@ -29,12 +31,21 @@ type kittestWolfDetail struct {
 	Skipped uint64
 }
 
+type kittestWolfStorm struct {
+	_       structs.HostLayout
+	Seen    uint64
+	Kept    uint64
+	Left    uint32
+	Skipped uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	kittestMapStats            = "stats"
 	kittestMapWolfDetail       = "wolf_detail"
+	kittestMapWolfStorm        = "wolf_storm"
 	kittestProgBtfOnSwitch     = "btf_on_switch"
 	kittestProgOnMissing       = "on_missing"
 	kittestProgOnSwitch        = "on_switch"
@@ -97,6 +108,7 @@ type kittestProgramSpecs struct {
 type kittestMapSpecs struct {
 	Stats      *ebpf.MapSpec `ebpf:"stats"`
 	WolfDetail *ebpf.MapSpec `ebpf:"wolf_detail"`
+	WolfStorm  *ebpf.MapSpec `ebpf:"wolf_storm"`
 }
 
 // kittestVariableSpecs contains global variables before they are loaded into the kernel.
@@ -129,12 +141,14 @@ func (o *kittestObjects) Close() error {
 type kittestMaps struct {
 	Stats      *ebpf.Map `ebpf:"stats"`
 	WolfDetail *ebpf.Map `ebpf:"wolf_detail"`
+	WolfStorm  *ebpf.Map `ebpf:"wolf_storm"`
 }
 
 func (m *kittestMaps) Close() error {
 	return _KittestClose(
 		m.Stats,
 		m.WolfDetail,
+		m.WolfStorm,
 	)
 }
 
