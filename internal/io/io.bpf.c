@@ -596,7 +596,7 @@ static __always_inline void note_comm(__u32 tgid)
  * first sight and the completion pick the same ones without sharing
  * anything. Requests born in blk-throttle's dispatcher are always
  * followed (what the throttle held is what a waiter is told). The
- * completions judge by done_shift, which user space lowers a second after
+ * completions judge by done_shift, which user space lowers one poll after
  * shift: a request left out under a larger shift is then still told from
  * one wolf missed (a hash whose top bits are not all zero has more of
  * them not all zero).

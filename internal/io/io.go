@@ -246,15 +246,19 @@ func attrShift(rate float64) uint32 {
 	return n
 }
 
-// watchRate sets the sampling each second: of the requests' attribution
+// ratePoll is how often watchRate looks at the rates: a storm followed in
+// full until the first look costs what following it costs.
+const ratePoll = 250 * time.Millisecond
+
+// watchRate sets the sampling every ratePoll: of the requests' attribution
 // from the rate of completions, of the waiters from the rate of I/O
 // sleeps (the same budget: following a sleep to its wake-up costs about
 // what following a request does). The completions keep judging by a
-// larger shift for a second after it is lowered: requests left out before
-// are told apart from requests wolf missed.
+// larger shift for a ratePoll after it is lowered: requests left out
+// before are told apart from requests wolf missed.
 func (s *session) watchRate() {
 	defer s.wg.Done()
-	t := time.NewTicker(time.Second)
+	t := time.NewTicker(ratePoll)
 	defer t.Stop()
 	read := func() (uint64, uint64, error) {
 		c, err := s.p.counter(ioStatIndexSTAT_COMPLETIONS)
@@ -284,7 +288,7 @@ func (s *session) watchRate() {
 				next.Shift = attrShift(float64(probeSub(c, prevC)) / el)
 				next.WaitShift = attrShift(float64(probeSub(w, prevW)) / el)
 			}
-			next.DoneShift = max(next.Shift, cur.Shift) // the second-old shift still judges
+			next.DoneShift = max(next.Shift, cur.Shift) // the previous poll's shift still judges
 			prevC, prevW, last = c, w, now
 			if next == cur {
 				continue
