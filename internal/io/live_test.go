@@ -61,6 +61,19 @@ func testLoop(t testing.TB) *iolab.Loop {
 // requests, each completed before the next.
 func readDirect(t *testing.T, dev string, n int) {
 	t.Helper()
+	readDirectWhile(t, dev, func(i int) bool { return i < n })
+}
+
+// readDirectFor reads the device as readDirect does for d, and says how
+// many reads it made.
+func readDirectFor(t *testing.T, dev string, d time.Duration) int {
+	t.Helper()
+	end := time.Now().Add(d)
+	return readDirectWhile(t, dev, func(int) bool { return time.Now().Before(end) })
+}
+
+func readDirectWhile(t *testing.T, dev string, more func(i int) bool) int {
+	t.Helper()
 	fd, err := unix.Open(dev, unix.O_RDONLY|unix.O_DIRECT, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -71,11 +84,13 @@ func readDirect(t *testing.T, dev string, n int) {
 		t.Fatal(err)
 	}
 	defer unix.Munmap(buf)
-	for i := range n {
+	i := 0
+	for ; more(i); i++ {
 		if _, err := unix.Pread(fd, buf, int64(i%4096)*4096); err != nil {
 			t.Fatal(err)
 		}
 	}
+	return i
 }
 
 func deviceOf(res *investigator.Result, name string) *finding.Finding {
@@ -144,21 +159,7 @@ func TestLiveSampledAttribution(t *testing.T) {
 	var n int
 	var misses uint64
 	res := testutil.RunLive(t, iv, investigator.Options{}, func() {
-		fd, err := unix.Open(l.Dev, unix.O_RDONLY|unix.O_DIRECT, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer unix.Close(fd)
-		buf, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer unix.Munmap(buf)
-		for end := time.Now().Add(3 * time.Second); time.Now().Before(end); n++ {
-			if _, err := unix.Pread(fd, buf, int64(n%4096)*4096); err != nil {
-				t.Fatal(err)
-			}
-		}
+		n = readDirectFor(t, l.Dev, 3*time.Second)
 		misses = completionMisses(t)
 	})
 	t.Logf("%d reads in 3 s; attribution sampled 1 in %d; %d completions the kernel did not run wolf for", n, sample, misses)
@@ -236,21 +237,7 @@ func TestLiveSampledWaits(t *testing.T) {
 	iv.snapshot = func(s *Snapshot) { snap = s }
 	var n int
 	testutil.RunLive(t, iv, investigator.Options{}, func() {
-		fd, err := unix.Open(l.Dev, unix.O_RDONLY|unix.O_DIRECT, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer unix.Close(fd)
-		buf, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer unix.Munmap(buf)
-		for end := time.Now().Add(3 * time.Second); time.Now().Before(end); n++ {
-			if _, err := unix.Pread(fd, buf, int64(n%4096)*4096); err != nil {
-				t.Fatal(err)
-			}
-		}
+		n = readDirectFor(t, l.Dev, 3*time.Second)
 	})
 	if snap == nil {
 		t.Fatal("no snapshot")

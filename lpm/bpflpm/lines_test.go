@@ -115,17 +115,7 @@ func TestRealLines(t *testing.T) {
 		ps                []netip.Prefix
 		maxMiss, maxPages float64
 	}{{"real IPv4", IPv4, v4, 0.95, 0.2}, {"real IPv6", IPv6, v6, 0.4, 0.05}} {
-		vs := make([]uint32, len(set.ps))
-		for i := range vs {
-			vs[i] = uint32(i)
-		}
-		tb, err := newHeapTable(Options{Family: set.fam, MaxPrefixes: len(set.ps)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := tb.Load(set.ps, vs); err != nil {
-			t.Fatal(err)
-		}
+		tb := loadedHeapTable(t, set.fam, set.ps)
 		probes := probesFrom(rand.New(rand.NewPCG(1, 2)), set.ps, 1<<20)
 		cache, tlb := newLRU(3<<19/64), newLRU(1536)
 		warm := len(probes) / 2

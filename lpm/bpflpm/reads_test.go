@@ -31,17 +31,7 @@ func TestRealReads(t *testing.T) {
 		ps    []netip.Prefix
 		limit float64
 	}{{"dense", IPv4, dense, 2.05}, {"real IPv4", IPv4, v4, 2.05}, {"real IPv6", IPv6, v6, 4.4}} {
-		vs := make([]uint32, len(set.ps))
-		for i := range vs {
-			vs[i] = uint32(i)
-		}
-		tb, err := newHeapTable(Options{Family: set.fam, MaxPrefixes: len(set.ps)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := tb.Load(set.ps, vs); err != nil {
-			t.Fatal(err)
-		}
+		tb := loadedHeapTable(t, set.fam, set.ps)
 		kt := ktrie{width: 32}
 		if set.fam == IPv6 {
 			kt.width = 128
@@ -69,4 +59,21 @@ func TestRealReads(t *testing.T) {
 			t.Errorf("%s: %.2f node reads per lookup, want at most %.2f", set.name, avg, set.limit)
 		}
 	}
+}
+
+// loadedHeapTable is a user-space table holding ps, prefix i mapped to i.
+func loadedHeapTable(t *testing.T, fam Family, ps []netip.Prefix) *Table {
+	t.Helper()
+	vs := make([]uint32, len(ps))
+	for i := range vs {
+		vs[i] = uint32(i)
+	}
+	tb, err := newHeapTable(Options{Family: fam, MaxPrefixes: len(ps)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.Load(ps, vs); err != nil {
+		t.Fatal(err)
+	}
+	return tb
 }
