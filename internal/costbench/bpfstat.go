@@ -24,6 +24,9 @@ type Stat struct {
 	Name  string
 	RunNs uint64
 	Runs  uint64
+	// Misses are the runs the kernel skipped because a BPF program
+	// already ran on that CPU (its recursion misses).
+	Misses uint64
 }
 
 // EnableStats turns the kernel's BPF run statistics on until the returned
@@ -106,7 +109,7 @@ func ReadStats(ids []ebpf.ProgramID) map[ebpf.ProgramID]Stat {
 		if err != nil || ierr != nil {
 			continue
 		}
-		out[id] = Stat{Name: info.Name, RunNs: uint64(st.Runtime.Nanoseconds()), Runs: st.RunCount}
+		out[id] = Stat{Name: info.Name, RunNs: uint64(st.Runtime.Nanoseconds()), Runs: st.RunCount, Misses: st.RecursionMisses}
 	}
 	return out
 }

@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
 	"github.com/wolf-investigator/wolf/internal/costbench"
@@ -209,16 +208,9 @@ func completionMisses(t *testing.T) uint64 {
 		t.Fatal(err)
 	}
 	var n uint64
-	for _, id := range ids {
-		p, err := ebpf.NewProgramFromID(id)
-		if err != nil {
-			continue
-		}
-		info, ierr := p.Info()
-		st, serr := p.Stats()
-		p.Close()
-		if ierr == nil && serr == nil && info.Name == "rq_complete" {
-			n += st.RecursionMisses
+	for _, st := range costbench.ReadStats(ids) {
+		if st.Name == "rq_complete" {
+			n += st.Misses
 		}
 	}
 	return n
