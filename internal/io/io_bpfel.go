@@ -299,6 +299,7 @@ const (
 	ioVarLinkNs              = "link_ns"
 	ioVarLongWaitNs          = "long_wait_ns"
 	ioVarOnlyDev             = "only_dev"
+	ioVarQueueStatsBit       = "queue_stats_bit"
 	ioVarSlowNs              = "slow_ns"
 	ioVarThrotlDispatchFn    = "throtl_dispatch_fn"
 	ioVarUnusedLongWait      = "unused_long_wait"
@@ -408,6 +409,7 @@ type ioVariableSpecs struct {
 	LinkNs           *ebpf.VariableSpec `ebpf:"link_ns"`
 	LongWaitNs       *ebpf.VariableSpec `ebpf:"long_wait_ns"`
 	OnlyDev          *ebpf.VariableSpec `ebpf:"only_dev"`
+	QueueStatsBit    *ebpf.VariableSpec `ebpf:"queue_stats_bit"`
 	SlowNs           *ebpf.VariableSpec `ebpf:"slow_ns"`
 	ThrotlDispatchFn *ebpf.VariableSpec `ebpf:"throtl_dispatch_fn"`
 	UnusedLongWait   *ebpf.VariableSpec `ebpf:"unused_long_wait"`
@@ -487,6 +489,7 @@ type ioVariables struct {
 	LinkNs           *ebpf.Variable `ebpf:"link_ns"`
 	LongWaitNs       *ebpf.Variable `ebpf:"long_wait_ns"`
 	OnlyDev          *ebpf.Variable `ebpf:"only_dev"`
+	QueueStatsBit    *ebpf.Variable `ebpf:"queue_stats_bit"`
 	SlowNs           *ebpf.Variable `ebpf:"slow_ns"`
 	ThrotlDispatchFn *ebpf.Variable `ebpf:"throtl_dispatch_fn"`
 	UnusedLongWait   *ebpf.Variable `ebpf:"unused_long_wait"`

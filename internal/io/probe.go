@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -133,6 +134,51 @@ func kernelQueueFirst() bool {
 	return queueFirst(spec)
 }
 
+// queueStatsBit is the bit of QUEUE_FLAG_STATS in a request queue's flags,
+// from an enumerator of the kernel's BTF (5.17 on; a #define before,
+// which BTF does not keep): ok false when not found. The enum has no
+// name, so the types are scanned, once a process (tens of milliseconds).
+func queueStatsBit(spec *btf.Spec) (uint32, bool) {
+	for typ, err := range spec.All() {
+		if err != nil {
+			return 0, false
+		}
+		e, ok := typ.(*btf.Enum)
+		if !ok || e.Name != "" {
+			continue
+		}
+		for _, v := range e.Values {
+			if v.Name == "QUEUE_FLAG_STATS" && v.Value < 64 {
+				return uint32(v.Value), true
+			}
+		}
+	}
+	return 0, false
+}
+
+var statsBit = struct {
+	sync.Mutex
+	spec *btf.Spec
+	bit  uint32
+	ok   bool
+}{}
+
+// kernelQueueStatsBit is queueStatsBit of the kernel's BTF (or --btf's),
+// remembered for the spec it was read from.
+func kernelQueueStatsBit() (uint32, bool) {
+	spec, err := kernelbtf.Spec()
+	if err != nil {
+		return 0, false
+	}
+	statsBit.Lock()
+	defer statsBit.Unlock()
+	if statsBit.spec != spec {
+		statsBit.bit, statsBit.ok = queueStatsBit(spec)
+		statsBit.spec = spec
+	}
+	return statsBit.bit, statsBit.ok
+}
+
 // config is what the programs are set up with.
 type config struct {
 	SlowRequest time.Duration // requests this slow are kept one by one
@@ -168,6 +214,9 @@ func openProbe(ctx context.Context, c config, refuse map[string]bool) (*probe, e
 		"slow_ns":      uint64(c.SlowRequest),
 		"long_wait_ns": uint64(c.LongWait),
 		"only_dev":     c.Device,
+	}
+	if bit, ok := kernelQueueStatsBit(); ok {
+		vars["queue_stats_bit"] = bit
 	}
 	if fn := throttleDispatchFn(ctx); fn != 0 {
 		vars["throtl_dispatch_fn"] = fn
