@@ -718,17 +718,18 @@ static __always_inline int first_sight(struct request *rq, struct task_struct *t
 	struct rq_slot *s;
 	__u64 now, id;
 
-	if (only_dev && rq_dev(rq) != only_dev)
-		return 0;
+	/* A request left out has nothing to do here on any disk. */
 	if (attr_skip(rq->start_time_ns, *(volatile __u32 *)&attr.shift) &&
 	    !in_throttle(t, tflags)) {
-		if (!issue || queue_stamps(rq))
+		if (!issue || queue_stamps(rq) || (only_dev && rq_dev(rq) != only_dev))
 			return 0;
 		s = slot_held(rq, &id);
 		if (s)
 			s->issue_ns = bpf_ktime_get_ns();
 		return 0;
 	}
+	if (only_dev && rq_dev(rq) != only_dev)
+		return 0;
 	now = bpf_ktime_get_ns();
 	s = rq_born(rq, now, t, tflags, tgid);
 	if (s && issue)
@@ -878,6 +879,13 @@ struct {
 /* Set by user space once the waiter programs are attached: until then
  * completions leave no context for wake-ups. */
 __u32 waiters_armed SEC(".data.armed");
+
+/*
+ * Set by user space while the waiter programs run only one 2^n-th of the
+ * time (a disk merely busy: see watchArm): a sleep noted then stands for
+ * 2^wait_duty_shift times as many.
+ */
+__u32 wait_duty_shift SEC(".data.duty");
 
 static __noinline void batch_fold(struct batch *b)
 {
@@ -1086,7 +1094,7 @@ int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev, struct task_s
 	sl.start_ns = bpf_ktime_get_ns();
 	sl.kind = WAIT_IO;
 	sl.tgid = prev->tgid;
-	sl.weight = 1U << shift;
+	sl.weight = 1U << ((shift + *(volatile __u32 *)&wait_duty_shift) & 31);
 	sl.nvcsw = prev->nvcsw;
 	old = bpf_map_lookup_elem(&sleeps, &tid);
 	if (old) {

@@ -304,6 +304,7 @@ const (
 	ioVarThrotlDispatchFn    = "throtl_dispatch_fn"
 	ioVarUnusedLongWait      = "unused_long_wait"
 	ioVarUnusedSlowRq        = "unused_slow_rq"
+	ioVarWaitDutyShift       = "wait_duty_shift"
 	ioVarWaitersArmed        = "waiters_armed"
 	ioVarWantNs              = "want_ns"
 	ioVarWantWaiters         = "want_waiters"
@@ -414,6 +415,7 @@ type ioVariableSpecs struct {
 	ThrotlDispatchFn *ebpf.VariableSpec `ebpf:"throtl_dispatch_fn"`
 	UnusedLongWait   *ebpf.VariableSpec `ebpf:"unused_long_wait"`
 	UnusedSlowRq     *ebpf.VariableSpec `ebpf:"unused_slow_rq"`
+	WaitDutyShift    *ebpf.VariableSpec `ebpf:"wait_duty_shift"`
 	WaitersArmed     *ebpf.VariableSpec `ebpf:"waiters_armed"`
 	WantNs           *ebpf.VariableSpec `ebpf:"want_ns"`
 	WantWaiters      *ebpf.VariableSpec `ebpf:"want_waiters"`
@@ -494,6 +496,7 @@ type ioVariables struct {
 	ThrotlDispatchFn *ebpf.Variable `ebpf:"throtl_dispatch_fn"`
 	UnusedLongWait   *ebpf.Variable `ebpf:"unused_long_wait"`
 	UnusedSlowRq     *ebpf.Variable `ebpf:"unused_slow_rq"`
+	WaitDutyShift    *ebpf.Variable `ebpf:"wait_duty_shift"`
 	WaitersArmed     *ebpf.Variable `ebpf:"waiters_armed"`
 	WantNs           *ebpf.Variable `ebpf:"want_ns"`
 	WantWaiters      *ebpf.Variable `ebpf:"want_waiters"`

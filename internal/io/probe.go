@@ -345,6 +345,39 @@ func (p *probe) arm() error {
 	return nil
 }
 
+// disarm detaches the waiter programs again (duty-cycled waiters): the
+// sleeps' program first, the wake-ups' after grace, so that the sleeps
+// noted meanwhile end with their wake-ups; completions then stop leaving
+// their context.
+func (p *probe) disarm(grace time.Duration, stop <-chan struct{}) error {
+	if err := p.kit.Disarm(tpSwitch); err != nil {
+		return err
+	}
+	select {
+	case <-time.After(grace):
+	case <-stop:
+	}
+	if m := p.kit.Map(".data.armed"); m != nil {
+		if err := m.Update(uint32(0), uint32(0), ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("io: disarm the completions' context: %w", err)
+		}
+	}
+	return p.kit.Disarm(tpWaking)
+}
+
+// setDuty tells sched_switch what a sleep it notes stands for: 2^shift
+// sleeps, the waiter programs running one 2^shift-th of the time.
+func (p *probe) setDuty(shift uint32) error {
+	m := p.kit.Map(".data.duty")
+	if m == nil {
+		return errors.New("io: no duty-cycled waiters in the object")
+	}
+	if err := m.Update(uint32(0), shift, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("io: set the waiters' duty: %w", err)
+	}
+	return nil
+}
+
 // throttleDispatchFn is the address of blk-throttle's dispatch work
 // function: a request born while a worker runs it was held by the
 // throttle. 0 when kallsyms does not have it (no CONFIG_BLK_DEV_THROTTLING,
