@@ -35,7 +35,9 @@ import (
 // Three runs: --waiters off (the request programs alone), the default
 // (waiters armed when something holds I/O back or a disk is busy half of
 // a second, which this saturated loop device is: it arms them within the
-// first second), and --waiters on (the sched_switch and sched_waking
+// first second, an eighth of the time; each side's round in this mode
+// measures after a first, unmeasured round of the workload), and
+// --waiters on (the sched_switch and sched_waking
 // programs attached from the start).
 //
 // Beside wolf's own meter, every side is also measured by one instrument:
@@ -156,6 +158,17 @@ func (a *arm) addSince(x, y map[ebpf.ProgramID]costbench.Stat) {
 	}
 }
 
+// warmUp runs the workload once, unmeasured, in the default mode: the
+// busy disk arms the waiters in its first second or two, and the round
+// then measures the steady state a long-running wolf is in.
+func warmUp(ctx context.Context, waiters string, work costbench.Workload) error {
+	if waiters != WaitersAuto {
+		return nil
+	}
+	_, err := work(ctx)
+	return err
+}
+
 // floorTracepoints are the tracepoints of wolf io's programs that run per
 // request or per context switch, by program name.
 var floorTracepoints = map[string]string{
@@ -229,6 +242,14 @@ func thisRound(ctx context.Context, b *testing.B, dev, waiters string, work cost
 	if _, err := s.Collect(ctx); err != nil {
 		return 0, err
 	}
+	if err := warmUp(ctx, waiters, work); err != nil {
+		return 0, err
+	}
+	if waiters == WaitersAuto { // the meter's window starts after it
+		if _, err := s.Collect(ctx); err != nil {
+			return 0, err
+		}
+	}
 	x, n0 := programStats(os.Getpid()), completed(dev)
 	v, err := work(ctx)
 	if err != nil {
@@ -267,6 +288,9 @@ func baseRound(ctx context.Context, bin, dev, waiters string, work costbench.Wor
 	// Attached once its programs stop growing (the waiter programs, armed
 	// later, count from zero in addSince).
 	if _, err := costbench.WaitPrograms(cmd.Process.Pid, time.Second, time.Minute); err != nil {
+		return 0, err
+	}
+	if err := warmUp(ctx, waiters, work); err != nil {
 		return 0, err
 	}
 	x, n0 := programStats(cmd.Process.Pid), completed(dev)
