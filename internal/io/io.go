@@ -194,10 +194,10 @@ type session struct {
 	// duty: the waiter programs run dutyOn of each dutyPeriod (a disk
 	// merely busy); dutyWindow: they did at some time in this window.
 	duty, dutyWindow bool
-	armErr                error
-	stop                  chan struct{}
-	wg                    sync.WaitGroup
-	stopped               bool
+	armErr           error
+	stop             chan struct{}
+	wg               sync.WaitGroup
+	stopped          bool
 }
 
 // watchArm polls the programs' wish for waiters and arms them once. A

@@ -238,14 +238,14 @@ type Probe struct {
 	rowLinks map[string]link.Link // by Target: the link of a row that may be shed
 	// armedLinks are the links of the Later rows Arm attached, by Target.
 	armedLinks map[string]link.Link
-	shed     shedState            // budget.go
-	chosen   map[string]Attach    // by the row's Target: the variant that attached
-	stoodIn  map[string][]string  // by a missing row's Target: its stand-ins' Targets that attached
-	later    map[string]Attach    // by a Later row's Target: the variant that loaded, to attach on Arm
-	losses   []Loss
-	meter    *overhead.Meter
-	counters counterWindow
-	window   uint32 // wolf_window: the window whose maxima the programs keep
+	shed       shedState           // budget.go
+	chosen     map[string]Attach   // by the row's Target: the variant that attached
+	stoodIn    map[string][]string // by a missing row's Target: its stand-ins' Targets that attached
+	later      map[string]Attach   // by a Later row's Target: the variant that loaded, to attach on Arm
+	losses     []Loss
+	meter      *overhead.Meter
+	counters   counterWindow
+	window     uint32 // wolf_window: the window whose maxima the programs keep
 
 	// Shared maps (shared.go): those the probe holds, and of them those
 	// its programs write (counted once it attached).
