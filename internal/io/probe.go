@@ -215,12 +215,22 @@ func openProbe(ctx context.Context, c config, refuse map[string]bool) (*probe, e
 		"long_wait_ns": uint64(c.LongWait),
 		"only_dev":     c.Device,
 	}
-	if bit, ok := kernelQueueStatsBit(); ok {
-		vars["queue_stats_bit"] = bit
+	// Two scans of tens of milliseconds each, side by side.
+	type statsBit struct {
+		bit uint32
+		ok  bool
 	}
+	sb := make(chan statsBit, 1)
+	go func() {
+		bit, ok := kernelQueueStatsBit()
+		sb <- statsBit{bit, ok}
+	}()
 	if fn := throttleDispatchFn(ctx); fn != 0 {
 		vars["throtl_dispatch_fn"] = fn
 		p.throttle = true
+	}
+	if b := <-sb; b.ok {
+		vars["queue_stats_bit"] = b.bit
 	}
 	kit, err := probekit.Open(probekit.Object{
 		Name:   "io",
