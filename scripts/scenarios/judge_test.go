@@ -272,9 +272,9 @@ func TestMergeTable(t *testing.T) {
 }
 
 func TestParseStat(t *testing.T) {
-	line := "1234 (my (odd) comm) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 3 0 100 0 0\n"
+	line := "1234 (my (odd) comm) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 50 7 3 20 0 3 0 100 0 0\n"
 	pid, p, ok := parseStat([]byte(line))
-	if !ok || pid != 1234 || p.comm != "my (odd) comm" || p.ppid != 1 || p.ticks != 300 {
+	if !ok || pid != 1234 || p.comm != "my (odd) comm" || p.ppid != 1 || p.ticks != 300 || p.children != 10 {
 		t.Fatalf("got %d %+v %v", pid, p, ok)
 	}
 	if _, _, ok := parseStat([]byte("garbage")); ok {
@@ -283,12 +283,15 @@ func TestParseStat(t *testing.T) {
 }
 
 func TestOthersBusy(t *testing.T) {
-	// 10 is the runner, 11 its doctor, 12 a workload under a shell 13.
-	a := map[int]procCPU{11: {ppid: 10}, 12: {ppid: 13}, 13: {ppid: 10}, 20: {ppid: 1, comm: "chromium"}, 21: {ppid: 1, comm: "idle"}, 22: {ppid: 1, comm: "cc"}}
-	b := map[int]procCPU{11: {ppid: 10, ticks: 800}, 12: {ppid: 13, ticks: 800}, 13: {ppid: 10}, 20: {ppid: 1, comm: "chromium", ticks: 400},
-		21: {ppid: 1, comm: "idle", ticks: 5}, 22: {ppid: 1, comm: "cc", ticks: 160}, 23: {ppid: 1, comm: "new", ticks: 900}}
+	// 10 is the runner, 11 its doctor, 12 a workload under a shell 13; 24
+	// is a build whose compiles exited in the window, 23 was born in it.
+	a := map[int]procCPU{11: {ppid: 10}, 12: {ppid: 13}, 13: {ppid: 10}, 20: {ppid: 1, comm: "chromium"}, 21: {ppid: 1, comm: "idle"}, 22: {ppid: 1, comm: "cc"},
+		24: {ppid: 1, comm: "go", ticks: 50, children: 1000}}
+	b := map[int]procCPU{11: {ppid: 10, ticks: 800, children: 500}, 12: {ppid: 13, ticks: 800}, 13: {ppid: 10}, 20: {ppid: 1, comm: "chromium", ticks: 400},
+		21: {ppid: 1, comm: "idle", ticks: 5}, 22: {ppid: 1, comm: "cc", ticks: 160}, 23: {ppid: 1, comm: "new", ticks: 120},
+		24: {ppid: 1, comm: "go", ticks: 60, children: 1300}}
 	got := othersBusy(a, b, 8, 10)
-	if strings.Join(got, "; ") != "chromium (pid 20) 50%; cc (pid 22) 20%" {
+	if want := "chromium (pid 20) 50%; go (pid 24) 39% (mostly exited children); cc (pid 22) 20%; new (pid 23) 15%"; strings.Join(got, "; ") != want {
 		t.Fatalf("got %q", got)
 	}
 }

@@ -87,7 +87,7 @@ func markdown(m Meta, sel []Scenario, rs []Result) string {
 	b.WriteString("A run is right when doctor's first diagnosis names the scenario's root as a resource (its kind and identity: the cgroup, the device, the task), ")
 	b.WriteString("with numbers on every hop and the consumer named where the scenario has one; a negative control is right with no diagnosis and nothing critical. ")
 	b.WriteString("Required: CI fails when this scenario fails (`scripts/scenarios/required.txt`). ")
-	b.WriteString("\"Others busy\" are processes outside the run that used 10% of a CPU or more during doctor's window: on a shared machine a run can be judged on someone else's load.\n\n")
+	b.WriteString("\"Others busy\" are processes outside the run that used 10% of a CPU or more during doctor's window, with their children that exited in it (a build's compile and vet tasks): on a shared machine a run can be judged on someone else's load.\n\n")
 	if n, noisy := len(rs), countNoisy(rs); noisy > 0 {
 		fmt.Fprintf(&b, "%d of %d runs had others busy.\n\n", noisy, n)
 	}
