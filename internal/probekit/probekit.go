@@ -189,6 +189,12 @@ type Object struct {
 	// with the gates at their longest: "spin lock waits". Objects
 	// without it leave it empty.
 	Storm string
+	// StormDetail: what Storm names is a detail of events that are all
+	// counted exactly (hung's exact start of a D sleep, the others' start
+	// taken from the scheduler's clock), not events whose counts and sums
+	// are estimated from those kept; the report's sampled entry is then
+	// not marked estimated.
+	StormDetail bool
 	// Share names maps the object shares with other objects of this
 	// process, and what its programs do with each (shared.go): one
 	// investigator's programs keep what another's read.
@@ -260,6 +266,7 @@ type Probe struct {
 	detailEvents int // index of Object.DetailEvents in the counters, -1: none
 	detailSeen   struct{ taken, skipped, events uint64 }
 	stormWhat    string
+	stormDetail  bool
 	stormSeen    struct{ seen, kept uint64 }
 }
 
@@ -319,7 +326,8 @@ func Open(o Object) (*Probe, error) {
 		attached: map[string]bool{}, chosen: map[string]Attach{}, stoodIn: map[string][]string{},
 		rowLinks: map[string]link.Link{}, later: map[string]Attach{}, armedLinks: map[string]link.Link{},
 		extra: o.Extra, meter: overhead.Start(), detailWhat: o.Detail, detailEvents: -1,
-		stormWhat: o.Storm,
+		stormWhat:   o.Storm,
+		stormDetail: o.StormDetail,
 	}
 	if err := p.loadMaps(opts, o.Share); err != nil {
 		p.Close()
