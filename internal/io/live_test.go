@@ -253,7 +253,7 @@ func TestLiveSampledWaits(t *testing.T) {
 }
 
 // A disk merely busy (the loop device read as fast as it goes, nothing
-// slow or held back) arms the waiter programs an eighth of the time in
+// slow or held back) arms the waiter programs a sixteenth of the time in
 // the default mode: the reader's estimated waits stay near its reads
 // after they were armed, and the window says the duty.
 func TestLiveDutyWaits(t *testing.T) {
