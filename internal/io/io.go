@@ -306,8 +306,8 @@ loop:
 			s.mu.Unlock()
 			return
 		}
-		for time.Since(start) < on<<dutyShift {
-			if !wait(armPoll) {
+		for left := on<<dutyShift - time.Since(start); left > 0; left = on<<dutyShift - time.Since(start) {
+			if !wait(min(left, armPoll)) {
 				return
 			}
 			if full() {
