@@ -821,7 +821,7 @@ static __always_inline struct io_stats *proc_get(struct io_key *k)
  * folded between the two readings is in neither, once, and counts in the
  * next window).
  */
-#define BATCH 64
+#define BATCH 256
 
 struct batch {
 	struct io_key key;
