@@ -505,6 +505,11 @@ func (e *engine) consumed(b *branch, k string, subj finding.Subject, kind string
 				ev["threads"] = u.Threads
 			}
 			cs.Detail = fmt.Sprintf("used %s of %s", pct1(share), nameOf(subj))
+			if len(u.PIDs) > 1 {
+				ev["processes"] = len(u.PIDs)
+				ev["pids"] = u.PIDs[:min(len(u.PIDs), maxPoolPIDs)]
+				cs.Detail += fmt.Sprintf(" with %d other processes named %s", len(u.PIDs)-1, u.By.Comm)
+			}
 			c.hop(finding.Hop{From: subj, Relation: finding.UsedBy, To: cs, Evidence: ev, Mechanism: mechConsumer(kindOfKey(k)),
 				Text: fmt.Sprintf("%s used %s of %s (%s)", consumerLabel(u), pct1(share), nameOf(subj), amountText(u.Amount, u.Unit))}, refOf(u.Finding, u.FindingTitle))
 		}
@@ -724,12 +729,7 @@ func (e *engine) topConsumers(k string) []*fact.Usage {
 		}
 		us = append(us, u)
 	}
-	slices.SortStableFunc(us, func(a, b *fact.Usage) int {
-		if c := cmp.Compare(b.Amount, a.Amount); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.By.PID, b.By.PID)
-	})
+	us = poolsOf(us)
 	total, _ := e.used(k)
 	var out []*fact.Usage
 	for i, u := range us {
@@ -742,6 +742,59 @@ func (e *engine) topConsumers(k string) []*fact.Usage {
 		}
 		out = append(out, &c)
 	}
+	return out
+}
+
+// poolsOf sorts consumers largest first and folds the processes that
+// share a name and a cgroup into one: eight stress-ng workers at 12% each
+// are one consumer of 96% of the CPUs, which is what a person acts on
+// (one service, one job), and listing three of them at 12% hides it.
+// maxPoolPIDs bounds the pids a pool's hop lists.
+const maxPoolPIDs = 16
+
+func poolsOf(us []*fact.Usage) []*fact.Usage {
+	byAmount := func(a, b *fact.Usage) int {
+		if c := cmp.Compare(b.Amount, a.Amount); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.By.PID, b.By.PID)
+	}
+	slices.SortStableFunc(us, byAmount)
+	type key struct{ comm, cpu, mem, io, unit, act string }
+	members := map[key][]*fact.Usage{}
+	var order []key
+	var out []*fact.Usage
+	for _, u := range us {
+		if u.By.PID == 0 || (u.By.TID != 0 && u.By.TID != u.By.PID) {
+			out = append(out, u) // tasks that exited, by name; threads
+			continue
+		}
+		k := key{u.By.Comm, u.By.CPUCgroup, u.By.MemCgroup, u.By.IOCgroup, u.Unit, u.Activity}
+		if members[k] == nil {
+			order = append(order, k)
+		}
+		members[k] = append(members[k], u)
+	}
+	for _, k := range order {
+		m := members[k]
+		if len(m) == 1 {
+			out = append(out, m[0])
+			continue
+		}
+		p := *m[0] // the largest stands for the pool
+		p.Threads = 0
+		for _, u := range m {
+			p.PIDs = append(p.PIDs, u.By.PID)
+			p.Threads += max(u.Threads, 1)
+			if u != m[0] {
+				p.Amount += u.Amount
+				p.Share += u.Share
+				p.BusyShare += u.BusyShare
+			}
+		}
+		out = append(out, &p)
+	}
+	slices.SortStableFunc(out, byAmount)
 	return out
 }
 
@@ -818,7 +871,12 @@ func consumerLabel(u *fact.Usage) string {
 	case u.By.PID == 0 && u.By.TID == 0:
 		s = "cgroup " + cgroupName(u.By)
 	}
-	if u.Threads > 1 {
+	switch {
+	case len(u.PIDs) > 1 && u.Threads > len(u.PIDs):
+		return fmt.Sprintf("%s (%d processes, %d threads)", u.By.Comm, len(u.PIDs), u.Threads)
+	case len(u.PIDs) > 1:
+		return fmt.Sprintf("%s (%d processes)", u.By.Comm, len(u.PIDs))
+	case u.Threads > 1:
 		s = strings.TrimSuffix(s, ")") + fmt.Sprintf(", %d threads)", u.Threads)
 	}
 	return s

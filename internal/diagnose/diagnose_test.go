@@ -546,6 +546,46 @@ func TestSaturatedHostNamesItsConsumers(t *testing.T) {
 	checkHops(t, d)
 }
 
+// Eight single-threaded workers of one name in one cgroup are one
+// consumer: the title says the pool's 96%, not three of them at 12%, and
+// its waiters once; another process of the same name elsewhere stays apart.
+func TestSaturatedHostNamesAPoolOnce(t *testing.T) {
+	s := window()
+	hostSaturated(s, 2)
+	for i := range 8 {
+		by := task(100+i, 0, "stress-ng-matri")
+		by.CPUCgroup = "/hogs"
+		s.Usage = append(s.Usage, fact.Usage{On: fact.HostCPUKey(), By: by, Amount: 2.4 - 0.01*float64(i), Unit: "cpu_s", Share: 0.12 - 0.0005*float64(i), Threads: 1})
+		s.Waits = append(s.Waits, fact.Wait{Task: task(100+i, 100+i, "stress-ng-matri"), Kind: fact.WaitRunQueue, On: fact.HostCPUKey(), Total: 6000 * ms1, Max: 40 * ms1, Count: 1500})
+	}
+	other := task(300, 0, "stress-ng-matri")
+	other.CPUCgroup = "/elsewhere"
+	s.Usage = append(s.Usage, fact.Usage{On: fact.HostCPUKey(), By: other, Amount: 0.6, Unit: "cpu_s", Share: 0.03, Threads: 1})
+	ds := Diagnose([]finding.Finding{{ID: "sched.cpu-consumers", Title: "x"}, {ID: "system.cpu-saturated", Title: "y"}}, s)
+	logChain(t, ds)
+	d := only(t, ds)
+	if !strings.HasPrefix(d.Title, "Saturated CPUs: stress-ng-matri (8 processes) 95% of the 2 CPUs; stress-ng-matri (8 processes) waited 48 s for a CPU") {
+		t.Errorf("title %q", d.Title)
+	}
+	cs := subject(d, finding.RoleConsumer, func(s finding.Subject) bool { return s.PID == 100 })
+	if cs == nil || !strings.Contains(cs.Detail, "with 7 other processes named stress-ng-matri") {
+		t.Fatalf("the pool's consumer subject: %+v", d.Subjects)
+	}
+	found := false
+	for _, h := range d.Chain {
+		if n, ok := h.Evidence["processes"]; ok {
+			found = true
+			if pids, _ := h.Evidence["pids"].([]int); n != 8 || len(pids) != 8 || pids[0] != 100 {
+				t.Errorf("pool hop evidence %v", h.Evidence)
+			}
+		}
+	}
+	if !found {
+		t.Error("no hop says the pool's processes")
+	}
+	checkHops(t, d)
+}
+
 // The ClickHouse chain with many threads: the holder spends 39% of its
 // holds in reclaim and 44% waiting for CPUs that the cgroup's own
 // reclaim keeps busy (70% of their time). The memory limit is the root,

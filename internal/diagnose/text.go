@@ -99,38 +99,50 @@ func (d *draft) whoWords(kind fact.WaitKind) string {
 	return d.whoWordsWhere(kind, nil)
 }
 
-// whoWordsWhere is whoWords for the victims keep keeps (nil: all).
+// whoWordsWhere is whoWords for the victims keep keeps (nil: all). The
+// processes of one name are said once ("stress-ng-cpu (8 processes)"):
+// a pool of workers waits as one.
 func (d *draft) whoWordsWhere(kind fact.WaitKind, keep func(*victim) bool) string {
 	type proc struct {
-		label   string
+		pids    []int
 		threads int
 	}
-	byPID := map[int]*proc{}
-	var order []int
+	byComm := map[string]*proc{}
+	var order []string
 	for _, v := range d.shownVictims() {
 		if v.w.Kind != kind || (keep != nil && !keep(v)) {
 			continue
 		}
 		pid := cmp.Or(v.w.Task.PID, v.w.Task.TID)
-		p := byPID[pid]
+		p := byComm[v.w.Task.Comm]
 		if p == nil {
-			p = &proc{label: fmt.Sprintf("%s (pid %d", v.w.Task.Comm, pid)}
-			byPID[pid] = p
-			order = append(order, pid)
+			p = &proc{}
+			byComm[v.w.Task.Comm] = p
+			order = append(order, v.w.Task.Comm)
+		}
+		if !slices.Contains(p.pids, pid) {
+			p.pids = append(p.pids, pid)
 		}
 		p.threads++
 	}
 	var parts []string
-	for i, pid := range order {
+	for i, comm := range order {
 		if i == 3 {
-			parts = append(parts, fmt.Sprintf("%d more %s", len(order)-3, map[bool]string{true: "process", false: "processes"}[len(order) == 4]))
+			rest := 0
+			for _, c := range order[3:] {
+				rest += len(byComm[c].pids)
+			}
+			parts = append(parts, fmt.Sprintf("%d more %s", rest, map[bool]string{true: "process", false: "processes"}[rest == 1]))
 			break
 		}
-		p := byPID[pid]
-		if p.threads > 1 {
-			parts = append(parts, fmt.Sprintf("%s, %d threads)", p.label, p.threads))
-		} else {
-			parts = append(parts, p.label+")")
+		p := byComm[comm]
+		switch {
+		case len(p.pids) > 1:
+			parts = append(parts, fmt.Sprintf("%s (%d processes)", comm, len(p.pids)))
+		case p.threads > 1:
+			parts = append(parts, fmt.Sprintf("%s (pid %d, %d threads)", comm, p.pids[0], p.threads))
+		default:
+			parts = append(parts, fmt.Sprintf("%s (pid %d)", comm, p.pids[0]))
 		}
 	}
 	return strings.Join(parts, ", ")

@@ -246,7 +246,11 @@ type Usage struct {
 	For string
 	// Threads is how many threads of the consumer used it (0: unknown,
 	// or a thread itself).
-	Threads      int
+	Threads int
+	// PIDs are the processes a use sums when it is several processes of
+	// one name in one cgroup (a worker pool, stress-ng's hogs), largest
+	// first; By is the largest of them. Empty for one process.
+	PIDs         []int
 	Finding      string
 	FindingTitle string
 	// BusyShare is of the resource's busy time, measured in the same

@@ -168,6 +168,7 @@ struct {
 } hangs SEC(".maps");
 
 WOLF_STATS()
+WOLF_STORM()
 
 /* The record is too big for the 512-byte BPF stack. */
 struct {
@@ -201,6 +202,18 @@ static __always_inline bool is_blocked(unsigned int state, unsigned int flags)
  */
 static __always_inline void note_d_sleep(__u32 tid, __u64 nr_switches)
 {
+	stat_inc(STAT_D_SLEEPS);
+	/*
+	 * Under a storm (WOLF_STORM: the budget spent with its gates at their
+	 * longest) one sleep in N is stamped: on a memcg storm most switches
+	 * are D sleeps of a few microseconds, and the stamp (a clock read and
+	 * a hash lookup) was most of this program's cost. A sleep left
+	 * unstamped keeps the task's last stamp, whose switch count no longer
+	 * matches: the iterator then takes the start from the scheduler's
+	 * clock (BlockedExact false), as for a task asleep before wolf began.
+	 */
+	if (!wolf_storm_take())
+		return;
 	struct d_sleep s = {
 		.since_ktime = bpf_ktime_get_ns(),
 		.nr_switches = nr_switches,
@@ -216,7 +229,6 @@ static __always_inline void note_d_sleep(__u32 tid, __u64 nr_switches)
 		*old = s;
 	else if (bpf_map_update_elem(&d_sleeps, &tid, &s, BPF_ANY))
 		stat_inc(STAT_MAP_FULL);
-	stat_inc(STAT_D_SLEEPS);
 }
 
 /*

@@ -117,6 +117,14 @@ type hungTaskRec struct {
 	MmLockAddr     uint64
 }
 
+type hungWolfStorm struct {
+	_       structs.HostLayout
+	Seen    uint64
+	Kept    uint64
+	Left    uint32
+	Skipped uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -129,6 +137,7 @@ const (
 	hungMapScratch            = "scratch"
 	hungMapStats              = "stats"
 	hungMapWanted             = "wanted"
+	hungMapWolfStorm          = "wolf_storm"
 	hungMapWqFuncs            = "wq_funcs"
 	hungProgBtfSchedSwitch    = "btf_sched_switch"
 	hungProgDumpFuse          = "dump_fuse"
@@ -217,6 +226,7 @@ type hungMapSpecs struct {
 	Scratch      *ebpf.MapSpec `ebpf:"scratch"`
 	Stats        *ebpf.MapSpec `ebpf:"stats"`
 	Wanted       *ebpf.MapSpec `ebpf:"wanted"`
+	WolfStorm    *ebpf.MapSpec `ebpf:"wolf_storm"`
 	WqFuncs      *ebpf.MapSpec `ebpf:"wq_funcs"`
 }
 
@@ -259,6 +269,7 @@ type hungMaps struct {
 	Scratch      *ebpf.Map `ebpf:"scratch"`
 	Stats        *ebpf.Map `ebpf:"stats"`
 	Wanted       *ebpf.Map `ebpf:"wanted"`
+	WolfStorm    *ebpf.Map `ebpf:"wolf_storm"`
 	WqFuncs      *ebpf.Map `ebpf:"wq_funcs"`
 }
 
@@ -272,6 +283,7 @@ func (m *hungMaps) Close() error {
 		m.Scratch,
 		m.Stats,
 		m.Wanted,
+		m.WolfStorm,
 		m.WqFuncs,
 	)
 }

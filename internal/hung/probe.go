@@ -127,6 +127,11 @@ func openProbe(useBlocker bool, btfPath string) (*probe, error) {
 		Vars:  map[string]any{"use_blocker": useBlocker},
 		Table: tableFor(attachTable, taskHas("worker_private"), useBlocker && taskHas("blocker")),
 		BTF:   btfPath,
+		// On a storm of D sleeps (a memcg storm's page faults and lock
+		// waits), one in N is stamped: the others' start comes from the
+		// scheduler's clock, as for tasks asleep before wolf started.
+		Storm:       "exact D-sleep start times",
+		StormDetail: true,
 	})
 	if err != nil {
 		return nil, err

@@ -861,6 +861,9 @@ func deviceEvidence(s *Snapshot, d *Device) map[string]any {
 	if s.WaitSample > 1 {
 		ev["wait_sample_1_in"] = s.WaitSample
 	}
+	if s.WaitDuty > 1 {
+		ev["waiters_watched_1_in"] = s.WaitDuty
+	}
 	return ev
 }
 
@@ -956,7 +959,11 @@ func (s *Snapshot) Notes() []string {
 		out = append(out, fmt.Sprintf("requests came faster than %s a second: 1 in %d of those tasks issued was followed to its issuer; per-device and per-cgroup counts, bytes and latencies are every request's, per-process ones are estimated from the followed ones (evidence estimated: true)",
 			human.Count(attrRate), s.AttrSample))
 	}
-	if s.WaitSample > 1 {
+	if s.WaitDuty > 1 {
+		out = append(out, fmt.Sprintf("a disk was busy and nothing held its I/O back: the waiter programs (run on every context switch and wake-up) ran %s of every %s, and a wait noted counts for %d; waits' counts and totals are estimates, their averages unbiased, and a wait longer than %s begun late in that time is missed",
+			human.Duration(dutyOn), human.Duration(dutyPeriod), s.WaitDuty, human.Duration(dutyGrace)))
+	}
+	if s.WaitSample > max(s.WaitDuty, 1) {
 		out = append(out, fmt.Sprintf("tasks slept for I/O more than %s times a second: 1 sleep in %d was followed to its wake-up and counts for %d; waits' counts and totals are estimates, their averages unbiased, and a wait still going may be unseen",
 			human.Count(attrRate), s.WaitSample, s.WaitSample))
 	}

@@ -35,7 +35,9 @@ import (
 // Three runs: --waiters off (the request programs alone), the default
 // (waiters armed when something holds I/O back or a disk is busy half of
 // a second, which this saturated loop device is: it arms them within the
-// first second), and --waiters on (the sched_switch and sched_waking
+// first second, an eighth of the time; each side's round in this mode
+// measures after a first, unmeasured round of the workload), and
+// --waiters on (the sched_switch and sched_waking
 // programs attached from the start).
 //
 // Beside wolf's own meter, every side is also measured by one instrument:
@@ -46,6 +48,12 @@ import (
 // `wolf io` runs as a third side in the same rounds, the order of the
 // sides rotating each round, so that a change is compared with what it
 // changes on one machine in one hold of the lock, not across runs.
+//
+// A fourth side, the floor, runs the workload with an empty program on
+// each tracepoint wolf io's hot programs use (costbench.AttachFloor):
+// what any program there costs, in the same rounds. Each wolf side's
+// programs are then also told as the floor their runs would cost and
+// the work above it.
 //
 // Run: flock /tmp/wolf-bench.lock go test -run '^$' -bench Overhead -benchtime 1x ./internal/io/
 // (one mode: -bench Overhead/waiters=off)
@@ -150,6 +158,66 @@ func (a *arm) addSince(x, y map[ebpf.ProgramID]costbench.Stat) {
 	}
 }
 
+// warmUp runs the workload once, unmeasured, in the default mode: the
+// busy disk arms the waiters in its first second or two, and the round
+// then measures the steady state a long-running wolf is in.
+func warmUp(ctx context.Context, waiters string, work costbench.Workload) error {
+	if waiters != WaitersAuto {
+		return nil
+	}
+	_, err := work(ctx)
+	return err
+}
+
+// floorTracepoints are the tracepoints of wolf io's programs that run per
+// request or per context switch, by program name.
+var floorTracepoints = map[string]string{
+	"rq_insert":    "block_rq_insert",
+	"rq_issue":     "block_rq_issue",
+	"rq_complete":  "block_rq_complete",
+	"sched_switch": "sched_switch",
+	"sched_waking": "sched_waking",
+}
+
+// floorRound runs one round of the workload with only the floor attached
+// (for that round: it is no part of the other sides' rounds); its
+// programs are named by their tracepoints.
+func floorRound(ctx context.Context, tps []string, dev string, work costbench.Workload, a *arm) (float64, error) {
+	f, err := costbench.AttachFloor(tps)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	x, n0 := costbench.ReadStats(f.IDs()), completed(dev)
+	v, err := work(ctx)
+	if err != nil {
+		return 0, err
+	}
+	y := costbench.ReadStats(f.IDs())
+	a.reqs += completed(dev) - n0
+	for _, tp := range tps {
+		ids := f.IDsOf(tp)
+		dd := costbench.Since(pick(x, ids), pick(y, ids))
+		t := a.progs[tp]
+		t.Name = tp
+		t.Runs += dd.Runs
+		t.RunNs += dd.RunNs
+		a.progs[tp] = t
+	}
+	return v, nil
+}
+
+// pick is the statistics of programs ids.
+func pick(m map[ebpf.ProgramID]costbench.Stat, ids []ebpf.ProgramID) map[ebpf.ProgramID]costbench.Stat {
+	out := map[ebpf.ProgramID]costbench.Stat{}
+	for _, id := range ids {
+		if s, ok := m[id]; ok {
+			out[id] = s
+		}
+	}
+	return out
+}
+
 // completed is the requests the kernel completed on dev so far.
 func completed(dev string) uint64 {
 	ds, err := readDisks()
@@ -173,6 +241,14 @@ func thisRound(ctx context.Context, b *testing.B, dev, waiters string, work cost
 	// window ends it.
 	if _, err := s.Collect(ctx); err != nil {
 		return 0, err
+	}
+	if err := warmUp(ctx, waiters, work); err != nil {
+		return 0, err
+	}
+	if waiters == WaitersAuto { // the meter's window starts after it
+		if _, err := s.Collect(ctx); err != nil {
+			return 0, err
+		}
 	}
 	x, n0 := programStats(os.Getpid()), completed(dev)
 	v, err := work(ctx)
@@ -214,6 +290,9 @@ func baseRound(ctx context.Context, bin, dev, waiters string, work costbench.Wor
 	if _, err := costbench.WaitPrograms(cmd.Process.Pid, time.Second, time.Minute); err != nil {
 		return 0, err
 	}
+	if err := warmUp(ctx, waiters, work); err != nil {
+		return 0, err
+	}
 	x, n0 := programStats(cmd.Process.Pid), completed(dev)
 	v, err := work(ctx)
 	if err != nil {
@@ -237,6 +316,11 @@ func BenchmarkOverhead(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer stats.Close()
+	var tps []string
+	for _, tp := range floorTracepoints {
+		tps = append(tps, tp)
+	}
+	sort.Strings(tps)
 	for _, waiters := range []string{WaitersOff, WaitersAuto, WaitersOn} {
 		b.Run("waiters="+waiters, func(b *testing.B) {
 			l := testLoop(b)
@@ -245,6 +329,7 @@ func BenchmarkOverhead(b *testing.B) {
 			for range b.N {
 				this := &arm{name: "wolf", progs: map[string]costbench.Stat{}}
 				old := &arm{name: "wolf (base)", progs: map[string]costbench.Stat{}}
+				fl := &arm{name: "floor", progs: map[string]costbench.Stat{}}
 				var without []float64
 				phases := []func() error{
 					func() error {
@@ -255,6 +340,11 @@ func BenchmarkOverhead(b *testing.B) {
 					func() error {
 						v, err := thisRound(ctx, b, l.Name, waiters, work, this)
 						this.with = append(this.with, v)
+						return err
+					},
+					func() error {
+						v, err := floorRound(ctx, tps, l.Name, work, fl)
+						fl.with = append(fl.with, v)
 						return err
 					},
 				}
@@ -296,6 +386,19 @@ func BenchmarkOverhead(b *testing.B) {
 					b.Logf("base: requests/s median %.0f; throughput slowdown %.2f%% (CI %.2f%% .. %.2f%%)",
 						costbench.Median(old.with), rb.MedianBlockPct, rb.CILowPct, rb.CIHighPct)
 				}
+				// The floor: an empty program's ns a run on each
+				// tracepoint, and its runs per request.
+				floorNs := map[string]float64{}
+				line := "floor (bpf_stats, empty programs):"
+				for _, tp := range tps {
+					st := fl.progs[tp]
+					if st.Runs == 0 {
+						continue
+					}
+					floorNs[tp] = float64(st.RunNs) / float64(st.Runs)
+					line += fmt.Sprintf(" %s %.0f ns/run %.2f runs/request,", tp, floorNs[tp], float64(st.Runs)/float64(max(fl.reqs, 1)))
+				}
+				b.Logf("%s", strings.TrimSuffix(line, ","))
 				// Both sides by one instrument: the kernel's run statistics
 				// of the programs each process holds, per request the
 				// kernel completed on the device in its rounds.
@@ -317,6 +420,22 @@ func BenchmarkOverhead(b *testing.B) {
 						line += fmt.Sprintf(" %s %.0f ns/run %.2f runs/request,", n, float64(st.RunNs)/float64(st.Runs), float64(st.Runs)/float64(max(a.reqs, 1)))
 					}
 					b.Logf("%s", strings.TrimSuffix(line, ","))
+					// The same runs of empty programs, and the work
+					// above them.
+					var fns float64
+					line = ""
+					for _, n := range names {
+						st := a.progs[n]
+						f, ok := floorNs[floorTracepoints[n]]
+						if st.Runs == 0 || !ok {
+							continue
+						}
+						fns += f * float64(st.Runs)
+						line += fmt.Sprintf(" %s %.0f ns/run,", n, float64(st.RunNs)/float64(st.Runs)-f)
+					}
+					reqs := float64(max(a.reqs, 1))
+					b.Logf("%s: the floor of its runs %.0f ns per request, above it %.0f; above the floor a run:%s",
+						a.name, fns/reqs, (float64(total)-fns)/reqs, strings.TrimSuffix(line, ","))
 					if a == this {
 						b.ReportMetric(float64(total)/float64(max(a.reqs, 1)), "bpfstat-ns/req")
 					} else {

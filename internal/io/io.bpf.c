@@ -91,10 +91,17 @@ const volatile __u64 link_ns = 2000000;
 const volatile __u64 want_ns = 100000000;
 /* --device: only this disk (major << 20 | minor); 0 for all. */
 const volatile __u32 only_dev = 0;
+/*
+ * The bit of QUEUE_FLAG_STATS in a queue's flags (an enumerator in the
+ * kernel's BTF since 5.17, found by user space), 64 when unknown: a queue
+ * with it set stamps each request's issue time itself (io_start_time_ns,
+ * right after block_rq_issue), so the issue program need not.
+ */
+const volatile __u32 queue_stats_bit = 64;
 
 enum stat_index {
 	STAT_EVENTS = 0,	 /* events of the rare programs (writeback, jbd2, fsync, …) */
-	STAT_COMPLETIONS = 1,	 /* block_rq_complete runs on watched disks */
+	STAT_COMPLETIONS = 1,	 /* block_rq_complete runs on watched disks, as batches fold */
 	STAT_UNTRACKED = 2,	 /* completions of requests born before wolf attached or lost */
 	STAT_SLOT_TAKEN = 3,	 /* a request's slot held another in-flight request */
 	STAT_PROC_FULL = 4,	 /* procs refused a new (disk, cgroup, issuer) */
@@ -681,10 +688,29 @@ static __always_inline bool in_throttle(struct task_struct *t, unsigned int tfla
 	       worker_func(t) == throtl_dispatch_fn;
 }
 
+/* include/linux/blk_types.h: REQ_OP_DRV_IN and REQ_OP_DRV_OUT. */
+#define WOLF_REQ_OP_DRV_IN 34
+#define WOLF_REQ_OP_DRV_OUT 35
+
+/*
+ * Whether the kernel stamps this request's issue time (io_start_time_ns)
+ * as it issues it: its queue keeps statistics (wbt, iocost, iolatency
+ * turn them on), and it is not a driver's passthrough command.
+ */
+static __always_inline bool queue_stamps(struct request *rq)
+{
+	__u32 bit = queue_stats_bit, op = rq->cmd_flags & WOLF_REQ_OP_MASK;
+
+	if (bit >= 64 || op == WOLF_REQ_OP_DRV_IN || op == WOLF_REQ_OP_DRV_OUT)
+		return false;
+	return (rq->q->queue_flags >> bit) & 1;
+}
+
 /*
  * insert and issue. A request the sampling leaves out costs the hash of
  * its birth (and, at issue, a look at its slot, which an insert may have
- * claimed); one followed is born in its slot, and issue stamps it.
+ * claimed, unless the kernel stamps the issue itself); one followed is
+ * born in its slot, and issue stamps it.
  */
 static __always_inline int first_sight(struct request *rq, struct task_struct *t,
 				       unsigned int tflags, __u32 tgid, bool issue)
@@ -692,17 +718,18 @@ static __always_inline int first_sight(struct request *rq, struct task_struct *t
 	struct rq_slot *s;
 	__u64 now, id;
 
-	if (only_dev && rq_dev(rq) != only_dev)
-		return 0;
+	/* A request left out has nothing to do here on any disk. */
 	if (attr_skip(rq->start_time_ns, *(volatile __u32 *)&attr.shift) &&
 	    !in_throttle(t, tflags)) {
-		if (!issue)
+		if (!issue || queue_stamps(rq) || (only_dev && rq_dev(rq) != only_dev))
 			return 0;
 		s = slot_held(rq, &id);
 		if (s)
 			s->issue_ns = bpf_ktime_get_ns();
 		return 0;
 	}
+	if (only_dev && rq_dev(rq) != only_dev)
+		return 0;
 	now = bpf_ktime_get_ns();
 	s = rq_born(rq, now, t, tflags, tgid);
 	if (s && issue)
@@ -853,12 +880,22 @@ struct {
  * completions leave no context for wake-ups. */
 __u32 waiters_armed SEC(".data.armed");
 
+/*
+ * Set by user space while the waiter programs run only one 2^n-th of the
+ * time (a disk merely busy: see watchArm): a sleep noted then stands for
+ * 2^wait_duty_shift times as many.
+ */
+__u32 wait_duty_shift SEC(".data.duty");
+
 static __noinline void batch_fold(struct batch *b)
 {
 	struct io_stats *st;
 
 	if (!b->count)
 		return;
+	/* The completions, counted here rather than one by one: user space
+	 * wants only their rate (struct attr). */
+	stat_add(STAT_COMPLETIONS, b->count);
 	st = proc_get(&b->key);
 	if (st) {
 		for (int i = 0; i < NR_OPS; i++) {
@@ -925,7 +962,6 @@ int BPF_PROG(rq_complete, struct request *rq, int error, unsigned int nr_bytes)
 
 	if (!watched(dev))
 		return 0;
-	stat_inc(STAT_COMPLETIONS);
 	now = bpf_ktime_get_ns();
 	op = op_class(rq->cmd_flags);
 	k.dev = dev;
@@ -1058,7 +1094,7 @@ int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev, struct task_s
 	sl.start_ns = bpf_ktime_get_ns();
 	sl.kind = WAIT_IO;
 	sl.tgid = prev->tgid;
-	sl.weight = 1U << shift;
+	sl.weight = 1U << ((shift + *(volatile __u32 *)&wait_duty_shift) & 31);
 	sl.nvcsw = prev->nvcsw;
 	old = bpf_map_lookup_elem(&sleeps, &tid);
 	if (old) {

@@ -191,10 +191,13 @@ type session struct {
 	// The same for I/O sleeps (waiters).
 	waitSample, waitShift uint32
 	armed                 time.Time // when the waiter programs attached (zero: not yet)
-	armErr                error
-	stop                  chan struct{}
-	wg                    sync.WaitGroup
-	stopped               bool
+	// duty: the waiter programs run dutyOn of each dutyPeriod (a disk
+	// merely busy); dutyWindow: they did at some time in this window.
+	duty, dutyWindow bool
+	armErr           error
+	stop             chan struct{}
+	wg               sync.WaitGroup
+	stopped          bool
 }
 
 // watchArm polls the programs' wish for waiters and arms them once. A
@@ -219,13 +222,105 @@ func (s *session) watchArm() {
 				continue
 			}
 			cur, _ := readDisks()
-			if slowDisk(prev, cur, now.Sub(last), s.devName) || busyDisk(prev, cur, now.Sub(last), s.devName) {
+			if slowDisk(prev, cur, now.Sub(last), s.devName) {
 				s.doArm()
+				return
+			}
+			if busyDisk(prev, cur, now.Sub(last), s.devName) {
+				s.dutyArm(cur, now)
 				return
 			}
 			prev, last = cur, now
 		}
 	}
+}
+
+// Waiters of a disk that is merely busy (nothing held I/O back, nothing
+// slow) are watched dutyOn of every dutyPeriod: the waiter programs run
+// on every context switch and wake-up of the host, and on a fast disk
+// read as fast as it goes (two or three of each a request) their runs
+// alone, empty, would cost more than the budget of everything io does
+// (docs/io.md, "Cost"). A sleep noted then counts for 2^dutyShift (the
+// waits' counts and totals are estimates, their averages unbiased), and
+// the wake-ups' program stays dutyGrace longer than the sleeps', so
+// that the waits begun end with it; a wait longer than that, begun late
+// in the on-time, is missed. What a waiter explains (a throttle, a slow
+// request or disk, a dirty pause, a slow commit) arms them for good.
+const (
+	dutyPeriod = time.Second
+	dutyOn     = 125 * time.Millisecond
+	dutyGrace  = 125 * time.Millisecond
+	dutyShift  = 3 // dutyPeriod = dutyOn << dutyShift
+)
+
+// dutyArm runs the waiter programs dutyOn of every dutyPeriod until
+// something asks for them for good (then they stay), or the session
+// stops. prev is /proc/diskstats at last.
+func (s *session) dutyArm(prev map[string]sysstat.DiskStat, last time.Time) {
+	if err := s.p.setDuty(dutyShift); err != nil {
+		s.doArm() // an object without it: armed for good, as before
+		return
+	}
+	s.mu.Lock()
+	s.duty, s.dutyWindow = true, true
+	s.mu.Unlock()
+	full := func() bool {
+		if s.p.wanted() {
+			return true
+		}
+		if now := time.Now(); now.Sub(last) >= time.Second {
+			cur, _ := readDisks()
+			slow := slowDisk(prev, cur, now.Sub(last), s.devName)
+			prev, last = cur, now
+			return slow
+		}
+		return false
+	}
+	wait := func(d time.Duration) bool { // false: stopped
+		select {
+		case <-s.stop:
+			return false
+		case <-time.After(d):
+			return true
+		}
+	}
+loop:
+	for {
+		s.doArm()
+		start := time.Now()
+		s.mu.Lock()
+		failed := s.armErr != nil
+		s.mu.Unlock()
+		if failed || !wait(dutyOn) {
+			return
+		}
+		if full() {
+			break
+		}
+		// The period is the time the sleeps' program really ran, times
+		// 2^dutyShift: what a sleep noted counts for stays true.
+		on := time.Since(start)
+		if err := s.p.disarm(dutyGrace, s.stop); err != nil {
+			s.mu.Lock()
+			s.armErr = err
+			s.mu.Unlock()
+			return
+		}
+		for time.Since(start) < on<<dutyShift {
+			if !wait(armPoll) {
+				return
+			}
+			if full() {
+				s.doArm()
+				break loop
+			}
+		}
+	}
+	// For good: sleeps noted from now on count for themselves.
+	_ = s.p.setDuty(0)
+	s.mu.Lock()
+	s.duty = false
+	s.mu.Unlock()
 }
 
 // attrRate is how many requests a second wolf follows one by one from
@@ -284,9 +379,19 @@ func (s *session) watchRate() {
 				return
 			}
 			next := cur
+			s.mu.Lock()
+			duty := s.duty
+			s.mu.Unlock()
 			if el := now.Sub(last).Seconds(); el > 0 {
 				next.Shift = attrShift(float64(probeSub(c, prevC)) / el)
-				next.WaitShift = attrShift(float64(probeSub(w, prevW)) / el)
+				switch dw := probeSub(w, prevW); {
+				case !duty:
+					next.WaitShift = attrShift(float64(dw) / el)
+				case dw > 0:
+					// Sleeps are counted only while the waiter
+					// programs run, dutyOn at a time.
+					next.WaitShift = attrShift(float64(dw) / min(el, dutyOn.Seconds()))
+				}
 			}
 			next.DoneShift = max(next.Shift, cur.Shift) // the previous poll's shift still judges
 			prevC, prevW, last = c, w, now
@@ -361,7 +466,9 @@ func (s *session) doArm() {
 		s.armErr = err
 		return
 	}
-	s.armed = time.Now()
+	if s.armed.IsZero() { // duty-cycled, armed again and again: the first time
+		s.armed = time.Now()
+	}
 }
 
 func (s *session) stopArm() {
@@ -419,8 +526,13 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 	s.sample = s.shift // the next window starts where this one ends
 	if !armed.IsZero() {
 		snap.WaitSample = 1 << s.waitSample
+		if s.dutyWindow {
+			snap.WaitSample <<= dutyShift
+			snap.WaitDuty = 1 << dutyShift
+		}
 	}
 	s.waitSample = s.waitShift
+	s.dutyWindow = s.duty
 	s.mu.Unlock()
 	switch {
 	case !armed.IsZero():

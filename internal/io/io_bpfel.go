@@ -299,10 +299,12 @@ const (
 	ioVarLinkNs              = "link_ns"
 	ioVarLongWaitNs          = "long_wait_ns"
 	ioVarOnlyDev             = "only_dev"
+	ioVarQueueStatsBit       = "queue_stats_bit"
 	ioVarSlowNs              = "slow_ns"
 	ioVarThrotlDispatchFn    = "throtl_dispatch_fn"
 	ioVarUnusedLongWait      = "unused_long_wait"
 	ioVarUnusedSlowRq        = "unused_slow_rq"
+	ioVarWaitDutyShift       = "wait_duty_shift"
 	ioVarWaitersArmed        = "waiters_armed"
 	ioVarWantNs              = "want_ns"
 	ioVarWantWaiters         = "want_waiters"
@@ -408,10 +410,12 @@ type ioVariableSpecs struct {
 	LinkNs           *ebpf.VariableSpec `ebpf:"link_ns"`
 	LongWaitNs       *ebpf.VariableSpec `ebpf:"long_wait_ns"`
 	OnlyDev          *ebpf.VariableSpec `ebpf:"only_dev"`
+	QueueStatsBit    *ebpf.VariableSpec `ebpf:"queue_stats_bit"`
 	SlowNs           *ebpf.VariableSpec `ebpf:"slow_ns"`
 	ThrotlDispatchFn *ebpf.VariableSpec `ebpf:"throtl_dispatch_fn"`
 	UnusedLongWait   *ebpf.VariableSpec `ebpf:"unused_long_wait"`
 	UnusedSlowRq     *ebpf.VariableSpec `ebpf:"unused_slow_rq"`
+	WaitDutyShift    *ebpf.VariableSpec `ebpf:"wait_duty_shift"`
 	WaitersArmed     *ebpf.VariableSpec `ebpf:"waiters_armed"`
 	WantNs           *ebpf.VariableSpec `ebpf:"want_ns"`
 	WantWaiters      *ebpf.VariableSpec `ebpf:"want_waiters"`
@@ -487,10 +491,12 @@ type ioVariables struct {
 	LinkNs           *ebpf.Variable `ebpf:"link_ns"`
 	LongWaitNs       *ebpf.Variable `ebpf:"long_wait_ns"`
 	OnlyDev          *ebpf.Variable `ebpf:"only_dev"`
+	QueueStatsBit    *ebpf.Variable `ebpf:"queue_stats_bit"`
 	SlowNs           *ebpf.Variable `ebpf:"slow_ns"`
 	ThrotlDispatchFn *ebpf.Variable `ebpf:"throtl_dispatch_fn"`
 	UnusedLongWait   *ebpf.Variable `ebpf:"unused_long_wait"`
 	UnusedSlowRq     *ebpf.Variable `ebpf:"unused_slow_rq"`
+	WaitDutyShift    *ebpf.Variable `ebpf:"wait_duty_shift"`
 	WaitersArmed     *ebpf.Variable `ebpf:"waiters_armed"`
 	WantNs           *ebpf.Variable `ebpf:"want_ns"`
 	WantWaiters      *ebpf.Variable `ebpf:"want_waiters"`

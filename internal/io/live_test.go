@@ -252,6 +252,44 @@ func TestLiveSampledWaits(t *testing.T) {
 	}
 }
 
+// A disk merely busy (the loop device read as fast as it goes, nothing
+// slow or held back) arms the waiter programs an eighth of the time in
+// the default mode: the reader's estimated waits stay near its reads
+// after they were armed, and the window says the duty.
+func TestLiveDutyWaits(t *testing.T) {
+	testutil.RequireRoot(t)
+	l := testLoop(t)
+	iv := New()
+	iv.Device, iv.Waiters = l.Name, WaitersAuto
+	var snap *Snapshot
+	iv.snapshot = func(s *Snapshot) { snap = s }
+	var n int
+	testutil.RunLive(t, iv, investigator.Options{}, func() {
+		n = readDirectFor(t, l.Dev, 6*time.Second)
+	})
+	if snap == nil {
+		t.Fatal("no snapshot")
+	}
+	if !snap.WaitersArmed {
+		t.Skipf("%d reads in 6 s did not keep %s busy: %s", n, l.Name, snap.WaitersOff)
+	}
+	if snap.WaitDuty != 1<<dutyShift {
+		t.Fatalf("waiters watched 1 in %d of the time; want %d (armed from %s, sampled 1 in %d)", snap.WaitDuty, 1<<dutyShift, snap.WaitersFrom, snap.WaitSample)
+	}
+	var waits int
+	for _, w := range snap.Waiters {
+		if w.PID == os.Getpid() && w.Kind == KindIO {
+			waits += w.Count
+		}
+	}
+	// The reads since the waiters were first armed, at an even rate.
+	armed := float64(n) * (snap.Window - snap.WaitersFrom).Seconds() / snap.Window.Seconds()
+	t.Logf("%d reads in 6 s, %.0f after the waiters were armed (%s in); waits 1 in %d: %d estimated", n, armed, snap.WaitersFrom, snap.WaitSample, waits)
+	if d := (float64(waits) - armed) / armed; d > 0.35 || d < -0.35 {
+		t.Errorf("%d waits estimated for %.0f reads (%.1f%%)", waits, armed, 100*d)
+	}
+}
+
 // Kernels with the request alone as the tracepoints' argument but no
 // bpf_get_current_task_btf (Debian's 5.10): the probe-read programs count
 // every request too.

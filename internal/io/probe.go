@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -133,6 +134,51 @@ func kernelQueueFirst() bool {
 	return queueFirst(spec)
 }
 
+// queueStatsBit is the bit of QUEUE_FLAG_STATS in a request queue's flags,
+// from an enumerator of the kernel's BTF (5.17 on; a #define before,
+// which BTF does not keep): ok false when not found. The enum has no
+// name, so the types are scanned, once a process (tens of milliseconds).
+func queueStatsBit(spec *btf.Spec) (uint32, bool) {
+	for typ, err := range spec.All() {
+		if err != nil {
+			return 0, false
+		}
+		e, ok := typ.(*btf.Enum)
+		if !ok || e.Name != "" {
+			continue
+		}
+		for _, v := range e.Values {
+			if v.Name == "QUEUE_FLAG_STATS" && v.Value < 64 {
+				return uint32(v.Value), true
+			}
+		}
+	}
+	return 0, false
+}
+
+var statsBit = struct {
+	sync.Mutex
+	spec *btf.Spec
+	bit  uint32
+	ok   bool
+}{}
+
+// kernelQueueStatsBit is queueStatsBit of the kernel's BTF (or --btf's),
+// remembered for the spec it was read from.
+func kernelQueueStatsBit() (uint32, bool) {
+	spec, err := kernelbtf.Spec()
+	if err != nil {
+		return 0, false
+	}
+	statsBit.Lock()
+	defer statsBit.Unlock()
+	if statsBit.spec != spec {
+		statsBit.bit, statsBit.ok = queueStatsBit(spec)
+		statsBit.spec = spec
+	}
+	return statsBit.bit, statsBit.ok
+}
+
 // config is what the programs are set up with.
 type config struct {
 	SlowRequest time.Duration // requests this slow are kept one by one
@@ -169,9 +215,22 @@ func openProbe(ctx context.Context, c config, refuse map[string]bool) (*probe, e
 		"long_wait_ns": uint64(c.LongWait),
 		"only_dev":     c.Device,
 	}
+	// Two scans of tens of milliseconds each, side by side.
+	type statsBit struct {
+		bit uint32
+		ok  bool
+	}
+	sb := make(chan statsBit, 1)
+	go func() {
+		bit, ok := kernelQueueStatsBit()
+		sb <- statsBit{bit, ok}
+	}()
 	if fn := throttleDispatchFn(ctx); fn != 0 {
 		vars["throtl_dispatch_fn"] = fn
 		p.throttle = true
+	}
+	if b := <-sb; b.ok {
+		vars["queue_stats_bit"] = b.bit
 	}
 	kit, err := probekit.Open(probekit.Object{
 		Name:   "io",
@@ -292,6 +351,39 @@ func (p *probe) arm() error {
 		if err := m.Update(uint32(0), uint32(1), ebpf.UpdateAny); err != nil {
 			return fmt.Errorf("io: arm the completions' context: %w", err)
 		}
+	}
+	return nil
+}
+
+// disarm detaches the waiter programs again (duty-cycled waiters): the
+// sleeps' program first, the wake-ups' after grace, so that the sleeps
+// noted meanwhile end with their wake-ups; completions then stop leaving
+// their context.
+func (p *probe) disarm(grace time.Duration, stop <-chan struct{}) error {
+	if err := p.kit.Disarm(tpSwitch); err != nil {
+		return err
+	}
+	select {
+	case <-time.After(grace):
+	case <-stop:
+	}
+	if m := p.kit.Map(".data.armed"); m != nil {
+		if err := m.Update(uint32(0), uint32(0), ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("io: disarm the completions' context: %w", err)
+		}
+	}
+	return p.kit.Disarm(tpWaking)
+}
+
+// setDuty tells sched_switch what a sleep it notes stands for: 2^shift
+// sleeps, the waiter programs running one 2^shift-th of the time.
+func (p *probe) setDuty(shift uint32) error {
+	m := p.kit.Map(".data.duty")
+	if m == nil {
+		return errors.New("io: no duty-cycled waiters in the object")
+	}
+	if err := m.Update(uint32(0), shift, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("io: set the waiters' duty: %w", err)
 	}
 	return nil
 }

@@ -56,6 +56,10 @@ type Snapshot struct {
 	// counts and sums are estimates, their averages unbiased; a wait still
 	// going may be unseen).
 	WaitSample int
+	// WaitDuty is 1 in how much of the time the waiter programs ran
+	// (a disk merely busy: watchArm), 0 when they ran all of it once
+	// armed; WaitSample includes it.
+	WaitDuty int
 	// Lost counts what the programs could not keep (full maps, rings).
 	Lost Lost
 }

@@ -423,7 +423,7 @@ func (p *Probe) stormSampling() *finding.Sampling {
 		return nil
 	}
 	return &finding.Sampling{Investigator: p.name, What: p.stormWhat, Events: ds, Detailed: dk,
-		Rate: float64(dk) / float64(ds), Estimated: true}
+		Rate: float64(dk) / float64(ds), Estimated: !p.stormDetail}
 }
 
 // setDetailInterval writes the gate's interval (wolf_detail_ns).

@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -188,6 +189,12 @@ type Object struct {
 	// with the gates at their longest: "spin lock waits". Objects
 	// without it leave it empty.
 	Storm string
+	// StormDetail: what Storm names is a detail of events that are all
+	// counted exactly (hung's exact start of a D sleep, the others' start
+	// taken from the scheduler's clock), not events whose counts and sums
+	// are estimated from those kept; the report's sampled entry is then
+	// not marked estimated.
+	StormDetail bool
 	// Share names maps the object shares with other objects of this
 	// process, and what its programs do with each (shared.go): one
 	// investigator's programs keep what another's read.
@@ -235,14 +242,16 @@ type Probe struct {
 
 	attached map[string]bool      // by Target (and "perf_event")
 	rowLinks map[string]link.Link // by Target: the link of a row that may be shed
-	shed     shedState            // budget.go
-	chosen   map[string]Attach    // by the row's Target: the variant that attached
-	stoodIn  map[string][]string  // by a missing row's Target: its stand-ins' Targets that attached
-	later    map[string]Attach    // by a Later row's Target: the variant that loaded, to attach on Arm
-	losses   []Loss
-	meter    *overhead.Meter
-	counters counterWindow
-	window   uint32 // wolf_window: the window whose maxima the programs keep
+	// armedLinks are the links of the Later rows Arm attached, by Target.
+	armedLinks map[string]link.Link
+	shed       shedState           // budget.go
+	chosen     map[string]Attach   // by the row's Target: the variant that attached
+	stoodIn    map[string][]string // by a missing row's Target: its stand-ins' Targets that attached
+	later      map[string]Attach   // by a Later row's Target: the variant that loaded, to attach on Arm
+	losses     []Loss
+	meter      *overhead.Meter
+	counters   counterWindow
+	window     uint32 // wolf_window: the window whose maxima the programs keep
 
 	// Shared maps (shared.go): those the probe holds, and of them those
 	// its programs write (counted once it attached).
@@ -257,6 +266,7 @@ type Probe struct {
 	detailEvents int // index of Object.DetailEvents in the counters, -1: none
 	detailSeen   struct{ taken, skipped, events uint64 }
 	stormWhat    string
+	stormDetail  bool
 	stormSeen    struct{ seen, kept uint64 }
 }
 
@@ -314,9 +324,10 @@ func Open(o Object) (*Probe, error) {
 		name: o.Name, spec: spec,
 		progs: map[string]*ebpf.Program{}, iters: map[string]*link.Iter{},
 		attached: map[string]bool{}, chosen: map[string]Attach{}, stoodIn: map[string][]string{},
-		rowLinks: map[string]link.Link{}, later: map[string]Attach{},
+		rowLinks: map[string]link.Link{}, later: map[string]Attach{}, armedLinks: map[string]link.Link{},
 		extra: o.Extra, meter: overhead.Start(), detailWhat: o.Detail, detailEvents: -1,
-		stormWhat: o.Storm,
+		stormWhat:   o.Storm,
+		stormDetail: o.StormDetail,
 	}
 	if err := p.loadMaps(opts, o.Share); err != nil {
 		p.Close()
@@ -511,13 +522,38 @@ func (p *Probe) Arm(target string) error {
 	if done {
 		return nil
 	}
-	if _, err := p.attachOne(a, ebpf.CollectionOptions{}); err != nil {
+	l, err := p.attachOne(a, ebpf.CollectionOptions{})
+	if err != nil {
 		return fmt.Errorf("%s: attach %s: %s", p.name, target, Explain(err))
 	}
 	p.mu.Lock()
 	p.attached[target] = true
 	p.chosen[target] = a
+	if l != nil {
+		p.armedLinks[target] = l
+	}
 	p.mu.Unlock()
+	return nil
+}
+
+// Disarm detaches the Later row with this Target that Arm attached (Arm
+// attaches it again): for programs run part of the time only. Closing
+// the link waits for the tracepoint's RCU grace period.
+func (p *Probe) Disarm(target string) error {
+	p.mu.Lock()
+	l := p.armedLinks[target]
+	delete(p.armedLinks, target)
+	if l != nil {
+		p.links = slices.DeleteFunc(p.links, func(x link.Link) bool { return x == l })
+		p.attached[target] = false
+	}
+	p.mu.Unlock()
+	if l == nil {
+		return nil
+	}
+	if err := l.Close(); err != nil {
+		return fmt.Errorf("%s: detach %s: %w", p.name, target, err)
+	}
 	return nil
 }
 

@@ -242,8 +242,10 @@ WOLF_STATS()
  * CPU samples. Set by user space from the kernel's symbols: the address
  * ranges of the functions that make a sample's class (a frame inside one
  * of them puts the sample there; reclaim wins over the miss path it is
- * called from), sorted by nothing, nr_ranges of them; 0 ranges: samples
- * are counted but not classified.
+ * called from), sorted by their start and apart (functions do not
+ * overlap), nr_ranges of them; 0 ranges: samples are counted but not
+ * classified. Sorted, a frame's range is a binary search, where every
+ * frame of a 32-frame stack was compared with every range.
  */
 #define MAX_RANGES 32
 #define STACK_DEPTH 32
@@ -758,6 +760,31 @@ int BPF_PROG(on_wakeup_kswapd, int nid, int zid, int order, gfp_t gfp_flags)
 	return 0;
 }
 
+/* The range ip is in (sorted: a binary search), -1: none. */
+static __always_inline __s32 range_of(__u64 ip)
+{
+	__u32 lo = 0, hi = nr_ranges, last = nr_ranges - 1;
+
+	/* Most frames are outside the ranges' span (they are all in mm/). */
+	if (!nr_ranges || ip < range_lo[0] || ip >= range_hi[wolf_bound(last, MAX_RANGES - 1)])
+		return -1;
+	/* The last range starting at or below ip: 2^6 > MAX_RANGES. */
+	for (int k = 0; k < 6; k++) {
+		if (lo >= hi)
+			break;
+		__u32 mid = (lo + hi) / 2;
+
+		if (range_lo[wolf_bound(mid, MAX_RANGES - 1)] <= ip)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (!lo)
+		return -1;
+	lo = wolf_bound(lo - 1, MAX_RANGES - 1);
+	return ip < range_hi[lo] ? (__s32)lo : -1;
+}
+
 /*
  * The class of a kernel stack of n frames, innermost first: that of the
  * innermost frame inside a classified function (reclaim, called from the
@@ -774,23 +801,19 @@ static __always_inline __u32 classify(const __u64 *ips, int n)
 	for (int i = 0; i < STACK_DEPTH; i++) {
 		if (i >= n)
 			break;
-		__u64 ip = ips[i];
+		__s32 j = range_of(ips[i]);
 
-		for (int j = 0; j < MAX_RANGES; j++) {
-			if (j >= nr_ranges)
-				break;
-			if (ip < range_lo[j] || ip >= range_hi[j])
-				continue;
-			__u32 c = range_class[j];
+		if (j < 0)
+			continue;
+		__u32 c = range_class[wolf_bound((__u32)j, MAX_RANGES - 1)];
 
-			if (c == CLASS_WAIT) {
-				waiting = true;
-				break;
-			}
-			if (c == CLASS_LOOKUP)
-				return waiting ? CLASS_MISS : 0;
-			return c;
+		if (c == CLASS_WAIT) {
+			waiting = true;
+			continue;
 		}
+		if (c == CLASS_LOOKUP)
+			return waiting ? CLASS_MISS : 0;
+		return c;
 	}
 	return 0;
 }

@@ -1,8 +1,10 @@
 package reclaim
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -99,10 +101,25 @@ func rangesFrom(t *kallsyms.Table) sampleRanges {
 		r.lo[r.n], r.hi[r.n], r.class[r.n] = lo, hi, f.class
 		r.n++
 	}
+	r.sort()
 	if r.n == 0 {
 		r.why = "CPU samples are not classified (none of the page-cache miss path's functions is in the kernel's symbols: " + strings.Join(r.missing, ", ") + ")"
 	}
 	return r
+}
+
+// sort orders the ranges by their start, as the BPF side's binary search
+// needs (functions do not overlap, so their ends are in order too).
+func (r *sampleRanges) sort() {
+	idx := make([]int, r.n)
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(r.lo[a], r.lo[b]) })
+	lo, hi, class := r.lo, r.hi, r.class
+	for i, j := range idx {
+		r.lo[i], r.hi[i], r.class[i] = lo[j], hi[j], class[j]
+	}
 }
 
 // vars are the rodata the ranges set.

@@ -157,3 +157,20 @@ func loadTable(t *testing.T, body string) *kallsyms.Table {
 	}
 	return tab
 }
+
+// The BPF side finds a frame's range by binary search: the ranges must be
+// in order of their start whatever the order of sampledFuncs.
+func TestSampleRangesSorted(t *testing.T) {
+	var r sampleRanges
+	for i, lo := range []uint64{0x3000, 0x1000, 0x4000, 0x2000} {
+		r.lo[i], r.hi[i], r.class[i] = lo, lo+0x800, uint32(lo>>12)
+		r.n++
+	}
+	r.sort()
+	for i := 0; i < int(r.n); i++ {
+		want := uint64(i+1) << 12
+		if r.lo[i] != want || r.hi[i] != want+0x800 || r.class[i] != uint32(i+1) {
+			t.Errorf("range %d: [%#x, %#x) class %d, want [%#x, %#x) class %d", i, r.lo[i], r.hi[i], r.class[i], want, want+0x800, i+1)
+		}
+	}
+}
