@@ -173,7 +173,9 @@ func TestLiveLab(t *testing.T) {
 			// Re-reads of evicted pages: the lab faults its mapped files'
 			// pages back in as fast as the limit evicts them, and this
 			// kernel keeps their shadows (its refault count is the
-			// reference). The measure is a 1 in 8 sample of pages.
+			// reference). The measure is a 1 in 8 sample of pages and
+			// sees only pages evicted since it attached: about half the
+			// kernel's count in a 4 s window (measured: 0.55-0.56).
 			if !snap.Rereads {
 				t.Errorf("the re-read measure is not attached")
 			} else if ref, ok := c.refaults(); ok {
@@ -181,8 +183,8 @@ func TestLiveLab(t *testing.T) {
 				if ref < 1000 {
 					t.Fatalf("the lab barely refaulted (%d pages): not a test", ref)
 				}
-				if float64(c.Rereads) < 0.5*float64(ref) || float64(c.Rereads) > 2*float64(ref) {
-					t.Errorf("measured %d re-reads of evicted pages against the kernel's %d refaults: want within a factor 2", c.Rereads, ref)
+				if float64(c.Rereads) < 0.25*float64(ref) || float64(c.Rereads) > 1.5*float64(ref) {
+					t.Errorf("measured %d re-reads of evicted pages against the kernel's %d refaults: want 0.25-1.5 times", c.Rereads, ref)
 				}
 			}
 		}
