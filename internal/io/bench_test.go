@@ -35,7 +35,7 @@ import (
 // Three runs: --waiters off (the request programs alone), the default
 // (waiters armed when something holds I/O back or a disk is busy half of
 // a second, which this saturated loop device is: it arms them within the
-// first second, an eighth of the time; each side's round in this mode
+// first second, a sixteenth of the time; each side's round in this mode
 // measures after a first, unmeasured round of the workload), and
 // --waiters on (the sched_switch and sched_waking
 // programs attached from the start).

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/wolf-investigator/wolf/internal/human"
 )
 
 func TestAttrShift(t *testing.T) {
@@ -91,14 +93,14 @@ func TestSampledWindowSaysSo(t *testing.T) {
 	if ev := deviceEvidence(s, s.Devices[0]); ev["attribution_sample_1_in"] != nil || ev["wait_sample_1_in"] != nil {
 		t.Errorf("unsampled evidence %v", ev)
 	}
-	// Waiters watched an eighth of the time (a disk merely busy), every
-	// sleep then noted: the duty says so, not the rate of sleeps.
-	s.WaitSample, s.WaitDuty = 8, 8
+	// Waiters watched part of the time (a disk merely busy), every sleep
+	// then noted: the duty says so, not the rate of sleeps.
+	s.WaitSample, s.WaitDuty = 16, 16
 	notes := strings.Join(s.Notes(), "\n")
-	if !strings.Contains(notes, "ran 125 ms of every 1 s") || strings.Contains(notes, "1 sleep in 8") {
+	if !strings.Contains(notes, "ran "+human.Duration(dutyOn)+" of every 1 s") || strings.Contains(notes, "1 sleep in 16") {
 		t.Errorf("duty-cycled notes %q", notes)
 	}
-	if ev := deviceEvidence(s, s.Devices[0]); ev["wait_sample_1_in"] != 8 || ev["waiters_watched_1_in"] != 8 {
+	if ev := deviceEvidence(s, s.Devices[0]); ev["wait_sample_1_in"] != 16 || ev["waiters_watched_1_in"] != 16 {
 		t.Errorf("duty-cycled evidence %v", ev)
 	}
 }

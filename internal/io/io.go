@@ -236,7 +236,7 @@ func (s *session) watchArm() {
 }
 
 // Waiters of a disk that is merely busy (nothing held I/O back, nothing
-// slow) are watched dutyOn of every dutyPeriod: the waiter programs run
+// slow) are watched dutyOn of every dutyPeriod (a sixteenth): the waiter programs run
 // on every context switch and wake-up of the host, and on a fast disk
 // read as fast as it goes (two or three of each a request) their runs
 // alone, empty, would cost more than the budget of everything io does
@@ -248,9 +248,9 @@ func (s *session) watchArm() {
 // request or disk, a dirty pause, a slow commit) arms them for good.
 const (
 	dutyPeriod = time.Second
-	dutyOn     = 125 * time.Millisecond
-	dutyGrace  = 125 * time.Millisecond
-	dutyShift  = 3 // dutyPeriod = dutyOn << dutyShift
+	dutyOn     = dutyPeriod >> dutyShift
+	dutyGrace  = 25 * time.Millisecond // a wait this long begun last ends seen
+	dutyShift  = 4
 )
 
 // dutyArm runs the waiter programs dutyOn of every dutyPeriod until
@@ -306,8 +306,8 @@ loop:
 			s.mu.Unlock()
 			return
 		}
-		for time.Since(start) < on<<dutyShift {
-			if !wait(armPoll) {
+		for left := on<<dutyShift - time.Since(start); left > 0; left = on<<dutyShift - time.Since(start) {
+			if !wait(min(left, armPoll)) {
 				return
 			}
 			if full() {

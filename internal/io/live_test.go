@@ -253,9 +253,10 @@ func TestLiveSampledWaits(t *testing.T) {
 }
 
 // A disk merely busy (the loop device read as fast as it goes, nothing
-// slow or held back) arms the waiter programs an eighth of the time in
+// slow or held back) arms the waiter programs a sixteenth of the time in
 // the default mode: the reader's estimated waits stay near its reads
-// after they were armed, and the window says the duty.
+// after they were armed (a few seconds of them: each second's sixteenth
+// stands for the whole second), and the window says the duty.
 func TestLiveDutyWaits(t *testing.T) {
 	testutil.RequireRoot(t)
 	l := testLoop(t)
@@ -265,13 +266,13 @@ func TestLiveDutyWaits(t *testing.T) {
 	iv.snapshot = func(s *Snapshot) { snap = s }
 	var n int
 	testutil.RunLive(t, iv, investigator.Options{}, func() {
-		n = readDirectFor(t, l.Dev, 6*time.Second)
+		n = readDirectFor(t, l.Dev, 10*time.Second)
 	})
 	if snap == nil {
 		t.Fatal("no snapshot")
 	}
 	if !snap.WaitersArmed {
-		t.Skipf("%d reads in 6 s did not keep %s busy: %s", n, l.Name, snap.WaitersOff)
+		t.Skipf("%d reads in 10 s did not keep %s busy: %s", n, l.Name, snap.WaitersOff)
 	}
 	if snap.WaitDuty != 1<<dutyShift {
 		t.Fatalf("waiters watched 1 in %d of the time; want %d (armed from %s, sampled 1 in %d)", snap.WaitDuty, 1<<dutyShift, snap.WaitersFrom, snap.WaitSample)
@@ -284,9 +285,13 @@ func TestLiveDutyWaits(t *testing.T) {
 	}
 	// The reads since the waiters were first armed, at an even rate.
 	armed := float64(n) * (snap.Window - snap.WaitersFrom).Seconds() / snap.Window.Seconds()
-	t.Logf("%d reads in 6 s, %.0f after the waiters were armed (%s in); waits 1 in %d: %d estimated", n, armed, snap.WaitersFrom, snap.WaitSample, waits)
-	if d := (float64(waits) - armed) / armed; d > 0.35 || d < -0.35 {
-		t.Errorf("%d waits estimated for %.0f reads (%.1f%%)", waits, armed, 100*d)
+	t.Logf("%d reads in 10 s, %.0f after the waiters were armed (%s in); waits 1 in %d: %d estimated", n, armed, snap.WaitersFrom, snap.WaitSample, waits)
+	// Loose: ten sixteenths of a second stand for the rest, and the
+	// reads' rate follows the machine's other load from second to second
+	// (measured on a busy shared VM: -34% to +26%); a weight lost or
+	// counted twice is off by 16 times.
+	if r := float64(waits) / armed; r < 0.5 || r > 2 {
+		t.Errorf("%d waits estimated for %.0f reads (%.2f times)", waits, armed, r)
 	}
 }
 
