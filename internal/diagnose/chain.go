@@ -638,29 +638,54 @@ func (e *engine) missesForLimit(k string, u *fact.Usage) float64 {
 	if reads <= 0 {
 		return 0
 	}
-	refaults := 0.0
-	for _, mu := range e.usage[e.canon(fact.MemoryKey(cg))] {
-		if mu.Activity == "refault" && mu.Unit == "bytes" {
-			refaults += mu.Amount
+	refaults, _ := e.refaulted(e.canon(fact.MemoryKey(cg)))
+	return amt * min(1, refaults/reads)
+}
+
+// refaulted are the bytes a memory cgroup (by its limit's key) read back
+// after reclaim evicted them: the larger of the kernel's refaults and
+// the re-reads of evicted pages wolf measured (the kernel misses those
+// whose shadow entries it dropped; the measure is a sample, and misses
+// what its table or a shed program lost). The finding is the one that
+// said the larger.
+func (e *engine) refaulted(mk string) (float64, *fact.Usage) {
+	var by [2]float64
+	var u [2]*fact.Usage
+	for _, mu := range e.usage[mk] {
+		if mu.Unit != "bytes" {
+			continue
+		}
+		i := -1
+		switch mu.Activity {
+		case fact.ActivityRefault:
+			i = 0
+		case fact.ActivityEvictedReread:
+			i = 1
+		}
+		if i >= 0 {
+			by[i] += mu.Amount
+			if u[i] == nil {
+				u[i] = mu
+			}
 		}
 	}
-	return amt * min(1, refaults/reads)
+	if by[1] > by[0] {
+		return by[1], u[1]
+	}
+	return by[0], u[0]
 }
 
 // refaultReads: a cgroup that reads a device and refaults pages its own
 // memory limit evicted reads them back for that limit. Refaults are
-// counted by the memory controller (workingset_refault_file), reads by
-// the block layer per cgroup: the smaller of the two is read for the
-// limit.
+// counted by the memory controller (workingset_refault_file) or measured
+// (refaulted), reads by the block layer per cgroup: the smaller of the
+// two is read for the limit.
 func (e *engine) refaultReads(k string, add func(on string, amt float64, unit, what string, t fact.Task, r ref)) {
 	reads := e.readsByMemcg(k)
 	for _, cg := range sortedKeys(reads) {
 		mk := e.canon(fact.MemoryKey(cg))
-		for _, mu := range e.usage[mk] {
-			if mu.Activity != "refault" || mu.Unit != "bytes" {
-				continue
-			}
-			add(mk, min(mu.Amount, reads[cg]), "bytes", "refault reads", fact.Task{MemCgroup: cg}, refOf(mu.Finding, mu.FindingTitle))
+		if amt, mu := e.refaulted(mk); mu != nil {
+			add(mk, min(amt, reads[cg]), "bytes", "refault reads", fact.Task{MemCgroup: cg}, refOf(mu.Finding, mu.FindingTitle))
 		}
 	}
 }
@@ -693,7 +718,7 @@ func (e *engine) readsByMemcg(k string) map[string]float64 {
 func (e *engine) topConsumers(k string) []*fact.Usage {
 	var us []*fact.Usage
 	for _, u := range e.usage[k] {
-		if u.For != "" || u.Activity == "refault" || (u.By.TID != 0 && u.By.TID != u.By.PID && u.Threads == 0) {
+		if u.For != "" || u.Activity == fact.ActivityRefault || u.Activity == fact.ActivityEvictedReread || (u.By.TID != 0 && u.By.TID != u.By.PID && u.Threads == 0) {
 			continue
 		}
 		if kindOfKey(k) == fact.HostCPU && u.Unit != "cpu_s" {

@@ -1307,3 +1307,62 @@ func TestThrashingReadersSampledOnTCG(t *testing.T) {
 		t.Errorf("the runner-up's line does not say the misses: %+v / %s", ds[0].Rivals, ds[0].Summary)
 	}
 }
+
+// withRereads adds wolf's measured re-reads of evicted pages for the
+// memory cgroup mk: bytes read back after reclaim evicted them, shadow
+// entry or not.
+func withRereads(s *fact.Set, mk string, bytes float64) {
+	s.Usage = append(s.Usage, fact.Usage{On: mk, By: fact.Task{MemCgroup: strings.TrimPrefix(mk, "memory:")}, Amount: bytes, Unit: "bytes",
+		Activity: fact.ActivityEvictedReread, Finding: "reclaim.memcg-pressure"})
+}
+
+// The kernel counted 43% of the readers' reads as refaults (its shadow
+// entries for the rest were dropped), wolf measured every read as a
+// re-read of a page reclaim had evicted: the larger is taken, and the
+// limit comes first with the miss path's share of the CPUs. The measure
+// never counts more than the reads (the device's bytes bound it).
+func TestMeasuredRereadsGoToTheLimit(t *testing.T) {
+	s, mk := thrashWithMisses(t, 0.8, -1)
+	withRereads(s, mk, 4<<30) // more than the cgroup read: bounded by its reads
+	ds := Diagnose(nil, s)
+	logChain(t, ds)
+	if len(ds) == 0 || ds[0].ID != "diagnose.memcg-limit" {
+		t.Fatalf("first %v, want memcg-limit", ds)
+	}
+	for _, h := range ds[0].Chain {
+		if h.Relation != finding.UsedBy || !strings.Contains(h.Text, "page-cache misses") {
+			continue
+		}
+		if got := h.Evidence["share_pct"].(float64); got < 75 || got > 85 {
+			t.Errorf("share of the CPUs' time to %s: %v, want ≈ 80 (the sampled miss path, all of it re-reads)", mk, got)
+		}
+		return
+	}
+	t.Fatalf("no hop says the CPUs' time went to the miss path: %+v", ds[0].Chain)
+}
+
+// A cold streaming reader in a limited cgroup (a file bigger than the
+// limit, read once): the kernel counts no refaults, and wolf's measure
+// finds only the few pages read ahead twice. Its misses are its own
+// work: the limit does not come first, and none of its misses' CPU goes
+// to the limit (its reclaim stalls, measured, are a diagnosis of their
+// own further down).
+func TestColdStreamWithFewRereadsIsNoLimit(t *testing.T) {
+	s, mk := thrashWithMisses(t, 0.8, 0)
+	withRereads(s, mk, 2<<20) // 1% of its reads
+	ds := Diagnose(nil, s)
+	logChain(t, ds)
+	if len(ds) == 0 || ds[0].ID != "diagnose.host-cpu" {
+		t.Fatalf("first %v, want host-cpu", ds)
+	}
+	if share := rivalShare(ds[0], "diagnose.memcg-limit"); share > 0.05 {
+		t.Errorf("the limit's share as the runner-up %.2f for a cold reader, want ≈ 0", share)
+	}
+	for _, d := range ds {
+		for _, h := range d.Chain {
+			if strings.Contains(h.Text, "page-cache misses") {
+				t.Errorf("a cold reader's misses went to the limit: %s", h.Text)
+			}
+		}
+	}
+}

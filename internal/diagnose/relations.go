@@ -82,7 +82,7 @@ const (
 	// then the upstream cause.
 	mechCPUForReclaim  = "Reclaim runs on the CPU of the task that charges memory; at a memory limit every charge pays for it, so the CPU time goes to the limit, not to the work."
 	mechReadForRefault = "A refault reads back a page the memory limit evicted shortly before: the device works for the limit, not for new data."
-	mechCPUForMisses   = "Reclaim runs on the CPU of the task that charges memory, and a read of a page the limit evicted runs the page-cache miss path on it again (readahead, allocating, adding and charging the page, submitting the read): that CPU time goes to the limit, not to the work. The miss path's share is sampled, and counted for the limit in the proportion of the cgroup's reads that were refaults."
+	mechCPUForMisses   = "Reclaim runs on the CPU of the task that charges memory, and a read of a page the limit evicted runs the page-cache miss path on it again (readahead, allocating, adding and charging the page, submitting the read): that CPU time goes to the limit, not to the work. The miss path's share is sampled, and counted for the limit in the proportion of the cgroup's reads that were refaults (the kernel's count, or wolf's measure of re-reads of evicted pages where the kernel dropped their shadow entries)."
 )
 
 // mechWaitsOn is the mechanism of a victim's wait on a kind of resource.

@@ -265,6 +265,18 @@ type Usage struct {
 // of pages that were not in memory.
 const ActivityMissPath = "page-cache misses"
 
+// ActivityRefault is a Usage's activity for the bytes of pages a memory
+// cgroup read back after reclaim had evicted them, as the kernel counts
+// them (workingset_refault_file: a re-read that found the shadow entry
+// eviction left). ActivityEvictedReread is the same measured directly
+// (a sample of the pages reclaim evicted, followed to their re-read):
+// it sees the re-reads whose shadow entries the kernel dropped. Both are
+// on the memory cgroup's key.
+const (
+	ActivityRefault       = "refault"
+	ActivityEvictedReread = "evicted re-reads"
+)
+
 // Saturation says a resource is at its limit in the window: its
 // utilisation (Level, 0..1: the busy share of the CPUs or the device,
 // the share of periods a quota throttled, usage over a memory limit),

@@ -22,6 +22,9 @@ type Snapshot struct {
 	System  System
 	// Samples is the CPU sampler's window (Hz 0: not attached).
 	Samples Samples
+	// Rereads says the re-reads of evicted pages were measured (the
+	// page-cache programs attached for the whole window).
+	Rereads bool
 	// Reclaim done while holding an mmap_lock (the per-hold table of "The case of the vanishing CPU")
 	// is the locks investigator's: it times the holds (locks.mmap-hold).
 
@@ -43,6 +46,10 @@ type Cgroup struct {
 	Window  time.Duration // copied from the snapshot for the helpers
 	// CPU is its tasks' CPU samples: where their time on CPU went.
 	CPU CPUSamples
+	// Rereads are the pages its tasks read back after reclaim had evicted
+	// them, measured (a sample, scaled: rereads.go), whether or not the
+	// kernel still had their shadow entries.
+	Rereads uint64
 }
 
 // Reclaim is the reclaim a cgroup's tasks did in the window.

@@ -71,7 +71,14 @@ func (s *Snapshot) facts(fs []finding.Finding) *fact.Set {
 			if ref, ok := c.refaults(); ok && s.Window > 0 {
 				x.Numbers["refaults_per_s"] = human.Round(float64(ref)/s.Window.Seconds(), 1)
 				set.Usage = append(set.Usage, fact.Usage{On: mk, By: fact.Task{MemCgroup: c.Path}, Amount: float64(ref) * pageSize, Unit: "bytes",
-					Activity: "refault", Finding: id, FindingTitle: title})
+					Activity: fact.ActivityRefault, Finding: id, FindingTitle: title})
+			}
+			if s.Rereads {
+				x.Numbers["evicted_reread_bytes"] = float64(c.Rereads) * pageSize
+				if c.Rereads > 0 {
+					set.Usage = append(set.Usage, fact.Usage{On: mk, By: fact.Task{MemCgroup: c.Path}, Amount: float64(c.Rereads) * pageSize, Unit: "bytes",
+						Activity: fact.ActivityEvictedReread, Finding: id, FindingTitle: title})
+				}
 			}
 			if s.Samples.Hz > 0 && c.CPU.Busy > 0 {
 				x.Numbers["cpu_samples"] = float64(c.CPU.Busy)

@@ -48,6 +48,10 @@ var attachTable = []probekit.Attach{
 		Why: "kswapd goes back to sleep: how long it was awake"},
 	{Kind: probekit.BTFTracepoint, Target: "vmscan/mm_vmscan_wakeup_kswapd", Program: "on_wakeup_kswapd",
 		Why: "allocations that ask kswapd to run"},
+	{Kind: probekit.BTFTracepoint, Target: "filemap/mm_filemap_delete_from_page_cache", Program: "on_page_delete", Shed: 2,
+		Why: "pages reclaim evicts, a sample of them remembered: re-reads of evicted pages measured, not only the refaults the kernel's shadow entries still show"},
+	{Kind: probekit.BTFTracepoint, Target: "filemap/mm_filemap_add_to_page_cache", Program: "on_page_add", Shed: 2,
+		Why: "pages read into the page cache: which of the sampled ones reclaim had evicted"},
 	{Kind: probekit.PerfSample, Program: "on_sample", Hz: sampleHz,
 		Why: "CPU time of each memory cgroup's tasks in reclaim and in the page-cache miss path, sampled: what a limit costs its readers' CPUs"},
 }
@@ -69,6 +73,7 @@ type probe struct {
 func openProbe(useMemcg bool, refuse map[string]bool, ranges sampleRanges) (*probe, error) {
 	vars := ranges.vars()
 	vars["use_memcg"], vars["task_btf"] = useMemcg, probekit.HaveCurrentTaskBTF()
+	vars["evict_shift"] = uint32(evictShift)
 	kit, err := probekit.Open(probekit.Object{
 		Name: "reclaim",
 		Spec: loadReclaim,
@@ -84,6 +89,9 @@ func openProbe(useMemcg bool, refuse map[string]bool, ranges sampleRanges) (*pro
 				ss := spec.Maps["samples"]
 				per = uint32(perCPUBudget / (int(unsafe.Sizeof(reclaimCpuSamples{})) * n))
 				ss.MaxEntries = max(min(ss.MaxEntries, per), 64)
+				rs := spec.Maps["rereads"]
+				per = uint32(perCPUBudget / (8 * n))
+				rs.MaxEntries = max(min(rs.MaxEntries, per), 64)
 			}
 			return nil
 		},

@@ -174,12 +174,15 @@ enum stat_index {
 	STAT_WAKEUP_KSWAPD = 7, /* allocators asking kswapd to run */
 	STAT_KSWAPD_SCANNED = 8,
 	STAT_KSWAPD_RECLAIMED = 9,
-	STAT_KSWAPD_NS = 10,	/* kswapd awake time, wake to sleep */
-	STAT_NESTED_BEGIN = 11, /* a begin while the task was in reclaim already */
-	STAT_SAMPLES = 12,	/* CPU samples of a task (not the idle task) */
-	STAT_SAMPLES_FULL = 13, /* samples whose cgroup the samples map refused */
-	STAT_STACK_ERRORS = 14, /* samples whose kernel stack could not be read */
-	STAT_MAX = 15,
+	STAT_KSWAPD_NS = 10,	     /* kswapd awake time, wake to sleep */
+	STAT_NESTED_BEGIN = 11,	     /* a begin while the task was in reclaim already */
+	STAT_SAMPLES = 12,	     /* CPU samples of a task (not the idle task) */
+	STAT_SAMPLES_FULL = 13,	     /* samples whose cgroup the samples map refused */
+	STAT_STACK_ERRORS = 14,	     /* samples whose kernel stack could not be read */
+	STAT_EVICT_SAMPLED = 15,     /* sampled pages reclaim evicted, remembered */
+	STAT_EVICT_OVERWRITTEN = 16, /* remembered pages whose slot another took first */
+	STAT_REREADS_FULL = 17,	     /* re-reads whose cgroup the rereads map refused */
+	STAT_MAX = 18,
 };
 
 struct {
@@ -880,4 +883,185 @@ int on_sample(struct bpf_perf_event_data *ctx)
 	else if (cls == CLASS_MISS)
 		cs->miss++;
 	return 0;
+}
+
+/*
+ * Re-reads of evicted pages, measured beside the kernel's own count
+ * (workingset_refault_file), which sees a re-read only through the shadow
+ * entry eviction left in the page cache: the shadow-node shrinker drops
+ * those, and then a page the limit evicted reads back as a cold one. A
+ * 1 in 2^evict_shift sample of file pages (by a hash of the file's device,
+ * inode and the page's index, so the eviction and the re-read pick the
+ * same pages) is remembered when reclaim evicts it (a page-cache delete
+ * while the current task reclaims: PF_MEMALLOC, kswapd too; a truncation
+ * is not an eviction), in a direct-mapped table of tags; a page added
+ * back whose tag is there is a re-read, counted for the memory cgroup of
+ * the task that reads it. Every other event is a hash and a return.
+ */
+#define EVICT_SLOTS (1 << 18)
+#define WOLF_PF_MEMALLOC 0x00000800
+const volatile __u32 evict_shift = 3;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, EVICT_SLOTS);
+	__type(key, __u32);
+	__type(value, __u32); /* the page's tag; 0: empty */
+} evicted SEC(".maps");
+
+/* Sampled re-reads of evicted pages, per memory cgroup of the reader. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 1024); /* user space lowers it on hosts with many CPUs */
+	__type(key, __u64);
+	__type(value, __u64);
+} rereads SEC(".maps");
+
+/* A page before struct folio (5.16): the same words as a folio's. */
+struct page___wolf {
+	struct address_space *mapping;
+	unsigned long index;
+} __attribute__((preserve_access_index));
+
+/*
+ * The sampled page's hash, 0 when it is not in the sample. The
+ * tracepoints' argument is a struct folio on kernels that have one, a
+ * struct page before; a folio's mapping and index are its head page's.
+ */
+static __always_inline __u64 page_hash(void *arg)
+{
+	struct address_space *m;
+	unsigned long idx;
+	__u64 h;
+
+	if (bpf_core_type_exists(struct folio)) {
+		struct folio *f = arg;
+
+		m = f->mapping;
+		idx = f->index;
+	} else {
+		struct page___wolf *pg = arg;
+
+		m = pg->mapping;
+		idx = pg->index;
+	}
+	if (!m)
+		return 0;
+	h = (__u64)m->host->i_ino * 0x9e3779b97f4a7c15ULL;
+	h ^= ((__u64)m->host->i_sb->s_dev << 40) ^ idx;
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdULL;
+	h ^= h >> 33;
+	if (h >> (64 - evict_shift))
+		return 0;
+	return h;
+}
+
+/* A folio before 6.3 kept its order in its first tail page's byte. */
+struct folio___old {
+	unsigned char _folio_order;
+} __attribute__((preserve_access_index));
+
+/*
+ * The pages in a folio: 1 unless it is a large one (its head flag set),
+ * then 2^order. Read only for a sampled re-read, so a probe read or two
+ * cost nothing that matters.
+ */
+static __always_inline __u64 folio_pages(void *arg)
+{
+	unsigned long flags = 0;
+	__u32 order = 0;
+
+	if (!bpf_core_type_exists(struct folio) ||
+	    !bpf_core_enum_value_exists(enum pageflags, PG_head))
+		return 1;
+	bpf_probe_read_kernel(&flags, sizeof(flags),
+			      arg); /* page->flags is the first word on every kernel */
+	if (!(flags & (1UL << (bpf_core_enum_value(enum pageflags, PG_head) & 63))))
+		return 1;
+	if (bpf_core_field_exists(((struct folio *)0)->_flags_1)) {
+		unsigned long f1 = BPF_CORE_READ((struct folio *)arg, _flags_1);
+
+		order = f1 & 0xff;
+	} else if (bpf_core_field_exists(((struct folio___old *)0)->_folio_order)) {
+		order = BPF_CORE_READ((struct folio___old *)arg, _folio_order);
+	}
+	return 1ULL << (order & 31);
+}
+
+static __always_inline __u32 page_slot(__u64 h)
+{
+	return (__u32)h & (EVICT_SLOTS - 1);
+}
+
+static __always_inline __u32 page_tag(__u64 h)
+{
+	return (__u32)(h >> 20) | 1;
+}
+
+static __always_inline int page_delete_as(void *folio, const bool btf)
+{
+	struct task_struct *t = current_task(btf);
+	__u32 flags = btf ? t->flags : BPF_CORE_READ(t, flags);
+	__u32 slot, *v;
+	__u64 h;
+
+	if (!(flags & (WOLF_PF_MEMALLOC | WOLF_PF_KSWAPD)))
+		return 0;
+	h = page_hash(folio);
+	if (!h)
+		return 0;
+	slot = page_slot(h);
+	v = bpf_map_lookup_elem(&evicted, &slot);
+	if (!v)
+		return 0;
+	if (*v && *v != page_tag(h))
+		stat_add(STAT_EVICT_OVERWRITTEN, 1);
+	*v = page_tag(h);
+	stat_add(STAT_EVICT_SAMPLED, 1);
+	return 0;
+}
+
+SEC("tp_btf/mm_filemap_delete_from_page_cache")
+int BPF_PROG(on_page_delete, void *folio)
+{
+	if (task_btf)
+		return page_delete_as(folio, true);
+	return page_delete_as(folio, false);
+}
+
+static __always_inline int page_add_as(void *folio, const bool btf)
+{
+	__u32 slot, *v;
+	__u64 h, cgid, *n, pages;
+
+	h = page_hash(folio);
+	if (!h)
+		return 0;
+	slot = page_slot(h);
+	v = bpf_map_lookup_elem(&evicted, &slot);
+	if (!v || *v != page_tag(h))
+		return 0;
+	*v = 0;
+	if (!counting())
+		return 0;
+	cgid = task_memcg(current_task(btf), btf);
+	pages = folio_pages(folio);
+	n = bpf_map_lookup_elem(&rereads, &cgid);
+	if (n) {
+		*n += pages;
+		return 0;
+	}
+	if (bpf_map_update_elem(&rereads, &cgid, &pages, BPF_NOEXIST) &&
+	    !bpf_map_lookup_elem(&rereads, &cgid))
+		stat_add(STAT_REREADS_FULL, 1);
+	return 0;
+}
+
+SEC("tp_btf/mm_filemap_add_to_page_cache")
+int BPF_PROG(on_page_add, void *folio)
+{
+	if (task_btf)
+		return page_add_as(folio, true);
+	return page_add_as(folio, false);
 }

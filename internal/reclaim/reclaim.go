@@ -135,6 +135,7 @@ type session struct {
 	win      windows
 	ranges   sampleRanges
 	sampWin  sampleWindows
+	rereWin  rereadWindows
 }
 
 // baseline reads what the next window is measured against: every
@@ -203,6 +204,12 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 	}
 	samples, sev := s.sampWin.step(curSamples)
 	ev.samples = sev
+	curRereads, err := p.readRereads()
+	if err != nil {
+		return nil, err
+	}
+	rereads, rev := s.rereWin.step(curRereads)
+	ev.rereads = rev
 	p.evict(ev)
 	c, err := p.kit.WindowCounters()
 	if err != nil {
@@ -243,8 +250,12 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 	defer cancel()
 	states, procs := map[string]memcg.State{}, map[int]procSample{}
 	iv.buildCgroups(cctx, snap, raw, s.h, s.useMemcg, s.idPaths, s.before, s.procs0, s.sc, opts.PID, states, procs)
+	// Detached for part of the window by the budget, the measure is short
+	// of that part: still a floor, which is how the diagnosis stage uses it.
+	snap.Rereads = p.kit.Attached(rereadDelete) && p.kit.Attached(rereadAdd)
 	for _, c := range snap.Cgroups {
 		c.CPU = samples[c.ID]
+		c.Rereads = rereads[c.ID]
 	}
 
 	if iv.snapshot != nil {

@@ -107,22 +107,25 @@ type reclaimInflight struct {
 type reclaimStatIndex uint32
 
 const (
-	reclaimStatIndexSTAT_EVENTS           reclaimStatIndex = 0
-	reclaimStatIndexSTAT_CG_FULL          reclaimStatIndex = 1
-	reclaimStatIndexSTAT_TASK_FULL        reclaimStatIndex = 2
-	reclaimStatIndexSTAT_INFLIGHT_FULL    reclaimStatIndex = 3
-	reclaimStatIndexSTAT_HIST_FULL        reclaimStatIndex = 4
-	reclaimStatIndexSTAT_KSWAPD_WAKES     reclaimStatIndex = 5
-	reclaimStatIndexSTAT_KSWAPD_SLEEPS    reclaimStatIndex = 6
-	reclaimStatIndexSTAT_WAKEUP_KSWAPD    reclaimStatIndex = 7
-	reclaimStatIndexSTAT_KSWAPD_SCANNED   reclaimStatIndex = 8
-	reclaimStatIndexSTAT_KSWAPD_RECLAIMED reclaimStatIndex = 9
-	reclaimStatIndexSTAT_KSWAPD_NS        reclaimStatIndex = 10
-	reclaimStatIndexSTAT_NESTED_BEGIN     reclaimStatIndex = 11
-	reclaimStatIndexSTAT_SAMPLES          reclaimStatIndex = 12
-	reclaimStatIndexSTAT_SAMPLES_FULL     reclaimStatIndex = 13
-	reclaimStatIndexSTAT_STACK_ERRORS     reclaimStatIndex = 14
-	reclaimStatIndexSTAT_MAX              reclaimStatIndex = 15
+	reclaimStatIndexSTAT_EVENTS            reclaimStatIndex = 0
+	reclaimStatIndexSTAT_CG_FULL           reclaimStatIndex = 1
+	reclaimStatIndexSTAT_TASK_FULL         reclaimStatIndex = 2
+	reclaimStatIndexSTAT_INFLIGHT_FULL     reclaimStatIndex = 3
+	reclaimStatIndexSTAT_HIST_FULL         reclaimStatIndex = 4
+	reclaimStatIndexSTAT_KSWAPD_WAKES      reclaimStatIndex = 5
+	reclaimStatIndexSTAT_KSWAPD_SLEEPS     reclaimStatIndex = 6
+	reclaimStatIndexSTAT_WAKEUP_KSWAPD     reclaimStatIndex = 7
+	reclaimStatIndexSTAT_KSWAPD_SCANNED    reclaimStatIndex = 8
+	reclaimStatIndexSTAT_KSWAPD_RECLAIMED  reclaimStatIndex = 9
+	reclaimStatIndexSTAT_KSWAPD_NS         reclaimStatIndex = 10
+	reclaimStatIndexSTAT_NESTED_BEGIN      reclaimStatIndex = 11
+	reclaimStatIndexSTAT_SAMPLES           reclaimStatIndex = 12
+	reclaimStatIndexSTAT_SAMPLES_FULL      reclaimStatIndex = 13
+	reclaimStatIndexSTAT_STACK_ERRORS      reclaimStatIndex = 14
+	reclaimStatIndexSTAT_EVICT_SAMPLED     reclaimStatIndex = 15
+	reclaimStatIndexSTAT_EVICT_OVERWRITTEN reclaimStatIndex = 16
+	reclaimStatIndexSTAT_REREADS_FULL      reclaimStatIndex = 17
+	reclaimStatIndexSTAT_MAX               reclaimStatIndex = 18
 )
 
 type reclaimWolfHist struct {
@@ -165,12 +168,14 @@ type reclaimWolfReclaimTask struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	reclaimMapCgroups           = "cgroups"
+	reclaimMapEvicted           = "evicted"
 	reclaimMapGate              = "gate"
 	reclaimMapHists             = "hists"
 	reclaimMapInflights         = "inflights"
 	reclaimMapKswapdHist        = "kswapd_hist"
 	reclaimMapKswapdWoke        = "kswapd_woke"
 	reclaimMapReclaimTasks      = "reclaim_tasks"
+	reclaimMapRereads           = "rereads"
 	reclaimMapSamples           = "samples"
 	reclaimMapStackBuf          = "stack_buf"
 	reclaimMapStats             = "stats"
@@ -182,6 +187,8 @@ const (
 	reclaimProgOnMemcgEnd       = "on_memcg_end"
 	reclaimProgOnNodeBegin      = "on_node_begin"
 	reclaimProgOnNodeEnd        = "on_node_end"
+	reclaimProgOnPageAdd        = "on_page_add"
+	reclaimProgOnPageDelete     = "on_page_delete"
 	reclaimProgOnSample         = "on_sample"
 	reclaimProgOnShrinkActive   = "on_shrink_active"
 	reclaimProgOnShrinkInactive = "on_shrink_inactive"
@@ -189,6 +196,7 @@ const (
 	reclaimProgOnSoftlimitEnd   = "on_softlimit_end"
 	reclaimProgOnThrottled      = "on_throttled"
 	reclaimProgOnWakeupKswapd   = "on_wakeup_kswapd"
+	reclaimVarEvictShift        = "evict_shift"
 	reclaimVarNrRanges          = "nr_ranges"
 	reclaimVarRangeClass        = "range_class"
 	reclaimVarRangeHi           = "range_hi"
@@ -248,6 +256,8 @@ type reclaimProgramSpecs struct {
 	OnMemcgEnd       *ebpf.ProgramSpec `ebpf:"on_memcg_end"`
 	OnNodeBegin      *ebpf.ProgramSpec `ebpf:"on_node_begin"`
 	OnNodeEnd        *ebpf.ProgramSpec `ebpf:"on_node_end"`
+	OnPageAdd        *ebpf.ProgramSpec `ebpf:"on_page_add"`
+	OnPageDelete     *ebpf.ProgramSpec `ebpf:"on_page_delete"`
 	OnSample         *ebpf.ProgramSpec `ebpf:"on_sample"`
 	OnShrinkActive   *ebpf.ProgramSpec `ebpf:"on_shrink_active"`
 	OnShrinkInactive *ebpf.ProgramSpec `ebpf:"on_shrink_inactive"`
@@ -262,12 +272,14 @@ type reclaimProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type reclaimMapSpecs struct {
 	Cgroups      *ebpf.MapSpec `ebpf:"cgroups"`
+	Evicted      *ebpf.MapSpec `ebpf:"evicted"`
 	Gate         *ebpf.MapSpec `ebpf:"gate"`
 	Hists        *ebpf.MapSpec `ebpf:"hists"`
 	Inflights    *ebpf.MapSpec `ebpf:"inflights"`
 	KswapdHist   *ebpf.MapSpec `ebpf:"kswapd_hist"`
 	KswapdWoke   *ebpf.MapSpec `ebpf:"kswapd_woke"`
 	ReclaimTasks *ebpf.MapSpec `ebpf:"reclaim_tasks"`
+	Rereads      *ebpf.MapSpec `ebpf:"rereads"`
 	Samples      *ebpf.MapSpec `ebpf:"samples"`
 	StackBuf     *ebpf.MapSpec `ebpf:"stack_buf"`
 	Stats        *ebpf.MapSpec `ebpf:"stats"`
@@ -277,6 +289,7 @@ type reclaimMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type reclaimVariableSpecs struct {
+	EvictShift       *ebpf.VariableSpec `ebpf:"evict_shift"`
 	NrRanges         *ebpf.VariableSpec `ebpf:"nr_ranges"`
 	RangeClass       *ebpf.VariableSpec `ebpf:"range_class"`
 	RangeHi          *ebpf.VariableSpec `ebpf:"range_hi"`
@@ -307,12 +320,14 @@ func (o *reclaimObjects) Close() error {
 // It can be passed to loadReclaimObjects or ebpf.CollectionSpec.LoadAndAssign.
 type reclaimMaps struct {
 	Cgroups      *ebpf.Map `ebpf:"cgroups"`
+	Evicted      *ebpf.Map `ebpf:"evicted"`
 	Gate         *ebpf.Map `ebpf:"gate"`
 	Hists        *ebpf.Map `ebpf:"hists"`
 	Inflights    *ebpf.Map `ebpf:"inflights"`
 	KswapdHist   *ebpf.Map `ebpf:"kswapd_hist"`
 	KswapdWoke   *ebpf.Map `ebpf:"kswapd_woke"`
 	ReclaimTasks *ebpf.Map `ebpf:"reclaim_tasks"`
+	Rereads      *ebpf.Map `ebpf:"rereads"`
 	Samples      *ebpf.Map `ebpf:"samples"`
 	StackBuf     *ebpf.Map `ebpf:"stack_buf"`
 	Stats        *ebpf.Map `ebpf:"stats"`
@@ -321,12 +336,14 @@ type reclaimMaps struct {
 func (m *reclaimMaps) Close() error {
 	return _ReclaimClose(
 		m.Cgroups,
+		m.Evicted,
 		m.Gate,
 		m.Hists,
 		m.Inflights,
 		m.KswapdHist,
 		m.KswapdWoke,
 		m.ReclaimTasks,
+		m.Rereads,
 		m.Samples,
 		m.StackBuf,
 		m.Stats,
@@ -337,6 +354,7 @@ func (m *reclaimMaps) Close() error {
 //
 // It can be passed to loadReclaimObjects or ebpf.CollectionSpec.LoadAndAssign.
 type reclaimVariables struct {
+	EvictShift       *ebpf.Variable `ebpf:"evict_shift"`
 	NrRanges         *ebpf.Variable `ebpf:"nr_ranges"`
 	RangeClass       *ebpf.Variable `ebpf:"range_class"`
 	RangeHi          *ebpf.Variable `ebpf:"range_hi"`
@@ -358,6 +376,8 @@ type reclaimPrograms struct {
 	OnMemcgEnd       *ebpf.Program `ebpf:"on_memcg_end"`
 	OnNodeBegin      *ebpf.Program `ebpf:"on_node_begin"`
 	OnNodeEnd        *ebpf.Program `ebpf:"on_node_end"`
+	OnPageAdd        *ebpf.Program `ebpf:"on_page_add"`
+	OnPageDelete     *ebpf.Program `ebpf:"on_page_delete"`
 	OnSample         *ebpf.Program `ebpf:"on_sample"`
 	OnShrinkActive   *ebpf.Program `ebpf:"on_shrink_active"`
 	OnShrinkInactive *ebpf.Program `ebpf:"on_shrink_inactive"`
@@ -377,6 +397,8 @@ func (p *reclaimPrograms) Close() error {
 		p.OnMemcgEnd,
 		p.OnNodeBegin,
 		p.OnNodeEnd,
+		p.OnPageAdd,
+		p.OnPageDelete,
 		p.OnSample,
 		p.OnShrinkActive,
 		p.OnShrinkInactive,

@@ -49,6 +49,7 @@ type evict struct {
 	tasks   []uint32
 	hists   []reclaimHistKey
 	samples []uint64
+	rereads []uint64
 }
 
 type cgKind struct {
@@ -288,4 +289,5 @@ func (p *probe) evict(ev *evict) {
 	probekit.Evict(p.maps.ReclaimTasks, ev.tasks)
 	probekit.Evict(p.maps.Hists, ev.hists)
 	probekit.Evict(p.maps.Samples, ev.samples)
+	probekit.Evict(p.maps.Rereads, ev.rereads)
 }
