@@ -34,6 +34,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/wolf-investigator/wolf/internal/fact"
@@ -139,10 +140,20 @@ func (v *victim) lost() time.Duration { return max(v.w.Total, v.w.Max) }
 // diagnoses by root, worst first.
 func (e *engine) build() []*draft {
 	var victims []*victim
+	pools := e.poolWaits()
 	for i := range e.set.Waits {
 		w := &e.set.Waits[i]
-		if !e.significant(w) || e.selfInflicted(w) {
+		if e.selfInflicted(w) {
 			continue
+		}
+		if !e.significant(w) {
+			// A process that lost little alone may belong to a pool that
+			// lost much: a loop that starts a short-lived dd per file, a
+			// pool of workers each waiting a little.
+			p := pools[e.poolOf(w)]
+			if p == nil || p.members < 2 || !e.significant(&p.Wait) {
+				continue
+			}
 		}
 		victims = append(victims, &victim{w: w, key: e.on(w)})
 	}
@@ -220,6 +231,59 @@ func (e *engine) isSelf(t fact.Task) bool {
 	return false
 }
 
+// pooled is the waits of a pool of processes (one name, one cgroup) of
+// one kind on one resource, summed as one task's.
+type pooled struct {
+	fact.Wait
+	members int
+}
+
+// poolable are the waits a pool loses together: blocked, each member a
+// little. Time without a CPU is not pooled: every process of a busy
+// build waits for one now and then, and a pool of them is no victim of
+// what the machine is doing besides.
+var poolable = map[fact.WaitKind]bool{fact.WaitIO: true, fact.WaitReclaim: true, fact.WaitDirty: true, fact.WaitJournal: true, fact.WaitLock: true, fact.WaitFUSE: true, fact.WaitBlocked: true}
+
+// poolOf keys a wait by its pool: its kind and resource, and its
+// process's name and cgroups.
+func (e *engine) poolOf(w *fact.Wait) string {
+	t := w.Task
+	return strings.Join([]string{string(w.Kind), e.on(w), t.Comm, e.cgroupOf(t, fact.Memory), e.cgroupOf(t, fact.CPUQuota), t.IOCgroup}, "\x00")
+}
+
+// poolWaits sums the waits of every pool of two processes or more.
+func (e *engine) poolWaits() map[string]*pooled {
+	out := map[string]*pooled{}
+	pids := map[string]map[int]bool{}
+	for i := range e.set.Waits {
+		w := &e.set.Waits[i]
+		if w.Task.PID == 0 || w.Hung || e.selfInflicted(w) || !poolable[w.Kind] {
+			continue
+		}
+		k := e.poolOf(w)
+		p := out[k]
+		if p == nil {
+			t := w.Task
+			t.MemCgroup, t.CPUCgroup = e.cgroupOf(w.Task, fact.Memory), e.cgroupOf(w.Task, fact.CPUQuota)
+			p = &pooled{Wait: fact.Wait{Task: t, Kind: w.Kind, On: w.On, Numbers: map[string]any{}}}
+			out[k], pids[k] = p, map[int]bool{}
+		}
+		pids[k][w.Task.PID] = true
+		p.Total += w.Total
+		p.Max = max(p.Max, w.Max)
+		p.Count += w.Count
+		if cpu, ok := finding.Number(w.Numbers["on_cpu_ms"]); ok {
+			sum, _ := finding.Number(p.Numbers["on_cpu_ms"])
+			p.Numbers["on_cpu_ms"] = sum + cpu
+		}
+	}
+	for k, p := range out {
+		p.members = len(pids[k])
+		p.Task.PID = 0 // the pool, for waitsBehindOthers: all its members' use is its own
+	}
+	return out
+}
+
 // significant says whether a wait makes its task a victim.
 func (e *engine) significant(w *fact.Wait) bool {
 	if w.Hung {
@@ -284,7 +348,11 @@ func (e *engine) waitsBehindOthers(w *fact.Wait) bool {
 	if s == nil || s.Level < deviceBusy {
 		return false
 	}
-	mine := 0.0
+	// Its own use: the task's, its cgroup's, or its pool's (the
+	// processes of its name in its cgroups: a pool of streamers does not
+	// wait behind itself).
+	mine, pool := 0.0, 0.0
+	memcg := e.cgroupOf(w.Task, fact.Memory)
 	for _, u := range e.usage[k] {
 		if u.For != "" {
 			continue
@@ -292,8 +360,11 @@ func (e *engine) waitsBehindOthers(w *fact.Wait) bool {
 		if (w.Task.PID != 0 && u.By.PID == w.Task.PID) || (u.By.PID == 0 && u.By.IOCgroup != "" && u.By.IOCgroup == w.Task.IOCgroup) {
 			mine = max(mine, u.Amount)
 		}
+		if u.By.PID != 0 && u.By.Comm == w.Task.Comm && e.cgroupOf(u.By, fact.Memory) == memcg {
+			pool += u.Amount
+		}
 	}
-	return mine/total < 0.5
+	return max(mine, pool)/total < 0.5
 }
 
 // dedupeVictims keeps one wait per task and resource (the worst), and

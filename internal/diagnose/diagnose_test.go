@@ -825,6 +825,56 @@ func TestRefaultsJoinedByProcess(t *testing.T) {
 	checkHops(t, d)
 }
 
+// A shell loop starts a dd per pass over a file bigger than its memory
+// cgroup's limit: 30 short-lived readers, each waiting half a second for
+// vda, gone before the window ends (no /proc, no cgroup on their I/O
+// facts; reclaim named their memory cgroup). Alone none is a victim; the
+// pool lost 15 s behind refaults of pages its limit evicted.
+func TestShortLivedReadersPoolBehindTheirLimit(t *testing.T) {
+	s, dk, mk := shortLivedReaders(30)
+	s.Usage = append(s.Usage, fact.Usage{On: mk, By: fact.Task{MemCgroup: "/loop"}, Amount: 14 << 30, Unit: "bytes", Activity: "refault"})
+	ds := Diagnose(nil, s)
+	logChain(t, ds)
+	d := only(t, ds)
+	if d.ID != "diagnose.memcg-limit" || d.Root.Cgroup != "/loop" {
+		t.Fatalf("%s: %s", d.ID, d.Title)
+	}
+	if !strings.Contains(d.Title, "dd (30 processes) waited 15 s for I/O") {
+		t.Errorf("title %q", d.Title)
+	}
+	_ = dk
+	checkHops(t, d)
+}
+
+// The same pool reading a file once, cold, with the device to itself: its
+// members wait for their own reads, as one streamer would. No diagnosis.
+func TestShortLivedStreamersAreNoVictims(t *testing.T) {
+	s, _, _ := shortLivedReaders(30)
+	if ds := Diagnose(nil, s); len(ds) != 0 {
+		t.Errorf("diagnosed: %s", ds[0].Title)
+	}
+}
+
+// shortLivedReaders is n exited dd processes of memory cgroup /loop, at
+// its limit, that read 15 GiB from a saturated vda and waited 0.5 s each.
+func shortLivedReaders(n int) (*fact.Set, string, string) {
+	s := window()
+	dk, mk := fact.DeviceKey("vda"), fact.MemoryKey("/loop")
+	s.Saturations = append(s.Saturations,
+		fact.Saturation{On: dk, Level: 0.99, Unit: "busy_pct", Numbers: map[string]float64{"busy_pct": 99}},
+		fact.Saturation{On: mk, Level: 1, Limit: 64 << 20, Used: 64 << 20, Unit: "bytes", AtLimit: true, Numbers: map[string]float64{"limit_bytes": 64 << 20}},
+	)
+	for i := range n {
+		p := 500 + i
+		s.Usage = append(s.Usage,
+			fact.Usage{On: dk, By: fact.Task{PID: p, Comm: "dd", IOCgroup: "/"}, Amount: float64(15<<30) / float64(n), Unit: "bytes", Share: 1 / float64(n)},
+			fact.Usage{On: fact.HostCPUKey(), By: fact.Task{PID: p, Comm: "dd", MemCgroup: "/loop"}, Amount: 0.06, Unit: "cpu_s", Activity: "reclaim", For: mk},
+		)
+		s.Waits = append(s.Waits, fact.Wait{Task: fact.Task{PID: p, TID: p, Comm: "dd", IOCgroup: "/"}, Kind: fact.WaitIO, On: dk, Total: 500 * ms1, Max: 30 * ms1, Count: 60})
+	}
+	return s, dk, mk
+}
+
 // As many CPU hogs as CPUs, others' builds taking a tenth of the CPUs now
 // and then: each hog waited 1.5 s of the 8 it wanted a CPU. All CPUs are
 // busy and nobody lost a third of its time: no diagnosis.

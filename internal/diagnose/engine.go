@@ -32,6 +32,10 @@ type engine struct {
 	// ongoing is what a task that holds something is doing right now (a
 	// hung lock owner), by tid.
 	ongoing map[int]*fact.Split
+	// seenIn is a process's cgroup per controller as any fact named it:
+	// a process that exited before the window's end is no longer in
+	// /proc, but the investigator that saw it in reclaim said where.
+	seenIn map[fact.Kind]map[int]string
 }
 
 // sat is a resource's saturation, merged across the investigators that
@@ -81,6 +85,7 @@ func newEngine(s *fact.Set) *engine {
 		k := e.canon(u.On)
 		e.usage[k] = append(e.usage[k], u)
 	}
+	e.indexCgroups(s)
 	for i := range s.Saturations {
 		x := &s.Saturations[i]
 		k := e.canon(x.On)
@@ -338,7 +343,53 @@ func (e *engine) cgroupOf(t fact.Task, kind fact.Kind) string {
 			best, bestLevel = e.resource(k).Cgroup, lvl
 		}
 	}
+	if best == "" {
+		if cg := e.seenIn[kind][t.PID]; cg != "" {
+			return e.cgroupOf(fact.Task{CPUCgroup: cg, MemCgroup: cg, IOCgroup: cg}, kind)
+		}
+	}
 	return best
+}
+
+// indexCgroups notes each process's cgroups from the facts that name a
+// process and its cgroup together. Only a process named with one cgroup
+// of a controller is noted (pids are reused; two cgroups for one pid in
+// one window say nothing).
+func (e *engine) indexCgroups(s *fact.Set) {
+	e.seenIn = map[fact.Kind]map[int]string{}
+	conflict := map[fact.Kind]map[int]bool{}
+	note := func(t fact.Task) {
+		pid := t.PID
+		if pid == 0 {
+			return
+		}
+		for kind, cg := range map[fact.Kind]string{fact.CPUQuota: t.CPUCgroup, fact.Memory: t.MemCgroup, fact.IOLimit: t.IOCgroup} {
+			if cg == "" {
+				continue
+			}
+			if e.seenIn[kind] == nil {
+				e.seenIn[kind], conflict[kind] = map[int]string{}, map[int]bool{}
+			}
+			if old, ok := e.seenIn[kind][pid]; ok && old != cg {
+				conflict[kind][pid] = true
+			}
+			e.seenIn[kind][pid] = cg
+		}
+	}
+	for i := range s.Usage {
+		note(s.Usage[i].By)
+	}
+	for i := range s.Waits {
+		note(s.Waits[i].Task)
+	}
+	for i := range s.Holds {
+		note(s.Holds[i].Holder)
+	}
+	for kind, pids := range conflict {
+		for pid := range pids {
+			delete(e.seenIn[kind], pid)
+		}
+	}
 }
 
 // bestHold picks the fact that best says who holds a resource: a
