@@ -149,9 +149,12 @@ func (e *engine) build() []*draft {
 		if !e.significant(w) {
 			// A process that lost little alone may belong to a pool that
 			// lost much: a loop that starts a short-lived dd per file, a
-			// pool of workers each waiting a little.
+			// pool of workers each waiting a little. Much is at least a
+			// whole window between them: ten long-lived browser
+			// processes that each waited a third of a second behind
+			// someone's stream are not.
 			p := pools[e.poolOf(w)]
-			if p == nil || p.members < 2 || !e.significant(&p.Wait) {
+			if p == nil || p.members < 2 || p.Total < e.window || !e.significant(&p.Wait) {
 				continue
 			}
 		}

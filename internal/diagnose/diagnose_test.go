@@ -855,6 +855,25 @@ func TestShortLivedStreamersAreNoVictims(t *testing.T) {
 	}
 }
 
+// A heavy stream has vda to itself but for a browser's ten processes,
+// each waiting a third of a second behind it: 3.5 s between them, less
+// than one window. They are not a pool of victims.
+func TestLongLivedPoolWaitingALittleIsNoVictim(t *testing.T) {
+	s := window()
+	dk := fact.DeviceKey("vda")
+	s.Saturations = append(s.Saturations, fact.Saturation{On: dk, Level: 0.97, Unit: "busy_pct", Numbers: map[string]float64{"busy_pct": 97}})
+	s.Usage = append(s.Usage, fact.Usage{On: dk, By: fact.Task{PID: 40, Comm: "fio", IOCgroup: "/"}, Amount: 2 << 30, Unit: "bytes", Share: 0.98})
+	s.Waits = append(s.Waits, fact.Wait{Task: fact.Task{PID: 40, TID: 40, Comm: "fio", IOCgroup: "/"}, Kind: fact.WaitIO, On: dk, Total: 7 * sec, Max: 2 * ms1, Count: 9000})
+	for i := range 10 {
+		p := 600 + i
+		s.Usage = append(s.Usage, fact.Usage{On: dk, By: fact.Task{PID: p, Comm: "ThreadPoolForeg", IOCgroup: "/"}, Amount: 1 << 20, Unit: "bytes", Share: 0.001})
+		s.Waits = append(s.Waits, fact.Wait{Task: fact.Task{PID: p, TID: p, Comm: "ThreadPoolForeg", IOCgroup: "/"}, Kind: fact.WaitIO, On: dk, Total: 350 * ms1, Max: 30 * ms1, Count: 40})
+	}
+	if ds := Diagnose(nil, s); len(ds) != 0 {
+		t.Errorf("diagnosed: %s", ds[0].Title)
+	}
+}
+
 // shortLivedReaders is n exited dd processes of memory cgroup /loop, at
 // its limit, that read 15 GiB from a saturated vda and waited 0.5 s each.
 func shortLivedReaders(n int) (*fact.Set, string, string) {
