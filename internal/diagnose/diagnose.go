@@ -140,7 +140,7 @@ func (v *victim) lost() time.Duration { return max(v.w.Total, v.w.Max) }
 // diagnoses by root, worst first.
 func (e *engine) build() []*draft {
 	var victims []*victim
-	pools := e.poolWaits()
+	pools := e.victimPools()
 	for i := range e.set.Waits {
 		w := &e.set.Waits[i]
 		if e.selfInflicted(w) {
@@ -149,12 +149,8 @@ func (e *engine) build() []*draft {
 		if !e.significant(w) {
 			// A process that lost little alone may belong to a pool that
 			// lost much: a loop that starts a short-lived dd per file, a
-			// pool of workers each waiting a little. Much is at least a
-			// whole window between them: ten long-lived browser
-			// processes that each waited a third of a second behind
-			// someone's stream are not.
-			p := pools[e.poolOf(w)]
-			if p == nil || p.members < 2 || p.Total < e.window || !e.significant(&p.Wait) {
+			// pool of workers each waiting a little.
+			if !pools[e.poolOf(w)] {
 				continue
 			}
 		}
@@ -234,13 +230,6 @@ func (e *engine) isSelf(t fact.Task) bool {
 	return false
 }
 
-// pooled is the waits of a pool of processes (one name, one cgroup) of
-// one kind on one resource, summed as one task's.
-type pooled struct {
-	fact.Wait
-	members int
-}
-
 // poolable are the waits a pool loses together: blocked, each member a
 // little. Time without a CPU is not pooled: every process of a busy
 // build waits for one now and then, and a pool of them is no victim of
@@ -254,9 +243,13 @@ func (e *engine) poolOf(w *fact.Wait) string {
 	return strings.Join([]string{string(w.Kind), e.on(w), t.Comm, e.cgroupOf(t, fact.Memory), e.cgroupOf(t, fact.CPUQuota), t.IOCgroup}, "\x00")
 }
 
-// poolWaits sums the waits of every pool of two processes or more.
-func (e *engine) poolWaits() map[string]*pooled {
-	out := map[string]*pooled{}
+// victimPools are the pools (keyed by poolOf) whose members are victims
+// together: two processes or more whose waits, summed as one task's, are
+// significant and add up to at least a window. Much is a window between
+// them: ten long-lived browser processes that each waited a third of a
+// second behind someone's stream are not.
+func (e *engine) victimPools() map[string]bool {
+	sums := map[string]*fact.Wait{}
 	pids := map[string]map[int]bool{}
 	for i := range e.set.Waits {
 		w := &e.set.Waits[i]
@@ -264,12 +257,13 @@ func (e *engine) poolWaits() map[string]*pooled {
 			continue
 		}
 		k := e.poolOf(w)
-		p := out[k]
+		p := sums[k]
 		if p == nil {
 			t := w.Task
 			t.MemCgroup, t.CPUCgroup = e.cgroupOf(w.Task, fact.Memory), e.cgroupOf(w.Task, fact.CPUQuota)
-			p = &pooled{Wait: fact.Wait{Task: t, Kind: w.Kind, On: w.On, Numbers: map[string]any{}}}
-			out[k], pids[k] = p, map[int]bool{}
+			t.PID = 0 // the pool, for waitsBehindOthers: all its members' use is its own
+			p = &fact.Wait{Task: t, Kind: w.Kind, On: w.On, Numbers: map[string]any{}}
+			sums[k], pids[k] = p, map[int]bool{}
 		}
 		pids[k][w.Task.PID] = true
 		p.Total += w.Total
@@ -280,9 +274,11 @@ func (e *engine) poolWaits() map[string]*pooled {
 			p.Numbers["on_cpu_ms"] = sum + cpu
 		}
 	}
-	for k, p := range out {
-		p.members = len(pids[k])
-		p.Task.PID = 0 // the pool, for waitsBehindOthers: all its members' use is its own
+	out := map[string]bool{}
+	for k, p := range sums {
+		if len(pids[k]) >= 2 && p.Total >= e.window && e.significant(p) {
+			out[k] = true
+		}
 	}
 	return out
 }
