@@ -643,14 +643,15 @@ func (e *engine) missesForLimit(k string, u *fact.Usage) float64 {
 }
 
 // refaulted are the bytes a memory cgroup (by its limit's key) read back
-// after reclaim evicted them: the larger of the kernel's refaults and
-// the re-reads of evicted pages wolf measured (the kernel misses those
-// whose shadow entries it dropped; the measure is a sample, and misses
-// what its table or a shed program lost). The finding is the one that
-// said the larger.
+// after reclaim evicted them: the larger of the kernel's refaults with
+// the re-reads it missed for the shadow entries it dropped (estimated
+// from its counters), and the re-reads of evicted pages wolf measured
+// (a sample, which misses what its table or a shed program lost, and
+// pages evicted before it attached). The finding is the one that said
+// the larger.
 func (e *engine) refaulted(mk string) (float64, *fact.Usage) {
-	var by [2]float64
-	var u [2]*fact.Usage
+	var by [3]float64
+	var u [3]*fact.Usage
 	for _, mu := range e.usage[mk] {
 		if mu.Unit != "bytes" {
 			continue
@@ -661,6 +662,8 @@ func (e *engine) refaulted(mk string) (float64, *fact.Usage) {
 			i = 0
 		case fact.ActivityEvictedReread:
 			i = 1
+		case fact.ActivityShadowlessReread:
+			i = 2
 		}
 		if i >= 0 {
 			by[i] += mu.Amount
@@ -669,10 +672,14 @@ func (e *engine) refaulted(mk string) (float64, *fact.Usage) {
 			}
 		}
 	}
-	if by[1] > by[0] {
+	kernel, ku := by[0]+by[2], u[0]
+	if ku == nil {
+		ku = u[2]
+	}
+	if by[1] > kernel {
 		return by[1], u[1]
 	}
-	return by[0], u[0]
+	return kernel, ku
 }
 
 // refaultReads: a cgroup that reads a device and refaults pages its own
@@ -718,7 +725,7 @@ func (e *engine) readsByMemcg(k string) map[string]float64 {
 func (e *engine) topConsumers(k string) []*fact.Usage {
 	var us []*fact.Usage
 	for _, u := range e.usage[k] {
-		if u.For != "" || u.Activity == fact.ActivityRefault || u.Activity == fact.ActivityEvictedReread || (u.By.TID != 0 && u.By.TID != u.By.PID && u.Threads == 0) {
+		if u.For != "" || u.Activity == fact.ActivityRefault || u.Activity == fact.ActivityEvictedReread || u.Activity == fact.ActivityShadowlessReread || (u.By.TID != 0 && u.By.TID != u.By.PID && u.Threads == 0) {
 			continue
 		}
 		if kindOfKey(k) == fact.HostCPU && u.Unit != "cpu_s" {

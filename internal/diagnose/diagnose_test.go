@@ -1435,3 +1435,56 @@ func TestColdStreamWithFewRereadsIsNoLimit(t *testing.T) {
 		}
 	}
 }
+
+// withShadowless adds the re-reads the kernel did not count as refaults
+// because it had dropped their shadow entries, as reclaim estimates them
+// from memory.stat (workingset_nodereclaim): bytes for the memory cgroup mk.
+func withShadowless(s *fact.Set, mk string, bytes float64) {
+	s.Usage = append(s.Usage, fact.Usage{On: mk, By: fact.Task{MemCgroup: strings.TrimPrefix(mk, "memory:")}, Amount: bytes, Unit: "bytes",
+		Activity: fact.ActivityShadowlessReread, Finding: "reclaim.memcg-pressure"})
+}
+
+// The kernel counted 43% of the readers' reads as refaults and dropped
+// the shadows of the rest (v2 on 6.12, no re-read measure under TCG):
+// the re-reads it missed, estimated from the shadow nodes it dropped, are
+// refaults too, so the miss path's CPU goes to the limit and the limit
+// comes first. The estimate adds to the kernel's count (they are
+// disjoint: a re-read found its shadow or did not), bounded by the reads.
+func TestShadowlessRereadsGoToTheLimit(t *testing.T) {
+	s, mk := thrashWithMisses(t, 0.8, -1)
+	var reads float64
+	for _, u := range s.Usage {
+		if u.On == fact.DeviceKey("vda") && u.Unit == "bytes" && u.Activity == "" {
+			reads += u.Amount
+		}
+	}
+	kernel, _ := newEngine(s).refaulted(mk)
+	withShadowless(s, mk, reads-kernel)
+	ds := Diagnose(nil, s)
+	logChain(t, ds)
+	if len(ds) == 0 || ds[0].ID != "diagnose.memcg-limit" {
+		t.Fatalf("first %v, want memcg-limit", ds)
+	}
+	for _, h := range ds[0].Chain {
+		if h.Relation != finding.UsedBy || !strings.Contains(h.Text, "page-cache misses") {
+			continue
+		}
+		if got := h.Evidence["share_pct"].(float64); got < 75 || got > 85 {
+			t.Errorf("share of the CPUs' time to %s: %v, want ≈ 80 (the sampled miss path, all of it re-reads)", mk, got)
+		}
+		return
+	}
+	t.Fatalf("no hop says the CPUs' time went to the miss path: %+v", ds[0].Chain)
+}
+
+// A stream read once has no refaults and so no shadowless estimate;
+// should one come with a tiny one, its misses stay its own work.
+func TestFewShadowlessRereadsAreNoLimit(t *testing.T) {
+	s, mk := thrashWithMisses(t, 0.8, 0)
+	withShadowless(s, mk, 4<<20)
+	ds := Diagnose(nil, s)
+	logChain(t, ds)
+	if len(ds) == 0 || ds[0].ID != "diagnose.host-cpu" {
+		t.Fatalf("first %v, want host-cpu", ds)
+	}
+}

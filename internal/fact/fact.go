@@ -270,11 +270,16 @@ const ActivityMissPath = "page-cache misses"
 // them (workingset_refault_file: a re-read that found the shadow entry
 // eviction left). ActivityEvictedReread is the same measured directly
 // (a sample of the pages reclaim evicted, followed to their re-read):
-// it sees the re-reads whose shadow entries the kernel dropped. Both are
-// on the memory cgroup's key.
+// it sees the re-reads whose shadow entries the kernel dropped.
+// ActivityShadowlessReread is the re-reads the kernel's count missed for
+// that reason, estimated from its own counters (the shadow nodes it
+// dropped, at the rate the shadows it kept came back): kernel refaults
+// plus these are the re-reads when the measure is not there. All are on
+// the memory cgroup's key.
 const (
-	ActivityRefault       = "refault"
-	ActivityEvictedReread = "evicted re-reads"
+	ActivityRefault          = "refault"
+	ActivityEvictedReread    = "evicted re-reads"
+	ActivityShadowlessReread = "re-reads without shadows"
 )
 
 // Saturation says a resource is at its limit in the window: its

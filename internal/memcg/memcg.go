@@ -311,8 +311,12 @@ func (h Hierarchy) ReadCounters(path string) (State, error) {
 }
 
 // refaultKeys are memory.stat's counters of pages read back after
-// reclaim evicted them (the older kernels' name last).
-var refaultKeys = []string{"workingset_refault_file", "workingset_refault_anon", "workingset_refault"}
+// reclaim evicted them (the older kernels' name last), and those that
+// tell how many of them the first fall short by: the shadow nodes the
+// kernel dropped (each took up to 64 shadow entries with it, whose
+// re-reads it then counts as first reads) and the pages reclaim evicted.
+// v1 has the refaults only.
+var refaultKeys = []string{"workingset_refault_file", "workingset_refault_anon", "workingset_refault", "workingset_nodereclaim", "pgsteal"}
 
 // readRefaults adds the refault counters to s.Stat, for a cgroup that has
 // ever hit its limit: only those thrash, and memory.stat costs more than

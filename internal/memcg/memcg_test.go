@@ -103,7 +103,7 @@ func TestReadV2(t *testing.T) {
 	write(t, dir, "memory.max", "max\n")
 	write(t, dir, "memory.current", "1000\n")
 	write(t, dir, "memory.peak", "2000\n")
-	write(t, dir, "memory.stat", "anon 10\nfile 20\nactive_file 5\npgscan 100\npgsteal 3\n")
+	write(t, dir, "memory.stat", "anon 10\nfile 20\nactive_file 5\npgscan 100\npgsteal 3\nworkingset_refault_file 40\nworkingset_nodereclaim 6\n")
 	write(t, dir, "memory.events", "low 0\nhigh 0\nmax 9\noom 1\noom_kill 1\n")
 	write(t, dir, "memory.pressure", "some avg10=1.50 avg60=0.00 avg300=0.00 total=2000000\nfull avg10=0.50 avg60=0.00 avg300=0.00 total=1000000\n")
 	h := Hierarchy{Version: 2, Mount: root}
@@ -117,6 +117,13 @@ func TestReadV2(t *testing.T) {
 	}
 	if s.Pressure == nil || s.Pressure.SomeAvg10 != 1.5 || s.Pressure.FullTotal != time.Second {
 		t.Errorf("pressure %+v", s.Pressure)
+	}
+	// A window's start keeps what tells the refaults and how far the
+	// kernel's count of them falls short (the shadow nodes it dropped,
+	// the pages it evicted).
+	c, err := h.ReadCounters("/kubepods/pod")
+	if err != nil || c.Stat["workingset_refault_file"] != 40 || c.Stat["workingset_nodereclaim"] != 6 || c.Stat["pgsteal"] != 3 || c.Stat["anon"] != 0 {
+		t.Errorf("counters %v %v", c.Stat, err)
 	}
 	if p, ok := h.PathOf([]procfs.Cgroup{{Hierarchy: 0, Path: "/kubepods/pod"}}); !ok || p != "/kubepods/pod" {
 		t.Errorf("PathOf v2 = %q %v", p, ok)

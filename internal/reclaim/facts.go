@@ -73,6 +73,14 @@ func (s *Snapshot) facts(fs []finding.Finding) *fact.Set {
 				set.Usage = append(set.Usage, fact.Usage{On: mk, By: fact.Task{MemCgroup: c.Path}, Amount: float64(ref) * pageSize, Unit: "bytes",
 					Activity: fact.ActivityRefault, Finding: id, FindingTitle: title})
 			}
+			if nodes, ok := c.statDelta("workingset_nodereclaim"); ok {
+				x.Numbers["dropped_shadow_nodes"] = float64(nodes)
+				if lost := c.shadowlessRereads(); lost > 0 {
+					x.Numbers["shadowless_reread_bytes"] = float64(lost) * pageSize
+					set.Usage = append(set.Usage, fact.Usage{On: mk, By: fact.Task{MemCgroup: c.Path}, Amount: float64(lost) * pageSize, Unit: "bytes",
+						Activity: fact.ActivityShadowlessReread, Finding: id, FindingTitle: title})
+				}
+			}
 			if s.Rereads {
 				x.Numbers["evicted_reread_bytes"] = float64(c.Rereads) * pageSize
 				if c.Rereads > 0 {
@@ -131,6 +139,48 @@ func (s *Snapshot) facts(fs []finding.Finding) *fact.Set {
 		}
 	}
 	return set
+}
+
+// statDelta is memory.stat's counter k over the window (false when
+// either reading lacks it, or it went back: the cgroup was made anew).
+func (c *Cgroup) statDelta(k string) (uint64, bool) {
+	if c.State == nil || c.Before == nil {
+		return 0, false
+	}
+	a, ok1 := c.Before.Stat[k]
+	b, ok2 := c.State.Stat[k]
+	if !ok1 || !ok2 || b < a {
+		return 0, false
+	}
+	return b - a, true
+}
+
+// shadowEntriesPerNode is how many page-cache slots an xarray node holds
+// (XA_CHUNK_SIZE): the most shadow entries a dropped node takes with it.
+const shadowEntriesPerNode = 64
+
+// shadowlessRereads estimates the pages the cgroup read back in the
+// window after reclaim evicted them that the kernel did not count as
+// refaults: it counts a refault only where eviction's shadow entry is
+// still in the page cache, and its shadow shrinker drops whole nodes of
+// them under pressure (workingset_nodereclaim), after which a re-read of
+// those pages looks like a first read. Each dropped node held at most 64
+// shadows; those shadows would have come back as often as the ones the
+// kernel kept did, which is the share of the evictions whose shadows
+// stayed that it counted as refaults (every evicted page of a file read
+// round and round; none of a file streamed once). In a steady thrash the
+// shadows dropped in a window stand for the uncounted re-reads in it.
+// 0 without the counters (v1) or without refaults.
+func (c *Cgroup) shadowlessRereads() uint64 {
+	nodes, ok1 := c.statDelta("workingset_nodereclaim")
+	steal, ok2 := c.statDelta("pgsteal")
+	refaults, ok3 := c.refaults()
+	if !ok1 || !ok2 || !ok3 || nodes == 0 || refaults == 0 {
+		return 0
+	}
+	dropped := nodes * shadowEntriesPerNode
+	kept := max(refaults, steal-min(steal, dropped))
+	return dropped * refaults / kept
 }
 
 // refaults are the file pages the cgroup read back in the window after

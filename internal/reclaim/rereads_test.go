@@ -68,3 +68,62 @@ func TestRereadFacts(t *testing.T) {
 		}
 	}
 }
+
+// The re-reads the kernel did not count for the shadow nodes it dropped:
+// each dropped node's 64 shadows at the rate the kept shadows came back
+// (refaults over the evictions whose shadows stayed). A thrash (all its
+// evictions come back) gets every dropped shadow; a stream read once (no
+// refaults) none, however many nodes went; v1 (no such counters) none.
+func TestShadowlessRereads(t *testing.T) {
+	stat := func(refaults, nodes, steal uint64) map[string]uint64 {
+		return map[string]uint64{"workingset_refault_file": refaults, "workingset_nodereclaim": nodes, "pgsteal": steal}
+	}
+	for _, tc := range []struct {
+		name                   string
+		refaults, nodes, steal uint64
+		want                   uint64
+	}{
+		// 60,000 evictions, 6,400 shadows dropped: 53,600 kept, of
+		// which 53,600 came back.
+		{"thrash", 53600, 100, 60000, 6400},
+		// Half of the kept shadows came back: half of the dropped.
+		{"half", 26800, 100, 60000, 3200},
+		{"stream", 0, 400, 60000, 0},
+		{"no nodes", 50000, 0, 60000, 0},
+		// More refaults than the kept evictions (pages evicted before
+		// the window): the dropped ones all count, no more.
+		{"earlier evictions", 50000, 100, 10000, 6400},
+	} {
+		s := seedSnapshot()
+		c := s.Cgroups[0]
+		c.Before.Stat = stat(1000, 7, 2000)
+		c.State.Stat = stat(1000+tc.refaults, 7+tc.nodes, 2000+tc.steal)
+		_, set := ConcludeFacts(s)
+		var got float64
+		for _, u := range set.Usage {
+			if u.Activity == fact.ActivityShadowlessReread {
+				if u.On != fact.MemoryKey(c.Path) || u.Unit != "bytes" {
+					t.Errorf("%s: %+v", tc.name, u)
+				}
+				got += u.Amount
+			}
+		}
+		if got != float64(tc.want)*pageSize {
+			t.Errorf("%s: %.0f bytes of re-reads without shadows, want %d pages", tc.name, got, tc.want)
+		}
+	}
+	s := seedSnapshot()
+	s.Cgroups[0].Before.Stat = map[string]uint64{"workingset_refault_file": 10}
+	s.Cgroups[0].State.Stat["workingset_refault_file"] = 50010
+	_, set := ConcludeFacts(s)
+	for _, u := range set.Usage {
+		if u.Activity == fact.ActivityShadowlessReread {
+			t.Fatalf("v1 (no shadow counters): %+v", u)
+		}
+	}
+	for _, x := range set.Saturations {
+		if _, ok := x.Numbers["dropped_shadow_nodes"]; ok {
+			t.Fatalf("dropped_shadow_nodes without the counter: %v", x.Numbers)
+		}
+	}
+}
