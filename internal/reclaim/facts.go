@@ -73,6 +73,9 @@ func (s *Snapshot) facts(fs []finding.Finding) *fact.Set {
 				set.Usage = append(set.Usage, fact.Usage{On: mk, By: fact.Task{MemCgroup: c.Path}, Amount: float64(ref) * pageSize, Unit: "bytes",
 					Activity: fact.ActivityRefault, Finding: id, FindingTitle: title})
 			}
+			if steal, ok := c.statDelta("pgsteal"); ok {
+				x.Numbers["evicted_bytes"] = float64(steal) * pageSize
+			}
 			if nodes, ok := c.statDelta("workingset_nodereclaim"); ok {
 				x.Numbers["dropped_shadow_nodes"] = float64(nodes)
 				if lost := c.shadowlessRereads(); lost > 0 {

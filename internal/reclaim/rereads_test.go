@@ -111,6 +111,11 @@ func TestShadowlessRereads(t *testing.T) {
 		if got != float64(tc.want)*pageSize {
 			t.Errorf("%s: %.0f bytes of re-reads without shadows, want %d pages", tc.name, got, tc.want)
 		}
+		for _, x := range set.Saturations {
+			if x.On == fact.MemoryKey(c.Path) && (x.Numbers["evicted_bytes"] != float64(tc.steal)*pageSize || x.Numbers["dropped_shadow_nodes"] != float64(tc.nodes)) {
+				t.Errorf("%s: numbers %v", tc.name, x.Numbers)
+			}
+		}
 	}
 	s := seedSnapshot()
 	s.Cgroups[0].Before.Stat = map[string]uint64{"workingset_refault_file": 10}
