@@ -618,9 +618,13 @@ func (e *engine) directedUse(k string) []directed {
 // limit evicted their pages: the sampled miss path (its share of the
 // CPUs' busy time, taken of their busy time in the engine's window, or
 // its amount when no share is known), in the proportion of the cgroup's
-// reads that were refaults. A cold read's miss is the task's own work;
-// with no reads measured the proportion is unknown and nothing goes to
-// the limit.
+// misses that were refaults. At its limit a cgroup evicts a page for each
+// page it adds, so its evictions are its misses, counted in reclaim's
+// window beside its refaults; otherwise its reads of devices stand in for
+// them (the I/O investigator's bytes, over a window that begins at its
+// own attach, seconds from reclaim's start on a slow machine). A cold
+// read's miss is the task's own work; with neither measured the
+// proportion is unknown and nothing goes to the limit.
 func (e *engine) missesForLimit(k string, u *fact.Usage) float64 {
 	amt := u.Amount
 	if u.BusyShare > 0 {
@@ -629,6 +633,11 @@ func (e *engine) missesForLimit(k string, u *fact.Usage) float64 {
 		}
 	}
 	cg := u.By.MemCgroup
+	mk := e.canon(fact.MemoryKey(cg))
+	refaults, _ := e.refaulted(mk)
+	if x := e.saturation(mk); x != nil && x.AtLimit && x.Numbers["evicted_bytes"] > 0 {
+		return amt * min(1, refaults/x.Numbers["evicted_bytes"])
+	}
 	reads := 0.0
 	for _, dk := range sortedKeys(e.usage) {
 		if kindOfKey(dk) == fact.Device {
@@ -638,7 +647,6 @@ func (e *engine) missesForLimit(k string, u *fact.Usage) float64 {
 	if reads <= 0 {
 		return 0
 	}
-	refaults, _ := e.refaulted(e.canon(fact.MemoryKey(cg)))
 	return amt * min(1, refaults/reads)
 }
 

@@ -1488,3 +1488,52 @@ func TestFewShadowlessRereadsAreNoLimit(t *testing.T) {
 		t.Fatalf("first %v, want host-cpu", ds)
 	}
 }
+
+// withEvictions sets the memory cgroup mk's evictions in reclaim's window
+// (memory.stat pgsteal), in bytes.
+func withEvictions(s *fact.Set, mk string, bytes float64) {
+	for i := range s.Saturations {
+		if s.Saturations[i].On == mk {
+			s.Saturations[i].Numbers["evicted_bytes"] = bytes
+		}
+	}
+}
+
+// The share of the readers' misses that were refaults is taken in
+// reclaim's own window when the cgroup sat at its limit: there it evicted
+// a page for each page it added, so its evictions are its misses, counted
+// beside its refaults. The device's bytes are the I/O investigator's, over
+// a window of its own (it begins at its own attach, reclaim's counters at
+// reclaim's start: seconds apart under TCG), and only stand in for the
+// misses when the evictions are not known.
+func TestRefaultShareOfEvictionsAtTheLimit(t *testing.T) {
+	// The kernel's refaults (99 MB) against vda's 229 MB: 43%.
+	s, mk := thrashWithMisses(t, 0.8, -1)
+	kernel, _ := newEngine(s).refaulted(mk)
+	withEvictions(s, mk, kernel*1.02) // nearly every eviction came back
+	ds := Diagnose(nil, s)
+	logChain(t, ds)
+	if len(ds) == 0 || ds[0].ID != "diagnose.memcg-limit" {
+		t.Fatalf("first %v, want memcg-limit", ds)
+	}
+	// Evictions that did not come back (a stream through the limit):
+	// the reads' share stands, the CPUs stay first.
+	s, mk = thrashWithMisses(t, 0.8, -1)
+	withEvictions(s, mk, kernel*10)
+	ds = Diagnose(nil, s)
+	if len(ds) == 0 || ds[0].ID != "diagnose.host-cpu" {
+		t.Fatalf("first %v, want host-cpu", ds)
+	}
+	// Not at its limit: the evictions are not its misses.
+	s, mk = thrashWithMisses(t, 0.8, -1)
+	withEvictions(s, mk, kernel)
+	for i := range s.Saturations {
+		if s.Saturations[i].On == mk {
+			s.Saturations[i].AtLimit = false
+		}
+	}
+	ds = Diagnose(nil, s)
+	if len(ds) > 0 && ds[0].ID == "diagnose.memcg-limit" {
+		t.Fatalf("a cgroup not at its limit came first: %s", ds[0].Title)
+	}
+}
