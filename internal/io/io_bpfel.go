@@ -18,7 +18,7 @@ type ioAttr struct {
 	Shift     uint32
 	DoneShift uint32
 	WaitShift uint32
-	Pad       uint32
+	IssueDuty uint32
 }
 
 type ioBatch struct {
@@ -213,7 +213,8 @@ const (
 	ioStatIndexSTAT_JOURNAL_FULL  ioStatIndex = 12
 	ioStatIndexSTAT_FSYNC_FULL    ioStatIndex = 13
 	ioStatIndexSTAT_QOS_FULL      ioStatIndex = 14
-	ioStatIndexSTAT_MAX           ioStatIndex = 15
+	ioStatIndexSTAT_UNSTAMPED     ioStatIndex = 15
+	ioStatIndexSTAT_MAX           ioStatIndex = 16
 )
 
 type ioWaitKey struct {

@@ -153,20 +153,28 @@ func TestLiveSampledAttribution(t *testing.T) {
 	l := testLoop(t)
 	iv := New()
 	iv.Device = l.Name
-	var sample int
-	iv.snapshot = func(s *Snapshot) { sample = max(sample, s.AttrSample) }
+	var sample, duty int
+	iv.snapshot = func(s *Snapshot) { sample, duty = max(sample, s.AttrSample), max(duty, s.AttrDuty) }
 	var n int
 	var misses uint64
 	res := testutil.RunLive(t, iv, investigator.Options{}, func() {
 		n = readDirectFor(t, l.Dev, 3*time.Second)
 		misses = completionMisses(t)
 	})
-	t.Logf("%d reads in 3 s; attribution sampled 1 in %d; %d completions the kernel did not run wolf for", n, sample, misses)
+	t.Logf("%d reads in 3 s; attribution sampled 1 in %d, first sights run 1/%d of the time; %d completions the kernel did not run wolf for", n, sample, duty, misses)
 	if n < 3*attrRate*2 {
 		t.Skipf("only %d reads in 3 s: too slow a host to sample", n)
 	}
 	if sample < 2 {
 		t.Errorf("attribution not sampled at %d reads a second", n/3)
+	}
+	// A loop device with writeback throttling keeps statistics: the
+	// kernel stamps each request's issue, so the first sights run only
+	// part of the time, as much of the sampling as dutyShift allows.
+	if lat, err := os.ReadFile("/sys/block/" + l.Name + "/queue/wbt_lat_usec"); err == nil && strings.TrimSpace(string(lat)) != "0" {
+		if want := min(sample, 1<<dutyShift); duty != want {
+			t.Errorf("first sights run 1/%d of the time, want 1/%d (sampled 1 in %d)", duty, want, sample)
+		}
 	}
 	// Not one more, and at most a few fewer: the kernel skips a program
 	// now and then (its recursion misses, and on this shared machine a
