@@ -63,6 +63,7 @@ char LICENSE[] SEC("license") = "GPL";
 #define F_KWORKER 2	 /* born in a workqueue worker (writeback, a stacked driver) */
 #define F_TIMED 4	 /* birth and issue known: queued and device times are */
 #define F_UNATTRIBUTED 8 /* its issuer not followed: attribution sampled (attr_shift) */
+#define F_COUNTED 16	 /* a slot counted in following (never leaves the slot) */
 
 /* Kinds of wait. */
 #define WAIT_IO 0     /* an I/O sleep ended by a request's completion */
@@ -627,6 +628,17 @@ struct attr {
 
 struct attr attr SEC(".data.attr");
 
+/*
+ * Slots holding a request born while issue_duty was set: while there are
+ * none, a completion under issue_duty has no slot to look for (the first
+ * sights ran for none of the requests in flight), and skips the look.
+ * Written twice per request followed (a few thousand a second at most
+ * under issue_duty), read by every completion. A slot whose request's
+ * completion wolf missed stays counted until another birth takes it: the
+ * completions then look, as they all did before.
+ */
+__u64 following SEC(".data.follow");
+
 static __always_inline bool attr_skip(__u64 birth, __u32 shift)
 {
 	if (!shift || !birth)
@@ -667,6 +679,8 @@ static __always_inline struct rq_slot *rq_born(struct request *rq, __u64 now, st
 		return 0;
 	if (s->rq && s->rq != id && now - s->birth_ns < 60000000000ULL)
 		stat_inc(STAT_SLOT_TAKEN); /* the other one's completion goes untracked */
+	if (s->rq && (s->flags & F_COUNTED))
+		__sync_fetch_and_add(&following, -1);
 	s->rq = id;
 	s->birth_ns = birth && birth <= now ? birth : now;
 	s->issue_ns = 0;
@@ -681,6 +695,10 @@ static __always_inline struct rq_slot *rq_born(struct request *rq, __u64 now, st
 			s->flags = F_THROTTLED;
 			s->tgid = 0;
 		}
+	}
+	if (*(volatile __u32 *)&attr.issue_duty) {
+		s->flags |= F_COUNTED;
+		__sync_fetch_and_add(&following, 1);
 	}
 	note_comm(s->tgid);
 	return s;
@@ -968,7 +986,7 @@ int BPF_PROG(rq_complete, struct request *rq, int error, unsigned int nr_bytes)
 	struct rq_slot *s;
 	struct batch *b;
 	__u64 id, now, total = 0, device = 0, birth, issue;
-	__u32 flags = 0;
+	__u32 flags = 0, duty;
 
 	if (!watched(dev))
 		return 0;
@@ -981,17 +999,19 @@ int BPF_PROG(rq_complete, struct request *rq, int error, unsigned int nr_bytes)
 	issue = rq->io_start_time_ns;
 	if (!issue)
 		stat_inc(STAT_UNSTAMPED); /* user space then keeps the first sights attached */
-	s = slot_held(rq, &id);
+	duty = *(volatile __u32 *)&attr.issue_duty;
+	s = duty && !*(volatile __u64 *)&following ? 0 : slot_held(rq, &id);
 	if (s) {
 		k.tgid = s->tgid;
 		k.flags = s->flags & F_KWORKER;
-		flags = s->flags;
+		flags = s->flags & ~F_COUNTED;
 		birth = s->birth_ns;
 		if (!issue)
 			issue = s->issue_ns;
+		if (s->flags & F_COUNTED)
+			__sync_fetch_and_add(&following, -1);
 		s->rq = 0;
-	} else if (*(volatile __u32 *)&attr.issue_duty ||
-		   attr_skip(birth, *(volatile __u32 *)&attr.done_shift)) {
+	} else if (duty || attr_skip(birth, *(volatile __u32 *)&attr.done_shift)) {
 		k.flags = F_UNATTRIBUTED;
 		flags = F_UNATTRIBUTED;
 		bi = 1;

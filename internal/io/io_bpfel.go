@@ -297,6 +297,7 @@ const (
 	ioProgXfsLogGrantSleep   = "xfs_log_grant_sleep"
 	ioProgXfsLogGrantWake    = "xfs_log_grant_wake"
 	ioVarAttr                = "attr"
+	ioVarFollowing           = "following"
 	ioVarLinkNs              = "link_ns"
 	ioVarLongWaitNs          = "long_wait_ns"
 	ioVarOnlyDev             = "only_dev"
@@ -408,6 +409,7 @@ type ioMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type ioVariableSpecs struct {
 	Attr             *ebpf.VariableSpec `ebpf:"attr"`
+	Following        *ebpf.VariableSpec `ebpf:"following"`
 	LinkNs           *ebpf.VariableSpec `ebpf:"link_ns"`
 	LongWaitNs       *ebpf.VariableSpec `ebpf:"long_wait_ns"`
 	OnlyDev          *ebpf.VariableSpec `ebpf:"only_dev"`
@@ -489,6 +491,7 @@ func (m *ioMaps) Close() error {
 // It can be passed to loadIoObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ioVariables struct {
 	Attr             *ebpf.Variable `ebpf:"attr"`
+	Following        *ebpf.Variable `ebpf:"following"`
 	LinkNs           *ebpf.Variable `ebpf:"link_ns"`
 	LongWaitNs       *ebpf.Variable `ebpf:"long_wait_ns"`
 	OnlyDev          *ebpf.Variable `ebpf:"only_dev"`
