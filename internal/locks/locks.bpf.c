@@ -118,6 +118,7 @@ enum stat_index {
 	STAT_MM_STALE_HOLD,   /* a hold whose release was lost, seen at user return */
 	STAT_STACK_SKIPPED, /* a wait or long hold filed without a stack: the detail budget was spent */
 	STAT_FOLD_FLUSH, /* a fold slot flushed to the maps for another key */
+	STAT_SLEEP_WAITS, /* sleeping waits begun, timed or not: what a storm's estimates stand for */
 	STAT_MAX,
 };
 
@@ -881,6 +882,9 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 			return;
 		old->skip_lock = 0; /* an untimed wait whose end was lost */
 	}
+	if (!(old && old->start_ns && !old->end_ns && old->lock == lock &&
+	      (old->flags & WOLF_LCB_F_SPIN) && (flags & WOLF_LCB_F_MUTEX)))
+		stat_inc(STAT_SLEEP_WAITS); /* not a mutex's second begin */
 	if (old && old->start_ns && old->end_ns) {
 		account(old, can_walk); /* the thread's last wait */
 	} else if (old && old->start_ns) {
