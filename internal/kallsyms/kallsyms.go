@@ -79,7 +79,18 @@ type Table struct {
 // /boot/System.map-$(uname -r) or /lib/modules/$(uname -r)/build/System.map
 // if one exists and matches the running kernel. Run as root: otherwise the
 // kernel shows every address as zero and Load returns ErrRestricted.
+//
+// When ctx carries a Cache (WithCache), the table is read once for every
+// caller of that context: the investigators of one doctor each need it,
+// and each read costs tens of milliseconds of CPU and megabytes of heap.
 func Load(ctx context.Context) (*Table, error) {
+	if c, ok := ctx.Value(cacheKey{}).(*Cache); ok {
+		return c.load(ctx)
+	}
+	return load(ctx)
+}
+
+func load(ctx context.Context) (*Table, error) {
 	t, err := LoadFiles(ctx, DefaultPath, "")
 	if err != nil {
 		return nil, err
@@ -107,6 +118,39 @@ func Load(ctx context.Context) (*Table, error) {
 	t.note = fmt.Sprintf("%s lists no data symbols (kernel built without CONFIG_KALLSYMS_ALL), so lock and variable addresses such as rtnl_mutex cannot be named; no System.map found (tried %s)",
 		DefaultPath, strings.Join(tried, ", "))
 	return t, nil
+}
+
+// Cache holds the running kernel's table for the callers of Load that
+// share a context. The table is immutable, so sharing it is safe; the
+// symbols of modules and BPF programs loaded after the first read are
+// missing from it, which is why it is scoped to one run, not the process.
+type Cache struct {
+	mu  sync.Mutex
+	t   *Table
+	err error
+}
+
+type cacheKey struct{}
+
+// WithCache returns a context whose Load calls share one read of
+// /proc/kallsyms.
+func WithCache(ctx context.Context) context.Context {
+	return context.WithValue(ctx, cacheKey{}, &Cache{})
+}
+
+func (c *Cache) load(ctx context.Context) (*Table, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.t != nil || c.err != nil {
+		return c.t, c.err
+	}
+	t, err := load(ctx)
+	// A cancelled caller's error is its own: the next caller reads again.
+	if err != nil && ctx.Err() != nil {
+		return nil, err
+	}
+	c.t, c.err = t, err
+	return t, err
 }
 
 // LoadFiles reads a kallsyms-format file and, when systemMap is not empty,

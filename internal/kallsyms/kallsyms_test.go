@@ -323,3 +323,49 @@ func BenchmarkLoad(b *testing.B) {
 		}
 	}
 }
+
+func TestCacheSharesOneRead(t *testing.T) {
+	want, wantErr := Load(context.Background())
+	ctx := WithCache(context.Background())
+
+	// A caller whose context is cancelled does not poison the cache.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := Load(cctx); err == nil {
+		t.Fatal("Load with a cancelled context: no error")
+	}
+
+	t1, err1 := Load(ctx)
+	t2, err2 := Load(ctx)
+	if (err1 == nil) != (wantErr == nil) {
+		t.Fatalf("cached Load: %v, uncached: %v", err1, wantErr)
+	}
+	if err1 != nil {
+		if err2 == nil || err2.Error() != err1.Error() {
+			t.Fatalf("second cached Load: %v, first: %v", err2, err1)
+		}
+		return
+	}
+	if t1 != t2 {
+		t.Fatal("two Loads of one cache read the table twice")
+	}
+	// BPF programs come and go (other tests, other tools): compare the
+	// kernel's own symbols.
+	if a, b := vmlinuxSyms(t1), vmlinuxSyms(want); a != b {
+		t.Fatalf("cached table holds %d vmlinux symbols, a fresh read %d", a, b)
+	}
+	other, _ := Load(WithCache(context.Background()))
+	if other == t1 {
+		t.Fatal("two caches share a table")
+	}
+}
+
+func vmlinuxSyms(t *Table) int {
+	n := 0
+	for _, s := range t.syms {
+		if s.Module == "" {
+			n++
+		}
+	}
+	return n
+}

@@ -27,6 +27,7 @@ import (
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/human"
 	"github.com/wolf-investigator/wolf/internal/investigator"
+	"github.com/wolf-investigator/wolf/internal/kallsyms"
 	"github.com/wolf-investigator/wolf/internal/overhead"
 	"github.com/wolf-investigator/wolf/internal/pace"
 	"github.com/wolf-investigator/wolf/internal/probekit"
@@ -98,6 +99,8 @@ func Start(ctx context.Context, cfg Config) *Run {
 		timeout = pace.Scaled(DefaultCollectTimeout)
 	}
 	r := &Run{Report: rep, Facts: &fact.Set{Self: os.Getpid()}}
+	// One read of the kernel's symbols for every investigator of the run.
+	ctx = kallsyms.WithCache(ctx)
 	if cfg.MaxCPUPct > 0 {
 		if b, err := probekit.NewBudget(cfg.MaxCPUPct); err == nil {
 			probekit.SetBudget(b)

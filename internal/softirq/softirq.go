@@ -298,8 +298,9 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 		var syms *kallsyms.Table
 		if len(rx)+len(st) > 0 {
 			// Only NET_RX samples need symbols: an idle host skips the
-			// parse. Not ctx: after Ctrl-C the report is still wanted.
-			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			// parse. Not ctx's deadline: after Ctrl-C the report is still
+			// wanted. Its values, though: a run's shared kernel symbols.
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			syms, symsErr = kallsyms.Load(sctx)
 			cancel()
 		}
