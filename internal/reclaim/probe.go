@@ -104,7 +104,7 @@ func openProbe(useMemcg bool, refuse map[string]bool, ranges sampleRanges) (*pro
 		Share: map[string]probekit.ShareRole{"reclaim_tasks": probekit.Writes},
 		// Batches, summed one in N per CPU once the budget is spent
 		// with the gates at their longest (WOLF_STORM in reclaim.bpf.c).
-		Storm: "reclaim batches (pages scanned, reclaimed, activated, kept)",
+		Storm: "reclaim batches",
 	})
 	if err != nil {
 		return nil, err
