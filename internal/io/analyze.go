@@ -956,8 +956,12 @@ func (s *Snapshot) Notes() []string {
 		out = append(out, "blk-throttle's dispatch function is not in kallsyms: requests it held are not told apart")
 	}
 	if s.AttrSample > 1 {
-		out = append(out, fmt.Sprintf("requests came faster than %s a second: 1 in %d of those tasks issued was followed to its issuer; per-device and per-cgroup counts, bytes and latencies are every request's, per-process ones are estimated from the followed ones (evidence estimated: true)",
-			human.Count(attrRate), s.AttrSample))
+		how := ""
+		if s.AttrDuty > 1 {
+			how = fmt.Sprintf(" (its first sight watched 1/%d of each %s)", s.AttrDuty, human.Duration(dutyPeriod))
+		}
+		out = append(out, fmt.Sprintf("requests came faster than %s a second: 1 in %d of those tasks issued was followed to its issuer%s; per-device and per-cgroup counts, bytes and latencies are every request's, per-process ones are estimated from the followed ones (evidence estimated: true)",
+			human.Count(attrRate), s.AttrSample, how))
 	}
 	if s.WaitDuty > 1 {
 		out = append(out, fmt.Sprintf("a disk was busy and nothing held its I/O back: the waiter programs (run on every context switch and wake-up) ran %s of every %s, and a wait noted counts for %d; waits' counts and totals are estimates, their averages unbiased, and a wait longer than %s begun late in that time is missed",

@@ -2,6 +2,7 @@ package io
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/probekit"
@@ -17,6 +18,9 @@ func (iv *Investigator) Check(ctx context.Context) ([]string, error) {
 	}
 	defer p.close()
 	notes := p.kit.Notes()
+	if p.insertErr != nil {
+		notes = append(notes, fmt.Sprintf("block_rq_insert did not attach (%v): a request that waits in a scheduler is followed from its issue", p.insertErr))
+	}
 	if !p.throttle {
 		notes = append(notes, "blk-throttle's dispatch function is not in kallsyms: requests it held are not told apart")
 	}

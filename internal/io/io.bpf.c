@@ -63,6 +63,7 @@ char LICENSE[] SEC("license") = "GPL";
 #define F_KWORKER 2	 /* born in a workqueue worker (writeback, a stacked driver) */
 #define F_TIMED 4	 /* birth and issue known: queued and device times are */
 #define F_UNATTRIBUTED 8 /* its issuer not followed: attribution sampled (attr_shift) */
+#define F_COUNTED 16	 /* a slot counted in following (never leaves the slot) */
 
 /* Kinds of wait. */
 #define WAIT_IO 0     /* an I/O sleep ended by a request's completion */
@@ -115,7 +116,8 @@ enum stat_index {
 	STAT_JOURNAL_FULL = 12,	 /* journals refused a device */
 	STAT_FSYNC_FULL = 13,	 /* fsyncs refused a task */
 	STAT_QOS_FULL = 14,	 /* qos refused a device */
-	STAT_MAX = 15,
+	STAT_UNSTAMPED = 15,	 /* completions of requests the kernel did not stamp the issue of */
+	STAT_MAX = 16,
 };
 
 WOLF_STATS()
@@ -607,15 +609,35 @@ static __always_inline void note_comm(__u32 tgid)
  * shift: a request left out under a larger shift is then still told from
  * one wolf missed (a hash whose top bits are not all zero has more of
  * them not all zero).
+ *
+ * Left out, a request still costs its first sights' runs: an empty
+ * program's on each tracepoint, a third of what wolf spends on it. So
+ * where every request's issue is stamped by the kernel (no completion of
+ * one without: STAT_UNSTAMPED) and nothing held I/O back (want_waiters),
+ * user space attaches the first sights (insert, issue) only part of the
+ * time instead, and sets issue_duty: the requests followed are those born
+ * while they ran (one in 2^shift of them), and a completion that finds no
+ * slot of its own is one left out, not one wolf missed.
  */
 struct attr {
 	__u32 shift;
 	__u32 done_shift;
 	__u32 wait_shift; /* the waiter programs' own: see sched_switch */
-	__u32 _pad;
+	__u32 issue_duty; /* the first sights run part of the time: see rq_complete */
 };
 
 struct attr attr SEC(".data.attr");
+
+/*
+ * Slots holding a request born while issue_duty was set: while there are
+ * none, a completion under issue_duty has no slot to look for (the first
+ * sights ran for none of the requests in flight), and skips the look.
+ * Written twice per request followed (a few thousand a second at most
+ * under issue_duty), read by every completion. A slot whose request's
+ * completion wolf missed stays counted until another birth takes it: the
+ * completions then look, as they all did before.
+ */
+__u64 following SEC(".data.follow");
 
 static __always_inline bool attr_skip(__u64 birth, __u32 shift)
 {
@@ -657,6 +679,8 @@ static __always_inline struct rq_slot *rq_born(struct request *rq, __u64 now, st
 		return 0;
 	if (s->rq && s->rq != id && now - s->birth_ns < 60000000000ULL)
 		stat_inc(STAT_SLOT_TAKEN); /* the other one's completion goes untracked */
+	if (s->rq && (s->flags & F_COUNTED))
+		__sync_fetch_and_add(&following, -1);
 	s->rq = id;
 	s->birth_ns = birth && birth <= now ? birth : now;
 	s->issue_ns = 0;
@@ -671,6 +695,10 @@ static __always_inline struct rq_slot *rq_born(struct request *rq, __u64 now, st
 			s->flags = F_THROTTLED;
 			s->tgid = 0;
 		}
+	}
+	if (*(volatile __u32 *)&attr.issue_duty) {
+		s->flags |= F_COUNTED;
+		__sync_fetch_and_add(&following, 1);
 	}
 	note_comm(s->tgid);
 	return s;
@@ -958,7 +986,7 @@ int BPF_PROG(rq_complete, struct request *rq, int error, unsigned int nr_bytes)
 	struct rq_slot *s;
 	struct batch *b;
 	__u64 id, now, total = 0, device = 0, birth, issue;
-	__u32 flags = 0;
+	__u32 flags = 0, duty;
 
 	if (!watched(dev))
 		return 0;
@@ -969,16 +997,21 @@ int BPF_PROG(rq_complete, struct request *rq, int error, unsigned int nr_bytes)
 	 * own, taken at its first sight and issue, where it does not. */
 	birth = rq->start_time_ns;
 	issue = rq->io_start_time_ns;
-	s = slot_held(rq, &id);
+	if (!issue)
+		stat_inc(STAT_UNSTAMPED); /* user space then keeps the first sights attached */
+	duty = *(volatile __u32 *)&attr.issue_duty;
+	s = duty && !*(volatile __u64 *)&following ? 0 : slot_held(rq, &id);
 	if (s) {
 		k.tgid = s->tgid;
 		k.flags = s->flags & F_KWORKER;
-		flags = s->flags;
+		flags = s->flags & ~F_COUNTED;
 		birth = s->birth_ns;
 		if (!issue)
 			issue = s->issue_ns;
+		if (s->flags & F_COUNTED)
+			__sync_fetch_and_add(&following, -1);
 		s->rq = 0;
-	} else if (attr_skip(birth, *(volatile __u32 *)&attr.done_shift)) {
+	} else if (duty || attr_skip(birth, *(volatile __u32 *)&attr.done_shift)) {
 		k.flags = F_UNATTRIBUTED;
 		flags = F_UNATTRIBUTED;
 		bi = 1;

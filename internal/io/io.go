@@ -147,8 +147,9 @@ func (iv *Investigator) Start(ctx context.Context, opts investigator.Options) (i
 	}
 	// --pid asks about one process's requests: all of them are followed.
 	if opts.PID == 0 {
-		s.wg.Add(1)
+		s.wg.Add(2)
 		go s.watchRate()
+		go s.issueDuty()
 	}
 	if iv.attached != nil {
 		iv.attached()
@@ -191,6 +192,11 @@ type session struct {
 	// The same for I/O sleeps (waiters).
 	waitSample, waitShift uint32
 	armed                 time.Time // when the waiter programs attached (zero: not yet)
+	// firstDuty: the first sights (insert, issue) run one 2^firstDuty-th
+	// of each dutyPeriod (0: all the time); firstDutyWindow: the largest
+	// this window. firstFull: they run all the time for good.
+	firstDuty, firstDutyWindow uint32
+	firstFull                  bool
 	// duty: the waiter programs run dutyOn of each dutyPeriod (a disk
 	// merely busy); dutyWindow: they did at some time in this window.
 	duty, dutyWindow bool
@@ -367,6 +373,10 @@ func (s *session) watchRate() {
 	if err != nil {
 		return
 	}
+	prevU, err := s.p.counter(ioStatIndexSTAT_UNSTAMPED)
+	if err != nil {
+		return
+	}
 	last := time.Now()
 	var cur ioAttr
 	for {
@@ -378,12 +388,25 @@ func (s *session) watchRate() {
 			if err != nil {
 				return
 			}
+			u, err := s.p.counter(ioStatIndexSTAT_UNSTAMPED)
+			if err != nil {
+				return
+			}
+			// The first sights run all the time, for good, once a
+			// request's issue was not stamped by the kernel (only they
+			// time it) or something held I/O back (every request is worth
+			// following then).
+			held := u != prevU || s.p.wanted()
 			next := cur
 			s.mu.Lock()
 			duty := s.duty
+			if held {
+				s.firstFull = true
+			}
+			full, total := s.firstFull, s.shift
 			s.mu.Unlock()
 			if el := now.Sub(last).Seconds(); el > 0 {
-				next.Shift = attrShift(float64(probeSub(c, prevC)) / el)
+				total = attrShift(float64(probeSub(c, prevC)) / el)
 				switch dw := probeSub(w, prevW); {
 				case !duty:
 					next.WaitShift = attrShift(float64(dw) / el)
@@ -393,8 +416,31 @@ func (s *session) watchRate() {
 					next.WaitShift = attrShift(float64(dw) / min(el, dutyOn.Seconds()))
 				}
 			}
+			// Of the shift, up to dutyShift is taken by running the
+			// first sights part of the time rather than by the hash of
+			// each request's birth: a request left out then costs nothing
+			// at its first sights. The completions tell those left out
+			// by IssueDuty, kept a poll longer than the duty itself.
+			var d uint32
+			if !full {
+				d = min(total, dutyShift)
+			}
+			next.Shift = total - d
 			next.DoneShift = max(next.Shift, cur.Shift) // the previous poll's shift still judges
-			prevC, prevW, last = c, w, now
+			s.mu.Lock()
+			prevD := s.firstDuty
+			s.mu.Unlock()
+			next.IssueDuty = 0
+			if d > 0 || prevD > 0 {
+				next.IssueDuty = 1
+			}
+			prevC, prevW, prevU, last = c, w, u, now
+			s.mu.Lock()
+			s.firstDuty = d
+			s.firstDutyWindow = max(s.firstDutyWindow, d)
+			s.shift = total
+			s.sample = max(s.sample, total)
+			s.mu.Unlock()
 			if next == cur {
 				continue
 			}
@@ -403,10 +449,65 @@ func (s *session) watchRate() {
 			}
 			cur = next
 			s.mu.Lock()
-			s.shift, s.waitShift = next.Shift, next.WaitShift
-			s.sample = max(s.sample, next.Shift)
+			s.waitShift = next.WaitShift
 			s.waitSample = max(s.waitSample, next.WaitShift)
 			s.mu.Unlock()
+		}
+	}
+}
+
+// issueDuty runs the first sights (the insert and issue programs)
+// dutyPeriod>>firstDuty of every dutyPeriod while watchRate asks for a
+// firstDuty, and all the time otherwise. Detaching and attaching them
+// costs this goroutine a wait for the tracepoint's RCU grace period, not
+// the requests anything; a request in flight keeps the slot its first
+// sight gave it.
+func (s *session) issueDuty() {
+	defer s.wg.Done()
+	wait := func(d time.Duration) bool { // false: stopped
+		select {
+		case <-s.stop:
+			return false
+		case <-time.After(d):
+			return true
+		}
+	}
+	duty := func() uint32 {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.firstFull {
+			return 0
+		}
+		return s.firstDuty
+	}
+	for {
+		d := duty()
+		if d == 0 {
+			if !wait(armPoll) {
+				return
+			}
+			continue
+		}
+		on := dutyPeriod >> d
+		if err := s.p.disarmFirst(); err != nil {
+			s.mu.Lock()
+			s.firstFull = true
+			s.mu.Unlock()
+		}
+		start := time.Now()
+		for left := dutyPeriod - on; left > 0 && duty() != 0; left = dutyPeriod - on - time.Since(start) {
+			if !wait(min(left, armPoll)) {
+				return
+			}
+		}
+		// Attached again; should it fail, the next turn tries again.
+		for s.p.armFirst() != nil {
+			if !wait(armPoll) {
+				return
+			}
+		}
+		if !wait(on) {
+			return
 		}
 	}
 }
@@ -524,6 +625,10 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 	armed, armErr := s.armed, s.armErr
 	snap.AttrSample = 1 << s.sample
 	s.sample = s.shift // the next window starts where this one ends
+	if s.firstDutyWindow > 0 {
+		snap.AttrDuty = 1 << s.firstDutyWindow
+	}
+	s.firstDutyWindow = s.firstDuty
 	if !armed.IsZero() {
 		snap.WaitSample = 1 << s.waitSample
 		if s.dutyWindow {

@@ -18,7 +18,7 @@ type ioAttr struct {
 	Shift     uint32
 	DoneShift uint32
 	WaitShift uint32
-	Pad       uint32
+	IssueDuty uint32
 }
 
 type ioBatch struct {
@@ -213,7 +213,8 @@ const (
 	ioStatIndexSTAT_JOURNAL_FULL  ioStatIndex = 12
 	ioStatIndexSTAT_FSYNC_FULL    ioStatIndex = 13
 	ioStatIndexSTAT_QOS_FULL      ioStatIndex = 14
-	ioStatIndexSTAT_MAX           ioStatIndex = 15
+	ioStatIndexSTAT_UNSTAMPED     ioStatIndex = 15
+	ioStatIndexSTAT_MAX           ioStatIndex = 16
 )
 
 type ioWaitKey struct {
@@ -296,6 +297,7 @@ const (
 	ioProgXfsLogGrantSleep   = "xfs_log_grant_sleep"
 	ioProgXfsLogGrantWake    = "xfs_log_grant_wake"
 	ioVarAttr                = "attr"
+	ioVarFollowing           = "following"
 	ioVarLinkNs              = "link_ns"
 	ioVarLongWaitNs          = "long_wait_ns"
 	ioVarOnlyDev             = "only_dev"
@@ -407,6 +409,7 @@ type ioMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type ioVariableSpecs struct {
 	Attr             *ebpf.VariableSpec `ebpf:"attr"`
+	Following        *ebpf.VariableSpec `ebpf:"following"`
 	LinkNs           *ebpf.VariableSpec `ebpf:"link_ns"`
 	LongWaitNs       *ebpf.VariableSpec `ebpf:"long_wait_ns"`
 	OnlyDev          *ebpf.VariableSpec `ebpf:"only_dev"`
@@ -488,6 +491,7 @@ func (m *ioMaps) Close() error {
 // It can be passed to loadIoObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ioVariables struct {
 	Attr             *ebpf.Variable `ebpf:"attr"`
+	Following        *ebpf.Variable `ebpf:"following"`
 	LinkNs           *ebpf.Variable `ebpf:"link_ns"`
 	LongWaitNs       *ebpf.Variable `ebpf:"long_wait_ns"`
 	OnlyDev          *ebpf.Variable `ebpf:"only_dev"`

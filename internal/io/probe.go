@@ -17,6 +17,7 @@ import (
 
 	"github.com/wolf-investigator/wolf/internal/bpfrec"
 	"github.com/wolf-investigator/wolf/internal/hist"
+	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/kernelbtf"
 	"github.com/wolf-investigator/wolf/internal/probekit"
 )
@@ -61,9 +62,12 @@ func attachTable(qFirst, taskBTF bool) []probekit.Attach {
 	return []probekit.Attach{
 		{Kind: probekit.BTFTracepoint, Target: tpComplete, Program: "rq_complete", Required: true,
 			Why: "a request completes: counts, bytes, latency per disk, cgroup and issuer"},
-		{Kind: probekit.BTFTracepoint, Target: tpIssue, Program: issue, Required: true,
+		// The first sights: attached at once (openProbe), and run only
+		// part of the time under a storm of requests whose issue the
+		// kernel stamps (session.issueDuty).
+		{Kind: probekit.BTFTracepoint, Target: tpIssue, Program: issue, Required: true, Later: true,
 			Why: "a request goes to the driver: queued and on-device time, its issuer and cgroup"},
-		{Kind: probekit.BTFTracepoint, Target: tpInsert, Program: insert,
+		{Kind: probekit.BTFTracepoint, Target: tpInsert, Program: insert, Later: true,
 			Why: "a request goes to the I/O scheduler or a plug: its issuer, seen in the submitter's context"},
 		// The waiter programs run on every context switch and wake-up of
 		// the host: attached (armed) only once the request programs see
@@ -194,6 +198,8 @@ type probe struct {
 	slow     *probekit.Ring[ioSlowRq]
 	long     *probekit.Ring[ioLongWait]
 	throttle bool // blk-throttle's dispatch function was found
+	// insertErr: block_rq_insert's program loaded but did not attach.
+	insertErr error
 }
 
 // Bounds on what crosses the rings in one window.
@@ -248,6 +254,10 @@ func openProbe(ctx context.Context, c config, refuse map[string]bool) (*probe, e
 	if err := kit.AssignMaps(&p.maps); err != nil {
 		kit.Close()
 		return nil, err
+	}
+	if err := p.armFirst(); err != nil {
+		kit.Close()
+		return nil, fmt.Errorf("%w: %w", err, investigator.ErrUnsupported)
 	}
 	if p.slow, err = probekit.OpenRing[ioSlowRq](kit, "slow_rqs", keepSlow); err != nil {
 		kit.Close()
@@ -315,6 +325,31 @@ func (p *probe) setAttr(a ioAttr) error {
 		return fmt.Errorf("io: set attribution sampling: %w", err)
 	}
 	return nil
+}
+
+// armFirst attaches the first sights (block_rq_issue, and block_rq_insert
+// where it loaded): the issue's program is required, the insert's is not
+// (without it, a request that waits in a scheduler is followed from its
+// issue, in the context of whoever dispatches it).
+func (p *probe) armFirst() error {
+	if err := p.kit.Arm(tpIssue); err != nil {
+		return err
+	}
+	if p.kit.Armable(tpInsert) {
+		if err := p.kit.Arm(tpInsert); err != nil {
+			p.insertErr = err
+		}
+	}
+	return nil
+}
+
+// disarmFirst detaches the first sights (duty-cycled: see
+// session.issueDuty); armFirst attaches them again.
+func (p *probe) disarmFirst() error {
+	if err := p.kit.Disarm(tpInsert); err != nil {
+		return err
+	}
+	return p.kit.Disarm(tpIssue)
 }
 
 // wanted says whether the programs asked for the waiter programs.

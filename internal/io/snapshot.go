@@ -51,6 +51,9 @@ type Snapshot struct {
 	// (1, or 0 in hand-built snapshots: every one). Per-device and
 	// per-cgroup counts, bytes and latencies are every request's.
 	AttrSample int
+	// AttrDuty, when above 1, is the part of AttrSample taken by running
+	// the first sights (insert, issue) one AttrDuty-th of the time.
+	AttrDuty int
 	// WaitSample is the same for the waiters: one I/O sleep in WaitSample
 	// was followed to its wake-up, and counts for WaitSample (waits'
 	// counts and sums are estimates, their averages unbiased; a wait still
