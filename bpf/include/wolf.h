@@ -483,31 +483,43 @@ struct wolf_storm {
 
 static __u32 wolf_storm_every __attribute__((section(".data.wolf_storm")));
 
-#define WOLF_STORM()                                                               \
-	struct {                                                                   \
-		__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);                           \
-		__uint(max_entries, 1);                                            \
-		__type(key, __u32);                                                \
-		__type(value, struct wolf_storm);                                  \
-	} wolf_storm SEC(".maps");                                                 \
-	static __always_inline __attribute__((unused)) __u32 wolf_storm_take(void) \
-	{                                                                          \
-		__u32 every = *(volatile __u32 *)&wolf_storm_every, zero = 0, w;   \
-		struct wolf_storm *s = bpf_map_lookup_elem(&wolf_storm, &zero);    \
-                                                                                   \
-		if (!s)                                                            \
-			return 1;                                                  \
-		s->seen++;                                                         \
-		if (s->left) {                                                     \
-			s->left--;                                                 \
-			s->skipped++;                                              \
-			return 0;                                                  \
-		}                                                                  \
-		w = s->skipped + 1;                                                \
-		s->skipped = 0;                                                    \
-		s->left = every > 1 ? bpf_get_prandom_u32() % (2 * every - 1) : 0; \
-		s->kept++;                                                         \
-		return w;                                                          \
+/*
+ * WOLF_STORM_SLOTS(n): n independent samplings sharing wolf_storm_every
+ * (kinds of events whose weights must not mix: a spin wait timed must not
+ * stand for sleeping waits skipped before it); wolf_storm_take_at(slot).
+ * User space sums seen and kept over the slots.
+ */
+#define WOLF_STORM_SLOTS(n)                                                                 \
+	struct {                                                                            \
+		__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);                                    \
+		__uint(max_entries, n);                                                     \
+		__type(key, __u32);                                                         \
+		__type(value, struct wolf_storm);                                           \
+	} wolf_storm SEC(".maps");                                                          \
+	static __always_inline __attribute__((unused)) __u32 wolf_storm_take_at(__u32 slot) \
+	{                                                                                   \
+		__u32 every = *(volatile __u32 *)&wolf_storm_every, w;                      \
+		struct wolf_storm *s = bpf_map_lookup_elem(&wolf_storm, &slot);             \
+                                                                                            \
+		if (!s)                                                                     \
+			return 1;                                                           \
+		s->seen++;                                                                  \
+		if (s->left) {                                                              \
+			s->left--;                                                          \
+			s->skipped++;                                                       \
+			return 0;                                                           \
+		}                                                                           \
+		w = s->skipped + 1;                                                         \
+		s->skipped = 0;                                                             \
+		s->left = every > 1 ? bpf_get_prandom_u32() % (2 * every - 1) : 0;          \
+		s->kept++;                                                                  \
+		return w;                                                                   \
+	}                                                                                   \
+	static __always_inline __attribute__((unused)) __u32 wolf_storm_take(void)          \
+	{                                                                                   \
+		return wolf_storm_take_at(0);                                               \
 	}
+
+#define WOLF_STORM() WOLF_STORM_SLOTS(1)
 
 #endif /* WOLF_H */

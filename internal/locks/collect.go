@@ -378,7 +378,15 @@ func (p *probe) readPending(r *reading, w uint32) error {
 	it := p.maps.PendingTask.Iterate()
 	for it.Next(&tid, &pe) {
 		if d, ongoing, ok := pendingWait(&pe, now); ok {
-			r.addWait(&pe, tid, d, ongoing)
+			// A storm's timed wait that is over stands for those its
+			// CPU skipped before it (WOLF_STORM), as when folded.
+			n := uint32(1)
+			if !ongoing {
+				n = max(pe.Weight, 1)
+			}
+			for range n {
+				r.addWait(&pe, tid, d, ongoing)
+			}
 		}
 		r.addAccumulated(&pe, tid, w)
 	}

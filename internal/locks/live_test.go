@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -15,7 +16,9 @@ import (
 	"github.com/wolf-investigator/wolf/internal/lab"
 	"github.com/wolf-investigator/wolf/internal/lab/fusestall"
 	"github.com/wolf-investigator/wolf/internal/lab/memcgstress"
+	"github.com/wolf-investigator/wolf/internal/lab/memchain"
 	"github.com/wolf-investigator/wolf/internal/lab/mmaplock"
+	"github.com/wolf-investigator/wolf/internal/probekit"
 	"github.com/wolf-investigator/wolf/internal/reclaim"
 	"github.com/wolf-investigator/wolf/internal/testutil"
 )
@@ -297,5 +300,61 @@ func testReclaimUnderMmapLock(t *testing.T, shared bool) {
 	}
 	if !reclaimed {
 		t.Errorf("no hold with reclaim under the mmap_lock: %v", best.Evidence["holds"])
+	}
+}
+
+// On a storm, with the budget spent, sleeping waits are timed one in N per
+// CPU (WOLF_STORM): each timed one stands for itself and those its CPU
+// skipped before it, so their count, summed over the locks, is the waits
+// begun but those skipped last (fewer than 2N a CPU) and those still
+// going, and the report says the figures are estimates. The exact count
+// is the programs' own counter of sleeping waits begun.
+func TestLiveStormSampledSleepingWaits(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.Exclusive(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	b, err := probekit.NewBudget(0.0001) // far under what the programs spend
+	if err != nil {
+		t.Fatal(err)
+	}
+	probekit.SetBudget(b)
+	defer probekit.SetBudget(nil)
+
+	in, err := memchain.New().Start(ctx, lab.Options{Logf: t.Logf})
+	if err != nil {
+		t.Fatalf("start lab: %v", err)
+	}
+	defer in.Close()
+	l := New()
+	l.ProfileHz = 0
+	l.Top = 1 << 20 // every lock: the counts are compared over all of them
+	res := run(t, l, investigator.Options{Duration: 8 * time.Second}, nil)
+	var storm *finding.Sampling
+	for i, s := range res.Overhead.Sampled {
+		if s.Investigator == "locks" && s.Estimated {
+			storm = &res.Overhead.Sampled[i]
+		}
+	}
+	if storm == nil || storm.What != "lock waits" || storm.Detailed == 0 || storm.Detailed >= storm.Events {
+		t.Fatalf("no storm sampling of lock waits under a budget far under the programs' cost: %+v", res.Overhead.Sampled)
+	}
+	var est, ongoing uint64
+	for _, w := range l.last.Waits {
+		if !w.Type.Spins() {
+			est += w.Count
+			ongoing += w.Ongoing
+		}
+	}
+	exact := l.lastSleeps
+	t.Logf("sleeping waits: %d begun, %d estimated (%d still going); %d of %d lock waits timed", exact, est, ongoing, storm.Detailed, storm.Events)
+	if exact < 1000 {
+		t.Fatalf("only %d sleeping waits: the lab did not storm", exact)
+	}
+	// What each CPU skipped last (fewer than 2 x 64), and a few waits
+	// that lost their end; over the counter, never.
+	slack := uint64(2*64*runtime.NumCPU()) + exact/100
+	if est > exact || exact-est > slack {
+		t.Errorf("%d sleeping waits estimated, %d begun: more than %d apart", est, exact, slack)
 	}
 }

@@ -118,6 +118,7 @@ enum stat_index {
 	STAT_MM_STALE_HOLD,   /* a hold whose release was lost, seen at user return */
 	STAT_STACK_SKIPPED, /* a wait or long hold filed without a stack: the detail budget was spent */
 	STAT_FOLD_FLUSH, /* a fold slot flushed to the maps for another key */
+	STAT_SLEEP_WAITS, /* sleeping waits begun, timed or not: what a storm's estimates stand for */
 	STAT_MAX,
 };
 
@@ -145,9 +146,21 @@ WOLF_BUDGET(GATES)
  * itself and those skipped before it (wolf.h): their counts, sums and
  * histograms become estimates, which the report says. An untimed wait
  * costs its begin a counter and its end a compare. Sleeping waits are
- * always timed: they are few, and they carry their waiter and owner.
+ * sampled the same way in a slot of their own (a spin wait timed must not
+ * stand for sleeping ones): a storm's faulting threads wait for their
+ * mmap_lock tens of thousands of times a second, and a timed one decodes
+ * its owner, models the rw-semaphore's queue and is folded per waiter and
+ * owner. A thread's first wait is always timed (it makes the thread's
+ * entry); an untimed one costs its begin the thread's entry and a mark,
+ * its end a compare. The waiter, owner and mmap_lock figures of timed
+ * waits stand for those skipped, weighted as the counts; the queue model
+ * sees the timed waits only, its depths a lower bound while sampling.
  */
-WOLF_STORM()
+enum storm_slot {
+	STORM_SPIN = 0,
+	STORM_SLEEP = 1,
+};
+WOLF_STORM_SLOTS(2)
 
 struct {
 	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
@@ -820,7 +833,7 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 
 		if (!p)
 			return;
-		weight = wolf_storm_take();
+		weight = wolf_storm_take_at(STORM_SPIN);
 		if (!weight) {
 			/* Not timed: its end only clears the mark. */
 			p->skip_lock = lock;
@@ -860,9 +873,18 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 
 	__u32 tid = (__u32)pid_tgid;
 	struct pending *old = bpf_map_lookup_elem(&pending_task, &tid);
+	__u32 weight = 1;
 
-	now = bpf_ktime_get_ns();
-
+	if (old && old->skip_lock) {
+		/* A mutex's second begin (spinning, then sleeping) of an untimed wait. */
+		if (old->skip_lock == lock && (old->flags & WOLF_LCB_F_SPIN) &&
+		    (flags & WOLF_LCB_F_MUTEX))
+			return;
+		old->skip_lock = 0; /* an untimed wait whose end was lost */
+	}
+	if (!(old && old->start_ns && !old->end_ns && old->lock == lock &&
+	      (old->flags & WOLF_LCB_F_SPIN) && (flags & WOLF_LCB_F_MUTEX)))
+		stat_inc(STAT_SLEEP_WAITS); /* not a mutex's second begin */
 	if (old && old->start_ns && old->end_ns) {
 		account(old, can_walk); /* the thread's last wait */
 	} else if (old && old->start_ns) {
@@ -877,8 +899,19 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 		stat_inc(STAT_STALE);
 		/* Out of the queue model too, or its depth only grows. */
 		if (queued_type(old->type))
-			queue_leave(old->lock, old->type, now);
+			queue_leave(old->lock, old->type, bpf_ktime_get_ns());
+		old->start_ns = 0;
 	}
+	if (old) {
+		weight = wolf_storm_take_at(STORM_SLEEP);
+		if (!weight) {
+			/* Not timed: its end only clears the mark. */
+			old->skip_lock = lock;
+			old->flags = flags;
+			return;
+		}
+	}
+	now = bpf_ktime_get_ns();
 
 	/*
 	 * The new wait is written in place into the thread's entry (a copy
@@ -913,7 +946,7 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 	p->tid = tid;
 	p->end_win = 0;
 	p->slept = 0;
-	p->weight = 1;
+	p->weight = weight;
 	p->tgid = pid_tgid >> 32;
 	bpf_get_current_comm(&p->comm, sizeof(p->comm));
 	p->mm_tgid = own_mmap_lock(lock, can_walk);
@@ -950,7 +983,7 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 		queue_enter(lock, type, now);
 }
 
-static __always_inline void account_mm_wait(struct pending *p, __u64 d);
+static __always_inline void account_mm_wait(struct pending *p, __u64 d, __u64 n);
 
 /*
  * The name and process of an owner wolf has not seen waited on before.
@@ -1109,9 +1142,9 @@ static __always_inline void fold_wait(struct pending *p, __u64 d)
 	sl->val.total_ns += d * n;
 	wolf_max_tag_at(&sl->val.max, d, p->tid, p->end_win);
 	if (p->owner_kind == OWNER_READERS)
-		sl->val.owner_readers += 1;
+		sl->val.owner_readers += n;
 	if (p->behind_writer)
-		sl->val.writer_head += 1;
+		sl->val.writer_head += n;
 	wolf_hist_add_local_n(&sl->hist, d, n, p->end_win);
 }
 
@@ -1161,6 +1194,7 @@ static __always_inline void account(struct pending *p, const bool can_walk)
 {
 	__u64 d = p->end_ns - p->start_ns;
 	__u64 start = p->start_ns;
+	__u64 n = p->weight > 1 ? p->weight : 1; /* a storm's sample stands for n */
 	__u32 tid = p->tid;
 
 	p->start_ns = 0;
@@ -1171,7 +1205,7 @@ static __always_inline void account(struct pending *p, const bool can_walk)
 	if (spin_type(p->type))
 		return; /* per-task and owner detail for sleeping locks only */
 	if (p->mm_tgid)
-		account_mm_wait(p, d);
+		account_mm_wait(p, d, n);
 
 	if (p->acc_count && p->acc_lock != p->lock)
 		waiter_flush(p, tid);
@@ -1179,8 +1213,8 @@ static __always_inline void account(struct pending *p, const bool can_walk)
 		p->acc_lock = p->lock;
 		__builtin_memset(&p->acc_max, 0, sizeof(p->acc_max));
 	}
-	p->acc_count += 1;
-	p->acc_total_ns += d;
+	p->acc_count += n;
+	p->acc_total_ns += d * n;
 	wolf_max_tag_at(&p->acc_max, d, 0, p->end_win);
 
 	if (p->owner_kind == OWNER_NONE)
@@ -1202,8 +1236,8 @@ static __always_inline void account(struct pending *p, const bool can_walk)
 		}
 	}
 	if (ov) {
-		ov->count += 1;
-		ov->total_ns += d;
+		ov->count += n;
+		ov->total_ns += d * n;
 		wolf_max_tag_at(&ov->max_ns, d, 0, p->end_win);
 		span_add(&ov->span, p->end_win, start, p->owner_rt, p->owner_rd);
 	} else {
@@ -1224,9 +1258,8 @@ static __always_inline void on_end(__u64 lock)
 		p->skip_lock = 0; /* a spin wait the storm left untimed */
 		return;
 	}
-	now = bpf_ktime_get_ns();
-	tid = (__u32)bpf_get_current_pid_tgid();
 	if (p && p->start_ns && !p->end_ns && p->lock == lock) {
+		now = bpf_ktime_get_ns();
 		if (now - p->start_ns < max_spin_ns) {
 			p->end_ns = now;
 			p->end_win = wolf_window_now();
@@ -1236,12 +1269,18 @@ static __always_inline void on_end(__u64 lock)
 		}
 		return;
 	}
+	tid = (__u32)bpf_get_current_pid_tgid();
 	p = bpf_map_lookup_elem(&pending_task, &tid);
+	if (p && p->skip_lock == lock) {
+		p->skip_lock = 0; /* a sleeping wait the storm left untimed */
+		return;
+	}
 	if (!p || !p->start_ns || p->end_ns || p->lock != lock) {
 		if (!target_tgid && !target_lock)
 			stat_inc(STAT_UNMATCHED_END);
 		return;
 	}
+	now = bpf_ktime_get_ns();
 	p->end_ns = now;
 	p->end_win = wolf_window_now();
 	/* The queue model needs the waiter gone now, not at its next wait. */
@@ -1555,7 +1594,7 @@ static __always_inline struct mm_val *mm_stats_named(struct mm_key *k, const cha
 }
 
 /* A contended wait for the thread's own mmap_lock, into its histogram. */
-static __always_inline void account_mm_wait(struct pending *p, __u64 d)
+static __always_inline void account_mm_wait(struct pending *p, __u64 d, __u64 n)
 {
 	struct mm_key k = { .tgid = p->tgid,
 			    .tid = p->tid,
@@ -1564,7 +1603,7 @@ static __always_inline void account_mm_wait(struct pending *p, __u64 d)
 	struct mm_val *v = mm_stats_named(&k, 0);
 
 	if (v)
-		wolf_hist_add_local_at(&v->wait, d, p->end_win); /* keyed by tid */
+		wolf_hist_add_local_n(&v->wait, d, n, p->end_win); /* keyed by tid */
 }
 
 static __always_inline bool mm_wanted(__u64 pid_tgid)

@@ -38,8 +38,9 @@ type Investigator struct {
 	Types         string // --type list, "" for all
 	Proc          procfs.Reader
 
-	rawOnly bool      // tests: no BTF tracepoints, as on old kernels
-	last    *Snapshot // tests: what the last Run concluded from
+	rawOnly    bool      // tests: no BTF tracepoints, as on old kernels
+	last       *Snapshot // tests: what the last Run concluded from
+	lastSleeps uint64    // tests: the sleeping waits the last Run's window began
 }
 
 // New returns an investigator with the defaults.
@@ -287,6 +288,7 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 	res.Profiles = snap.Profiles(l.ProfileHz)
 	var events, dropped uint64
 	if c, err := p.kit.WindowCounters(); err == nil {
+		l.lastSleeps = c[locksStatIndexSTAT_SLEEP_WAITS]
 		events = c[locksStatIndexSTAT_BEGIN] + c[locksStatIndexSTAT_END] + c[locksStatIndexSTAT_MM_EVENTS] + c[locksStatIndexSTAT_SAMPLES]
 		dropped = c[locksStatIndexSTAT_PENDING_FULL] + c[locksStatIndexSTAT_NESTED] + c[locksStatIndexSTAT_WAITS_FULL] +
 			c[locksStatIndexSTAT_TASKS_FULL] + c[locksStatIndexSTAT_OWNERS_FULL] + c[locksStatIndexSTAT_QUEUE_FULL] +

@@ -272,7 +272,8 @@ const (
 	locksStatIndexSTAT_MM_STALE_HOLD      locksStatIndex = 20
 	locksStatIndexSTAT_STACK_SKIPPED      locksStatIndex = 21
 	locksStatIndexSTAT_FOLD_FLUSH         locksStatIndex = 22
-	locksStatIndexSTAT_MAX                locksStatIndex = 23
+	locksStatIndexSTAT_SLEEP_WAITS        locksStatIndex = 23
+	locksStatIndexSTAT_MAX                locksStatIndex = 24
 )
 
 type locksTaskKey struct {

@@ -264,9 +264,10 @@ func open(cfg config, m mode, extra ...map[string]any) (*probe, error) {
 		// the stacks are a sample (see spin_stack in locks.bpf.c).
 		Detail:       "stacks of lock waiters, owners and long mmap_lock holds",
 		DetailEvents: "begin",
-		// Spin waits, timed one in N per CPU once the budget is spent
-		// with the gates at their longest (WOLF_STORM in locks.bpf.c).
-		Storm: "spin lock waits",
+		// Lock waits, timed one in N per CPU once the budget is spent
+		// with the gates at their longest (WOLF_STORM in locks.bpf.c):
+		// spin waits, and sleeping waits with their owners and queues.
+		Storm: "lock waits",
 	})
 	if err != nil {
 		return nil, err

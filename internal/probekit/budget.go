@@ -405,14 +405,17 @@ func (p *Probe) stormSampling() *finding.Sampling {
 	if m == nil || p.stormWhat == "" {
 		return nil
 	}
-	var per []stormState
-	if err := m.Lookup(uint32(0), &per); err != nil {
-		return nil
-	}
+	// One slot per kind of event sampled (WOLF_STORM_SLOTS), each per CPU.
 	var seen, kept uint64
-	for _, s := range per {
-		seen += s.Seen
-		kept += s.Kept
+	for slot := range m.MaxEntries() {
+		var per []stormState
+		if err := m.Lookup(slot, &per); err != nil {
+			return nil
+		}
+		for _, s := range per {
+			seen += s.Seen
+			kept += s.Kept
+		}
 	}
 	p.mu.Lock()
 	last := p.stormSeen

@@ -15,6 +15,7 @@ import (
 	"github.com/wolf-investigator/wolf/internal/lab"
 	"github.com/wolf-investigator/wolf/internal/lab/memcgstress"
 	"github.com/wolf-investigator/wolf/internal/memcg"
+	"github.com/wolf-investigator/wolf/internal/probekit"
 	"github.com/wolf-investigator/wolf/internal/procfs"
 	"github.com/wolf-investigator/wolf/internal/testutil"
 )
@@ -187,6 +188,48 @@ func TestLiveLab(t *testing.T) {
 					t.Errorf("measured %d re-reads of evicted pages against the kernel's %d refaults: want 0.25-1.5 times", c.Rereads, ref)
 				}
 			}
+		}
+	})
+
+	// On a storm with the budget spent, batches are summed one in N per
+	// CPU, each standing for those its CPU skipped before it: the pages
+	// become estimates (the report says so), which still agree with the
+	// kernel's counters.
+	t.Run("storm-sampled batches, counts agree", func(t *testing.T) {
+		b, err := probekit.NewBudget(0.0001) // far under what the programs spend
+		if err != nil {
+			t.Fatal(err)
+		}
+		probekit.SetBudget(b)
+		defer probekit.SetBudget(nil)
+		var c0, c1 counters
+		iv := New()
+		iv.attached = func() { c0 = readCounters(t, h, in.Cgroup()) }
+		iv.collecting = func() { c1 = readCounters(t, h, in.Cgroup()) }
+		res := runWith(t, iv, 8*time.Second, 0)
+		var storm *finding.Sampling
+		for i, s := range res.Overhead.Sampled {
+			if s.Investigator == "reclaim" && s.Estimated {
+				storm = &res.Overhead.Sampled[i]
+			}
+		}
+		if storm == nil || storm.Detailed == 0 || storm.Detailed >= storm.Events {
+			t.Fatalf("no storm sampling of reclaim batches under a budget far under the programs' cost: %+v", res.Overhead.Sampled)
+		}
+		f := cgroupFinding(res.Findings, in.Cgroup())
+		if f == nil {
+			t.Fatalf("no reclaim finding names cgroup %s", in.Cgroup())
+		}
+		scanned, _ := f.Evidence["pages_scanned"].(uint64)
+		reclaimed, _ := f.Evidence["pages_reclaimed"].(uint64)
+		want := counters{c1.scanned - c0.scanned, c1.reclaimed - c0.reclaimed}
+		t.Logf("wolf (%d of %d batches summed): %d scanned, %d reclaimed; kernel counters (v%d): %d scanned, %d reclaimed",
+			storm.Detailed, storm.Events, scanned, reclaimed, h.Version, want.scanned, want.reclaimed)
+		if want.scanned < 1000 {
+			t.Fatalf("the lab barely reclaimed (%d pages scanned): not a test", want.scanned)
+		}
+		if !within(scanned, want.scanned, 10) || !within(reclaimed, want.reclaimed, 10) {
+			t.Errorf("wolf estimated %d/%d pages scanned/reclaimed, the kernel counted %d/%d: more than 10%% apart", scanned, reclaimed, want.scanned, want.reclaimed)
 		}
 	})
 

@@ -102,6 +102,9 @@ func openProbe(useMemcg bool, refuse map[string]bool, ranges sampleRanges) (*pro
 		// process too (a hold's reclaim), instead of following every
 		// reclaim batch itself.
 		Share: map[string]probekit.ShareRole{"reclaim_tasks": probekit.Writes},
+		// Batches, summed one in N per CPU once the budget is spent
+		// with the gates at their longest (WOLF_STORM in reclaim.bpf.c).
+		Storm: "reclaim batches",
 	})
 	if err != nil {
 		return nil, err

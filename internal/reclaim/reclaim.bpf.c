@@ -239,6 +239,17 @@ struct {
 WOLF_STATS()
 
 /*
+ * lru_shrink_inactive batches are a memcg storm's second commonest event
+ * (tens of thousands a second, each a lookup of its thread's call). When
+ * the budget is spent with the gates at their longest, about one batch in
+ * wolf_storm_every per CPU is summed, standing for itself and the batches
+ * its CPU skipped before it (wolf.h): the pages scanned, reclaimed,
+ * activated and kept become estimates, which the report says; calls, their
+ * time and CPU stay exact.
+ */
+WOLF_STORM()
+
+/*
  * CPU samples. Set by user space from the kernel's symbols: the address
  * ranges of the functions that make a sample's class (a frame inside one
  * of them puts the sample there; reclaim wins over the miss path it is
@@ -600,27 +611,31 @@ static __always_inline int shrink_inactive(unsigned long nr_scanned, unsigned lo
 	struct task_struct *t;
 	struct inflight *f;
 	struct cg_stats *s;
+	__u32 n;
 
 	stat_add(STAT_EVENTS, 1);
+	n = wolf_storm_take(); /* the batches it stands for; 0: skipped */
+	if (!n)
+		return 0;
 	act_anon = stat->nr_activate[0];
 	act_file = stat->nr_activate[1];
 	keep = stat->nr_ref_keep;
 	f = bpf_map_lookup_elem(&inflights, &tid);
 	if (f && f->start_ns) {
-		f->batches++;
-		f->scanned += nr_scanned;
-		f->reclaimed += nr_reclaimed;
+		f->batches += n;
+		f->scanned += nr_scanned * n;
+		f->reclaimed += nr_reclaimed * n;
 		if (file)
-			f->file_scanned += nr_scanned;
-		f->ref_keep += keep;
-		f->activated += act_anon + act_file;
-		f->activate_anon += act_anon;
-		f->activate_file += act_file;
-		f->dirty += stat->nr_dirty;
-		f->writeback += stat->nr_writeback;
-		f->congested += stat->nr_congested;
-		f->immediate += stat->nr_immediate;
-		f->unmap_fail += stat->nr_unmap_fail;
+			f->file_scanned += nr_scanned * n;
+		f->ref_keep += keep * n;
+		f->activated += (act_anon + act_file) * n;
+		f->activate_anon += act_anon * n;
+		f->activate_file += act_file * n;
+		f->dirty += stat->nr_dirty * n;
+		f->writeback += stat->nr_writeback * n;
+		f->congested += stat->nr_congested * n;
+		f->immediate += stat->nr_immediate * n;
+		f->unmap_fail += stat->nr_unmap_fail * n;
 		/*
 		 * kswapd reclaims outside any call but the soft limit's: a
 		 * batch of a memcg or direct call is not kswapd's, and its
@@ -630,32 +645,32 @@ static __always_inline int shrink_inactive(unsigned long nr_scanned, unsigned lo
 			return 0;
 		t = current_task(btf);
 		if (task_kswapd(t, btf)) {
-			stat_add(STAT_KSWAPD_SCANNED, nr_scanned);
-			stat_add(STAT_KSWAPD_RECLAIMED, nr_reclaimed);
+			stat_add(STAT_KSWAPD_SCANNED, nr_scanned * n);
+			stat_add(STAT_KSWAPD_RECLAIMED, nr_reclaimed * n);
 		}
 		return 0;
 	}
 	t = current_task(btf);
 	if (task_kswapd(t, btf)) {
-		stat_add(STAT_KSWAPD_SCANNED, nr_scanned);
-		stat_add(STAT_KSWAPD_RECLAIMED, nr_reclaimed);
+		stat_add(STAT_KSWAPD_SCANNED, nr_scanned * n);
+		stat_add(STAT_KSWAPD_RECLAIMED, nr_reclaimed * n);
 	}
 	s = cg_get(task_memcg(t, btf));
 	if (!s)
 		return 0;
-	s->batches++;
-	s->scanned += nr_scanned;
-	s->reclaimed += nr_reclaimed;
+	s->batches += n;
+	s->scanned += nr_scanned * n;
+	s->reclaimed += nr_reclaimed * n;
 	if (file)
-		s->file_scanned += nr_scanned;
-	s->ref_keep += keep;
-	s->activate_anon += act_anon;
-	s->activate_file += act_file;
-	s->dirty += stat->nr_dirty;
-	s->writeback += stat->nr_writeback;
-	s->congested += stat->nr_congested;
-	s->immediate += stat->nr_immediate;
-	s->unmap_fail += stat->nr_unmap_fail;
+		s->file_scanned += nr_scanned * n;
+	s->ref_keep += keep * n;
+	s->activate_anon += act_anon * n;
+	s->activate_file += act_file * n;
+	s->dirty += stat->nr_dirty * n;
+	s->writeback += stat->nr_writeback * n;
+	s->congested += stat->nr_congested * n;
+	s->immediate += stat->nr_immediate * n;
+	s->unmap_fail += stat->nr_unmap_fail * n;
 	return 0;
 }
 

@@ -163,6 +163,14 @@ type reclaimWolfReclaimTask struct {
 	Activated uint64
 }
 
+type reclaimWolfStorm struct {
+	_       structs.HostLayout
+	Seen    uint64
+	Kept    uint64
+	Left    uint32
+	Skipped uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -179,6 +187,7 @@ const (
 	reclaimMapSamples           = "samples"
 	reclaimMapStackBuf          = "stack_buf"
 	reclaimMapStats             = "stats"
+	reclaimMapWolfStorm         = "wolf_storm"
 	reclaimProgOnDirectBegin    = "on_direct_begin"
 	reclaimProgOnDirectEnd      = "on_direct_end"
 	reclaimProgOnKswapdSleep    = "on_kswapd_sleep"
@@ -283,6 +292,7 @@ type reclaimMapSpecs struct {
 	Samples      *ebpf.MapSpec `ebpf:"samples"`
 	StackBuf     *ebpf.MapSpec `ebpf:"stack_buf"`
 	Stats        *ebpf.MapSpec `ebpf:"stats"`
+	WolfStorm    *ebpf.MapSpec `ebpf:"wolf_storm"`
 }
 
 // reclaimVariableSpecs contains global variables before they are loaded into the kernel.
@@ -331,6 +341,7 @@ type reclaimMaps struct {
 	Samples      *ebpf.Map `ebpf:"samples"`
 	StackBuf     *ebpf.Map `ebpf:"stack_buf"`
 	Stats        *ebpf.Map `ebpf:"stats"`
+	WolfStorm    *ebpf.Map `ebpf:"wolf_storm"`
 }
 
 func (m *reclaimMaps) Close() error {
@@ -347,6 +358,7 @@ func (m *reclaimMaps) Close() error {
 		m.Samples,
 		m.StackBuf,
 		m.Stats,
+		m.WolfStorm,
 	)
 }
 

@@ -293,7 +293,7 @@ func SamplingNotes(o finding.Overhead) []string {
 	}
 	for _, s := range o.Sampled {
 		if s.Estimated {
-			out = append(out, fmt.Sprintf("%s: over the BPF budget%s with its detail sampled, %s of %s %s were timed, 1 in %s: their counts, sums and histograms are estimates, each timed one standing for those its CPU skipped before it",
+			out = append(out, fmt.Sprintf("%s: over the BPF budget%s with its detail sampled, %s of %s %s were measured, 1 in %s: their counts, sums and histograms are estimates, each measured one standing for those its CPU skipped before it",
 				s.Investigator, budget, human.Count(s.Detailed), human.Count(s.Events), s.What, human.Count(uint64(math.Round(1/max(s.Rate, 1e-9))))))
 			continue
 		}

@@ -207,7 +207,7 @@ func TestWindowCostApartFromStartup(t *testing.T) {
 	}
 	o.Sampled = append(o.Sampled, finding.Sampling{Investigator: "locks", What: "spin lock waits", Events: 480_000, Detailed: 30_000, Rate: 0.0625, Estimated: true})
 	notes = SamplingNotes(o)
-	if len(notes) != 3 || notes[1] != "locks: over the BPF budget (2.0% of one CPU) with its detail sampled, 30K of 480K spin lock waits were timed, 1 in 16: their counts, sums and histograms are estimates, each timed one standing for those its CPU skipped before it" ||
+	if len(notes) != 3 || notes[1] != "locks: over the BPF budget (2.0% of one CPU) with its detail sampled, 30K of 480K spin lock waits were measured, 1 in 16: their counts, sums and histograms are estimates, each measured one standing for those its CPU skipped before it" ||
 		!strings.Contains(notes[0], "1 in 250: counts, sums and histograms are exact (but for spin lock waits: estimates), the detail is a sample") {
 		t.Fatalf("notes: %q", notes)
 	}
