@@ -24,8 +24,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/wolf-investigator/wolf/internal/pace"
 )
 
 // DefaultPath is where the running kernel publishes its symbols.
@@ -118,6 +121,14 @@ func load(ctx context.Context) (*Table, error) {
 	t.note = fmt.Sprintf("%s lists no data symbols (kernel built without CONFIG_KALLSYMS_ALL), so lock and variable addresses such as rtnl_mutex cannot be named; no System.map found (tried %s)",
 		DefaultPath, strings.Join(tried, ", "))
 	return t, nil
+}
+
+// ReadTimeout bounds a Load that must not hold its caller up for long:
+// 10 s, stretched on a slow machine (under qemu without KVM, parsing the
+// table beside the other investigators' verifiers took longer than 10 s)
+// but kept under a minute.
+func ReadTimeout() time.Duration {
+	return min(pace.Scaled(10*time.Second), 45*time.Second)
 }
 
 // Cache holds the running kernel's table for the callers of Load that

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/wolf-investigator/wolf/internal/kallsyms"
 	"github.com/wolf-investigator/wolf/internal/probekit"
@@ -81,7 +80,7 @@ type sampleRanges struct {
 }
 
 func loadSampleRanges(ctx context.Context) sampleRanges {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, kallsyms.ReadTimeout())
 	defer cancel()
 	t, err := kallsyms.Load(ctx)
 	if err != nil {

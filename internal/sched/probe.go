@@ -139,7 +139,7 @@ func percpuOffsets() (map[string]uint64, error) {
 // from /proc/kallsyms: their addresses less __per_cpu_start (zero on
 // x86-64, where per-CPU symbols are offsets already).
 func percpuFromKallsyms(want map[string]bool) (map[string]uint64, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), kallsyms.ReadTimeout())
 	defer cancel()
 	syms, err := kallsyms.Load(ctx)
 	if err != nil {

@@ -300,7 +300,7 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 			// Only NET_RX samples need symbols: an idle host skips the
 			// parse. Not ctx's deadline: after Ctrl-C the report is still
 			// wanted. Its values, though: a run's shared kernel symbols.
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), kallsyms.ReadTimeout())
 			syms, symsErr = kallsyms.Load(sctx)
 			cancel()
 		}
