@@ -282,14 +282,6 @@ func (s *session) dutyArm(prev map[string]sysstat.DiskStat, last time.Time) {
 		}
 		return false
 	}
-	wait := func(d time.Duration) bool { // false: stopped
-		select {
-		case <-s.stop:
-			return false
-		case <-time.After(d):
-			return true
-		}
-	}
 loop:
 	for {
 		s.doArm()
@@ -297,7 +289,7 @@ loop:
 		s.mu.Lock()
 		failed := s.armErr != nil
 		s.mu.Unlock()
-		if failed || !wait(dutyOn) {
+		if failed || !s.wait(dutyOn) {
 			return
 		}
 		if full() {
@@ -313,7 +305,7 @@ loop:
 			return
 		}
 		for left := on<<dutyShift - time.Since(start); left > 0; left = on<<dutyShift - time.Since(start) {
-			if !wait(min(left, armPoll)) {
+			if !s.wait(min(left, armPoll)) {
 				return
 			}
 			if full() {
@@ -456,6 +448,16 @@ func (s *session) watchRate() {
 	}
 }
 
+// wait sleeps d, or less when the session stops (then false).
+func (s *session) wait(d time.Duration) bool {
+	select {
+	case <-s.stop:
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
 // issueDuty runs the first sights (the insert and issue programs)
 // dutyPeriod>>firstDuty of every dutyPeriod while watchRate asks for a
 // firstDuty, and all the time otherwise. Detaching and attaching them
@@ -464,14 +466,6 @@ func (s *session) watchRate() {
 // sight gave it.
 func (s *session) issueDuty() {
 	defer s.wg.Done()
-	wait := func(d time.Duration) bool { // false: stopped
-		select {
-		case <-s.stop:
-			return false
-		case <-time.After(d):
-			return true
-		}
-	}
 	duty := func() uint32 {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -483,7 +477,7 @@ func (s *session) issueDuty() {
 	for {
 		d := duty()
 		if d == 0 {
-			if !wait(armPoll) {
+			if !s.wait(armPoll) {
 				return
 			}
 			continue
@@ -496,17 +490,17 @@ func (s *session) issueDuty() {
 		}
 		start := time.Now()
 		for left := dutyPeriod - on; left > 0 && duty() != 0; left = dutyPeriod - on - time.Since(start) {
-			if !wait(min(left, armPoll)) {
+			if !s.wait(min(left, armPoll)) {
 				return
 			}
 		}
 		// Attached again; should it fail, the next turn tries again.
 		for s.p.armFirst() != nil {
-			if !wait(armPoll) {
+			if !s.wait(armPoll) {
 				return
 			}
 		}
-		if !wait(on) {
+		if !s.wait(on) {
 			return
 		}
 	}
