@@ -340,12 +340,20 @@ func TestDoctorHealthyHostFinishesInTime(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("doctor exit %d: %s", r.code, r.stderr)
 	}
-	if took > 5*time.Second {
-		t.Errorf("doctor --duration 3s took %v (want within duration + 2 s)", took)
-	}
 	var rep finding.Report
 	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
 		t.Fatalf("doctor JSON: %v", err)
+	}
+	// Start-up (loading, verifying, attaching: CPU-bound, seconds on a
+	// loaded 2-CPU machine) is counted apart from the window and the
+	// report, which must not run late; a start-up that hangs is caught by
+	// its own bound.
+	startup := time.Duration(rep.Overhead.StartupS * float64(time.Second))
+	if startup <= 0 || startup > 15*time.Second {
+		t.Errorf("doctor's start-up %v (want reported, and under 15 s)", startup)
+	}
+	if took-startup > 5*time.Second {
+		t.Errorf("doctor --duration 3s took %v, %v after its start-up of %v (want within duration + 2 s)", took, took-startup, startup)
 	}
 	for _, p := range unhealthy(&rep, tr) {
 		t.Error(p)
