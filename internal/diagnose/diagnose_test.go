@@ -1398,16 +1398,7 @@ func TestMeasuredRereadsGoToTheLimit(t *testing.T) {
 	if len(ds) == 0 || ds[0].ID != "diagnose.memcg-limit" {
 		t.Fatalf("first %v, want memcg-limit", ds)
 	}
-	for _, h := range ds[0].Chain {
-		if h.Relation != finding.UsedBy || !strings.Contains(h.Text, "page-cache misses") {
-			continue
-		}
-		if got := h.Evidence["share_pct"].(float64); got < 75 || got > 85 {
-			t.Errorf("share of the CPUs' time to %s: %v, want ≈ 80 (the sampled miss path, all of it re-reads)", mk, got)
-		}
-		return
-	}
-	t.Fatalf("no hop says the CPUs' time went to the miss path: %+v", ds[0].Chain)
+	wantWholeMissPath(t, ds[0], mk)
 }
 
 // A cold streaming reader in a limited cgroup (a file bigger than the
@@ -1465,16 +1456,7 @@ func TestShadowlessRereadsGoToTheLimit(t *testing.T) {
 	if len(ds) == 0 || ds[0].ID != "diagnose.memcg-limit" {
 		t.Fatalf("first %v, want memcg-limit", ds)
 	}
-	for _, h := range ds[0].Chain {
-		if h.Relation != finding.UsedBy || !strings.Contains(h.Text, "page-cache misses") {
-			continue
-		}
-		if got := h.Evidence["share_pct"].(float64); got < 75 || got > 85 {
-			t.Errorf("share of the CPUs' time to %s: %v, want ≈ 80 (the sampled miss path, all of it re-reads)", mk, got)
-		}
-		return
-	}
-	t.Fatalf("no hop says the CPUs' time went to the miss path: %+v", ds[0].Chain)
+	wantWholeMissPath(t, ds[0], mk)
 }
 
 // A stream read once has no refaults and so no shadowless estimate;
@@ -1536,4 +1518,20 @@ func TestRefaultShareOfEvictionsAtTheLimit(t *testing.T) {
 	if len(ds) > 0 && ds[0].ID == "diagnose.memcg-limit" {
 		t.Fatalf("a cgroup not at its limit came first: %s", ds[0].Title)
 	}
+}
+
+// wantWholeMissPath: d's chain gives the memory cgroup mk's limit the
+// whole sampled miss path (≈ 80% of the CPUs' time in thrashWithMisses).
+func wantWholeMissPath(t *testing.T, d finding.Diagnosis, mk string) {
+	t.Helper()
+	for _, h := range d.Chain {
+		if h.Relation != finding.UsedBy || !strings.Contains(h.Text, "page-cache misses") {
+			continue
+		}
+		if got := h.Evidence["share_pct"].(float64); got < 75 || got > 85 {
+			t.Errorf("share of the CPUs' time to %s: %v, want ≈ 80 (the sampled miss path, all of it re-reads)", mk, got)
+		}
+		return
+	}
+	t.Fatalf("no hop says the CPUs' time went to the miss path: %+v", d.Chain)
 }
