@@ -1622,3 +1622,22 @@ func TestMissPathStillGoesToTheLimitBesideWolf(t *testing.T) {
 		}
 	}
 }
+
+// The same 8 readers at 48 MiB a pass later, with the CPU sampler's
+// samples classified (testdata/README.md): 56% of the readers' CPU in the
+// page-cache miss path, every read of vda a refault, wolf 84% of the CPUs
+// beside the readers' 13%. The limit comes first, and wolf's share of the
+// readers' waits for a CPU makes no diagnosis.
+func TestThrashingEightReadersSampledBesideWolf(t *testing.T) {
+	s := keptFacts(t, "memcg-thrash-v2-tcg-8readers-sampled.facts.json")
+	ds := Diagnose(nil, s)
+	logChain(t, ds)
+	if len(ds) == 0 || ds[0].ID != "diagnose.memcg-limit" || !strings.Contains(ds[0].Title, "48 MiB") {
+		t.Fatalf("first %v, want memcg-limit at 48 MiB", ds)
+	}
+	for _, d := range ds {
+		if d.ID == "diagnose.host-cpu" || d.ID == "diagnose.wolf" {
+			t.Errorf("a diagnosis of %s: %s", d.ID, d.Title)
+		}
+	}
+}
