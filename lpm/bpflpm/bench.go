@@ -270,8 +270,12 @@ func openBench(w4, w6 *Table, trie4, trie6, probes4, probes6 int, sc6 bool) (*be
 	spec.Maps["trie6"].MaxEntries = uint32(trie6)
 	spec.Maps["probes4"].MaxEntries = uint32((probes4 + chunkWords - 1) / chunkWords)
 	spec.Maps["probes6"].MaxEntries = uint32(max(probes6, 1))
-	if err := spec.Variables["sc6_on"].Set(uint32(0)); sc6 && err == nil {
-		err = spec.Variables["sc6_on"].Set(uint32(1))
+	on := uint32(0)
+	if sc6 {
+		on = 1
+	}
+	if err := spec.Variables["sc6_on"].Set(on); err != nil {
+		return nil, fmt.Errorf("set sc6_on: %w", err)
 	}
 	c := &benchColl{w4: w4, w6: w6}
 	if err := spec.LoadAndAssign(&c.objs, &opts); err != nil {

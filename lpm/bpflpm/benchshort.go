@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/bits"
+	"slices"
 )
 
 // The shortcut hash of bench.bpf.c (wolf bench lpm --shortcut6), an
@@ -85,7 +86,7 @@ func (c *benchColl) fillShortcut6(w *Table) (sc6Stats, error) {
 	buf := make([]byte, sc6Bytes)
 	w.mu.RLock()
 	w.im.nodesAt(40, func(d uint, p uint64, e uint32) {
-		if d != 24 && d != 32 && d != 40 {
+		if !slices.Contains(sc6Depths, d) {
 			return
 		}
 		st.nodes++
