@@ -450,6 +450,10 @@ type directed struct {
 	refs   []ref
 }
 
+// selfRoot is the root of the part of a wait that went to wolf's own
+// work on the CPUs.
+const selfRoot = "wolf:self"
+
 // consumed splits a saturated resource by its consumers.
 func (e *engine) consumed(b *branch, k string, subj finding.Subject, kind string, depth int) []*branch {
 	if s := e.saturation(k); s != nil {
@@ -459,6 +463,18 @@ func (e *engine) consumed(b *branch, k string, subj finding.Subject, kind string
 	dirs := e.directedUse(k)
 	var out []*branch
 	routed := 0.0
+	if kindOfKey(k) == fact.HostCPU && e.selfFrac >= minPart {
+		// wolf's own share of the busy time: the victims waited for wolf
+		// that much, a root of no diagnosis (discountSelf).
+		frac := e.selfFrac
+		routed += frac
+		c := b.fork(frac)
+		c.via, c.viaFrac, c.viaWhat = k, frac, "wolf's own work"
+		self := finding.Subject{Role: finding.RoleConsumer, Comm: "wolf", PID: e.set.Self, Detail: "wolf itself, measuring"}
+		c.hop(finding.Hop{From: subj, Relation: finding.UsedBy, To: self, Evidence: map[string]any{"share_pct": round1(100 * frac)}, Mechanism: mechConsumer(fact.HostCPU),
+			Text: fmt.Sprintf("%s of %s went to wolf itself", pct1(frac), timeOf(subj))})
+		out = append(out, c.end(selfRoot, "wolf", self)...)
+	}
 	if total > 0 && depth < maxDepth {
 		for _, d := range dirs {
 			frac := min(1, d.amount/total)

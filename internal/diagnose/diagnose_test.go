@@ -1535,3 +1535,109 @@ func wantWholeMissPath(t *testing.T, d finding.Diagnosis, mk string) {
 	}
 	t.Fatalf("no hop says the CPUs' time went to the miss path: %+v", d.Chain)
 }
+
+// withoutWolf drops wolf's own share of the CPUs from kept facts: what
+// the stage saw before sched measured it.
+func withoutWolf(s *fact.Set) {
+	for i := range s.Saturations {
+		delete(s.Saturations[i].Numbers, "wolf_busy_pct")
+	}
+}
+
+// Rate-limited fio readers of a cached file, well under their memory
+// cgroup's limit, under qemu TCG (testdata/README.md): /proc/stat says
+// the 2 CPUs were 99.9% busy and the readers waited 23 s for them, but
+// the readers used 63% of the CPUs and wolf's own process 49%. The CPUs
+// were short only with wolf's work: no diagnosis. Without wolf's share
+// the same facts made "Saturated CPUs: fio" (the run's first item).
+func TestCPUsShortOnlyWithWolfAreNoDiagnosis(t *testing.T) {
+	s := keptFacts(t, "pagecache-fits-v2-tcg.facts.json")
+	ds := Diagnose(nil, s)
+	logChain(t, ds)
+	if len(ds) > 0 {
+		t.Fatalf("%d diagnoses, first %s: %s", len(ds), ds[0].ID, ds[0].Title)
+	}
+	s = keptFacts(t, "pagecache-fits-v2-tcg.facts.json")
+	withoutWolf(s)
+	if ds := Diagnose(nil, s); len(ds) == 0 || ds[0].ID != "diagnose.host-cpu" {
+		t.Fatalf("without wolf's share: %v, want host-cpu as the run said", ds)
+	}
+	// A host whose own tasks fill the CPUs stays saturated, wolf or not.
+	s = keptFacts(t, "pagecache-fits-v2-tcg.facts.json")
+	for i := range s.Saturations {
+		if _, ok := s.Saturations[i].Numbers["tasks_busy_pct"]; ok {
+			s.Saturations[i].Numbers["tasks_busy_pct"], s.Saturations[i].Numbers["wolf_busy_pct"] = 95, 4.9
+		}
+	}
+	if ds := Diagnose(nil, s); len(ds) == 0 || ds[0].ID != "diagnose.host-cpu" {
+		t.Fatalf("saturated by the host's tasks: %v, want host-cpu", ds)
+	}
+}
+
+// Eight fio readers of a 320 MiB file in a 48 MiB memory cgroup under
+// qemu TCG (testdata/README.md): they waited 54 s for the CPUs, which
+// they used 66% of and wolf's own process 49%, and spent 2.9 s in
+// reclaim over the 46 s the reclaim investigator watched (0.3-0.45 s
+// each), with the CPU sampler's samples unclassified (its read of
+// /proc/kallsyms ran out of time then). The CPUs wolf made short are no
+// diagnosis; what is left of the limit's cost in this window is too small
+// for one: no diagnosis rather than the wrong one ("Saturated CPUs: fio",
+// the run's first item, which the same facts without wolf's share make).
+func TestThrashWithCPUsShortOnlyWithWolf(t *testing.T) {
+	s := keptFacts(t, "memcg-thrash-v2-tcg-8readers.facts.json")
+	ds := Diagnose(nil, s)
+	logChain(t, ds)
+	for _, d := range ds {
+		if d.ID == "diagnose.host-cpu" {
+			t.Errorf("the CPUs wolf made short are a diagnosis: %s", d.Title)
+		}
+	}
+	s = keptFacts(t, "memcg-thrash-v2-tcg-8readers.facts.json")
+	withoutWolf(s)
+	if ds := Diagnose(nil, s); len(ds) == 0 || ds[0].ID != "diagnose.host-cpu" {
+		t.Fatalf("without wolf's share: %v, want host-cpu as the run said", ds)
+	}
+}
+
+// The CPUs short only with wolf's work are no root, but the limit stays
+// one: the 4-reader v2 run's facts with 80% of the CPUs' busy time in the
+// readers' miss path (host-cpu first as they were kept), given wolf's
+// share of 44% beside the readers' 55%. The limit comes first; neither
+// the CPUs nor wolf's own part of the waits make a diagnosis.
+func TestMissPathStillGoesToTheLimitBesideWolf(t *testing.T) {
+	s, mk := thrashWithMisses(t, 0.8, -1)
+	for i := range s.Saturations {
+		if x := &s.Saturations[i]; x.On == fact.HostCPUKey() && x.Numbers["tasks_busy_pct"] > 0 {
+			x.Numbers["tasks_busy_pct"], x.Numbers["wolf_busy_pct"] = 55, 44
+		}
+	}
+	ds := Diagnose(nil, s)
+	logChain(t, ds)
+	if len(ds) == 0 || ds[0].ID != "diagnose.memcg-limit" || ds[0].Root.Cgroup != strings.TrimPrefix(mk, "memory:") {
+		t.Fatalf("first %v, want memcg-limit", ds)
+	}
+	for _, d := range ds {
+		if d.ID == "diagnose.host-cpu" || d.ID == "diagnose.wolf" {
+			t.Errorf("a diagnosis of %s: %s", d.ID, d.Title)
+		}
+	}
+}
+
+// The same 8 readers at 48 MiB a pass later, with the CPU sampler's
+// samples classified (testdata/README.md): 56% of the readers' CPU in the
+// page-cache miss path, every read of vda a refault, wolf 84% of the CPUs
+// beside the readers' 13%. The limit comes first, and wolf's share of the
+// readers' waits for a CPU makes no diagnosis.
+func TestThrashingEightReadersSampledBesideWolf(t *testing.T) {
+	s := keptFacts(t, "memcg-thrash-v2-tcg-8readers-sampled.facts.json")
+	ds := Diagnose(nil, s)
+	logChain(t, ds)
+	if len(ds) == 0 || ds[0].ID != "diagnose.memcg-limit" || !strings.Contains(ds[0].Title, "48 MiB") {
+		t.Fatalf("first %v, want memcg-limit at 48 MiB", ds)
+	}
+	for _, d := range ds {
+		if d.ID == "diagnose.host-cpu" || d.ID == "diagnose.wolf" {
+			t.Errorf("a diagnosis of %s: %s", d.ID, d.Title)
+		}
+	}
+}

@@ -214,10 +214,10 @@ func (d *draft) grade(e *engine) finding.Severity {
 // a second). The host's CPUs are a root only when they were saturated.
 func (d *draft) worthIt(e *engine) bool {
 	switch d.kind {
-	case "lock", "holder-unknown", "blocked":
+	case "lock", "holder-unknown", "blocked", "wolf":
 		return false
 	case "host-cpu":
-		if s := e.saturation(fact.HostCPUKey()); s == nil || !s.AtLimit {
+		if s := e.saturation(fact.HostCPUKey()); s == nil || !s.AtLimit || e.selfShort {
 			return false
 		}
 	}

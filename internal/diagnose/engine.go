@@ -36,6 +36,10 @@ type engine struct {
 	// a process that exited before the window's end is no longer in
 	// /proc, but the investigator that saw it in reclaim said where.
 	seenIn map[fact.Kind]map[int]string
+	// selfFrac is wolf's own share of the CPUs' busy time; selfShort
+	// says the CPUs were saturated only with it (discountSelf).
+	selfFrac  float64
+	selfShort bool
 }
 
 // sat is a resource's saturation, merged across the investigators that
@@ -118,6 +122,7 @@ func newEngine(s *fact.Set) *engine {
 			m.refs = append(m.refs, refOf(x.Finding, x.FindingTitle))
 		}
 	}
+	e.discountSelf()
 	for i := range s.Waits {
 		w := &s.Waits[i]
 		if w.Task.TID != 0 {
@@ -125,6 +130,40 @@ func newEngine(s *fact.Set) *engine {
 		}
 	}
 	return e
+}
+
+// selfSaturated is the share of the host's CPUs (percent) in use at
+// which they are saturated, by the host's tasks or by all of /proc/stat's
+// busy time (sched's and the checklist's AtLimit).
+const selfSaturated = 90
+
+// discountSelf notes wolf's own share of the CPUs' busy time, and whether
+// the CPUs were short only with it. /proc/stat's busy time counts wolf's
+// too, and where wolf is costly (an emulated machine, where its programs
+// and its own work took half of two CPUs) that can be most of it. A task
+// that waited for a CPU then waited partly for wolf: that part of its
+// wait traces to wolf (consumed), a root that is no diagnosis. When the
+// tasks sched saw (all but wolf) used less than a saturation, and the
+// busy time without wolf's share is less too, nothing says the host's
+// tasks would have waited without wolf: the CPUs are no root of their own
+// (worthIt), though what their time went to for another resource (reclaim
+// for a memory limit) still counts for it.
+func (e *engine) discountSelf() {
+	s := e.sats[fact.HostCPUKey()]
+	if s == nil || !s.AtLimit {
+		return
+	}
+	self, ok1 := s.Numbers["wolf_busy_pct"]
+	tasks, ok2 := s.Numbers["tasks_busy_pct"]
+	if !ok1 || !ok2 || self <= 0 {
+		return
+	}
+	busy, ok := s.Numbers["busy_pct"]
+	if !ok || busy <= 0 {
+		busy = tasks + self
+	}
+	e.selfFrac = min(1, self/max(busy, tasks+self))
+	e.selfShort = tasks < selfSaturated && busy-self < selfSaturated
 }
 
 func sortedKeys[V any](m map[string]V) []string {

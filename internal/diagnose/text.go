@@ -407,6 +407,8 @@ func rivalName(e *engine, b *branch) string {
 		return label(b.rootSubj) + "'s own work under the lock"
 	case "fuse-daemon":
 		return "FUSE daemon " + label(b.rootSubj)
+	case "wolf":
+		return "wolf's own work on the CPUs"
 	}
 	return nameOf(b.rootSubj)
 }

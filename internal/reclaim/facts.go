@@ -76,6 +76,10 @@ func (s *Snapshot) facts(fs []finding.Finding) *fact.Set {
 			if steal, ok := c.statDelta("pgsteal"); ok {
 				x.Numbers["evicted_bytes"] = float64(steal) * pageSize
 			}
+			// The same counters since the cgroup began: shadows dropped
+			// before the window hide re-reads in it too, and only the
+			// cgroup's lifetime says what share of its evictions lost theirs.
+			c.lifetimeNumbers(x.Numbers)
 			if nodes, ok := c.statDelta("workingset_nodereclaim"); ok {
 				x.Numbers["dropped_shadow_nodes"] = float64(nodes)
 				if lost := c.shadowlessRereads(); lost > 0 {
@@ -156,6 +160,26 @@ func (c *Cgroup) statDelta(k string) (uint64, bool) {
 		return 0, false
 	}
 	return b - a, true
+}
+
+// lifetimeNumbers puts memory.stat's cumulative eviction, refault and
+// dropped-shadow counters (since the cgroup began, v2 only) into nums.
+func (c *Cgroup) lifetimeNumbers(nums map[string]float64) {
+	if c.State == nil {
+		return
+	}
+	if v, ok := c.State.Stat["pgsteal"]; ok {
+		nums["lifetime_evicted_bytes"] = float64(v) * pageSize
+	}
+	if v, ok := c.State.Stat["workingset_nodereclaim"]; ok {
+		nums["lifetime_dropped_shadow_nodes"] = float64(v)
+	}
+	for _, k := range []string{"workingset_refault_file", "workingset_refault"} {
+		if v, ok := c.State.Stat[k]; ok {
+			nums["lifetime_refault_bytes"] = float64(v) * pageSize
+			break
+		}
+	}
 }
 
 // shadowEntriesPerNode is how many page-cache slots an xarray node holds

@@ -84,7 +84,7 @@ func openProbe(useMemcg bool, refuse map[string]bool, ranges sampleRanges) (*pro
 				per := uint32(perCPUBudget / (int(unsafe.Sizeof(reclaimCgStats{})) * n))
 				ms.MaxEntries = max(min(ms.MaxEntries, per), 64)
 				hs := spec.Maps["hists"]
-				per = uint32(perCPUBudget / (int(unsafe.Sizeof(reclaimWolfHist{})) * n))
+				per = uint32(perCPUBudget / (int(unsafe.Sizeof(reclaimCallHists{})) * n))
 				hs.MaxEntries = max(min(hs.MaxEntries, per), 64)
 				ss := spec.Maps["samples"]
 				per = uint32(perCPUBudget / (int(unsafe.Sizeof(reclaimCpuSamples{})) * n))
@@ -132,6 +132,8 @@ const (
 	kindSoftlimit
 	kindNode
 	numKinds
+	// histScanned+kind keys a kind's calls' histogram of pages scanned
+	// (the map keeps it in the kind's value, beside their durations).
 	histScanned = 8
 )
 
@@ -209,15 +211,18 @@ func (p *probe) read(w uint32) (*raw, error) {
 		hk reclaimHistKey
 		hv reclaimWolfHist
 	)
-	var hvs []reclaimWolfHist
+	var hvs []reclaimCallHists
 	it = p.maps.Hists.Iterate()
 	for it.Next(&hk, &hvs) {
-		var h hist.Log2
+		var h, sc hist.Log2
 		for i := range hvs {
-			x := hist.FromBPF(&hvs[i], w)
+			x := hist.FromBPF(&hvs[i].Ns, w)
 			h.Merge(&x)
+			x = hist.FromBPF(&hvs[i].Scanned, w)
+			sc.Merge(&x)
 		}
 		r.hists[hk] = h
+		r.hists[reclaimHistKey{Cgid: hk.Cgid, Kind: histScanned + hk.Kind}] = sc
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("reclaim: read histograms: %w", err)

@@ -81,7 +81,6 @@ enum kind {
 	KIND_SOFTLIMIT = 2, /* v1 soft limit, from kswapd */
 	KIND_NODE = 3,	    /* node reclaim (vm.zone_reclaim_mode) */
 	KIND_MAX = 4,
-	HIST_SCANNED = 8, /* histogram of pages scanned per reclaim call */
 };
 
 /* The longest call of each window (two slots, as in struct wolf_max). */
@@ -209,6 +208,16 @@ struct {
 WOLF_RECLAIM_TASKS()
 
 /*
+ * A call's two histograms, its duration and the pages it scanned, in one
+ * value: its end looks them up once (user space sums the scanned ones
+ * over the kinds).
+ */
+struct call_hists {
+	struct wolf_hist ns;
+	struct wolf_hist scanned;
+};
+
+/*
  * Per CPU, as the cgroups' counters: every reclaim call's end adds to two
  * histograms of its cgroup, and on a storm every CPU ends calls of the
  * same cgroup; shared, each add was a locked instruction on a cache line
@@ -218,7 +227,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
 	__uint(max_entries, 1024); /* user space lowers it on hosts with many CPUs */
 	__type(key, struct hist_key);
-	__type(value, struct wolf_hist);
+	__type(value, struct call_hists);
 } hists SEC(".maps");
 
 /* kswapd: when each node's kswapd woke, and how long it stays awake. */
@@ -294,7 +303,7 @@ struct {
 /* Zero values for inserts (maps copy them). */
 static const struct cg_stats zero_cg;
 static const struct wolf_reclaim_task zero_task;
-static const struct wolf_hist zero_hist;
+static const struct call_hists zero_hists;
 
 /*
  * The current task's fields, read through a BTF pointer (btf: plain
@@ -394,13 +403,14 @@ static __always_inline struct cg_stats *cg_get(__u64 cgid)
 	return bpf_map_lookup_elem(&cgroups, &cgid);
 }
 
-static __always_inline void hist_add(__u64 cgid, __u32 kind, __u64 v)
+static __always_inline void hists_add(__u64 cgid, __u32 kind, __u64 ns, __u64 scanned)
 {
 	struct hist_key k = { .cgid = cgid, .kind = kind };
-	struct wolf_hist *h = bpf_map_lookup_elem(&hists, &k);
+	struct call_hists *h = bpf_map_lookup_elem(&hists, &k);
+	__u32 w;
 
 	if (!h) {
-		if (bpf_map_update_elem(&hists, &k, &zero_hist, BPF_NOEXIST) &&
+		if (bpf_map_update_elem(&hists, &k, &zero_hists, BPF_NOEXIST) &&
 		    !bpf_map_lookup_elem(&hists, &k)) {
 			stat_add(STAT_HIST_FULL, 1);
 			return;
@@ -409,7 +419,10 @@ static __always_inline void hist_add(__u64 cgid, __u32 kind, __u64 v)
 		if (!h)
 			return;
 	}
-	wolf_hist_add_local(h, v); /* this CPU's */
+	/* this CPU's */
+	w = wolf_window_now();
+	wolf_hist_add_local_at(&h->ns, ns, w);
+	wolf_hist_add_local_at(&h->scanned, scanned, w);
 }
 
 static __always_inline int reclaim_begin_as(__u32 kind, const bool btf)
@@ -535,8 +548,7 @@ static __always_inline int reclaim_end_as(__u32 kind, unsigned long nr_reclaimed
 		wolf_max_add(&s->max_call_scanned, f->scanned);
 		worst_add(&s->worst, ns, tid, f->scanned, f->reclaimed, kind);
 	}
-	hist_add(f->cgid, kind, ns);
-	hist_add(f->cgid, HIST_SCANNED, f->scanned);
+	hists_add(f->cgid, kind, ns, f->scanned);
 	task_account(t, tid, f, ns, cpu, csw, btf);
 	f->start_ns = 0; /* over: the thread's next call writes it in place */
 	return 0;

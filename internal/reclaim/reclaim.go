@@ -526,8 +526,9 @@ func reclaimOf(c *cgRead, raw *raw, id uint64, inflight []Call) Reclaim {
 		r.CPU[k] = time.Duration(s.CpuNs[k])
 		r.Max[k] = time.Duration(c.max[k])
 		r.Durations[k] = raw.hists[reclaimHistKey{Cgid: id, Kind: uint32(k)}]
+		sc := raw.hists[reclaimHistKey{Cgid: id, Kind: histScanned + uint32(k)}]
+		r.ScannedPerCall.Merge(&sc)
 	}
-	r.ScannedPerCall = raw.hists[reclaimHistKey{Cgid: id, Kind: histScanned}]
 	if c.worst != nil {
 		w := *c.worst
 		if ts, ok := raw.tasks[uint32(w.TID)]; ok {

@@ -13,6 +13,12 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type reclaimCallHists struct {
+	_       structs.HostLayout
+	Ns      reclaimWolfHist
+	Scanned reclaimWolfHist
+}
+
 type reclaimCgStats struct {
 	_     structs.HostLayout
 	Calls [4]uint64

@@ -115,6 +115,12 @@ func TestShadowlessRereads(t *testing.T) {
 			if x.On == fact.MemoryKey(c.Path) && (x.Numbers["evicted_bytes"] != float64(tc.steal)*pageSize || x.Numbers["dropped_shadow_nodes"] != float64(tc.nodes)) {
 				t.Errorf("%s: numbers %v", tc.name, x.Numbers)
 			}
+			// The cgroup's lifetime counters, as memory.stat has them at
+			// the window's end.
+			if x.On == fact.MemoryKey(c.Path) && (x.Numbers["lifetime_evicted_bytes"] != float64(2000+tc.steal)*pageSize ||
+				x.Numbers["lifetime_dropped_shadow_nodes"] != float64(7+tc.nodes) || x.Numbers["lifetime_refault_bytes"] != float64(1000+tc.refaults)*pageSize) {
+				t.Errorf("%s: lifetime numbers %v", tc.name, x.Numbers)
+			}
 		}
 	}
 	s := seedSnapshot()

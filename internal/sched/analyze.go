@@ -250,7 +250,30 @@ type Snapshot struct {
 	Exited []ExitedCPU
 	// CPUs is how many CPUs the host has online (0: unknown).
 	CPUs int
+	// SelfCPU is wolf's own process's CPU time in the window (its tasks
+	// are not among Tasks): on a machine where wolf is costly (an
+	// emulated one) it is what tips CPUs the host's tasks leave room on
+	// into saturation.
+	SelfCPU time.Duration
 }
+
+// selfTipped says whether the CPUs were saturated only with wolf's own
+// use: the host's tasks used less than saturatedShare of them and wolf's
+// process made up the rest. Waits for a CPU are then partly wolf's doing,
+// and nothing says the host's tasks would have waited without it.
+func (s *Snapshot) selfTipped() (tasks, self float64, ok bool) {
+	capa := s.capacity()
+	if capa <= 0 || s.SelfCPU <= 0 {
+		return 0, 0, false
+	}
+	tasks = float64(used(s.Consumers())) / float64(capa)
+	self = float64(s.SelfCPU) / float64(capa)
+	return tasks, self, tasks < saturatedShare && tasks+self >= saturatedShare
+}
+
+// saturatedShare is the share of the CPUs' time in use at which they are
+// saturated (the host-cpu saturation's AtLimit).
+const saturatedShare = 0.9
 
 // ExitedCPU is the CPU time of tasks of one name and cgroup that exited
 // in the window unreported.
@@ -681,6 +704,11 @@ func runqFinding(s *Snapshot, th Thresholds) *finding.Finding {
 	if time.Duration(worst) >= th.RunqCriticalP99 {
 		sev = finding.Critical
 	}
+	tasksBusy, selfBusy, tipped := s.selfTipped()
+	if tipped && sev > finding.Warning {
+		// Not critical: wolf itself made the CPUs short (see selfTipped).
+		sev = finding.Warning
+	}
 	if onIdle {
 		sev = finding.Info
 	}
@@ -741,6 +769,10 @@ func runqFinding(s *Snapshot, th Thresholds) *finding.Finding {
 			"Who used the CPUs meanwhile is measured in the same window: sched's CPU consumers (CPU time per process and cgroup) and, when tasks lost real time, the diagnosis that names them; the histograms runq_latency_us by CPU and cgroup are in the JSON report.",
 			"Give the latency-sensitive tasks their own CPUs (cpusets) or more weight (cpu.weight of their cgroup, nice); move batch work to SCHED_BATCH or a lower weight.",
 		},
+	}
+	if tipped {
+		ev["tasks_busy_pct"], ev["wolf_busy_pct"] = human.Round(100*tasksBusy, 1), human.Round(100*selfBusy, 1)
+		f.Summary += fmt.Sprintf(" The host's tasks used %s of the CPUs and wolf itself %s: the CPUs were short only with wolf's own work, so this is not graded critical.", human.Percent(100*tasksBusy), human.Percent(100*selfBusy))
 	}
 	if cov, low := s.lowCoverage(-1); low {
 		ev["cpu_clock_coverage_pct"] = human.Round(100*cov, 1)

@@ -202,8 +202,13 @@ func (s *Snapshot) facts(fs []finding.Finding) *fact.Set {
 	if capa > 0 && s.CPUs > 0 && s.Duration > 0 {
 		busy := float64(used(cs)) / float64(capa)
 		set.Saturations = append(set.Saturations, fact.Saturation{On: host, Level: busy, Limit: float64(s.CPUs), Used: busy * float64(s.CPUs), Unit: "cpus",
-			AtLimit: busy >= 0.9, Numbers: map[string]float64{"cpus": float64(s.CPUs), "tasks_busy_pct": human.Round(100*busy, 1)},
+			AtLimit: busy >= saturatedShare, Numbers: map[string]float64{"cpus": float64(s.CPUs), "tasks_busy_pct": human.Round(100*busy, 1)},
 			Finding: cid, FindingTitle: ctitle})
+		if s.SelfCPU > 0 {
+			// wolf's own share, for the stage to tell CPUs the host's tasks
+			// saturated from CPUs wolf's own work made short.
+			set.Saturations[len(set.Saturations)-1].Numbers["wolf_busy_pct"] = human.Round(100*float64(s.SelfCPU)/float64(capa), 1)
+		}
 	}
 	// The CPU quotas, and which tasks they throttled.
 	quotaOf := func(cg string) *Bandwidth {

@@ -429,10 +429,11 @@ static __always_inline bool wanted(struct task_struct *p)
 	return tgid != self_tgid;
 }
 
+/* p must be a BTF pointer: a direct load where the field is thread_info's. */
 static __always_inline __u32 task_cpu(struct task_struct *p)
 {
 	if (bpf_core_field_exists(p->thread_info.cpu))
-		return BPF_CORE_READ(p, thread_info.cpu);
+		return p->thread_info.cpu;
 	return BPF_CORE_READ((struct task_struct___cpu *)p, cpu);
 }
 
@@ -659,6 +660,9 @@ static __always_inline bool cpu_allowed(struct task_struct *p, __u32 cpu)
 
 	if (!mask)
 		return true;
+	/* The first 64 CPUs' word by a plain load: the verifier wants a constant offset. */
+	if (cpu < 64)
+		return (mask->bits[0] >> cpu) & 1;
 	if (bpf_probe_read_kernel(&word, sizeof(word), (void *)mask + (cpu / 64) * sizeof(word)))
 		return true;
 	return (word >> (cpu % 64)) & 1;
@@ -685,14 +689,19 @@ static __always_inline bool is_ksoftirqd(struct task_struct *t)
 static __always_inline __u32 classify(struct task_struct *p, struct task_struct *cur, __u32 orig,
 				      __u32 this_cpu)
 {
-	unsigned int policy;
+	unsigned int policy, kthread;
 	int pc;
 
 	if (!cpu_allowed(p, orig))
 		return KIND_AFFINITY;
 	if (switch_state(p) & TASK_WAKING)
 		return KIND_WAKEUP;
-	if (is_stopper(cur))
+	/*
+	 * The stopper and ksoftirqd are kernel threads: one load of the
+	 * flags spares a user thread's move (a storm's) two reads of its name.
+	 */
+	kthread = BPF_CORE_READ(cur, flags) & WOLF_PF_KTHREAD;
+	if (kthread && is_stopper(cur))
 		return KIND_STOPPER;
 	pc = preempt_count(this_cpu);
 	if (pc >= 0) {
@@ -701,7 +710,7 @@ static __always_inline __u32 classify(struct task_struct *p, struct task_struct 
 		if (pc & SOFTIRQ_OFFSET)
 			return KIND_BALANCE;
 	}
-	if (is_ksoftirqd(cur))
+	if (kthread && is_ksoftirqd(cur))
 		return KIND_BALANCE;
 	policy = p->policy;
 	if (policy == SCHED_FIFO || policy == SCHED_RR || policy == SCHED_DEADLINE)

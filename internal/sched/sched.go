@@ -25,6 +25,7 @@ import (
 	"github.com/wolf-investigator/wolf/internal/hist"
 	"github.com/wolf-investigator/wolf/internal/investigator"
 	"github.com/wolf-investigator/wolf/internal/kernelbtf"
+	"github.com/wolf-investigator/wolf/internal/overhead"
 	"github.com/wolf-investigator/wolf/internal/perfsample"
 	"github.com/wolf-investigator/wolf/internal/probekit"
 	"github.com/wolf-investigator/wolf/internal/procfs"
@@ -122,6 +123,7 @@ func (s *Investigator) Start(ctx context.Context, opts investigator.Options) (in
 	ss.cpuh = findCPUHierarchy(ctx, s.Proc)
 	ss.bw = ss.cpuh.readBandwidths()
 	ss.start = monotonicNow()
+	ss.selfCPU = overhead.CPUTime()
 	return ss, nil
 }
 
@@ -142,6 +144,8 @@ type session struct {
 	cfg   config
 	p     *probe
 	start uint64 // monotonic ns: the window's start
+	// selfCPU is wolf's process CPU time at the window's start.
+	selfCPU time.Duration
 
 	prevTasks map[taskKey]schedTaskRec
 	prevCPU   []hist.Log2
@@ -198,6 +202,11 @@ func (ss *session) Collect(ctx context.Context) (*investigator.Result, error) {
 		return nil, err
 	}
 	end := monotonicNow()
+	selfCPU := overhead.CPUTime()
+	selfUsed := selfCPU - ss.selfCPU
+	if s.watchSelf {
+		selfUsed = 0 // wolf's tasks are among the others then
+	}
 	bwAfter := ss.cpuh.readBandwidths()
 	bwBefore := ss.bw
 	ss.bw = bwAfter // the next window starts here
@@ -217,6 +226,7 @@ func (ss *session) Collect(ctx context.Context) (*investigator.Result, error) {
 		CPUIdleLong:  p.cpuIdleLong(),
 		CPUCoverage:  p.cpuCoverage(),
 		Virtual:      virt.Detect(),
+		SelfCPU:      max(selfUsed, 0),
 	}
 	if kinds, err := p.kinds(); err == nil {
 		for k := range kinds {
@@ -399,7 +409,7 @@ func (ss *session) Collect(ctx context.Context) (*investigator.Result, error) {
 	if s.programs != nil {
 		s.programs(p.programsByName())
 	}
-	ss.start = end
+	ss.start, ss.selfCPU = end, selfCPU
 	return res, nil
 }
 
