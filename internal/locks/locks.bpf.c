@@ -564,6 +564,56 @@ static __always_inline struct wolf_hist *hist_for(void *map, const void *key)
 }
 
 /*
+ * Global functions (not static, never inlined) are checked by the kernel's
+ * verifier once each, on their own, where an inlined function is checked
+ * again along every path of its caller that reaches it: on_begin inlined
+ * the fold of a thread's last wait and the walk of an owner's stack into
+ * 740,000 instructions processed, 1.7 s of verifier time at every start.
+ * Before Linux 5.12 a global function takes scalars only, so what the
+ * kprobe programs (kernels before 5.19) call looks its entry up again.
+ */
+
+/*
+ * Another task's stack, by pid, into owner_frames: its key (top bit set,
+ * so never a stack map id), or -1. Only BTF-tracepoint programs call it
+ * (kfuncs); owner_stacks off leaves the kfunc calls as dead code, which
+ * the verifier skips on kernels without them.
+ */
+__noinline int walk_owner_stack(__u32 pid)
+{
+	__u64 h = 14695981039346656037ULL; /* FNV-1a */
+	struct task_struct *t;
+	struct frames *f;
+	__u32 zero = 0, key;
+	long n;
+
+	if (!owner_stacks)
+		return -1;
+	f = bpf_map_lookup_elem(&scratch, &zero);
+	if (!f)
+		return -1;
+	t = bpf_task_from_pid(pid);
+	if (!t)
+		return -1;
+	n = bpf_get_task_stack(t, f->ip, sizeof(f->ip), 0);
+	bpf_task_release(t);
+	if (n <= 0)
+		return -1;
+	for (int i = 0; i < STACK_DEPTH; i++) {
+		if (i * 8 >= n)
+			f->ip[i] = 0;
+		h ^= f->ip[i];
+		h *= 1099511628211ULL;
+	}
+	key = (__u32)(h ^ (h >> 32)) | 0x80000000U;
+	if (bpf_map_update_elem(&owner_frames, &key, f, BPF_ANY)) {
+		stat_inc(STAT_STACK_ERR);
+		return -1;
+	}
+	return (__s32)key;
+}
+
+/*
  * The owner's stack: walking another task's stack costs microseconds, so
  * it is taken at most once per owner_stack_every_ns per lock. Within the
  * interval the same owner reuses its stack; a different owner (a lock
@@ -577,35 +627,8 @@ static __always_inline __s32 owner_stack(__u64 lock, struct task_struct *o, __u3
 
 	if (seen && now - seen->at_ns < owner_stack_every_ns)
 		return seen->tid == tid ? seen->stack_id : -1;
-	if (can_walk && owner_stacks && wolf_detail_take(GATE_OWNER, now)) {
-		__u32 zero = 0;
-		struct frames *f = bpf_map_lookup_elem(&scratch, &zero);
-		struct task_struct *t = 0;
-
-		if (f)
-			t = bpf_task_from_pid(BPF_CORE_READ(o, pid));
-		if (t) {
-			long n = bpf_get_task_stack(t, f->ip, sizeof(f->ip), 0);
-
-			bpf_task_release(t);
-			if (n > 0) {
-				__u64 h = 14695981039346656037ULL; /* FNV-1a */
-				__u32 key;
-
-				for (int i = 0; i < STACK_DEPTH; i++) {
-					if (i * 8 >= n)
-						f->ip[i] = 0;
-					h ^= f->ip[i];
-					h *= 1099511628211ULL;
-				}
-				key = (__u32)(h ^ (h >> 32)) | 0x80000000U;
-				if (bpf_map_update_elem(&owner_frames, &key, f, BPF_ANY) == 0)
-					id = (__s32)key;
-				else
-					stat_inc(STAT_STACK_ERR);
-			}
-		}
-	}
+	if (can_walk && owner_stacks && wolf_detail_take(GATE_OWNER, now))
+		id = walk_owner_stack(BPF_CORE_READ(o, pid));
 	struct owner_seen s = { .at_ns = now, .tid = tid, .stack_id = id };
 	bpf_map_update_elem(&owner_last, &lock, &s, BPF_ANY);
 	return id;
@@ -814,10 +837,14 @@ static __always_inline __u64 task_run_delay(struct task_struct *t)
 	return 0;
 }
 
-static __always_inline void account(struct pending *p, const bool can_walk);
+int account_btf(struct pending *p);
+int account_raw(struct pending *p);
+int account_kp(__u32 tid);
+int fold_spin_cpu(struct pending *p);
 static __always_inline void fold_spin(struct pending *p);
 
-static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const bool can_walk)
+static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const bool can_walk,
+				     const bool kp)
 {
 	__u32 type = lock_type(flags);
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -842,7 +869,7 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 		p->skip_lock = 0;
 		now = bpf_ktime_get_ns();
 		if (p->start_ns && p->end_ns) {
-			fold_spin(p); /* the CPU's last spin wait */
+			fold_spin_cpu(p); /* the CPU's last spin wait (a call: walk_owner_stack) */
 		} else if (p->start_ns) {
 			/*
 			 * A spin wait in an interrupt on top of another is on
@@ -886,7 +913,13 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 	      (old->flags & WOLF_LCB_F_SPIN) && (flags & WOLF_LCB_F_MUTEX)))
 		stat_inc(STAT_SLEEP_WAITS); /* not a mutex's second begin */
 	if (old && old->start_ns && old->end_ns) {
-		account(old, can_walk); /* the thread's last wait */
+		/* The thread's last wait (see walk_owner_stack on why a call). */
+		if (kp)
+			account_kp(tid);
+		else if (can_walk)
+			account_btf(old);
+		else
+			account_raw(old);
 	} else if (old && old->start_ns) {
 		/*
 		 * A mutex reports begin twice, spinning then sleeping, with
@@ -1245,6 +1278,42 @@ static __always_inline void account(struct pending *p, const bool can_walk)
 	}
 }
 
+/* fold_spin as a global function, for tracepoints (5.19+): a pointer. */
+__noinline int fold_spin_cpu(struct pending *p)
+{
+	if (p && p->start_ns && p->end_ns)
+		fold_spin(p);
+	return 0;
+}
+
+/*
+ * account as global functions, one per kind of program. From tracepoints
+ * (Linux 5.19+) p is the thread's pending entry, passed as a pointer
+ * (5.12+); from kprobes (older kernels too) the entry is looked up again.
+ */
+__noinline int account_btf(struct pending *p)
+{
+	if (p && p->start_ns && p->end_ns)
+		account(p, true);
+	return 0;
+}
+
+__noinline int account_raw(struct pending *p)
+{
+	if (p && p->start_ns && p->end_ns)
+		account(p, false);
+	return 0;
+}
+
+__noinline int account_kp(__u32 tid)
+{
+	struct pending *p = bpf_map_lookup_elem(&pending_task, &tid);
+
+	if (p && p->start_ns && p->end_ns)
+		account(p, false);
+	return 0;
+}
+
 /* The lock is held here: timestamp the wait's end, fold it in later. */
 static __always_inline void on_end(__u64 lock)
 {
@@ -1292,7 +1361,7 @@ static __always_inline void on_end(__u64 lock)
 SEC("tp_btf/contention_begin")
 int BPF_PROG(btf_contention_begin, void *lock, unsigned int flags)
 {
-	on_begin(ctx, (__u64)lock, flags, true);
+	on_begin(ctx, (__u64)lock, flags, true, false);
 	return 0;
 }
 
@@ -1307,7 +1376,7 @@ int BPF_PROG(btf_contention_end, void *lock, int ret)
 SEC("raw_tp/contention_begin")
 int BPF_PROG(raw_contention_begin, void *lock, unsigned int flags)
 {
-	on_begin(ctx, (__u64)lock, flags, false);
+	on_begin(ctx, (__u64)lock, flags, false, false);
 	return 0;
 }
 
@@ -1400,21 +1469,21 @@ int BPF_PROG(kp_switch, bool preempt, struct task_struct *prev, struct task_stru
 SEC("kprobe")
 int kp_mutex_begin(void *ctx)
 {
-	on_begin(ctx, wolf_kprobe_arg0(ctx), WOLF_LCB_F_MUTEX, false);
+	on_begin(ctx, wolf_kprobe_arg0(ctx), WOLF_LCB_F_MUTEX, false, true);
 	return 0;
 }
 
 SEC("kprobe")
 int kp_rwsem_read_begin(void *ctx)
 {
-	on_begin(ctx, wolf_kprobe_arg0(ctx), WOLF_LCB_F_READ, false);
+	on_begin(ctx, wolf_kprobe_arg0(ctx), WOLF_LCB_F_READ, false, true);
 	return 0;
 }
 
 SEC("kprobe")
 int kp_rwsem_write_begin(void *ctx)
 {
-	on_begin(ctx, wolf_kprobe_arg0(ctx), WOLF_LCB_F_WRITE, false);
+	on_begin(ctx, wolf_kprobe_arg0(ctx), WOLF_LCB_F_WRITE, false, true);
 	return 0;
 }
 

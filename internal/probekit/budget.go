@@ -618,8 +618,11 @@ func (p *Probe) sheddings() []finding.Shedding {
 		if d <= 0 {
 			continue
 		}
+		// A detachment that began a few milliseconds ago still reads as one:
+		// rounding it to 0 s would say the row was shed for no time at all.
+		detached := math.Max(math.Round(d.Seconds()*100)/100, 0.01)
 		out = append(out, finding.Shedding{Investigator: p.name, Target: r.attach.Target, Why: r.attach.Why,
-			DetachedS: math.Round(d.Seconds()*100) / 100, Ongoing: ongoing})
+			DetachedS: detached, Ongoing: ongoing})
 	}
 	return out
 }

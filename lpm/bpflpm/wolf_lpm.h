@@ -116,25 +116,23 @@ static __always_inline __u64 wolf_lpm__popcount(__u64 x)
 }
 
 /*
- * The address is a 128-bit number, most significant bit first, in two
- * host-order halves; an IPv4 address sits in the top 32 bits of hi.
+ * The walk from entry e - the root word, or a pointer to a node at
+ * some depth with the address bits below that depth. The address is a
+ * 128-bit number, most significant bit first, in two host-order halves;
+ * an IPv4 address sits in the top 32 bits of hi.
  * Always inlined, so that each call site sees a constant map pointer, cap,
  * level bound and wide (only IPv6 tables have wide nodes: an IPv4 lookup
  * does not test for them). Indexes are 64-bit all along: a 32-bit one
  * would be zero-extended into a new register after the bounds check,
  * which the verifier then cannot tie to the check.
  */
-static __always_inline __u32 wolf_lpm__lookup(void *map, __u64 cap, __u64 hi, __u64 lo,
-					      const int levels, const int wide)
+static __always_inline __u32 wolf_lpm__walk(__u32 *w, __u64 cap, __u32 e, __u64 hi, __u64 lo,
+					    const int levels, const int wide)
 {
-	__u32 zero = 0, *w, e, rl, v;
+	__u32 rl, v;
 	__u64 i, j, n, k;
 	int l;
 
-	w = bpf_map_lookup_elem(map, &zero);
-	if (!w)
-		return WOLF_LPM_MISS;
-	e = *(volatile __u32 *)w;
 	for (l = 0; l < levels; l++) {
 		if (!(e & WOLF_LPM_PTR))
 			return e;
@@ -210,6 +208,18 @@ static __always_inline __u32 wolf_lpm__lookup(void *map, __u64 cap, __u64 hi, __
 		return *(volatile __u32 *)&w[i];
 	}
 	return WOLF_LPM_MISS;
+}
+
+/* wolf_lpm__walk from the root entry, word 0. */
+static __always_inline __u32 wolf_lpm__lookup(void *map, __u64 cap, __u64 hi, __u64 lo,
+					      const int levels, const int wide)
+{
+	__u32 zero = 0, *w;
+
+	w = bpf_map_lookup_elem(map, &zero);
+	if (!w)
+		return WOLF_LPM_MISS;
+	return wolf_lpm__walk(w, cap, *(volatile __u32 *)w, hi, lo, levels, wide);
 }
 
 /* Look up an IPv4 address in network byte order (iph->daddr). */

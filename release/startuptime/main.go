@@ -12,6 +12,10 @@
 //     perf event and uprobe attachments are all links), and the time their
 //     count first reaches its maximum over the settle window is taken:
 //     every investigator has loaded, verified and attached its programs.
+//   - the CPU time wolf had used then (user and system, from
+//     /proc/PID/stat, in clock ticks): what start-up costs the host, apart
+//     from the window's cost; the kernel's verifier is most of the system
+//     time.
 //
 // Each run is stopped with SIGINT after the settle window (wolf detaches
 // and exits 0). The binary's size is printed beside the times.
@@ -62,7 +66,7 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
-	var first, attached []time.Duration
+	var first, attached, user, sys, cpu []time.Duration
 	links := 0
 	for i := 0; i < *n; i++ {
 		r, err := once(bin, *timeout, *settle)
@@ -70,13 +74,17 @@ func main() {
 			fail(fmt.Errorf("run %d: %w", i+1, err))
 		}
 		first, attached = append(first, r.firstLine), append(attached, r.allAttached)
+		user, sys, cpu = append(user, r.user), append(sys, r.sys), append(cpu, r.user+r.sys)
 		links = max(links, r.links)
-		fmt.Printf("run %2d: first progress line %v, %d BPF links attached at %v\n", i+1, r.firstLine.Round(time.Millisecond), r.links, r.allAttached.Round(time.Millisecond))
+		fmt.Printf("run %2d: first progress line %v, %d BPF links attached at %v, CPU then %v (user %v, system %v)\n", i+1, r.firstLine.Round(time.Millisecond), r.links, r.allAttached.Round(time.Millisecond), r.user+r.sys, r.user, r.sys)
 	}
 	fmt.Printf("binary %s: %d bytes (%.1f MiB)\n", bin, st.Size(), float64(st.Size())/(1<<20))
 	fmt.Printf("wolf doctor, %d runs, from exec:\n", *n)
 	fmt.Printf("  first progress line:     %s\n", summary(first))
 	fmt.Printf("  all %3d BPF links attached: %s\n", links, summary(attached))
+	fmt.Printf("  CPU used by then:        %s\n", summary(cpu))
+	fmt.Printf("    user:                  %s\n", summary(user))
+	fmt.Printf("    system:                %s\n", summary(sys))
 }
 
 func summary(ds []time.Duration) string {
@@ -103,6 +111,7 @@ type result struct {
 	firstLine   time.Duration // first byte of the first progress line ("\r[")
 	allAttached time.Duration // the bpf_link count first at its maximum
 	links       int           // that maximum
+	user, sys   time.Duration // wolf's CPU time at allAttached
 }
 
 // once starts wolf doctor with its standard error on a pseudo-terminal,
@@ -168,6 +177,9 @@ func once(bin string, timeout, settle time.Duration) (result, error) {
 		case now := <-tick.C:
 			if c := countLinks(fdDir); c > r.links {
 				r.links, r.allAttached = c, now.Sub(start)
+				if u, s, err := procCPU(cmd.Process.Pid); err == nil {
+					r.user, r.sys = u, s
+				}
 			}
 			if !firstSeen.IsZero() && now.Sub(firstSeen) > settle {
 				_ = cmd.Process.Signal(syscall.SIGINT)
@@ -181,6 +193,38 @@ func once(bin string, timeout, settle time.Duration) (result, error) {
 			}
 		}
 	}
+}
+
+// clockTick is USER_HZ, the unit of /proc/PID/stat's times: 100 on
+// every architecture wolf ships for.
+const clockTick = 10 * time.Millisecond
+
+// procCPU is a process's user and system CPU time so far, its threads'
+// (the dead ones' too) summed by the kernel.
+func procCPU(pid int) (user, sys time.Duration, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	// The name may hold spaces and parentheses: the fields start after
+	// the last ')'. utime and stime are fields 14 and 15 of the line.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: no ')'", pid)
+	}
+	f := bytes.Fields(b[i+1:])
+	if len(f) < 13 {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f)+2)
+	}
+	u, err := strconv.ParseUint(string(f[11]), 10, 64)
+	if err != nil {
+		return 0, 0, fmt.Errorf("/proc/%d/stat utime: %w", pid, err)
+	}
+	s, err := strconv.ParseUint(string(f[12]), 10, 64)
+	if err != nil {
+		return 0, 0, fmt.Errorf("/proc/%d/stat stime: %w", pid, err)
+	}
+	return time.Duration(u) * clockTick, time.Duration(s) * clockTick, nil
 }
 
 // countLinks counts the bpf_link descriptors open in a /proc/PID/fd.

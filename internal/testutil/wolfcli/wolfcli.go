@@ -11,6 +11,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -189,4 +191,45 @@ func HeldPrograms(t testing.TB, what string, pid, n int, d time.Duration) map[eb
 		return len(ids) >= n
 	})
 	return ids
+}
+
+// attachesRE matches one collector's attach counter on /metrics.
+var attachesRE = regexp.MustCompile(`(?m)^wolf_collector_attaches_total\{collector="([^"]+)"\} ([0-9.e+]+)$`)
+
+// WaitAttached waits until every investigator of the watch has loaded and
+// attached its programs once (wolf_collector_attaches_total ≥ 1 for every
+// collector on /metrics). Investigators start side by side and the kernel's
+// verifier takes seconds for some programs: a test that means to signal a
+// running watch, not one still starting, waits for this.
+func (w *Watch) WaitAttached(t testing.TB, d time.Duration) {
+	t.Helper()
+	c := &http.Client{Timeout: 5 * time.Second}
+	pending := []string{"(no /metrics answer yet)"}
+	for deadline := time.Now().Add(d); ; time.Sleep(100 * time.Millisecond) {
+		if b, err := get(c, "http://"+w.Addr+"/metrics"); err == nil {
+			pending = pending[:0]
+			m := attachesRE.FindAllStringSubmatch(b, -1)
+			for _, s := range m {
+				if n, err := strconv.ParseFloat(s[2], 64); err != nil || n < 1 {
+					pending = append(pending, s[1])
+				}
+			}
+			if len(m) > 0 && len(pending) == 0 {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for wolf watch's investigators to attach: %v still starting", d, pending)
+		}
+	}
+}
+
+func get(c *http.Client, url string) (string, error) {
+	resp, err := c.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
 }

@@ -1,4 +1,4 @@
-package main
+package diagnosistest
 
 import (
 	"fmt"
@@ -110,24 +110,5 @@ func TestDoctorNamesPodAndContainer(t *testing.T) {
 	}
 	if !strings.Contains(first, "CPU quota") && !strings.Contains(first, "throttled") {
 		t.Errorf("the first item is not the container's CPU quota: %q", first)
-	}
-}
-
-// --container and --pod that name nothing: one line, exit 2, before the
-// window (a window of a day would time the test out).
-func TestUnknownWorkloadIsUsage(t *testing.T) {
-	testutil.RequireRoot(t)
-	for _, args := range [][]string{
-		{"doctor", "--duration", "24h", "--container", "wolf-no-such-container"},
-		{"sched", "--duration", "24h", "--pod", "wolf-no-such-pod.default"},
-		{"hung", "--duration", "24h", "--container", "0123456789ab"},
-	} {
-		r := runWolf(t, 30*time.Second, args...)
-		if r.code != exitUsage {
-			t.Errorf("wolf %v: exit %d, want %d (stderr %q)", args, r.code, exitUsage, r.stderr)
-		}
-		if lines := strings.Count(strings.TrimSpace(r.stderr), "\n") + 1; lines != 1 || !strings.HasPrefix(r.stderr, "wolf: --") {
-			t.Errorf("wolf %v: want one 'wolf: --…' line on stderr, got %q", args, r.stderr)
-		}
 	}
 }
