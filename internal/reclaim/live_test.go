@@ -107,7 +107,8 @@ func TestLiveLab(t *testing.T) {
 		iv.collecting = func() { c1 = readCounters(t, h, in.Cgroup()) }
 		var snap *Snapshot
 		iv.snapshot = func(s *Snapshot) { snap = s }
-		res := runWith(t, iv, 4*time.Second, 0)
+		// 8 s: see the re-read measure below.
+		res := runWith(t, iv, 8*time.Second, 0)
 		f := cgroupFinding(res.Findings, in.Cgroup())
 		if f == nil {
 			t.Fatalf("no reclaim finding names cgroup %s", in.Cgroup())
@@ -175,8 +176,12 @@ func TestLiveLab(t *testing.T) {
 			// pages back in as fast as the limit evicts them, and this
 			// kernel keeps their shadows (its refault count is the
 			// reference). The measure is a 1 in 8 sample of pages and
-			// sees only pages evicted since it attached: about half the
-			// kernel's count in a 4 s window (measured: 0.55-0.56).
+			// sees only pages evicted since it attached, so the kernel's
+			// refaults of pages evicted before count against it for about
+			// one turn of the lab's reads: about half the kernel's count
+			// in a 4 s window on a quiet machine (0.55-0.56), 0.21-0.22 on
+			// a loaded one, where a turn takes longer. The window is 8 s
+			// so that the turn is a smaller part of it.
 			if !snap.Rereads {
 				t.Errorf("the re-read measure is not attached")
 			} else if ref, ok := c.refaults(); ok {
@@ -236,8 +241,12 @@ func TestLiveLab(t *testing.T) {
 		if want.scanned < 1000 {
 			t.Fatalf("the lab barely reclaimed (%d pages scanned): not a test", want.scanned)
 		}
-		if !within(scanned, want.scanned, 10) || !within(reclaimed, want.reclaimed, 10) {
-			t.Errorf("wolf estimated %d/%d pages scanned/reclaimed, the kernel counted %d/%d: more than 10%% apart", scanned, reclaimed, want.scanned, want.reclaimed)
+		// An estimate from 2,500-4,000 batches of very uneven sizes (0 to
+		// 32 pages reclaimed): -4.9% to +5.0% off in six runs on a loaded
+		// machine, once +11.6% on reclaimed. A weight gone wrong is off
+		// by the sampling's rate, 7 times or more.
+		if !within(scanned, want.scanned, 15) || !within(reclaimed, want.reclaimed, 15) {
+			t.Errorf("wolf estimated %d/%d pages scanned/reclaimed, the kernel counted %d/%d: more than 15%% apart", scanned, reclaimed, want.scanned, want.reclaimed)
 		}
 	})
 
