@@ -182,6 +182,26 @@ func sub(b, a uint64) float64 {
 	return float64(b - a)
 }
 
+// selfPct is wolf's own CPU time over the window, in percent of all the
+// CPUs' time (as /proc/stat's busy share counts it), or 0 when the
+// snapshots do not say (a saved window analysed later).
+func (a *analysis) selfPct() float64 {
+	d := a.w.Last.SelfCPU - a.w.First.SelfCPU
+	if a.w.First.SelfCPU <= 0 || d <= 0 || a.dt <= 0 {
+		return 0
+	}
+	return min(100, 100*d.Seconds()/(a.dt*float64(a.cpuCount())))
+}
+
+// selfTipped says whether the CPUs were saturated only with wolf's own
+// work: busy past the mark, and under it without wolf. Under emulation
+// (qemu without KVM) wolf's start-up and window can take most of two
+// CPUs; an idle host must not read as a saturated one because of it.
+func (a *analysis) selfTipped(busy float64) bool {
+	self := a.selfPct()
+	return self > 0 && busy >= cpuBusyWarnPct && busy-self < cpuBusyWarnPct
+}
+
 func (a *analysis) cpuCount() int {
 	if s := a.w.Last.Stat; s != nil && len(s.CPUs) > 0 {
 		return len(s.CPUs)
@@ -190,4 +210,10 @@ func (a *analysis) cpuCount() int {
 		return len(s.CPUs)
 	}
 	return 1
+}
+
+// cpuSelfTipped is selfTipped for the window's whole-machine busy share.
+func (a *analysis) cpuSelfTipped() bool {
+	ps := CPUPercents(a.w.First.Stat, a.w.Last.Stat)
+	return len(ps) > 0 && ps[0].CPU == -1 && a.selfTipped(ps[0].Busy())
 }

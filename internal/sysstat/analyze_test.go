@@ -375,3 +375,43 @@ func TestRunQueue(t *testing.T) {
 		t.Errorf("run queue does not point at wolf sched")
 	}
 }
+
+// CPUs saturated only with wolf's own work (qemu without KVM: its start-up
+// and window take most of two CPUs) raise no warning; the same window
+// with wolf's share small does.
+func TestSaturatedByWolfItself(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		self     time.Duration // wolf's CPU over the 1.5 s window of 2 CPUs
+		wantWarn bool
+	}{
+		{"wolf used most of it", 2700 * time.Millisecond, false},
+		{"wolf used little", 100 * time.Millisecond, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := window(t, "busy-start", "busy-end", 1500*time.Millisecond, func(a, b Files) {
+				a["pressure/cpu"] = []byte("some avg10=0.00 avg60=0.00 avg300=0.00 total=1000000\n")
+				b["pressure/cpu"] = []byte("some avg10=60.00 avg60=20.00 avg300=5.00 total=1900000\n") // 60%
+			})
+			w.First.SelfCPU, w.Last.SelfCPU = time.Second, time.Second+c.self
+			w.Ticks = []Tick{{6, 0}, {6, 0}, {6, 0}} // 2.5 a CPU beyond the reader
+			res := Analyze(w)
+			tipped := !c.wantWarn
+			for _, id := range []string{"system.cpu-saturated", "system.run-queue"} {
+				if f := findingByID(res, id); (f != nil) == tipped {
+					t.Errorf("%s: %v, want it %v", id, ids(res.Findings), !tipped)
+				}
+			}
+			sev := finding.Warning
+			if tipped {
+				sev = finding.Info
+			}
+			if f := findingByID(res, "system.psi-cpu"); f == nil || f.Severity != sev {
+				t.Errorf("system.psi-cpu: %v, want %v", ids(res.Findings), sev)
+			}
+			if cpu := checkOf(t, res, "cpu"); strings.Contains(cpu.Summary, "wolf's own work") != tipped {
+				t.Errorf("cpu summary %q", cpu.Summary)
+			}
+		})
+	}
+}

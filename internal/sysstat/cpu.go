@@ -100,6 +100,10 @@ func (a *analysis) cpu() {
 		}
 	}
 	v["per_cpu"] = perVals
+	self := a.selfPct()
+	if self > 0 {
+		v["wolf_busy_pct"] = human.Round(self, 1)
+	}
 	summary := fmt.Sprintf("usr %s sys %s iowait %s", human.Percent(m.Usr+m.Nice), human.Percent(m.Sys), human.Percent(m.IOWait))
 	if m.IRQ > 0 {
 		summary += " irq " + human.Percent(m.IRQ)
@@ -107,6 +111,9 @@ func (a *analysis) cpu() {
 	summary += fmt.Sprintf(" soft %s steal %s idle %s", human.Percent(m.Soft), human.Percent(m.Steal), human.Percent(m.Idle))
 	if len(per) > 1 && busiest.Busy() >= cpuHotPct && m.Busy() < cpuBusyWarnPct {
 		summary += fmt.Sprintf(", cpu%d %s busy", busiest.CPU, human.Percent(busiest.Busy()))
+	}
+	if a.selfTipped(m.Busy()) {
+		summary += fmt.Sprintf(", %s of it wolf's own work (the rest %s)", human.Percent(self), human.Percent(m.Busy()-self))
 	}
 	var fs []finding.Finding
 	subjects := func(pred func(CPUPct) bool, detail func(CPUPct) string) []finding.Subject {
@@ -122,7 +129,7 @@ func (a *analysis) cpu() {
 		return fmt.Sprintf("%s busy: usr %s sys %s soft %s", human.Percent(c.Busy()), human.Percent(c.Usr+c.Nice), human.Percent(c.Sys), human.Percent(c.Soft))
 	}
 	switch {
-	case m.Busy() >= cpuBusyWarnPct:
+	case m.Busy() >= cpuBusyWarnPct && !a.selfTipped(m.Busy()):
 		fs = append(fs, finding.Finding{
 			ID:        "system.cpu-saturated",
 			Severity:  finding.Warning,

@@ -34,8 +34,13 @@ func (a *analysis) load() {
 		v["blocked_mean"], v["blocked_max"] = human.Round(blk, 2), blkMax
 		v["samples"] = n
 		summary += fmt.Sprintf(", runnable %s avg %d max, blocked %s", human.Number(run), runMax, human.Number(blk))
-		// procs_running counts the reading thread itself.
-		if perCPU := (run - 1) / float64(cpus); n >= 2 && perCPU >= runqPerCPUWarn {
+		// procs_running counts the reading thread itself, and wolf's
+		// threads at least as often as they used a CPU.
+		selfCPUs := a.selfPct() / 100 * float64(cpus)
+		if selfCPUs > 0 {
+			v["wolf_cpus"] = human.Round(selfCPUs, 2)
+		}
+		if perCPU := (run - 1 - selfCPUs) / float64(cpus); n >= 2 && perCPU >= runqPerCPUWarn {
 			fs = append(fs, finding.Finding{
 				ID:       "system.run-queue",
 				Severity: finding.Warning,

@@ -47,7 +47,13 @@ func (a *analysis) psi() {
 		ev := map[string]any{"some_pct": human.Round(some, 2), "full_pct": human.Round(full, 2), "some_avg10_pct": b.SomeAvg10, "window_s": human.Round(a.dt, 2)}
 		switch res {
 		case "cpu":
-			if some >= psiCPUSomeWarn {
+			switch {
+			case some >= psiCPUSomeWarn && a.cpuSelfTipped():
+				ev["wolf_busy_pct"] = human.Round(a.selfPct(), 1)
+				fs = append(fs, psiFinding(res, finding.Info, some, "some", ev,
+					"Some runnable task waited for a CPU during that share of the window, on CPUs that only wolf's own work made saturated.",
+					[]string{"wolf sched --duration 10s: run-queue latency per task"}))
+			case some >= psiCPUSomeWarn:
 				fs = append(fs, psiFinding(res, finding.Warning, some, "some", ev,
 					"Some runnable task waited for a CPU during that share of the window.",
 					[]string{"wolf sched --duration 10s: run-queue latency per task", "find the CPU consumers: top, pidstat 1; cap them with cpu.max"}))

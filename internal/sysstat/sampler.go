@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/wolf-investigator/wolf/internal/fact"
@@ -90,7 +91,9 @@ func Start(ctx context.Context, opts Options) *Sampler {
 
 func (s *Sampler) snapshot(ctx context.Context) Snapshot {
 	files, errs := readFiles(ctx, s.reader, s.opts.ProcRoot, s.opts.SysRoot)
-	return ParseFiles(time.Now(), files, errs)
+	snap := ParseFiles(time.Now(), files, errs)
+	snap.SelfCPU = selfCPU()
+	return snap
 }
 
 func (s *Sampler) loop(ctx context.Context) {
@@ -152,4 +155,14 @@ func (s *Sampler) Stop(ctx context.Context) Result {
 		s.res = Analyze(w)
 	})
 	return s.res
+}
+
+// selfCPU is this process's CPU time, every thread's, user and system; 0
+// when getrusage fails.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -32,6 +32,10 @@ type Snapshot struct {
 	SNMP       map[string]int64 // "Tcp.RetransSegs", "TcpExt.ListenOverflows", …
 	// Errors names the files that could not be read or parsed, and why.
 	Errors map[string]string
+	// SelfCPU is the CPU time (user and system) this process had used, so
+	// that the checklist can tell the host's load from wolf's own; 0 in a
+	// snapshot not taken by a live sampler.
+	SelfCPU time.Duration `json:",omitempty"`
 }
 
 // procFiles are the files a snapshot reads, relative to the procfs root.
