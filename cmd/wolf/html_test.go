@@ -32,8 +32,8 @@ func TestHTMLFormatOnlyForReports(t *testing.T) {
 		{"bench", "lpm", "--format", "html"},
 	} {
 		r := runWolf(t, 10*time.Second, args...)
-		if r.code != exitUsage || !strings.HasPrefix(r.stderr, "wolf: ") || strings.Count(r.stderr, "\n") != 1 || !strings.Contains(r.stderr, "html") {
-			t.Errorf("wolf %v: exit %d, stderr %q; want exit %d and one line about html", args, r.code, r.stderr, exitUsage)
+		if r.Code != exitUsage || !strings.HasPrefix(r.Stderr, "wolf: ") || strings.Count(r.Stderr, "\n") != 1 || !strings.Contains(r.Stderr, "html") {
+			t.Errorf("wolf %v: exit %d, stderr %q; want exit %d and one line about html", args, r.Code, r.Stderr, exitUsage)
 		}
 	}
 }
@@ -55,8 +55,8 @@ func TestHTMLToTerminalNeedsOutput(t *testing.T) {
 	}
 	// Piped, validation passes: what stops it (if anything) is not usage.
 	r := runWolf(t, 30*time.Second, "analyze", "--format", "html", "../../internal/hung/hunglog/testdata/rtnl.log")
-	if r.code != 0 || !strings.HasPrefix(r.stdout, "<!DOCTYPE html>") || !strings.Contains(r.stdout, "rtnl_mutex") {
-		t.Errorf("analyze --format html to a pipe: exit %d, stderr %q, stdout starts %.80q", r.code, r.stderr, r.stdout)
+	if r.Code != 0 || !strings.HasPrefix(r.Stdout, "<!DOCTYPE html>") || !strings.Contains(r.Stdout, "rtnl_mutex") {
+		t.Errorf("analyze --format html to a pipe: exit %d, stderr %q, stdout starts %.80q", r.Code, r.Stderr, r.Stdout)
 	}
 }
 
@@ -133,8 +133,8 @@ func TestHungHTMLEscapesHostileComm(t *testing.T) {
 
 	out := filepath.Join(t.TempDir(), "report.html")
 	r := runWolf(t, 30*time.Second, "hung", "--duration", "3s", "--threshold", "1s", "--format", "html", "--output", out)
-	if r.code != 0 {
-		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	if r.Code != 0 {
+		t.Fatalf("exit %d: %s", r.Code, r.Stderr)
 	}
 	data, err := os.ReadFile(out)
 	if err != nil {

@@ -35,22 +35,22 @@ func TestIncidentsCommand(t *testing.T) {
 		ids = append(ids, m.ID)
 	}
 	r := runWolf(t, 10*time.Second, "incidents", "list", "--dir", dir)
-	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	if r.code != 0 || len(lines) != 2 || !strings.HasPrefix(lines[0], ids[1]) || !strings.Contains(lines[0], "second hang") {
-		t.Errorf("list: exit %d\n%s", r.code, r.stdout)
+	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+	if r.Code != 0 || len(lines) != 2 || !strings.HasPrefix(lines[0], ids[1]) || !strings.Contains(lines[0], "second hang") {
+		t.Errorf("list: exit %d\n%s", r.Code, r.Stdout)
 	}
 	r = runWolf(t, 10*time.Second, "incidents", "list", "--dir", dir, "--format", "json")
 	var metas []incident.Meta
-	if err := json.Unmarshal([]byte(r.stdout), &metas); err != nil || len(metas) != 2 {
-		t.Errorf("list json: %v\n%s", err, r.stdout)
+	if err := json.Unmarshal([]byte(r.Stdout), &metas); err != nil || len(metas) != 2 {
+		t.Errorf("list json: %v\n%s", err, r.Stdout)
 	}
 	r = runWolf(t, 10*time.Second, "incidents", "show", "latest", "--dir", dir)
-	if r.code != 0 || !strings.Contains(r.stdout, "second hang") || !strings.Contains(r.stdout, "opened by finding start") {
-		t.Errorf("show latest: exit %d\n%s", r.code, r.stdout)
+	if r.Code != 0 || !strings.Contains(r.Stdout, "second hang") || !strings.Contains(r.Stdout, "opened by finding start") {
+		t.Errorf("show latest: exit %d\n%s", r.Code, r.Stdout)
 	}
 	r = runWolf(t, 10*time.Second, "incidents", "show", ids[0], "--dir", dir, "--format", "html")
-	if r.code != 0 || !strings.HasPrefix(strings.ToLower(r.stdout), "<!doctype html>") || !strings.Contains(r.stdout, "first hang") {
-		t.Errorf("show html: exit %d\n%.200s", r.code, r.stdout)
+	if r.Code != 0 || !strings.HasPrefix(strings.ToLower(r.Stdout), "<!doctype html>") || !strings.Contains(r.Stdout, "first hang") {
+		t.Errorf("show html: exit %d\n%.200s", r.Code, r.Stdout)
 	}
 	// pack: a tar.gz of the bundle's files under its name.
 	cmd := exec.Command(wolfBin, "incidents", "pack", ids[0], "--dir", dir)
@@ -85,8 +85,8 @@ func TestIncidentsCommand(t *testing.T) {
 		{"incidents", "list", "--dir", dir + "/missing"},
 		{"incidents", "list", "--dir", dir, "--format", "xml"},
 	} {
-		if r := runWolf(t, 10*time.Second, args...); r.code != exitUsage {
-			t.Errorf("%v: exit %d, want 2: %s", args, r.code, r.stderr)
+		if r := runWolf(t, 10*time.Second, args...); r.Code != exitUsage {
+			t.Errorf("%v: exit %d, want 2: %s", args, r.Code, r.Stderr)
 		}
 	}
 }

@@ -28,15 +28,9 @@ var wolfBin string
 
 func TestMain(m *testing.M) { wolfcli.Main(m, &wolfBin) }
 
-type result struct {
-	code           int
-	stdout, stderr string
-}
-
-func runWolf(t *testing.T, timeout time.Duration, args ...string) result {
+func runWolf(t *testing.T, timeout time.Duration, args ...string) wolfcli.Result {
 	t.Helper()
-	r := wolfcli.Run(t, wolfBin, timeout, args...)
-	return result{r.Code, r.Stdout, r.Stderr}
+	return wolfcli.Run(t, wolfBin, timeout, args...)
 }
 
 func TestBadUsageExitsTwoWithOneLine(t *testing.T) {
@@ -161,39 +155,27 @@ func TestBadUsageExitsTwoWithOneLine(t *testing.T) {
 		{"sched", "--duration", "24h", "--pod", ""},
 	} {
 		r := runWolf(t, 10*time.Second, args...)
-		if r.code != exitUsage {
-			t.Errorf("wolf %v: exit %d, want %d (stderr %q)", args, r.code, exitUsage, r.stderr)
+		if r.Code != exitUsage {
+			t.Errorf("wolf %v: exit %d, want %d (stderr %q)", args, r.Code, exitUsage, r.Stderr)
 		}
-		if lines := strings.Count(strings.TrimSpace(r.stderr), "\n") + 1; lines != 1 || !strings.HasPrefix(r.stderr, "wolf: ") {
-			t.Errorf("wolf %v: want one 'wolf: …' line on stderr, got %q", args, r.stderr)
+		if lines := strings.Count(strings.TrimSpace(r.Stderr), "\n") + 1; lines != 1 || !strings.HasPrefix(r.Stderr, "wolf: ") {
+			t.Errorf("wolf %v: want one 'wolf: …' line on stderr, got %q", args, r.Stderr)
 		}
 	}
 }
 
 // readReport decodes the JSON report a wolf command wrote to path.
-func readReport(t *testing.T, path string) finding.Report {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep finding.Report
-	if err := json.Unmarshal(data, &rep); err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	return rep
-}
 
 func TestHelpOnEveryCommand(t *testing.T) {
 	for _, args := range [][]string{{"--help"}, {"doctor", "--help"}, {"hung", "--help"}, {"locks", "--help"}, {"analyze", "--help"}, {"check", "--help"}, {"lab", "--help"}, {"lab", "list", "--help"}, {"lab", "run", "--help"}, {"bench", "--help"}, {"bench", "lpm", "--help"}, {"reclaim", "--help"}, {"sched", "--help"}, {"softirq", "--help"}, {"watch", "--help"}, {"bpf", "--help"}} {
 		r := runWolf(t, 10*time.Second, args...)
-		if r.code != 0 || !strings.Contains(r.stdout, "Usage:") {
-			t.Errorf("wolf %v: exit %d, stdout %q", args, r.code, r.stdout)
+		if r.Code != 0 || !strings.Contains(r.Stdout, "Usage:") {
+			t.Errorf("wolf %v: exit %d, stdout %q", args, r.Code, r.Stdout)
 		}
 		// Users have never heard of the project's internal "seeds": help
 		// cites the public write-ups by title.
-		if strings.Contains(strings.ToLower(r.stdout), "seed") {
-			t.Errorf("wolf %v: help mentions seeds:\n%s", args, r.stdout)
+		if strings.Contains(strings.ToLower(r.Stdout), "seed") {
+			t.Errorf("wolf %v: help mentions seeds:\n%s", args, r.Stdout)
 		}
 	}
 }
@@ -329,11 +311,11 @@ func TestDoctorHealthyHostFinishesInTime(t *testing.T) {
 	r := runWolf(t, 20*time.Second, "doctor", "--duration", "3s", "--format", "json")
 	took := time.Since(start)
 	tr := meter.truth(t, took.Seconds())
-	if r.code != 0 {
-		t.Fatalf("doctor exit %d: %s", r.code, r.stderr)
+	if r.Code != 0 {
+		t.Fatalf("doctor exit %d: %s", r.Code, r.Stderr)
 	}
 	var rep finding.Report
-	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+	if err := json.Unmarshal([]byte(r.Stdout), &rep); err != nil {
 		t.Fatalf("doctor JSON: %v", err)
 	}
 	// Start-up (loading, verifying, attaching: CPU-bound, seconds on a
@@ -357,21 +339,21 @@ func TestDoctorHealthyHostFinishesInTime(t *testing.T) {
 	meter = startLoadMeter(t)
 	textStart := time.Now()
 	text := runWolf(t, 20*time.Second, "doctor", "--duration", "1s")
-	if !healthyText(t, text.stdout, meter.truth(t, time.Since(textStart).Seconds())) {
-		t.Errorf("no healthy verdict in text output:\n%s", text.stdout)
+	if !healthyText(t, text.Stdout, meter.truth(t, time.Since(textStart).Seconds())) {
+		t.Errorf("no healthy verdict in text output:\n%s", text.Stdout)
 	}
-	if !strings.Contains(text.stdout, "\nload ") || !strings.Contains(text.stdout, "\nkernel log ") {
-		t.Errorf("no checklist in text output:\n%s", text.stdout)
+	if !strings.Contains(text.Stdout, "\nload ") || !strings.Contains(text.Stdout, "\nkernel log ") {
+		t.Errorf("no checklist in text output:\n%s", text.Stdout)
 	}
 }
 
 func TestAnalyzeCLI(t *testing.T) {
 	r := runWolf(t, 10*time.Second, "analyze", "--format", "json", "../../internal/hung/hunglog/testdata/rtnl.log")
-	if r.code != 0 {
-		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	if r.Code != 0 {
+		t.Fatalf("exit %d: %s", r.Code, r.Stderr)
 	}
 	var rep finding.Report
-	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+	if err := json.Unmarshal([]byte(r.Stdout), &rep); err != nil {
 		t.Fatal(err)
 	}
 	if len(rep.Findings) == 0 || !strings.Contains(rep.Findings[0].Title, "rtnl_mutex") {
@@ -390,12 +372,12 @@ func TestBTFFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := runWolf(t, 60*time.Second, "check", "--btf", f, "--format", "json")
-	if r.code != 0 || !strings.Contains(r.stdout, f+" (--btf)") {
-		t.Fatalf("check --btf: exit %d, stdout lacks %q: %s", r.code, f+" (--btf)", r.stderr)
+	if r.Code != 0 || !strings.Contains(r.Stdout, f+" (--btf)") {
+		t.Fatalf("check --btf: exit %d, stdout lacks %q: %s", r.Code, f+" (--btf)", r.Stderr)
 	}
 	r = runWolf(t, 90*time.Second, "softirq", "--btf", f, "--duration", "1s", "--format", "json")
-	if r.code != 0 || !strings.Contains(r.stdout, `"findings"`) {
-		t.Fatalf("softirq --btf: exit %d: %s", r.code, r.stderr)
+	if r.Code != 0 || !strings.Contains(r.Stdout, `"findings"`) {
+		t.Fatalf("softirq --btf: exit %d: %s", r.Code, r.Stderr)
 	}
 }
 
@@ -415,8 +397,8 @@ func TestAnalyzeEndsOnOddInput(t *testing.T) {
 		{long, "without a newline"},
 	} {
 		r := runWolf(t, 20*time.Second, "analyze", tc.file)
-		if r.code != 2 || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 || !strings.Contains(r.stderr, tc.want) {
-			t.Errorf("analyze %s: exit %d, stderr %q", tc.file, r.code, r.stderr)
+		if r.Code != 2 || strings.Count(strings.TrimSpace(r.Stderr), "\n") != 0 || !strings.Contains(r.Stderr, tc.want) {
+			t.Errorf("analyze %s: exit %d, stderr %q", tc.file, r.Code, r.Stderr)
 		}
 	}
 	big := filepath.Join(dir, "big.log")
@@ -429,11 +411,11 @@ func TestAnalyzeEndsOnOddInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := runWolf(t, 20*time.Second, "analyze", "--format", "json", "--max-input", "1M", big)
-	if r.code != 0 || !strings.Contains(r.stderr, "was cut") {
-		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+	if r.Code != 0 || !strings.Contains(r.Stderr, "was cut") {
+		t.Fatalf("exit %d, stderr %q", r.Code, r.Stderr)
 	}
 	var rep finding.Report
-	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+	if err := json.Unmarshal([]byte(r.Stdout), &rep); err != nil {
 		t.Fatal(err)
 	}
 	if len(rep.Notes) == 0 || !strings.Contains(rep.Notes[0], "first 1 MiB") || len(rep.Findings) == 0 {
@@ -445,14 +427,14 @@ func TestAnalyzeEndsOnOddInput(t *testing.T) {
 func TestAnalyzeHeaderIsTheLogs(t *testing.T) {
 	r := runWolf(t, 10*time.Second, "analyze", "--format", "json", "../../internal/hung/hunglog/testdata/corpus/seen/bugzilla-xfs-syslog-qp-wrapped.log")
 	var rep finding.Report
-	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
-		t.Fatalf("exit %d: %v: %s", r.code, err, r.stderr)
+	if err := json.Unmarshal([]byte(r.Stdout), &rep); err != nil {
+		t.Fatalf("exit %d: %v: %s", r.Code, err, r.Stderr)
 	}
 	if rep.Kernel != "6.6.0-rc5" || rep.Host != "line-xfs-crc-logdev" {
 		t.Errorf("kernel %q, host %q", rep.Kernel, rep.Host)
 	}
 	r = runWolf(t, 10*time.Second, "analyze", "../../internal/hung/hunglog/testdata/corpus/seen/bugzilla-xfs-syslog-qp-wrapped.log")
-	if first, _, _ := strings.Cut(r.stdout, "\n"); !strings.Contains(first, "line-xfs-crc-logdev · kernel 6.6.0-rc5") {
+	if first, _, _ := strings.Cut(r.Stdout, "\n"); !strings.Contains(first, "line-xfs-crc-logdev · kernel 6.6.0-rc5") {
 		t.Errorf("header %q", first)
 	}
 }
@@ -460,11 +442,11 @@ func TestAnalyzeHeaderIsTheLogs(t *testing.T) {
 func TestCheckSaysWhyNot(t *testing.T) {
 	testutil.RequireRoot(t)
 	r := runWolf(t, 120*time.Second, "check", "--format", "json")
-	if r.code != 0 {
-		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	if r.Code != 0 {
+		t.Fatalf("exit %d: %s", r.Code, r.Stderr)
 	}
 	var rep checkReport
-	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+	if err := json.Unmarshal([]byte(r.Stdout), &rep); err != nil {
 		t.Fatal(err)
 	}
 	if len(rep.Investigators) == 0 || rep.Investigators[0].Name != "hung" || !rep.Investigators[0].Ready {
@@ -498,8 +480,8 @@ func TestCheckSaysWhyNot(t *testing.T) {
 		}
 	}
 	text := runWolf(t, 120*time.Second, "check")
-	if !strings.Contains(text.stdout, "hung: ready") || !strings.Contains(text.stdout, "reclaim: ready") || !strings.Contains(text.stdout, "softirq: ready") {
-		t.Errorf("text check:\n%s", text.stdout)
+	if !strings.Contains(text.Stdout, "hung: ready") || !strings.Contains(text.Stdout, "reclaim: ready") || !strings.Contains(text.Stdout, "softirq: ready") {
+		t.Errorf("text check:\n%s", text.Stdout)
 	}
 }
 
@@ -603,8 +585,8 @@ func bounceProcesses(t *testing.T) []string {
 func TestLabList(t *testing.T) {
 	r := runWolf(t, 10*time.Second, "lab", "list", "--format", "json")
 	var labs []struct{ Name, Summary string }
-	if err := json.Unmarshal([]byte(r.stdout), &labs); err != nil || r.code != 0 {
-		t.Fatalf("exit %d, %v: %s", r.code, err, r.stdout)
+	if err := json.Unmarshal([]byte(r.Stdout), &labs); err != nil || r.Code != 0 {
+		t.Fatalf("exit %d, %v: %s", r.Code, err, r.Stdout)
 	}
 	names := map[string]bool{}
 	for _, l := range labs {
@@ -626,11 +608,11 @@ func TestSoftirqKernelFuncSaysWhyNot(t *testing.T) {
 		t.Skip("this kernel has kprobes; the live kprobe path is tested in internal/softirq")
 	}
 	r := runWolf(t, 20*time.Second, "softirq", "--func", "net_rx_action", "--duration", "1s")
-	if r.code != exitPrivilege {
-		t.Errorf("exit %d, want %d (stderr %q)", r.code, exitPrivilege, r.stderr)
+	if r.Code != exitPrivilege {
+		t.Errorf("exit %d, want %d (stderr %q)", r.Code, exitPrivilege, r.Stderr)
 	}
-	if strings.Count(r.stderr, "\n") != 1 || !strings.Contains(r.stderr, "CONFIG_KPROBES") || !strings.HasPrefix(r.stderr, "wolf: ") {
-		t.Errorf("stderr %q", r.stderr)
+	if strings.Count(r.Stderr, "\n") != 1 || !strings.Contains(r.Stderr, "CONFIG_KPROBES") || !strings.HasPrefix(r.Stderr, "wolf: ") {
+		t.Errorf("stderr %q", r.Stderr)
 	}
 }
 
@@ -717,11 +699,11 @@ func TestBPFCLIOnHotUprobeLab(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := runWolf(t, 30*time.Second, "bpf", "--duration", "2s", "--format", "json")
-	if r.code != 0 {
-		t.Fatalf("wolf bpf exit %d: %s", r.code, r.stderr)
+	if r.Code != 0 {
+		t.Fatalf("wolf bpf exit %d: %s", r.Code, r.Stderr)
 	}
 	var rep finding.Report
-	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+	if err := json.Unmarshal([]byte(r.Stdout), &rep); err != nil {
 		t.Fatal(err)
 	}
 	hot := map[string]bool{}
@@ -731,7 +713,7 @@ func TestBPFCLIOnHotUprobeLab(t *testing.T) {
 		}
 	}
 	if !hot["hot_entry"] || !hot["hot_return"] {
-		t.Errorf("lab's programs flagged hot: %v; report %s", hot, r.stdout)
+		t.Errorf("lab's programs flagged hot: %v; report %s", hot, r.Stdout)
 	}
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)

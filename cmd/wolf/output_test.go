@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/wolf-investigator/wolf/internal/testutil"
+	"github.com/wolf-investigator/wolf/internal/testutil/wolfcli"
 )
 
 // TestReportSavedWhenOutputFails: the --output directory disappears during
@@ -81,7 +82,7 @@ func TestReportSavedWhenOutputFails(t *testing.T) {
 	if filepath.Dir(m[1]) != tmp {
 		t.Errorf("saved in %s, want a file in TMPDIR %s", m[1], tmp)
 	}
-	rep := readReport(t, m[1])
+	rep := wolfcli.ReadReport(t, m[1])
 	if rep.Command != "analyze" {
 		t.Errorf("saved report: command %q", rep.Command)
 	}
@@ -100,7 +101,7 @@ func TestReportReplacesAtomically(t *testing.T) {
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("%v: %s", err, b)
 	}
-	rep := readReport(t, out) // fails on a half-replaced file
+	rep := wolfcli.ReadReport(t, out) // fails on a half-replaced file
 	if rep.Command != "analyze" {
 		t.Errorf("command %q", rep.Command)
 	}
@@ -119,8 +120,8 @@ func TestSoftirqHistogramsInReportFile(t *testing.T) {
 	testutil.RequireRoot(t)
 	out := filepath.Join(t.TempDir(), "softirq.txt")
 	r := runWolf(t, 60*time.Second, "softirq", "--duration", "1s", "--histograms", "--output", out)
-	if r.code != 0 {
-		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	if r.Code != 0 {
+		t.Fatalf("exit %d: %s", r.Code, r.Stderr)
 	}
 	b, err := os.ReadFile(out)
 	if err != nil {
@@ -129,8 +130,8 @@ func TestSoftirqHistogramsInReportFile(t *testing.T) {
 	if !strings.Contains(string(b), "softirq_runtime_us {vector=") {
 		t.Errorf("report file lacks the histograms:\n%s", b)
 	}
-	if r.stdout != "" {
-		t.Errorf("stdout %q, want everything in the file", r.stdout)
+	if r.Stdout != "" {
+		t.Errorf("stdout %q, want everything in the file", r.Stdout)
 	}
 }
 

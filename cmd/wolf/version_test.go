@@ -18,12 +18,12 @@ import (
 // size and hash, and the Go version is the one that built the binary.
 func TestVersionListsCompiledObjects(t *testing.T) {
 	r := runWolf(t, 30*time.Second, "version", "--format", "json")
-	if r.code != 0 {
-		t.Fatalf("wolf version: exit %d, stderr %q", r.code, r.stderr)
+	if r.Code != 0 {
+		t.Fatalf("wolf version: exit %d, stderr %q", r.Code, r.Stderr)
 	}
 	var rep versionReport
-	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
-		t.Fatalf("wolf version --format json: %v\n%s", err, r.stdout)
+	if err := json.Unmarshal([]byte(r.Stdout), &rep); err != nil {
+		t.Fatalf("wolf version --format json: %v\n%s", err, r.Stdout)
 	}
 	if rep.GoVersion != runtime.Version() {
 		t.Errorf("go_version %q, want %q", rep.GoVersion, runtime.Version())
@@ -48,12 +48,12 @@ func TestVersionListsCompiledObjects(t *testing.T) {
 
 	text := runWolf(t, 30*time.Second, "version")
 	for _, want := range []string{"wolf", "commit", runtime.Version(), "kernels", "tested on", "hung_bpfel.o"} {
-		if !strings.Contains(text.stdout, want) {
-			t.Errorf("wolf version text lacks %q:\n%s", want, text.stdout)
+		if !strings.Contains(text.Stdout, want) {
+			t.Errorf("wolf version text lacks %q:\n%s", want, text.Stdout)
 		}
 	}
-	if bad := runWolf(t, 30*time.Second, "version", "--format", "yaml"); bad.code != exitUsage || strings.Count(strings.TrimSpace(bad.stderr), "\n") != 0 {
-		t.Errorf("wolf version --format yaml: exit %d, stderr %q; want exit 2 and one line", bad.code, bad.stderr)
+	if bad := runWolf(t, 30*time.Second, "version", "--format", "yaml"); bad.Code != exitUsage || strings.Count(strings.TrimSpace(bad.Stderr), "\n") != 0 {
+		t.Errorf("wolf version --format yaml: exit %d, stderr %q; want exit 2 and one line", bad.Code, bad.Stderr)
 	}
 }
 
@@ -63,13 +63,13 @@ func TestVersionListsCompiledObjects(t *testing.T) {
 func TestCompletion(t *testing.T) {
 	for _, sh := range []string{"bash", "zsh", "fish"} {
 		r := runWolf(t, 30*time.Second, "completion", sh)
-		if r.code != 0 || !strings.Contains(r.stdout, "__complete") {
-			t.Errorf("wolf completion %s: exit %d, %d bytes, stderr %q", sh, r.code, len(r.stdout), r.stderr)
+		if r.Code != 0 || !strings.Contains(r.Stdout, "__complete") {
+			t.Errorf("wolf completion %s: exit %d, %d bytes, stderr %q", sh, r.Code, len(r.Stdout), r.Stderr)
 		}
 		if sh == "bash" {
 			if bash, err := exec.LookPath("bash"); err == nil {
 				check := exec.Command(bash, "-n")
-				check.Stdin = strings.NewReader(r.stdout)
+				check.Stdin = strings.NewReader(r.Stdout)
 				if out, err := check.CombinedOutput(); err != nil {
 					t.Errorf("bash -n on the bash completion: %v\n%s", err, out)
 				}
@@ -86,8 +86,8 @@ func TestCompletion(t *testing.T) {
 		{[]string{"__complete", "lab", ""}, "list"},
 	} {
 		r := runWolf(t, 30*time.Second, c.args...)
-		if r.code != 0 || !strings.Contains(r.stdout, c.want) {
-			t.Errorf("wolf %v: exit %d, got %q, want %q among the completions", c.args, r.code, r.stdout, c.want)
+		if r.Code != 0 || !strings.Contains(r.Stdout, c.want) {
+			t.Errorf("wolf %v: exit %d, got %q, want %q among the completions", c.args, r.Code, r.Stdout, c.want)
 		}
 	}
 }

@@ -18,11 +18,11 @@ func TestUnknownWorkloadIsUsage(t *testing.T) {
 		{"hung", "--duration", "24h", "--container", "0123456789ab"},
 	} {
 		r := runWolf(t, 30*time.Second, args...)
-		if r.code != exitUsage {
-			t.Errorf("wolf %v: exit %d, want %d (stderr %q)", args, r.code, exitUsage, r.stderr)
+		if r.Code != exitUsage {
+			t.Errorf("wolf %v: exit %d, want %d (stderr %q)", args, r.Code, exitUsage, r.Stderr)
 		}
-		if lines := strings.Count(strings.TrimSpace(r.stderr), "\n") + 1; lines != 1 || !strings.HasPrefix(r.stderr, "wolf: --") {
-			t.Errorf("wolf %v: want one 'wolf: --…' line on stderr, got %q", args, r.stderr)
+		if lines := strings.Count(strings.TrimSpace(r.Stderr), "\n") + 1; lines != 1 || !strings.HasPrefix(r.Stderr, "wolf: --") {
+			t.Errorf("wolf %v: want one 'wolf: --…' line on stderr, got %q", args, r.Stderr)
 		}
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/wolf-investigator/wolf/internal/memcg"
 	"github.com/wolf-investigator/wolf/internal/procfs"
 	"github.com/wolf-investigator/wolf/internal/testutil"
+	"github.com/wolf-investigator/wolf/internal/testutil/wolfcli"
 )
 
 // The acceptance test, through the CLI: a lab is running and
@@ -43,10 +44,10 @@ func TestHungCLINamesLabOffender(t *testing.T) {
 	tasks := inst.Tasks()
 	out := filepath.Join(t.TempDir(), "report.json")
 	r := runWolf(t, 30*time.Second, "hung", "--duration", "3s", "--threshold", "1s", "--format", "json", "--output", out)
-	if r.code != 0 {
-		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	if r.Code != 0 {
+		t.Fatalf("exit %d: %s", r.Code, r.Stderr)
 	}
-	rep := readReport(t, out)
+	rep := wolfcli.ReadReport(t, out)
 	f := findingtest.First(rep.Findings, "hung.lock-owner")
 	if f == nil {
 		t.Fatalf("no hung.lock-owner finding: %+v", rep.Findings)
@@ -91,11 +92,11 @@ func TestReclaimCLINamesLabCgroup(t *testing.T) {
 	defer inst.Close()
 	in := inst.(*memcgstress.Instance)
 	r := runWolf(t, 30*time.Second, "reclaim", "--duration", "3s", "--format", "json", "--cgroup", in.Cgroup())
-	if r.code != 0 {
-		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	if r.Code != 0 {
+		t.Fatalf("exit %d: %s", r.Code, r.Stderr)
 	}
 	var rep finding.Report
-	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+	if err := json.Unmarshal([]byte(r.Stdout), &rep); err != nil {
 		t.Fatal(err)
 	}
 	var f *finding.Finding
@@ -105,7 +106,7 @@ func TestReclaimCLINamesLabCgroup(t *testing.T) {
 		}
 	}
 	if f == nil {
-		t.Fatalf("no reclaim.memcg-* warning in %s", r.stdout)
+		t.Fatalf("no reclaim.memcg-* warning in %s", r.Stdout)
 	}
 	var cg, worker bool
 	for _, s := range f.Subjects {
@@ -142,10 +143,10 @@ func TestLocksCLIOnMmapLockLab(t *testing.T) {
 	dir := t.TempDir()
 	r := runWolf(t, 30*time.Second, "locks", "--duration", "3s", "--pid", strconv.Itoa(pid), "--format", "json",
 		"--output", dir+"/r.json", "--folded", dir+"/f.folded", "--pprof", dir+"/p.pb.gz")
-	if r.code != 0 {
-		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	if r.Code != 0 {
+		t.Fatalf("exit %d: %s", r.Code, r.Stderr)
 	}
-	rep := readReport(t, dir+"/r.json")
+	rep := wolfcli.ReadReport(t, dir+"/r.json")
 	var hold bool
 	for _, f := range rep.Findings {
 		if f.ID == "locks.mmap-hold" && f.Investigator == "locks" && len(f.Subjects) > 0 && f.Subjects[0].PID == pid {
@@ -169,8 +170,8 @@ func TestLocksCLIOnMmapLockLab(t *testing.T) {
 	if err != nil || !strings.Contains(string(folded), fmt.Sprintf("wolf-mmaplock (pid %d);[mmap_lock ", pid)) {
 		t.Errorf("folded profile under lock (%v):\n%.500s", err, folded)
 	}
-	if !strings.Contains(r.stderr, "f.lock_wait_stacks.folded") {
-		t.Errorf("stderr does not name the folded files: %s", r.stderr)
+	if !strings.Contains(r.Stderr, "f.lock_wait_stacks.folded") {
+		t.Errorf("stderr does not name the folded files: %s", r.Stderr)
 	}
 	out, err := exec.Command("go", "tool", "pprof", "-top", "-sample_index=lock_wait_stacks", dir+"/p.pb.gz").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "rwsem_down_") {
@@ -193,10 +194,10 @@ func TestSoftirqCLINamesCollapse(t *testing.T) {
 	defer inst.Close()
 	out := filepath.Join(t.TempDir(), "report.json")
 	r := runWolf(t, 30*time.Second, "softirq", "--duration", "3s", "--format", "json", "--output", out)
-	if r.code != 0 {
-		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	if r.Code != 0 {
+		t.Fatalf("exit %d: %s", r.Code, r.Stderr)
 	}
-	rep := readReport(t, out)
+	rep := wolfcli.ReadReport(t, out)
 	var f *finding.Finding
 	for i := range rep.Findings {
 		if rep.Findings[i].ID == "softirq.stall" && rep.Findings[i].Evidence["vector"] == "NET_RX" {

@@ -100,13 +100,13 @@ func TestDoctorNamesPodAndContainer(t *testing.T) {
 
 	// Asked about the pod, doctor's first item names it and the container.
 	r := runWolf(t, 60*time.Second, "doctor", "--duration", "6s", "--pod", pod)
-	if r.code != 0 {
-		t.Fatalf("doctor --pod: exit %d: %s", r.code, r.stderr)
+	if r.Code != 0 {
+		t.Fatalf("doctor --pod: exit %d: %s", r.Code, r.Stderr)
 	}
-	first = firstItem(r.stdout)
+	first = firstItem(r.Stdout)
 	t.Logf("first item: %s", first)
 	if !strings.Contains(first, want) {
-		t.Errorf("doctor --pod %s: first item %q does not name %q\n%s", pod, first, want, r.stdout)
+		t.Errorf("doctor --pod %s: first item %q does not name %q\n%s", pod, first, want, r.Stdout)
 	}
 	if !strings.Contains(first, "CPU quota") && !strings.Contains(first, "throttled") {
 		t.Errorf("the first item is not the container's CPU quota: %q", first)

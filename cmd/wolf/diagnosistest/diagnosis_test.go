@@ -19,6 +19,7 @@ import (
 	"github.com/wolf-investigator/wolf/internal/lab/memchain"
 	"github.com/wolf-investigator/wolf/internal/lab/pshang"
 	"github.com/wolf-investigator/wolf/internal/testutil"
+	"github.com/wolf-investigator/wolf/internal/testutil/wolfcli"
 )
 
 // The diagnosis issue's acceptance tests: with each story's lab running,
@@ -30,10 +31,10 @@ func doctorJSON(t *testing.T, d time.Duration) finding.Report {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "report.json")
 	r := runWolf(t, d+40*time.Second, "doctor", "--duration", d.String(), "--format", "json", "--output", out)
-	if r.code != 0 {
-		t.Fatalf("doctor exit %d: %s", r.code, r.stderr)
+	if r.Code != 0 {
+		t.Fatalf("doctor exit %d: %s", r.Code, r.Stderr)
 	}
-	return readReport(t, out)
+	return wolfcli.ReadReport(t, out)
 }
 
 func logDiagnoses(t *testing.T, rep *finding.Report) {

@@ -37,8 +37,8 @@ func TestLabKill9NextRunCleans(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			pid, tasks, items := killLabMidRun(t, name)
 			r := runWolf(t, 3*time.Minute, "lab", "run", name, "--duration", "1s")
-			if r.code != 0 {
-				t.Fatalf("the next run: exit %d: %s", r.code, r.stderr)
+			if r.Code != 0 {
+				t.Fatalf("the next run: exit %d: %s", r.Code, r.Stderr)
 			}
 			for _, it := range items {
 				if left := stillThere(it); left != "" {
@@ -247,11 +247,11 @@ func TestLabClean(t *testing.T) {
 	}
 
 	r := runWolf(t, time.Minute, "lab", "clean")
-	if r.code != 0 {
-		t.Fatalf("wolf lab clean: exit %d: %s", r.code, r.stderr)
+	if r.Code != 0 {
+		t.Fatalf("wolf lab clean: exit %d: %s", r.Code, r.Stderr)
 	}
-	if !strings.Contains(r.stdout, fmt.Sprintf("lab fuse-mutex (pid %d, dead):", pid)) || !strings.Contains(r.stdout, "undid mount ") {
-		t.Errorf("wolf lab clean said %q", r.stdout)
+	if !strings.Contains(r.Stdout, fmt.Sprintf("lab fuse-mutex (pid %d, dead):", pid)) || !strings.Contains(r.Stdout, "undid mount ") {
+		t.Errorf("wolf lab clean said %q", r.Stdout)
 	}
 	for _, it := range items {
 		if left := stillThere(it); left != "" {
@@ -263,7 +263,7 @@ func TestLabClean(t *testing.T) {
 			t.Errorf("wolf lab clean undid %s of a running lab", it)
 		}
 	}
-	if r := runWolf(t, time.Minute, "lab", "clean"); r.code != 0 || r.stdout != "nothing left by dead labs\n" {
-		t.Errorf("second wolf lab clean: exit %d, %q %q", r.code, r.stdout, r.stderr)
+	if r := runWolf(t, time.Minute, "lab", "clean"); r.Code != 0 || r.Stdout != "nothing left by dead labs\n" {
+		t.Errorf("second wolf lab clean: exit %d, %q %q", r.Code, r.Stdout, r.Stderr)
 	}
 }

@@ -13,15 +13,9 @@ var wolfBin string
 
 func TestMain(m *testing.M) { wolfcli.Main(m, &wolfBin) }
 
-type result struct {
-	code           int
-	stdout, stderr string
-}
-
-func runWolf(t *testing.T, timeout time.Duration, args ...string) result {
+func runWolf(t *testing.T, timeout time.Duration, args ...string) wolfcli.Result {
 	t.Helper()
-	r := wolfcli.Run(t, wolfBin, timeout, args...)
-	return result{r.Code, r.Stdout, r.Stderr}
+	return wolfcli.Run(t, wolfBin, timeout, args...)
 }
 
 // labNames are the labs wolf ships, as `wolf lab list` gives them: the
@@ -29,14 +23,14 @@ func runWolf(t *testing.T, timeout time.Duration, args ...string) result {
 func labNames(t *testing.T) []string {
 	t.Helper()
 	r := runWolf(t, time.Minute, "lab", "list", "--format", "json")
-	if r.code != 0 {
-		t.Fatalf("wolf lab list: exit %d: %s", r.code, r.stderr)
+	if r.Code != 0 {
+		t.Fatalf("wolf lab list: exit %d: %s", r.Code, r.Stderr)
 	}
 	var entries []struct {
 		Name string `json:"name"`
 	}
-	if err := json.Unmarshal([]byte(r.stdout), &entries); err != nil {
-		t.Fatalf("wolf lab list --format json: %v: %q", err, r.stdout)
+	if err := json.Unmarshal([]byte(r.Stdout), &entries); err != nil {
+		t.Fatalf("wolf lab list --format json: %v: %q", err, r.Stdout)
 	}
 	if len(entries) == 0 {
 		t.Fatal("wolf lab list names no lab")

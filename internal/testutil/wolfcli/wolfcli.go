@@ -9,6 +9,7 @@ package wolfcli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -24,6 +25,8 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/wolf-investigator/wolf/internal/finding"
 )
 
 // Package is wolf's main package, built by Build.
@@ -232,4 +235,18 @@ func get(c *http.Client, url string) (string, error) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	return string(b), err
+}
+
+// ReadReport reads the JSON report wolf wrote to path (--output).
+func ReadReport(t testing.TB, path string) finding.Report {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep finding.Report
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return rep
 }
