@@ -132,11 +132,6 @@ func newEngine(s *fact.Set) *engine {
 	return e
 }
 
-// selfSaturated is the share of the host's CPUs (percent) in use at
-// which they are saturated, by the host's tasks or by all of /proc/stat's
-// busy time (sched's and the checklist's AtLimit).
-const selfSaturated = 90
-
 // discountSelf notes wolf's own share of the CPUs' busy time, and whether
 // the CPUs were short only with it. /proc/stat's busy time counts wolf's
 // too, and where wolf is costly (an emulated machine, where its programs
@@ -163,7 +158,7 @@ func (e *engine) discountSelf() {
 		busy = tasks + self
 	}
 	e.selfFrac = min(1, self/max(busy, tasks+self))
-	e.selfShort = tasks < selfSaturated && busy-self < selfSaturated
+	e.selfShort = tasks < fact.HostCPUSaturatedPct && busy-self < fact.HostCPUSaturatedPct
 }
 
 func sortedKeys[V any](m map[string]V) []string {

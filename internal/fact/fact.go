@@ -84,6 +84,12 @@ type Resource struct {
 // HostCPUKey is the host's CPUs.
 func HostCPUKey() string { return "host-cpu" }
 
+// HostCPUSaturatedPct is the share of the host's CPUs' time in use, in
+// percent, at which they are saturated: the host-cpu saturation's AtLimit,
+// whoever measures it (the checklist from /proc/stat, sched from the
+// tasks it saw), and the mark wolf's own share is judged against.
+const HostCPUSaturatedPct = 90.0
+
 // CPUKey is one CPU.
 func CPUKey(cpu int) string { return "cpu:" + strconv.Itoa(cpu) }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/wolf-investigator/wolf/internal/fact"
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/hist"
 	"github.com/wolf-investigator/wolf/internal/human"
@@ -271,9 +272,8 @@ func (s *Snapshot) selfTipped() (tasks, self float64, ok bool) {
 	return tasks, self, tasks < saturatedShare && tasks+self >= saturatedShare
 }
 
-// saturatedShare is the share of the CPUs' time in use at which they are
-// saturated (the host-cpu saturation's AtLimit).
-const saturatedShare = 0.9
+// saturatedShare is fact.HostCPUSaturatedPct as a fraction.
+const saturatedShare = fact.HostCPUSaturatedPct / 100
 
 // ExitedCPU is the CPU time of tasks of one name and cgroup that exited
 // in the window unreported.

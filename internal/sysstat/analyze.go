@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/wolf-investigator/wolf/internal/fact"
 	"github.com/wolf-investigator/wolf/internal/finding"
 )
 
@@ -27,10 +28,13 @@ var Areas = []string{"load", "cpu", "memory", "psi", "disk", "network", "kernel 
 // Thresholds. They are conservative on purpose: an idle or merely busy
 // host must not raise a warning; each one marks a state in which latency
 // visibly suffers.
+// cpuBusyWarnPct: the whole machine busy (not idle, not iowait), the
+// host-cpu saturation's mark.
+const cpuBusyWarnPct = fact.HostCPUSaturatedPct
+
 const (
 	runqPerCPUWarn      = 2.0  // runnable tasks per CPU, beyond the reader itself, on average
 	blockedWarn         = 2.0  // tasks in I/O wait on average, with at least one in every sample
-	cpuBusyWarnPct      = 90.0 // the whole machine busy (not idle, not iowait)
 	cpuHotPct           = 95.0 // one CPU busy while the others are not
 	iowaitWarnPct       = 20.0 // machine-wide iowait
 	softirqWarnPct      = 20.0 // on any one CPU
