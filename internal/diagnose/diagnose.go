@@ -340,7 +340,7 @@ func (e *engine) waitsBehindOthers(w *fact.Wait) bool {
 		return false
 	}
 	for _, d := range e.directedUse(k) {
-		if d.amount/total >= 0.3 {
+		if d.frac(total) >= 0.3 {
 			return true
 		}
 	}

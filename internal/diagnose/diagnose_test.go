@@ -1641,3 +1641,54 @@ func TestThrashingEightReadersSampledBesideWolf(t *testing.T) {
 		}
 	}
 }
+
+// The seconds said for the readers' page-cache misses are the sampler's
+// own (samples over its rate, in its window), not their share of the
+// CPUs' busy time times the engine's window, the longest investigator's.
+// A later 4-reader v2 run had a 27 s window against the 8 s sched and
+// the sampler measured, and said 13 s of misses for readers that used
+// 7 s of CPU in all; here the windows are 14.6 s and 8.2 s. The share
+// stays what weighs the misses against the CPUs' other uses.
+func TestMissPathSecondsAreTheSampled(t *testing.T) {
+	s := keptFacts(t, "memcg-thrash-v2-tcg-4jobs-sampled.facts.json")
+	var miss *fact.Usage
+	readers := 0.0 // the cgroup's processes' CPU, as sched measured it
+	for i := range s.Usage {
+		u := &s.Usage[i]
+		switch {
+		case u.Activity == fact.ActivityMissPath:
+			miss = u
+		case u.On == fact.HostCPUKey() && u.For == "" && u.By.Comm == "fio":
+			readers += u.Amount
+		}
+	}
+	if miss == nil || miss.BusyShare <= 0 {
+		t.Fatal("the kept facts have no sampled miss path")
+	}
+	e := newEngine(s)
+	total, _ := e.used(fact.HostCPUKey())
+	if total <= readers {
+		t.Fatalf("the CPUs' busy time over the engine's window %.1f s is no longer than the readers' %.1f s: the facts no longer show the mismatch", total, readers)
+	}
+	p := e.missesForLimit(miss)
+	if p <= 0 || p > 1 {
+		t.Fatalf("the limit's proportion of the misses %.2f", p)
+	}
+	var d *directed
+	for _, x := range e.directedUse(fact.HostCPUKey()) {
+		if x.on == miss.For {
+			d = &x
+		}
+	}
+	if d == nil {
+		t.Fatal("no use of the CPUs for the limit")
+	}
+	// The misses' seconds and reclaim's (measured as seconds) together.
+	t.Logf("CPUs %.1f s over the engine's window, readers %.2f s, limit %.2f s (old: %.2f s), share %.3f", total, readers, d.amount, miss.BusyShare*p*total, d.frac(total))
+	if d.amount < miss.Amount*p || d.amount > readers {
+		t.Errorf("%.2f s of CPU for the limit, want the sampled %.2f s (and its reclaim), at most the readers' %.2f s", d.amount, miss.Amount*p, readers)
+	}
+	if want := miss.BusyShare * p; d.frac(total) < want || d.frac(total) > want+0.05 {
+		t.Errorf("the limit's share of the CPUs %.3f, want the sampled %.3f and reclaim's few seconds", d.frac(total), want)
+	}
+}
