@@ -118,7 +118,7 @@ enum stat_index {
 	STAT_MM_STALE_HOLD,   /* a hold whose release was lost, seen at user return */
 	STAT_STACK_SKIPPED, /* a wait or long hold filed without a stack: the detail budget was spent */
 	STAT_FOLD_FLUSH, /* a fold slot flushed to the maps for another key */
-	STAT_SLEEP_WAITS, /* sleeping waits begun, timed or not: what a storm's estimates stand for */
+	STAT_SLEEP_WAITS, /* sleeping waits begun, timed or not: what a storm's estimates stand for (duty-cycled: an estimate too) */
 	STAT_MAX,
 };
 
@@ -155,6 +155,9 @@ WOLF_BUDGET(GATES)
  * its end a compare. The waiter, owner and mmap_lock figures of timed
  * waits stand for those skipped, weighted as the counts; the queue model
  * sees the timed waits only, its depths a lower bound while sampling.
+ * Past that, the budget runs the contention programs part of the time
+ * (probekit's Attach.Duty, wolf_duty in wolf.h): a wait seen then stands
+ * for 2^wolf_duty_shift times what it would.
  */
 enum storm_slot {
 	STORM_SPIN = 0,
@@ -900,7 +903,7 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 
 	__u32 tid = (__u32)pid_tgid;
 	struct pending *old = bpf_map_lookup_elem(&pending_task, &tid);
-	__u32 weight = 1;
+	__u32 weight = 1 << wolf_duty(); /* a first wait, timed whatever the storm */
 
 	if (old && old->skip_lock) {
 		/* A mutex's second begin (spinning, then sleeping) of an untimed wait. */
@@ -911,7 +914,7 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 	}
 	if (!(old && old->start_ns && !old->end_ns && old->lock == lock &&
 	      (old->flags & WOLF_LCB_F_SPIN) && (flags & WOLF_LCB_F_MUTEX)))
-		stat_inc(STAT_SLEEP_WAITS); /* not a mutex's second begin */
+		stat_add(STAT_SLEEP_WAITS, 1 << wolf_duty()); /* not a mutex's second begin */
 	if (old && old->start_ns && old->end_ns) {
 		/* The thread's last wait (see walk_owner_stack on why a call). */
 		if (kp)
