@@ -118,7 +118,7 @@ enum stat_index {
 	STAT_MM_STALE_HOLD,   /* a hold whose release was lost, seen at user return */
 	STAT_STACK_SKIPPED, /* a wait or long hold filed without a stack: the detail budget was spent */
 	STAT_FOLD_FLUSH, /* a fold slot flushed to the maps for another key */
-	STAT_SLEEP_WAITS, /* sleeping waits begun, timed or not: what a storm's estimates stand for (duty-cycled: an estimate too) */
+	STAT_SLEEP_WAITS, /* sleeping waits begun, timed or not: what a storm's estimates stand for */
 	STAT_MAX,
 };
 
@@ -914,7 +914,8 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 	}
 	if (!(old && old->start_ns && !old->end_ns && old->lock == lock &&
 	      (old->flags & WOLF_LCB_F_SPIN) && (flags & WOLF_LCB_F_MUTEX)))
-		stat_add(STAT_SLEEP_WAITS, 1 << wolf_duty()); /* not a mutex's second begin */
+		/* Not a mutex's second begin; duty-cycled, an estimate too. */
+		stat_add(STAT_SLEEP_WAITS, 1 << wolf_duty());
 	if (old && old->start_ns && old->end_ns) {
 		/* The thread's last wait (see walk_owner_stack on why a call). */
 		if (kp)
