@@ -72,13 +72,17 @@ func attachTable(m mode, profileHz int, reclaimShared bool) []probekit.Attach {
 	} else {
 		// Under a lock storm whose waits are timed as sparsely as
 		// storm sampling goes and still cost over the budget, the budget
-		// runs these two part of the time (probekit.Attach.Duty): their
-		// runs, tens of thousands a second each, are then most of what
-		// locks costs.
+		// runs the begin part of the time (probekit.Attach.Duty): its
+		// runs, tens of thousands a second, are then most of what locks
+		// costs. The end stays: a wait begun in the on-time ends seen
+		// however long it lasts (the long waits are the findings; an end
+		// detached with the begin would lose every wait longer than
+		// what is left of the on-time), and with no wait pending it costs
+		// a lookup.
 		t = append(t, probekit.Attach{Kind: kind, Target: "lock/contention_begin", Program: prefix + "contention_begin", Required: true,
 			Why: "every lock wait as it begins (Linux 5.19+)", Shed: dutyContention, Duty: true},
 			probekit.Attach{Kind: kind, Target: "lock/contention_end", Program: prefix + "contention_end", Required: true,
-				Why: "every lock wait as it ends", Shed: dutyContention, Duty: true})
+				Why: "every lock wait as it ends"})
 	}
 	t = append(t, []probekit.Attach{
 		{Kind: probekit.RawTracepoint, Target: "mmap_lock/mmap_lock_acquire_returned", Program: "on_mm_acquired",
