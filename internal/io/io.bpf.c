@@ -664,20 +664,23 @@ static __always_inline struct rq_slot *slot_held(struct request *rq, __u64 *idp)
 /*
  * The first sight of a request (insert, or issue when it skips the
  * scheduler and plug), in its submitter's context: t is the current task
- * and tflags its flags. Returns the slot, now this request's.
+ * and tflags its flags; now is the time, or the request's birth where the
+ * kernel stamped it (no clock read then). Returns the slot, now this
+ * request's.
  */
 static __always_inline struct rq_slot *rq_born(struct request *rq, __u64 now, struct task_struct *t,
 					       unsigned int tflags, __u32 tgid)
 {
-	__u64 id, birth = rq->start_time_ns;
-	struct rq_slot *s = slot_held(rq, &id);
+	__u64 id = rq_id(rq), birth = rq->start_time_ns;
+	struct rq_slot *s = slot_of(id);
 
-	if (s)
-		return s;
-	s = slot_of(id);
 	if (!s || !id)
 		return 0;
-	if (s->rq && s->rq != id && now - s->birth_ns < 60000000000ULL)
+	/* Held already: its insert claimed it. */
+	if (s->rq == id && (!birth || s->birth_ns == birth))
+		return s;
+	/* Another request's, born less than a minute ago (or after this one). */
+	if (s->rq && s->rq != id && (s->birth_ns > now || now - s->birth_ns < 60000000000ULL))
 		stat_inc(STAT_SLOT_TAKEN); /* the other one's completion goes untracked */
 	if (s->rq && (s->flags & F_COUNTED))
 		__sync_fetch_and_add(&following, -1);
@@ -745,6 +748,7 @@ static __always_inline int first_sight(struct request *rq, struct task_struct *t
 {
 	struct rq_slot *s;
 	__u64 now, id;
+	bool stamped;
 
 	/* A request left out has nothing to do here on any disk. */
 	if (attr_skip(rq->start_time_ns, *(volatile __u32 *)&attr.shift) &&
@@ -758,9 +762,17 @@ static __always_inline int first_sight(struct request *rq, struct task_struct *t
 	}
 	if (only_dev && rq_dev(rq) != only_dev)
 		return 0;
-	now = bpf_ktime_get_ns();
+	/*
+	 * The clock is read only for a time the kernel does not stamp: the
+	 * birth (start_time_ns, 0 without), and the issue where the queue
+	 * stamps none (io_start_time_ns, right after this tracepoint).
+	 */
+	stamped = !issue || queue_stamps(rq);
+	now = rq->start_time_ns;
+	if (!now || !stamped)
+		now = bpf_ktime_get_ns();
 	s = rq_born(rq, now, t, tflags, tgid);
-	if (s && issue)
+	if (s && !stamped)
 		s->issue_ns = now;
 	return 0;
 }
