@@ -36,13 +36,9 @@ type ioBatch struct {
 	SumDeviceNs    uint64
 	TotalSlots     [65]uint32
 	DeviceSlots    [65]uint32
-}
-
-type ioBlkgCache struct {
-	_     structs.HostLayout
-	Blkg  uint64
-	Blkcg uint64
-	Cgid  uint64
+	Blkg           uint64
+	Blkcg          uint64
+	Cgid           uint64
 }
 
 type ioDoneCtx struct {
@@ -256,7 +252,6 @@ type ioWolfDetail struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	ioMapBatches             = "batches"
-	ioMapBlkgCache           = "blkg_cache"
 	ioMapComms               = "comms"
 	ioMapDone                = "done"
 	ioMapJournals            = "journals"
@@ -386,7 +381,6 @@ type ioProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type ioMapSpecs struct {
 	Batches    *ebpf.MapSpec `ebpf:"batches"`
-	BlkgCache  *ebpf.MapSpec `ebpf:"blkg_cache"`
 	Comms      *ebpf.MapSpec `ebpf:"comms"`
 	Done       *ebpf.MapSpec `ebpf:"done"`
 	Journals   *ebpf.MapSpec `ebpf:"journals"`
@@ -446,7 +440,6 @@ func (o *ioObjects) Close() error {
 // It can be passed to loadIoObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ioMaps struct {
 	Batches    *ebpf.Map `ebpf:"batches"`
-	BlkgCache  *ebpf.Map `ebpf:"blkg_cache"`
 	Comms      *ebpf.Map `ebpf:"comms"`
 	Done       *ebpf.Map `ebpf:"done"`
 	Journals   *ebpf.Map `ebpf:"journals"`
@@ -467,7 +460,6 @@ type ioMaps struct {
 func (m *ioMaps) Close() error {
 	return _IoClose(
 		m.Batches,
-		m.BlkgCache,
 		m.Comms,
 		m.Done,
 		m.Journals,
