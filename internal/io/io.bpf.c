@@ -544,6 +544,15 @@ static __always_inline void note_comm(__u32 tgid)
 	bpf_map_update_elem(&comms, &tgid, comm, BPF_ANY);
 }
 
+/* Whether the hash of a request's birth leaves it out under shift. */
+static __always_inline bool attr_skip(__u64 birth, __u32 shift)
+{
+	if (!shift || !birth)
+		return false;
+	shift &= 15;
+	return ((birth * 0x9E3779B97F4A7C15ULL) >> (64 - shift)) != 0;
+}
+
 /*
  * Attribution above a rate. Following a request from its first sight to
  * its completion (a slot written on the issuing CPU, read and freed on the
@@ -578,9 +587,30 @@ struct attr {
 	__u32 done_shift;
 	__u32 wait_shift; /* the waiter programs' own: see sched_switch */
 	__u32 issue_duty; /* the first sights run part of the time: see rq_complete */
+	/*
+	 * The smallest shift in effect over the last second: a request the
+	 * hash leaves out under it was left out under every shift of its
+	 * life (unless it lived longer), so it has no slot to look at.
+	 */
+	__u32 look_shift;
 };
 
 struct attr attr SEC(".data.attr");
+
+/*
+ * Set once a request born in blk-throttle's dispatcher was followed: those
+ * are followed whatever the hash says, so from then on every completion
+ * looks for its slot (see look_shift).
+ */
+__u32 throttle_seen SEC(".data.held");
+
+/* Whether the request surely has no slot: the hash left it out under every
+ * shift in effect since it was born, and no request bypasses the hash. */
+static __always_inline bool surely_left_out(__u64 birth)
+{
+	return !*(volatile __u32 *)&throttle_seen &&
+	       attr_skip(birth, *(volatile __u32 *)&attr.look_shift);
+}
 
 /*
  * Slots holding a request born while issue_duty was set: while there are
@@ -593,13 +623,6 @@ struct attr attr SEC(".data.attr");
  */
 __u64 following SEC(".data.follow");
 
-static __always_inline bool attr_skip(__u64 birth, __u32 shift)
-{
-	if (!shift || !birth)
-		return false;
-	shift &= 15;
-	return ((birth * 0x9E3779B97F4A7C15ULL) >> (64 - shift)) != 0;
-}
 
 /* The request's slot if it holds this request: the same identity, and the
  * same birth where the kernel stamps it (a slot left by an earlier use of
@@ -651,6 +674,8 @@ static __always_inline struct rq_slot *rq_born(struct request *rq, __u64 now, st
 			/* The dispatcher is not the issuer: the cgroup is what counts. */
 			s->flags = F_THROTTLED;
 			s->tgid = 0;
+			if (!*(volatile __u32 *)&throttle_seen)
+				*(volatile __u32 *)&throttle_seen = 1;
 		}
 	}
 	if (*(volatile __u32 *)&attr.issue_duty) {
@@ -707,7 +732,8 @@ static __always_inline int first_sight(struct request *rq, struct task_struct *t
 	/* A request left out has nothing to do here on any disk. */
 	if (attr_skip(rq->start_time_ns, *(volatile __u32 *)&attr.shift) &&
 	    !in_throttle(t, tflags)) {
-		if (!issue || queue_stamps(rq) || (only_dev && rq_dev(rq) != only_dev))
+		if (!issue || queue_stamps(rq) || (only_dev && rq_dev(rq) != only_dev) ||
+		    surely_left_out(rq->start_time_ns))
 			return 0;
 		s = slot_held(rq, &id);
 		if (s)
@@ -1011,7 +1037,14 @@ int BPF_PROG(rq_complete, struct request *rq, int error, unsigned int nr_bytes)
 	if (!issue)
 		stat_inc(STAT_UNSTAMPED); /* user space then keeps the first sights attached */
 	duty = *(volatile __u32 *)&attr.issue_duty;
-	s = duty && !*(volatile __u64 *)&following ? 0 : slot_held(rq, &id);
+	/*
+	 * A slot is looked at only where one may be this request's: a look is
+	 * a cache miss (a line of a 512 KiB array, written on the issuing
+	 * CPU), most of a completion's cost where it is made.
+	 */
+	s = 0;
+	if (!(duty && !*(volatile __u64 *)&following) && !surely_left_out(birth))
+		s = slot_held(rq, &id);
 	if (s) {
 		k.tgid = s->tgid;
 		k.flags = s->flags & F_KWORKER;

@@ -343,6 +343,11 @@ func attrShift(rate float64) uint32 {
 // full until the first look costs what following it costs.
 const ratePoll = 250 * time.Millisecond
 
+// lookPolls is how many polls back LookShift remembers the shifts: a
+// request followed that completes later than that, after the shift rose,
+// is told as left out (its issuer unknown), not missed.
+const lookPolls = 8
+
 // watchRate sets the sampling every ratePoll: of the requests' attribution
 // from the rate of completions, of the waiters from the rate of I/O
 // sleeps (the same budget: following a sleep to its wake-up costs about
@@ -371,7 +376,10 @@ func (s *session) watchRate() {
 	}
 	last := time.Now()
 	var cur ioAttr
-	for {
+	// The shifts of the last lookPolls polls (0 before the first: every
+	// request followed then), for LookShift.
+	var past [lookPolls]uint32
+	for i := 0; ; i++ {
 		select {
 		case <-s.stop:
 			return
@@ -419,6 +427,14 @@ func (s *session) watchRate() {
 			}
 			next.Shift = total - d
 			next.DoneShift = max(next.Shift, cur.Shift) // the previous poll's shift still judges
+			// A completion looks for its request's slot only if the
+			// hash followed it under some shift of the last lookPolls
+			// polls: a look is most of a completion's cost.
+			next.LookShift = next.Shift
+			for _, p := range past {
+				next.LookShift = min(next.LookShift, p)
+			}
+			past[i%lookPolls] = next.Shift
 			s.mu.Lock()
 			prevD := s.firstDuty
 			s.mu.Unlock()

@@ -19,6 +19,7 @@ type ioAttr struct {
 	DoneShift uint32
 	WaitShift uint32
 	IssueDuty uint32
+	LookShift uint32
 }
 
 type ioBatch struct {
@@ -299,6 +300,7 @@ const (
 	ioVarQueueStatsBit       = "queue_stats_bit"
 	ioVarSlowNs              = "slow_ns"
 	ioVarThrotlDispatchFn    = "throtl_dispatch_fn"
+	ioVarThrottleSeen        = "throttle_seen"
 	ioVarUnusedLongWait      = "unused_long_wait"
 	ioVarUnusedSlowRq        = "unused_slow_rq"
 	ioVarWaitDutyShift       = "wait_duty_shift"
@@ -410,6 +412,7 @@ type ioVariableSpecs struct {
 	QueueStatsBit    *ebpf.VariableSpec `ebpf:"queue_stats_bit"`
 	SlowNs           *ebpf.VariableSpec `ebpf:"slow_ns"`
 	ThrotlDispatchFn *ebpf.VariableSpec `ebpf:"throtl_dispatch_fn"`
+	ThrottleSeen     *ebpf.VariableSpec `ebpf:"throttle_seen"`
 	UnusedLongWait   *ebpf.VariableSpec `ebpf:"unused_long_wait"`
 	UnusedSlowRq     *ebpf.VariableSpec `ebpf:"unused_slow_rq"`
 	WaitDutyShift    *ebpf.VariableSpec `ebpf:"wait_duty_shift"`
@@ -490,6 +493,7 @@ type ioVariables struct {
 	QueueStatsBit    *ebpf.Variable `ebpf:"queue_stats_bit"`
 	SlowNs           *ebpf.Variable `ebpf:"slow_ns"`
 	ThrotlDispatchFn *ebpf.Variable `ebpf:"throtl_dispatch_fn"`
+	ThrottleSeen     *ebpf.Variable `ebpf:"throttle_seen"`
 	UnusedLongWait   *ebpf.Variable `ebpf:"unused_long_wait"`
 	UnusedSlowRq     *ebpf.Variable `ebpf:"unused_slow_rq"`
 	WaitDutyShift    *ebpf.Variable `ebpf:"wait_duty_shift"`
