@@ -442,12 +442,30 @@ func (e *engine) softirqContexts(b *branch, k string, subj finding.Subject) {
 
 // directed is a saturated resource's use on behalf of another resource.
 type directed struct {
-	on     string // the other resource
+	on string // the other resource
+	// amount is the use as measured, in unit: the seconds of CPU samples
+	// over the sampler's own window, of reclaim's calls over its own.
 	amount float64
-	unit   string
-	what   string // activity
-	by     fact.Task
-	refs   []ref
+	// shared is the share of the resource's busy time of the uses
+	// measured as one (BusyShare), and sharedAmount their part of amount.
+	shared, sharedAmount float64
+	unit                 string
+	what                 string // activity
+	by                   fact.Task
+	refs                 []ref
+}
+
+// frac is the use's share of the resource's total in the engine's window:
+// the shares as measured, and the rest's amount of that total. A share
+// holds whichever window it was measured over; an amount of seconds
+// sampled over a shorter window than the total's would be too small a
+// share, and a share times the total would print seconds nobody measured.
+func (d *directed) frac(total float64) float64 {
+	f := d.shared
+	if total > 0 {
+		f += max(0, d.amount-d.sharedAmount) / total
+	}
+	return f
 }
 
 // selfRoot is the root of the part of a wait that went to wolf's own
@@ -477,7 +495,7 @@ func (e *engine) consumed(b *branch, k string, subj finding.Subject, kind string
 	}
 	if total > 0 && depth < maxDepth {
 		for _, d := range dirs {
-			frac := min(1, d.amount/total)
+			frac := min(1, d.frac(total))
 			if frac < minPart || routed >= 1 {
 				continue
 			}
@@ -591,7 +609,10 @@ func (e *engine) deviceBytes(k string) float64 {
 // limit), and reads of a device by a cgroup that were refaults of pages
 // its own memory limit evicted.
 func (e *engine) directedUse(k string) []directed {
+	total, unit := e.used(k)
+	cpuTotal := total > 0 && unit == "cpu_s"
 	by := map[string]*directed{}
+	var shared float64 // the share of the busy time of the next add
 	add := func(on string, amt float64, unit, what string, t fact.Task, r ref) {
 		d := by[on]
 		if d == nil {
@@ -599,6 +620,11 @@ func (e *engine) directedUse(k string) []directed {
 			by[on] = d
 		}
 		d.amount += amt
+		if shared > 0 {
+			d.shared += shared
+			d.sharedAmount += amt
+			shared = 0
+		}
 		if !strings.Contains(d.what, what) {
 			d.what += " and " + what
 		}
@@ -612,8 +638,13 @@ func (e *engine) directedUse(k string) []directed {
 		}
 		amt := u.Amount
 		if u.Activity == fact.ActivityMissPath {
-			if amt = e.missesForLimit(k, u); amt <= 0 {
+			p := e.missesForLimit(u)
+			if p <= 0 {
 				continue
+			}
+			amt *= p
+			if u.BusyShare > 0 && cpuTotal {
+				shared = u.BusyShare * p
 			}
 		}
 		add(e.canon(u.For), amt, u.Unit, activityName(u.Activity), fact.Task{MemCgroup: u.By.MemCgroup, CPUCgroup: u.By.CPUCgroup, IOCgroup: u.By.IOCgroup}, refOf(u.Finding, u.FindingTitle))
@@ -625,34 +656,27 @@ func (e *engine) directedUse(k string) []directed {
 	for _, on := range sortedKeys(by) {
 		out = append(out, *by[on])
 	}
-	slices.SortStableFunc(out, func(a, b directed) int { return cmp.Compare(b.amount, a.amount) })
+	slices.SortStableFunc(out, func(a, b directed) int { return cmp.Compare(b.frac(total), a.frac(total)) })
 	return out
 }
 
-// missesForLimit is the CPU time (of resource k, the host's CPUs) a
-// memory cgroup's tasks spent in the page-cache miss path because its
-// limit evicted their pages: the sampled miss path (its share of the
-// CPUs' busy time, taken of their busy time in the engine's window, or
-// its amount when no share is known), in the proportion of the cgroup's
-// misses that were refaults. At its limit a cgroup evicts a page for each
-// page it adds, so its evictions are its misses, counted in reclaim's
-// window beside its refaults; otherwise its reads of devices stand in for
-// them (the I/O investigator's bytes, over a window that begins at its
-// own attach, seconds from reclaim's start on a slow machine). A cold
-// read's miss is the task's own work; with neither measured the
-// proportion is unknown and nothing goes to the limit.
-func (e *engine) missesForLimit(k string, u *fact.Usage) float64 {
-	amt := u.Amount
-	if u.BusyShare > 0 {
-		if total, unit := e.used(k); total > 0 && unit == "cpu_s" {
-			amt = u.BusyShare * total
-		}
-	}
+// missesForLimit is the proportion of a memory cgroup's page-cache miss
+// path (sampled CPU on the host's CPUs, usage u) its limit caused: the
+// proportion of the cgroup's misses that were refaults. At its limit a
+// cgroup evicts a page for each page it adds, so its evictions are its
+// misses, counted in reclaim's window beside its refaults; otherwise its
+// reads of devices stand in for them (the I/O investigator's bytes, over
+// a window that begins at its own attach, seconds from reclaim's start on
+// a slow machine). A cold read's miss is the task's own work; with
+// neither measured the proportion is unknown and nothing goes to the
+// limit. The sampled time's share of the CPUs' busy time (BusyShare) is
+// what weighs it against the CPUs' other uses (directed.frac).
+func (e *engine) missesForLimit(u *fact.Usage) float64 {
 	cg := u.By.MemCgroup
 	mk := e.canon(fact.MemoryKey(cg))
 	refaults, _ := e.refaulted(mk)
 	if x := e.saturation(mk); x != nil && x.AtLimit && x.Numbers["evicted_bytes"] > 0 {
-		return amt * min(1, refaults/x.Numbers["evicted_bytes"])
+		return min(1, refaults/x.Numbers["evicted_bytes"])
 	}
 	reads := 0.0
 	for _, dk := range sortedKeys(e.usage) {
@@ -663,7 +687,7 @@ func (e *engine) missesForLimit(k string, u *fact.Usage) float64 {
 	if reads <= 0 {
 		return 0
 	}
-	return amt * min(1, refaults/reads)
+	return min(1, refaults/reads)
 }
 
 // refaulted are the bytes a memory cgroup (by its limit's key) read back

@@ -71,9 +71,12 @@ const (
 	deviceBusy = 0.9
 	// Rivals below this share of the victims' time are not worth a line.
 	rivalMinShare = 0.05
-	maxVictimHops = 4 // victims drawn as hops; the rest are subjects
-	maxDepth      = 6
-	maxConsumers  = 3 // consumers of a saturated resource named in its hop
+	// A victim whose largest roots nobody can act on (wolf's own work)
+	// goes to the next root when that carries this share of its wait.
+	actionableMinShare = 0.1
+	maxVictimHops      = 4 // victims drawn as hops; the rest are subjects
+	maxDepth           = 6
+	maxConsumers       = 3 // consumers of a saturated resource named in its hop
 	// defaultWindow stands in for a fact set that does not say its window.
 	defaultWindow = 10 * time.Second
 )
@@ -165,7 +168,7 @@ func (e *engine) build() []*draft {
 			continue
 		}
 		shares := rootShares(v.branches)
-		v.top, v.share = topRoot(shares)
+		v.top, v.share = topRoot(e.actionable(shares, v.branches))
 		d := byRoot[v.top]
 		if d == nil {
 			d = &draft{root: v.top, shares: map[string]float64{}, refs: map[ref]bool{}}
@@ -340,7 +343,7 @@ func (e *engine) waitsBehindOthers(w *fact.Wait) bool {
 		return false
 	}
 	for _, d := range e.directedUse(k) {
-		if d.amount/total >= 0.3 {
+		if d.frac(total) >= 0.3 {
 			return true
 		}
 	}
@@ -413,6 +416,29 @@ func rootShares(bs []*branch) map[string]float64 {
 		m[b.root] += b.share
 	}
 	return m
+}
+
+// actionable drops from a victim's shares the roots nobody on the host
+// can act on, when another remains: wolf's own work on the CPUs, and the
+// CPUs themselves when they were short only with wolf (discountSelf).
+// What remains must carry a tenth of the wait (actionableMinShare): a
+// victim that waited almost wholly for wolf is no victim of the host.
+// Where wolf is costly (qemu without KVM, where it took half of two
+// CPUs), those can be most of a victim's wait for a CPU; the rest, the
+// CPU time a memory cgroup's thrashing took, is then the victim's root,
+// with its share as measured, rather than the victim going unexplained.
+func (e *engine) actionable(shares map[string]float64, bs []*branch) map[string]float64 {
+	out := make(map[string]float64, len(shares))
+	for _, b := range bs {
+		if b.kind == "wolf" || (b.kind == "host-cpu" && e.selfShort) || shares[b.root] < actionableMinShare {
+			continue
+		}
+		out[b.root] = shares[b.root]
+	}
+	if len(out) == 0 {
+		return shares
+	}
+	return out
 }
 
 // topRoot is the root with the largest share; ties go to the root that

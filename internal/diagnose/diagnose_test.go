@@ -1641,3 +1641,131 @@ func TestThrashingEightReadersSampledBesideWolf(t *testing.T) {
 		}
 	}
 }
+
+// The seconds said for the readers' page-cache misses are the sampler's
+// own (samples over its rate, in its window), not their share of the
+// CPUs' busy time times the engine's window, the longest investigator's.
+// A later 4-reader v2 run had a 27 s window against the 8 s sched and
+// the sampler measured, and said 13 s of misses for readers that used
+// 7 s of CPU in all; here the windows are 14.6 s and 8.2 s. The share
+// stays what weighs the misses against the CPUs' other uses.
+func TestMissPathSecondsAreTheSampled(t *testing.T) {
+	s := keptFacts(t, "memcg-thrash-v2-tcg-4jobs-sampled.facts.json")
+	var miss *fact.Usage
+	readers := 0.0 // the cgroup's processes' CPU, as sched measured it
+	for i := range s.Usage {
+		u := &s.Usage[i]
+		switch {
+		case u.Activity == fact.ActivityMissPath:
+			miss = u
+		case u.On == fact.HostCPUKey() && u.For == "" && u.By.Comm == "fio":
+			readers += u.Amount
+		}
+	}
+	if miss == nil || miss.BusyShare <= 0 {
+		t.Fatal("the kept facts have no sampled miss path")
+	}
+	e := newEngine(s)
+	total, _ := e.used(fact.HostCPUKey())
+	if total <= readers {
+		t.Fatalf("the CPUs' busy time over the engine's window %.1f s is no longer than the readers' %.1f s: the facts no longer show the mismatch", total, readers)
+	}
+	p := e.missesForLimit(miss)
+	if p <= 0 || p > 1 {
+		t.Fatalf("the limit's proportion of the misses %.2f", p)
+	}
+	var d *directed
+	for _, x := range e.directedUse(fact.HostCPUKey()) {
+		if x.on == miss.For {
+			d = &x
+		}
+	}
+	if d == nil {
+		t.Fatal("no use of the CPUs for the limit")
+	}
+	// The misses' seconds and reclaim's (measured as seconds) together.
+	t.Logf("CPUs %.1f s over the engine's window, readers %.2f s, limit %.2f s (old: %.2f s), share %.3f", total, readers, d.amount, miss.BusyShare*p*total, d.frac(total))
+	if d.amount < miss.Amount*p || d.amount > readers {
+		t.Errorf("%.2f s of CPU for the limit, want the sampled %.2f s (and its reclaim), at most the readers' %.2f s", d.amount, miss.Amount*p, readers)
+	}
+	if want := miss.BusyShare * p; d.frac(total) < want || d.frac(total) > want+0.05 {
+		t.Errorf("the limit's share of the CPUs %.3f, want the sampled %.3f and reclaim's few seconds", d.frac(total), want)
+	}
+
+	// The later run, where the limit comes first: its chain says the
+	// readers' CPU for the limit within what they used.
+	s = keptFacts(t, "memcg-thrash-v2-tcg-4jobs-wolf-half.facts.json")
+	readers = 0
+	for _, u := range s.Usage {
+		if u.On == fact.HostCPUKey() && u.For == "" && u.By.Comm == "fio" {
+			readers += u.Amount
+		}
+	}
+	ds := Diagnose(nil, s)
+	logChain(t, ds)
+	if len(ds) == 0 || ds[0].ID != "diagnose.memcg-limit" {
+		t.Fatalf("first %v, want memcg-limit", ds)
+	}
+	for _, h := range ds[0].Chain {
+		if h.Relation == finding.UsedBy && strings.Contains(h.Text, "page-cache misses") {
+			if cpu, _ := h.Evidence["cpu_s"].(float64); cpu <= 0 || cpu > readers {
+				t.Errorf("%v s of CPU for the limit, the readers used %.1f s: %s", h.Evidence["cpu_s"], readers, h.Text)
+			}
+			return
+		}
+	}
+	t.Errorf("no hop says the CPUs' time went to the misses: %+v", ds[0].Chain)
+}
+
+// Four fio readers of a 384 MiB file in a 64 MiB memory cgroup under qemu
+// TCG (testdata/README.md): they waited 6 s each for the CPUs, whose busy
+// time went 48% to wolf's own work and 25% to the readers' page-cache
+// misses and reclaim in the cgroup; their reclaim calls were short (146 ms
+// at most, 0.7 s each in all). wolf's part and the CPUs it alone made
+// short are no root, and the victims' largest root left is the limit:
+// memory cgroup first, with the share measured and wolf as its rival.
+// Before, the readers went to wolf, a root of no diagnosis, and the run
+// ended with none.
+func TestThrashBesideWolfGoesToTheLimit(t *testing.T) {
+	s := keptFacts(t, "memcg-thrash-v2-tcg-4jobs-wolf-half.facts.json")
+	ds := Diagnose(nil, s)
+	logChain(t, ds)
+	if len(ds) == 0 || ds[0].ID != "diagnose.memcg-limit" || ds[0].Root.Cgroup != "/wolf-scen-thrash-867-2ed04e3d" {
+		t.Fatalf("first %v, want memcg-limit", ds)
+	}
+	if a := ds[0].Attribution; a < 0.2 || a > 0.3 {
+		t.Errorf("attribution %.2f, the readers' misses and reclaim took 25%% of the CPUs", a)
+	}
+	if share := rivalShare(ds[0], "diagnose.wolf"); share < 0.4 {
+		t.Errorf("wolf's own work is not named beside it: rival share %.2f", share)
+	}
+	for _, d := range ds {
+		if d.ID == "diagnose.host-cpu" || d.ID == "diagnose.wolf" {
+			t.Errorf("a diagnosis of %s: %s", d.ID, d.Title)
+		}
+	}
+}
+
+// A victim whose wait went almost wholly to wolf: the little left (a
+// twentieth to a cgroup's reclaim) is no root to move it to.
+func TestVictimOfWolfAloneIsNoVictim(t *testing.T) {
+	s := keptFacts(t, "memcg-thrash-v2-tcg-4jobs-wolf-half.facts.json")
+	var kept []fact.Usage
+	for _, u := range s.Usage {
+		if u.On == fact.HostCPUKey() && u.Activity == fact.ActivityMissPath {
+			u.BusyShare /= 5 // 5% of the CPUs' busy time
+		}
+		kept = append(kept, u)
+	}
+	s.Usage = kept
+	for i := range s.Waits {
+		if w := &s.Waits[i]; w.Kind == fact.WaitReclaim {
+			w.Total, w.Max = w.Total/10, w.Max/10
+		}
+	}
+	ds := Diagnose(nil, s)
+	logChain(t, ds)
+	if len(ds) > 0 {
+		t.Fatalf("%d diagnoses, first %s: %s", len(ds), ds[0].ID, ds[0].Title)
+	}
+}

@@ -132,63 +132,6 @@ func TestRealLines(t *testing.T) {
 	}
 }
 
-// TestRealLinesShortcut6 is TestRealLines for the --shortcut6 experiment
-// (benchshort.go) on the real IPv6 table: a lookup reads the root word
-// and its three hash buckets (one step: they need only the address),
-// then walks from the deepest node found.
-func TestRealLinesShortcut6(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a million modelled lookups")
-	}
-	all, err := realtable.Load()
-	if err != nil {
-		t.Skip(err)
-	}
-	_, v6 := realtable.Split(all)
-	tb := loadedHeapTable(t, IPv6, v6)
-	type at struct {
-		d uint
-		p uint64
-	}
-	sc := map[at]uint32{}
-	tb.im.nodesAt(40, func(d uint, p uint64, e uint32) {
-		if d == 24 || d == 32 || d == 40 {
-			sc[at{d, p}] = e
-		}
-	})
-	// The hash's words sit beyond the image's, in lines of their own.
-	base := tb.im.words() + 1<<20
-	probes := probesFrom(rand.New(rand.NewPCG(1, 2)), v6, 1<<20)
-	m := newMissModel(len(probes))
-	for pi, a := range probes {
-		k := keyOf(a)
-		hashed := []uint64{0}
-		var e uint32
-		var d uint
-		for _, dd := range []uint{40, 32, 24} {
-			hashed = append(hashed, base+2*sc6Slots*(sc6Hash(k.hi, dd)>>sc6TagBit))
-			if x, ok := sc[at{dd, k.hi >> (64 - dd) << (64 - dd)}]; ok && e == 0 {
-				e, d = x, dd
-			}
-		}
-		var st [][]uint64
-		if e == 0 {
-			st = tb.im.steps(k, tb.levels)
-			st[0] = hashed
-		} else {
-			root := tb.im.load(0)
-			tb.im.put(0, e)
-			st = tb.im.steps(key{hi: k.hi<<d | k.lo>>(64-d), lo: k.lo << d}, tb.levels)
-			tb.im.put(0, root)
-			st[0] = hashed
-		}
-		m.lookup(pi, st)
-	}
-	steps, miss, pages := m.perLookup()
-	t.Logf("real IPv6 with the shortcut hash: %.2f dependent steps (root word and hash one), %.2f of them missing the cache, %.2f TLB misses per lookup; %d nodes hashed",
-		steps, miss, pages, len(sc))
-}
-
 // missModel replays lookups' dependent steps (the words each reads)
 // through a 3 MiB cache of 64-byte lines and a 1536-entry TLB of 4 KiB
 // pages, both LRU; the first half of the probes warms them.

@@ -123,8 +123,10 @@ for l in $LABS; do
 	wait_for /tmp/$l-lab.out 'offender pid' 120 $lab
 	sleep 2
 	note "$l doctor uptime=$(up)s"
-	wolf doctor --duration $d --format json >/tmp/$l-doctor.json 2>/tmp/$l-doctor.err; rc=$?
+	WOLF_FACTS_OUT=/tmp/$l-facts.json wolf doctor --duration $d --format json >/tmp/$l-doctor.json 2>/tmp/$l-doctor.err; rc=$?
 	emit $l-doctor $rc /tmp/$l-doctor.json
+	# The typed facts, to replay a wrong diagnosis (internal/diagnose/testdata).
+	[ -e /tmp/$l-facts.json ] && emit $l-facts 0 /tmp/$l-facts.json
 	emit $l-doctor-stderr $rc /tmp/$l-doctor.err
 	stop $lab
 	emit $l-lab 0 /tmp/$l-lab.out
