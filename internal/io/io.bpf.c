@@ -623,7 +623,6 @@ static __always_inline bool surely_left_out(__u64 birth)
  */
 __u64 following SEC(".data.follow");
 
-
 /* The request's slot if it holds this request: the same identity, and the
  * same birth where the kernel stamps it (a slot left by an earlier use of
  * the same request, whose completion wolf missed, is not this one's). */
