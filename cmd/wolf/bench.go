@@ -45,7 +45,6 @@ func newBenchLPMCmd() *cobra.Command {
 		runs            int
 		loops, userOps  int
 		dirBits4, dirB6 int
-		shortcut6       bool
 	)
 	c := &cobra.Command{
 		Use:   "lpm",
@@ -84,7 +83,7 @@ optimization").`,
 			if err != nil {
 				return err
 			}
-			o := bpflpm.BenchOptions{Real: real, IPv6: ipv6, Repeat: repeat, Trials: trials, Loops: loops, UserOps: userOps, DirBits4: dirBits4, DirBits6: dirB6, Shortcut6: shortcut6}
+			o := bpflpm.BenchOptions{Real: real, IPv6: ipv6, Repeat: repeat, Trials: trials, Loops: loops, UserOps: userOps, DirBits4: dirBits4, DirBits6: dirB6}
 			if o.Entries, err = parseEntries(entries); err != nil {
 				return usageErr("--entries: %v", err)
 			}
@@ -166,7 +165,6 @@ optimization").`,
 	fl.IntVar(&userOps, "user-ops", 0, "update and delete calls per user-space measurement (default 100 × --repeat)")
 	fl.IntVar(&dirBits4, "dir-bits", 0, "wolf's directory bits for IPv4 tables (8..24; default the package's)")
 	fl.IntVar(&dirB6, "dir-bits6", 0, "wolf's directory bits for IPv6 tables (8..24; default the package's)")
-	fl.BoolVar(&shortcut6, "shortcut6", false, "experiment: start real IPv6 lookups at a hash of the table's nodes at depths 24, 32 and 40")
 	return c
 }
 

@@ -153,7 +153,12 @@ func (e *engine) discountSelf() {
 	if !ok1 || !ok2 || self <= 0 {
 		return
 	}
-	busy, ok := s.Numbers["busy_pct"]
+	// The CPUs' busy time over sched's window, the same as wolf's share;
+	// else the checklist's, over a window of its own.
+	busy, ok := s.Numbers["cpus_busy_pct"]
+	if !ok || busy <= 0 {
+		busy, ok = s.Numbers["busy_pct"]
+	}
 	if !ok || busy <= 0 {
 		busy = tasks + self
 	}

@@ -408,3 +408,44 @@ func TestRunqLatencyTippedByWolfIsNoCritical(t *testing.T) {
 		t.Fatalf("wolf cheap: %+v", f)
 	}
 }
+
+// Thrash run 2 of a v2 pass under TCG: the tasks used 43.2% of the CPUs
+// and wolf 44.6%, 87.8% together, while /proc/stat counted 93.6% busy:
+// interrupts and softirqs, which no task's runtime holds. The CPUs were
+// short only with wolf, so the waits are a warning; with /proc/stat's
+// busy time unknown they were not tipped (critical), and with wolf cheap
+// the CPUs were short without it.
+func TestRunqLatencyTippedByWolfBesideInterrupts(t *testing.T) {
+	const d = 8 * time.Second
+	mk := func(busy float64, self time.Duration) *Snapshot {
+		s := &Snapshot{Duration: d, CPUs: 2, CPURunq: map[int]hist.Log2{}, CgroupRunq: map[string]hist.Log2{}, Thresholds: DefaultThresholds,
+			SelfCPU: self, CPUsBusy: busy}
+		for i := range 4 {
+			tk := quietTask(930 + i)
+			tk.Comm, tk.Runtime = "fio", time.Duration(0.432*float64(2*d)/4)
+			for range 20 {
+				tk.Runq.Add(uint64(300 * time.Millisecond))
+			}
+			s.Tasks = append(s.Tasks, tk)
+		}
+		return s
+	}
+	wolf := time.Duration(0.446 * float64(2*d))
+	f := findingtest.First(Conclude(mk(0.936, wolf)), "sched.runq-latency")
+	if f == nil || f.Severity != finding.Warning || f.Evidence["wolf_busy_pct"] != 44.6 || !strings.Contains(f.Summary, "wolf itself") {
+		t.Fatalf("tipped by wolf beside interrupts: %+v", f)
+	}
+	if !strings.Contains(f.Summary, "does not tell") || f.Evidence["tasks_runnable_mean"] != 3.9 {
+		t.Errorf("the tasks' runnable threads are not said: %v / %s", f.Evidence["tasks_runnable_mean"], f.Summary)
+	}
+	_, set := ConcludeFacts(mk(0.936, wolf))
+	if len(set.Saturations) == 0 || set.Saturations[0].Numbers["cpus_busy_pct"] != 93.6 || set.Saturations[0].Numbers["tasks_runnable_mean"] != 3.86 {
+		t.Errorf("facts: %+v", set.Saturations)
+	}
+	if f := findingtest.First(Conclude(mk(0, wolf)), "sched.runq-latency"); f == nil || f.Severity != finding.Critical {
+		t.Errorf("busy time unknown, 87.8%% counted: %+v", f)
+	}
+	if f := findingtest.First(Conclude(mk(0.936, d/50)), "sched.runq-latency"); f == nil || f.Severity != finding.Critical {
+		t.Errorf("wolf cheap, the CPUs busy without it: %+v", f)
+	}
+}

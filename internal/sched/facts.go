@@ -209,6 +209,14 @@ func (s *Snapshot) facts(fs []finding.Finding) *fact.Set {
 			// saturated from CPUs wolf's own work made short.
 			set.Saturations[len(set.Saturations)-1].Numbers["wolf_busy_pct"] = human.Round(100*float64(s.SelfCPU)/float64(capa), 1)
 		}
+		if s.CPUsBusy > 0 {
+			// The CPUs' busy time over the same window as wolf's share
+			// (the checklist's busy_pct is over a window of its own).
+			set.Saturations[len(set.Saturations)-1].Numbers["cpus_busy_pct"] = human.Round(100*s.CPUsBusy, 1)
+		}
+		if r := s.runnableMean(); r > 0 {
+			set.Saturations[len(set.Saturations)-1].Numbers["tasks_runnable_mean"] = human.Round(r, 2)
+		}
 	}
 	// The CPU quotas, and which tasks they throttled.
 	quotaOf := func(cg string) *Bandwidth {

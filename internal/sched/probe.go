@@ -310,6 +310,30 @@ func parseCPUTimes(stat string) map[int]cpuTime {
 	return out
 }
 
+// machineTimes sums every CPU's times in /proc/stat.
+func machineTimes() (cpuTime, bool) {
+	ts := readCPUTimes()
+	var t cpuTime
+	for _, c := range ts {
+		t.busy += c.busy
+		t.idle += c.idle
+	}
+	return t, len(ts) > 0
+}
+
+// busyShare is the share of the CPUs' time busy between two readings; 0
+// when they are missing or went back (a CPU taken offline).
+func busyShare(a, b cpuTime) float64 {
+	if b.busy < a.busy || b.idle < a.idle || a.busy+a.idle == 0 {
+		return 0
+	}
+	busy, idle := b.busy-a.busy, b.idle-a.idle
+	if busy+idle == 0 {
+		return 0
+	}
+	return float64(busy) / float64(busy+idle)
+}
+
 // mostlyIdle says whether a CPU was idle for more than half the time
 // between two readings; false when they are missing.
 func mostlyIdle(a, b cpuTime) bool {

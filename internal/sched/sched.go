@@ -124,6 +124,7 @@ func (s *Investigator) Start(ctx context.Context, opts investigator.Options) (in
 	ss.bw = ss.cpuh.readBandwidths()
 	ss.start = monotonicNow()
 	ss.selfCPU = overhead.CPUTime()
+	ss.stat, _ = machineTimes()
 	return ss, nil
 }
 
@@ -144,8 +145,10 @@ type session struct {
 	cfg   config
 	p     *probe
 	start uint64 // monotonic ns: the window's start
-	// selfCPU is wolf's process CPU time at the window's start.
+	// selfCPU is wolf's process CPU time at the window's start, stat the
+	// CPUs' busy and idle times in /proc/stat then.
 	selfCPU time.Duration
+	stat    cpuTime
 
 	prevTasks map[taskKey]schedTaskRec
 	prevCPU   []hist.Log2
@@ -204,6 +207,7 @@ func (ss *session) Collect(ctx context.Context) (*investigator.Result, error) {
 	end := monotonicNow()
 	selfCPU := overhead.CPUTime()
 	selfUsed := selfCPU - ss.selfCPU
+	stat, statOK := machineTimes()
 	if s.watchSelf {
 		selfUsed = 0 // wolf's tasks are among the others then
 	}
@@ -227,6 +231,9 @@ func (ss *session) Collect(ctx context.Context) (*investigator.Result, error) {
 		CPUCoverage:  p.cpuCoverage(),
 		Virtual:      virt.Detect(),
 		SelfCPU:      max(selfUsed, 0),
+	}
+	if statOK {
+		snap.CPUsBusy = busyShare(ss.stat, stat)
 	}
 	if kinds, err := p.kinds(); err == nil {
 		for k := range kinds {
@@ -409,7 +416,7 @@ func (ss *session) Collect(ctx context.Context) (*investigator.Result, error) {
 	if s.programs != nil {
 		s.programs(p.programsByName())
 	}
-	ss.start, ss.selfCPU = end, selfCPU
+	ss.start, ss.selfCPU, ss.stat = end, selfCPU, stat
 	return res, nil
 }
 

@@ -363,83 +363,6 @@ static long trie_probe6(__u32 i, void *ctx)
 	return 0;
 }
 
-/*
- * An experiment (wolf bench lpm --shortcut6, lookups only): a hash of the
- * IPv6 table's nodes that start at depths 24, 32 and 40, so that a
- * lookup starts at the deepest of them on its path instead of walking
- * the levels above it. The three probes need only the address, so their
- * reads overlap. Key: the address's first d bits with a marker bit above
- * them, through a bijection of 41-bit numbers; its top SC6_BITS pick a
- * bucket of four slots, the rest is the tag. A slot: tag << 32 | the
- * node's pointer entry (a zero slot has no pointer flag: empty). User
- * space builds it from the loaded table (benchshort.go); a node the hash
- * has no room for is reached by the walk.
- */
-#define SC6_BITS 13
-#define SC6_M41 ((1ULL << 41) - 1)
-struct sc6_bucket {
-	__u64 s[4];
-};
-struct sc6_table {
-	struct sc6_bucket b[1 << SC6_BITS];
-};
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct sc6_table);
-} sc6 SEC(".maps");
-const volatile __u32 sc6_on = 0;
-
-static __always_inline __u64 sc6_hash(__u64 hi, const int d)
-{
-	__u64 x = (hi >> (64 - d)) | (1ULL << d);
-
-	x = (x * 0x9e3779b97f4bULL) & SC6_M41;
-	x ^= x >> 20;
-	return (x * 0xbf58476d1ce5ULL) & SC6_M41;
-}
-
-static __always_inline __u32 sc6_probe(struct sc6_table *t, __u64 hi, const int d)
-{
-	__u64 h = sc6_hash(hi, d), want;
-	struct sc6_bucket *b = &t->b[(h >> (41 - SC6_BITS)) & ((1 << SC6_BITS) - 1)];
-	int j;
-
-	want = (h & ((1ULL << (41 - SC6_BITS)) - 1)) << 32 | WOLF_LPM_PTR;
-	for (j = 0; j < 4; j++)
-		if (!((b->s[j] ^ want) >> 31))
-			return (__u32)b->s[j];
-	return 0;
-}
-
-static __always_inline __u32 wolf_get6(const struct addr6 *a)
-{
-	__u32 zero = 0, *w, e;
-	struct sc6_table *t;
-	__u64 hi, lo;
-	int d;
-
-	if (!sc6_on)
-		return wolf_lpm_lookup6(w6, a->a);
-	wolf_lpm__key6(a->a, &hi, &lo);
-	w = bpf_map_lookup_elem(&w6_words, &zero);
-	t = bpf_map_lookup_elem(&sc6, &zero);
-	if (!w || !t)
-		return WOLF_LPM_MISS;
-	if ((e = sc6_probe(t, hi, 40)))
-		d = 40;
-	else if ((e = sc6_probe(t, hi, 32)))
-		d = 32;
-	else if ((e = sc6_probe(t, hi, 24)))
-		d = 24;
-	else
-		return wolf_lpm__walk(w, w6_cap, *(volatile __u32 *)w, hi, lo, WOLF_LPM_LEVELS6, 1);
-	hi = hi << d | lo >> (64 - d);
-	lo <<= d;
-	return wolf_lpm__walk(w, w6_cap, e, hi, lo, WOLF_LPM_LEVELS6, 1);
-}
-
 static long wolf_probe6(__u32 i, void *ctx)
 {
 	struct loop_ctx *c = ctx;
@@ -448,7 +371,7 @@ static long wolf_probe6(__u32 i, void *ctx)
 
 	if (!a)
 		return 1;
-	c->sink += wolf_get6(a);
+	c->sink += wolf_lpm_lookup6(w6, a->a);
 	c->ops++;
 	return 0;
 }
@@ -464,7 +387,7 @@ static long cmp_probe6(__u32 i, void *ctx)
 	a = bpf_map_lookup_elem(&probes6, &k);
 	if (!a)
 		return 1;
-	compare(c, trie_get6(a), wolf_get6(a), k);
+	compare(c, trie_get6(a), wolf_lpm_lookup6(w6, a->a), k);
 	return 0;
 }
 

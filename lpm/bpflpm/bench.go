@@ -45,13 +45,9 @@ type BenchOptions struct {
 	// Probes is how many addresses from announced space the real-table
 	// lookups cycle through (1 Mi).
 	Probes             int
-	DirBits4, DirBits6 int // 0: the package default
-	// Shortcut6 starts real IPv6 lookups at a hash of the table's nodes
-	// at depths 24, 32 and 40 (an experiment: benchshort.go); it holds
-	// for the lookups only, the writes and their checks run without it.
-	Shortcut6    bool
-	RealPrefixes []netip.Prefix                // nil: realtable.Load
-	Log          func(format string, a ...any) // progress; may be nil
+	DirBits4, DirBits6 int                           // 0: the package default
+	RealPrefixes       []netip.Prefix                // nil: realtable.Load
+	Log                func(format string, a ...any) // progress; may be nil
 }
 
 // BenchResult is one measurement.
@@ -254,7 +250,7 @@ type benchColl struct {
 
 // openBench loads bench.bpf.c around tables w4 and w6 (one of them a
 // placeholder), with tries and probe arrays of the given sizes.
-func openBench(w4, w6 *Table, trie4, trie6, probes4, probes6 int, sc6 bool) (*benchColl, error) {
+func openBench(w4, w6 *Table, trie4, trie6, probes4, probes6 int) (*benchColl, error) {
 	spec, err := loadBench()
 	if err != nil {
 		return nil, err
@@ -270,13 +266,6 @@ func openBench(w4, w6 *Table, trie4, trie6, probes4, probes6 int, sc6 bool) (*be
 	spec.Maps["trie6"].MaxEntries = uint32(trie6)
 	spec.Maps["probes4"].MaxEntries = uint32((probes4 + chunkWords - 1) / chunkWords)
 	spec.Maps["probes6"].MaxEntries = uint32(max(probes6, 1))
-	on := uint32(0)
-	if sc6 {
-		on = 1
-	}
-	if err := spec.Variables["sc6_on"].Set(on); err != nil {
-		return nil, fmt.Errorf("set sc6_on: %w", err)
-	}
 	c := &benchColl{w4: w4, w6: w6}
 	if err := spec.LoadAndAssign(&c.objs, &opts); err != nil {
 		return nil, fmt.Errorf("load bench.bpf.c: %w", err)
@@ -288,7 +277,7 @@ func openBench(w4, w6 *Table, trie4, trie6, probes4, probes6 int, sc6 bool) (*be
 // be timed alone.
 func (c *benchColl) closeProgs() {
 	c.objs.RunBench.Close()
-	for _, m := range []*ebpf.Map{c.objs.Ctl, c.objs.Out, c.objs.Probes4, c.objs.Probes6, c.objs.W4Words, c.objs.W6Words, c.objs.Sc6} {
+	for _, m := range []*ebpf.Map{c.objs.Ctl, c.objs.Out, c.objs.Probes4, c.objs.Probes6, c.objs.W4Words, c.objs.W6Words} {
 		m.Close()
 	}
 }
@@ -712,9 +701,9 @@ func benchSetOps(ctx context.Context, o *BenchOptions, rep *BenchReport, ft *fre
 	slots := max(len(s.probes), len(s.edge), 1)
 	var c *benchColl
 	if s.fam == IPv4 {
-		c, err = openBench(w, other, n+1024, 1, slots, 1, false)
+		c, err = openBench(w, other, n+1024, 1, slots, 1)
 	} else {
-		c, err = openBench(other, w, 1, n+1024, 1, slots, o.Shortcut6 && !s.dense())
+		c, err = openBench(other, w, 1, n+1024, 1, slots)
 	}
 	if err != nil {
 		return err
@@ -734,15 +723,6 @@ func benchSetOps(ctx context.Context, o *BenchOptions, rep *BenchReport, ft *fre
 		return fmt.Errorf("load wolf: %w", err)
 	}
 	wm := wolfMem(w)
-	if o.Shortcut6 && s.fam == IPv6 && !s.dense() {
-		st, err := c.fillShortcut6(w)
-		if err != nil {
-			return err
-		}
-		o.Log("shortcut hash: %d of %d nodes at depths 24/32/40 hashed", st.held, st.nodes)
-		rep.Notes = append(rep.Notes, fmt.Sprintf("real-v6 lookups start at a hash of the table's nodes at depths 24, 32 and 40 (--shortcut6): %d of %d nodes held, %d KiB",
-			st.held, st.nodes, sc6Bytes>>10))
-	}
 	if o.has("load") {
 		rep.Results = append(rep.Results,
 			result(s.name, "kernel-trie", "load", "syscall", n, float64(dk.Nanoseconds())/float64(n), uint64(n)).with(km),
@@ -792,12 +772,6 @@ func benchSetOps(ctx context.Context, o *BenchOptions, rep *BenchReport, ft *fre
 		}
 		if s.dense() {
 			baseRand = median(bs)
-		}
-		if o.Shortcut6 && s.fam == IPv6 && !s.dense() {
-			// The hash is built once: the writes below would leave it stale.
-			if err := c.clearShortcut6(); err != nil {
-				return err
-			}
 		}
 		rep.Harness = append(rep.Harness, BenchHarness{Set: s.name, Entries: n, Keys: keys, NsPerOp: median(bs)})
 		rep.Results = append(rep.Results, lookupRows(s.name, n, bs, ks, ws, uint64(ops), km, wm)...)

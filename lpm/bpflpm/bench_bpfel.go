@@ -63,14 +63,6 @@ type benchProbeChunk struct {
 	V [16]uint32
 }
 
-type benchSc6Table struct {
-	_ structs.HostLayout
-	B [8192]struct {
-		_ structs.HostLayout
-		S [4]uint64
-	}
-}
-
 type benchTrieKey4 struct {
 	_         structs.HostLayout
 	Prefixlen uint32
@@ -91,13 +83,11 @@ const (
 	benchMapOut       = "out"
 	benchMapProbes4   = "probes4"
 	benchMapProbes6   = "probes6"
-	benchMapSc6       = "sc6"
 	benchMapTrie4     = "trie4"
 	benchMapTrie6     = "trie6"
 	benchMapW4Words   = "w4_words"
 	benchMapW6Words   = "w6_words"
 	benchProgRunBench = "run_bench"
-	benchVarSc6On     = "sc6_on"
 	benchVarW4Cap     = "w4_cap"
 	benchVarW6Cap     = "w6_cap"
 )
@@ -155,7 +145,6 @@ type benchMapSpecs struct {
 	Out     *ebpf.MapSpec `ebpf:"out"`
 	Probes4 *ebpf.MapSpec `ebpf:"probes4"`
 	Probes6 *ebpf.MapSpec `ebpf:"probes6"`
-	Sc6     *ebpf.MapSpec `ebpf:"sc6"`
 	Trie4   *ebpf.MapSpec `ebpf:"trie4"`
 	Trie6   *ebpf.MapSpec `ebpf:"trie6"`
 	W4Words *ebpf.MapSpec `ebpf:"w4_words"`
@@ -166,7 +155,6 @@ type benchMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type benchVariableSpecs struct {
-	Sc6On *ebpf.VariableSpec `ebpf:"sc6_on"`
 	W4Cap *ebpf.VariableSpec `ebpf:"w4_cap"`
 	W6Cap *ebpf.VariableSpec `ebpf:"w6_cap"`
 }
@@ -195,7 +183,6 @@ type benchMaps struct {
 	Out     *ebpf.Map `ebpf:"out"`
 	Probes4 *ebpf.Map `ebpf:"probes4"`
 	Probes6 *ebpf.Map `ebpf:"probes6"`
-	Sc6     *ebpf.Map `ebpf:"sc6"`
 	Trie4   *ebpf.Map `ebpf:"trie4"`
 	Trie6   *ebpf.Map `ebpf:"trie6"`
 	W4Words *ebpf.Map `ebpf:"w4_words"`
@@ -208,7 +195,6 @@ func (m *benchMaps) Close() error {
 		m.Out,
 		m.Probes4,
 		m.Probes6,
-		m.Sc6,
 		m.Trie4,
 		m.Trie6,
 		m.W4Words,
@@ -220,7 +206,6 @@ func (m *benchMaps) Close() error {
 //
 // It can be passed to loadBenchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benchVariables struct {
-	Sc6On *ebpf.Variable `ebpf:"sc6_on"`
 	W4Cap *ebpf.Variable `ebpf:"w4_cap"`
 	W6Cap *ebpf.Variable `ebpf:"w6_cap"`
 }

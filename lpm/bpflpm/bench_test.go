@@ -2,9 +2,7 @@ package bpflpm
 
 import (
 	"context"
-	"math/rand/v2"
 	"net/netip"
-	"strings"
 	"testing"
 
 	"github.com/wolf-investigator/wolf/internal/testutil"
@@ -91,40 +89,4 @@ func TestBenchSmall(t *testing.T) {
 	if len(rep.Harness) == 0 {
 		t.Error("no harness measurements")
 	}
-}
-
-// TestBenchShortcut6 runs the --shortcut6 experiment on a synthetic IPv6
-// table deep enough to have nodes at depths 24, 32 and 40: lookups that
-// start at the hash must agree with the kernel trie on every probe.
-func TestBenchShortcut6(t *testing.T) {
-	testutil.RequireRoot(t)
-	rng := rand.New(rand.NewPCG(7, 8))
-	var real []netip.Prefix
-	for range 4000 {
-		var b [16]byte
-		b[0], b[1] = 0x2a, byte(rng.IntN(4))
-		b[2], b[3], b[4], b[5] = byte(rng.IntN(8)), byte(rng.IntN(16)), byte(rng.IntN(4)), byte(rng.Uint32())
-		l := []int{24, 29, 32, 36, 40, 44, 48, 48, 48}[rng.IntN(9)]
-		real = append(real, netip.PrefixFrom(netip.AddrFrom16(b), l).Masked())
-	}
-	var notes []string
-	rep, err := Bench(context.Background(), BenchOptions{
-		Entries: []int{}, IPv6: true, Ops: []string{"lookup"}, Repeat: 2, Loops: 1000, Trials: 1,
-		Probes: 20000, RealPrefixes: real, Shortcut6: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	notes = rep.Notes
-	if rep.Mismatches != 0 || rep.Compared < 20000 {
-		t.Fatalf("%d mismatches in %d probes between the shortcut lookups and the kernel trie: %v", rep.Mismatches, rep.Compared, notes)
-	}
-	held := false
-	for _, n := range notes {
-		held = held || strings.Contains(n, "--shortcut6") && !strings.Contains(n, ": 0 of")
-	}
-	if !held {
-		t.Fatalf("no node was hashed: %v", notes)
-	}
-	t.Log(notes)
 }
