@@ -472,7 +472,8 @@ static __always_inline void wolf_hist_add_local_n(struct wolf_hist *h, __u64 v, 
  * every - 1 skipped) so that a sequence that repeats, a CPU waiting for
  * lock A then B over and over, is not always sampled on the same lock.
  * The budget (internal/probekit) sets wolf_storm_every; 0 or 1: every
- * event is timed. seen and kept count what was asked and timed.
+ * event is timed. seen and kept count what was asked and timed (seen
+ * scaled by the duty cycle below: an estimate of the events there were).
  */
 struct wolf_storm {
 	__u64 seen;
@@ -482,6 +483,24 @@ struct wolf_storm {
 };
 
 static __u32 wolf_storm_every __attribute__((section(".data.wolf_storm")));
+
+/*
+ * Duty cycling, the budget's step past storm sampling (probekit's
+ * Attach.Duty): the programs that time the events run only one
+ * 2^wolf_duty_shift-th of the time, so an event they see stands for
+ * 2^wolf_duty_shift, and what wolf_storm_take_at returns and counts as
+ * seen is scaled by it. 0: they run all the time. Bounded, so that a
+ * weight cannot overflow.
+ */
+#define WOLF_DUTY_MAX 8
+static __u32 wolf_duty_shift __attribute__((section(".data.wolf_duty")));
+
+static __always_inline __attribute__((unused)) __u32 wolf_duty(void)
+{
+	__u32 d = *(volatile __u32 *)&wolf_duty_shift;
+
+	return d < WOLF_DUTY_MAX ? d : WOLF_DUTY_MAX;
+}
 
 /*
  * WOLF_STORM_SLOTS(n): n independent samplings sharing wolf_storm_every
@@ -498,12 +517,12 @@ static __u32 wolf_storm_every __attribute__((section(".data.wolf_storm")));
 	} wolf_storm SEC(".maps");                                                          \
 	static __always_inline __attribute__((unused)) __u32 wolf_storm_take_at(__u32 slot) \
 	{                                                                                   \
-		__u32 every = *(volatile __u32 *)&wolf_storm_every, w;                      \
+		__u32 every = *(volatile __u32 *)&wolf_storm_every, w, d = wolf_duty();     \
 		struct wolf_storm *s = bpf_map_lookup_elem(&wolf_storm, &slot);             \
                                                                                             \
 		if (!s)                                                                     \
-			return 1;                                                           \
-		s->seen++;                                                                  \
+			return 1 << d;                                                      \
+		s->seen += 1 << d;                                                          \
 		if (s->left) {                                                              \
 			s->left--;                                                          \
 			s->skipped++;                                                       \
@@ -513,7 +532,7 @@ static __u32 wolf_storm_every __attribute__((section(".data.wolf_storm")));
 		s->skipped = 0;                                                             \
 		s->left = every > 1 ? bpf_get_prandom_u32() % (2 * every - 1) : 0;          \
 		s->kept++;                                                                  \
-		return w;                                                                   \
+		return w << d;                                                              \
 	}                                                                                   \
 	static __always_inline __attribute__((unused)) __u32 wolf_storm_take(void)          \
 	{                                                                                   \

@@ -352,13 +352,17 @@ type Overhead struct {
 }
 
 // Shedding is one program the budget detached for DetachedS seconds of
-// the window (Ongoing: still detached at its end).
+// the window (Ongoing: still detached at its end). DutyPct, when not 0:
+// rather than detached for good, the program ran that percentage of each
+// second (a duty cycle, Ongoing while it goes on), and what it counts is
+// estimated from what it saw, each event standing for 100/DutyPct.
 type Shedding struct {
 	Investigator string  `json:"investigator"`
 	Target       string  `json:"target"`
 	Why          string  `json:"why"`
 	DetachedS    float64 `json:"detached_s"`
 	Ongoing      bool    `json:"ongoing,omitempty"`
+	DutyPct      float64 `json:"duty_pct,omitempty"`
 }
 
 // Sampling is one investigator's detail sampled under the budget: of

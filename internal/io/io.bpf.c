@@ -472,52 +472,6 @@ static __always_inline __u32 rq_dev(struct request *rq)
 	return mkdev(disk->major, disk->first_minor);
 }
 
-/*
- * The bio's cgroup (the one its bytes are charged to), 0 without. The walk
- * from the bio's blkg to the cgroup's id touches four cache lines; a blkg
- * is one cgroup's on one queue and stays, so each CPU remembers the last
- * blkg it walked from (by its distance from a fixed address, as rq_id).
- */
-struct blkg_cache {
-	__u64 blkg;
-	__u64 blkcg; /* a blkg freed and reallocated for another cgroup has another */
-	__u64 cgid;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct blkg_cache);
-} blkg_cache SEC(".maps");
-
-static __always_inline __u64 bio_cgid(struct bio *bio)
-{
-	struct blkg_cache *c;
-	struct blkcg_gq *blkg;
-	struct blkcg *blkcg;
-	__u32 zero = 0;
-	__u64 id, cid;
-
-	if (!bio || !bpf_core_field_exists(bio->bi_blkg))
-		return 0;
-	blkg = bio->bi_blkg;
-	if (!blkg)
-		return 0;
-	blkcg = blkg->blkcg;
-	c = bpf_map_lookup_elem(&blkg_cache, &zero);
-	if (!c)
-		return blkcg->css.cgroup->kn->id;
-	id = (__u64)((char *)blkg - (char *)c);
-	cid = (__u64)((char *)blkcg - (char *)c);
-	if (c->blkg != id || c->blkcg != cid) {
-		c->cgid = blkcg->css.cgroup->kn->id;
-		c->blkg = id;
-		c->blkcg = cid;
-	}
-	return c->cgid;
-}
-
 static __always_inline __u32 op_class(__u32 cmd_flags)
 {
 	__u32 op = cmd_flags & WOLF_REQ_OP_MASK;
@@ -590,6 +544,15 @@ static __always_inline void note_comm(__u32 tgid)
 	bpf_map_update_elem(&comms, &tgid, comm, BPF_ANY);
 }
 
+/* Whether the hash of a request's birth leaves it out under shift. */
+static __always_inline bool attr_skip(__u64 birth, __u32 shift)
+{
+	if (!shift || !birth)
+		return false;
+	shift &= 15;
+	return ((birth * 0x9E3779B97F4A7C15ULL) >> (64 - shift)) != 0;
+}
+
 /*
  * Attribution above a rate. Following a request from its first sight to
  * its completion (a slot written on the issuing CPU, read and freed on the
@@ -624,9 +587,30 @@ struct attr {
 	__u32 done_shift;
 	__u32 wait_shift; /* the waiter programs' own: see sched_switch */
 	__u32 issue_duty; /* the first sights run part of the time: see rq_complete */
+	/*
+	 * The smallest shift in effect over the last second: a request the
+	 * hash leaves out under it was left out under every shift of its
+	 * life (unless it lived longer), so it has no slot to look at.
+	 */
+	__u32 look_shift;
 };
 
 struct attr attr SEC(".data.attr");
+
+/*
+ * Set once a request born in blk-throttle's dispatcher was followed: those
+ * are followed whatever the hash says, so from then on every completion
+ * looks for its slot (see look_shift).
+ */
+__u32 throttle_seen SEC(".data.held");
+
+/* Whether the request surely has no slot: the hash left it out under every
+ * shift in effect since it was born, and no request bypasses the hash. */
+static __always_inline bool surely_left_out(__u64 birth)
+{
+	return !*(volatile __u32 *)&throttle_seen &&
+	       attr_skip(birth, *(volatile __u32 *)&attr.look_shift);
+}
 
 /*
  * Slots holding a request born while issue_duty was set: while there are
@@ -638,14 +622,6 @@ struct attr attr SEC(".data.attr");
  * completions then look, as they all did before.
  */
 __u64 following SEC(".data.follow");
-
-static __always_inline bool attr_skip(__u64 birth, __u32 shift)
-{
-	if (!shift || !birth)
-		return false;
-	shift &= 15;
-	return ((birth * 0x9E3779B97F4A7C15ULL) >> (64 - shift)) != 0;
-}
 
 /* The request's slot if it holds this request: the same identity, and the
  * same birth where the kernel stamps it (a slot left by an earlier use of
@@ -664,20 +640,23 @@ static __always_inline struct rq_slot *slot_held(struct request *rq, __u64 *idp)
 /*
  * The first sight of a request (insert, or issue when it skips the
  * scheduler and plug), in its submitter's context: t is the current task
- * and tflags its flags. Returns the slot, now this request's.
+ * and tflags its flags; now is the time, or the request's birth where the
+ * kernel stamped it (no clock read then). Returns the slot, now this
+ * request's.
  */
 static __always_inline struct rq_slot *rq_born(struct request *rq, __u64 now, struct task_struct *t,
 					       unsigned int tflags, __u32 tgid)
 {
-	__u64 id, birth = rq->start_time_ns;
-	struct rq_slot *s = slot_held(rq, &id);
+	__u64 id = rq_id(rq), birth = rq->start_time_ns;
+	struct rq_slot *s = slot_of(id);
 
-	if (s)
-		return s;
-	s = slot_of(id);
 	if (!s || !id)
 		return 0;
-	if (s->rq && s->rq != id && now - s->birth_ns < 60000000000ULL)
+	/* Held already: its insert claimed it. */
+	if (s->rq == id && (!birth || s->birth_ns == birth))
+		return s;
+	/* Another request's, born less than a minute ago (or after this one). */
+	if (s->rq && s->rq != id && (s->birth_ns > now || now - s->birth_ns < 60000000000ULL))
 		stat_inc(STAT_SLOT_TAKEN); /* the other one's completion goes untracked */
 	if (s->rq && (s->flags & F_COUNTED))
 		__sync_fetch_and_add(&following, -1);
@@ -694,6 +673,8 @@ static __always_inline struct rq_slot *rq_born(struct request *rq, __u64 now, st
 			/* The dispatcher is not the issuer: the cgroup is what counts. */
 			s->flags = F_THROTTLED;
 			s->tgid = 0;
+			if (!*(volatile __u32 *)&throttle_seen)
+				*(volatile __u32 *)&throttle_seen = 1;
 		}
 	}
 	if (*(volatile __u32 *)&attr.issue_duty) {
@@ -745,11 +726,13 @@ static __always_inline int first_sight(struct request *rq, struct task_struct *t
 {
 	struct rq_slot *s;
 	__u64 now, id;
+	bool stamped;
 
 	/* A request left out has nothing to do here on any disk. */
 	if (attr_skip(rq->start_time_ns, *(volatile __u32 *)&attr.shift) &&
 	    !in_throttle(t, tflags)) {
-		if (!issue || queue_stamps(rq) || (only_dev && rq_dev(rq) != only_dev))
+		if (!issue || queue_stamps(rq) || (only_dev && rq_dev(rq) != only_dev) ||
+		    surely_left_out(rq->start_time_ns))
 			return 0;
 		s = slot_held(rq, &id);
 		if (s)
@@ -758,9 +741,17 @@ static __always_inline int first_sight(struct request *rq, struct task_struct *t
 	}
 	if (only_dev && rq_dev(rq) != only_dev)
 		return 0;
-	now = bpf_ktime_get_ns();
+	/*
+	 * The clock is read only for a time the kernel does not stamp: the
+	 * birth (start_time_ns, 0 without), and the issue where the queue
+	 * stamps none (io_start_time_ns, right after this tracepoint).
+	 */
+	stamped = !issue || queue_stamps(rq);
+	now = rq->start_time_ns;
+	if (!now || !stamped)
+		now = bpf_ktime_get_ns();
 	s = rq_born(rq, now, t, tflags, tgid);
-	if (s && issue)
+	if (s && !stamped)
 		s->issue_ns = now;
 	return 0;
 }
@@ -865,6 +856,14 @@ struct batch {
 	__u64 sum_device_ns;
 	__u32 total_slots[WOLF_HIST_SLOTS]; /* struct wolf_hist's slots, per CPU */
 	__u32 device_slots[WOLF_HIST_SLOTS];
+	/*
+	 * The last blkg a completion of this batch walked to its cgroup (see
+	 * bio_cgid), in the batch rather than a map of its own: one lookup
+	 * fewer per completion.
+	 */
+	__u64 blkg;
+	__u64 blkcg; /* a blkg freed and reallocated for another cgroup has another */
+	__u64 cgid;
 };
 
 /*
@@ -903,6 +902,34 @@ struct {
 	__type(key, __u32);
 	__type(value, struct batch);
 } batches SEC(".maps");
+
+/*
+ * The bio's cgroup (the one its bytes are charged to), 0 without. The walk
+ * from the bio's blkg to the cgroup's id touches four cache lines; a blkg
+ * is one cgroup's on one queue and stays, so each CPU's batch remembers
+ * the last blkg it walked from (by its distance from the batch, as rq_id).
+ */
+static __always_inline __u64 bio_cgid(struct batch *b, struct bio *bio)
+{
+	struct blkcg_gq *blkg;
+	struct blkcg *blkcg;
+	__u64 id, cid;
+
+	if (!bio || !bpf_core_field_exists(bio->bi_blkg))
+		return 0;
+	blkg = bio->bi_blkg;
+	if (!blkg)
+		return 0;
+	blkcg = blkg->blkcg;
+	id = (__u64)((char *)blkg - (char *)b);
+	cid = (__u64)((char *)blkcg - (char *)b);
+	if (b->blkg != id || b->blkcg != cid) {
+		b->cgid = blkcg->css.cgroup->kn->id;
+		b->blkg = id;
+		b->blkcg = cid;
+	}
+	return b->cgid;
+}
 
 /* Set by user space once the waiter programs are attached: until then
  * completions leave no context for wake-ups. */
@@ -1009,7 +1036,14 @@ int BPF_PROG(rq_complete, struct request *rq, int error, unsigned int nr_bytes)
 	if (!issue)
 		stat_inc(STAT_UNSTAMPED); /* user space then keeps the first sights attached */
 	duty = *(volatile __u32 *)&attr.issue_duty;
-	s = duty && !*(volatile __u64 *)&following ? 0 : slot_held(rq, &id);
+	/*
+	 * A slot is looked at only where one may be this request's: a look is
+	 * a cache miss (a line of a 512 KiB array, written on the issuing
+	 * CPU), most of a completion's cost where it is made.
+	 */
+	s = 0;
+	if (!(duty && !*(volatile __u64 *)&following) && !surely_left_out(birth))
+		s = slot_held(rq, &id);
 	if (s) {
 		k.tgid = s->tgid;
 		k.flags = s->flags & F_KWORKER;
@@ -1027,7 +1061,10 @@ int BPF_PROG(rq_complete, struct request *rq, int error, unsigned int nr_bytes)
 	} else {
 		stat_inc(STAT_UNTRACKED);
 	}
-	k.cgid = bio_cgid(rq->bio);
+	b = bpf_map_lookup_elem(&batches, &bi);
+	if (!b)
+		return 0;
+	k.cgid = bio_cgid(b, rq->bio);
 	if (birth && issue && issue >= birth && now >= issue) {
 		flags |= F_TIMED;
 		total = now - birth;
@@ -1047,12 +1084,10 @@ int BPF_PROG(rq_complete, struct request *rq, int error, unsigned int nr_bytes)
 			d->flags = flags;
 		}
 	}
-	b = bpf_map_lookup_elem(&batches, &bi);
-	if (!b)
-		return 0;
 	if (b->count && !same_key(&b->key, &k))
 		batch_fold(bi);
-	b->key = k;
+	if (!b->count)
+		b->key = k;
 	b->count++;
 	if (op < NR_OPS) {
 		b->ops[op] += 1;

@@ -339,9 +339,19 @@ func attrShift(rate float64) uint32 {
 	return n
 }
 
-// ratePoll is how often watchRate looks at the rates: a storm followed in
-// full until the first look costs what following it costs.
-const ratePoll = 250 * time.Millisecond
+// ratePoll is how often watchRate looks at the rates; firstRatePoll is
+// when it first looks: a storm is followed in full until then, which
+// costs what following it costs (at 50,000 requests a second, the first
+// 250 ms cost the first sights and the slots as much as 2 s of the duty).
+const (
+	ratePoll      = 250 * time.Millisecond
+	firstRatePoll = 50 * time.Millisecond
+)
+
+// lookPolls is how many polls back LookShift remembers the shifts: a
+// request followed that completes later than that, after the shift rose,
+// is told as left out (its issuer unknown), not missed.
+const lookPolls = 8
 
 // watchRate sets the sampling every ratePoll: of the requests' attribution
 // from the rate of completions, of the waiters from the rate of I/O
@@ -351,7 +361,7 @@ const ratePoll = 250 * time.Millisecond
 // before are told apart from requests wolf missed.
 func (s *session) watchRate() {
 	defer s.wg.Done()
-	t := time.NewTicker(ratePoll)
+	t := time.NewTimer(firstRatePoll)
 	defer t.Stop()
 	read := func() (uint64, uint64, error) {
 		c, err := s.p.counter(ioStatIndexSTAT_COMPLETIONS)
@@ -371,11 +381,15 @@ func (s *session) watchRate() {
 	}
 	last := time.Now()
 	var cur ioAttr
-	for {
+	// The shifts of the last lookPolls polls (0 before the first: every
+	// request followed then), for LookShift.
+	var past [lookPolls]uint32
+	for i := 0; ; i++ {
 		select {
 		case <-s.stop:
 			return
 		case now := <-t.C:
+			t.Reset(ratePoll)
 			c, w, err := read()
 			if err != nil {
 				return
@@ -419,6 +433,14 @@ func (s *session) watchRate() {
 			}
 			next.Shift = total - d
 			next.DoneShift = max(next.Shift, cur.Shift) // the previous poll's shift still judges
+			// A completion looks for its request's slot only if the
+			// hash followed it under some shift of the last lookPolls
+			// polls: a look is most of a completion's cost.
+			next.LookShift = next.Shift
+			for _, p := range past {
+				next.LookShift = min(next.LookShift, p)
+			}
+			past[i%lookPolls] = next.Shift
 			s.mu.Lock()
 			prevD := s.firstDuty
 			s.mu.Unlock()

@@ -19,6 +19,7 @@ type ioAttr struct {
 	DoneShift uint32
 	WaitShift uint32
 	IssueDuty uint32
+	LookShift uint32
 }
 
 type ioBatch struct {
@@ -36,13 +37,9 @@ type ioBatch struct {
 	SumDeviceNs    uint64
 	TotalSlots     [65]uint32
 	DeviceSlots    [65]uint32
-}
-
-type ioBlkgCache struct {
-	_     structs.HostLayout
-	Blkg  uint64
-	Blkcg uint64
-	Cgid  uint64
+	Blkg           uint64
+	Blkcg          uint64
+	Cgid           uint64
 }
 
 type ioDoneCtx struct {
@@ -256,7 +253,6 @@ type ioWolfDetail struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	ioMapBatches             = "batches"
-	ioMapBlkgCache           = "blkg_cache"
 	ioMapComms               = "comms"
 	ioMapDone                = "done"
 	ioMapJournals            = "journals"
@@ -304,6 +300,7 @@ const (
 	ioVarQueueStatsBit       = "queue_stats_bit"
 	ioVarSlowNs              = "slow_ns"
 	ioVarThrotlDispatchFn    = "throtl_dispatch_fn"
+	ioVarThrottleSeen        = "throttle_seen"
 	ioVarUnusedLongWait      = "unused_long_wait"
 	ioVarUnusedSlowRq        = "unused_slow_rq"
 	ioVarWaitDutyShift       = "wait_duty_shift"
@@ -386,7 +383,6 @@ type ioProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type ioMapSpecs struct {
 	Batches    *ebpf.MapSpec `ebpf:"batches"`
-	BlkgCache  *ebpf.MapSpec `ebpf:"blkg_cache"`
 	Comms      *ebpf.MapSpec `ebpf:"comms"`
 	Done       *ebpf.MapSpec `ebpf:"done"`
 	Journals   *ebpf.MapSpec `ebpf:"journals"`
@@ -416,6 +412,7 @@ type ioVariableSpecs struct {
 	QueueStatsBit    *ebpf.VariableSpec `ebpf:"queue_stats_bit"`
 	SlowNs           *ebpf.VariableSpec `ebpf:"slow_ns"`
 	ThrotlDispatchFn *ebpf.VariableSpec `ebpf:"throtl_dispatch_fn"`
+	ThrottleSeen     *ebpf.VariableSpec `ebpf:"throttle_seen"`
 	UnusedLongWait   *ebpf.VariableSpec `ebpf:"unused_long_wait"`
 	UnusedSlowRq     *ebpf.VariableSpec `ebpf:"unused_slow_rq"`
 	WaitDutyShift    *ebpf.VariableSpec `ebpf:"wait_duty_shift"`
@@ -446,7 +443,6 @@ func (o *ioObjects) Close() error {
 // It can be passed to loadIoObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ioMaps struct {
 	Batches    *ebpf.Map `ebpf:"batches"`
-	BlkgCache  *ebpf.Map `ebpf:"blkg_cache"`
 	Comms      *ebpf.Map `ebpf:"comms"`
 	Done       *ebpf.Map `ebpf:"done"`
 	Journals   *ebpf.Map `ebpf:"journals"`
@@ -467,7 +463,6 @@ type ioMaps struct {
 func (m *ioMaps) Close() error {
 	return _IoClose(
 		m.Batches,
-		m.BlkgCache,
 		m.Comms,
 		m.Done,
 		m.Journals,
@@ -498,6 +493,7 @@ type ioVariables struct {
 	QueueStatsBit    *ebpf.Variable `ebpf:"queue_stats_bit"`
 	SlowNs           *ebpf.Variable `ebpf:"slow_ns"`
 	ThrotlDispatchFn *ebpf.Variable `ebpf:"throtl_dispatch_fn"`
+	ThrottleSeen     *ebpf.Variable `ebpf:"throttle_seen"`
 	UnusedLongWait   *ebpf.Variable `ebpf:"unused_long_wait"`
 	UnusedSlowRq     *ebpf.Variable `ebpf:"unused_slow_rq"`
 	WaitDutyShift    *ebpf.Variable `ebpf:"wait_duty_shift"`

@@ -155,6 +155,9 @@ WOLF_BUDGET(GATES)
  * its end a compare. The waiter, owner and mmap_lock figures of timed
  * waits stand for those skipped, weighted as the counts; the queue model
  * sees the timed waits only, its depths a lower bound while sampling.
+ * Past that, the budget runs the contention programs part of the time
+ * (probekit's Attach.Duty, wolf_duty in wolf.h): a wait seen then stands
+ * for 2^wolf_duty_shift times what it would.
  */
 enum storm_slot {
 	STORM_SPIN = 0,
@@ -900,7 +903,7 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 
 	__u32 tid = (__u32)pid_tgid;
 	struct pending *old = bpf_map_lookup_elem(&pending_task, &tid);
-	__u32 weight = 1;
+	__u32 weight = 1 << wolf_duty(); /* a first wait, timed whatever the storm */
 
 	if (old && old->skip_lock) {
 		/* A mutex's second begin (spinning, then sleeping) of an untimed wait. */
@@ -911,7 +914,8 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 	}
 	if (!(old && old->start_ns && !old->end_ns && old->lock == lock &&
 	      (old->flags & WOLF_LCB_F_SPIN) && (flags & WOLF_LCB_F_MUTEX)))
-		stat_inc(STAT_SLEEP_WAITS); /* not a mutex's second begin */
+		/* Not a mutex's second begin; duty-cycled, an estimate too. */
+		stat_add(STAT_SLEEP_WAITS, 1 << wolf_duty());
 	if (old && old->start_ns && old->end_ns) {
 		/* The thread's last wait (see walk_owner_stack on why a call). */
 		if (kp)

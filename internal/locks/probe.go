@@ -70,8 +70,17 @@ func attachTable(m mode, profileHz int, reclaimShared bool) []probekit.Attach {
 			}
 		}
 	} else {
+		// Under a lock storm whose waits are timed as sparsely as
+		// storm sampling goes and still cost over the budget, the budget
+		// runs the begin part of the time (probekit.Attach.Duty): its
+		// runs, tens of thousands a second, are then most of what locks
+		// costs. The end stays: a wait begun in the on-time ends seen
+		// however long it lasts (the long waits are the findings; an end
+		// detached with the begin would lose every wait longer than
+		// what is left of the on-time), and with no wait pending it costs
+		// a lookup.
 		t = append(t, probekit.Attach{Kind: kind, Target: "lock/contention_begin", Program: prefix + "contention_begin", Required: true,
-			Why: "every lock wait as it begins (Linux 5.19+)"},
+			Why: "every lock wait as it begins (Linux 5.19+)", Shed: dutyContention, Duty: true},
 			probekit.Attach{Kind: kind, Target: "lock/contention_end", Program: prefix + "contention_end", Required: true,
 				Why: "every lock wait as it ends"})
 	}
@@ -102,6 +111,11 @@ func attachTable(m mode, profileHz int, reclaimShared bool) []probekit.Attach {
 	}
 	return t
 }
+
+// dutyContention is the contention rows' rank among the budget's sheds
+// (budget.go): the highest, so that a budget well under its spend again
+// runs them all the time first, before what it detached for good.
+const dutyContention = 8
 
 // reclaimRows follow memory reclaim under an mmap_lock, when the reclaim
 // investigator does not run alongside.

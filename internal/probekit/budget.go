@@ -271,8 +271,39 @@ func (b *Budget) adjust() {
 			_ = p.setStormEvery(next)
 		}
 	}
+	b.dutyStep(spend, budget)
 	b.shed(spend, budget, longest)
 	b.lastSpend = spend
+}
+
+// dutyStep starts the duty cycles (Attach.Duty) of every member whose
+// storm sampling is at its sparsest while the programs still spend over
+// the budget: what is left of their cost is their runs, and only fewer
+// runs lower it. Rows that only add detail go first (shed), unless the
+// programs spend twice the budget: the shedding, a group every two
+// seconds, would then take most of a ten-second window. A cycle comes
+// back for good as a group shed does.
+func (b *Budget) dutyStep(spend, budget float64) {
+	if spend <= budget {
+		return
+	}
+	if spend <= 2*budget {
+		for p := range b.members {
+			if att, _ := p.sheddable(); len(att) > 0 {
+				return
+			}
+		}
+	}
+	for p, m := range b.members {
+		if !m.storm || m.every < maxStormEvery {
+			continue
+		}
+		for _, rank := range p.dutyRanks() {
+			if p.startDuty(rank) {
+				b.shedAt[shedKey{p, rank}] = spend
+			}
+		}
+	}
 }
 
 // shed detaches a sheddable group when the programs have spent over the
@@ -517,6 +548,10 @@ type shedRow struct {
 	rank   int
 	since  time.Time     // detached since; zero while attached
 	total  time.Duration // detached time in the window so far (ended detachments)
+	// duty: the budget runs the row part of the time (Attach.Duty)
+	// rather than detach it; cycling: it does now, or did in the window
+	// (the report says so until the next window).
+	duty, cycling, cycled bool
 }
 
 // The controller's hysteresis: over budget this many ticks in a row (with
@@ -535,6 +570,15 @@ func (p *Probe) sheddable() (attached, detached []int) {
 	defer p.mu.Unlock()
 	seenA, seenD := map[int]bool{}, map[int]bool{}
 	for _, r := range p.shed.rows {
+		if r.duty {
+			// Duty rows are run part of the time (dutyStep), never
+			// detached for good; a cycle is restored as a group shed.
+			if r.cycling && !seenD[r.rank] {
+				seenD[r.rank] = true
+				detached = append(detached, r.rank)
+			}
+			continue
+		}
 		if r.since.IsZero() && !seenA[r.rank] {
 			seenA[r.rank] = true
 			attached = append(attached, r.rank)
@@ -574,8 +618,16 @@ func (p *Probe) shedGroup(rank int) {
 	}
 }
 
-// restoreGroup attaches p's rows of rank again, as they attached first.
+// restoreGroup attaches p's rows of rank again, as they attached first
+// (a duty cycle's for good).
 func (p *Probe) restoreGroup(rank int) {
+	p.mu.Lock()
+	run := p.duties[rank]
+	p.mu.Unlock()
+	if run != nil {
+		p.stopDutyRank(rank, true)
+		return
+	}
 	for i := range p.shed.rows {
 		p.mu.Lock()
 		r := &p.shed.rows[i]
@@ -615,14 +667,21 @@ func (p *Probe) sheddings() []finding.Shedding {
 			r.since = now // the rest counts in the next window
 		}
 		r.total = 0
-		if d <= 0 {
+		cycled := r.cycled
+		r.cycled = r.cycling // the next window's, if it goes on
+		if d <= 0 && !cycled {
 			continue
 		}
 		// A detachment that began a few milliseconds ago still reads as one:
 		// rounding it to 0 s would say the row was shed for no time at all.
 		detached := math.Max(math.Round(d.Seconds()*100)/100, 0.01)
-		out = append(out, finding.Shedding{Investigator: p.name, Target: r.attach.Target, Why: r.attach.Why,
-			DetachedS: detached, Ongoing: ongoing})
+		sh := finding.Shedding{Investigator: p.name, Target: r.attach.Target, Why: r.attach.Why,
+			DetachedS: detached, Ongoing: ongoing}
+		if cycled {
+			sh.DutyPct = 100 / float64(uint64(1)<<DutyShift)
+			sh.Ongoing = r.cycling
+		}
+		out = append(out, sh)
 	}
 	return out
 }

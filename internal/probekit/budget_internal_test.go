@@ -64,3 +64,43 @@ func TestNextEvery(t *testing.T) {
 		}
 	}
 }
+
+// Duty rows are never shed for good: the generic shedding leaves them
+// alone, and a cycle running is what a restore ends. Their window's
+// shedding says the share of each second they ran.
+func TestDutyRowsShedAsCycles(t *testing.T) {
+	p := &Probe{name: "locks"}
+	p.shed.rows = []shedRow{
+		{attach: Attach{Target: "lock/contention_begin"}, rank: 8, duty: true},
+		{attach: Attach{Target: "lock/contention_end"}, rank: 8, duty: true},
+		{attach: Attach{Target: "vmscan/x"}, rank: 2},
+	}
+	if att, det := p.sheddable(); len(att) != 1 || att[0] != 2 || len(det) != 0 {
+		t.Fatalf("not cycling: attached %v, detached %v", att, det)
+	}
+	if s := p.sheddings(); len(s) != 0 {
+		t.Fatalf("nothing detached yet: %+v", s)
+	}
+	for i := range 2 {
+		p.shed.rows[i].cycling, p.shed.rows[i].cycled = true, true
+		p.shed.rows[i].total = 1500 * time.Millisecond
+	}
+	if att, det := p.sheddable(); len(att) != 1 || att[0] != 2 || len(det) != 1 || det[0] != 8 {
+		t.Fatalf("cycling: attached %v, detached %v", att, det)
+	}
+	s := p.sheddings()
+	if len(s) != 2 || s[0].DutyPct != 25 || !s[0].Ongoing || s[0].DetachedS != 1.5 || s[1].Target != "lock/contention_end" {
+		t.Fatalf("cycling: %+v", s)
+	}
+	// Ended in the window: said once more, then no longer.
+	for i := range 2 {
+		p.shed.rows[i].cycling = false
+		p.shed.rows[i].total = 100 * time.Millisecond
+	}
+	if s := p.sheddings(); len(s) != 2 || s[0].Ongoing || s[0].DutyPct != 25 {
+		t.Fatalf("ended: %+v", s)
+	}
+	if s := p.sheddings(); len(s) != 0 {
+		t.Fatalf("next window: %+v", s)
+	}
+}

@@ -126,6 +126,16 @@ type Attach struct {
 	// begin and its end); lower values go first, and come back last.
 	// For optional rows whose loss the report can say in a line (Why).
 	Shed int
+	// Duty, on a Shed row, has the budget run the row's group part of the
+	// time instead of detaching it for good (budget.go, dutyCycle): once
+	// the object's storm sampling (WOLF_STORM) is at its sparsest and the
+	// programs still spend over the budget, they run DutyOn of each
+	// DutyPeriod, and an event they see stands for 2^DutyShift
+	// (wolf_duty in wolf.h): counts become estimates, which the report
+	// says. The group's first row detaches first and the others
+	// DutyGrace after it (a begin, then its end: the events begun end
+	// seen). For rows that time events no other row needs exactly.
+	Duty bool
 }
 
 // Feature is the `wolf check` feature this row needs, named as package
@@ -245,6 +255,7 @@ type Probe struct {
 	// armedLinks are the links of the Later rows Arm attached, by Target.
 	armedLinks map[string]link.Link
 	shed       shedState           // budget.go
+	duties     map[int]*dutyRun    // by Shed rank: the duty cycles running (budget.go)
 	chosen     map[string]Attach   // by the row's Target: the variant that attached
 	stoodIn    map[string][]string // by a missing row's Target: its stand-ins' Targets that attached
 	later      map[string]Attach   // by a Later row's Target: the variant that loaded, to attach on Arm
@@ -484,7 +495,7 @@ func (p *Probe) attachRow(row Attach, opts ebpf.CollectionOptions, refuse map[st
 			p.chosen[row.Target] = a
 			if row.Shed != 0 && l != nil {
 				p.rowLinks[row.Target] = l
-				p.shed.rows = append(p.shed.rows, shedRow{attach: row, rank: row.Shed})
+				p.shed.rows = append(p.shed.rows, shedRow{attach: row, rank: row.Shed, duty: row.Duty})
 			}
 			p.mu.Unlock()
 			return nil
@@ -729,6 +740,7 @@ func (p *Probe) Overhead(events, dropped uint64) finding.Overhead {
 // side by side lets those waits overlap. Maps and programs stay, so that
 // what they hold can still be read.
 func (p *Probe) Detach() {
+	p.stopDuty(false)
 	p.mu.Lock()
 	links, samplers := p.links, p.samplers
 	p.links, p.samplers = nil, nil

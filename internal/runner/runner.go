@@ -309,13 +309,19 @@ func SamplingNotes(o finding.Overhead) []string {
 		s := o.Shed[i]
 		targets, whys := []string{s.Target}, []string{s.Why}
 		j := i + 1
-		for ; j < len(o.Shed) && o.Shed[j].Investigator == s.Investigator && o.Shed[j].DetachedS == s.DetachedS && o.Shed[j].Ongoing == s.Ongoing; j++ {
+		for ; j < len(o.Shed) && o.Shed[j].Investigator == s.Investigator && o.Shed[j].DetachedS == s.DetachedS && o.Shed[j].Ongoing == s.Ongoing && o.Shed[j].DutyPct == s.DutyPct; j++ {
 			targets, whys = append(targets, o.Shed[j].Target), append(whys, o.Shed[j].Why)
 		}
 		i = j
 		still := ""
 		if s.Ongoing {
 			still = ", still at the window's end"
+		}
+		if s.DutyPct > 0 {
+			out = append(out, fmt.Sprintf("%s: over the BPF budget%s with its events sampled as far as they go, its programs on %s ran %s of each second (detached %s in all%s): their counts and sums are estimates, each event seen standing for %s",
+				s.Investigator, budget, strings.Join(targets, ", "), human.Percent(s.DutyPct), human.Duration(time.Duration(s.DetachedS*float64(time.Second))), still,
+				human.Count(uint64(math.Round(100/s.DutyPct)))))
+			continue
 		}
 		out = append(out, fmt.Sprintf("%s: over the BPF budget%s with its detail sampled, its programs on %s were detached for %s%s: %s not seen meanwhile",
 			s.Investigator, budget, strings.Join(targets, ", "), human.Duration(time.Duration(s.DetachedS*float64(time.Second))), still, strings.Join(whys, "; ")))

@@ -211,6 +211,14 @@ func TestWindowCostApartFromStartup(t *testing.T) {
 		!strings.Contains(notes[0], "1 in 250: counts, sums and histograms are exact (but for spin lock waits: estimates), the detail is a sample") {
 		t.Fatalf("notes: %q", notes)
 	}
+	// A duty cycle: one line for the begin and its end, with what an
+	// event seen stands for.
+	o.Shed = append(o.Shed, finding.Shedding{Investigator: "locks", Target: "lock/contention_begin", Why: "every lock wait as it begins", DetachedS: 5.25, Ongoing: true, DutyPct: 25},
+		finding.Shedding{Investigator: "locks", Target: "lock/contention_end", Why: "every lock wait as it ends", DetachedS: 5.25, Ongoing: true, DutyPct: 25})
+	notes = SamplingNotes(o)
+	if len(notes) != 4 || notes[3] != "locks: over the BPF budget (2.0% of one CPU) with its events sampled as far as they go, its programs on lock/contention_begin, lock/contention_end ran 25% of each second (detached 5.2 s in all, still at the window's end): their counts and sums are estimates, each event seen standing for 4" {
+		t.Fatalf("duty notes: %q", notes)
+	}
 	var calm finding.Overhead
 	window(&calm, time.Second, time.Second, 10*time.Second, 0, 2)
 	if calm.BudgetBit || calm.OverBudget || len(SamplingNotes(calm)) != 0 {

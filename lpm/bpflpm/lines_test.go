@@ -14,13 +14,34 @@ import (
 // the words it reads: a step's reads need the one before it (a packed
 // node is two steps: its marks, then the run they index).
 func (im *image) steps(k key, levels int) [][]uint64 {
+	out, _ := im.stepKinds(k, levels)
+	return out
+}
+
+// The kinds of step stepKinds reports.
+const (
+	stepRoot   = iota // the root word
+	stepDirect        // a direct node's entry (the directory included)
+	stepMarks         // a packed node's mark word
+	stepRun           // the packed node's run word the marks index
+	stepWMarks        // a wide node's mark and count words
+	stepWRun          // the wide node's run word
+	stepList          // a list's words, up to the entry that matches
+	stepKindCount
+)
+
+var stepNames = [stepKindCount]string{"root", "direct", "packed marks", "packed run", "wide marks", "wide run", "list"}
+
+// stepKinds is steps with the kind of each step.
+func (im *image) stepKinds(k key, levels int) ([][]uint64, []int) {
 	var out [][]uint64
+	kinds := []int{stepRoot}
 	hi, lo := k.hi, k.lo
 	out = append(out, []uint64{0})
 	e := im.load(0)
 	for range levels {
 		if e&ptrFlag == 0 {
-			return out
+			return out, kinds
 		}
 		i := uint64(e&offMask) * unitWords
 		s := uint(e>>strideShift) & strideMask
@@ -33,6 +54,7 @@ func (im *image) steps(k key, levels int) [][]uint64 {
 			c := uint64(im.load(i+8)>>(8*(v>>6))) & 0xff
 			x := i + 8 + c + uint64(bits.OnesCount64(im.get64(m)&(2<<(v&63)-1)))
 			out = append(out, []uint64{m, m + 1, i + 8}, []uint64{x})
+			kinds = append(kinds, stepWMarks, stepWRun)
 			e = im.load(x)
 		case s > packedCode:
 			s -= packedCode
@@ -41,12 +63,14 @@ func (im *image) steps(k key, levels int) [][]uint64 {
 			lo <<= s
 			x := i + 1 + uint64(bits.OnesCount64(im.get64(i)&(2<<v-1)))
 			out = append(out, []uint64{i, i + 1}, []uint64{x})
+			kinds = append(kinds, stepMarks, stepRun)
 			e = im.load(x)
 		case s != 0:
 			i += hi >> (64 - s)
 			hi = hi<<s | lo>>(64-s)
 			lo <<= s
 			out = append(out, []uint64{i})
+			kinds = append(kinds, stepDirect)
 			e = im.load(i)
 		default:
 			ws := []uint64{i, i + 1}
@@ -58,10 +82,10 @@ func (im *image) steps(k key, levels int) [][]uint64 {
 					break
 				}
 			}
-			return append(out, ws)
+			return append(out, ws), append(kinds, stepList)
 		}
 	}
-	return out
+	return out, kinds
 }
 
 // lru is a fully associative least-recently-used set of n lines or pages.
@@ -139,6 +163,7 @@ type missModel struct {
 	cache, tlb         *lru
 	warm, measured     int
 	steps, miss, pages int
+	byKind             [stepKindCount][3]int // steps, missing, TLB misses
 }
 
 func newMissModel(probes int) *missModel {
@@ -146,21 +171,36 @@ func newMissModel(probes int) *missModel {
 }
 
 // lookup replays probe pi's steps.
-func (m *missModel) lookup(pi int, steps [][]uint64) {
-	for _, st := range steps {
-		missed := false
+func (m *missModel) lookup(pi int, steps [][]uint64) { m.lookupKinds(pi, steps, nil) }
+
+// lookupKinds is lookup that also counts, per kind of step (kinds[i] is
+// step i's), the measured steps, those that missed the cache and the
+// TLB misses.
+func (m *missModel) lookupKinds(pi int, steps [][]uint64, kinds []int) {
+	for si, st := range steps {
+		missed, paged := false, 0
 		for _, w := range st {
 			if !m.cache.touch(w / 16) {
 				missed = true
 			}
 			if !m.tlb.touch(w/1024) && pi >= m.warm {
-				m.pages++
+				paged++
 			}
 		}
-		if pi >= m.warm {
-			m.steps++
+		if pi < m.warm {
+			continue
+		}
+		m.steps++
+		m.pages += paged
+		if missed {
+			m.miss++
+		}
+		if kinds != nil {
+			k := &m.byKind[kinds[si]]
+			k[0]++
+			k[2] += paged
 			if missed {
-				m.miss++
+				k[1]++
 			}
 		}
 	}
@@ -171,4 +211,82 @@ func (m *missModel) lookup(pi int, steps [][]uint64) {
 func (m *missModel) perLookup() (steps, miss, pages float64) {
 	n := float64(m.measured)
 	return float64(m.steps) / n, float64(m.miss) / n, float64(m.pages) / n
+}
+
+// stepInsns is what each kind of step costs in BPF instructions on the
+// level loop's path through it, counted in bench_bpfel.o's wolf_probe4
+// and wolf_probe6 (llvm-objdump -d): a level's head (pointer test,
+// offset, stride) and tail (advance, loop bound) are 22 of them, a
+// direct node adds 16, a packed node 54 (bounds checks, the mask, the
+// SWAR popcount), a wide node 68; a list 28 plus 21 per entry compared.
+// The root's map lookup is common to every lookup and left out.
+var stepInsns = [stepKindCount]int{stepDirect: 38, stepMarks: 40, stepRun: 36, stepWMarks: 54, stepWRun: 36, stepList: 28}
+
+// TestRealProfile says where real-table lookups lose against the dense
+// table: per kind of step, how many a lookup takes, how many of those
+// miss the modelled cache (missModel) and the TLB, and the BPF
+// instructions the walk executes (stepInsns), for the bench's three
+// sets as it probes them (dense: random keys among a million /32s).
+func TestRealProfile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a million modelled lookups per table")
+	}
+	all, err := realtable.Load()
+	if err != nil {
+		t.Skip(err)
+	}
+	v4, v6 := realtable.Split(all)
+	const n = 1 << 20
+	dense := make([]netip.Prefix, n)
+	for i := range dense {
+		dense[i] = netip.PrefixFrom(denseAddr(i), 32)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	denseProbes := make([]netip.Addr, n)
+	for i := range denseProbes {
+		denseProbes[i] = denseAddr(rng.IntN(len(dense)))
+	}
+	for _, set := range []struct {
+		name   string
+		fam    Family
+		ps     []netip.Prefix
+		probes []netip.Addr
+	}{
+		{"dense 1M", IPv4, dense, denseProbes},
+		{"real IPv4", IPv4, v4, probesFrom(rand.New(rand.NewPCG(1, 2)), v4, n)},
+		{"real IPv6", IPv6, v6, probesFrom(rand.New(rand.NewPCG(1, 2)), v6, n)},
+	} {
+		tb := loadedHeapTable(t, set.fam, set.ps)
+		m := newMissModel(len(set.probes))
+		insns, listEnts := 0, 0
+		for pi, a := range set.probes {
+			st, kinds := tb.im.stepKinds(keyOf(a), tb.levels)
+			m.lookupKinds(pi, st, kinds)
+			if pi < m.warm {
+				continue
+			}
+			for si, k := range kinds {
+				insns += stepInsns[k]
+				if k == stepList {
+					e := (len(st[si]) - 2) / entWords
+					insns += 21 * e
+					listEnts += e
+				}
+			}
+		}
+		steps, miss, pages := m.perLookup()
+		mn := float64(m.measured)
+		t.Logf("%s (%d prefixes, %.1f MB used, %d-bit directory): %.2f steps, %.2f missing, %.2f TLB misses, ~%.0f BPF instructions per lookup",
+			set.name, len(set.ps), float64(tb.Stats().BytesUsed)/1e6, tb.s, steps, miss, pages, float64(insns)/mn)
+		for k, c := range m.byKind {
+			if c[0] == 0 {
+				continue
+			}
+			t.Logf("  %-12s %.3f per lookup, %.3f missing (%.0f%%), %.3f TLB misses", stepNames[k],
+				float64(c[0])/mn, float64(c[1])/mn, 100*float64(c[1])/float64(c[0]), float64(c[2])/mn)
+		}
+		if listEnts > 0 {
+			t.Logf("  list entries compared: %.2f per lookup", float64(listEnts)/mn)
+		}
+	}
 }

@@ -22,10 +22,11 @@ type Options struct {
 	MaxPrefixes int
 	// DirBits fixes how many leading address bits the directory, the
 	// first level, resolves (8..24). Zero derives it from MaxPrefixes
-	// (chooseDirBits): 24 from about 840 K IPv4 prefixes, a 64 MiB
-	// directory that answers nearly every lookup of a routing table in
-	// one read. A narrower one than that gets four times the room for
-	// nodes (unless Words is set).
+	// (chooseDirBits): at most 18 bits for IPv4 (1 MiB) and 16 for IPv6.
+	// A 24-bit one (64 MiB) answers nearly every lookup of a routing
+	// table in one read but was not faster (docs/lpm.md). A narrower one
+	// than the derived width gets four times the room for nodes (unless
+	// Words is set).
 	DirBits int
 	// Words overrides the map's size, in 32-bit words (at most 2^27, the
 	// verifier's bound on a variable offset into a map value).
@@ -82,9 +83,10 @@ const minArenaWords = 256
 
 // chooseDirBits derives the directory's width from the table's size: the
 // widest directory (fewest levels below it) that costs at most 80 bytes
-// per prefix, between 8 and 24 bits for IPv4 (24: one read answers every
-// lookup that ends at a /24 or shorter: a routing table's), 20 for IPv6,
-// whose prefixes lie far below any directory.
+// per prefix, from 8 bits up to 18 for IPv4 (1 MiB: wider ones missed
+// the caches and the TLB more than the node read they save, measured
+// side by side up to 24) and 16 for IPv6, whose prefixes lie far below
+// any directory.
 func chooseDirBits(f Family, maxPrefixes int) int {
 	s := bits.Len64(uint64(maxPrefixes)*20) - 1
 	top := 18
