@@ -295,8 +295,26 @@ func (e *engine) holder(b *branch, h *fact.Hold, holder finding.Subject, k strin
 				continue
 			}
 			if s := e.saturation(fact.HostCPUKey()); s == nil || !s.AtLimit {
-				// Not a busy host: the holder's own scheduling.
-				out = append(out, c.end(own, "holder-runnable", holder)...)
+				// Not a saturated host: the holder's own scheduling, but
+				// for the part of the CPUs' time another resource's work
+				// took when the CPUs were contended all the same (more
+				// tasks runnable than CPUs: a memory cgroup's reclaimers
+				// that sleep on its lock between runs keep the CPUs just
+				// under saturation while the holder queues behind them).
+				if e.cpusContended() && depth < maxDepth {
+					host := e.subjectOf(fact.HostCPUKey())
+					total, unit := e.used(fact.HostCPUKey())
+					if total > 0 {
+						d := c.fork(1)
+						d.hop(e.intoHop(act, finding.ConstrainedBy, fact.HostCPUKey(), "", nil))
+						routedOut, routed := e.routeDirected(d, fact.HostCPUKey(), host, e.directedUse(fact.HostCPUKey()), total, unit, 0, depth)
+						out = append(out, routedOut...)
+						c.share *= max(0, 1-routed)
+					}
+				}
+				if c.share > 0 {
+					out = append(out, c.end(own, "holder-runnable", holder)...)
+				}
 				continue
 			}
 			host := e.subjectOf(fact.HostCPUKey())
@@ -322,6 +340,19 @@ func (e *engine) holder(b *branch, h *fact.Hold, holder finding.Subject, k strin
 		}
 	}
 	return out
+}
+
+// cpusContended says whether the host's CPUs, though not saturated, had
+// more tasks runnable than CPUs on average (the checklist's run queue, or
+// sched's count of the host's threads on a CPU or waiting for one): a task
+// that waited for a CPU then waited behind the others' work.
+func (e *engine) cpusContended() bool {
+	s := e.saturation(fact.HostCPUKey())
+	if s == nil || s.Numbers["cpus"] <= 0 {
+		return false
+	}
+	run := max(s.Numbers["runnable_mean"], s.Numbers["tasks_runnable_mean"])
+	return run > s.Numbers["cpus"]
 }
 
 // ioWaitOf is the device or I/O limit a task waited on most, "" when no
@@ -494,28 +525,8 @@ func (e *engine) consumed(b *branch, k string, subj finding.Subject, kind string
 		out = append(out, c.end(selfRoot, "wolf", self)...)
 	}
 	if total > 0 && depth < maxDepth {
-		for _, d := range dirs {
-			frac := min(1, d.frac(total))
-			if frac < minPart || routed >= 1 {
-				continue
-			}
-			frac = min(frac, 1-routed)
-			routed += frac
-			c := b.fork(frac)
-			c.via, c.viaFrac, c.viaWhat = k, frac, d.what
-			act := finding.Subject{Role: finding.RoleConsumer, Comm: d.what, Cgroup: cgroupName(d.by), PID: d.by.PID,
-				Detail: strings.TrimSpace(fmt.Sprintf("%s %s", d.what, forWhom(e, d.on)))}
-			ev := map[string]any{unitKey(unit, d.unit): round3(d.amount), "share_pct": round1(100 * frac)}
-			c.hop(finding.Hop{From: subj, Relation: finding.UsedBy, To: act, Evidence: ev, Mechanism: mechUsedFor(kindOfKey(k), d.what),
-				Text: strings.Join(strings.Fields(fmt.Sprintf("%s of %s went to %s %s (%s)", pct1(frac), timeOf(subj), d.what, forWhom(e, d.on), amountText(d.amount, d.unit))), " ")}, d.refs...)
-			if kindOfKey(d.on) == fact.Softirq {
-				// The activity is the resource itself: the hop ends there.
-				c.hops[len(c.hops)-1].To = e.subjectOf(d.on)
-			} else {
-				c.hop(e.intoHop(act, finding.ConstrainedBy, d.on, "", nil))
-			}
-			out = append(out, e.resolve(c, d.on, depth+1, nil)...)
-		}
+		o, r := e.routeDirected(b, k, subj, dirs, total, unit, routed, depth)
+		out, routed = append(out, o...), r
 	}
 	if len(out) > 0 && kind == "device" && !e.deviceBusy(k) {
 		// A device neither slow nor busy was not what the rest of the
@@ -550,6 +561,38 @@ func (e *engine) consumed(b *branch, k string, subj finding.Subject, kind string
 		out = append(out, c.end(k, kind, subj)...)
 	}
 	return out
+}
+
+// routeDirected forks b for each use of resource k made on behalf of
+// another resource (dirs: CPU time in a memory cgroup's reclaim and
+// page-cache misses, reads that are refaults), in proportion to its share
+// of k's total, and follows each to that resource. routed is the share
+// already given away; it returns the branches and the share routed after.
+func (e *engine) routeDirected(b *branch, k string, subj finding.Subject, dirs []directed, total float64, unit string, routed float64, depth int) ([]*branch, float64) {
+	var out []*branch
+	for _, d := range dirs {
+		frac := min(1, d.frac(total))
+		if frac < minPart || routed >= 1 {
+			continue
+		}
+		frac = min(frac, 1-routed)
+		routed += frac
+		c := b.fork(frac)
+		c.via, c.viaFrac, c.viaWhat = k, frac, d.what
+		act := finding.Subject{Role: finding.RoleConsumer, Comm: d.what, Cgroup: cgroupName(d.by), PID: d.by.PID,
+			Detail: strings.TrimSpace(fmt.Sprintf("%s %s", d.what, forWhom(e, d.on)))}
+		ev := map[string]any{unitKey(unit, d.unit): round3(d.amount), "share_pct": round1(100 * frac)}
+		c.hop(finding.Hop{From: subj, Relation: finding.UsedBy, To: act, Evidence: ev, Mechanism: mechUsedFor(kindOfKey(k), d.what),
+			Text: strings.Join(strings.Fields(fmt.Sprintf("%s of %s went to %s %s (%s)", pct1(frac), timeOf(subj), d.what, forWhom(e, d.on), amountText(d.amount, d.unit))), " ")}, d.refs...)
+		if kindOfKey(d.on) == fact.Softirq {
+			// The activity is the resource itself: the hop ends there.
+			c.hops[len(c.hops)-1].To = e.subjectOf(d.on)
+		} else {
+			c.hop(e.intoHop(act, finding.ConstrainedBy, d.on, "", nil))
+		}
+		out = append(out, e.resolve(c, d.on, depth+1, nil)...)
+	}
+	return out, routed
 }
 
 // deviceBusy says whether a device held its users back: slow by itself

@@ -1769,3 +1769,34 @@ func TestVictimOfWolfAloneIsNoVictim(t *testing.T) {
 		t.Fatalf("%d diagnoses, first %s: %s", len(ds), ds[0].ID, ds[0].Title)
 	}
 }
+
+// The memcg-mmap-lock scenario on this host (cgroup v1; testdata/README.md):
+// the CPUs 88.8% busy, just under saturation, with 13 tasks runnable on 2
+// CPUs, and 53% of their busy time in the cgroup's reclaim and page-cache
+// misses. The readers' mmap_lock holder waited for a CPU 60% of its hold.
+// That wait is behind the others' work all the same: the part of it the
+// cgroup's reclaim and misses took goes to the limit, beside the holder's
+// reclaim under the lock; before, the whole wait was the holder's own
+// scheduling and the limit got only the reclaim (a third).
+func TestRunnableHolderOnContendedCPUsGoesToTheirWork(t *testing.T) {
+	s := keptFacts(t, "memcg-mmap-lock-v1-contended.facts.json")
+	ds := Diagnose(nil, s)
+	logChain(t, ds)
+	if len(ds) == 0 || (ds[0].ID != "diagnose.memcg-limit" && rivalShare(ds[0], "diagnose.memcg-limit") < 0.4) {
+		t.Fatalf("the lock's waiters' share of the limit is %.2f, want ≥ 0.4 (reclaim under the lock and the CPUs' time its reclaimers took)", rivalShare(ds[0], "diagnose.memcg-limit"))
+	}
+	// Not contended (fewer tasks runnable than CPUs): the holder's wait
+	// for a CPU is its own scheduling again.
+	s = keptFacts(t, "memcg-mmap-lock-v1-contended.facts.json")
+	for i := range s.Saturations {
+		for _, n := range []string{"runnable_mean", "tasks_runnable_mean"} {
+			if _, ok := s.Saturations[i].Numbers[n]; ok {
+				s.Saturations[i].Numbers[n] = 1.5
+			}
+		}
+	}
+	ds = Diagnose(nil, s)
+	if len(ds) == 0 || ds[0].ID != "diagnose.holder-runnable" || rivalShare(ds[0], "diagnose.memcg-limit") > 0.35 {
+		t.Fatalf("uncontended: %v, want holder-runnable with the limit at its reclaim's third", ds)
+	}
+}
