@@ -1616,11 +1616,7 @@ func TestMissPathStillGoesToTheLimitBesideWolf(t *testing.T) {
 	if len(ds) == 0 || ds[0].ID != "diagnose.memcg-limit" || ds[0].Root.Cgroup != strings.TrimPrefix(mk, "memory:") {
 		t.Fatalf("first %v, want memcg-limit", ds)
 	}
-	for _, d := range ds {
-		if d.ID == "diagnose.host-cpu" || d.ID == "diagnose.wolf" {
-			t.Errorf("a diagnosis of %s: %s", d.ID, d.Title)
-		}
-	}
+	noCPUsOrWolf(t, ds)
 }
 
 // The same 8 readers at 48 MiB a pass later, with the CPU sampler's
@@ -1635,11 +1631,7 @@ func TestThrashingEightReadersSampledBesideWolf(t *testing.T) {
 	if len(ds) == 0 || ds[0].ID != "diagnose.memcg-limit" || !strings.Contains(ds[0].Title, "48 MiB") {
 		t.Fatalf("first %v, want memcg-limit at 48 MiB", ds)
 	}
-	for _, d := range ds {
-		if d.ID == "diagnose.host-cpu" || d.ID == "diagnose.wolf" {
-			t.Errorf("a diagnosis of %s: %s", d.ID, d.Title)
-		}
-	}
+	noCPUsOrWolf(t, ds)
 }
 
 // The seconds said for the readers' page-cache misses are the sampler's
@@ -1739,11 +1731,7 @@ func TestThrashBesideWolfGoesToTheLimit(t *testing.T) {
 	if share := rivalShare(ds[0], "diagnose.wolf"); share < 0.4 {
 		t.Errorf("wolf's own work is not named beside it: rival share %.2f", share)
 	}
-	for _, d := range ds {
-		if d.ID == "diagnose.host-cpu" || d.ID == "diagnose.wolf" {
-			t.Errorf("a diagnosis of %s: %s", d.ID, d.Title)
-		}
-	}
+	noCPUsOrWolf(t, ds)
 }
 
 // A victim whose wait went almost wholly to wolf: the little left (a
@@ -1798,5 +1786,16 @@ func TestRunnableHolderOnContendedCPUsGoesToTheirWork(t *testing.T) {
 	ds = Diagnose(nil, s)
 	if len(ds) == 0 || ds[0].ID != "diagnose.holder-runnable" || rivalShare(ds[0], "diagnose.memcg-limit") > 0.35 {
 		t.Fatalf("uncontended: %v, want holder-runnable with the limit at its reclaim's third", ds)
+	}
+}
+
+// noCPUsOrWolf fails t for a diagnosis of the host's CPUs or of wolf's own
+// work: roots of no diagnosis when the CPUs were short only with wolf.
+func noCPUsOrWolf(t *testing.T, ds []finding.Diagnosis) {
+	t.Helper()
+	for _, d := range ds {
+		if d.ID == "diagnose.host-cpu" || d.ID == "diagnose.wolf" {
+			t.Errorf("a diagnosis of %s: %s", d.ID, d.Title)
+		}
 	}
 }

@@ -125,14 +125,7 @@ func (c *lru) touch(x uint64) bool {
 // limits hold today's footprint: a change that grows the misses or the
 // page misses past them must be measured.
 func TestRealLines(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a million modelled lookups per table")
-	}
-	all, err := realtable.Load()
-	if err != nil {
-		t.Skip(err)
-	}
-	v4, v6 := realtable.Split(all)
+	v4, v6 := realTables(t)
 	for _, set := range []struct {
 		name              string
 		fam               Family
@@ -228,14 +221,7 @@ var stepInsns = [stepKindCount]int{stepDirect: 38, stepMarks: 40, stepRun: 36, s
 // instructions the walk executes (stepInsns), for the bench's three
 // sets as it probes them (dense: random keys among a million /32s).
 func TestRealProfile(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a million modelled lookups per table")
-	}
-	all, err := realtable.Load()
-	if err != nil {
-		t.Skip(err)
-	}
-	v4, v6 := realtable.Split(all)
+	v4, v6 := realTables(t)
 	const n = 1 << 20
 	dense := make([]netip.Prefix, n)
 	for i := range dense {
@@ -289,4 +275,18 @@ func TestRealProfile(t *testing.T) {
 			t.Logf("  list entries compared: %.2f per lookup", float64(listEnts)/mn)
 		}
 	}
+}
+
+// realTables are the real IPv4 and IPv6 tables the model runs on; a
+// short run, or a tree without them, skips.
+func realTables(t *testing.T) (v4, v6 []netip.Prefix) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("a million modelled lookups per table")
+	}
+	all, err := realtable.Load()
+	if err != nil {
+		t.Skip(err)
+	}
+	return realtable.Split(all)
 }
