@@ -62,6 +62,10 @@ import (
 
 const roundTime = 2 * time.Second
 
+// settleTime is how long both wolf sides run before a round is measured:
+// the second baseRound's WaitPrograms waits for the programs to be still.
+const settleTime = time.Second
+
 func benchRounds() int {
 	if n, err := strconv.Atoi(os.Getenv("WOLF_BENCH_ROUNDS")); err == nil && n > 0 {
 		return n
@@ -241,6 +245,15 @@ func thisRound(ctx context.Context, b *testing.B, dev, waiters string, work cost
 	// window ends it.
 	if _, err := s.Collect(ctx); err != nil {
 		return 0, err
+	}
+	// Settle as long as the base side does (WaitPrograms: its programs
+	// unchanged for a second): io's first looks at the request rate, which
+	// start its duty cycle, come in that time, and a round begun before
+	// them pays the issue programs in full where the base's does not.
+	select {
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-time.After(settleTime):
 	}
 	if err := warmUp(ctx, waiters, work); err != nil {
 		return 0, err
