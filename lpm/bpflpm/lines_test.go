@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/wolf-investigator/wolf/internal/testutil"
 	"github.com/wolf-investigator/wolf/lpm/realtable"
 )
 
@@ -278,11 +279,15 @@ func TestRealProfile(t *testing.T) {
 }
 
 // realTables are the real IPv4 and IPv6 tables the model runs on; a
-// short run, or a tree without them, skips.
+// short run, a run under the race detector (the model has no goroutines
+// to race, and runs ten times slower), or a tree without them, skips.
 func realTables(t *testing.T) (v4, v6 []netip.Prefix) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("a million modelled lookups per table")
+	}
+	if testutil.RaceEnabled {
+		t.Skip("a million modelled lookups per table, and nothing concurrent for the race detector")
 	}
 	all, err := realtable.Load()
 	if err != nil {

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"testing"
+
+	"github.com/wolf-investigator/wolf/internal/testutil"
 )
 
 // ref is the naive longest-prefix match the structure is held to: try
@@ -153,7 +155,7 @@ func TestHeapProperty(t *testing.T) {
 	}()
 	for _, v4 := range []bool{true, false} {
 		for _, dirBits := range []int{0, 8, 16, 20} {
-			for seed := range uint64(6) {
+			for seed := range propertySeeds() {
 				rng := rand.New(rand.NewPCG(seed, uint64(dirBits)))
 				fam := IPv6
 				if v4 {
@@ -606,4 +608,15 @@ func TestWideNode(t *testing.T) {
 		delete(r.m, p)
 	}
 	checkAgainst(t, tb, r, probes, "deleted /40s")
+}
+
+// propertySeeds is how many random tables each of TestHeapProperty's
+// shapes builds: six, or two under the race detector, which is there for
+// the package's concurrency (its writer and readers), not for more tables
+// of this single-goroutine check, and runs it ten times slower.
+func propertySeeds() uint64 {
+	if testutil.RaceEnabled {
+		return 2
+	}
+	return 6
 }
