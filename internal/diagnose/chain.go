@@ -655,7 +655,6 @@ func (e *engine) directedUse(k string) []directed {
 	total, unit := e.used(k)
 	cpuTotal := total > 0 && unit == "cpu_s"
 	by := map[string]*directed{}
-	var shared float64 // the share of the busy time of the next add
 	add := func(on string, amt float64, unit, what string, t fact.Task, r ref) {
 		d := by[on]
 		if d == nil {
@@ -663,11 +662,6 @@ func (e *engine) directedUse(k string) []directed {
 			by[on] = d
 		}
 		d.amount += amt
-		if shared > 0 {
-			d.shared += shared
-			d.sharedAmount += amt
-			shared = 0
-		}
 		if !strings.Contains(d.what, what) {
 			d.what += " and " + what
 		}
@@ -679,7 +673,7 @@ func (e *engine) directedUse(k string) []directed {
 		if u.For == "" {
 			continue
 		}
-		amt := u.Amount
+		amt, share := u.Amount, 0.0 // share: of the busy time, when measured as one
 		if u.Activity == fact.ActivityMissPath {
 			p := e.missesForLimit(u)
 			if p <= 0 {
@@ -687,10 +681,15 @@ func (e *engine) directedUse(k string) []directed {
 			}
 			amt *= p
 			if u.BusyShare > 0 && cpuTotal {
-				shared = u.BusyShare * p
+				share = u.BusyShare * p
 			}
 		}
-		add(e.canon(u.For), amt, u.Unit, activityName(u.Activity), fact.Task{MemCgroup: u.By.MemCgroup, CPUCgroup: u.By.CPUCgroup, IOCgroup: u.By.IOCgroup}, refOf(u.Finding, u.FindingTitle))
+		on := e.canon(u.For)
+		add(on, amt, u.Unit, activityName(u.Activity), fact.Task{MemCgroup: u.By.MemCgroup, CPUCgroup: u.By.CPUCgroup, IOCgroup: u.By.IOCgroup}, refOf(u.Finding, u.FindingTitle))
+		if share > 0 {
+			by[on].shared += share
+			by[on].sharedAmount += amt
+		}
 	}
 	if kindOfKey(k) == fact.Device {
 		e.refaultReads(k, add)
