@@ -112,8 +112,8 @@ manifest:
 checksums:
 	cd $(DIST) && sha256sum wolf-linux-* *.deb wolf-oci-image.tar wolf-daemonset.yaml > SHA256SUMS && cat SHA256SUMS
 
-# Builds the release twice, here and in a fresh clone elsewhere with an
-# empty build cache, and compares every artifact byte for byte; then
+# Builds the release twice, here and in a fresh clone elsewhere with a
+# build cache of its own, and compares every artifact byte for byte; then
 # checks the packages, the manifest and the image for real.
 release-check:
 	release/check-reproducible.sh
