@@ -30,14 +30,26 @@ type Diagnosed struct {
 type winResult struct {
 	name       string
 	start, end time.Time
-	res        *investigator.Result
-	partial    bool // a peek: the window so far
+	// due is when the window was to end on its investigator's cadence
+	// (zero: at end). A window that ends late, on a busy host, is due
+	// on time all the same, so the next one is still a window after it.
+	due     time.Time
+	res     *investigator.Result
+	partial bool // a peek: the window so far
+}
+
+// dueAt is when the window was to end: due, else end.
+func (w *winResult) dueAt() time.Time {
+	if w.due.IsZero() {
+		return w.end
+	}
+	return w.due
 }
 
 // view is the host as the watch knew it after one window ended: the
 // latest window of every investigator.
 type view struct {
-	at      time.Time
+	at      time.Time    // when the window that made it was due
 	windows []*winResult // by investigator name
 }
 
@@ -102,7 +114,7 @@ func (r *recorder) record(win *winResult, changes []Change) {
 
 	r.mu.Lock()
 	r.latest[win.name] = win
-	cur := view{at: win.end}
+	cur := view{at: win.dueAt()}
 	for _, w := range r.latest {
 		cur.windows = append(cur.windows, w)
 	}
@@ -110,8 +122,9 @@ func (r *recorder) record(win *winResult, changes []Change) {
 	before := append([]view(nil), r.views...)
 	// The ring keeps views a window apart: investigators' windows end
 	// at nearly the same moments, and three views a second apart would
-	// show the same host three times.
-	// (A quarter of slack: windows end on their cadence, give or take.)
+	// show the same host three times. Apart by when they were due: a
+	// window that ended late would otherwise push out the next one.
+	// (A quarter of slack: investigators start a little apart.)
 	if n := len(r.views); n == 0 || cur.at.Sub(r.views[n-1].at) >= r.spacing*3/4 {
 		r.views = append(r.views, cur)
 		if len(r.views) > r.ring {
@@ -173,7 +186,7 @@ func (r *recorder) peeked(win *winResult, changes []Change) {
 		}
 	}
 	r.mu.Lock()
-	cur := view{at: win.end, windows: []*winResult{win}}
+	cur := view{at: win.dueAt(), windows: []*winResult{win}}
 	for n, w := range r.latest {
 		if n != win.name {
 			cur.windows = append(cur.windows, w)

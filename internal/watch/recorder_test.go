@@ -302,3 +302,34 @@ func TestPeekCapturesWhatAWindowMisses(t *testing.T) {
 		t.Errorf("the incident lacks the peek's evidence: %+v", rep)
 	}
 }
+
+// The ring keeps a view of every window of a lone investigator, even one
+// that ended late on a busy host and so ended just before the next one:
+// views are spaced by when their windows were due.
+func TestRingKeepsALateWindow(t *testing.T) {
+	none := func(*finding.Report, *fact.Set) []Diagnosed { return nil } // the ring is kept for diagnoses
+	w, err := New(Config{Investigators: []investigator.Investigator{&script{name: "hung"}}, Default: 20 * time.Millisecond, Ring: 3, Diagnose: none})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	// Due at 20, 40, 60 ms; the first ends 16 ms late, 4 ms before the second.
+	for _, e := range []struct{ due, end int }{{20, 36}, {40, 40}, {60, 61}} {
+		w.rec.record(&winResult{name: "hung", start: ms(e.due - 20), end: ms(e.end), due: ms(e.due), res: &investigator.Result{}}, nil)
+	}
+	if len(w.rec.views) != 3 {
+		t.Errorf("%d views in the ring after 3 windows, want 3", len(w.rec.views))
+	}
+	// Two investigators whose windows end together make one view.
+	w, err = New(Config{Investigators: []investigator.Investigator{&script{name: "hung"}, &script{name: "locks"}}, Default: time.Second, Ring: 3, Diagnose: none})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"hung", "locks"} {
+		w.rec.record(&winResult{name: name, end: ms(1000), due: ms(1000), res: &investigator.Result{}}, nil)
+	}
+	if len(w.rec.views) != 1 {
+		t.Errorf("%d views for two windows due together, want 1", len(w.rec.views))
+	}
+}

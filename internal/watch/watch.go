@@ -261,6 +261,7 @@ func (w *Watcher) attached(ctx context.Context, inv investigator.Investigator, s
 			continue
 		case <-timer.C:
 		}
+		due := next
 		cstart := time.Now()
 		res, err := collect(ctx, sess)
 		end := time.Now()
@@ -274,7 +275,7 @@ func (w *Watcher) attached(ctx context.Context, inv investigator.Investigator, s
 			w.emit(Event{Event: "recovered", Time: w.cfg.Now(), Investigator: st.name, Failures: st.failures})
 		}
 		st.failures, st.backoff = 0, w.cfg.Backoff
-		w.window(st, winStart, end, end.Sub(cstart), res)
+		w.window(st, winStart, end, due, end.Sub(cstart), res)
 		winStart = end
 		// Windows keep their cadence; one that ran late (a slow Collect
 		// on a sick host) does not make the next one short.
@@ -286,7 +287,7 @@ func (w *Watcher) attached(ctx context.Context, inv investigator.Investigator, s
 
 // window handles one concluded window: metrics, finding changes and their
 // lines, the recorder.
-func (w *Watcher) window(st *invState, start, end time.Time, took time.Duration, res *investigator.Result) {
+func (w *Watcher) window(st *invState, start, end, due time.Time, took time.Duration, res *investigator.Result) {
 	w.nameFindings(res)
 	if w.cfg.Metrics != nil {
 		w.cfg.Metrics.Observe(st.name, res, took, end)
@@ -299,7 +300,7 @@ func (w *Watcher) window(st *invState, start, end time.Time, took time.Duration,
 	for _, c := range changes {
 		w.emit(Event{Event: c.Event, Time: now, Investigator: st.name, Key: c.Key, Reason: c.Reason, Finding: c.Finding})
 	}
-	w.rec.record(&winResult{name: st.name, start: start, end: end, res: res}, changes)
+	w.rec.record(&winResult{name: st.name, start: start, end: end, due: due, res: res}, changes)
 	w.joinWindow(st.name, res)
 }
 
