@@ -971,7 +971,7 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 	__u32 tid = (__u32)pid_tgid;
 	struct pending *old = bpf_map_lookup_elem(&pending_task, &tid);
 	__u32 weight = 1 << wolf_duty(); /* a first wait, timed whatever the storm */
-	bool was = awaiting(old); /* the returns before await_note change nothing */
+	bool was = awaiting(old);	 /* the returns before await_note change nothing */
 
 	if (old && old->skip_lock) {
 		/* A mutex's second begin (spinning, then sleeping) of an untimed wait. */
