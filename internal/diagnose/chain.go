@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/wolf-investigator/wolf/internal/fact"
 	"github.com/wolf-investigator/wolf/internal/finding"
@@ -478,7 +479,8 @@ type directed struct {
 	// over the sampler's own window, of reclaim's calls over its own.
 	amount float64
 	// shared is the share of the resource's busy time of the uses
-	// measured as one (BusyShare), and sharedAmount their part of amount.
+	// measured as one (BusyShare) or over a window of their own
+	// (Usage.Window), and sharedAmount their part of amount.
 	shared, sharedAmount float64
 	unit                 string
 	what                 string // activity
@@ -595,6 +597,16 @@ func (e *engine) routeDirected(b *branch, k string, subj finding.Subject, dirs [
 	return out, routed
 }
 
+// busyOver is the CPUs' busy seconds over a window of w at the busy rate
+// their saturation measured, 0 when w or the rate is unknown.
+func (e *engine) busyOver(w time.Duration) float64 {
+	s := e.saturation(fact.HostCPUKey())
+	if w <= 0 || s == nil || s.Unit != "cpus" || s.Used <= 0 {
+		return 0
+	}
+	return s.Used * w.Seconds()
+}
+
 // deviceBusy says whether a device held its users back: slow by itself
 // (the I/O investigator's verdict) or busy nearly all the window.
 func (e *engine) deviceBusy(k string) bool {
@@ -682,6 +694,15 @@ func (e *engine) directedUse(k string) []directed {
 			amt *= p
 			if u.BusyShare > 0 && cpuTotal {
 				share = u.BusyShare * p
+			}
+		}
+		if share == 0 && cpuTotal && u.Unit == "cpu_s" {
+			// Seconds measured over a window of their own (reclaim's CPU
+			// in its calls, from its attach): of the CPUs' busy seconds
+			// over that window, not over the longest one, which on a slow
+			// machine began seconds earlier.
+			if busy := e.busyOver(u.Window); busy > 0 {
+				share = amt / busy
 			}
 		}
 		on := e.canon(u.For)

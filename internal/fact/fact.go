@@ -264,6 +264,13 @@ type Usage struct {
 	// unknown): a share that holds whichever window the resource's
 	// total was measured over.
 	BusyShare float64
+	// Window is the window Amount was measured over: its investigator's,
+	// filled in by Set.Merge from the set the use came in (0: the
+	// set's). Investigators attach one after another, seconds apart on a
+	// slow machine, so their windows differ, and an amount of seconds is
+	// a share of the resource's time over its own window, not over the
+	// longest.
+	Window time.Duration
 }
 
 // ActivityMissPath is a Usage's activity for CPU time in the page-cache
@@ -368,7 +375,8 @@ func (s *Set) Resource(r Resource) *Resource {
 	return old
 }
 
-// Merge adds every fact of o to s. The window is the longer of the two.
+// Merge adds every fact of o to s. The window is the longer of the two;
+// each use keeps the window it was measured over (Usage.Window).
 func (s *Set) Merge(o *Set) {
 	if o == nil {
 		return
@@ -382,6 +390,11 @@ func (s *Set) Merge(o *Set) {
 	}
 	s.Waits = append(s.Waits, o.Waits...)
 	s.Holds = append(s.Holds, o.Holds...)
-	s.Usage = append(s.Usage, o.Usage...)
+	for _, u := range o.Usage {
+		if u.Window <= 0 {
+			u.Window = o.Window
+		}
+		s.Usage = append(s.Usage, u)
+	}
 	s.Saturations = append(s.Saturations, o.Saturations...)
 }
