@@ -116,7 +116,7 @@ enum stat_index {
 	STAT_JOURNAL_FULL = 12,	 /* journals refused a device */
 	STAT_FSYNC_FULL = 13,	 /* fsyncs refused a task */
 	STAT_QOS_FULL = 14,	 /* qos refused a device */
-	STAT_UNSTAMPED = 15,	 /* completions of requests the kernel did not stamp the issue of */
+	STAT_UNSTAMPED = 15,	 /* completions of issued requests the kernel did not stamp */
 	STAT_MAX = 16,
 };
 
@@ -1033,8 +1033,16 @@ int BPF_PROG(rq_complete, struct request *rq, int error, unsigned int nr_bytes)
 	 * own, taken at its first sight and issue, where it does not. */
 	birth = rq->start_time_ns;
 	issue = rq->io_start_time_ns;
-	if (!issue)
-		stat_inc(STAT_UNSTAMPED); /* user space then keeps the first sights attached */
+	/*
+	 * User space then keeps the first sights attached, unless the request
+	 * was never issued (still MQ_RQ_IDLE): nothing times an issue that
+	 * did not happen. The flush machinery ends a flush without data that
+	 * way (an fsync's, blkdev_issue_flush) once the queue's own flush
+	 * request is done, and a dispatch error ends a request before its
+	 * driver started it.
+	 */
+	if (!issue && rq->state != MQ_RQ_IDLE)
+		stat_inc(STAT_UNSTAMPED);
 	duty = *(volatile __u32 *)&attr.issue_duty;
 	/*
 	 * A slot is looked at only where one may be this request's: a look is
