@@ -123,7 +123,11 @@ func TestLiveMmapLock(t *testing.T) {
 	testutil.Exclusive(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	in, err := mmaplock.NewSized(256).Start(ctx, lab.Options{Logf: t.Logf})
+	// 64 MiB, not the lab's default: the holder's operations end sooner,
+	// so a window holds several of its read holds, when readers arrive
+	// behind the waiting writer, even on a host busy with other tests
+	// (at 256 MiB, 7 windows in 18 under stress-ng --cpu 2 saw none).
+	in, err := mmaplock.NewSized(64).Start(ctx, lab.Options{Logf: t.Logf})
 	if err != nil {
 		t.Fatalf("start lab: %v", err)
 	}
@@ -139,9 +143,16 @@ func TestLiveMmapLock(t *testing.T) {
 	}
 	h := holds[0]
 	t.Logf("%s: %s", h.Severity, h.Title)
+	// The lab's holder is the one it starves, but a busy host starves the
+	// writer and readers on the other CPU too, and one of them may hold
+	// longest in the window: the finding names the longest holder first,
+	// and the lab's holder beside it (the most sampled under the lock).
 	holder := findingtest.Subjects(h, finding.RoleHolder)
-	if len(holder) == 0 || holder[0].TID != inst.Holder() || holder[0].PID != inst.PID() {
-		t.Fatalf("holder %+v, want tid %d of pid %d", holder, inst.Holder(), inst.PID())
+	if len(holder) == 0 || holder[0].PID != inst.PID() {
+		t.Fatalf("holder %+v, want a thread of pid %d", holder, inst.PID())
+	}
+	if !slices.ContainsFunc(holder, func(s finding.Subject) bool { return s.TID == inst.Holder() }) {
+		t.Fatalf("holders %+v lack the lab's holder tid %d", holder, inst.Holder())
 	}
 	if h.Severity < finding.Warning {
 		t.Errorf("severity %s for a %v ms hold", h.Severity, h.Evidence["hold_ms_max"])

@@ -159,11 +159,14 @@ func spin(stop *atomic.Bool) {
 var sink atomic.Uint64
 
 // hold takes the mmap_lock for reading (madvise COLD walks and deactivates
-// every page) and for writing (mprotect walks every entry), over and over.
+// every page) and for writing (mprotect walks every entry), in turn, over
+// and over: half its holds are read holds, during which the writer waits
+// and the readers that come after it queue behind it.
 func hold(stop *atomic.Bool, region []byte) {
 	for !stop.Load() {
 		_ = unix.Madvise(region, unix.MADV_COLD)
 		_ = unix.Mprotect(region, unix.PROT_READ)
+		_ = unix.Madvise(region, unix.MADV_COLD)
 		_ = unix.Mprotect(region, unix.PROT_READ|unix.PROT_WRITE)
 	}
 }

@@ -5,7 +5,7 @@
 //
 // The lab runs a child process (its own binary, re-executed) with:
 //   - a "holder" thread niced to 19 that loops over madvise(MADV_COLD) and
-//     two mprotect calls on a large populated region (4 KiB pages): each
+//     mprotect in turn on a large populated region (4 KiB pages): each
 //     call holds the mmap_lock (for reading, then writing) while it walks
 //     every page table entry;
 //   - two busy threads at normal priority on the holder's CPU, so the
