@@ -1928,6 +1928,12 @@ func TestV1MissesGoToTheLimitByItsEvictions(t *testing.T) {
 	if !found || rivalShare(ds[0], "diagnose.holder-work") < 0.2 {
 		t.Errorf("want the misses in the chain and the holder's own work the runner-up: %v", ds[0].Rivals)
 	}
+	// The CPUs were 88.8% busy, under the mark: contended, not saturated.
+	for _, h := range ds[0].Chain {
+		if strings.Contains(h.Text, "CPUs were saturated") {
+			t.Errorf("CPUs under the saturation mark called saturated: %s", h.Text)
+		}
+	}
 }
 
 // Every kept window, replayed: the first diagnosis a kernel engineer
