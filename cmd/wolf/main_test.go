@@ -82,6 +82,7 @@ func TestBadUsageExitsTwoWithOneLine(t *testing.T) {
 		{"bench", "lpm", "--entries", "zero"},
 		{"bench", "lpm", "--ops", "teleport"},
 		{"bench", "lpm", "--format", "csv"},
+		{"bench", "lpm", "--probes", "-1"},
 		{"reclaim", "--format", "xml"},
 		{"reclaim", "--duration", "-1s"},
 		{"reclaim", "--pid", "-4"},

@@ -261,7 +261,13 @@ func (e *engine) intoHop(from finding.Subject, rel finding.Relation, k string, t
 		mech = mechHostCPU
 		words = fmt.Sprintf("%s is constrained by the host's CPUs%s", label(from), hostNumbers(s))
 		if from.PID == 0 && from.TID == 0 {
-			words = fmt.Sprintf("%s: the host's CPUs were saturated%s", label(from), hostNumbers(s))
+			state := "saturated"
+			if s == nil || !s.AtLimit {
+				// Reached because more tasks were runnable than CPUs
+				// (cpusContended), under the saturation mark.
+				state = "contended"
+			}
+			words = fmt.Sprintf("%s: the host's CPUs were %s%s", label(from), state, hostNumbers(s))
 		}
 	case fact.IOLimit:
 		mech = mechWaitsOn(r.Kind, fact.WaitIO)

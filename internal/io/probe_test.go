@@ -39,3 +39,30 @@ func TestQueueStatsBit(t *testing.T) {
 		t.Errorf("queueStatsBit without the enum = %d, true; want not found", bit)
 	}
 }
+
+// A CPU's batch adds to the procs reading: its counts, bytes, sums and
+// maxima, and both histograms from their slots.
+func TestAddBatch(t *testing.T) {
+	key := ioIoKey{Dev: 7 << 20, Tgid: 42, Cgid: 9}
+	procs := map[ioIoKey]procRead{}
+	addBatch(procs, &ioBatch{Key: key}) // empty: nothing
+	if len(procs) != 0 {
+		t.Fatalf("an empty batch added %v", procs)
+	}
+	b := ioBatch{Key: key, Count: 3, Timed: 2, Ops: [3]uint64{2, 0, 1}, Bytes: [3]uint64{8192, 0, 0},
+		SumTotalNs: 30000, SumDeviceNs: 20000, MaxTotalNs: 20000, MaxDeviceNs: 15000}
+	b.TotalSlots[15], b.DeviceSlots[15] = 1, 2 // 16384..32767 ns
+	b.TotalSlots[14] = 1
+	addBatch(procs, &b)
+	addBatch(procs, &b)
+	pr := procs[key]
+	if pr.s.Ops != [3]uint64{4, 0, 2} || pr.s.Bytes[0] != 16384 {
+		t.Errorf("ops %v bytes %v", pr.s.Ops, pr.s.Bytes)
+	}
+	if pr.total.Count != 4 || pr.total.Slots[15] != 2 || pr.total.Slots[14] != 2 || pr.total.Sum != 60000 || pr.total.Max != 20000 {
+		t.Errorf("total %+v", pr.total)
+	}
+	if pr.device.Count != 4 || pr.device.Slots[15] != 4 || pr.device.Slots[14] != 0 || pr.device.Sum != 40000 || pr.device.Max != 15000 {
+		t.Errorf("device %+v", pr.device)
+	}
+}

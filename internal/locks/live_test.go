@@ -371,3 +371,78 @@ func TestLiveStormSampledSleepingWaits(t *testing.T) {
 		t.Errorf("%d sleeping waits estimated, %d begun: more than %d apart", est, exact, slack)
 	}
 }
+
+// The programs' count of entries awaiting a sleeping wait's end (which
+// lets contention_end skip its lookup when it is 0) never drifts: after a
+// storm whose contention_begin is duty-cycled, attached and detached
+// while waits go on, it equals the entries awaiting, with nothing taken
+// back (no entry was evicted). Too low, a wait's end would be skipped.
+func TestLiveAwaitedCountExact(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.Exclusive(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	b, err := probekit.NewBudget(0.0001) // duty cycles the begin
+	if err != nil {
+		t.Fatal(err)
+	}
+	probekit.SetBudget(b)
+	defer probekit.SetBudget(nil)
+
+	in, err := memchain.New().Start(ctx, lab.Options{Logf: t.Logf})
+	if err != nil {
+		t.Fatalf("start lab: %v", err)
+	}
+	defer in.Close()
+	l := New()
+	l.ProfileHz = 0
+	s, err := l.Start(ctx, investigator.Options{Duration: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	p := s.(*session).p
+	time.Sleep(6 * time.Second)
+	if err := in.Close(); err != nil {
+		t.Logf("lab close: %v", err)
+	}
+	var word uint64
+	var corr, seen uint32
+	stable := false
+	for i := 0; i < 20 && !stable; i++ {
+		time.Sleep(100 * time.Millisecond)
+		var after uint64
+		if word, corr, err = p.readAwaited(); err == nil {
+			if seen, err = p.countAwaiting(); err == nil {
+				after, _, err = p.readAwaited()
+			}
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		stable = after == word
+	}
+	if !stable {
+		t.Fatal("the awaited count never held still for a count of the entries")
+	}
+	res, err := s.Collect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	duty := false
+	for _, sh := range res.Overhead.Shed {
+		duty = duty || sh.DutyPct > 0
+	}
+	starts := word >> 32
+	t.Logf("%d sleeping waits awaited their end; count %d, correction %d, %d entries awaiting; duty cycled: %v",
+		starts, uint32(word), corr, seen, duty)
+	if starts < 200 { // the storm varies several fold between runs
+		t.Fatalf("only %d sleeping waits: the lab did not storm", starts)
+	}
+	if !duty {
+		t.Errorf("contention_begin was not duty-cycled under a budget far under its cost: %+v", res.Overhead.Shed)
+	}
+	if uint32(word) != seen || corr != 0 {
+		t.Errorf("count %d less correction %d, %d entries awaiting: it drifted", uint32(word), corr, seen)
+	}
+}

@@ -241,6 +241,73 @@ struct {
 	__type(value, struct pending);
 } pending_cpu SEC(".maps");
 
+/*
+ * How many threads' entries await a sleeping wait's end (a timed wait not
+ * over, or an untimed one's mark), so that an end with none awaited skips
+ * the lookup of its thread's entry: with the begin duty-cycled
+ * (probekit's Attach.Duty) most ends are of waits whose begin was not
+ * seen, and that lookup was most of what they cost.
+ *
+ * Entry AWAITED_WORD is changed only where an entry starts or stops
+ * awaiting an end, by its own thread (await_note): its low 32 bits count
+ * the entries awaiting, its high 32 bits count the starts. The count can
+ * only be high, never low: every -1 follows a +1 of the same entry, and
+ * an entry that stops awaiting otherwise (evicted from the LRU) leaves it
+ * one too high, which costs lookups, not waits. User space takes what is
+ * too high back (AWAITED_CORR, reconcileAwaited in collect.go) when it has
+ * counted the entries awaiting while the word did not change; the
+ * starts in the high bits make sure nothing began and ended meanwhile.
+ * Sleeping waits are thousands a second, not tens of thousands: the
+ * shared line is cheap.
+ */
+enum awaited_index {
+	AWAITED_WORD = 0,
+	AWAITED_CORR = 1, /* user space's: how far the count is too high */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, __u64);
+} awaited SEC(".maps");
+
+#define AWAITED_START ((1ULL << 32) | 1)
+
+static __always_inline bool awaiting(const struct pending *p)
+{
+	return p && (p->skip_lock || (p->start_ns && !p->end_ns));
+}
+
+/* An entry went from awaiting an end (was) to awaiting one (is), or back. */
+static __always_inline void await_note(bool was, bool is)
+{
+	__u32 k = AWAITED_WORD;
+	__u64 *w;
+
+	if (was == is)
+		return;
+	w = bpf_map_lookup_elem(&awaited, &k);
+	if (!w)
+		return;
+	if (is)
+		__sync_fetch_and_add(w, AWAITED_START);
+	else
+		__sync_fetch_and_add(w, -1);
+}
+
+/* No entry awaits an end: the count, less what user space took back. */
+static __always_inline bool none_awaited(void)
+{
+	__u32 kw = AWAITED_WORD, kc = AWAITED_CORR;
+	__u64 *w = bpf_map_lookup_elem(&awaited, &kw);
+	__u64 *c = bpf_map_lookup_elem(&awaited, &kc);
+
+	if (!w || !c)
+		return false;
+	return (__u32)*w == (__u32)*c;
+}
+
 /* A thread's first wait is built here (too big for the BPF stack). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -904,6 +971,7 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 	__u32 tid = (__u32)pid_tgid;
 	struct pending *old = bpf_map_lookup_elem(&pending_task, &tid);
 	__u32 weight = 1 << wolf_duty(); /* a first wait, timed whatever the storm */
+	bool was = awaiting(old);	 /* the returns before await_note change nothing */
 
 	if (old && old->skip_lock) {
 		/* A mutex's second begin (spinning, then sleeping) of an untimed wait. */
@@ -945,6 +1013,7 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 			/* Not timed: its end only clears the mark. */
 			old->skip_lock = lock;
 			old->flags = flags;
+			await_note(was, true);
 			return;
 		}
 	}
@@ -1016,6 +1085,7 @@ static __always_inline void on_begin(void *ctx, __u64 lock, __u32 flags, const b
 		stat_inc(STAT_PENDING_FULL);
 		return;
 	}
+	await_note(was, true);
 	if (queued_type(type))
 		queue_enter(lock, type, now);
 }
@@ -1342,10 +1412,20 @@ static __always_inline void on_end(__u64 lock)
 		}
 		return;
 	}
+	/*
+	 * No thread's entry awaits an end: this one's wait began before
+	 * wolf saw it (the begin duty-cycled, or not yet attached).
+	 */
+	if (none_awaited()) {
+		if (!target_tgid && !target_lock)
+			stat_inc(STAT_UNMATCHED_END);
+		return;
+	}
 	tid = (__u32)bpf_get_current_pid_tgid();
 	p = bpf_map_lookup_elem(&pending_task, &tid);
 	if (p && p->skip_lock == lock) {
 		p->skip_lock = 0; /* a sleeping wait the storm left untimed */
+		await_note(true, false);
 		return;
 	}
 	if (!p || !p->start_ns || p->end_ns || p->lock != lock) {
@@ -1356,6 +1436,7 @@ static __always_inline void on_end(__u64 lock)
 	now = bpf_ktime_get_ns();
 	p->end_ns = now;
 	p->end_win = wolf_window_now();
+	await_note(true, awaiting(p)); /* a mark and a timed wait at once: never */
 	/* The queue model needs the waiter gone now, not at its next wait. */
 	if (queued_type(p->type))
 		queue_leave(lock, p->type, now);
@@ -1463,6 +1544,7 @@ int BPF_PROG(kp_switch, bool preempt, struct task_struct *prev, struct task_stru
 	if (p && p->slept && p->start_ns && !p->end_ns) {
 		p->slept = 0;
 		p->end_ns = bpf_ktime_get_ns();
+		await_note(true, awaiting(p));
 		p->end_win = wolf_window_now();
 		if (queued_type(p->type))
 			queue_leave(p->lock, p->type, p->end_ns);

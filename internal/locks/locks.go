@@ -177,16 +177,19 @@ const (
 	queueSampleIdle = 500 * time.Millisecond
 )
 
-// sampleQueues records the rw-semaphore queues until Close.
+// sampleQueues records the rw-semaphore queues until Close, and keeps
+// the programs' count of waits awaiting their end exact (awaited.go).
 func (s *session) sampleQueues() {
 	defer close(s.done)
 	t := time.NewTimer(queueSampleIdle)
 	defer t.Stop()
+	var aw awaitedCheck
 	for {
 		select {
 		case <-s.stop:
 			return
 		case <-t.C:
+			aw.maybe(s.p, time.Now())
 			s.mu.Lock()
 			busy := s.p.sampleQueues(time.Since(s.start), s.samples)
 			s.mu.Unlock()

@@ -376,6 +376,7 @@ type locksWolfStorm struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	locksMapAwaited               = "awaited"
 	locksMapFoldCache             = "fold_cache"
 	locksMapHolds                 = "holds"
 	locksMapLockHist              = "lock_hist"
@@ -506,6 +507,7 @@ type locksProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type locksMapSpecs struct {
+	Awaited          *ebpf.MapSpec `ebpf:"awaited"`
 	FoldCache        *ebpf.MapSpec `ebpf:"fold_cache"`
 	Holds            *ebpf.MapSpec `ebpf:"holds"`
 	LockHist         *ebpf.MapSpec `ebpf:"lock_hist"`
@@ -576,6 +578,7 @@ func (o *locksObjects) Close() error {
 //
 // It can be passed to loadLocksObjects or ebpf.CollectionSpec.LoadAndAssign.
 type locksMaps struct {
+	Awaited          *ebpf.Map `ebpf:"awaited"`
 	FoldCache        *ebpf.Map `ebpf:"fold_cache"`
 	Holds            *ebpf.Map `ebpf:"holds"`
 	LockHist         *ebpf.Map `ebpf:"lock_hist"`
@@ -608,6 +611,7 @@ type locksMaps struct {
 
 func (m *locksMaps) Close() error {
 	return _LocksClose(
+		m.Awaited,
 		m.FoldCache,
 		m.Holds,
 		m.LockHist,

@@ -79,10 +79,14 @@ func attachTable(m mode, profileHz int, reclaimShared bool) []probekit.Attach {
 		// detached with the begin would lose every wait longer than
 		// what is left of the on-time), and with no wait pending it costs
 		// a lookup.
-		t = append(t, probekit.Attach{Kind: kind, Target: "lock/contention_begin", Program: prefix + "contention_begin", Required: true,
-			Why: "every lock wait as it begins (Linux 5.19+)", Shed: dutyContention, Duty: true},
-			probekit.Attach{Kind: kind, Target: "lock/contention_end", Program: prefix + "contention_end", Required: true,
-				Why: "every lock wait as it ends"})
+		//
+		// The end is attached first: a wait begun before its end program
+		// would keep its thread's entry awaiting an end (the awaited
+		// count in locks.bpf.c) until the thread's next wait.
+		t = append(t, probekit.Attach{Kind: kind, Target: "lock/contention_end", Program: prefix + "contention_end", Required: true,
+			Why: "every lock wait as it ends"},
+			probekit.Attach{Kind: kind, Target: "lock/contention_begin", Program: prefix + "contention_begin", Required: true,
+				Why: "every lock wait as it begins (Linux 5.19+)", Shed: dutyContention, Duty: true})
 	}
 	t = append(t, []probekit.Attach{
 		{Kind: probekit.RawTracepoint, Target: "mmap_lock/mmap_lock_acquire_returned", Program: "on_mm_acquired",

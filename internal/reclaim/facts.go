@@ -75,6 +75,14 @@ func (s *Snapshot) facts(fs []finding.Finding) *fact.Set {
 			}
 			if steal, ok := c.statDelta("pgsteal"); ok {
 				x.Numbers["evicted_bytes"] = float64(steal) * pageSize
+			} else if r.Reclaimed > 0 && memcgTime >= directTime {
+				// v1's memory.stat has no pgsteal. A cgroup at its limit
+				// is reclaimed by its own tasks' charges, and the pages
+				// their calls freed, counted here over the same window as
+				// its refaults, are its evictions: without them the share
+				// of its misses that were refaults is unknown wherever its
+				// reads reach no device (the holes of a sparse file).
+				x.Numbers["evicted_bytes"] = float64(r.Reclaimed) * pageSize
 			}
 			// The same counters since the cgroup began: shadows dropped
 			// before the window hide re-reads in it too, and only the

@@ -30,9 +30,10 @@
 //     routing table (the /25../30s below a directory entry) in half the
 //     space or less, in the same cache line or two. In an IPv6 table the
 //     builder uses wide packed nodes instead of direct nodes of 4 or 8
-//     bits: 8 bits, four mark words and a word counting the runs before
-//     each, at most 128 runs - the steps between the real table's /28s
-//     and /48s in half the levels.
+//     bits: 8 bits, eight 32-bit mark words and a byte counting the runs
+//     before each (a 32-bit popcount needs no 64-bit constants), at most
+//     128 runs - the steps between the real table's /28s and /48s in
+//     half the levels.
 //   - A list: up to seven prefixes, longest first, each checked with a
 //     shift and a compare; the first that matches is the longest. It
 //     holds the sparse parts of a table (a /48 alone under its /32), and a

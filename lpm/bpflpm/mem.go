@@ -25,7 +25,8 @@ import (
 // node is a direct node stored run-length compressed: a 64-bit word
 // marks at bit j where a run of equal entries starts at entry j, then
 // one word per run; entry j is run popcount(bits 0..j) - 1. A wide one
-// has four such words, a word of counts and the runs (see wideHdr). A
+// has eight 32-bit words of marks, eight count bytes and the runs (see
+// wideHdr). A
 // direct node of
 // stride k is 2^k entries indexed by the next k address bits; a list
 // holds up to listK prefixes, longest first, and the value of its range
@@ -132,9 +133,9 @@ func (im *image) walk(k key, levels int) (uint32, int) {
 			v := hi >> (64 - wideStride)
 			hi = hi<<wideStride | lo>>(64-wideStride)
 			lo <<= wideStride
-			bm := im.get64(i + 2*(v>>6))
-			c := uint64(im.load(i+8)>>(8*(v>>6))) & 0xff
-			e = im.load(i + 8 + c + uint64(bits.OnesCount64(bm&(2<<(v&63)-1))))
+			bm := im.load(i + v>>5)
+			c := uint64(im.w[(i+8)*4+v>>5])
+			e = im.load(i + wideHdr - 1 + c + uint64(bits.OnesCount32(bm&(2<<(v&31)-1))))
 			continue
 		}
 		if s > packedCode {

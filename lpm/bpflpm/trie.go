@@ -1,6 +1,7 @@
 package bpflpm
 
 import (
+	"encoding/binary"
 	"math/bits"
 	"slices"
 )
@@ -683,15 +684,18 @@ const maxPackedStride = 6
 const packedCode = 24
 
 // A wide packed node (IPv6 only) resolves wideStride bits: its run
-// bitmap is four 64-bit words, then a word whose byte w counts the runs
-// that start in the bitmap words before w, then one word per run; the
-// entry j is run count[j/64] + popcount(word j/64, bits 0..j%64) - 1.
-// It holds at most wideMaxRuns runs (half a direct node), so that every
-// count fits a byte. Its pointer's stride code is wideCode.
+// bitmap is eight 32-bit words, then eight bytes (two words), byte w
+// counting the runs that start in the bitmap words before w, then one
+// word per run; the entry j is run count[j/32] + popcount(word j/32, bits
+// 0..j%32) - 1. 32-bit words, not 64: BPF has no popcount instruction,
+// and the SWAR one of a 32-bit word needs no 64-bit constants (ld_imm64,
+// two instruction slots each, reloaded every level); a count is one byte
+// load. It holds at most wideMaxRuns runs (half a direct node), so that
+// every count fits a byte. Its pointer's stride code is wideCode.
 const (
 	wideStride  = 8
 	wideCode    = 31
-	wideHdr     = 9
+	wideHdr     = 10
 	wideMaxRuns = 128
 )
 
@@ -796,14 +800,15 @@ func (t *Table) writeNode(n *tnode, ent []uint32) error {
 	n.at, n.order, n.bm = at, o, bm
 	w := n.word(0)
 	if n.wide() {
-		var counts uint32
+		var counts [8]byte
 		c := 0
-		for x, b := range bm {
-			counts |= uint32(c) << (8 * x)
-			c += bits.OnesCount64(b)
-			t.im.put64(w+2*uint64(x), b)
+		for x := range 8 {
+			m := uint32(bm[x/2] >> (32 * (x % 2)))
+			counts[x] = byte(c)
+			c += bits.OnesCount32(m)
+			t.im.put(w+uint64(x), m)
 		}
-		t.im.put(w+8, counts)
+		t.im.put64(w+8, binary.NativeEndian.Uint64(counts[:]))
 	} else {
 		t.im.put64(w, bm[0])
 	}

@@ -76,13 +76,15 @@
 #define WOLF_LPM_PACKED_WORDS (2 + 64)
 /*
  * A pointer whose stride field is WOLF_LPM_WIDE points at a wide packed
- * node (IPv6 tables): 8 bits stored as four 64-bit words marking where
- * runs start, a word whose byte w counts the runs that start in the
- * words before w, then one word per run, at most WOLF_LPM_WIDE_RUNS.
+ * node (IPv6 tables): 8 bits stored as eight 32-bit words marking where
+ * runs start, eight bytes (two words) of which byte w counts the runs
+ * that start in the words before w, then one word per run, at most
+ * WOLF_LPM_WIDE_RUNS.
  */
 #define WOLF_LPM_WIDE 31
 #define WOLF_LPM_WIDE_RUNS 128
-#define WOLF_LPM_WIDE_WORDS (9 + WOLF_LPM_WIDE_RUNS)
+#define WOLF_LPM_WIDE_HDR 10
+#define WOLF_LPM_WIDE_WORDS (WOLF_LPM_WIDE_HDR + WOLF_LPM_WIDE_RUNS)
 /* Entries a lookup may read: root, directory, a node per 4 bits, list. */
 #define WOLF_LPM_LEVELS4 9
 #define WOLF_LPM_LEVELS6 33
@@ -116,23 +118,56 @@ static __always_inline __u64 wolf_lpm__popcount(__u64 x)
 }
 
 /*
+ * The same for x below 2^32, in 64-bit registers: every constant fits an
+ * instruction's 32-bit immediate, where the 64-bit ones each take an
+ * ld_imm64 (two instruction slots, a movabs once JITed) per use.
+ */
+static __always_inline __u64 wolf_lpm__popcount32(__u64 x)
+{
+	x = x - ((x >> 1) & 0x55555555);
+	x = (x & 0x33333333) + ((x >> 2) & 0x33333333);
+	x = (x + (x >> 4)) & 0x0f0f0f0f;
+	return ((x * 0x01010101) >> 24) & 0xff;
+}
+
+/*
+ * Moves the address k bits on (k is 1..24). Only IPv6 tables (wide) have
+ * a lo half: an IPv4 address is all in hi, and clang does not see that lo
+ * stays 0 through the loop.
+ */
+static __always_inline void wolf_lpm__shift(__u64 *hi, __u64 *lo, __u64 k, const int wide)
+{
+	if (wide) {
+		*hi = *hi << k | *lo >> (64 - k);
+		*lo <<= k;
+	} else {
+		*hi <<= k;
+	}
+}
+
+/*
  * The walk from entry e - the root word, or a pointer to a node at
  * some depth with the address bits below that depth. The address is a
  * 128-bit number, most significant bit first, in two host-order halves;
  * an IPv4 address sits in the top 32 bits of hi.
  * Always inlined, so that each call site sees a constant map pointer, cap,
- * level bound and wide (only IPv6 tables have wide nodes: an IPv4 lookup
- * does not test for them). Indexes are 64-bit all along: a 32-bit one
+ * level bound and wide (an IPv6 table: only those have wide nodes and
+ * a lo half; an IPv4 lookup tests for neither). Indexes are 64-bit all along: a 32-bit one
  * would be zero-extended into a new register after the bounds check,
  * which the verifier then cannot tie to the check.
  */
 static __always_inline __u32 wolf_lpm__walk(__u32 *w, __u64 cap, __u32 e, __u64 hi, __u64 lo,
 					    const int levels, const int wide)
 {
-	__u32 rl, v;
-	__u64 i, j, n, k;
-	int l;
+	__u32 v;
+	__u64 i, j, n, k, l, rl;
 
+	/*
+	 * Every table is larger than its largest node (Table.Bind); saying
+	 * so once spares a level the check of cap against a node's size.
+	 */
+	if (cap < WOLF_LPM_WIDE_WORDS)
+		return WOLF_LPM_MISS;
 	for (l = 0; l < levels; l++) {
 		if (!(e & WOLF_LPM_PTR))
 			return e;
@@ -141,22 +176,23 @@ static __always_inline __u32 wolf_lpm__walk(__u32 *w, __u64 cap, __u32 e, __u64 
 		if (k > WOLF_LPM_PACKED) {
 			if (wide && k == WOLF_LPM_WIDE) {
 				/*
-				 * A wide packed node: run count[j / 64] +
-				 * popcount(word j / 64, bits 0..j % 64) - 1 holds
-				 * the entry of the next 8 bits, j.
+				 * A wide packed node: run count[j / 32] +
+				 * popcount(word j / 32, bits 0..j % 32) - 1 holds
+				 * the entry of the next 8 bits, j. The mask is
+				 * 64-bit so that the word, loaded zero-extended,
+				 * needs no second zero extension after it.
 				 */
 				barrier_var(i);
-				if (cap < WOLF_LPM_WIDE_WORDS || i > cap - WOLF_LPM_WIDE_WORDS)
+				if (i > cap - WOLF_LPM_WIDE_WORDS)
 					return WOLF_LPM_MISS;
 				j = hi >> 56;
-				hi = hi << 8 | lo >> 56;
-				lo <<= 8;
-				n = wolf_lpm__popcount(*(__u64 *)&w[i + 2 * (j >> 6)] &
-						       ((2ULL << (j & 63)) - 1)) +
-				    ((w[i + 8] >> (8 * (j >> 6))) & 0xff);
+				wolf_lpm__shift(&hi, &lo, 8, wide);
+				n = wolf_lpm__popcount32(w[i + (j >> 5)] &
+							 ((2ULL << (j & 31)) - 1)) +
+				    ((__u8 *)&w[i + 8])[j >> 5];
 				if (n > WOLF_LPM_WIDE_RUNS)
 					return WOLF_LPM_MISS;
-				e = *(volatile __u32 *)&w[i + 8 + n];
+				e = *(volatile __u32 *)&w[i + WOLF_LPM_WIDE_HDR - 1 + n];
 				continue;
 			}
 			/*
@@ -167,11 +203,10 @@ static __always_inline __u32 wolf_lpm__walk(__u32 *w, __u64 cap, __u32 e, __u64 
 			 */
 			k -= WOLF_LPM_PACKED;
 			barrier_var(i);
-			if (cap < WOLF_LPM_PACKED_WORDS || i > cap - WOLF_LPM_PACKED_WORDS)
+			if (i > cap - WOLF_LPM_PACKED_WORDS)
 				return WOLF_LPM_MISS;
 			j = hi >> (64 - k);
-			hi = hi << k | lo >> (64 - k);
-			lo <<= k;
+			wolf_lpm__shift(&hi, &lo, k, wide);
 			/* Bits 0..j; for j = 63 the shift wraps to 0: all. */
 			n = wolf_lpm__popcount(*(__u64 *)&w[i] & ((2ULL << j) - 1));
 			e = *(volatile __u32 *)&w[i + 1 + (n & 63)];
@@ -180,8 +215,7 @@ static __always_inline __u32 wolf_lpm__walk(__u32 *w, __u64 cap, __u32 e, __u64 
 		if (k) {
 			/* A direct node: the entry of the next k bits. */
 			i += hi >> (64 - k);
-			hi = hi << k | lo >> (64 - k);
-			lo <<= k;
+			wolf_lpm__shift(&hi, &lo, k, wide);
 			if (i >= cap)
 				return WOLF_LPM_MISS;
 			e = *(volatile __u32 *)&w[i];
@@ -193,7 +227,7 @@ static __always_inline __u32 wolf_lpm__walk(__u32 *w, __u64 cap, __u32 e, __u64 
 		 * an OR, whose bounds the verifier does not track: hide it.
 		 */
 		barrier_var(i);
-		if (cap < WOLF_LPM_LIST_WORDS || i > cap - WOLF_LPM_LIST_WORDS)
+		if (i > cap - WOLF_LPM_LIST_WORDS)
 			return WOLF_LPM_MISS;
 		n = w[i + 1];
 		for (j = 0; j < WOLF_LPM_LIST; j++) {
