@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -27,8 +28,11 @@ const (
 	childComm = "wolf-mmaplock"
 	// goLine on stdin starts the threads' work (once).
 	goLine = "go"
-	// stopLine ends the threads' work; the process stays until stdin closes.
-	stopLine = "stop"
+	// stopLine ends the threads' work; the process stays until stdin
+	// closes. The child answers stoppedLine on stdout once every thread's
+	// last call has returned; the threads stay, idle.
+	stopLine    = "stop"
+	stoppedLine = "stopped"
 	// maxLife bounds the child even if the lab forgets it: it exits by
 	// itself after this long.
 	maxLife = 10 * time.Minute
@@ -91,7 +95,10 @@ func runChild(arg string) error {
 	var stop atomic.Bool
 	gate := make(chan struct{})
 	tids := make(chan string, len(roles))
+	var working sync.WaitGroup
+	idle := make(chan struct{}) // never closed: a stopped thread stays, so its exit takes no lock
 	for _, r := range roles {
+		working.Add(1)
 		go func() {
 			runtime.LockOSThread() // never unlocked: the thread dies with the child
 			tid := unix.Gettid()
@@ -105,6 +112,8 @@ func runChild(arg string) error {
 			tids <- fmt.Sprintf("%s=%d", r.name, tid)
 			<-gate
 			r.body(&stop)
+			working.Done()
+			<-idle
 		}()
 	}
 	var got []string
@@ -118,6 +127,7 @@ func runChild(arg string) error {
 	done := make(chan struct{})
 	go func() {
 		in := bufio.NewReader(os.Stdin)
+		started := false
 		for {
 			l, err := in.ReadString('\n')
 			if err != nil {
@@ -126,9 +136,20 @@ func runChild(arg string) error {
 			}
 			switch strings.TrimSpace(l) {
 			case goLine:
-				close(gate)
+				if !started {
+					close(gate)
+					started = true
+				}
 			case stopLine:
 				stop.Store(true)
+				if !started { // the threads see stop at once
+					close(gate)
+					started = true
+				}
+				go func() {
+					working.Wait()
+					fmt.Println(stoppedLine)
+				}()
 			}
 		}
 	}()

@@ -70,14 +70,17 @@ func (mmapLab) Summary() string {
 
 // Instance is the running lab.
 type Instance struct {
-	mb     int
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	pid    int
-	roles  map[string][]int
-	done   chan struct{}
-	mu     sync.Mutex
-	closed bool
+	mb    int
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	pid   int
+	roles map[string][]int
+	done  chan struct{}
+	// stopped is closed when the child says its threads' last calls
+	// returned (Quiesce).
+	stopped chan struct{}
+	mu      sync.Mutex
+	closed  bool
 }
 
 // Start implements lab.Lab.
@@ -102,7 +105,7 @@ func (m mmapLab) Start(ctx context.Context, opt lab.Options) (_ lab.Instance, er
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("mmap-lock: start child: %w", err)
 	}
-	in := &Instance{mb: m.mb, cmd: cmd, stdin: stdin, pid: cmd.Process.Pid, roles: map[string][]int{}, done: make(chan struct{})}
+	in := &Instance{mb: m.mb, cmd: cmd, stdin: stdin, pid: cmd.Process.Pid, roles: map[string][]int{}, done: make(chan struct{}), stopped: make(chan struct{})}
 	go func() {
 		_ = cmd.Wait()
 		close(in.done)
@@ -114,9 +117,20 @@ func (m mmapLab) Start(ctx context.Context, opt lab.Options) (_ lab.Instance, er
 	}()
 	lines := make(chan string, 1)
 	go func() {
-		l, _ := bufio.NewReader(stdout).ReadString('\n')
+		r := bufio.NewReader(stdout)
+		l, _ := r.ReadString('\n')
 		lines <- l
-		_, _ = io.Copy(io.Discard, stdout)
+		said := false
+		for {
+			l, err := r.ReadString('\n')
+			if err != nil {
+				return
+			}
+			if strings.TrimSpace(l) == stoppedLine && !said {
+				close(in.stopped)
+				said = true
+			}
+		}
 	}()
 	select {
 	case l := <-lines:
@@ -170,13 +184,22 @@ func (in *Instance) Go() error {
 }
 
 // Quiesce makes the child's threads finish their current call and stop
-// touching the lock, while the process lives on; comparisons use it to end
-// a window with no wait in flight.
-func (in *Instance) Quiesce() error {
+// touching the lock, while the process and its threads live on, and
+// returns once the child says every last call has returned, or after
+// timeout; comparisons use it to end a window with no wait in flight. A
+// starved holder may need seconds to finish its call on a busy host.
+func (in *Instance) Quiesce(timeout time.Duration) error {
 	if _, err := io.WriteString(in.stdin, stopLine+"\n"); err != nil {
 		return fmt.Errorf("mmap-lock: stop the child's threads: %w", err)
 	}
-	return nil
+	select {
+	case <-in.stopped:
+		return nil
+	case <-in.done:
+		return errors.New("mmap-lock: the child exited while its threads stopped")
+	case <-time.After(timeout):
+		return fmt.Errorf("mmap-lock: the child's threads still working %v after the stop", timeout)
+	}
 }
 
 // PID is the child process whose mmap_lock is fought over.
