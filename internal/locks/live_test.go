@@ -314,6 +314,24 @@ func testReclaimUnderMmapLock(t *testing.T, shared bool) {
 	}
 }
 
+// stormUnderTinyBudget sets a budget far under what the lock programs
+// spend, so that they sample and duty cycle, and starts the memchain lab's
+// lock storm; unbudget puts the budget back (after the lab is closed).
+func stormUnderTinyBudget(ctx context.Context, t *testing.T) (_ lab.Instance, unbudget func()) {
+	t.Helper()
+	b, err := probekit.NewBudget(0.0001)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probekit.SetBudget(b)
+	in, err := memchain.New().Start(ctx, lab.Options{Logf: t.Logf})
+	if err != nil {
+		probekit.SetBudget(nil)
+		t.Fatalf("start lab: %v", err)
+	}
+	return in, func() { probekit.SetBudget(nil) }
+}
+
 // On a storm, with the budget spent, sleeping waits are timed one in N per
 // CPU (WOLF_STORM): each timed one stands for itself and those its CPU
 // skipped before it, so their count, summed over the locks, is the waits
@@ -325,17 +343,8 @@ func TestLiveStormSampledSleepingWaits(t *testing.T) {
 	testutil.Exclusive(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	b, err := probekit.NewBudget(0.0001) // far under what the programs spend
-	if err != nil {
-		t.Fatal(err)
-	}
-	probekit.SetBudget(b)
-	defer probekit.SetBudget(nil)
-
-	in, err := memchain.New().Start(ctx, lab.Options{Logf: t.Logf})
-	if err != nil {
-		t.Fatalf("start lab: %v", err)
-	}
+	in, unbudget := stormUnderTinyBudget(ctx, t)
+	defer unbudget()
 	defer in.Close()
 	l := New()
 	l.ProfileHz = 0
@@ -382,17 +391,8 @@ func TestLiveAwaitedCountExact(t *testing.T) {
 	testutil.Exclusive(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	b, err := probekit.NewBudget(0.0001) // duty cycles the begin
-	if err != nil {
-		t.Fatal(err)
-	}
-	probekit.SetBudget(b)
-	defer probekit.SetBudget(nil)
-
-	in, err := memchain.New().Start(ctx, lab.Options{Logf: t.Logf})
-	if err != nil {
-		t.Fatalf("start lab: %v", err)
-	}
+	in, unbudget := stormUnderTinyBudget(ctx, t) // duty cycles the begin
+	defer unbudget()
 	defer in.Close()
 	l := New()
 	l.ProfileHz = 0
