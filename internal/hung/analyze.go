@@ -46,6 +46,9 @@ type Snapshot struct {
 	// them waiting saw them.
 	Ended       []*Task
 	EndedOwners map[int]*Task
+	// EndedFuse is what FUSE daemons owed when the walks last saw an
+	// ended wait's owner asleep in FUSE (nil: not read).
+	EndedFuse []FuseReq
 }
 
 // group is the victims that wait on one thing.

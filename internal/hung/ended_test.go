@@ -70,7 +70,10 @@ func fuseMutexEnded() *Snapshot {
 		Recovered:   []*Task{{TID: 6750, TGID: 6750, Comm: "sh", State: 2, Blocked: 41 * time.Second, Lock: lock(), Stack: st}},
 		EndedOwners: map[int]*Task{6744: owner},
 		FirstSeen:   map[int]*Task{6744: {TID: 6744, At: 22 * time.Second}},
-		FuseDaemons: func() []Proc { return []Proc{{PID: 6601, Comm: "fz"}} },
+		// The daemon answered (or the connection was aborted) before
+		// Collect: what it owed is as the walks last read it.
+		EndedFuse:   []FuseReq{{DaemonPID: 6601, DaemonComm: "fz", Conn: 39, Sender: 6744, Opcode: 1, Unique: 4, Age: 40 * time.Second, Read: true, Waiting: 1}},
+		FuseDaemons: func() []Proc { return nil },
 		Threshold:   5 * time.Second,
 	}
 }
@@ -102,10 +105,13 @@ func TestEndedLockWaitsAreFacts(t *testing.T) {
 	var hold *fact.Hold
 	for i, h := range set.Holds {
 		if h.On == k {
+			if hold != nil {
+				t.Errorf("the owner's hold twice: %+v", set.Holds)
+			}
 			hold = &set.Holds[i]
 		}
 	}
-	if hold == nil || hold.Holder.TID != 6744 || !hold.Exact || hold.Split == nil || hold.Split.Still || hold.Split.SleepsOn != fact.FUSEKey("") || hold.Split.Span != 8*time.Second {
+	if hold == nil || hold.Holder.TID != 6744 || !hold.Exact || hold.Split == nil || hold.Split.Still || hold.Split.SleepsOn != fact.FUSEKey("39") || hold.Split.Span != 8*time.Second {
 		t.Fatalf("hold %+v split %+v", hold, hold.Split)
 	}
 	for _, w := range set.Waits {
@@ -132,6 +138,13 @@ func TestEndedLockWaitsAreFacts(t *testing.T) {
 	}
 	if victim == nil || !strings.Contains(victim.Text, "waited at least 41 s for mutex") || victim.Evidence["at_least"] != true {
 		t.Errorf("the victim's hop: %+v", victim)
+	}
+	daemonHop := false
+	for _, h := range d.Chain {
+		daemonHop = daemonHop || (h.Relation == finding.HeldBy && h.To.PID == 6601 && strings.Contains(h.Text, "the wait has ended"))
+	}
+	if !daemonHop {
+		t.Errorf("no ended hop to the daemon: %+v", d.Chain)
 	}
 	if !strings.Contains(d.Title, "sh (pid 6744) held mutex") || !strings.Contains(d.Title, "at least 41 s") {
 		t.Errorf("the holder is not named: %s", d.Title)

@@ -2,6 +2,7 @@ package hung
 
 import (
 	"fmt"
+	"strconv"
 
 	"github.com/wolf-investigator/wolf/internal/fact"
 	"github.com/wolf-investigator/wolf/internal/finding"
@@ -202,6 +203,7 @@ func (s *Snapshot) endedFacts(set *fact.Set, rec finding.Finding, hasRec bool) {
 			inRec[t.TID] = true
 		}
 	}
+	held := map[string]bool{} // lock and owner: said once, however many waited
 	for _, t := range s.Ended {
 		l := t.Lock
 		ref := &finding.Finding{}
@@ -212,9 +214,10 @@ func (s *Snapshot) endedFacts(set *fact.Set, rec finding.Finding, hasRec bool) {
 		k := lockKeyOf(l)
 		set.Waits = append(set.Waits, fact.Wait{Task: factTask(t), Kind: fact.WaitLock, On: k, Max: t.Blocked, Total: t.Blocked, Count: 1,
 			AtLeast: true, Mode: l.Kind.Mode(), BehindWriter: t.BehindWriter, Finding: ref.ID, FindingTitle: ref.Title})
-		if l.Owner == OwnerNone || l.OwnerTID == 0 {
+		if l.Owner == OwnerNone || l.OwnerTID == 0 || held[k+"\x00"+strconv.Itoa(l.OwnerTID)] {
 			continue
 		}
+		held[k+"\x00"+strconv.Itoa(l.OwnerTID)] = true
 		hold := fact.Hold{On: k, Holder: fact.Task{PID: l.OwnerTGID, TID: l.OwnerTID, Comm: l.OwnerComm}, Exact: l.Owner != OwnerReaders,
 			Finding: ref.ID, FindingTitle: ref.Title}
 		switch {
@@ -224,15 +227,19 @@ func (s *Snapshot) endedFacts(set *fact.Set, rec finding.Finding, hasRec bool) {
 			hold.Mode = "write"
 		}
 		if o := s.EndedOwners[l.OwnerTID]; o != nil {
+			then := *s
+			if s.EndedFuse != nil {
+				then.Fuse = s.EndedFuse // the requests as they were then
+			}
 			hold.Holder = factTask(o)
-			if sp := s.ongoing(o, ref); sp != nil {
+			if sp := then.ongoing(o, ref); sp != nil {
 				sp.Still = false // what it was doing then: the hold has ended since
 				hold.Split = sp
 			}
 			if o.StateLetter() != "R" {
 				// Its own wait then, ended since as well.
 				n := len(set.Waits)
-				s.fuseWaitFact(set, o, ref)
+				then.fuseWaitFact(set, o, ref)
 				for i := n; i < len(set.Waits); i++ {
 					set.Waits[i].Ongoing, set.Waits[i].Hung, set.Waits[i].AtLeast = false, false, true
 				}

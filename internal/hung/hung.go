@@ -158,6 +158,9 @@ type session struct {
 	// first is each task's first record of the window: with its last,
 	// where its time went meanwhile.
 	first map[int]*Task
+	// endedFuse is what FUSE daemons owed at the latest walk that found a
+	// wait from before attach behind an owner asleep in FUSE.
+	endedFuse []FuseReq
 }
 
 func (s *session) loop() {
@@ -194,7 +197,31 @@ func (s *session) walkLocked(ctx context.Context) error {
 	}
 	s.owners = owners
 	s.walkErr = nil
+	s.readEndedFuse(ctx)
 	return nil
+}
+
+// readEndedFuse reads what FUSE daemons owe while a wait from before
+// attach (tracked.preAttach) is held up by an owner asleep in FUSE: should
+// the wait end in the window, the request and its daemon are gone by
+// Collect, and this is what names them. Rare (a lock held across a FUSE
+// request since before wolf started), so a read at such walks only.
+func (s *session) readEndedFuse(ctx context.Context) {
+	for _, tr := range s.seen {
+		if tr.lastScan != s.scanNo || !tr.preAttach || tr.owner == nil || !fuseWait(tr.owner) {
+			continue
+		}
+		recs, err := s.p.scanFuse(ctx)
+		if err != nil || s.p.kit.Iter("dump_fuse") == nil {
+			return
+		}
+		hz := kernelHZ()
+		s.endedFuse = s.endedFuse[:0]
+		for i := range recs {
+			s.endedFuse = append(s.endedFuse, decodeFuse(&recs[i], hz))
+		}
+		return
+	}
 }
 
 // Collect walks once more and concludes: tasks blocked now are victims;
@@ -229,6 +256,7 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 		},
 	}
 	snap.Ended, snap.EndedOwners = endedEarly(s.seen, s.scanNo, s.opts.PID)
+	snap.EndedFuse = s.endedFuse
 	for tid, tr := range s.seen {
 		switch {
 		case tr.lastScan == s.scanNo && tr.last.Blocked >= s.h.Threshold && matchPID(tr.last, s.opts.PID):
