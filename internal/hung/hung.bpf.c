@@ -159,6 +159,44 @@ struct {
 	__type(value, __u8);
 } wanted SEC(".maps");
 
+/*
+ * The end of a lock wait that began before wolf attached, for a kernel
+ * without task->blocker: the walks cannot name that lock, but the wait's
+ * contention_end (with no begin here) does. User space puts in the tids
+ * of tasks its first walk found asleep and every walk since in that same
+ * sleep (value zero); contention_end, when it has no begin for the
+ * thread, writes the first such end into an entry still zero, with its
+ * stack. User space trusts it only if a walk after the insert found the
+ * task asleep with its switch count unchanged (the insert preceded the
+ * wake, so this is the first end since: the end of a wait that spans the
+ * sleep), and if the stack is a sleeping lock's slow path (the sleep was
+ * that wait's, and the stack says the lock's type). Bounded: user space
+ * counts the tids it could not put in.
+ */
+#define PRE_END_IPS 8
+
+struct pre_end {
+	__u64 lock_addr;
+	__u64 end_ktime;
+	__u64 ips[PRE_END_IPS];
+	__s64 stack_bytes;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, __u32);
+	__type(value, struct pre_end);
+} pre_ends SEC(".maps");
+
+/* [0]: how many tids pre_ends holds, so that ends skip it when none. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} pre_armed SEC(".maps");
+
 /* Keeps struct hang_event in BTF so bpf2go can generate its Go twin. */
 const struct hang_event *unused_hang_event __attribute__((unused));
 
@@ -309,8 +347,20 @@ int BPF_PROG(on_contention_end, void *lock, int ret)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct lock_wait *w = bpf_map_lookup_elem(&lock_waits, &tid);
-	if (w && w->lock_addr == (__u64)lock)
+	if (w && w->lock_addr == (__u64)lock) {
 		w->lock_addr = 0;
+		return 0;
+	}
+	__u32 zero = 0;
+	__u32 *armed = bpf_map_lookup_elem(&pre_armed, &zero);
+	if (!armed || !*armed)
+		return 0;
+	struct pre_end *pe = bpf_map_lookup_elem(&pre_ends, &tid);
+	if (pe && !pe->lock_addr) {
+		pe->end_ktime = bpf_ktime_get_ns();
+		pe->stack_bytes = bpf_get_stack(ctx, pe->ips, sizeof(pe->ips), 0);
+		pe->lock_addr = (__u64)lock;
+	}
 	return 0;
 }
 

@@ -64,6 +64,10 @@ type tracked struct {
 	// owner is the record of the lock's owner at the last walk that found
 	// a preAttach task waiting, for the facts when the wait has ended.
 	owner *Task
+	// pre is its mark in pre_ends, and ended the lock that mark named
+	// once the wait ended (kernels without task->blocker: preend.go).
+	pre   *preEnd
+	ended *Lock
 }
 
 // sameSleep is how far apart two walks may place the start of one sleep:
@@ -99,10 +103,15 @@ func track(seen map[int]*tracked, t *Task, scanNo int) *tracked {
 // lower bound (the wait went on until some time after that walk).
 func endedEarly(seen map[int]*tracked, scanNo int, pid int) (waits []*Task, owners map[int]*Task) {
 	for _, tr := range seen {
-		if tr.lastScan == scanNo || !tr.preAttach || tr.last.Lock == nil || !matchPID(tr.last, pid) {
+		lock := tr.last.Lock
+		if lock == nil {
+			lock = tr.ended // named by its contention_end (preend.go)
+		}
+		if tr.lastScan == scanNo || !tr.preAttach || lock == nil || !matchPID(tr.last, pid) {
 			continue
 		}
 		t := *tr.last
+		t.Lock = lock
 		t.Blocked = tr.maxBlocked
 		waits = append(waits, &t)
 		if tr.owner != nil {
@@ -135,7 +144,7 @@ func (h *Investigator) Start(ctx context.Context, opts investigator.Options) (in
 	}
 	s := &session{
 		h: *h, opts: opts, p: p, syms: syms,
-		seen: map[int]*tracked{}, stop: make(chan struct{}), done: make(chan struct{}),
+		seen: map[int]*tracked{}, preMarked: map[int]bool{}, stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	go s.loop()
 	return s, nil
@@ -161,6 +170,11 @@ type session struct {
 	// endedFuse is what FUSE daemons owed at the latest walk that found a
 	// wait from before attach behind an owner asleep in FUSE.
 	endedFuse []FuseReq
+	// preMarked are the tids in pre_ends, preArmed what pre_armed says,
+	// preDropped the marks refused (pre_ends full).
+	preMarked  map[int]bool
+	preArmed   uint32
+	preDropped int
 }
 
 func (s *session) loop() {
@@ -198,6 +212,7 @@ func (s *session) walkLocked(ctx context.Context) error {
 	s.owners = owners
 	s.walkErr = nil
 	s.readEndedFuse(ctx)
+	s.markPreEnds()
 	return nil
 }
 
@@ -255,6 +270,7 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 			return c
 		},
 	}
+	joinErr := s.joinPreEnds()
 	snap.Ended, snap.EndedOwners = endedEarly(s.seen, s.scanNo, s.opts.PID)
 	snap.EndedFuse = s.endedFuse
 	for tid, tr := range s.seen {
@@ -267,15 +283,23 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 				t.Blocked = tr.maxBlocked
 				snap.Recovered = append(snap.Recovered, &t)
 			}
+			s.unmarkPreEnd(tid, tr)
 			delete(s.seen, tid) // it ran again: reported once, forgotten
 		}
 	}
+	s.armPreEnds()
 	fs, facts := ConcludeFacts(snap)
 	res := &investigator.Result{
 		Findings:     fs,
 		Facts:        facts,
 		Capabilities: s.p.kit.Capabilities(attachTable),
 		Notes:        s.p.Notes(),
+	}
+	if joinErr != nil {
+		res.Notes = append(res.Notes, joinErr.Error())
+	}
+	if s.preDropped > 0 {
+		res.Notes = append(res.Notes, fmt.Sprintf("%d marks of tasks asleep on a lock since before wolf started were refused (pre_ends holds %d): should their waits end in the window, their locks stay unnamed", s.preDropped, maxPreEnds))
 	}
 	if prof := snap.Profile(); prof != nil {
 		res.Profiles = append(res.Profiles, *prof)

@@ -70,6 +70,14 @@ type hungMmQueueRec struct {
 	WaiterWrite [16]uint32
 }
 
+type hungPreEnd struct {
+	_          structs.HostLayout
+	LockAddr   uint64
+	EndKtime   uint64
+	Ips        [8]uint64
+	StackBytes int64
+}
+
 type hungStatIndex uint32
 
 const (
@@ -133,6 +141,8 @@ const (
 	hungMapFuseScratch        = "fuse_scratch"
 	hungMapHangs              = "hangs"
 	hungMapLockWaits          = "lock_waits"
+	hungMapPreArmed           = "pre_armed"
+	hungMapPreEnds            = "pre_ends"
 	hungMapQueueScratch       = "queue_scratch"
 	hungMapScratch            = "scratch"
 	hungMapStats              = "stats"
@@ -222,6 +232,8 @@ type hungMapSpecs struct {
 	FuseScratch  *ebpf.MapSpec `ebpf:"fuse_scratch"`
 	Hangs        *ebpf.MapSpec `ebpf:"hangs"`
 	LockWaits    *ebpf.MapSpec `ebpf:"lock_waits"`
+	PreArmed     *ebpf.MapSpec `ebpf:"pre_armed"`
+	PreEnds      *ebpf.MapSpec `ebpf:"pre_ends"`
 	QueueScratch *ebpf.MapSpec `ebpf:"queue_scratch"`
 	Scratch      *ebpf.MapSpec `ebpf:"scratch"`
 	Stats        *ebpf.MapSpec `ebpf:"stats"`
@@ -265,6 +277,8 @@ type hungMaps struct {
 	FuseScratch  *ebpf.Map `ebpf:"fuse_scratch"`
 	Hangs        *ebpf.Map `ebpf:"hangs"`
 	LockWaits    *ebpf.Map `ebpf:"lock_waits"`
+	PreArmed     *ebpf.Map `ebpf:"pre_armed"`
+	PreEnds      *ebpf.Map `ebpf:"pre_ends"`
 	QueueScratch *ebpf.Map `ebpf:"queue_scratch"`
 	Scratch      *ebpf.Map `ebpf:"scratch"`
 	Stats        *ebpf.Map `ebpf:"stats"`
@@ -279,6 +293,8 @@ func (m *hungMaps) Close() error {
 		m.FuseScratch,
 		m.Hangs,
 		m.LockWaits,
+		m.PreArmed,
+		m.PreEnds,
 		m.QueueScratch,
 		m.Scratch,
 		m.Stats,

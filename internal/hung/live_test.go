@@ -431,3 +431,81 @@ func TestLiveEndedWaitFromBeforeAttach(t *testing.T) {
 		t.Errorf("diagnosis %s: %s, %d victims named with their ended waits", ds[0].ID, ds[0].Title, named)
 	}
 }
+
+// Kernels without task->blocker (before 6.16: what Debian runs) cannot
+// name the lock of a wait that began before wolf attached. When that wait
+// ends in the window, its contention_end names it (pre_ends): the ended
+// wait is then a fact on that lock, at least as long as the walks saw.
+// task->blocker is ignored here so that the join is what names the lock;
+// where the kernel has it, it says which lock that should be.
+func TestLiveEndedWaitNamedByItsEnd(t *testing.T) {
+	requireLive(t)
+	inst := startLab(t, fusestall.NewMutex(), 2)
+	tasks := inst.Tasks()
+	parked := time.Now()
+	time.Sleep(1500 * time.Millisecond)
+	want := blockerLocks(t, tasks.Victims)
+	attached := time.Now()
+	h := New()
+	h.Threshold = 5 * time.Second
+	h.Interval = 250 * time.Millisecond
+	h.ignoreBlocker = true
+	res := runWith(t, h, 3*time.Second, func() {
+		time.Sleep(time.Second)
+		inst.Release()
+	})
+	dump(t, res.Findings)
+	if res.Facts == nil {
+		t.Fatalf("no facts")
+	}
+	lower := attached.Sub(parked)
+	got := map[int]fact.Wait{}
+	for _, w := range res.Facts.Waits {
+		if w.Kind == fact.WaitLock && w.AtLeast && slices.Contains(tasks.Victims, w.Task.PID) {
+			got[w.Task.PID] = w
+		}
+	}
+	for _, v := range tasks.Victims {
+		w, ok := got[v]
+		switch {
+		case !ok:
+			t.Errorf("victim %d: no ended lock wait (waits %+v, notes %v)", v, res.Facts.Waits, res.Notes)
+		case w.Max < lower:
+			t.Errorf("victim %d: ended wait %v, want at least %v", v, w.Max, lower)
+		case want[v] != "" && w.On != want[v]:
+			t.Errorf("victim %d: ended wait on %s, task->blocker said %s", v, w.On, want[v])
+		default:
+			t.Logf("victim %d: waited at least %v on %s (task->blocker: %q)", v, w.Max, w.On, want[v])
+		}
+	}
+	for _, r := range res.Facts.Resources {
+		if r.Kind == fact.Lock && r.LockType != "mutex" {
+			t.Errorf("lock %s: type %q, want mutex", r.Key, r.LockType)
+		}
+	}
+}
+
+// blockerLocks are the lock keys task->blocker gives for tids, where the
+// kernel has it (empty otherwise).
+func blockerLocks(t *testing.T, tids []int) map[int]string {
+	t.Helper()
+	out := map[int]string{}
+	if !features.Probe(context.Background(), "task_blocker").Available {
+		return out
+	}
+	p, err := openProbe(true, "")
+	if err != nil {
+		t.Fatalf("open probe: %v", err)
+	}
+	defer p.kit.Close()
+	recs, err := p.scan(context.Background(), nil)
+	if err != nil {
+		t.Fatalf("scan: %v", err)
+	}
+	for i := range recs {
+		if slices.Contains(tids, int(recs[i].Tid)) && recs[i].LockAddr != 0 {
+			out[int(recs[i].Tid)] = fact.LockKey(fmt.Sprintf("0x%x", recs[i].LockAddr))
+		}
+	}
+	return out
+}

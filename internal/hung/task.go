@@ -84,6 +84,8 @@ func (s LockSource) String() string {
 		return "kprobe on the lock's slow path"
 	case SourceWaitList:
 		return "the lock's wait list"
+	case SourcePreEnd:
+		return "lock:contention_end of a wait that began before wolf attached"
 	}
 	return "none"
 }
@@ -151,7 +153,10 @@ type Task struct {
 	// Cumulative CPU time and run-queue time, and when they were read
 	// (ktime): deltas between walks say where its time went.
 	SumExec, RunDelay, At time.Duration
-	MMLockAddr            uint64 // its process's mmap_lock; 0 for kernel threads
+	// NrSwitches is its context switch count (nvcsw + nivcsw): a task
+	// found asleep by two walks with the same count did not run between.
+	NrSwitches uint64
+	MMLockAddr uint64 // its process's mmap_lock; 0 for kernel threads
 	// BehindWriter is, for a reader on an rw-semaphore's wait list, the
 	// writer queued ahead of it (the reason it cannot share the lock).
 	BehindWriter int
@@ -258,6 +263,7 @@ func decode(r *hungTaskRec, sym Symbolizer) *Task {
 	t.DumperTID = int(r.DumperTid)
 	t.SumExec, t.RunDelay, t.At = time.Duration(r.SumExecNs), time.Duration(r.RunDelayNs), time.Duration(r.NowKtime)
 	t.MMLockAddr = r.MmLockAddr
+	t.NrSwitches = r.NrSwitches
 	return t
 }
 
