@@ -175,6 +175,7 @@ type session struct {
 	preMarked  map[int]bool
 	preArmed   uint32
 	preDropped int
+	preErr     error
 }
 
 func (s *session) loop() {
@@ -270,7 +271,6 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 			return c
 		},
 	}
-	joinErr := s.joinPreEnds()
 	snap.Ended, snap.EndedOwners = endedEarly(s.seen, s.scanNo, s.opts.PID)
 	snap.EndedFuse = s.endedFuse
 	for tid, tr := range s.seen {
@@ -295,8 +295,9 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 		Capabilities: s.p.kit.Capabilities(attachTable),
 		Notes:        s.p.Notes(),
 	}
-	if joinErr != nil {
-		res.Notes = append(res.Notes, joinErr.Error())
+	if s.preErr != nil {
+		res.Notes = append(res.Notes, s.preErr.Error())
+		s.preErr = nil
 	}
 	if s.preDropped > 0 {
 		res.Notes = append(res.Notes, fmt.Sprintf("%d marks of tasks asleep on a lock since before wolf started were refused (pre_ends holds %d): should their waits end in the window, their locks stay unnamed", s.preDropped, maxPreEnds))

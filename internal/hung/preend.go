@@ -1,7 +1,6 @@
 package hung
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -51,15 +50,26 @@ type preEnd struct {
 	proved   bool   // a later walk found it asleep with that same count
 }
 
-// markPreEnds runs after each walk: it puts in pre_ends the tasks asleep
-// since before attach whose lock (if any) the walk could not name, proves the marks a later walk found untouched, and takes out the
-// tasks no longer in that sleep.
+// markPreEnds runs after each walk. A task marked in pre_ends that ran
+// again since the walk before has its end read (joinPreEnd) and its mark
+// taken out, so that marks live only while their sleep does and
+// contention_end stops looking when none is left. A task asleep since
+// before attach whose lock (if any) the walk could not name is put in; a
+// later walk that finds it asleep with its switch count unchanged proves
+// its mark; and one no longer in that sleep (or whose count moved) is
+// taken out. Where task->blocker names every sleeping lock's waiter, no
+// task is marked: the walks already name those locks.
 func (s *session) markPreEnds() {
 	for tid, tr := range s.seen {
-		if tr.lastScan != s.scanNo {
-			continue // ran again, or not seen: kept for Collect
+		if tr.pre == nil && (s.p.namesAll || tr.lastScan != s.scanNo) {
+			continue
 		}
 		switch {
+		case tr.lastScan != s.scanNo:
+			if err := s.joinPreEnd(tid, tr); err != nil && s.preErr == nil {
+				s.preErr = err
+			}
+			s.unmarkPreEnd(tid, tr)
 		case !tr.preAttach || tr.last.Lock != nil:
 			s.unmarkPreEnd(tid, tr)
 		case tr.pre == nil:
@@ -73,11 +83,28 @@ func (s *session) markPreEnds() {
 			}
 			s.preMarked[tid] = true
 			tr.pre = &preEnd{scan: s.scanNo, switches: tr.last.NrSwitches}
-		case s.scanNo > tr.pre.scan && tr.last.NrSwitches == tr.pre.switches:
+		case tr.last.NrSwitches != tr.pre.switches:
+			s.unmarkPreEnd(tid, tr) // it ran: put in anew if still in that sleep
+		case s.scanNo > tr.pre.scan:
 			tr.pre.proved = true
 		}
 	}
 	s.armPreEnds()
+}
+
+// joinPreEnd names the lock of a proved mark whose task ran again: the
+// first contention_end it raised after the mark, if that came after the
+// last walk that found it asleep.
+func (s *session) joinPreEnd(tid int, tr *tracked) error {
+	if !tr.pre.proved || !tr.preAttach || tr.last.Lock != nil {
+		return nil
+	}
+	var pe hungPreEnd
+	if err := s.p.maps.PreEnds.Lookup(uint32(tid), &pe); err != nil {
+		return fmt.Errorf("hung: the end of tid %d's wait from before attach: %w", tid, err)
+	}
+	tr.ended = preEndLock(tr.last, pe.LockAddr, time.Duration(pe.EndKtime), endStack(&pe, s.syms), s.syms)
+	return nil
 }
 
 // unmarkPreEnd takes tid out of pre_ends.
@@ -99,27 +126,6 @@ func (s *session) armPreEnds() {
 	if err := s.p.maps.PreArmed.Update(uint32(0), n, ebpf.UpdateAny); err == nil {
 		s.preArmed = n
 	}
-}
-
-// joinPreEnds names, at Collect, the lock of each proved mark whose task
-// ran again: the first contention_end it raised after the mark, if that
-// came after the last walk that found it asleep.
-func (s *session) joinPreEnds() error {
-	var errs []error
-	for tid, tr := range s.seen {
-		if tr.pre == nil || !tr.pre.proved || tr.lastScan == s.scanNo || tr.ended != nil {
-			continue
-		}
-		var pe hungPreEnd
-		if err := s.p.maps.PreEnds.Lookup(uint32(tid), &pe); err != nil {
-			errs = append(errs, fmt.Errorf("hung: pre_ends of tid %d: %w", tid, err))
-			continue
-		}
-		if l := preEndLock(tr.last, pe.LockAddr, time.Duration(pe.EndKtime), endStack(&pe, s.syms), s.syms); l != nil {
-			tr.ended = l
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // endStack symbolizes the stack an end was raised on.

@@ -110,6 +110,8 @@ type probe struct {
 	maps  hungMaps
 	hangs *probekit.Ring[hungHangEvent]
 	notes []string // what hung runs without here, beyond the kit's rows
+	// namesAll: task->blocker names every sleeping lock's waiter's lock.
+	namesAll bool
 }
 
 // hangReport is one sched_process_hang event: khungtaskd reported a task.
@@ -136,7 +138,9 @@ func openProbe(useBlocker bool, btfPath string) (*probe, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &probe{kit: kit}
+	// task->blocker (6.16+) names the lock of every sleeping lock's
+	// waiter, whenever its wait began: no end need name it (preend.go).
+	p := &probe{kit: kit, namesAll: useBlocker && blocker.Available}
 	// Without task->blocker the lock of a task already blocked when wolf
 	// starts is unknown: said, as check says it.
 	if useBlocker {
