@@ -175,8 +175,11 @@ func (e *engine) held(b *branch, k string, depth int, seen map[string]bool) []*b
 	hr := refOf(h.Finding, h.FindingTitle)
 	if e.resource(k).Kind == fact.FUSE {
 		holder.Role = finding.RoleDaemon
-		b.hop(finding.Hop{From: res, Relation: finding.HeldBy, To: holder, Mechanism: mechFuseDaemon, Likely: !h.Exact,
-			Text: fmt.Sprintf("the request waits for FUSE daemon %s, which has not answered it", label(holder))}, hr)
+		text := fmt.Sprintf("the request waits for FUSE daemon %s, which has not answered it", label(holder))
+		if e.endedOn(k) {
+			text = fmt.Sprintf("the request waited for FUSE daemon %s, which answered it late or not at all (the wait has ended)", label(holder))
+		}
+		b.hop(finding.Hop{From: res, Relation: finding.HeldBy, To: holder, Mechanism: mechFuseDaemon, Likely: !h.Exact, Text: text}, hr)
 		if !h.Exact {
 			b.likely = true
 			b.confirm = append(b.confirm, "cat /sys/fs/fuse/connections/*/waiting shows the requests each FUSE connection has waiting for its daemon.")

@@ -1952,6 +1952,10 @@ func TestKeptFactsFirstItems(t *testing.T) {
 		"memcg-thrash-v2-tcg-8readers.facts.json":         "",
 		"memcg-thrash-v2-tcg-8readers-sampled.facts.json": "diagnose.memcg-limit",
 		"pagecache-fits-v2-tcg.facts.json":                "",
+		// Kept before reclaim estimated the re-reads hidden by shadows
+		// dropped before the window
+		// (TestShadowsDroppedBeforeTheWindowGoToTheLimit).
+		"memcg-thrash-v2-tcg-shadows-gone.facts.json": "",
 	}
 	files, err := filepath.Glob(filepath.Join("testdata", "*.facts.json"))
 	if err != nil || len(files) == 0 {
@@ -1977,4 +1981,31 @@ func TestKeptFactsFirstItems(t *testing.T) {
 			t.Errorf("%s: the limit is not the runner-up at 0.4 or more", name)
 		}
 	}
+}
+
+// Four fio readers thrash a 64 MiB v2 cgroup under qemu TCG, wolf taking
+// 56% of the CPUs. The file went through the cgroup once before fio
+// started, and the kernel's shadow shrinker dropped two thirds of its
+// shadows then: only 38% of the readers' re-reads counted as refaults,
+// the limit's share of their CPU fell under a tenth, and the run ended
+// with no diagnosis. reclaim now estimates the re-reads those shadows hid
+// from the cgroup's lifetime counters (TestShadowlessRereadsDroppedBeforeTheWindow
+// in internal/reclaim, the same counters: 5,803 pages), and with them the
+// limit comes first beside wolf.
+func TestShadowsDroppedBeforeTheWindowGoToTheLimit(t *testing.T) {
+	const mk = "memory:/wolf-scen-thrash-887-d7ed01e2"
+	s := keptFacts(t, "memcg-thrash-v2-tcg-shadows-gone.facts.json")
+	if ds := Diagnose(nil, s); len(ds) > 0 && ds[0].ID == "diagnose.memcg-limit" {
+		t.Fatalf("the kept facts alone already put the limit first: they no longer show the miss")
+	}
+	withShadowless(s, mk, 5803*4096)
+	ds := Diagnose(nil, s)
+	logChain(t, ds)
+	if len(ds) == 0 || ds[0].ID != "diagnose.memcg-limit" || ds[0].Root.Cgroup != "/wolf-scen-thrash-887-d7ed01e2" {
+		t.Fatalf("first %v, want memcg-limit", ds)
+	}
+	if share := rivalShare(ds[0], "diagnose.wolf"); share < 0.4 {
+		t.Errorf("wolf's own work is not named beside it: rival share %.2f", share)
+	}
+	noCPUsOrWolf(t, ds)
 }

@@ -473,3 +473,20 @@ func (e *engine) waitOf(tid int, k string) *fact.Wait {
 	}
 	return nil
 }
+
+// endedOn says every wait on k began before wolf attached and ended while
+// it watched (fact.Wait.AtLeast): whoever held it up has let go since.
+func (e *engine) endedOn(k string) bool {
+	n := 0
+	for i := range e.set.Waits {
+		w := &e.set.Waits[i]
+		if e.on(w) != k {
+			continue
+		}
+		if !w.AtLeast {
+			return false
+		}
+		n++
+	}
+	return n > 0
+}

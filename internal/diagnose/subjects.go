@@ -182,6 +182,10 @@ func waitNumbers(w *fact.Wait) map[string]any {
 	if w.Ongoing && !w.Hung {
 		ev["ongoing"] = true
 	}
+	if w.AtLeast {
+		// Began before wolf attached: the times are lower bounds.
+		ev["at_least"] = true
+	}
 	maps.Copy(ev, w.Numbers)
 	return ev
 }
@@ -201,6 +205,8 @@ func (e *engine) waitHop(w *fact.Wait, from, to finding.Subject, what string) fi
 		fmt.Fprintf(&b, " has been blocked (D) %s on %s", ms(msOf(w.Max)), target)
 	case w.Kind == fact.WaitSoftirq && w.Count == 0:
 		fmt.Fprintf(&b, " lost %s to %s", ms(msOf(w.Total)), target)
+	case w.AtLeast:
+		fmt.Fprintf(&b, " waited at least %s %s", ms(msOf(w.Max)), strings.TrimPrefix(forTarget(target), " "))
 	default:
 		fmt.Fprintf(&b, " waited %s %s", ms(msOf(w.Total)), strings.TrimPrefix(forTarget(target), " "))
 		if w.Count > 0 {
@@ -222,6 +228,9 @@ func (e *engine) waitHop(w *fact.Wait, from, to finding.Subject, what string) fi
 	}
 	if w.Ongoing && !w.Hung {
 		b.WriteString(", still waiting when wolf stopped")
+	}
+	if w.AtLeast {
+		b.WriteString(" (a wait that began before wolf attached and ended while it watched: at least this long)")
 	}
 	return finding.Hop{From: from, Relation: finding.WaitsOn, To: to, Evidence: waitNumbers(w), Text: b.String(), Mechanism: mech, Likely: w.Likely}
 }

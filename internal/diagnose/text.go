@@ -50,6 +50,18 @@ func (d *draft) victimWords() string {
 	return strings.Join(names, ", ")
 }
 
+// ended says every victim's wait began before wolf attached and ended
+// while it watched (fact.Wait.AtLeast): the stall is over, and its times
+// are lower bounds.
+func (d *draft) ended() bool {
+	for _, v := range d.victims {
+		if !v.w.AtLeast {
+			return false
+		}
+	}
+	return len(d.victims) > 0
+}
+
 func (d *draft) worst() time.Duration {
 	var w time.Duration
 	for _, v := range d.victims {
@@ -265,9 +277,12 @@ func (d *draft) words(e *engine) (title, summary string) {
 			title = fmt.Sprintf("Saturated CPUs: %s of the%s CPUs; %s", who, cpus, d.victimsPhrase())
 		}
 	case "fuse-daemon":
-		if lockName != "" && holder != "" {
+		switch {
+		case lockName != "" && holder != "" && d.ended():
+			title = fmt.Sprintf("FUSE daemon %s was slow to answer: %s held %s while it waited, and %s waited behind it, at least %s", label(b.rootSubj), holder, lockName, victims, ms(msOf(d.worst())))
+		case lockName != "" && holder != "":
 			title = fmt.Sprintf("FUSE daemon %s has not answered: %s holds %s while it waits, and %s hang behind it", label(b.rootSubj), holder, lockName, victims)
-		} else {
+		default:
 			title = fmt.Sprintf("FUSE daemon %s has not answered: %s", label(b.rootSubj), lockTail)
 		}
 	case "reclaim-under-lock":

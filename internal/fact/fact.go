@@ -182,6 +182,10 @@ type Wait struct {
 	// Detail says what the wait is, for people ("READ request #42 sent by
 	// this task"), when the kind and resource do not.
 	Detail string
+	// AtLeast says Max and Total are lower bounds: the wait began before
+	// wolf attached (the lock investigator never saw its begin) and ended
+	// in the window, after the last look that found it still waiting.
+	AtLeast bool
 	// Likely marks a wait the kernel did not name exactly (a D-state task
 	// placed by its wait site only; a request found by its sender, not on
 	// the daemon's queue).

@@ -40,6 +40,15 @@ type Snapshot struct {
 	// FirstSeen is each task's first record in the window: with its last,
 	// where its time went meanwhile.
 	FirstSeen map[int]*Task
+	// Ended are lock waits that began before wolf attached and ended in
+	// the window (any length; Blocked the longest seen, a lower bound),
+	// and EndedOwners their locks' owners as the last walk that found
+	// them waiting saw them.
+	Ended       []*Task
+	EndedOwners map[int]*Task
+	// EndedFuse is what FUSE daemons owed when the walks last saw an
+	// ended wait's owner asleep in FUSE (nil: not read).
+	EndedFuse []FuseReq
 }
 
 // group is the victims that wait on one thing.

@@ -2,6 +2,7 @@ package hung
 
 import (
 	"fmt"
+	"strconv"
 
 	"github.com/wolf-investigator/wolf/internal/fact"
 	"github.com/wolf-investigator/wolf/internal/finding"
@@ -21,9 +22,11 @@ func ConcludeFacts(s *Snapshot) ([]finding.Finding, *fact.Set) {
 		out = append(out, f)
 		s.groupFacts(set, g, &f)
 	}
-	if f, ok := s.recoveredFinding(); ok {
-		out = append(out, f)
+	rec, hasRec := s.recoveredFinding()
+	if hasRec {
+		out = append(out, rec)
 	}
+	s.endedFacts(set, rec, hasRec)
 	if f, ok := s.unmatchedHangs(); ok {
 		out = append(out, f)
 	}
@@ -182,5 +185,66 @@ func (s *Snapshot) groupFacts(set *fact.Set, g *group, f *finding.Finding) {
 		for _, v := range g.victims {
 			victim(v, fact.WaitBlocked, fact.SiteKey(g.site.Func))
 		}
+	}
+}
+
+// endedFacts are the facts of the lock waits that began before wolf
+// attached and ended in the window (Snapshot.Ended): the lock
+// investigator times a wait from its begin and drops an end whose begin
+// it never saw, so without these a task blocked 40 s before wolf started
+// whose wait ends while wolf watches counts for nothing. Each is a wait
+// of at least what the walks saw (AtLeast), and the lock's owner as the
+// last walk that found the task waiting saw it, with what it was doing
+// then.
+func (s *Snapshot) endedFacts(set *fact.Set, rec finding.Finding, hasRec bool) {
+	inRec := map[int]bool{}
+	if hasRec {
+		for _, t := range s.Recovered {
+			inRec[t.TID] = true
+		}
+	}
+	held := map[string]bool{} // lock and owner: said once, however many waited
+	for _, t := range s.Ended {
+		l := t.Lock
+		ref := &finding.Finding{}
+		if inRec[t.TID] {
+			ref = &rec
+		}
+		set.Resource(lockResource(l))
+		k := lockKeyOf(l)
+		set.Waits = append(set.Waits, fact.Wait{Task: factTask(t), Kind: fact.WaitLock, On: k, Max: t.Blocked, Total: t.Blocked, Count: 1,
+			AtLeast: true, Mode: l.Kind.Mode(), BehindWriter: t.BehindWriter, Finding: ref.ID, FindingTitle: ref.Title})
+		if l.Owner == OwnerNone || l.OwnerTID == 0 || held[k+"\x00"+strconv.Itoa(l.OwnerTID)] {
+			continue
+		}
+		held[k+"\x00"+strconv.Itoa(l.OwnerTID)] = true
+		hold := fact.Hold{On: k, Holder: fact.Task{PID: l.OwnerTGID, TID: l.OwnerTID, Comm: l.OwnerComm}, Exact: l.Owner != OwnerReaders,
+			Finding: ref.ID, FindingTitle: ref.Title}
+		switch {
+		case l.Owner == OwnerReaders:
+			hold.Mode = "read"
+		case l.Kind == LockRWSemRead || l.Kind == LockRWSemWrite:
+			hold.Mode = "write"
+		}
+		if o := s.EndedOwners[l.OwnerTID]; o != nil {
+			then := *s
+			if s.EndedFuse != nil {
+				then.Fuse = s.EndedFuse // the requests as they were then
+			}
+			hold.Holder = factTask(o)
+			if sp := then.ongoing(o, ref); sp != nil {
+				sp.Still = false // what it was doing then: the hold has ended since
+				hold.Split = sp
+			}
+			if o.StateLetter() != "R" {
+				// Its own wait then, ended since as well.
+				n := len(set.Waits)
+				then.fuseWaitFact(set, o, ref)
+				for i := n; i < len(set.Waits); i++ {
+					set.Waits[i].Ongoing, set.Waits[i].Hung, set.Waits[i].AtLeast = false, false, true
+				}
+			}
+		}
+		set.Holds = append(set.Holds, hold)
 	}
 }

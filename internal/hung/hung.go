@@ -6,8 +6,10 @@
 package hung
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -52,6 +54,66 @@ type tracked struct {
 	last       *Task
 	maxBlocked time.Duration
 	lastScan   int
+	// preAttach: the task was blocked at the session's first walk and
+	// every walk since has found it in that same sleep (since: when the
+	// sleep began, ktime). Its wait began before wolf attached, so the
+	// lock investigator, which times waits from their begin, never sees
+	// it; this walker is the only witness when it ends in the window.
+	preAttach bool
+	since     time.Duration
+	// owner is the record of the lock's owner at the last walk that found
+	// a preAttach task waiting, for the facts when the wait has ended.
+	owner *Task
+}
+
+// sameSleep is how far apart two walks may place the start of one sleep:
+// a start read off the scheduler's clock (a sleep wolf did not stamp)
+// moves by its slice rounding and by that clock's drift from ktime.
+const sameSleep = 20 * time.Millisecond
+
+// track records a walk's record of a task in its tracked entry (made if
+// new), and keeps preAttach true only while the task stays in the sleep
+// the first walk found it in.
+func track(seen map[int]*tracked, t *Task, scanNo int) *tracked {
+	tr := seen[t.TID]
+	if tr == nil {
+		tr = &tracked{}
+		seen[t.TID] = tr
+	}
+	since := t.At - t.Blocked
+	switch {
+	case scanNo == 1:
+		tr.preAttach, tr.since = true, since
+	case tr.preAttach && (tr.lastScan != scanNo-1 || (since-tr.since).Abs() > sameSleep):
+		// It ran in between (missed by a walk) or sleeps anew.
+		tr.preAttach, tr.owner = false, nil
+	}
+	tr.last, tr.lastScan = t, scanNo
+	tr.maxBlocked = max(tr.maxBlocked, t.Blocked)
+	return tr
+}
+
+// endedEarly are the lock waits that began before wolf attached and ended
+// in the window: tasks the first walk found waiting on a lock that ran
+// again before the last walk. Blocked is the longest the walks saw, a
+// lower bound (the wait went on until some time after that walk).
+func endedEarly(seen map[int]*tracked, scanNo int, pid int) (waits []*Task, owners map[int]*Task) {
+	for _, tr := range seen {
+		if tr.lastScan == scanNo || !tr.preAttach || tr.last.Lock == nil || !matchPID(tr.last, pid) {
+			continue
+		}
+		t := *tr.last
+		t.Blocked = tr.maxBlocked
+		waits = append(waits, &t)
+		if tr.owner != nil {
+			if owners == nil {
+				owners = map[int]*Task{}
+			}
+			owners[tr.owner.TID] = tr.owner
+		}
+	}
+	slices.SortFunc(waits, func(a, b *Task) int { return cmp.Compare(a.TID, b.TID) })
+	return waits, owners
 }
 
 // Start loads and attaches hung's programs and walks the task list every
@@ -96,6 +158,9 @@ type session struct {
 	// first is each task's first record of the window: with its last,
 	// where its time went meanwhile.
 	first map[int]*Task
+	// endedFuse is what FUSE daemons owed at the latest walk that found a
+	// wait from before attach behind an owner asleep in FUSE.
+	endedFuse []FuseReq
 }
 
 func (s *session) loop() {
@@ -132,7 +197,31 @@ func (s *session) walkLocked(ctx context.Context) error {
 	}
 	s.owners = owners
 	s.walkErr = nil
+	s.readEndedFuse(ctx)
 	return nil
+}
+
+// readEndedFuse reads what FUSE daemons owe while a wait from before
+// attach (tracked.preAttach) is held up by an owner asleep in FUSE: should
+// the wait end in the window, the request and its daemon are gone by
+// Collect, and this is what names them. Rare (a lock held across a FUSE
+// request since before wolf started), so a read at such walks only.
+func (s *session) readEndedFuse(ctx context.Context) {
+	for _, tr := range s.seen {
+		if tr.lastScan != s.scanNo || !tr.preAttach || tr.owner == nil || !fuseWait(tr.owner) {
+			continue
+		}
+		recs, err := s.p.scanFuse(ctx)
+		if err != nil || s.p.kit.Iter("dump_fuse") == nil {
+			return
+		}
+		hz := kernelHZ()
+		s.endedFuse = s.endedFuse[:0]
+		for i := range recs {
+			s.endedFuse = append(s.endedFuse, decodeFuse(&recs[i], hz))
+		}
+		return
+	}
 }
 
 // Collect walks once more and concludes: tasks blocked now are victims;
@@ -166,6 +255,8 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 			return c
 		},
 	}
+	snap.Ended, snap.EndedOwners = endedEarly(s.seen, s.scanNo, s.opts.PID)
+	snap.EndedFuse = s.endedFuse
 	for tid, tr := range s.seen {
 		switch {
 		case tr.lastScan == s.scanNo && tr.last.Blocked >= s.h.Threshold && matchPID(tr.last, s.opts.PID):
@@ -344,19 +435,20 @@ func (h *Investigator) walk(ctx context.Context, p *probe, syms Symbolizer, seen
 	}
 	resolveQueues(tasks, queues)
 	nameMMLocks(tasks)
+	var early []*tracked
 	for _, t := range tasks {
-		tr := seen[t.TID]
-		if tr == nil {
-			tr = &tracked{}
-			seen[t.TID] = tr
-		}
-		tr.last, tr.lastScan = t, scanNo
-		tr.maxBlocked = max(tr.maxBlocked, t.Blocked)
+		tr := track(seen, t, scanNo)
 		if mark != nil {
 			mark(t)
 		}
-		if t.Blocked >= h.Threshold {
+		// A wait that began before wolf attached is followed to its
+		// owner whatever its length: should it end in the window, what
+		// the owner was doing is all there is to say why it lasted.
+		if t.Blocked >= h.Threshold || (tr.preAttach && t.Lock != nil) {
 			addOwner(t)
+		}
+		if tr.preAttach && t.Lock != nil {
+			early = append(early, tr)
 		}
 	}
 	for hop := 0; hop < maxHops && len(want) > 0; hop++ {
@@ -385,6 +477,11 @@ func (h *Investigator) walk(ctx context.Context, p *probe, syms Symbolizer, seen
 	for tid, t := range owners {
 		if t == nil {
 			delete(owners, tid) // exited between walks
+		}
+	}
+	for _, tr := range early {
+		if o := owners[tr.last.Lock.OwnerTID]; o != nil {
+			tr.owner = o
 		}
 	}
 	return owners, nil

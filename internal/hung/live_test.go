@@ -14,6 +14,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/wolf-investigator/wolf/internal/diagnose"
+	"github.com/wolf-investigator/wolf/internal/fact"
 	"github.com/wolf-investigator/wolf/internal/features"
 	"github.com/wolf-investigator/wolf/internal/finding"
 	"github.com/wolf-investigator/wolf/internal/finding/findingtest"
@@ -369,5 +371,63 @@ func TestLiveCoredump(t *testing.T) {
 	}
 	if !strings.HasPrefix(f.Title, "Blocked by coredump") {
 		t.Errorf("title %q", f.Title)
+	}
+}
+
+// The stall began before wolf attached and ends while it watches: the
+// lookups' waits on the directory's mutex are facts of at least the time
+// since the lab parked them up to the last walk that saw them, and the
+// diagnosis names them, the mutex's holder and the daemon.
+func TestLiveEndedWaitFromBeforeAttach(t *testing.T) {
+	requireLive(t)
+	requireBlocker(t)
+	inst := startLab(t, fusestall.NewMutex(), 2)
+	tasks := inst.Tasks()
+	parked := time.Now()
+	time.Sleep(1500 * time.Millisecond)
+	attached := time.Now()
+	res := runHung(t, 3*time.Second, 5*time.Second, func() {
+		time.Sleep(time.Second)
+		inst.Release()
+	})
+	dump(t, res.Findings)
+	if res.Facts == nil {
+		t.Fatalf("no facts")
+	}
+	lower := attached.Sub(parked)
+	got := map[int]time.Duration{}
+	var lockKey string
+	for _, w := range res.Facts.Waits {
+		if w.Kind == fact.WaitLock && w.AtLeast && slices.Contains(tasks.Victims, w.Task.PID) {
+			got[w.Task.PID] = w.Max
+			lockKey = w.On
+		}
+	}
+	for _, v := range tasks.Victims {
+		if got[v] < lower {
+			t.Errorf("victim %d: ended wait %v, want at least %v (waits %+v)", v, got[v], lower, res.Facts.Waits)
+		}
+	}
+	holder := false
+	for _, h := range res.Facts.Holds {
+		holder = holder || (h.On == lockKey && h.Holder.PID == tasks.Offender && h.Exact)
+	}
+	if !holder {
+		t.Errorf("no hold of %s by the offender %d: %+v", lockKey, tasks.Offender, res.Facts.Holds)
+	}
+	res.Facts.Window = 3 * time.Second
+	ds := diagnose.Diagnose(res.Findings, res.Facts)
+	if len(ds) == 0 {
+		t.Fatalf("no diagnosis")
+	}
+	t.Logf("%s: %s", ds[0].ID, ds[0].Title)
+	named := 0
+	for _, h := range ds[0].Chain {
+		if h.Relation == finding.WaitsOn && slices.Contains(tasks.Victims, h.From.PID) && strings.Contains(h.Text, "waited at least") {
+			named++
+		}
+	}
+	if named != len(tasks.Victims) || !strings.Contains(ds[0].Title, fmt.Sprintf("(pid %d) held mutex", tasks.Offender)) {
+		t.Errorf("diagnosis %s: %s, %d victims named with their ended waits", ds[0].ID, ds[0].Title, named)
 	}
 }

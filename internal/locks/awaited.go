@@ -71,28 +71,44 @@ func (p *probe) countAwaiting() (uint32, error) {
 	return n, nil
 }
 
+// awaitedCount is one count of the entries awaiting an end (seen) between
+// two readings of the word (before, after); corr is the correction read
+// with the first.
+type awaitedCount struct {
+	before, after uint64
+	corr, seen    uint32
+}
+
+// exact says whether the word held still while the entries were counted.
+func (c awaitedCount) exact() bool { return c.before == c.after }
+
+// countAwaited reads the word, counts the entries awaiting an end, and
+// reads the word again.
+func (p *probe) countAwaited() (c awaitedCount, err error) {
+	if c.before, c.corr, err = p.readAwaited(); err != nil {
+		return c, err
+	}
+	if c.seen, err = p.countAwaiting(); err != nil {
+		return c, err
+	}
+	c.after, _, err = p.readAwaited()
+	return c, err
+}
+
 // reconcileAwaited counts the entries awaiting an end and, when the word
 // held still meanwhile, sets the correction so that the programs' count
 // is exact again. It returns the excess it found (0: the count was
 // exact) and whether it could tell.
 func (p *probe) reconcileAwaited() (excess uint32, ok bool, err error) {
-	before, corr, err := p.readAwaited()
+	c, err := p.countAwaited()
 	if err != nil {
 		return 0, false, err
 	}
-	seen, err := p.countAwaiting()
-	if err != nil {
-		return 0, false, err
-	}
-	after, _, err := p.readAwaited()
-	if err != nil {
-		return 0, false, err
-	}
-	nc, ok := awaitedCorrection(before, after, seen)
+	nc, ok := awaitedCorrection(c.before, c.after, c.seen)
 	if !ok {
 		return 0, false, nil
 	}
-	if excess = awaitedExcess(before, corr, seen); excess == 0 {
+	if excess = awaitedExcess(c.before, c.corr, c.seen); excess == 0 {
 		return 0, true, nil
 	}
 	if err := p.maps.Awaited.Update(uint32(awaitedCorr), uint64(nc), 0); err != nil {

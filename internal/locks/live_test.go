@@ -406,25 +406,17 @@ func TestLiveAwaitedCountExact(t *testing.T) {
 	if err := in.Close(); err != nil {
 		t.Logf("lab close: %v", err)
 	}
-	var word uint64
-	var corr, seen uint32
-	stable := false
-	for i := 0; i < 20 && !stable; i++ {
+	var c awaitedCount
+	for i := 0; i < 20 && (i == 0 || !c.exact()); i++ {
 		time.Sleep(100 * time.Millisecond)
-		var after uint64
-		if word, corr, err = p.readAwaited(); err == nil {
-			if seen, err = p.countAwaiting(); err == nil {
-				after, _, err = p.readAwaited()
-			}
-		}
-		if err != nil {
+		if c, err = p.countAwaited(); err != nil {
 			t.Fatal(err)
 		}
-		stable = after == word
 	}
-	if !stable {
+	if !c.exact() {
 		t.Fatal("the awaited count never held still for a count of the entries")
 	}
+	word, corr, seen := c.before, c.corr, c.seen
 	res, err := s.Collect(ctx)
 	if err != nil {
 		t.Fatal(err)

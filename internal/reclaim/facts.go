@@ -205,17 +205,42 @@ const shadowEntriesPerNode = 64
 // stayed that it counted as refaults (every evicted page of a file read
 // round and round; none of a file streamed once). In a steady thrash the
 // shadows dropped in a window stand for the uncounted re-reads in it.
-// 0 without the counters (v1) or without refaults.
+// A window that dropped none can still re-read pages whose shadows went
+// before it (a file read through once, then read at random): the
+// cgroup's lifetime counters say what share of its evictions lost their
+// shadows, and the window's refaults are the rest's re-reads. 0 without
+// the counters (v1) or without refaults.
 func (c *Cgroup) shadowlessRereads() uint64 {
-	nodes, ok1 := c.statDelta("workingset_nodereclaim")
-	steal, ok2 := c.statDelta("pgsteal")
-	refaults, ok3 := c.refaults()
-	if !ok1 || !ok2 || !ok3 || nodes == 0 || refaults == 0 {
+	refaults, ok := c.refaults()
+	if !ok || refaults == 0 {
 		return 0
 	}
-	dropped := nodes * shadowEntriesPerNode
-	kept := max(refaults, steal-min(steal, dropped))
-	return dropped * refaults / kept
+	if nodes, ok := c.statDelta("workingset_nodereclaim"); ok && nodes > 0 {
+		steal, ok := c.statDelta("pgsteal")
+		if !ok {
+			return 0
+		}
+		dropped := nodes * shadowEntriesPerNode
+		kept := max(refaults, steal-min(steal, dropped))
+		return dropped * refaults / kept
+	}
+	nodes, ok1 := c.State.Stat["workingset_nodereclaim"]
+	steal, ok2 := c.State.Stat["pgsteal"]
+	if !ok1 || !ok2 || nodes == 0 || steal == 0 {
+		return 0
+	}
+	// The lifetime's refaults bound its kept shadows from below, as the
+	// window's do above.
+	lifeRefaults := refaults
+	for _, k := range []string{"workingset_refault_file", "workingset_refault"} {
+		if v, ok := c.State.Stat[k]; ok {
+			lifeRefaults = max(refaults, v)
+			break
+		}
+	}
+	dropped := min(steal, nodes*shadowEntriesPerNode)
+	kept := max(lifeRefaults, steal-dropped)
+	return refaults * dropped / kept
 }
 
 // refaults are the file pages the cgroup read back in the window after

@@ -94,6 +94,7 @@ func runChild(arg string) error {
 	}
 	var stop atomic.Bool
 	gate := make(chan struct{})
+	open := sync.OnceFunc(func() { close(gate) })
 	tids := make(chan string, len(roles))
 	var working sync.WaitGroup
 	idle := make(chan struct{}) // never closed: a stopped thread stays, so its exit takes no lock
@@ -127,7 +128,6 @@ func runChild(arg string) error {
 	done := make(chan struct{})
 	go func() {
 		in := bufio.NewReader(os.Stdin)
-		started := false
 		for {
 			l, err := in.ReadString('\n')
 			if err != nil {
@@ -136,16 +136,10 @@ func runChild(arg string) error {
 			}
 			switch strings.TrimSpace(l) {
 			case goLine:
-				if !started {
-					close(gate)
-					started = true
-				}
+				open()
 			case stopLine:
 				stop.Store(true)
-				if !started { // the threads see stop at once
-					close(gate)
-					started = true
-				}
+				open() // threads not yet started see stop at once
 				go func() {
 					working.Wait()
 					fmt.Println(stoppedLine)
