@@ -45,9 +45,10 @@ func endKind(stack []string) LockKind {
 
 // preEnd is a preAttach task's mark in pre_ends.
 type preEnd struct {
-	scan     int    // the walk that put it in
-	switches uint64 // its switch count at that walk
-	proved   bool   // a later walk found it asleep with that same count
+	scan     int           // the walk that put it in
+	at       time.Duration // when that walk read the task (ktime)
+	switches uint64        // its switch count then
+	proved   bool          // a later walk found it asleep with that same count
 }
 
 // markPreEnds runs after each walk. A task marked in pre_ends that ran
@@ -82,7 +83,7 @@ func (s *session) markPreEnds() {
 				continue
 			}
 			s.preMarked[tid] = true
-			tr.pre = &preEnd{scan: s.scanNo, switches: tr.last.NrSwitches}
+			tr.pre = &preEnd{scan: s.scanNo, at: tr.last.At, switches: tr.last.NrSwitches}
 		case tr.last.NrSwitches != tr.pre.switches:
 			s.unmarkPreEnd(tid, tr) // it ran: put in anew if still in that sleep
 		case s.scanNo > tr.pre.scan:
@@ -93,8 +94,7 @@ func (s *session) markPreEnds() {
 }
 
 // joinPreEnd names the lock of a proved mark whose task ran again: the
-// first contention_end it raised after the mark, if that came after the
-// last walk that found it asleep.
+// first contention_end it raised after the mark.
 func (s *session) joinPreEnd(tid int, tr *tracked) error {
 	if !tr.pre.proved || !tr.preAttach || tr.last.Lock != nil {
 		return nil
@@ -103,7 +103,7 @@ func (s *session) joinPreEnd(tid int, tr *tracked) error {
 	if err := s.p.maps.PreEnds.Lookup(uint32(tid), &pe); err != nil {
 		return fmt.Errorf("hung: the end of tid %d's wait from before attach: %w", tid, err)
 	}
-	tr.ended = preEndLock(tr.last, pe.LockAddr, time.Duration(pe.EndKtime), endStack(&pe, s.syms), s.syms)
+	tr.ended = preEndLock(tr.last, tr.pre.at, pe.LockAddr, time.Duration(pe.EndKtime), endStack(&pe, s.syms), s.syms)
 	return nil
 }
 
@@ -141,13 +141,17 @@ func endStack(pe *hungPreEnd, sym Symbolizer) []string {
 }
 
 // preEndLock is the lock an end (lock, at, raised on stack) names for
-// last, the latest record of a task asleep since before attach; nil when
-// there was no end, when it came before that record (it cannot end this
-// sleep), or when no sleeping lock's slow path raised it (the sleep was
-// not a lock wait, and the task ran before this end).
-func preEndLock(last *Task, lock uint64, at time.Duration, stack []string, sym Symbolizer) *Lock {
+// last, the latest record of a task asleep since before attach, marked
+// by a walk that read it at marked; nil when there was no end, when it
+// is older than the mark (not one the entry can hold: a sanity check),
+// or when no sleeping lock's slow path raised it (the sleep was not a
+// lock wait, and the task ran before this end). The proof (a later walk,
+// the same switch count) is what makes it this sleep's end; the last
+// walk's time is no bound: it reads the clock after the task's state,
+// and a task woken in between may have raised its end before it.
+func preEndLock(last *Task, marked time.Duration, lock uint64, at time.Duration, stack []string, sym Symbolizer) *Lock {
 	kind := endKind(stack)
-	if lock == 0 || at <= last.At || kind == LockUnknown {
+	if lock == 0 || at <= marked || kind == LockUnknown {
 		return nil
 	}
 	l := &Lock{Addr: lock, Kind: kind, Source: SourcePreEnd, Name: globalName(sym, lock)}

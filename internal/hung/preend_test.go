@@ -28,29 +28,29 @@ func TestEndKind(t *testing.T) {
 	}
 }
 
-// An end names the lock only if it came after the last walk that found
-// the task asleep; the ended wait is then a fact on that lock, with no
+// An end names the lock only if it came after the mark, from a sleeping
+// lock's slow path; the ended wait is then a fact on that lock, with no
 // owner (unknown without task->blocker).
 func TestPreEndNamesTheEndedWait(t *testing.T) {
 	s := time.Second
 	last := rec(7, 0, 41*s, nil)
 	mutex := []string{"__mutex_lock.constprop.0+0x3a1"}
-	if l := preEndLock(last, 0, 42*s, mutex, fakeSyms{}); l != nil {
+	if l := preEndLock(last, 40*s, 0, 42*s, mutex, fakeSyms{}); l != nil {
 		t.Errorf("no end, lock %+v", l)
 	}
-	if l := preEndLock(last, 0xa0, 40*s, mutex, fakeSyms{}); l != nil {
-		t.Errorf("an end before the last walk, lock %+v", l)
+	if l := preEndLock(last, 40*s, 0xa0, 40*s, mutex, fakeSyms{}); l != nil {
+		t.Errorf("an end before the mark, lock %+v", l)
 	}
-	if l := preEndLock(last, 0xa0, 42*s, []string{"_raw_spin_lock+0x29"}, fakeSyms{}); l != nil {
+	if l := preEndLock(last, 40*s, 0xa0, 42*s, []string{"_raw_spin_lock+0x29"}, fakeSyms{}); l != nil {
 		t.Errorf("a spin lock's end, lock %+v", l)
 	}
-	l := preEndLock(last, 0xa0, 42*s, mutex, fakeSyms{})
+	l := preEndLock(last, 40*s, 0xa0, 42*s, mutex, fakeSyms{})
 	if l == nil || l.Addr != 0xa0 || l.Kind != LockMutex || l.Source != SourcePreEnd || l.Owner != OwnerNone {
 		t.Fatalf("lock %+v", l)
 	}
 	mm := rec(8, 0, 41*s, nil)
 	mm.MMLockAddr = 0xb0
-	if l := preEndLock(mm, 0xb0, 42*s, []string{"rwsem_down_read_slowpath+0x1e2"}, fakeSyms{}); l == nil || l.MMPID != 8 || l.Kind != LockRWSemRead {
+	if l := preEndLock(mm, 40*s, 0xb0, 42*s, []string{"rwsem_down_read_slowpath+0x1e2"}, fakeSyms{}); l == nil || l.MMPID != 8 || l.Kind != LockRWSemRead {
 		t.Errorf("mmap_lock %+v", l)
 	}
 
