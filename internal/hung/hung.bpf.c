@@ -162,24 +162,33 @@ struct {
 /*
  * The end of a lock wait that began before wolf attached, for a kernel
  * without task->blocker: the walks cannot name that lock, but the wait's
- * contention_end (with no begin here) does. User space puts in the tids
- * of tasks its first walk found asleep and every walk since in that same
- * sleep (value zero); contention_end, when it has no begin for the
- * thread, writes the first such end into an entry still zero, with its
- * stack. User space trusts it only if a walk after the insert found the
- * task asleep with its switch count unchanged (the insert preceded the
- * wake, so this is the first end since: the end of a wait that spans the
- * sleep), and if the stack is a sleeping lock's slow path (the sleep was
- * that wait's, and the stack says the lock's type). Bounded: user space
- * counts the tids it could not put in.
+ * contention_end does. User space puts in the tids of tasks its first
+ * walk found asleep and every walk since in that same sleep (value zero);
+ * contention_end writes each thread's first ends after that (lock, time,
+ * stack) into its entry. User space trusts them only if a walk after the
+ * insert found the task asleep with its switch count unchanged (the
+ * insert preceded the wake, so these are the first ends since), and takes
+ * the first raised by a sleeping lock's slow path from the call site the
+ * walks saw the task asleep at: the end of the wait it slept in, and the
+ * lock's type. Bounded: user space counts the tids it could not put in,
+ * and pre_armed keeps the lookup off while no tid is in.
  */
 #define PRE_END_IPS 8
+#define PRE_END_SLOTS 4
 
-struct pre_end {
+struct pre_slot {
 	__u64 lock_addr;
 	__u64 end_ktime;
 	__u64 ips[PRE_END_IPS];
 	__s64 stack_bytes;
+};
+
+/* The first ends after the mark: a contended wait_lock inside the slow
+ * path raises its own before the sleeping lock's. */
+struct pre_end {
+	__u32 n;
+	__u32 _pad;
+	struct pre_slot slots[PRE_END_SLOTS];
 };
 
 struct {
@@ -347,20 +356,23 @@ int BPF_PROG(on_contention_end, void *lock, int ret)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct lock_wait *w = bpf_map_lookup_elem(&lock_waits, &tid);
-	if (w && w->lock_addr == (__u64)lock) {
+	if (w && w->lock_addr == (__u64)lock)
 		w->lock_addr = 0;
-		return 0;
-	}
 	__u32 zero = 0;
 	__u32 *armed = bpf_map_lookup_elem(&pre_armed, &zero);
 	if (!armed || !*armed)
 		return 0;
 	struct pre_end *pe = bpf_map_lookup_elem(&pre_ends, &tid);
-	if (pe && !pe->lock_addr) {
-		pe->end_ktime = bpf_ktime_get_ns();
-		pe->stack_bytes = bpf_get_stack(ctx, pe->ips, sizeof(pe->ips), 0);
-		pe->lock_addr = (__u64)lock;
-	}
+	if (!pe)
+		return 0;
+	__u32 i = pe->n;
+	if (i >= PRE_END_SLOTS)
+		return 0;
+	struct pre_slot *sl = &pe->slots[i & (PRE_END_SLOTS - 1)];
+	sl->end_ktime = bpf_ktime_get_ns();
+	sl->stack_bytes = bpf_get_stack(ctx, sl->ips, sizeof(sl->ips), 0);
+	sl->lock_addr = (__u64)lock;
+	pe->n = i + 1;
 	return 0;
 }
 

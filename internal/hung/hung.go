@@ -252,6 +252,7 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 		}
 		return nil, s.walkErr
 	}
+	s.finishPreEnds()
 	hangs, lostHangs := s.p.hangReports()
 	fuseReqs, fuseExact := s.fuseRequests(ctx)
 	first := s.first

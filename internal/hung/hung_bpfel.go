@@ -71,11 +71,16 @@ type hungMmQueueRec struct {
 }
 
 type hungPreEnd struct {
-	_          structs.HostLayout
-	LockAddr   uint64
-	EndKtime   uint64
-	Ips        [8]uint64
-	StackBytes int64
+	_     structs.HostLayout
+	N     uint32
+	Pad   uint32
+	Slots [4]struct {
+		_          structs.HostLayout
+		LockAddr   uint64
+		EndKtime   uint64
+		Ips        [8]uint64
+		StackBytes int64
+	}
 }
 
 type hungStatIndex uint32

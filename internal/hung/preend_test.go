@@ -7,23 +7,31 @@ import (
 	"github.com/wolf-investigator/wolf/internal/fact"
 )
 
-// An end is a sleeping lock's when its stack has that lock's slow path:
-// a spin lock's end, or one with no slow path, names nothing.
-func TestEndKind(t *testing.T) {
-	tracing := []string{"bpf_trace_run2+0x85", "__bpf_trace_contention_end+0xd"}
+// An end is the sleep's when, past the tracing frames, a sleeping lock's
+// slow path raised it from the call site the walks saw the task asleep
+// at: not the wait_lock contended inside that slow path, not a later wait
+// from elsewhere.
+func TestSleepEnd(t *testing.T) {
+	tracing := []string{"0xffffffffc0001e5e", "bpf_trace_run2+0x16a"}
+	slept := []string{"fuse_lock_inode+0x33", "fuse_lookup+0x93", "__lookup_slow+0x87"}
+	with := func(frames ...string) []string { return append(append([]string{}, tracing...), frames...) }
 	for _, c := range []struct {
-		stack []string
-		want  LockKind
+		stack, slept []string
+		want         LockKind
 	}{
-		{append(tracing, "__mutex_lock.constprop.0+0x3a1", "fuse_lock_inode+0x33"), LockMutex},
-		{append(tracing, "rwsem_down_write_slowpath+0x24c", "down_write+0x5b"), LockRWSemWrite},
-		{append(tracing, "rwsem_down_read_slowpath+0x1e2", "down_read+0x48"), LockRWSemRead},
-		{append(tracing, "rt_mutex_slowlock.constprop.0+0x50"), LockRTMutex},
-		{append(tracing, "queued_spin_lock_slowpath+0x1e2", "_raw_spin_lock+0x29"), LockUnknown},
-		{nil, LockUnknown},
+		{with("__mutex_lock.constprop.0+0x762", "fuse_lock_inode+0x33", "fuse_lookup+0x93"), slept, LockMutex},
+		{with("__mutex_lock.constprop.0+0x762", "mutex_lock+0x1d", "fuse_lock_inode+0x33", "fuse_lookup+0x93"), slept, LockMutex},
+		{with("rwsem_down_write_slowpath+0x24c", "down_write+0x5b", "do_truncate+0x70", "x+0x1"), []string{"do_truncate+0x70", "x+0x1"}, LockRWSemWrite},
+		{with("rwsem_down_read_slowpath+0x1e2", "down_read+0x48", "f+0x10"), []string{"f+0x10"}, LockRWSemRead},
+		// The mutex's wait_lock, contended inside its slow path.
+		{with("native_queued_spin_lock_slowpath+0x2a", "_raw_spin_lock_irqsave+0x3f", "__mutex_lock.constprop.0+0x300", "fuse_lock_inode+0x33"), slept, LockUnknown},
+		// A later wait on a mutex from elsewhere.
+		{with("__mutex_lock.constprop.0+0x762", "other_site+0x20", "fuse_lookup+0x93"), slept, LockUnknown},
+		{with("__mutex_lock.constprop.0+0x762", "fuse_lock_inode+0x33"), nil, LockUnknown},
+		{nil, slept, LockUnknown},
 	} {
-		if got := endKind(c.stack); got != c.want {
-			t.Errorf("%q: %v, want %v", c.stack, got, c.want)
+		if got := sleepEnd(c.stack, c.slept); got != c.want {
+			t.Errorf("%q on %q: %v, want %v", c.stack, c.slept, got, c.want)
 		}
 	}
 }
@@ -34,14 +42,15 @@ func TestEndKind(t *testing.T) {
 func TestPreEndNamesTheEndedWait(t *testing.T) {
 	s := time.Second
 	last := rec(7, 0, 41*s, nil)
-	mutex := []string{"__mutex_lock.constprop.0+0x3a1"}
+	last.Stack = []string{"fuse_lock_inode+0x33", "fuse_lookup+0x93"}
+	mutex := []string{"bpf_trace_run2+0x16a", "__mutex_lock.constprop.0+0x3a1", "fuse_lock_inode+0x33", "fuse_lookup+0x93"}
 	if l := preEndLock(last, 40*s, 0, 42*s, mutex, fakeSyms{}); l != nil {
 		t.Errorf("no end, lock %+v", l)
 	}
 	if l := preEndLock(last, 40*s, 0xa0, 40*s, mutex, fakeSyms{}); l != nil {
 		t.Errorf("an end before the mark, lock %+v", l)
 	}
-	if l := preEndLock(last, 40*s, 0xa0, 42*s, []string{"_raw_spin_lock+0x29"}, fakeSyms{}); l != nil {
+	if l := preEndLock(last, 40*s, 0xa0, 42*s, []string{"native_queued_spin_lock_slowpath+0x2a", "_raw_spin_lock_irqsave+0x3f", "__mutex_lock.constprop.0+0x300", "fuse_lock_inode+0x33"}, fakeSyms{}); l != nil {
 		t.Errorf("a spin lock's end, lock %+v", l)
 	}
 	l := preEndLock(last, 40*s, 0xa0, 42*s, mutex, fakeSyms{})
@@ -50,7 +59,8 @@ func TestPreEndNamesTheEndedWait(t *testing.T) {
 	}
 	mm := rec(8, 0, 41*s, nil)
 	mm.MMLockAddr = 0xb0
-	if l := preEndLock(mm, 40*s, 0xb0, 42*s, []string{"rwsem_down_read_slowpath+0x1e2"}, fakeSyms{}); l == nil || l.MMPID != 8 || l.Kind != LockRWSemRead {
+	mm.Stack = []string{"f+0x10"}
+	if l := preEndLock(mm, 40*s, 0xb0, 42*s, []string{"rwsem_down_read_slowpath+0x1e2", "down_read+0x48", "f+0x10"}, fakeSyms{}); l == nil || l.MMPID != 8 || l.Kind != LockRWSemRead {
 		t.Errorf("mmap_lock %+v", l)
 	}
 
