@@ -143,48 +143,74 @@ const volatile __u64 off_sd_llc_id = 0;
 __u64 percpu_base[MAX_CPUS];
 __s32 llc_size[MAX_CPUS];
 
+/*
+ * A task's state, in its task-local storage, laid out by who touches it:
+ * sched_switch runs for every switch (prev's and next's storage both, the
+ * hottest path wolf has), and on a storm those lines were last written on
+ * the other CPU (by the wake-up, or the task's last run there). The storage
+ * element puts the value 8 or 16 bytes into a cache line (8 past a
+ * cache-aligned header; 16 where the kernel's BPF allocator adds its own 8),
+ * so the first 48 bytes, every switch's and wake-up's, share one line with
+ * the header the lookup reads anyway; then a run's end and the moved waits;
+ * then the migration's fields; and runq is placed so that its count, sum
+ * and max (every timed wait adds to them) share one line (see the assertion
+ * below). The fields' order was the order they were added in: a switch
+ * touched five or six lines of next's storage and three of prev's.
+ */
 struct tstat {
-	__u64 enq_ts;	/* became runnable (woken or preempted); 0: not waiting */
-	__u64 first_ts; /* when wolf first saw the task */
-	__u64 runtime0; /* se.sum_exec_runtime then */
-	__u64 last_mig_ts;
-	__u32 last_from;
-	__u32 last_to;
-	__u32 last_kind;
-	__u32 migrations;
-	__u32 by_kind[NKINDS];
-	__u32 bounces;
-	__u32 bounce_out[NKINDS];  /* kind of the move away */
-	__u32 bounce_back[NKINDS]; /* kind of the move back */
-	__u32 bounce_a;		   /* CPUs of the last bounce */
-	__u32 bounce_b;
-	__u32 remote;	     /* moved by a CPU that is neither source nor destination */
-	__u32 wake_affine;   /* wake-up moves onto the waker's own CPU */
-	__u32 wake_wide;     /* wake-up moves where wake_wide() held */
-	__u32 dumped;	     /* the iterator has reported it: see on_exit */
-	__u32 idle_long;     /* waits >= IDLE_LONG_NS that ended on an idle CPU, or behind wolf */
+	/* Every switch and wake-up: 48 bytes. */
+	__u64 enq_ts;	     /* became runnable (woken or preempted); 0: not waiting */
+	__u64 first_ts;	     /* when wolf first saw the task */
+	__u64 off_ts;	     /* when it left its CPU (that run queue's clock) */
+	__u64 on_ts;	     /* when its current run began after a wake-up; 0: none timed */
+	__u32 off_cpu;	     /* the CPU it last left, + 1; 0: not seen leaving one */
+	__u32 run_flags;     /* its current run: RUN_HOT_MOVED, RUN_HOT_STAYED; RUN_RESUMES */
 	__u32 enq_throttled; /* the wait that enq_ts began started throttled */
-	__u64 throttled_ns;  /* run-queue waits that began throttled by the cgroup's quota */
-	__u32 throttled_waits;
-	__u32 off_cpu;	   /* the CPU it last left, + 1; 0: not seen leaving one */
-	__u64 off_ts;	   /* when it left it (that run queue's clock) */
-	__u64 on_ts;	   /* when its current run began after a wake-up; 0: none timed */
-	__u32 run_flags;   /* its current run: RUN_HOT_MOVED, RUN_HOT_STAYED; RUN_RESUMES */
-	__u32 moved_runs;  /* runs begun on another CPU than its last one */
+	__u32 moved_runs;    /* runs begun on another CPU than its last one */
+	/* A switch that moved it, or ended a hot run. */
 	__u32 hot_moves;   /* of those, begun within hot_ns of leaving the last CPU */
 	__u32 moved_waits; /* of those, runs whose run-queue wait was timed */
 	__u64 moved_wait_ns;
 	/* Runs from wake-up to sleep that began hot: after a move, on the same CPU. */
-	__u32 hot_moved_units;
-	__u32 hot_stayed_units;
 	__u64 hot_moved_ns;
 	__u64 hot_stayed_ns;
 	__u64 hot_moved_sq_us; /* their squares, us^2: the spread of the two means */
 	__u64 hot_stayed_sq_us;
+	__u32 hot_moved_units;
+	__u32 hot_stayed_units;
+	__u32 idle_long; /* waits >= IDLE_LONG_NS that ended on an idle CPU, or behind wolf */
+	__u32 throttled_waits;
+	__u64 throttled_ns; /* run-queue waits that began throttled by the cgroup's quota */
+	/* sched_migrate_task. */
+	__u64 last_mig_ts;
 	__u64 wakee_flips_sum; /* the task's wakee_flips at its wake-up moves */
+	__u32 migrations;
+	__u32 last_from;
+	__u32 last_to;
+	__u32 last_kind;
+	__u32 remote;	   /* moved by a CPU that is neither source nor destination */
+	__u32 wake_affine; /* wake-up moves onto the waker's own CPU */
+	__u32 wake_wide;   /* wake-up moves where wake_wide() held */
+	__u32 by_kind[NKINDS];
+	__u32 bounces;
+	__u32 bounce_a; /* CPUs of the last bounce */
+	__u32 bounce_b;
+	__u32 bounce_out[NKINDS];  /* kind of the move away */
+	__u32 bounce_back[NKINDS]; /* kind of the move back */
 	struct wolf_max waker_flips_max;
+	__u64 runtime0;	       /* se.sum_exec_runtime when wolf first saw the task */
+	__u32 dumped;	       /* the iterator has reported it: see on_exit */
+	__u32 runq_align[5];   /* zero: places runq's count, sum and max on one line */
 	struct wolf_hist runq; /* run-queue wait, ns */
 };
+
+/*
+ * runq's count, sum and max (48 bytes) on one cache line whether the value
+ * starts 8 or 16 bytes into one: count at offset 0 mod 64 of the value.
+ */
+#define TSTAT_RUNQ_COUNT \
+	(__builtin_offsetof(struct tstat, runq) + __builtin_offsetof(struct wolf_hist, count))
+_Static_assert(TSTAT_RUNQ_COUNT % 64 == 0, "tstat.runq: count, sum and max must share a line");
 
 struct mig_key {
 	__u32 tid;
@@ -731,10 +757,9 @@ int BPF_PROG(on_migrate, struct task_struct *p, int dest_cpu)
 	struct task_struct *cur = wolf_current(); /* a plain pointer: fields through CO-RE reads */
 	__u32 orig = task_cpu(p), dest = dest_cpu;
 	__u32 this_cpu = bpf_get_smp_processor_id();
-	__u64 now = bpf_ktime_get_ns();
 	struct tstat *st;
 	__u32 kind;
-	__u64 *n;
+	__u64 *n, now;
 
 	if (orig == dest) {
 		stat_inc(STAT_SAME_CPU);
@@ -742,6 +767,7 @@ int BPF_PROG(on_migrate, struct task_struct *p, int dest_cpu)
 	}
 	if (!wanted(p))
 		return 0;
+	now = bpf_ktime_get_ns(); /* ~80 ns where TSC reads trap: not for the moves above */
 	stat_inc(STAT_MIGRATIONS);
 	if (this_cpu >= MAX_CPUS)
 		stat_inc(STAT_BIG_CPU);

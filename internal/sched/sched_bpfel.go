@@ -119,49 +119,49 @@ type schedTstat struct {
 	_              structs.HostLayout
 	EnqTs          uint64
 	FirstTs        uint64
-	Runtime0       uint64
-	LastMigTs      uint64
-	LastFrom       uint32
-	LastTo         uint32
-	LastKind       uint32
-	Migrations     uint32
-	ByKind         [6]uint32
-	Bounces        uint32
-	BounceOut      [6]uint32
-	BounceBack     [6]uint32
-	BounceA        uint32
-	BounceB        uint32
-	Remote         uint32
-	WakeAffine     uint32
-	WakeWide       uint32
-	Dumped         uint32
-	IdleLong       uint32
-	EnqThrottled   uint32
-	_              [4]byte
-	ThrottledNs    uint64
-	ThrottledWaits uint32
-	OffCpu         uint32
 	OffTs          uint64
 	OnTs           uint64
+	OffCpu         uint32
 	RunFlags       uint32
+	EnqThrottled   uint32
 	MovedRuns      uint32
 	HotMoves       uint32
 	MovedWaits     uint32
 	MovedWaitNs    uint64
-	HotMovedUnits  uint32
-	HotStayedUnits uint32
 	HotMovedNs     uint64
 	HotStayedNs    uint64
 	HotMovedSqUs   uint64
 	HotStayedSqUs  uint64
+	HotMovedUnits  uint32
+	HotStayedUnits uint32
+	IdleLong       uint32
+	ThrottledWaits uint32
+	ThrottledNs    uint64
+	LastMigTs      uint64
 	WakeeFlipsSum  uint64
+	Migrations     uint32
+	LastFrom       uint32
+	LastTo         uint32
+	LastKind       uint32
+	Remote         uint32
+	WakeAffine     uint32
+	WakeWide       uint32
+	ByKind         [6]uint32
+	Bounces        uint32
+	BounceA        uint32
+	BounceB        uint32
+	BounceOut      [6]uint32
+	BounceBack     [6]uint32
 	WakerFlipsMax  struct {
 		_   structs.HostLayout
 		V   [2]uint64
 		Win [2]uint32
 		Tag [2]uint32
 	}
-	Runq schedWolfHist
+	Runtime0  uint64
+	Dumped    uint32
+	RunqAlign [5]uint32
+	Runq      schedWolfHist
 }
 
 type schedWolfHist struct {
