@@ -102,6 +102,23 @@ func numOf(ev map[string]any, k string) float64 {
 	return v
 }
 
+// waitedLong says whether a finding of the report saw pid wait long
+// enough to make it a victim (the diagnosis stage's floor: 200 ms at
+// once, 1 s in all, or blocked as a hung task).
+func waitedLong(rep *finding.Report, pid int) bool {
+	for _, f := range rep.Findings {
+		for _, s := range f.Subjects {
+			if s.PID != pid || (s.Role != finding.RoleWaiter && s.Role != finding.RoleVictim) {
+				continue
+			}
+			if numOf(s.Evidence, "wait_ms_max") >= 200 || numOf(s.Evidence, "wait_ms_total") >= 1000 || s.Evidence["blocked_s"] != nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // every hop carries numbers, but the ones that only say who holds what.
 func checkHopNumbers(t *testing.T, d *finding.Diagnosis) {
 	t.Helper()
@@ -159,7 +176,11 @@ func TestDoctorDiagnosesMemcgLimitUnderMmapLock(t *testing.T) {
 		t.Errorf("the holder is not a thread of the lab's process %d", in.PID())
 	}
 	if find(d, finding.RoleVictim, func(s *finding.Subject) bool { return s.PID == in.Reader() }) == nil {
-		t.Errorf("the waiting reader (pid %d) is not a victim", in.Reader())
+		if waitedLong(&rep, in.Reader()) {
+			t.Errorf("the waiting reader (pid %d) is not a victim", in.Reader())
+		} else {
+			t.Logf("the reader (pid %d) is no victim: doctor saw it wait under 200 ms at most and 1 s in all (a host busy enough to starve the lab's holder can starve its reader's loop too)", in.Reader())
+		}
 	}
 	if find(d, finding.RoleLock, func(s *finding.Subject) bool {
 		return strings.HasPrefix(s.Lock, "mmap_lock") && numOf(s.Evidence, "mm_pid") == float64(in.PID())
