@@ -296,7 +296,7 @@ func (s *session) Collect(ctx context.Context) (*investigator.Result, error) {
 		dropped = c[locksStatIndexSTAT_PENDING_FULL] + c[locksStatIndexSTAT_NESTED] + c[locksStatIndexSTAT_WAITS_FULL] +
 			c[locksStatIndexSTAT_TASKS_FULL] + c[locksStatIndexSTAT_OWNERS_FULL] + c[locksStatIndexSTAT_QUEUE_FULL] +
 			c[locksStatIndexSTAT_MM_HOLDS_FULL] + c[locksStatIndexSTAT_MM_STATS_FULL] + c[locksStatIndexSTAT_HOLD_DROPS] +
-			c[locksStatIndexSTAT_PROFILE_FULL] + c[locksStatIndexSTAT_MM_STALE_HOLD]
+			c[locksStatIndexSTAT_PROFILE_FULL] + c[locksStatIndexSTAT_MM_STALE_HOLD] + c[locksStatIndexSTAT_MM_LOST_RELEASE]
 		// With slow-path kprobes a wait that never slept has no end by
 		// design (said in the notes); with the tracepoints a missing end
 		// is a loss.

@@ -273,7 +273,8 @@ const (
 	locksStatIndexSTAT_STACK_SKIPPED      locksStatIndex = 21
 	locksStatIndexSTAT_FOLD_FLUSH         locksStatIndex = 22
 	locksStatIndexSTAT_SLEEP_WAITS        locksStatIndex = 23
-	locksStatIndexSTAT_MAX                locksStatIndex = 24
+	locksStatIndexSTAT_MM_LOST_RELEASE    locksStatIndex = 24
+	locksStatIndexSTAT_MAX                locksStatIndex = 25
 )
 
 type locksTaskKey struct {
