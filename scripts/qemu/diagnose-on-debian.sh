@@ -167,7 +167,7 @@ if [ -n "$SCENARIOS" ]; then
 	note "scenarios start uptime=$(up)s"
 	mkdir -p /tmp/scen
 	scenarios -wolf /bin/wolf -only "$(echo $SCENARIOS | tr ' ' ,)" -runs "$SCENARIO_RUNS" -keep /tmp/scen -out /tmp/scen/table -scratch /var/tmp -ci \
-		-reproduce "WOLF_QEMU_SCENARIO_RUNS=$SCENARIO_RUNS scripts/qemu/diagnose-on-debian.sh (wolf built from $SCEN_REV; Debian $(uname -r) under qemu, 2 vCPUs, 2 GiB)" >/tmp/scen.out 2>&1; rc=$?
+		-reproduce "WOLF_QEMU_LABS= WOLF_QEMU_POD=0 WOLF_QEMU_SCENARIOS='$SCENARIOS' WOLF_QEMU_SCENARIO_RUNS=$SCENARIO_RUNS scripts/qemu/diagnose-on-debian.sh (wolf built from $SCEN_REV; Debian $(uname -r) under qemu, 2 vCPUs, 2 GiB)" >/tmp/scen.out 2>&1; rc=$?
 	note "scenarios done rc=$rc uptime=$(up)s"
 	emit scenarios $rc /tmp/scen.out
 	emit scenarios-table 0 /tmp/scen/table.md
