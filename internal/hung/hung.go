@@ -505,8 +505,14 @@ func (h *Investigator) walk(ctx context.Context, p *probe, syms Symbolizer, seen
 			delete(owners, tid) // exited between walks
 		}
 	}
+	// An owner once seen asleep in FUSE keeps that record against a later
+	// one of the same task that is not: the walk just after the daemon's
+	// answer finds the owner woken (runnable, its stack still in FUSE) or
+	// asleep on its next step, the waiters not yet run, and that record
+	// says nothing of what held them.
+	inFUSE := func(t *Task) bool { return t.StateLetter() != "R" && fuseWait(t) }
 	for _, tr := range early {
-		if o := owners[tr.last.Lock.OwnerTID]; o != nil {
+		if o := owners[tr.last.Lock.OwnerTID]; o != nil && (tr.owner == nil || tr.owner.TID != o.TID || !inFUSE(tr.owner) || inFUSE(o)) {
 			tr.owner = o
 		}
 	}

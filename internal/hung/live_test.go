@@ -1,6 +1,7 @@
 package hung
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -374,6 +375,24 @@ func TestLiveCoredump(t *testing.T) {
 	}
 }
 
+// endedWaits are the victims' lock waits that began before attach and
+// ended in the window (AtLeast), by pid, from a run's facts; the run's
+// findings are logged.
+func endedWaits(t *testing.T, res *investigator.Result, victims []int) map[int]fact.Wait {
+	t.Helper()
+	dump(t, res.Findings)
+	if res.Facts == nil {
+		t.Fatalf("no facts")
+	}
+	got := map[int]fact.Wait{}
+	for _, w := range res.Facts.Waits {
+		if w.Kind == fact.WaitLock && w.AtLeast && slices.Contains(victims, w.Task.PID) {
+			got[w.Task.PID] = w
+		}
+	}
+	return got
+}
+
 // The stall began before wolf attached and ends while it watches: the
 // lookups' waits on the directory's mutex are facts of at least the time
 // since the lab parked them up to the last walk that saw them, and the
@@ -390,23 +409,14 @@ func TestLiveEndedWaitFromBeforeAttach(t *testing.T) {
 		time.Sleep(time.Second)
 		inst.Release()
 	})
-	dump(t, res.Findings)
-	if res.Facts == nil {
-		t.Fatalf("no facts")
-	}
+	got := endedWaits(t, res, tasks.Victims)
 	lower := attached.Sub(parked)
-	got := map[int]time.Duration{}
 	var lockKey string
-	for _, w := range res.Facts.Waits {
-		if w.Kind == fact.WaitLock && w.AtLeast && slices.Contains(tasks.Victims, w.Task.PID) {
-			got[w.Task.PID] = w.Max
-			lockKey = w.On
-		}
-	}
 	for _, v := range tasks.Victims {
-		if got[v] < lower {
-			t.Errorf("victim %d: ended wait %v, want at least %v (waits %+v)", v, got[v], lower, res.Facts.Waits)
+		if got[v].Max < lower {
+			t.Errorf("victim %d: ended wait %v, want at least %v (waits %+v)", v, got[v].Max, lower, res.Facts.Waits)
 		}
+		lockKey = cmp.Or(lockKey, got[v].On)
 	}
 	holder := false
 	for _, h := range res.Facts.Holds {
@@ -454,17 +464,8 @@ func TestLiveEndedWaitNamedByItsEnd(t *testing.T) {
 		time.Sleep(time.Second)
 		inst.Release()
 	})
-	dump(t, res.Findings)
-	if res.Facts == nil {
-		t.Fatalf("no facts")
-	}
+	got := endedWaits(t, res, tasks.Victims)
 	lower := attached.Sub(parked)
-	got := map[int]fact.Wait{}
-	for _, w := range res.Facts.Waits {
-		if w.Kind == fact.WaitLock && w.AtLeast && slices.Contains(tasks.Victims, w.Task.PID) {
-			got[w.Task.PID] = w
-		}
-	}
 	for _, v := range tasks.Victims {
 		w, ok := got[v]
 		switch {
