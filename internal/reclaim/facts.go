@@ -182,12 +182,26 @@ func (c *Cgroup) lifetimeNumbers(nums map[string]float64) {
 	if v, ok := c.State.Stat["workingset_nodereclaim"]; ok {
 		nums["lifetime_dropped_shadow_nodes"] = float64(v)
 	}
-	for _, k := range []string{"workingset_refault_file", "workingset_refault"} {
+	if v, ok := c.lifetimeRefaults(); ok {
+		nums["lifetime_refault_bytes"] = float64(v) * pageSize
+	}
+}
+
+// refaultKeys are memory.stat's file refault counter: workingset_refault_file,
+// or workingset_refault on v1 before 5.9 and older v2 kernels.
+var refaultKeys = [...]string{"workingset_refault_file", "workingset_refault"}
+
+// lifetimeRefaults is the cgroup's refault counter at the window's end.
+func (c *Cgroup) lifetimeRefaults() (uint64, bool) {
+	if c.State == nil {
+		return 0, false
+	}
+	for _, k := range refaultKeys {
 		if v, ok := c.State.Stat[k]; ok {
-			nums["lifetime_refault_bytes"] = float64(v) * pageSize
-			break
+			return v, true
 		}
 	}
+	return 0, false
 }
 
 // shadowEntriesPerNode is how many page-cache slots an xarray node holds
@@ -232,11 +246,8 @@ func (c *Cgroup) shadowlessRereads() uint64 {
 	// The lifetime's refaults bound its kept shadows from below, as the
 	// window's do above.
 	lifeRefaults := refaults
-	for _, k := range []string{"workingset_refault_file", "workingset_refault"} {
-		if v, ok := c.State.Stat[k]; ok {
-			lifeRefaults = max(refaults, v)
-			break
-		}
+	if v, ok := c.lifetimeRefaults(); ok {
+		lifeRefaults = max(refaults, v)
 	}
 	dropped := min(steal, nodes*shadowEntriesPerNode)
 	kept := max(lifeRefaults, steal-dropped)
@@ -244,13 +255,12 @@ func (c *Cgroup) shadowlessRereads() uint64 {
 }
 
 // refaults are the file pages the cgroup read back in the window after
-// reclaim had evicted them (workingset_refault_file; v1 before 5.9 and
-// older v2 kernels say workingset_refault).
+// reclaim had evicted them (refaultKeys).
 func (c *Cgroup) refaults() (uint64, bool) {
 	if c.State == nil || c.Before == nil {
 		return 0, false
 	}
-	for _, k := range []string{"workingset_refault_file", "workingset_refault"} {
+	for _, k := range refaultKeys {
 		a, ok1 := c.Before.Stat[k]
 		b, ok2 := c.State.Stat[k]
 		if ok1 && ok2 {
